@@ -1,0 +1,269 @@
+//! Latency histograms in microseconds: HDR, 3 significant digits, 1 us to 1 h.
+//!
+//! They merge exactly (adding counts bucket by bucket), so per-second histograms add up to
+//! the run's, and runs from several machines add up to one. Stored as HdrHistogram's
+//! V2+DEFLATE format in base64, the same bytes HdrHistogram's own tools read.
+
+use base64::{engine::general_purpose::STANDARD, Engine as _};
+use hdrhistogram::serialization::{Deserializer, Serializer, V2DeflateSerializer};
+use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
+
+use crate::RecordError;
+
+/// The largest latency kept exactly; longer ones are recorded as this value.
+pub const MAX_LATENCY_US: u64 = 3_600_000_000;
+const SIGNIFICANT_DIGITS: u8 = 3;
+
+/// An HDR histogram of latencies in microseconds.
+#[derive(Clone, Debug)]
+pub struct LatencyHistogram(Histogram<u64>);
+
+impl Default for LatencyHistogram {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl PartialEq for LatencyHistogram {
+    fn eq(&self, other: &Self) -> bool {
+        self.0 == other.0
+    }
+}
+
+impl LatencyHistogram {
+    pub fn new() -> Self {
+        // The bounds are constants that hdrhistogram accepts, so this cannot fail.
+        Self(
+            Histogram::new_with_bounds(1, MAX_LATENCY_US, SIGNIFICANT_DIGITS)
+                .expect("constant histogram bounds are valid"),
+        )
+    }
+
+    /// Records one latency; values outside 1 us..=1 h are clamped to the range.
+    #[inline]
+    pub fn record_us(&mut self, us: u64) {
+        self.0.saturating_record(us.clamp(1, MAX_LATENCY_US));
+    }
+
+    pub fn record_n_us(&mut self, us: u64, count: u64) {
+        // Cannot fail: the value is clamped into the histogram's range.
+        let _ = self.0.record_n(us.clamp(1, MAX_LATENCY_US), count);
+    }
+
+    /// Adds another histogram's counts to this one (exact).
+    pub fn merge(&mut self, other: &LatencyHistogram) {
+        // Same bounds on both sides, so `add` cannot fail.
+        let _ = self.0.add(&other.0);
+    }
+
+    pub fn reset(&mut self) {
+        self.0.reset();
+    }
+
+    pub fn count(&self) -> u64 {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The latency at quantile `q` (0..=1), in microseconds; 0 when empty.
+    pub fn quantile_us(&self, q: f64) -> u64 {
+        if self.0.is_empty() {
+            0
+        } else {
+            self.0.value_at_quantile(q)
+        }
+    }
+
+    pub fn max_us(&self) -> u64 {
+        self.0.max()
+    }
+
+    pub fn min_us(&self) -> u64 {
+        if self.0.is_empty() {
+            0
+        } else {
+            self.0.min()
+        }
+    }
+
+    pub fn mean_us(&self) -> f64 {
+        self.0.mean()
+    }
+
+    pub fn stdev_us(&self) -> f64 {
+        self.0.stdev()
+    }
+
+    /// Share of recorded values at or below `us` (0..=1); 1 when empty.
+    pub fn fraction_at_or_below(&self, us: u64) -> f64 {
+        if self.0.is_empty() {
+            return 1.0;
+        }
+        self.0.count_between(0, us) as f64 / self.0.len() as f64
+    }
+
+    /// Counts per bucket, for drawing: `(bucket upper bound us, count)` over `buckets`
+    /// logarithmic buckets between min and max.
+    pub fn log_buckets(&self, buckets: usize) -> Vec<(u64, u64)> {
+        if self.0.is_empty() || buckets == 0 {
+            return Vec::new();
+        }
+        let lo = self.min_us().max(1) as f64;
+        let hi = self.max_us().max(1) as f64;
+        let ratio = (hi / lo).max(1.000_001);
+        let uppers: Vec<u64> = (1..=buckets)
+            .map(|i| (lo * ratio.powf(i as f64 / buckets as f64)).ceil() as u64)
+            .collect();
+        let mut counts = vec![0u64; buckets];
+        for v in self.0.iter_recorded() {
+            let at = uppers.partition_point(|upper| *upper < v.value_iterated_to());
+            counts[at.min(buckets - 1)] += v.count_at_value();
+        }
+        uppers.into_iter().zip(counts).collect()
+    }
+
+    /// Base64 of the V2+DEFLATE encoding.
+    pub fn to_base64(&self) -> String {
+        let mut bytes = Vec::new();
+        // Writing into a Vec cannot fail.
+        let _ = V2DeflateSerializer::new().serialize(&self.0, &mut bytes);
+        STANDARD.encode(bytes)
+    }
+
+    pub fn from_base64(text: &str) -> Result<Self, RecordError> {
+        let bytes = STANDARD
+            .decode(text.trim())
+            .map_err(|e| RecordError::Histogram(format!("not base64: {e}")))?;
+        let decoded: Histogram<u64> = Deserializer::new()
+            .deserialize(&mut bytes.as_slice())
+            .map_err(|e| RecordError::Histogram(format!("not an HdrHistogram V2 encoding: {e:?}")))?;
+        let mut hist = Self::new();
+        // Re-record into our bounds so that merges stay exact whatever the file said.
+        for v in decoded.iter_recorded() {
+            hist.record_n_us(v.value_iterated_to(), v.count_at_value());
+        }
+        Ok(hist)
+    }
+
+    /// The summary figures everyone reads: percentiles, mean, spread.
+    pub fn stats(&self) -> LatencyStats {
+        LatencyStats {
+            count: self.count(),
+            min_us: self.min_us(),
+            mean_us: self.mean_us(),
+            stdev_us: self.stdev_us(),
+            p50_us: self.quantile_us(0.50),
+            p75_us: self.quantile_us(0.75),
+            p90_us: self.quantile_us(0.90),
+            p95_us: self.quantile_us(0.95),
+            p99_us: self.quantile_us(0.99),
+            p99_9_us: self.quantile_us(0.999),
+            p99_99_us: self.quantile_us(0.9999),
+            max_us: self.max_us(),
+        }
+    }
+}
+
+impl Serialize for LatencyHistogram {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.to_base64())
+    }
+}
+
+impl<'de> Deserialize<'de> for LatencyHistogram {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        Self::from_base64(&text).map_err(serde::de::Error::custom)
+    }
+}
+
+/// Percentiles and moments of one latency histogram, all in microseconds.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct LatencyStats {
+    pub count: u64,
+    pub min_us: u64,
+    pub mean_us: f64,
+    pub stdev_us: f64,
+    pub p50_us: u64,
+    pub p75_us: u64,
+    pub p90_us: u64,
+    pub p95_us: u64,
+    pub p99_us: u64,
+    pub p99_9_us: u64,
+    pub p99_99_us: u64,
+    pub max_us: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn percentiles_of_a_uniform_sequence_are_within_a_tenth_of_a_percent() {
+        let mut h = LatencyHistogram::new();
+        for us in 1..=100_000u64 {
+            h.record_us(us);
+        }
+        let s = h.stats();
+        assert_eq!(s.count, 100_000);
+        for (got, want) in [(s.p50_us, 50_000.0), (s.p99_us, 99_000.0), (s.p99_9_us, 99_900.0)] {
+            assert!((got as f64 - want).abs() / want < 0.001, "{got} vs {want}");
+        }
+    }
+
+    #[test]
+    fn values_beyond_an_hour_are_clamped_not_lost() {
+        let mut h = LatencyHistogram::new();
+        h.record_us(10 * MAX_LATENCY_US);
+        h.record_us(0);
+        assert_eq!(h.count(), 2);
+        assert!(h.max_us() >= MAX_LATENCY_US);
+        assert_eq!(h.min_us(), 1);
+    }
+
+    #[test]
+    fn garbage_base64_is_an_error_not_a_panic() {
+        assert!(LatencyHistogram::from_base64("not base64 !!").is_err());
+        assert!(LatencyHistogram::from_base64("aGVsbG8gd29ybGQ=").is_err());
+    }
+
+    #[test]
+    fn log_buckets_count_every_value_once() {
+        let mut h = LatencyHistogram::new();
+        for us in [100, 200, 300, 5_000, 5_000, 90_000] {
+            h.record_us(us);
+        }
+        let total: u64 = h.log_buckets(12).iter().map(|b| b.1).sum();
+        assert_eq!(total, 6);
+    }
+
+    proptest! {
+        #[test]
+        fn base64_round_trip_is_lossless(values in proptest::collection::vec(1u64..MAX_LATENCY_US, 0..300)) {
+            let mut h = LatencyHistogram::new();
+            for v in &values { h.record_us(*v); }
+            let back = LatencyHistogram::from_base64(&h.to_base64()).unwrap();
+            prop_assert_eq!(back.stats(), h.stats());
+        }
+
+        #[test]
+        fn merging_parts_equals_recording_all(a in proptest::collection::vec(1u64..10_000_000, 0..200),
+                                              b in proptest::collection::vec(1u64..10_000_000, 0..200)) {
+            let (mut ha, mut hb, mut all) = (LatencyHistogram::new(), LatencyHistogram::new(), LatencyHistogram::new());
+            for v in &a { ha.record_us(*v); all.record_us(*v); }
+            for v in &b { hb.record_us(*v); all.record_us(*v); }
+            ha.merge(&hb);
+            prop_assert!(ha == all);
+        }
+
+        #[test]
+        fn arbitrary_text_never_panics_the_decoder(text in ".{0,200}") {
+            let _ = LatencyHistogram::from_base64(&text);
+        }
+    }
+}

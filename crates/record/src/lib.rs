@@ -1,0 +1,17 @@
+//! kiln's run record: the directory every run writes and every report reads.
+//!
+//! A run directory holds `run.json` (the [`RunManifest`]) and the part files it lists. Parts
+//! stream to disk while the run goes, so a run that is interrupted still reports. This crate
+//! must never depend on how a part was produced: it only defines, writes, reads and merges.
+
+mod error;
+mod histogram;
+mod load;
+mod manifest;
+mod run_dir;
+
+pub use error::RecordError;
+pub use histogram::{LatencyHistogram, LatencyStats, MAX_LATENCY_US};
+pub use load::{ErrorKind, LoadRecordLine, PhaseEnd, PhaseSummary, SecondRecord, LOAD_SECONDS_PART};
+pub use manifest::{PartRef, RunManifest, RunStatus, SCHEMA_VERSION};
+pub use run_dir::{default_run_dir_name, now_rfc3339, JsonLinesWriter, RunDir, MANIFEST_FILE};

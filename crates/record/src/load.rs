@@ -1,0 +1,353 @@
+//! The load engine's part of the run record: one JSON line per phase second, and one line
+//! when a phase ends. Everything the load summary shows is rebuilt from these lines, so a run
+//! killed half-way still reports its finished seconds.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::{LatencyHistogram, LatencyStats};
+
+/// The part kind (and file name stem) of the per-second load records.
+pub const LOAD_SECONDS_PART: &str = "load-seconds";
+
+/// Why a request got no HTTP response.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorKind {
+    /// The target refused the TCP connection (nothing listening).
+    ConnectRefused,
+    /// The TCP (or TLS) connection was not established within the timeout.
+    ConnectTimeout,
+    /// Any other failure to connect (unreachable network, DNS, no ports left).
+    ConnectOther,
+    /// The target closed or reset the connection before answering.
+    Reset,
+    /// No complete response within the request timeout.
+    Timeout,
+    /// The TLS handshake failed (certificate, protocol).
+    Tls,
+    /// The target answered with something that is not valid HTTP.
+    BadResponse,
+    Other,
+}
+
+impl ErrorKind {
+    pub const ALL: [ErrorKind; 8] = [
+        ErrorKind::ConnectRefused,
+        ErrorKind::ConnectTimeout,
+        ErrorKind::ConnectOther,
+        ErrorKind::Reset,
+        ErrorKind::Timeout,
+        ErrorKind::Tls,
+        ErrorKind::BadResponse,
+        ErrorKind::Other,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            ErrorKind::ConnectRefused => "connect refused",
+            ErrorKind::ConnectTimeout => "connect timeout",
+            ErrorKind::ConnectOther => "connect failed",
+            ErrorKind::Reset => "connection reset/closed",
+            ErrorKind::Timeout => "timeout",
+            ErrorKind::Tls => "TLS",
+            ErrorKind::BadResponse => "bad response",
+            ErrorKind::Other => "other",
+        }
+    }
+}
+
+/// What happened in one second of a phase (by completion time).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct SecondRecord {
+    pub phase: String,
+    /// Seconds since the phase started: this record covers `[second, second + 1)`.
+    pub second: u32,
+    /// Requests that ended this second: HTTP responses plus errors.
+    pub requests: u64,
+    /// Requests sent this second.
+    pub sent: u64,
+    /// Open model: arrivals due this second by the schedule.
+    #[serde(default)]
+    pub scheduled: u64,
+    pub status: BTreeMap<u16, u64>,
+    pub errors: BTreeMap<ErrorKind, u64>,
+    /// Response body bytes received.
+    pub body_bytes: u64,
+    /// Open connections at the end of the second.
+    pub connections: u64,
+    /// Latency of the responses that ended this second. In an open model it is measured
+    /// from the intended send time (no coordinated omission); in a closed model from the send.
+    pub latency: LatencyHistogram,
+    /// Open model only: latency from the actual send (the target's service time as seen by
+    /// the client).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service: Option<LatencyHistogram>,
+    /// Open model: the worst delay this second between a request's intended and actual send.
+    #[serde(default)]
+    pub send_lag_max_us: u64,
+}
+
+impl SecondRecord {
+    pub fn responses(&self) -> u64 {
+        self.status.values().sum()
+    }
+
+    pub fn error_count(&self) -> u64 {
+        self.errors.values().sum()
+    }
+}
+
+/// Written once when a phase ends, by whatever path it ended.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct PhaseEnd {
+    pub phase: String,
+    /// False for the warm-up: its numbers are kept but left out of the results.
+    pub measured: bool,
+    /// Wall time of the load window (excluding the drain of in-flight requests).
+    pub duration_us: u64,
+    /// Open model: arrivals the schedule asked for that were never sent, because every
+    /// connection was busy and the connection cap was reached, or the run ended first.
+    pub unsent: u64,
+    /// Requests still in flight when the drain time ran out.
+    pub abandoned: u64,
+    pub connections_opened: u64,
+    /// kiln's own CPU time during the phase.
+    pub kiln_cpu_user_us: u64,
+    pub kiln_cpu_system_us: u64,
+    /// kiln's peak resident memory so far, in KiB.
+    pub kiln_max_rss_kib: u64,
+    /// Why the phase stopped early, if it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped_early: Option<String>,
+}
+
+/// One line of the `load-seconds` part.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+// Externally tagged (`{"second": {..}}`): internally tagged enums cannot read integer map keys.
+#[serde(rename_all = "snake_case")]
+pub enum LoadRecordLine {
+    Second(SecondRecord),
+    PhaseEnd(PhaseEnd),
+}
+
+/// A phase's figures, merged from its second records (exactly: histograms add).
+#[derive(Clone, Debug, Default)]
+pub struct PhaseSummary {
+    pub phase: String,
+    pub measured: bool,
+    pub seconds: u32,
+    pub requests: u64,
+    pub sent: u64,
+    pub scheduled: u64,
+    pub status: BTreeMap<u16, u64>,
+    pub errors: BTreeMap<ErrorKind, u64>,
+    pub body_bytes: u64,
+    pub max_connections: u64,
+    pub latency: LatencyHistogram,
+    pub service: Option<LatencyHistogram>,
+    pub send_lag_max_us: u64,
+    /// The phase-end line, absent when the run was killed mid-phase.
+    pub end: Option<PhaseEnd>,
+}
+
+impl PhaseSummary {
+    pub fn new(phase: &str) -> Self {
+        Self {
+            phase: phase.to_string(),
+            measured: !phase.starts_with("warmup"),
+            ..Default::default()
+        }
+    }
+
+    pub fn add_second(&mut self, s: &SecondRecord) {
+        self.seconds = self.seconds.max(s.second + 1);
+        self.requests += s.requests;
+        self.sent += s.sent;
+        self.scheduled += s.scheduled;
+        for (code, n) in &s.status {
+            *self.status.entry(*code).or_default() += n;
+        }
+        for (kind, n) in &s.errors {
+            *self.errors.entry(*kind).or_default() += n;
+        }
+        self.body_bytes += s.body_bytes;
+        self.max_connections = self.max_connections.max(s.connections);
+        self.latency.merge(&s.latency);
+        if let Some(service) = &s.service {
+            self.service.get_or_insert_with(LatencyHistogram::new).merge(service);
+        }
+        self.send_lag_max_us = self.send_lag_max_us.max(s.send_lag_max_us);
+    }
+
+    pub fn set_end(&mut self, end: &PhaseEnd) {
+        self.measured = end.measured;
+        self.end = Some(end.clone());
+    }
+
+    /// Groups record lines into phases, in the order they first appear.
+    pub fn from_lines<'a>(lines: impl IntoIterator<Item = &'a LoadRecordLine>) -> Vec<PhaseSummary> {
+        let mut phases: Vec<PhaseSummary> = Vec::new();
+        for line in lines {
+            let name = match line {
+                LoadRecordLine::Second(s) => &s.phase,
+                LoadRecordLine::PhaseEnd(e) => &e.phase,
+            };
+            let at = match phases.iter().position(|p| &p.phase == name) {
+                Some(i) => i,
+                None => {
+                    phases.push(PhaseSummary::new(name));
+                    phases.len() - 1
+                }
+            };
+            match line {
+                LoadRecordLine::Second(s) => phases[at].add_second(s),
+                LoadRecordLine::PhaseEnd(e) => phases[at].set_end(e),
+            }
+        }
+        phases
+    }
+
+    pub fn responses(&self) -> u64 {
+        self.status.values().sum()
+    }
+
+    pub fn error_count(&self) -> u64 {
+        self.errors.values().sum()
+    }
+
+    /// Non-2xx/3xx responses plus requests without a response.
+    pub fn failed(&self) -> u64 {
+        let bad_status: u64 = self
+            .status
+            .iter()
+            .filter(|(code, _)| **code >= 400)
+            .map(|(_, n)| n)
+            .sum();
+        bad_status + self.error_count()
+    }
+
+    /// The load window in seconds: from the phase end line, or the seconds recorded.
+    pub fn duration_secs(&self) -> f64 {
+        match &self.end {
+            Some(end) if end.duration_us > 0 => end.duration_us as f64 / 1e6,
+            _ => self.seconds as f64,
+        }
+    }
+
+    /// Completed requests per second.
+    pub fn throughput(&self) -> f64 {
+        let d = self.duration_secs();
+        if d > 0.0 {
+            self.requests as f64 / d
+        } else {
+            0.0
+        }
+    }
+
+    pub fn failed_ratio(&self) -> f64 {
+        if self.requests == 0 {
+            0.0
+        } else {
+            self.failed() as f64 / self.requests as f64
+        }
+    }
+
+    pub fn unsent(&self) -> u64 {
+        self.end.as_ref().map_or(0, |e| e.unsent)
+    }
+
+    pub fn latency_stats(&self) -> LatencyStats {
+        self.latency.stats()
+    }
+
+    /// Merges several phases (e.g. the measured repeats) into one, exactly.
+    pub fn merged(name: &str, phases: &[&PhaseSummary]) -> PhaseSummary {
+        let mut out = PhaseSummary::new(name);
+        let mut end = PhaseEnd {
+            phase: name.to_string(),
+            measured: true,
+            ..Default::default()
+        };
+        for p in phases {
+            out.seconds += p.seconds;
+            out.requests += p.requests;
+            out.sent += p.sent;
+            out.scheduled += p.scheduled;
+            for (code, n) in &p.status {
+                *out.status.entry(*code).or_default() += n;
+            }
+            for (kind, n) in &p.errors {
+                *out.errors.entry(*kind).or_default() += n;
+            }
+            out.body_bytes += p.body_bytes;
+            out.max_connections = out.max_connections.max(p.max_connections);
+            out.latency.merge(&p.latency);
+            if let Some(service) = &p.service {
+                out.service.get_or_insert_with(LatencyHistogram::new).merge(service);
+            }
+            out.send_lag_max_us = out.send_lag_max_us.max(p.send_lag_max_us);
+            end.duration_us += (p.duration_secs() * 1e6) as u64;
+            if let Some(e) = &p.end {
+                end.unsent += e.unsent;
+                end.abandoned += e.abandoned;
+                end.connections_opened += e.connections_opened;
+                end.kiln_cpu_user_us += e.kiln_cpu_user_us;
+                end.kiln_cpu_system_us += e.kiln_cpu_system_us;
+                end.kiln_max_rss_kib = end.kiln_max_rss_kib.max(e.kiln_max_rss_kib);
+            }
+        }
+        out.end = Some(end);
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn second(phase: &str, s: u32, latencies: &[u64], status: u16) -> LoadRecordLine {
+        let mut latency = LatencyHistogram::new();
+        latencies.iter().for_each(|v| latency.record_us(*v));
+        LoadRecordLine::Second(SecondRecord {
+            phase: phase.into(),
+            second: s,
+            requests: latencies.len() as u64,
+            sent: latencies.len() as u64,
+            status: [(status, latencies.len() as u64)].into(),
+            latency,
+            ..Default::default()
+        })
+    }
+
+    #[test]
+    fn phases_are_rebuilt_from_lines_and_merge_exactly() {
+        let lines = vec![
+            second("warmup", 0, &[5_000; 10], 200),
+            second("run-1", 0, &[1_000, 2_000], 200),
+            second("run-1", 1, &[3_000], 500),
+            LoadRecordLine::PhaseEnd(PhaseEnd {
+                phase: "run-1".into(),
+                measured: true,
+                duration_us: 2_000_000,
+                ..Default::default()
+            }),
+            second("run-2", 0, &[4_000], 200),
+        ];
+        let text: Vec<String> = lines.iter().map(|l| serde_json::to_string(l).unwrap()).collect();
+        let parsed: Vec<LoadRecordLine> = text.iter().map(|t| serde_json::from_str(t).unwrap()).collect();
+        let phases = PhaseSummary::from_lines(&parsed);
+        assert_eq!(phases.len(), 3);
+        assert!(!phases[0].measured);
+        let run1 = &phases[1];
+        assert_eq!(run1.requests, 3);
+        assert_eq!(run1.failed(), 1);
+        assert!((run1.throughput() - 1.5).abs() < 1e-9);
+        assert!(phases[2].end.is_none());
+        assert_eq!(phases[2].duration_secs(), 1.0);
+        let both = PhaseSummary::merged("all", &[&phases[1], &phases[2]]);
+        assert_eq!(both.latency.count(), 4);
+        assert_eq!(both.latency.max_us(), phases[2].latency.max_us());
+    }
+}
