@@ -1,0 +1,316 @@
+//! HTTP/1.1 servers whose behaviour is known by construction, for kiln's tests and demo.
+//!
+//! A thread per connection and blocking sleeps keep the timing exact (a sleep here is tens of
+//! microseconds late, not a timer-wheel millisecond), so tests can derive the latency
+//! distribution a client should see. They count what they answered, so a load tool's request
+//! count can be checked against the server's. Never for production use: no limits at all.
+
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// A periodic pause of the whole server, like a GC pause or a cache that expires on the
+/// minute: requests that arrive during `[k*every, k*every + length)` wait until it ends.
+#[derive(Clone, Copy, Debug)]
+pub struct Stall {
+    pub every: Duration,
+    pub length: Duration,
+}
+
+/// How the target answers. The default answers at once with a small body.
+#[derive(Clone, Debug)]
+pub struct Behavior {
+    /// Time spent on every request before answering.
+    pub service_time: Duration,
+    pub stall: Option<Stall>,
+    /// Every Nth request (counted over the whole server) takes this much longer.
+    pub slow_every: Option<(u64, Duration)>,
+    /// Every Nth request gets its connection reset instead of an answer.
+    pub reset_every: Option<u64>,
+    /// After this many answers the server keeps reading but never answers again.
+    pub hang_after: Option<u64>,
+    pub body: Vec<u8>,
+}
+
+impl Default for Behavior {
+    fn default() -> Self {
+        Self {
+            service_time: Duration::ZERO,
+            stall: None,
+            slow_every: None,
+            reset_every: None,
+            hang_after: None,
+            body: b"hello from kiln-targets\n".to_vec(),
+        }
+    }
+}
+
+struct Shared {
+    behavior: Behavior,
+    started: Instant,
+    stop: AtomicBool,
+    received: AtomicU64,
+    answered: AtomicU64,
+    resets: AtomicU64,
+    connections: AtomicU64,
+}
+
+/// A running target on 127.0.0.1. Stops when dropped.
+pub struct TargetServer {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    acceptor: Option<thread::JoinHandle<()>>,
+}
+
+impl TargetServer {
+    /// Starts a target on a free loopback port.
+    pub fn start(behavior: Behavior) -> io::Result<Self> {
+        Self::start_on("127.0.0.1:0", behavior)
+    }
+
+    pub fn start_on(bind: &str, behavior: Behavior) -> io::Result<Self> {
+        let listener = TcpListener::bind(bind)?;
+        let addr = listener.local_addr()?;
+        let shared = Arc::new(Shared {
+            behavior,
+            started: Instant::now(),
+            stop: AtomicBool::new(false),
+            received: AtomicU64::new(0),
+            answered: AtomicU64::new(0),
+            resets: AtomicU64::new(0),
+            connections: AtomicU64::new(0),
+        });
+        let accept_shared = shared.clone();
+        let acceptor = thread::Builder::new()
+            .name("target-accept".into())
+            .spawn(move || accept_loop(listener, accept_shared))?;
+        Ok(Self {
+            addr,
+            shared,
+            acceptor: Some(acceptor),
+        })
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+
+    /// Requests whose head was read completely.
+    pub fn received(&self) -> u64 {
+        self.shared.received.load(Ordering::SeqCst)
+    }
+
+    /// Requests answered with a complete response.
+    pub fn answered(&self) -> u64 {
+        self.shared.answered.load(Ordering::SeqCst)
+    }
+
+    pub fn resets(&self) -> u64 {
+        self.shared.resets.load(Ordering::SeqCst)
+    }
+
+    pub fn connections(&self) -> u64 {
+        self.shared.connections.load(Ordering::SeqCst)
+    }
+
+    /// Stops accepting; open connections end at their next request.
+    pub fn stop(&mut self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        // Wake the blocking accept so it sees the flag.
+        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_millis(200));
+        if let Some(handle) = self.acceptor.take() {
+            let _ = handle.join();
+        }
+    }
+}
+
+impl Drop for TargetServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
+    for stream in listener.incoming() {
+        if shared.stop.load(Ordering::SeqCst) {
+            break;
+        }
+        let Ok(stream) = stream else { continue };
+        shared.connections.fetch_add(1, Ordering::SeqCst);
+        let conn_shared = shared.clone();
+        let _ = thread::Builder::new()
+            .name("target-conn".into())
+            .stack_size(128 * 1024)
+            .spawn(move || {
+                let _ = serve_connection(stream, &conn_shared);
+            });
+    }
+}
+
+/// Reads requests one after another on a keep-alive connection and answers each.
+fn serve_connection(mut stream: TcpStream, shared: &Shared) -> io::Result<()> {
+    stream.set_nodelay(true)?;
+    let mut buf = vec![0u8; 16 * 1024];
+    let mut filled = 0usize;
+    loop {
+        // Read until one complete request head (and its body) is buffered.
+        let (head_len, body_len, close) = loop {
+            let mut headers = [httparse::EMPTY_HEADER; 64];
+            let mut req = httparse::Request::new(&mut headers);
+            match req.parse(&buf[..filled]) {
+                Ok(httparse::Status::Complete(head_len)) => {
+                    let header = |name: &str| {
+                        req.headers
+                            .iter()
+                            .find(|h| h.name.eq_ignore_ascii_case(name))
+                            .map(|h| String::from_utf8_lossy(h.value).trim().to_ascii_lowercase())
+                    };
+                    let body_len = header("content-length")
+                        .and_then(|v| v.parse::<usize>().ok())
+                        .unwrap_or(0);
+                    let close = header("connection").as_deref() == Some("close");
+                    break (head_len, body_len, close);
+                }
+                Ok(httparse::Status::Partial) => {}
+                Err(_) => {
+                    let _ = stream.write_all(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+                    return Ok(());
+                }
+            }
+            if filled == buf.len() {
+                buf.resize(buf.len() * 2, 0);
+            }
+            let n = stream.read(&mut buf[filled..])?;
+            if n == 0 || shared.stop.load(Ordering::SeqCst) {
+                return Ok(());
+            }
+            filled += n;
+        };
+        // Consume the body, which may be partly buffered already.
+        let mut have = filled - head_len;
+        while have < body_len {
+            let mut sink = [0u8; 8192];
+            let n = stream.read(&mut sink[..(body_len - have).min(8192)])?;
+            if n == 0 {
+                return Ok(());
+            }
+            have += n;
+        }
+        let consumed = (head_len + body_len).min(filled);
+        buf.copy_within(consumed..filled, 0);
+        filled -= consumed;
+
+        let arrived = Instant::now();
+        let nth = shared.received.fetch_add(1, Ordering::SeqCst) + 1;
+        let behavior = &shared.behavior;
+
+        if let Some(n) = behavior.reset_every {
+            if n > 0 && nth % n == 0 {
+                shared.resets.fetch_add(1, Ordering::SeqCst);
+                // SO_LINGER 0 makes close() send RST instead of FIN.
+                let _ = socket2::SockRef::from(&stream).set_linger(Some(Duration::ZERO));
+                return Ok(());
+            }
+        }
+        if let Some(limit) = behavior.hang_after {
+            if shared.answered.load(Ordering::SeqCst) >= limit {
+                while !shared.stop.load(Ordering::SeqCst) {
+                    thread::sleep(Duration::from_millis(20));
+                }
+                let _ = stream.shutdown(Shutdown::Both);
+                return Ok(());
+            }
+        }
+        let mut ready_at = arrived;
+        if let Some(stall) = behavior.stall {
+            ready_at = stall_end(shared.started, arrived, stall);
+        }
+        ready_at += behavior.service_time;
+        if let Some((n, extra)) = behavior.slow_every {
+            if n > 0 && nth % n == 0 {
+                ready_at += extra;
+            }
+        }
+        let now = Instant::now();
+        if ready_at > now {
+            thread::sleep(ready_at - now);
+        }
+        let head = format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: {}\r\n{}\r\n",
+            behavior.body.len(),
+            if close { "connection: close\r\n" } else { "" }
+        );
+        let mut response = head.into_bytes();
+        response.extend_from_slice(&behavior.body);
+        stream.write_all(&response)?;
+        shared.answered.fetch_add(1, Ordering::SeqCst);
+        if close {
+            return Ok(());
+        }
+    }
+}
+
+/// When a request that arrived at `arrived` may proceed under a periodic stall.
+pub fn stall_end(started: Instant, arrived: Instant, stall: Stall) -> Instant {
+    let every = stall.every.as_nanos().max(1);
+    let since = arrived.duration_since(started).as_nanos();
+    let into_period = since % every;
+    if into_period < stall.length.as_nanos() {
+        arrived + Duration::from_nanos((stall.length.as_nanos() - into_period) as u64)
+    } else {
+        arrived
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn get(addr: SocketAddr) -> String {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.write_all(b"GET / HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").unwrap();
+        let mut out = String::new();
+        let _ = s.read_to_string(&mut out);
+        out
+    }
+
+    #[test]
+    fn answers_and_counts() {
+        let t = TargetServer::start(Behavior::default()).unwrap();
+        assert!(get(t.addr()).starts_with("HTTP/1.1 200 OK"));
+        assert!(get(t.addr()).ends_with("hello from kiln-targets\n"));
+        assert_eq!(t.answered(), 2);
+    }
+
+    #[test]
+    fn every_third_request_is_reset() {
+        let t = TargetServer::start(Behavior {
+            reset_every: Some(3),
+            ..Default::default()
+        })
+        .unwrap();
+        let answers: Vec<bool> = (0..6).map(|_| get(t.addr()).starts_with("HTTP/1.1 200")).collect();
+        assert_eq!(answers, vec![true, true, false, true, true, false]);
+        assert_eq!(t.resets(), 2);
+    }
+
+    #[test]
+    fn stall_end_waits_only_inside_the_stall() {
+        let start = Instant::now();
+        let stall = Stall {
+            every: Duration::from_secs(1),
+            length: Duration::from_millis(100),
+        };
+        let inside = start + Duration::from_millis(1_030);
+        assert_eq!(stall_end(start, inside, stall), start + Duration::from_millis(1_100));
+        let outside = start + Duration::from_millis(1_500);
+        assert_eq!(stall_end(start, outside, stall), outside);
+    }
+}
