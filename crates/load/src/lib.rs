@@ -1,0 +1,18 @@
+//! kiln's HTTP load engine.
+//!
+//! `plan` says what to send and how (closed or open model), `schedule` computes when each
+//! open-model request is due, `connection` talks HTTP/1.1 (and TLS) over hyper, `recorder`
+//! fills per-second records on each generator thread, and `engine` runs a phase and merges
+//! the threads' seconds. Latency in the open model counts from the scheduled send time, so a
+//! stalled target cannot hide its stall (no coordinated omission).
+
+mod connection;
+mod engine;
+pub mod plan;
+mod recorder;
+pub mod schedule;
+mod self_usage;
+
+pub use engine::{preflight, run_phase, LoadError, PhaseSpec, StopSignal};
+pub use plan::{LoadPlan, Model, PlanError, RateStage, RequestSpec, Target};
+pub use self_usage::SelfUsage;

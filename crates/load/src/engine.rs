@@ -1,0 +1,596 @@
+//! Running one load phase: generator threads (one single-threaded tokio runtime each, like
+//! wrk's threads), a pacer thread for the open model, and the collector on the caller's
+//! thread that merges the workers' seconds and hands them out in order.
+//!
+//! The open model never slows down to the target's pace: a late request still counts from
+//! its scheduled time, and what could not be sent at all is counted as unsent.
+
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+
+use std::thread;
+use std::time::{Duration, Instant};
+
+use kiln_record::{ErrorKind, PhaseEnd, SecondRecord};
+use tokio::sync::{watch, Notify};
+use tokio::task::JoinSet;
+
+use crate::connection::{Connection, ConnectionSetup};
+use crate::plan::{LoadPlan, Model};
+use crate::recorder::{WorkerMsg, WorkerRecorder};
+use crate::schedule::ArrivalSchedule;
+use crate::self_usage::SelfUsage;
+
+/// Queued arrivals per phase before further ones are dropped and counted as unsent; bounds
+/// memory when the target stalls for long.
+const MAX_QUEUED_ARRIVALS: usize = 1_000_000;
+/// After a failed connect in the closed model, wait this long before the next attempt so a
+/// dead target is not hammered by a busy loop.
+const RECONNECT_BACKOFF: Duration = Duration::from_millis(10);
+/// The longest wait for in-flight requests once a phase stops.
+const MAX_DRAIN: Duration = Duration::from_secs(30);
+
+/// One phase: a warm-up or a measured run.
+#[derive(Clone, Debug)]
+pub struct PhaseSpec {
+    pub name: String,
+    pub measured: bool,
+}
+
+/// Asks a running phase to stop early, from any thread (e.g. Ctrl-C).
+#[derive(Clone, Default)]
+pub struct StopSignal {
+    flag: Arc<AtomicBool>,
+    reason: Arc<Mutex<Option<String>>>,
+}
+
+impl StopSignal {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Stops with a reason; the first reason given is kept.
+    pub fn stop(&self, reason: &str) {
+        if let Ok(mut r) = self.reason.lock() {
+            r.get_or_insert_with(|| reason.to_string());
+        }
+        self.flag.store(true, Ordering::SeqCst);
+    }
+
+    pub fn is_stopped(&self) -> bool {
+        self.flag.load(Ordering::SeqCst)
+    }
+
+    pub fn reason(&self) -> Option<String> {
+        self.reason.lock().ok().and_then(|r| r.clone())
+    }
+}
+
+/// An error that prevents a phase from starting.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("{0}")]
+    Setup(String),
+    #[error("cannot connect to {addr}: {kind}")]
+    Unreachable { addr: String, kind: &'static str },
+    #[error("cannot start a load thread: {0}")]
+    Thread(std::io::Error),
+}
+
+/// Opens one connection before any load, so a wrong port or a dead host is one clear error
+/// instead of a run full of failures.
+pub fn preflight(plan: &LoadPlan) -> Result<(), LoadError> {
+    let setup = ConnectionSetup::new(plan).map_err(LoadError::Setup)?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(LoadError::Thread)?;
+    let local = tokio::task::LocalSet::new();
+    local
+        .block_on(&rt, async { setup.connect().await.map(drop) })
+        .map_err(|kind| LoadError::Unreachable {
+            addr: format!("{} ({})", plan.target.authority, plan.target.addr),
+            kind: kind.label(),
+        })
+}
+
+/// State shared by the workers, the pacer and the collector of one phase.
+struct PhaseShared {
+    t0: Instant,
+    deadline: Instant,
+    stopped: AtomicBool,
+    /// Connection tasks (open model) currently waiting for an arrival.
+    idle: AtomicUsize,
+    /// Connection tasks (open model) running, against `max_connections`.
+    connection_tasks: AtomicUsize,
+    unsent: AtomicU64,
+    scheduled: AtomicU64,
+    /// The open model's queue of intended send times.
+    arrivals: Option<async_channel::Receiver<Instant>>,
+    grow: Vec<Notify>,
+}
+
+impl PhaseShared {
+    fn should_stop(&self) -> bool {
+        self.stopped.load(Ordering::Relaxed) || Instant::now() >= self.deadline
+    }
+}
+
+/// Runs one phase and calls `on_second` with each second's merged record, in order, as the
+/// run goes. Returns how the phase ended. Stops early when `stop` is signalled or the target
+/// stops answering (see `LoadPlan::dead_after`); the reason is in `PhaseEnd::stopped_early`.
+pub fn run_phase(
+    plan: &LoadPlan,
+    phase: &PhaseSpec,
+    stop: &StopSignal,
+    on_second: &mut dyn FnMut(&SecondRecord),
+) -> Result<PhaseEnd, LoadError> {
+    let setup = Arc::new(ConnectionSetup::new(plan).map_err(LoadError::Setup)?);
+    let usage_before = SelfUsage::now();
+    let threads = plan.threads;
+    let open = matches!(plan.model, Model::Open { .. });
+    // Open-model connections are made before the start so the first arrivals are not late.
+    let lead = if open { Duration::from_millis(300) } else { Duration::from_millis(20) };
+    let t0 = Instant::now() + lead;
+    let (arrivals_tx, arrivals_rx) = if open {
+        let (tx, rx) = async_channel::bounded(MAX_QUEUED_ARRIVALS);
+        (Some(tx), Some(rx))
+    } else {
+        (None, None)
+    };
+    let shared = Arc::new(PhaseShared {
+        t0,
+        deadline: t0 + plan.duration,
+        stopped: AtomicBool::new(false),
+        idle: AtomicUsize::new(0),
+        connection_tasks: AtomicUsize::new(0),
+        unsent: AtomicU64::new(0),
+        scheduled: AtomicU64::new(0),
+        arrivals: arrivals_rx,
+        grow: (0..threads).map(|_| Notify::new()).collect(),
+    });
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let (to_collector, from_workers) = mpsc::channel();
+
+    let mut handles = Vec::new();
+    for worker in 0..threads {
+        let (shared, setup, plan, stop_rx, tx) =
+            (shared.clone(), setup.clone(), plan.clone(), stop_rx.clone(), to_collector.clone());
+        let name = phase.name.clone();
+        let handle = thread::Builder::new()
+            .name(format!("kiln-load-{worker}"))
+            .spawn(move || {
+                let recorder = WorkerRecorder::new(worker, &name, shared.t0, open, tx);
+                run_worker(worker, &plan, shared, setup, stop_rx, recorder)
+            })
+            .map_err(LoadError::Thread)?;
+        handles.push(handle);
+    }
+    drop(to_collector);
+    let pacer = match (&plan.model, arrivals_tx) {
+        (Model::Open { stages, .. }, Some(tx)) => {
+            let schedule = ArrivalSchedule::new(0.0, stages);
+            let shared = shared.clone();
+            Some(
+                thread::Builder::new()
+                    .name("kiln-pacer".into())
+                    .spawn(move || run_pacer(schedule, &shared, tx))
+                    .map_err(LoadError::Thread)?,
+            )
+        }
+        _ => None,
+    };
+
+    let mut collector = Collector::new(threads, plan.dead_after);
+    let mut stop_reason: Option<String> = None;
+    let mut stopped_at: Option<Instant> = None;
+    loop {
+        let now = Instant::now();
+        if stopped_at.is_none() {
+            let early = stop.reason().or_else(|| collector.dead_reason.clone());
+            if early.is_some() || now >= shared.deadline {
+                stop_reason = early;
+                stopped_at = Some(now.min(shared.deadline));
+                shared.stopped.store(true, Ordering::SeqCst);
+                let _ = stop_tx.send(true);
+            }
+        }
+        let wait = match stopped_at {
+            None => shared.deadline.saturating_duration_since(now).min(Duration::from_millis(100)),
+            Some(_) => Duration::from_millis(100),
+        };
+        match from_workers.recv_timeout(wait.max(Duration::from_millis(1))) {
+            Ok(msg) => collector.take(msg),
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        }
+        collector.emit_ready(&shared.scheduled, on_second);
+    }
+    collector.emit_ready(&shared.scheduled, on_second);
+    for handle in handles {
+        let _ = handle.join();
+    }
+    if let Some(pacer) = pacer {
+        let _ = pacer.join();
+    }
+    let left_in_queue = shared.arrivals.as_ref().map_or(0, |q| q.len() as u64);
+    let usage = SelfUsage::now().since(&usage_before);
+    let stopped_at = stopped_at.unwrap_or(shared.deadline);
+    let window_us = stopped_at.saturating_duration_since(t0).as_micros() as u64;
+    Ok(PhaseEnd {
+        phase: phase.name.clone(),
+        measured: phase.measured,
+        duration_us: window_us.max(collector.last_done_us),
+        unsent: shared.unsent.load(Ordering::SeqCst) + left_in_queue,
+        abandoned: collector.abandoned,
+        connections_opened: collector.connections_opened,
+        kiln_cpu_user_us: usage.user_us,
+        kiln_cpu_system_us: usage.system_us,
+        kiln_max_rss_kib: usage.max_rss_kib,
+        stopped_early: stop_reason,
+    })
+}
+
+/// Merges the workers' seconds; a second is handed out once every worker has sent it or
+/// ended. Also watches for a target that stopped answering.
+struct Collector {
+    workers: usize,
+    pending: BTreeMap<u32, SecondRecord>,
+    last_second: Vec<Option<u32>>,
+    done: Vec<bool>,
+    scheduled_seen: u64,
+    abandoned: u64,
+    connections_opened: u64,
+    last_done_us: u64,
+    dead_after_s: u32,
+    /// The first second after the last one that had a response.
+    quiet_since: u32,
+    errors_while_quiet: BTreeMap<ErrorKind, u64>,
+    dead_reason: Option<String>,
+}
+
+impl Collector {
+    fn new(workers: usize, dead_after: Duration) -> Self {
+        Self {
+            workers,
+            pending: BTreeMap::new(),
+            last_second: vec![None; workers],
+            done: vec![false; workers],
+            scheduled_seen: 0,
+            abandoned: 0,
+            connections_opened: 0,
+            last_done_us: 0,
+            dead_after_s: dead_after.as_secs().max(1) as u32,
+            quiet_since: 0,
+            errors_while_quiet: BTreeMap::new(),
+            dead_reason: None,
+        }
+    }
+
+    fn take(&mut self, msg: WorkerMsg) {
+        match msg {
+            WorkerMsg::Second { worker, record } => {
+                self.last_second[worker] = Some(record.second);
+                if record.second == u32::MAX {
+                    return;
+                }
+                match self.pending.get_mut(&record.second) {
+                    Some(merged) => merge_second(merged, &record),
+                    None => {
+                        self.pending.insert(record.second, *record);
+                    }
+                }
+            }
+            WorkerMsg::Done {
+                worker,
+                abandoned,
+                connections_opened,
+                last_done_us,
+            } => {
+                self.done[worker] = true;
+                self.abandoned += abandoned;
+                self.connections_opened += connections_opened;
+                self.last_done_us = self.last_done_us.max(last_done_us);
+            }
+        }
+    }
+
+    fn emit_ready(&mut self, scheduled: &AtomicU64, on_second: &mut dyn FnMut(&SecondRecord)) {
+        while let Some((&second, _)) = self.pending.first_key_value() {
+            let complete = (0..self.workers).all(|w| self.done[w] || self.last_second[w].is_some_and(|s| s >= second));
+            if !complete {
+                break;
+            }
+            let Some(mut record) = self.pending.remove(&second) else { break };
+            let scheduled_now = scheduled.load(Ordering::SeqCst);
+            record.scheduled = scheduled_now - self.scheduled_seen;
+            self.scheduled_seen = scheduled_now;
+            self.watch_for_dead_target(&record);
+            on_second(&record);
+        }
+    }
+
+    fn watch_for_dead_target(&mut self, s: &SecondRecord) {
+        if s.responses() > 0 {
+            self.quiet_since = s.second + 1;
+            self.errors_while_quiet.clear();
+            return;
+        }
+        for (kind, n) in &s.errors {
+            *self.errors_while_quiet.entry(*kind).or_default() += n;
+        }
+        let quiet = (s.second + 1).saturating_sub(self.quiet_since);
+        if quiet >= self.dead_after_s && !self.errors_while_quiet.is_empty() && self.dead_reason.is_none() {
+            let errors: Vec<String> = self
+                .errors_while_quiet
+                .iter()
+                .map(|(k, n)| format!("{n} {}", k.label()))
+                .collect();
+            self.dead_reason = Some(format!(
+                "the target stopped answering: no response for {quiet} s ({})",
+                errors.join(", ")
+            ));
+        }
+    }
+}
+
+fn merge_second(into: &mut SecondRecord, from: &SecondRecord) {
+    into.requests += from.requests;
+    into.sent += from.sent;
+    for (code, n) in &from.status {
+        *into.status.entry(*code).or_default() += n;
+    }
+    for (kind, n) in &from.errors {
+        *into.errors.entry(*kind).or_default() += n;
+    }
+    into.body_bytes += from.body_bytes;
+    into.connections += from.connections;
+    into.latency.merge(&from.latency);
+    if let (Some(a), Some(b)) = (&mut into.service, &from.service) {
+        a.merge(b);
+    }
+    into.send_lag_max_us = into.send_lag_max_us.max(from.send_lag_max_us);
+}
+
+/// Pushes each arrival into the queue at its due time. A sleeping thread wakes within tens
+/// of microseconds on Linux, far closer than an async timer's millisecond tick.
+fn run_pacer(schedule: ArrivalSchedule, shared: &PhaseShared, tx: async_channel::Sender<Instant>) {
+    let mut next_worker = 0usize;
+    for offset in schedule {
+        let due = shared.t0 + offset;
+        loop {
+            if shared.should_stop() {
+                return;
+            }
+            let now = Instant::now();
+            if now >= due {
+                break;
+            }
+            thread::sleep((due - now).min(Duration::from_millis(50)));
+        }
+        shared.scheduled.fetch_add(1, Ordering::Relaxed);
+        if tx.try_send(due).is_err() {
+            shared.unsent.fetch_add(1, Ordering::Relaxed);
+        }
+        if tx.len() > shared.idle.load(Ordering::Relaxed) {
+            shared.grow[next_worker % shared.grow.len()].notify_one();
+            next_worker += 1;
+        }
+    }
+}
+
+/// Worker-local state shared by the connection tasks of one thread.
+struct WorkerLocal {
+    plan: LoadPlan,
+    setup: Arc<ConnectionSetup>,
+    shared: Arc<PhaseShared>,
+    recorder: RefCell<WorkerRecorder>,
+    in_flight: Cell<u64>,
+}
+
+fn run_worker(
+    worker: usize,
+    plan: &LoadPlan,
+    shared: Arc<PhaseShared>,
+    setup: Arc<ConnectionSetup>,
+    stop_rx: watch::Receiver<bool>,
+    recorder: WorkerRecorder,
+) {
+    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(_) => {
+            recorder.finish(0);
+            return;
+        }
+    };
+    let local = tokio::task::LocalSet::new();
+    let worker_state = Rc::new(WorkerLocal {
+        plan: plan.clone(),
+        setup,
+        shared: shared.clone(),
+        recorder: RefCell::new(recorder),
+        in_flight: Cell::new(0),
+    });
+    let state = worker_state.clone();
+    local.block_on(&rt, async move {
+        let mut tasks = JoinSet::new();
+        match &state.plan.model {
+            Model::Closed { connections, .. } => {
+                // Connection g of c goes to worker g % threads, like wrk's split.
+                for global in (worker..*connections).step_by(state.plan.threads) {
+                    tasks.spawn_local(closed_connection(state.clone(), global, stop_rx.clone()));
+                }
+            }
+            Model::Open { connections, .. } => {
+                for _ in (worker..*connections).step_by(state.plan.threads) {
+                    spawn_open_connection(&mut tasks, &state, usize::MAX, &stop_rx);
+                }
+            }
+        }
+        let ticker = tokio::task::spawn_local(tick_seconds(state.clone()));
+        let max_connections = match state.plan.model {
+            Model::Open { max_connections, .. } => max_connections,
+            Model::Closed { .. } => 0,
+        };
+        let mut stop = stop_rx.clone();
+        loop {
+            tokio::select! {
+                _ = stop.wait_for(|s| *s) => break,
+                // Open more connections while arrivals wait and every connection is busy.
+                _ = state.shared.grow[worker].notified(), if max_connections > 0 => {
+                    let waiting = || state.shared.arrivals.as_ref().map_or(0, |q| q.len());
+                    while waiting() > state.shared.idle.load(Ordering::Relaxed)
+                        && spawn_open_connection(&mut tasks, &state, max_connections, &stop_rx) {}
+                }
+            }
+        }
+        let drain = state.plan.timeout.min(MAX_DRAIN);
+        let _ = tokio::time::timeout(drain, async { while tasks.join_next().await.is_some() {} }).await;
+        tasks.abort_all();
+        ticker.abort();
+    });
+    drop(local);
+    let state = match Rc::try_unwrap(worker_state) {
+        Ok(state) => state,
+        Err(_) => return,
+    };
+    let abandoned = state.in_flight.get();
+    state.recorder.into_inner().finish(abandoned);
+}
+
+/// Rolls the recorder at each second boundary so idle workers still report every second.
+async fn tick_seconds(state: Rc<WorkerLocal>) {
+    let mut next = state.shared.t0 + Duration::from_secs(1);
+    loop {
+        tokio::time::sleep_until((next + Duration::from_millis(2)).into()).await;
+        state.recorder.borrow_mut().roll_to(Instant::now());
+        next += Duration::from_secs(1);
+    }
+}
+
+/// Sleeps unless the phase stops first; false when it stopped.
+async fn sleep_or_stop(d: Duration, stop: &mut watch::Receiver<bool>) -> bool {
+    let slept = tokio::select! {
+        _ = tokio::time::sleep(d) => true,
+        _ = stop.wait_for(|s| *s) => false,
+    };
+    slept && !*stop.borrow()
+}
+
+/// Connects, counting a failure as one failed request.
+async fn ensure_connected(state: &WorkerLocal, conn: &mut Option<Connection>) -> Result<(), ErrorKind> {
+    if let Some(c) = conn {
+        if c.ready().await {
+            return Ok(());
+        }
+        *conn = None;
+        state.recorder.borrow_mut().connections -= 1;
+    }
+    let c = state.setup.connect().await?;
+    let mut rec = state.recorder.borrow_mut();
+    rec.connections += 1;
+    rec.connections_opened += 1;
+    *conn = Some(c);
+    Ok(())
+}
+
+/// Sends one request on `conn` and records the outcome against `intended`.
+async fn send_and_record(state: &WorkerLocal, conn: &mut Option<Connection>, intended: Instant) {
+    if let Err(kind) = ensure_connected(state, conn).await {
+        state.recorder.borrow_mut().error(Instant::now(), kind);
+        return;
+    }
+    let Some(c) = conn.as_mut() else { return };
+    let sent = Instant::now();
+    state.recorder.borrow_mut().sent(sent);
+    state.in_flight.set(state.in_flight.get() + 1);
+    let outcome = tokio::time::timeout(state.plan.timeout, c.send(&state.setup)).await;
+    state.in_flight.set(state.in_flight.get() - 1);
+    let done = Instant::now();
+    let mut rec = state.recorder.borrow_mut();
+    match outcome.unwrap_or(Err(ErrorKind::Timeout)) {
+        Ok(response) => rec.response(intended.min(sent), sent, done, response.status, response.body_bytes),
+        Err(kind) => {
+            rec.error(done, kind);
+            rec.connections -= 1;
+            *conn = None;
+        }
+    }
+}
+
+async fn closed_connection(state: Rc<WorkerLocal>, global: usize, mut stop: watch::Receiver<bool>) {
+    let Model::Closed {
+        connections,
+        think_time,
+        ramp_up,
+    } = state.plan.model
+    else {
+        return;
+    };
+    let start_at = state.shared.t0 + ramp_up.mul_f64(global as f64 / connections as f64);
+    if !sleep_or_stop(start_at.saturating_duration_since(Instant::now()), &mut stop).await {
+        return;
+    }
+    let mut conn: Option<Connection> = None;
+    while !state.shared.should_stop() {
+        let had_connection = conn.is_some();
+        send_and_record(&state, &mut conn, Instant::now()).await;
+        let failed_to_connect = conn.is_none() && !had_connection;
+        let pause = if failed_to_connect { RECONNECT_BACKOFF.max(think_time) } else { think_time };
+        if !pause.is_zero() && !sleep_or_stop(pause, &mut stop).await {
+            break;
+        }
+    }
+    if conn.is_some() {
+        state.recorder.borrow_mut().connections -= 1;
+    }
+}
+
+/// An open-model connection: takes the next due arrival from the shared queue, sends it,
+/// repeats. The spawner counts it as idle until it has connected.
+async fn open_connection(state: Rc<WorkerLocal>, mut stop: watch::Receiver<bool>) {
+    let Some(arrivals) = state.shared.arrivals.clone() else { return };
+    let mut conn: Option<Connection> = None;
+    // Connect before the first arrival so it is not charged for the handshake.
+    let _ = ensure_connected(&state, &mut conn).await;
+    loop {
+        let next = tokio::select! {
+            next = arrivals.recv() => next.ok(),
+            _ = stop.wait_for(|s| *s) => None,
+        };
+        state.shared.idle.fetch_sub(1, Ordering::Relaxed);
+        let Some(intended) = next else { break };
+        if state.shared.should_stop() {
+            state.shared.unsent.fetch_add(1, Ordering::Relaxed);
+            break;
+        }
+        send_and_record(&state, &mut conn, intended).await;
+        state.shared.idle.fetch_add(1, Ordering::Relaxed);
+    }
+    if conn.is_some() {
+        state.recorder.borrow_mut().connections -= 1;
+    }
+    state.shared.connection_tasks.fetch_sub(1, Ordering::SeqCst);
+}
+
+/// Spawns one more open-model connection unless the cap is reached; false when it is.
+fn spawn_open_connection(
+    tasks: &mut JoinSet<()>,
+    state: &Rc<WorkerLocal>,
+    max: usize,
+    stop: &watch::Receiver<bool>,
+) -> bool {
+    let counter = &state.shared.connection_tasks;
+    let n = counter.load(Ordering::SeqCst);
+    if n >= max || counter.compare_exchange(n, n + 1, Ordering::SeqCst, Ordering::SeqCst).is_err() {
+        return false;
+    }
+    state.shared.idle.fetch_add(1, Ordering::Relaxed);
+    tasks.spawn_local(open_connection(state.clone(), stop.clone()));
+    true
+}
+

@@ -1,0 +1,342 @@
+//! What to load and how: the target, the request, the workload model. Built from flags or
+//! YAML by the binary; validated here so every front end gives the same clear errors.
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{HeaderName, HeaderValue};
+use http::{Method, Uri};
+use serde::Serialize;
+
+/// A plan that cannot run, with what to change.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum PlanError {
+    #[error("malformed URL '{url}': {why}")]
+    BadUrl { url: String, why: String },
+    #[error("cannot resolve host '{host}': {why}")]
+    Resolve { host: String, why: String },
+    #[error("bad header '{header}': expected 'Name: value'")]
+    BadHeader { header: String },
+    #[error("bad method '{0}'")]
+    BadMethod(String),
+    #[error("bad duration '{text}': {why} (use e.g. 500ms, 30s, 3m, 1h)")]
+    BadDuration { text: String, why: String },
+    #[error("bad stages '{text}': {why} (use e.g. 30s:100,60s:2000,30s:0)")]
+    BadStages { text: String, why: String },
+    #[error("{what} is out of range: {why}")]
+    OutOfRange { what: &'static str, why: String },
+}
+
+/// Parses `500ms`, `30s`, `3m`, `1h`, `1m30s`; a bare number means seconds.
+pub fn parse_duration(text: &str) -> Result<Duration, PlanError> {
+    let t = text.trim();
+    if let Ok(secs) = t.parse::<f64>() {
+        if secs.is_finite() && secs >= 0.0 && secs < 1e9 {
+            return Ok(Duration::from_secs_f64(secs));
+        }
+    }
+    humantime::parse_duration(t).map_err(|e| PlanError::BadDuration {
+        text: text.to_string(),
+        why: e.to_string(),
+    })
+}
+
+/// The URL under load, resolved once before the run.
+#[derive(Clone, Debug)]
+pub struct Target {
+    pub url: String,
+    pub tls: bool,
+    pub host: String,
+    pub port: u16,
+    /// Path and query, as sent in the request line.
+    pub path_and_query: String,
+    /// The `Host` header value.
+    pub authority: String,
+    pub addr: SocketAddr,
+}
+
+impl Target {
+    /// Parses and resolves a URL; only `http` and `https` are accepted.
+    pub fn parse(url: &str) -> Result<Self, PlanError> {
+        let bad = |why: &str| PlanError::BadUrl {
+            url: url.to_string(),
+            why: why.to_string(),
+        };
+        let uri: Uri = url.trim().parse().map_err(|e: http::uri::InvalidUri| bad(&e.to_string()))?;
+        let tls = match uri.scheme_str() {
+            Some("http") => false,
+            Some("https") => true,
+            Some(other) => return Err(bad(&format!("scheme '{other}' is not http or https"))),
+            None => return Err(bad("no scheme; write http://host:port/path")),
+        };
+        let authority = uri.authority().ok_or_else(|| bad("no host"))?;
+        let host = authority.host().trim_start_matches('[').trim_end_matches(']').to_string();
+        if host.is_empty() {
+            return Err(bad("no host"));
+        }
+        let port = authority.port_u16().unwrap_or(if tls { 443 } else { 80 });
+        let path_and_query = uri
+            .path_and_query()
+            .map(|p| p.as_str().to_string())
+            .filter(|p| !p.is_empty())
+            .unwrap_or_else(|| "/".to_string());
+        let addr = (host.as_str(), port)
+            .to_socket_addrs()
+            .map_err(|e| PlanError::Resolve {
+                host: host.clone(),
+                why: e.to_string(),
+            })?
+            .next()
+            .ok_or_else(|| PlanError::Resolve {
+                host: host.clone(),
+                why: "no addresses".into(),
+            })?;
+        Ok(Self {
+            url: url.trim().to_string(),
+            tls,
+            host,
+            port,
+            path_and_query,
+            authority: authority.as_str().to_string(),
+            addr,
+        })
+    }
+}
+
+/// The request every connection sends.
+#[derive(Clone, Debug)]
+pub struct RequestSpec {
+    pub method: Method,
+    pub headers: Vec<(HeaderName, HeaderValue)>,
+    pub body: Bytes,
+}
+
+impl Default for RequestSpec {
+    fn default() -> Self {
+        Self {
+            method: Method::GET,
+            headers: Vec::new(),
+            body: Bytes::new(),
+        }
+    }
+}
+
+impl RequestSpec {
+    pub fn parse_method(text: &str) -> Result<Method, PlanError> {
+        Method::from_bytes(text.trim().to_ascii_uppercase().as_bytes())
+            .map_err(|_| PlanError::BadMethod(text.to_string()))
+    }
+
+    /// Parses a curl-style `Name: value` header.
+    pub fn parse_header(text: &str) -> Result<(HeaderName, HeaderValue), PlanError> {
+        let bad = || PlanError::BadHeader {
+            header: text.to_string(),
+        };
+        let (name, value) = text.split_once(':').ok_or_else(bad)?;
+        let name = HeaderName::from_bytes(name.trim().as_bytes()).map_err(|_| bad())?;
+        let value = HeaderValue::from_str(value.trim()).map_err(|_| bad())?;
+        Ok((name, value))
+    }
+}
+
+/// One stage of an open-model rate ramp: go linearly to `target_rate` (requests per second)
+/// over `duration`; a zero duration jumps.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct RateStage {
+    #[serde(serialize_with = "ser_secs")]
+    pub duration: Duration,
+    pub target_rate: f64,
+}
+
+/// Parses `30s:100,60s:2000,30s:0`.
+pub fn parse_stages(text: &str) -> Result<Vec<RateStage>, PlanError> {
+    let bad = |why: String| PlanError::BadStages {
+        text: text.to_string(),
+        why,
+    };
+    let mut stages = Vec::new();
+    for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (d, r) = part
+            .split_once(':')
+            .ok_or_else(|| bad(format!("'{part}' is not DURATION:RATE")))?;
+        let duration = parse_duration(d).map_err(|e| bad(e.to_string()))?;
+        let target_rate: f64 = r
+            .trim()
+            .parse()
+            .map_err(|_| bad(format!("'{r}' is not a rate")))?;
+        if !(0.0..=10_000_000.0).contains(&target_rate) {
+            return Err(bad(format!("rate {target_rate} must be between 0 and 10000000")));
+        }
+        stages.push(RateStage {
+            duration,
+            target_rate,
+        });
+    }
+    if stages.is_empty() {
+        return Err(bad("no stages".into()));
+    }
+    if stages.iter().map(|s| s.duration).sum::<Duration>().is_zero() {
+        return Err(bad("the stages last no time".into()));
+    }
+    Ok(stages)
+}
+
+fn ser_secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(d.as_secs_f64())
+}
+
+/// How load is offered.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "model", rename_all = "snake_case")]
+pub enum Model {
+    /// N connections each sending back to back (after an optional think time): the load
+    /// follows the target's speed, as in wrk, oha and JMeter thread groups.
+    Closed {
+        connections: usize,
+        #[serde(serialize_with = "ser_secs")]
+        think_time: Duration,
+        #[serde(serialize_with = "ser_secs")]
+        ramp_up: Duration,
+    },
+    /// Requests arrive on a schedule whatever the target does, as users do; latency counts
+    /// from the scheduled time.
+    Open {
+        stages: Vec<RateStage>,
+        /// Connections opened before the start.
+        connections: usize,
+        /// The most connections kiln opens to keep the schedule when the target falls behind.
+        max_connections: usize,
+    },
+}
+
+/// Everything one load phase needs.
+#[derive(Clone, Debug)]
+pub struct LoadPlan {
+    pub target: Target,
+    pub request: RequestSpec,
+    pub model: Model,
+    /// How long each phase offers load (open model: the stages' total).
+    pub duration: Duration,
+    pub timeout: Duration,
+    pub connect_timeout: Duration,
+    /// Load generator threads.
+    pub threads: usize,
+    /// Accept any TLS certificate.
+    pub insecure: bool,
+    /// Stop the run as interrupted when no response at all came for this long while
+    /// requests failed.
+    pub dead_after: Duration,
+}
+
+impl LoadPlan {
+    /// Checks ranges; call before running.
+    pub fn validate(&self) -> Result<(), PlanError> {
+        let range = |what, ok: bool, why: String| if ok { Ok(()) } else { Err(PlanError::OutOfRange { what, why }) };
+        range("--threads", (1..=1024).contains(&self.threads), format!("{} (1 to 1024)", self.threads))?;
+        range("--duration", !self.duration.is_zero(), "it must be more than 0".into())?;
+        range("--timeout", !self.timeout.is_zero(), "it must be more than 0".into())?;
+        match &self.model {
+            Model::Closed { connections, .. } => range(
+                "--connections",
+                (1..=100_000).contains(connections),
+                format!("{connections} (1 to 100000)"),
+            ),
+            Model::Open {
+                connections,
+                max_connections,
+                ..
+            } => {
+                range(
+                    "--connections",
+                    (1..=100_000).contains(connections),
+                    format!("{connections} (1 to 100000)"),
+                )?;
+                range(
+                    "--max-connections",
+                    max_connections >= connections && *max_connections <= 100_000,
+                    format!("{max_connections} (from --connections to 100000)"),
+                )
+            }
+        }
+    }
+
+    /// The plan as recorded in `run.json`. Header values are left out: they may be secrets.
+    pub fn to_record(&self) -> serde_json::Value {
+        serde_json::json!({
+            "url": self.target.url,
+            "method": self.request.method.as_str(),
+            "headers": self.request.headers.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(),
+            "body_bytes": self.request.body.len(),
+            "workload": self.model,
+            "duration_s": self.duration.as_secs_f64(),
+            "timeout_s": self.timeout.as_secs_f64(),
+            "threads": self.threads,
+            "insecure": self.insecure,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_in_the_forms_users_type() {
+        assert_eq!(parse_duration("30s").unwrap(), Duration::from_secs(30));
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("3m").unwrap(), Duration::from_secs(180));
+        assert_eq!(parse_duration("1m30s").unwrap(), Duration::from_secs(90));
+        assert_eq!(parse_duration("2").unwrap(), Duration::from_secs(2));
+        assert_eq!(parse_duration("0.5").unwrap(), Duration::from_millis(500));
+        assert!(parse_duration("fast").is_err());
+        assert!(parse_duration("-3s").is_err());
+    }
+
+    #[test]
+    fn urls_parse_with_defaults_and_bad_ones_say_why() {
+        let t = Target::parse("http://127.0.0.1:8080/api/items?x=1").unwrap();
+        assert_eq!((t.port, t.tls, t.path_and_query.as_str()), (8080, false, "/api/items?x=1"));
+        let t = Target::parse("https://127.0.0.1").unwrap();
+        assert_eq!((t.port, t.tls, t.path_and_query.as_str()), (443, true, "/"));
+        for bad in ["127.0.0.1:8080", "ftp://x/", "http://", "http://exa mple/", ""] {
+            let err = Target::parse(bad).unwrap_err().to_string();
+            assert!(err.contains("URL") || err.contains("resolve"), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn stages_parse_and_reject_nonsense() {
+        let s = parse_stages("30s:100, 60s:2000,30s:0").unwrap();
+        assert_eq!(s.len(), 3);
+        assert_eq!(s[1].target_rate, 2000.0);
+        assert!(parse_stages("30s").is_err());
+        assert!(parse_stages("30s:-1").is_err());
+        assert!(parse_stages("0s:10").is_err());
+        assert!(parse_stages("").is_err());
+    }
+
+    #[test]
+    fn headers_parse_like_curl() {
+        let (n, v) = RequestSpec::parse_header("Content-Type: application/json").unwrap();
+        assert_eq!((n.as_str(), v.to_str().unwrap()), ("content-type", "application/json"));
+        assert!(RequestSpec::parse_header("no colon").is_err());
+        assert!(RequestSpec::parse_header("bad name: x").is_err());
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn no_text_panics_the_parsers(text in ".{0,60}") {
+            let _ = parse_duration(&text);
+            let _ = parse_stages(&text);
+            let _ = RequestSpec::parse_header(&text);
+            let _ = RequestSpec::parse_method(&text);
+        }
+
+        #[test]
+        // Numeric hosts only, so the test never waits on DNS.
+        fn no_url_text_panics_the_url_parser(text in "(http|https|ftp)?(://)?[0-9.:/?=\\[\\]%@ -]{0,30}") {
+            let _ = Target::parse(&text);
+        }
+    }
+}

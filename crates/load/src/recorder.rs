@@ -1,0 +1,129 @@
+//! Per-worker recording: each generator thread fills the record of the current second and
+//! hands it to the collector when the second is over. Nothing here is shared between
+//! threads, so recording a request costs a few histogram increments and no locks.
+
+use std::sync::mpsc::Sender;
+use std::time::Instant;
+
+use kiln_record::{ErrorKind, LatencyHistogram, SecondRecord};
+
+/// What a worker thread tells the collector.
+pub(crate) enum WorkerMsg {
+    /// The worker's figures for one second; every worker sends each second once, in order.
+    Second { worker: usize, record: Box<SecondRecord> },
+    /// The worker has ended; it sends nothing more.
+    Done {
+        worker: usize,
+        abandoned: u64,
+        connections_opened: u64,
+        last_done_us: u64,
+    },
+}
+
+pub(crate) struct WorkerRecorder {
+    worker: usize,
+    phase: String,
+    t0: Instant,
+    open_model: bool,
+    current: SecondRecord,
+    to_collector: Sender<WorkerMsg>,
+    /// Live TCP connections of this worker (a gauge copied into each second).
+    pub connections: u64,
+    pub connections_opened: u64,
+    pub last_done: Option<Instant>,
+}
+
+impl WorkerRecorder {
+    pub fn new(worker: usize, phase: &str, t0: Instant, open_model: bool, to_collector: Sender<WorkerMsg>) -> Self {
+        let mut rec = Self {
+            worker,
+            phase: phase.to_string(),
+            t0,
+            open_model,
+            current: SecondRecord::default(),
+            to_collector,
+            connections: 0,
+            connections_opened: 0,
+            last_done: None,
+        };
+        rec.current = rec.empty_second(0);
+        rec
+    }
+
+    fn empty_second(&self, second: u32) -> SecondRecord {
+        SecondRecord {
+            phase: self.phase.clone(),
+            second,
+            service: self.open_model.then(LatencyHistogram::new),
+            ..Default::default()
+        }
+    }
+
+    fn second_of(&self, at: Instant) -> u32 {
+        at.saturating_duration_since(self.t0).as_secs() as u32
+    }
+
+    /// Sends every finished second before the one containing `at`.
+    pub fn roll_to(&mut self, at: Instant) {
+        let second = self.second_of(at);
+        while self.current.second < second {
+            let next = self.empty_second(self.current.second + 1);
+            self.send_current(next);
+        }
+    }
+
+    fn send_current(&mut self, next: SecondRecord) {
+        let mut done = std::mem::replace(&mut self.current, next);
+        done.connections = self.connections;
+        // The collector outlives the workers; if it is gone there is no one to tell.
+        let _ = self.to_collector.send(WorkerMsg::Second {
+            worker: self.worker,
+            record: Box::new(done),
+        });
+    }
+
+    pub fn sent(&mut self, at: Instant) {
+        self.roll_to(at);
+        self.current.sent += 1;
+    }
+
+    /// A complete HTTP response. `intended` is the scheduled send time in an open model and
+    /// the actual send time in a closed one.
+    pub fn response(&mut self, intended: Instant, sent: Instant, done: Instant, status: u16, body_bytes: u64) {
+        self.roll_to(done);
+        self.last_done = Some(done);
+        let s = &mut self.current;
+        s.requests += 1;
+        *s.status.entry(status).or_default() += 1;
+        s.body_bytes += body_bytes;
+        s.latency.record_us(done.saturating_duration_since(intended).as_micros() as u64);
+        if let Some(service) = &mut s.service {
+            service.record_us(done.saturating_duration_since(sent).as_micros() as u64);
+            let lag = sent.saturating_duration_since(intended).as_micros() as u64;
+            s.send_lag_max_us = s.send_lag_max_us.max(lag);
+        }
+    }
+
+    /// A request that got no response.
+    pub fn error(&mut self, done: Instant, kind: ErrorKind) {
+        self.roll_to(done);
+        self.last_done = Some(done);
+        self.current.requests += 1;
+        *self.current.errors.entry(kind).or_default() += 1;
+    }
+
+    /// Sends the last (partial) second and says the worker is done.
+    pub fn finish(mut self, abandoned: u64) {
+        let next = self.empty_second(u32::MAX);
+        self.send_current(next);
+        let last_done_us = self
+            .last_done
+            .map_or(0, |d| d.saturating_duration_since(self.t0).as_micros() as u64);
+        let _ = self.to_collector.send(WorkerMsg::Done {
+            worker: self.worker,
+            abandoned,
+            connections_opened: self.connections_opened,
+            last_done_us,
+        });
+    }
+}

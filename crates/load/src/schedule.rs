@@ -1,0 +1,137 @@
+//! The open model's arrival schedule: when the k-th request is due, from rate stages.
+//!
+//! Arrival k (k = 0, 1, ...) is due at the time t where the cumulative expected count
+//! N(t) = integral of the rate reaches k. Within a linear stage from rate r0 to r1 over D,
+//! N grows as r0*u + (r1 - r0)*u^2/(2D); solving that quadratic gives exact due times, so a
+//! constant 1000/s for 10 s schedules exactly 10,000 requests, evenly spaced.
+
+use std::time::Duration;
+
+use crate::plan::RateStage;
+
+/// Yields due times (offsets from the phase start) in order.
+#[derive(Clone, Debug)]
+pub struct ArrivalSchedule {
+    /// (start offset s, duration s, rate at start, rate at end, cumulative count at start)
+    segments: Vec<(f64, f64, f64, f64, f64)>,
+    next_k: u64,
+    segment: usize,
+}
+
+impl ArrivalSchedule {
+    /// Stages start from `start_rate` (a zero-length first stage sets it directly).
+    pub fn new(start_rate: f64, stages: &[RateStage]) -> Self {
+        let mut segments = Vec::with_capacity(stages.len());
+        let (mut t, mut rate, mut count) = (0.0, start_rate, 0.0);
+        for stage in stages {
+            let d = stage.duration.as_secs_f64();
+            if d > 0.0 {
+                segments.push((t, d, rate, stage.target_rate, count));
+                count += d * (rate + stage.target_rate) / 2.0;
+                t += d;
+            }
+            rate = stage.target_rate;
+        }
+        Self {
+            segments,
+            next_k: 0,
+            segment: 0,
+        }
+    }
+
+    /// A constant rate for a duration.
+    pub fn constant(rate: f64, duration: Duration) -> Self {
+        Self::new(
+            rate,
+            &[RateStage {
+                duration,
+                target_rate: rate,
+            }],
+        )
+    }
+
+    /// The total arrivals the schedule will yield.
+    pub fn total(&self) -> u64 {
+        let mut copy = self.clone();
+        copy.next_k = 0;
+        copy.segment = 0;
+        copy.count() as u64
+    }
+}
+
+impl Iterator for ArrivalSchedule {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        let k = self.next_k as f64;
+        while let Some(&(start, d, r0, r1, n0)) = self.segments.get(self.segment) {
+            let n_end = n0 + d * (r0 + r1) / 2.0;
+            // Arrivals due exactly at a segment's end belong to the next segment, so a
+            // 10 s stage at 1000/s holds arrivals 0..9999.
+            if k < n_end - 1e-9 {
+                let need = k - n0;
+                let a = (r1 - r0) / (2.0 * d);
+                // Stable root of a*u^2 + r0*u - need = 0 (also when a is 0 or negative).
+                let disc = (r0 * r0 + 4.0 * a * need).max(0.0);
+                let denom = r0 + disc.sqrt();
+                let u = if denom > 0.0 { 2.0 * need / denom } else { 0.0 };
+                self.next_k += 1;
+                return Some(Duration::from_secs_f64(start + u.clamp(0.0, d)));
+            }
+            self.segment += 1;
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stage(secs: f64, rate: f64) -> RateStage {
+        RateStage {
+            duration: Duration::from_secs_f64(secs),
+            target_rate: rate,
+        }
+    }
+
+    #[test]
+    fn a_constant_rate_is_evenly_spaced_and_counts_exactly() {
+        let times: Vec<Duration> = ArrivalSchedule::constant(1000.0, Duration::from_secs(10)).collect();
+        assert_eq!(times.len(), 10_000);
+        assert_eq!(times[0], Duration::ZERO);
+        let gap = times[5001] - times[5000];
+        assert!((gap.as_secs_f64() - 0.001).abs() < 1e-9);
+        assert!(*times.last().unwrap() < Duration::from_secs(10));
+    }
+
+    #[test]
+    fn a_linear_ramp_puts_a_quarter_of_arrivals_in_its_first_half() {
+        // 0 -> 2000/s over 10 s: 10,000 arrivals, 2,500 of them in the first 5 s.
+        let times: Vec<Duration> = ArrivalSchedule::new(0.0, &[stage(10.0, 2000.0)]).collect();
+        assert!((times.len() as i64 - 10_000).abs() <= 1, "{}", times.len());
+        let first_half = times.iter().filter(|t| t.as_secs_f64() < 5.0).count();
+        assert!((first_half as i64 - 2_500).abs() <= 1, "{first_half}");
+        assert!(times.windows(2).all(|w| w[0] <= w[1]));
+    }
+
+    #[test]
+    fn stages_ramp_up_hold_and_down() {
+        let stages = [stage(0.0, 100.0), stage(2.0, 100.0), stage(2.0, 300.0), stage(2.0, 0.0)];
+        let s = ArrivalSchedule::new(0.0, &stages);
+        // 200 + (100+300)/2*2 + 300/2*2 = 200 + 400 + 300
+        assert!((s.total() as i64 - 900).abs() <= 1, "{}", s.total());
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn arrivals_are_ordered_and_match_the_integral(r0 in 0.0f64..5000.0, r1 in 0.0f64..5000.0, secs in 0.1f64..5.0) {
+            let s = ArrivalSchedule::new(r0, &[stage(secs, r1)]);
+            let expected = secs * (r0 + r1) / 2.0;
+            let times: Vec<Duration> = s.collect();
+            proptest::prop_assert!((times.len() as f64 - expected).abs() <= 1.0 + 1e-6);
+            proptest::prop_assert!(times.windows(2).all(|w| w[0] <= w[1]));
+            proptest::prop_assert!(times.iter().all(|t| t.as_secs_f64() <= secs + 1e-9));
+        }
+    }
+}
