@@ -1,0 +1,146 @@
+//! Command-line flags. Names follow wrk/oha (`-c`, `-d`, `-t`, `-H`), wrk2 (`-R`) and curl
+//! (`-X`/`-m`, `-b @file`, `-k`), so users' muscle memory works.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "kiln",
+    version,
+    about = "A performance lab in one binary: honest load, and what the target did meanwhile",
+    after_help = "Exit codes: 0 complete, 1 error, 2 bad usage, 3 run interrupted (target stopped answering), 130 Ctrl-C."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Load a URL and report latency, throughput and errors.
+    Run(RunArgs),
+    /// Print the summary of a recorded run again, from its run directory.
+    Report(ReportArgs),
+    /// Start an embedded target, load it, and show what kiln reports.
+    Demo(DemoArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct RunArgs {
+    /// The URL to load (http:// or https://).
+    pub url: String,
+
+    /// Connections (closed model: each sends back to back; open model: opened up front).
+    #[arg(short = 'c', long = "connections", default_value_t = 50)]
+    pub connections: usize,
+
+    /// How long each measured run lasts (e.g. 30s, 3m). Ignored with --stages.
+    #[arg(short = 'd', long = "duration", default_value = "10s")]
+    pub duration: String,
+
+    /// Load generator threads (default: one per CPU).
+    #[arg(short = 't', long = "threads")]
+    pub threads: Option<usize>,
+
+    /// Open model: a constant arrival rate, in requests per second. Latency is measured from
+    /// each request's scheduled send time.
+    #[arg(short = 'R', long = "rate", conflicts_with = "stages")]
+    pub rate: Option<f64>,
+
+    /// Open model with ramping rates: DURATION:RATE stages, each ramping linearly from the
+    /// previous rate (starting at 0), e.g. 30s:100,60s:2000,30s:0. A 0s stage jumps.
+    #[arg(long = "stages")]
+    pub stages: Option<String>,
+
+    /// Open model: the most connections kiln opens to keep the schedule.
+    #[arg(long = "max-connections", default_value_t = 1000)]
+    pub max_connections: usize,
+
+    /// Closed model: pause between a response and the connection's next request.
+    #[arg(long = "think-time", default_value = "0s")]
+    pub think_time: String,
+
+    /// Closed model: start the connections evenly over this time.
+    #[arg(long = "ramp-up", default_value = "0s")]
+    pub ramp_up: String,
+
+    /// HTTP method.
+    #[arg(short = 'm', long = "method", visible_short_alias = 'X', default_value = "GET")]
+    pub method: String,
+
+    /// A request header, 'Name: value' (repeatable).
+    #[arg(short = 'H', long = "header")]
+    pub headers: Vec<String>,
+
+    /// The request body: a string, or @FILE to read it from a file.
+    #[arg(short = 'b', long = "body")]
+    pub body: Option<String>,
+
+    /// Time allowed for a whole request (send, wait, read the body).
+    #[arg(long = "timeout", default_value = "10s")]
+    pub timeout: String,
+
+    /// Time allowed to open a connection (TCP and TLS).
+    #[arg(long = "connect-timeout", default_value = "5s")]
+    pub connect_timeout: String,
+
+    /// Accept any TLS certificate (self-signed targets).
+    #[arg(short = 'k', long = "insecure")]
+    pub insecure: bool,
+
+    /// Load for this long first and leave it out of the results (warms caches and JITs).
+    #[arg(long = "warmup")]
+    pub warmup: Option<String>,
+
+    /// Measured runs; with more than one, the summary shows each and their mean and spread.
+    #[arg(long = "repeat", default_value_t = 1)]
+    pub repeat: u32,
+
+    /// Stop the run as interrupted when the target gave no response at all for this long.
+    #[arg(long = "dead-after", default_value = "5s")]
+    pub dead_after: String,
+
+    /// Seconds between the JMeter-style summary lines when stderr is not a terminal.
+    #[arg(long = "interval", default_value = "5s")]
+    pub interval: String,
+
+    /// The run directory (default: runs/<time>-<name>).
+    #[arg(long = "out")]
+    pub out: Option<PathBuf>,
+
+    /// A name for the run (default: from the URL).
+    #[arg(long = "name")]
+    pub name: Option<String>,
+
+    /// Print the summary as JSON on stdout.
+    #[arg(long = "json")]
+    pub json: bool,
+
+    /// No live progress.
+    #[arg(short = 'q', long = "quiet")]
+    pub quiet: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct ReportArgs {
+    /// A run directory (holding run.json).
+    pub run_dir: PathBuf,
+    /// Print the summary as JSON on stdout.
+    #[arg(long = "json")]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct DemoArgs {
+    /// Seconds each demo load lasts.
+    #[arg(long = "seconds", default_value_t = 5)]
+    pub seconds: u64,
+    /// Where the demo's run directories go.
+    #[arg(long = "runs-dir", default_value = "runs")]
+    pub runs_dir: PathBuf,
+    /// Print the summaries as JSON on stdout.
+    #[arg(long = "json")]
+    pub json: bool,
+}

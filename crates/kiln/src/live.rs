@@ -1,0 +1,137 @@
+//! Live output while a phase runs, on stderr: a progress line redrawn each second on a
+//! terminal, and JMeter's `summary +` / `summary =` lines every few seconds otherwise (CI
+//! logs), in the exact format JMeter users and their log parsers know.
+
+use std::io::{IsTerminal, Write};
+
+use kiln_record::{PhaseSummary, SecondRecord};
+
+use crate::format;
+
+pub struct LiveOutput {
+    tty: bool,
+    quiet: bool,
+    interval_s: u32,
+    phase: String,
+    planned_s: u64,
+    window: PhaseSummary,
+    window_start: u32,
+    total: PhaseSummary,
+}
+
+impl LiveOutput {
+    pub fn new(quiet: bool, interval_s: u32) -> Self {
+        Self {
+            tty: std::io::stderr().is_terminal(),
+            quiet,
+            interval_s: interval_s.max(1),
+            phase: String::new(),
+            planned_s: 0,
+            window: PhaseSummary::default(),
+            window_start: 0,
+            total: PhaseSummary::default(),
+        }
+    }
+
+    pub fn start_phase(&mut self, phase: &str, planned_s: u64) {
+        self.phase = phase.to_string();
+        self.planned_s = planned_s;
+        self.window = PhaseSummary::new(phase);
+        self.window_start = 0;
+        self.total = PhaseSummary::new(phase);
+        if !self.quiet && !self.tty {
+            eprintln!("kiln: {phase} started ({planned_s} s)");
+        }
+    }
+
+    pub fn second(&mut self, s: &SecondRecord) {
+        self.window.add_second(s);
+        self.total.add_second(s);
+        if self.quiet {
+            return;
+        }
+        if self.tty {
+            let lat = self.total.latency.stats();
+            let last = s.latency.stats();
+            eprint!(
+                "\r\x1b[2K[{}] {}s/{}s  {} req/s  p50 {}  p99 {}  (total p99 {})  failed {}  conns {}",
+                self.phase,
+                s.second + 1,
+                self.planned_s,
+                s.requests,
+                format::us(last.p50_us),
+                format::us(last.p99_us),
+                format::us(lat.p99_us),
+                self.total.failed(),
+                s.connections
+            );
+            let _ = std::io::stderr().flush();
+        } else if (s.second + 1 - self.window_start) >= self.interval_s {
+            self.print_window(s.second + 1, s.connections);
+        }
+    }
+
+    fn print_window(&mut self, now_s: u32, active: u64) {
+        let secs = now_s - self.window_start;
+        eprintln!("{} Active: {active}", jmeter_line("+", &self.window, secs as f64));
+        if self.window_start > 0 {
+            eprintln!("{}", jmeter_line("=", &self.total, now_s as f64));
+        }
+        self.window = PhaseSummary::new(&self.phase);
+        self.window_start = now_s;
+    }
+
+    pub fn end_phase(&mut self) {
+        if self.quiet {
+            return;
+        }
+        if self.tty {
+            eprintln!();
+        } else if self.window.requests > 0 {
+            let now = self.total.seconds;
+            self.print_window(now.max(self.window_start + 1), 0);
+        }
+    }
+}
+
+/// `summary +  175888 in 00:00:30 = 5862.9/s Avg:   136 Min:     9 Max:   539 Err:     0 (0.00%)`
+/// (JMeter's Summariser format: times in whole milliseconds, Err counts failed samples).
+pub fn jmeter_line(sign: &str, p: &PhaseSummary, secs: f64) -> String {
+    let ms = |us: f64| (us / 1000.0).round() as u64;
+    let rate = if secs > 0.0 { p.requests as f64 / secs } else { 0.0 };
+    let err_pct = p.failed_ratio() * 100.0;
+    format!(
+        "summary {sign} {:>6} in {} = {:>6.1}/s Avg: {:>5} Min: {:>5} Max: {:>5} Err: {:>5} ({:.2}%)",
+        p.requests,
+        format::hms(secs.round() as u64),
+        rate,
+        ms(p.latency.mean_us()),
+        ms(p.latency.min_us() as f64),
+        ms(p.latency.max_us() as f64),
+        p.failed(),
+        err_pct
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_summary_line_matches_jmeters_format() {
+        let mut p = PhaseSummary::new("run");
+        let mut s = SecondRecord::default();
+        s.requests = 3;
+        s.status.insert(200, 2);
+        s.status.insert(500, 1);
+        for us in [9_000, 136_000, 539_000] {
+            s.latency.record_us(us);
+        }
+        p.add_second(&s);
+        let line = jmeter_line("+", &p, 30.0);
+        assert_eq!(
+            line,
+            "summary +      3 in 00:00:30 =    0.1/s Avg:   228 Min:     9 Max:   539 Err:     1 (33.33%)"
+        );
+    }
+}

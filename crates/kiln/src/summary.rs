@@ -1,0 +1,329 @@
+//! The end-of-run summary, as text and as JSON, built only from the run record (manifest and
+//! phase summaries), so `kiln run` and `kiln report` print the same thing.
+
+use std::fmt::Write as _;
+
+use kiln_record::{LatencyHistogram, LatencyStats, PhaseSummary, RunManifest};
+use serde_json::{json, Value};
+
+use crate::format::{self, safe_text};
+
+/// The phases a summary is about: the measured ones, merged when there are several.
+pub fn measured_total(phases: &[PhaseSummary]) -> Option<PhaseSummary> {
+    let measured: Vec<&PhaseSummary> = phases.iter().filter(|p| p.measured).collect();
+    match measured.len() {
+        0 => None,
+        1 => Some(measured[0].clone()),
+        _ => Some(PhaseSummary::merged("all runs", &measured)),
+    }
+}
+
+fn is_open_model(manifest: &RunManifest) -> bool {
+    manifest.plan["workload"]["model"] == "open"
+}
+
+fn workload_line(plan: &Value) -> String {
+    let w = &plan["workload"];
+    let threads = plan["threads"].as_u64().unwrap_or(0);
+    let secs = plan["duration_s"].as_f64().unwrap_or(0.0);
+    match w["model"].as_str() {
+        Some("open") => {
+            let stages: Vec<String> = w["stages"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .map(|s| format!("{}s:{}", s["duration"], s["target_rate"]))
+                        .collect()
+                })
+                .unwrap_or_default();
+            format!(
+                "open model, arrival rate stages {} ({secs} s), {} connections up front (max {}), {threads} threads",
+                stages.join(","),
+                w["connections"],
+                w["max_connections"]
+            )
+        }
+        _ => format!(
+            "closed model, {} connections, think time {} s, ramp-up {} s, {secs} s per run, {threads} threads",
+            w["connections"], w["think_time"], w["ramp_up"]
+        ),
+    }
+}
+
+const PERCENTILE_HEADER: &str =
+    "              p50      p75      p90      p95      p99    p99.9   p99.99      max     mean    stdev";
+
+fn percentile_row(label: &str, s: &LatencyStats) -> String {
+    let cells = [
+        s.p50_us, s.p75_us, s.p90_us, s.p95_us, s.p99_us, s.p99_9_us, s.p99_99_us, s.max_us,
+    ];
+    let mut row = format!("  {label:<9}");
+    for c in cells {
+        let _ = write!(row, "{:>9}", format::us(c));
+    }
+    let _ = write!(row, "{:>9}{:>9}", format::us_f(s.mean_us), format::us_f(s.stdev_us));
+    row
+}
+
+/// A horizontal bar chart of the latency distribution on log-spaced buckets.
+fn histogram_chart(h: &LatencyHistogram) -> String {
+    let buckets = h.log_buckets(12);
+    let total: u64 = buckets.iter().map(|b| b.1).sum();
+    let peak = buckets.iter().map(|b| b.1).max().unwrap_or(0).max(1);
+    let mut out = String::new();
+    for (upper, count) in buckets {
+        let width = (count as f64 / peak as f64 * 40.0).round() as usize;
+        let _ = writeln!(
+            out,
+            "  <= {:>8} |{:<40} {:>9} {:>6.2}%",
+            format::us(upper),
+            "■".repeat(width),
+            count,
+            count as f64 * 100.0 / total.max(1) as f64
+        );
+    }
+    out
+}
+
+fn phase_row(p: &PhaseSummary) -> String {
+    let s = p.latency.stats();
+    format!(
+        "  {:<9}{:>10.1}{:>10}{:>10}{:>10}{:>10}{:>10}{:>9.2}%{:>9}",
+        p.phase,
+        p.throughput(),
+        format::us(s.p50_us),
+        format::us(s.p90_us),
+        format::us(s.p99_us),
+        format::us(s.p99_9_us),
+        format::us(s.max_us),
+        p.failed_ratio() * 100.0,
+        p.unsent()
+    )
+}
+
+/// Mean and sample standard deviation.
+pub fn mean_stdev(values: &[f64]) -> (f64, f64) {
+    if values.is_empty() {
+        return (0.0, 0.0);
+    }
+    let n = values.len() as f64;
+    let mean = values.iter().sum::<f64>() / n;
+    if values.len() < 2 {
+        return (mean, 0.0);
+    }
+    let var = values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1.0);
+    (mean, var.sqrt())
+}
+
+/// Per-metric mean, stdev, min and max across the measured runs.
+fn across_runs(measured: &[&PhaseSummary]) -> Vec<(&'static str, Vec<f64>)> {
+    let pick = |f: &dyn Fn(&PhaseSummary) -> f64| measured.iter().map(|p| f(p)).collect::<Vec<f64>>();
+    vec![
+        ("throughput_rps", pick(&|p| p.throughput())),
+        ("p50_us", pick(&|p| p.latency.quantile_us(0.5) as f64)),
+        ("p90_us", pick(&|p| p.latency.quantile_us(0.9) as f64)),
+        ("p99_us", pick(&|p| p.latency.quantile_us(0.99) as f64)),
+        ("p99_9_us", pick(&|p| p.latency.quantile_us(0.999) as f64)),
+        ("max_us", pick(&|p| p.latency.max_us() as f64)),
+        ("failed_ratio", pick(&|p| p.failed_ratio())),
+    ]
+}
+
+pub fn render_text(dir: &str, manifest: &RunManifest, status: &str, phases: &[PhaseSummary]) -> String {
+    let mut out = String::new();
+    let plan = &manifest.plan;
+    let open = is_open_model(manifest);
+    let _ = writeln!(
+        out,
+        "\nTarget     {} {}",
+        safe_text(plan["method"].as_str().unwrap_or("GET")),
+        safe_text(plan["url"].as_str().unwrap_or("?"))
+    );
+    let _ = writeln!(out, "Workload   {}", workload_line(plan));
+    let reason = manifest
+        .status_reason
+        .as_deref()
+        .map(|r| format!(": {}", safe_text(r)))
+        .unwrap_or_default();
+    let _ = writeln!(out, "Run        {} ({status}{reason})", safe_text(dir));
+
+    let measured: Vec<&PhaseSummary> = phases.iter().filter(|p| p.measured).collect();
+    if let Some(w) = phases.iter().find(|p| !p.measured) {
+        let _ = writeln!(
+            out,
+            "Warm-up    {} requests in {:.1} s, left out of the results",
+            w.requests,
+            w.duration_secs()
+        );
+    }
+    if measured.len() > 1 {
+        let _ = writeln!(
+            out,
+            "\nRuns          req/s       p50       p90       p99     p99.9       max    failed   unsent"
+        );
+        for p in &measured {
+            let _ = writeln!(out, "{}", phase_row(p));
+        }
+        let metrics = across_runs(&measured);
+        let cell = |name: &str, v: f64| {
+            if name.ends_with("_us") {
+                format::us_f(v)
+            } else if name == "failed_ratio" {
+                format!("{:.2}%", v * 100.0)
+            } else {
+                format!("{v:.1}")
+            }
+        };
+        for (label, pick) in [("mean", 0usize), ("stdev", 1)] {
+            let mut row = format!("  {label:<9}");
+            for (name, values) in &metrics {
+                let (mean, stdev) = mean_stdev(values);
+                let v = if pick == 0 { mean } else { stdev };
+                let _ = write!(row, "{:>10}", cell(name, v));
+            }
+            let _ = writeln!(out, "{row}");
+        }
+        let _ = writeln!(out, "  (the figures below merge all measured runs exactly)");
+    }
+
+    let Some(total) = measured_total(phases) else {
+        let _ = writeln!(out, "\nNo measured results were recorded.");
+        return out;
+    };
+    let _ = writeln!(
+        out,
+        "\nRequests   {} in {:.1} s = {:.1}/s, failed {} ({:.2}%){}",
+        total.requests,
+        total.duration_secs(),
+        total.throughput(),
+        total.failed(),
+        total.failed_ratio() * 100.0,
+        if open {
+            format!(
+                ", scheduled {}, unsent {}",
+                total.scheduled,
+                total.unsent()
+            )
+        } else {
+            String::new()
+        }
+    );
+    if total.latency.is_empty() {
+        let _ = writeln!(out, "Latency    no responses");
+    } else {
+        let _ = writeln!(out, "Latency\n{PERCENTILE_HEADER}");
+        let _ = writeln!(out, "{}", percentile_row("latency", &total.latency.stats()));
+        if let Some(service) = &total.service {
+            let _ = writeln!(out, "{}", percentile_row("service", &service.stats()));
+            let _ = writeln!(
+                out,
+                "  latency counts from each request's scheduled send time (what a user arriving then waits);\n  service counts from the actual send (the target alone). A gap means requests waited in kiln's\n  queue because every connection was busy: the target was behind the schedule."
+            );
+        } else {
+            let _ = writeln!(
+                out,
+                "  closed model: a slow response delays the connection's next request, so stalls are\n  under-sampled (coordinated omission); use --rate for latency as users arriving at a rate see it."
+            );
+        }
+        let _ = writeln!(out, "Histogram (latency)\n{}", histogram_chart(&total.latency).trim_end());
+    }
+    let statuses: Vec<String> = total.status.iter().map(|(c, n)| format!("{c}: {n}")).collect();
+    let _ = writeln!(
+        out,
+        "Status     {}",
+        if statuses.is_empty() { "none".to_string() } else { statuses.join(", ") }
+    );
+    let errors: Vec<String> = total
+        .errors
+        .iter()
+        .map(|(k, n)| format!("{}: {n}", k.label()))
+        .collect();
+    let _ = writeln!(
+        out,
+        "Errors     {}",
+        if errors.is_empty() { "none".to_string() } else { errors.join(", ") }
+    );
+    let _ = writeln!(out, "Received   {} of response bodies", format::bytes(total.body_bytes));
+    if let Some(end) = &total.end {
+        let cpu_s = (end.kiln_cpu_user_us + end.kiln_cpu_system_us) as f64 / 1e6;
+        let per_cpu = if cpu_s > 0.0 { total.requests as f64 / cpu_s } else { 0.0 };
+        let _ = writeln!(
+            out,
+            "Generator  kiln CPU {:.2} s (user {:.2} s, system {:.2} s) = {:.0} requests per CPU-second; max RSS {}; {} connections opened{}",
+            cpu_s,
+            end.kiln_cpu_user_us as f64 / 1e6,
+            end.kiln_cpu_system_us as f64 / 1e6,
+            per_cpu,
+            format::bytes(end.kiln_max_rss_kib * 1024),
+            end.connections_opened,
+            if open {
+                format!("; worst send lag {}", format::us(total.send_lag_max_us))
+            } else {
+                String::new()
+            }
+        );
+        if end.abandoned > 0 {
+            let _ = writeln!(out, "           {} requests were still in flight when the drain time ran out", end.abandoned);
+        }
+    }
+    out
+}
+
+fn phase_json(p: &PhaseSummary) -> Value {
+    let end = p.end.clone().unwrap_or_default();
+    json!({
+        "phase": p.phase,
+        "measured": p.measured,
+        "complete": p.end.is_some(),
+        "duration_s": p.duration_secs(),
+        "requests": p.requests,
+        "throughput_rps": p.throughput(),
+        "sent": p.sent,
+        "scheduled": p.scheduled,
+        "unsent": p.unsent(),
+        "failed": p.failed(),
+        "failed_ratio": p.failed_ratio(),
+        "status": p.status.iter().map(|(c, n)| (c.to_string(), json!(n))).collect::<serde_json::Map<_, _>>(),
+        "errors": p.errors,
+        "body_bytes": p.body_bytes,
+        "max_connections": p.max_connections,
+        "latency": p.latency.stats(),
+        "service": p.service.as_ref().map(|s| s.stats()),
+        "send_lag_max_us": p.send_lag_max_us,
+        "abandoned": end.abandoned,
+        "connections_opened": end.connections_opened,
+        "kiln_cpu_user_us": end.kiln_cpu_user_us,
+        "kiln_cpu_system_us": end.kiln_cpu_system_us,
+        "kiln_max_rss_kib": end.kiln_max_rss_kib,
+        "stopped_early": end.stopped_early,
+    })
+}
+
+pub fn render_json(dir: &str, manifest: &RunManifest, status: &str, phases: &[PhaseSummary]) -> Value {
+    let measured: Vec<&PhaseSummary> = phases.iter().filter(|p| p.measured).collect();
+    let across: serde_json::Map<String, Value> = if measured.len() > 1 {
+        across_runs(&measured)
+            .into_iter()
+            .map(|(name, values)| {
+                let (mean, stdev) = mean_stdev(&values);
+                let min = values.iter().cloned().fold(f64::INFINITY, f64::min);
+                let max = values.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                (name.to_string(), json!({"mean": mean, "stdev": stdev, "min": min, "max": max}))
+            })
+            .collect()
+    } else {
+        serde_json::Map::new()
+    };
+    json!({
+        "run_dir": dir,
+        "id": manifest.id,
+        "status": status,
+        "status_reason": manifest.status_reason,
+        "started_at": manifest.started_at,
+        "ended_at": manifest.ended_at,
+        "plan": manifest.plan,
+        "phases": phases.iter().map(phase_json).collect::<Vec<_>>(),
+        "total": measured_total(phases).as_ref().map(phase_json),
+        "across_runs": if across.is_empty() { Value::Null } else { Value::Object(across) },
+    })
+}
