@@ -4,7 +4,7 @@
 
 use std::io::{IsTerminal, Write};
 
-use kiln_record::{PhaseSummary, SecondRecord};
+use kiln_record::{PhaseEnd, PhaseSummary, SecondRecord};
 
 use crate::format;
 
@@ -81,16 +81,22 @@ impl LiveOutput {
         self.window_start = now_s;
     }
 
-    pub fn end_phase(&mut self) {
+    /// Prints what the last lines have not covered, over the phase's real duration (which
+    /// includes draining the requests still in flight at the end).
+    pub fn end_phase(&mut self, end: &PhaseEnd) {
         if self.quiet {
             return;
         }
         if self.tty {
             eprintln!();
-        } else if self.window.requests > 0 {
-            let now = self.total.seconds;
-            self.print_window(now.max(self.window_start + 1), 0);
+            return;
         }
+        let duration = end.duration_us as f64 / 1e6;
+        if self.window.requests > 0 {
+            let secs = (duration - self.window_start as f64).max(0.0);
+            eprintln!("{} Active: 0", jmeter_line("+", &self.window, secs));
+        }
+        eprintln!("{}", jmeter_line("=", &self.total, duration));
     }
 }
 

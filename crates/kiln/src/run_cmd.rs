@@ -157,7 +157,7 @@ pub fn execute(
                 }
             }
         })?;
-        live.end_phase();
+        live.end_phase(&end);
         writer.write(&LoadRecordLine::PhaseEnd(end.clone()))?;
         summary.set_end(&end);
         phases.push(summary);

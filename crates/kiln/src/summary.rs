@@ -27,27 +27,35 @@ fn workload_line(plan: &Value) -> String {
     let threads = plan["threads"].as_u64().unwrap_or(0);
     let secs = plan["duration_s"].as_f64().unwrap_or(0.0);
     match w["model"].as_str() {
-        Some("open") => {
-            let stages: Vec<String> = w["stages"]
-                .as_array()
-                .map(|a| {
-                    a.iter()
-                        .map(|s| format!("{}s:{}", s["duration"], s["target_rate"]))
-                        .collect()
-                })
-                .unwrap_or_default();
-            format!(
-                "open model, arrival rate stages {} ({secs} s), {} connections up front (max {}), {threads} threads",
-                stages.join(","),
-                w["connections"],
-                w["max_connections"]
-            )
-        }
+        Some("open") => format!(
+            "open model, {} ({secs} s), {} connections up front (max {}), {threads} threads",
+            rate_stages_text(&w["stages"]),
+            w["connections"],
+            w["max_connections"]
+        ),
         _ => format!(
             "closed model, {} connections, think time {} s, ramp-up {} s, {secs} s per run, {threads} threads",
             w["connections"], w["think_time"], w["ramp_up"]
         ),
     }
+}
+
+/// `500/s` for a constant rate, `0->100/s in 30s, 100->2000/s in 60s` for ramps.
+fn rate_stages_text(stages: &Value) -> String {
+    let mut parts = Vec::new();
+    let mut rate = 0.0;
+    for s in stages.as_array().into_iter().flatten() {
+        let (d, r) = (s["duration"].as_f64().unwrap_or(0.0), s["target_rate"].as_f64().unwrap_or(0.0));
+        if d > 0.0 {
+            parts.push(if r == rate {
+                format!("{r}/s for {d}s")
+            } else {
+                format!("{rate}->{r}/s in {d}s")
+            });
+        }
+        rate = r;
+    }
+    parts.join(", ")
 }
 
 const PERCENTILE_HEADER: &str =

@@ -8,7 +8,7 @@
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -56,6 +56,8 @@ struct Shared {
     answered: AtomicU64,
     resets: AtomicU64,
     connections: AtomicU64,
+    /// Microseconds from reading each request to having written its answer.
+    handling_us: Mutex<Vec<u64>>,
 }
 
 /// A running target on 127.0.0.1. Stops when dropped.
@@ -82,6 +84,7 @@ impl TargetServer {
             answered: AtomicU64::new(0),
             resets: AtomicU64::new(0),
             connections: AtomicU64::new(0),
+            handling_us: Mutex::new(Vec::new()),
         });
         let accept_shared = shared.clone();
         let acceptor = thread::Builder::new()
@@ -118,6 +121,15 @@ impl TargetServer {
 
     pub fn connections(&self) -> u64 {
         self.shared.connections.load(Ordering::SeqCst)
+    }
+
+    /// The server's own view of each answer's time, from having read the request to having
+    /// written the response, sorted. What a client measures can only add network and
+    /// client time to this.
+    pub fn handling_times_us(&self) -> Vec<u64> {
+        let mut v = self.shared.handling_us.lock().map(|v| v.clone()).unwrap_or_default();
+        v.sort_unstable();
+        v
     }
 
     /// Stops accepting; open connections end at their next request.
@@ -251,6 +263,9 @@ fn serve_connection(mut stream: TcpStream, shared: &Shared) -> io::Result<()> {
         response.extend_from_slice(&behavior.body);
         stream.write_all(&response)?;
         shared.answered.fetch_add(1, Ordering::SeqCst);
+        if let Ok(mut times) = shared.handling_us.lock() {
+            times.push(arrived.elapsed().as_micros() as u64);
+        }
         if close {
             return Ok(());
         }

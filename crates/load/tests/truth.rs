@@ -1,0 +1,269 @@
+//! The load engine against targets whose behaviour is known by construction: the numbers
+//! kiln reports must match what the target imposed (and counted).
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use kiln_load::{run_phase, LoadPlan, Model, PhaseSpec, RateStage, RequestSpec, StopSignal, Target};
+use kiln_record::{ErrorKind, PhaseEnd, PhaseSummary};
+use kiln_targets::{Behavior, Stall, TargetServer};
+
+fn closed(connections: usize) -> Model {
+    Model::Closed {
+        connections,
+        think_time: Duration::ZERO,
+        ramp_up: Duration::ZERO,
+    }
+}
+
+fn open(rate: f64, secs: u64, connections: usize, max_connections: usize) -> Model {
+    Model::Open {
+        stages: vec![
+            RateStage {
+                duration: Duration::ZERO,
+                target_rate: rate,
+            },
+            RateStage {
+                duration: Duration::from_secs(secs),
+                target_rate: rate,
+            },
+        ],
+        connections,
+        max_connections,
+    }
+}
+
+fn plan(target: &TargetServer, model: Model, secs: u64) -> LoadPlan {
+    LoadPlan {
+        target: Target::parse(&target.url("/")).unwrap(),
+        request: RequestSpec::default(),
+        model,
+        duration: Duration::from_secs(secs),
+        timeout: Duration::from_secs(5),
+        connect_timeout: Duration::from_secs(2),
+        threads: 2,
+        insecure: false,
+        dead_after: Duration::from_secs(5),
+    }
+}
+
+/// Timing truth needs the machine to itself: these tests run one at a time.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn run(plan: &LoadPlan) -> (PhaseSummary, PhaseEnd) {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let mut summary = PhaseSummary::new("run");
+    let end = run_phase(
+        plan,
+        &PhaseSpec {
+            name: "run".into(),
+            measured: true,
+        },
+        &StopSignal::new(),
+        &mut |s| summary.add_second(s),
+    )
+    .unwrap();
+    summary.set_end(&end);
+    (summary, end)
+}
+
+fn ms(us: u64) -> f64 {
+    us as f64 / 1000.0
+}
+
+fn assert_near(what: &str, got_ms: f64, want_ms: f64, tolerance_ms: f64) {
+    assert!(
+        (got_ms - want_ms).abs() <= tolerance_ms,
+        "{what}: got {got_ms:.2} ms, expected {want_ms:.2} ± {tolerance_ms} ms"
+    );
+}
+
+#[test]
+fn closed_model_request_count_equals_what_the_target_answered() {
+    let target = TargetServer::start(Behavior {
+        service_time: Duration::from_millis(1),
+        ..Default::default()
+    })
+    .unwrap();
+    let (s, end) = run(&plan(&target, closed(8), 2));
+    assert_eq!(s.error_count(), 0, "{:?}", s.errors);
+    assert_eq!(s.responses(), target.answered());
+    assert_eq!(s.status.get(&200), Some(&target.answered()));
+    assert!(s.responses() > 2_000, "only {} responses", s.responses());
+    assert_eq!(end.abandoned, 0);
+    assert_eq!(end.connections_opened, 8);
+    let p50 = ms(s.latency.quantile_us(0.5));
+    assert!((1.0..2.0).contains(&p50), "p50 {p50} ms for a 1 ms service time");
+}
+
+#[test]
+fn open_model_at_a_fixed_rate_sees_a_periodic_stall_as_arriving_users_do() {
+    // 2 ms service; the whole server pauses 100 ms every second. At a steady rate 10% of
+    // arrivals land in a pause and wait for its end: uniformly 0..100 ms more. So
+    // P(latency > 2 ms + x) = 0.1 * (1 - x / 100 ms): p95 = 52 ms, p99 = 92 ms, p99.9 = 101 ms.
+    let target = TargetServer::start(Behavior {
+        service_time: Duration::from_millis(2),
+        stall: Some(Stall {
+            every: Duration::from_secs(1),
+            length: Duration::from_millis(100),
+        }),
+        ..Default::default()
+    })
+    .unwrap();
+    let (s, end) = run(&plan(&target, open(400.0, 4, 8, 200), 4));
+    assert_eq!(s.scheduled, 1_600);
+    assert_eq!(s.responses(), 1_600);
+    assert_eq!(target.answered(), 1_600);
+    assert_eq!(end.unsent, 0);
+    let l = s.latency.stats();
+    assert_near("p50", ms(l.p50_us), 2.3, 0.7);
+    assert_near("p95", ms(l.p95_us), 52.0, 3.0);
+    assert_near("p99", ms(l.p99_us), 92.0, 3.0);
+    assert_near("p99.9", ms(l.p99_9_us), 101.0, 3.0);
+    // Slower than 10 ms: arrivals that wait more than ~7.7 ms, i.e. in the first 92.3 ms of
+    // a pause: 1600 * 0.0923 = 148.
+    let slow = s.latency.count() as f64 * (1.0 - s.latency.fraction_at_or_below(10_000));
+    assert!((slow - 148.0).abs() <= 8.0, "{slow} slow requests, expected 148");
+}
+
+#[test]
+fn closed_model_samples_each_stall_once_per_connection() {
+    // The coordinated-omission effect, measured: each of the 4 connections waits out each of
+    // the ~4 pauses once, so only ~16 of thousands of samples see the pause and p99 hides it.
+    let target = TargetServer::start(Behavior {
+        service_time: Duration::from_millis(2),
+        stall: Some(Stall {
+            every: Duration::from_secs(1),
+            length: Duration::from_millis(100),
+        }),
+        ..Default::default()
+    })
+    .unwrap();
+    let (s, _) = run(&plan(&target, closed(4), 4));
+    let slow = (s.latency.count() as f64 * (1.0 - s.latency.fraction_at_or_below(10_000))).round();
+    assert!((8.0..=24.0).contains(&slow), "{slow} slow samples; expected ~16 (4 connections x 4 pauses)");
+    assert!(ms(s.latency.quantile_us(0.99)) < 10.0, "closed-model p99 should miss the pause");
+}
+
+#[test]
+fn every_nth_slow_request_appears_at_exactly_its_share() {
+    let target = TargetServer::start(Behavior {
+        service_time: Duration::from_millis(1),
+        slow_every: Some((10, Duration::from_millis(20))),
+        ..Default::default()
+    })
+    .unwrap();
+    let (s, _) = run(&plan(&target, open(300.0, 3, 4, 100), 3));
+    assert_eq!(s.responses(), 900);
+    let slow = (s.latency.count() as f64 * (1.0 - s.latency.fraction_at_or_below(10_000))).round() as u64;
+    assert_eq!(slow, 90, "every 10th of 900 requests is slow");
+    assert_near("p95", ms(s.latency.quantile_us(0.95)), 21.3, 1.5);
+    assert_near("p50", ms(s.latency.quantile_us(0.5)), 1.3, 0.7);
+}
+
+#[test]
+fn a_fixed_service_time_is_reported_within_a_fraction_of_a_millisecond() {
+    let target = TargetServer::start(Behavior {
+        service_time: Duration::from_millis(5),
+        ..Default::default()
+    })
+    .unwrap();
+    let (s, _) = run(&plan(&target, open(200.0, 2, 4, 50), 2));
+    let l = s.latency.stats();
+    assert_eq!(l.count, 400);
+    assert!(l.min_us >= 5_000, "min {} us is below the service time", l.min_us);
+    // The target's own clock (sleep overshoot and scheduling on a busy 2-core machine
+    // included) is the ground truth; kiln may add only loopback and client time to it.
+    let server = target.handling_times_us();
+    let at = |q: f64| ms(server[((server.len() - 1) as f64 * q).round() as usize]);
+    for (q, got) in [(0.5, l.p50_us), (0.9, l.p90_us), (0.99, l.p99_us)] {
+        let got = ms(got);
+        assert!(
+            got >= at(q) && got <= at(q) + 1.0,
+            "p{}: kiln {got:.2} ms, the target's own {:.2} ms",
+            q * 100.0,
+            at(q)
+        );
+    }
+}
+
+#[test]
+fn connection_resets_are_counted_as_resets_and_the_rest_as_answers() {
+    let target = TargetServer::start(Behavior {
+        reset_every: Some(5),
+        ..Default::default()
+    })
+    .unwrap();
+    let (s, _) = run(&plan(&target, closed(2), 1));
+    assert!(target.resets() > 10);
+    assert_eq!(s.errors.get(&ErrorKind::Reset).copied().unwrap_or(0), target.resets());
+    assert_eq!(s.responses(), target.answered());
+    assert_eq!(s.error_count(), target.resets(), "{:?}", s.errors);
+}
+
+#[test]
+fn a_target_that_stops_answering_ends_the_phase_early_with_a_reason() {
+    let target = TargetServer::start(Behavior {
+        hang_after: Some(200),
+        ..Default::default()
+    })
+    .unwrap();
+    let mut p = plan(&target, closed(4), 60);
+    p.timeout = Duration::from_secs(1);
+    p.dead_after = Duration::from_secs(2);
+    let started = Instant::now();
+    let (s, end) = run(&p);
+    assert!(started.elapsed() < Duration::from_secs(10), "took {:?}", started.elapsed());
+    let reason = end.stopped_early.expect("the phase should stop early");
+    assert!(reason.contains("stopped answering"), "{reason}");
+    // Connections answering concurrently may slip a few answers past the limit.
+    assert_eq!(s.responses(), target.answered());
+    assert!((200..=204).contains(&target.answered()));
+    assert!(s.errors.get(&ErrorKind::Timeout).copied().unwrap_or(0) >= 4);
+}
+
+#[test]
+fn ramping_stages_send_the_integral_of_the_rate() {
+    let target = TargetServer::start(Behavior::default()).unwrap();
+    let model = Model::Open {
+        stages: vec![
+            RateStage {
+                duration: Duration::from_secs(2),
+                target_rate: 400.0,
+            },
+            RateStage {
+                duration: Duration::from_secs(1),
+                target_rate: 400.0,
+            },
+        ],
+        connections: 2,
+        max_connections: 50,
+    };
+    let (s, end) = run(&plan(&target, model, 3));
+    // 0 -> 400/s over 2 s is 400 arrivals; 1 s at 400/s is 400 more.
+    assert_eq!(s.scheduled, 800);
+    assert_eq!(s.responses(), 800);
+    assert_eq!(target.answered(), 800);
+    assert_eq!(end.unsent, 0);
+}
+
+#[test]
+fn when_the_connection_cap_is_reached_queueing_is_charged_and_unsent_is_counted() {
+    // Two connections of a 20 ms target carry at most 100/s; 200/s are asked for. The
+    // schedule is kept: requests wait in kiln's queue, latency counts that wait, the service
+    // time does not, and what never left the queue is reported as unsent.
+    let target = TargetServer::start(Behavior {
+        service_time: Duration::from_millis(20),
+        ..Default::default()
+    })
+    .unwrap();
+    let (s, end) = run(&plan(&target, open(200.0, 2, 1, 2), 2));
+    assert_eq!(s.scheduled, 400);
+    let service_p50 = ms(s.service.as_ref().unwrap().quantile_us(0.5));
+    assert_near("service p50", service_p50, 20.3, 1.0);
+    let latency_p50 = ms(s.latency.quantile_us(0.5));
+    assert!(latency_p50 > 200.0, "latency p50 {latency_p50} ms should include the queueing");
+    assert!(end.unsent > 100, "unsent {}", end.unsent);
+    assert_eq!(s.sent + end.unsent, 400);
+    assert!(s.max_connections <= 2);
+}
