@@ -33,6 +33,8 @@ pub struct Behavior {
     /// After this many answers the server keeps reading but never answers again.
     pub hang_after: Option<u64>,
     pub body: Vec<u8>,
+    /// Serve HTTPS with a fresh self-signed certificate for `localhost` and 127.0.0.1.
+    pub tls: bool,
 }
 
 impl Default for Behavior {
@@ -44,12 +46,14 @@ impl Default for Behavior {
             reset_every: None,
             hang_after: None,
             body: b"hello from kiln-targets\n".to_vec(),
+            tls: false,
         }
     }
 }
 
 struct Shared {
     behavior: Behavior,
+    tls: Option<Arc<rustls::ServerConfig>>,
     started: Instant,
     stop: AtomicBool,
     received: AtomicU64,
@@ -76,8 +80,10 @@ impl TargetServer {
     pub fn start_on(bind: &str, behavior: Behavior) -> io::Result<Self> {
         let listener = TcpListener::bind(bind)?;
         let addr = listener.local_addr()?;
+        let tls = if behavior.tls { Some(self_signed_tls()?) } else { None };
         let shared = Arc::new(Shared {
             behavior,
+            tls,
             started: Instant::now(),
             stop: AtomicBool::new(false),
             received: AtomicU64::new(0),
@@ -102,7 +108,8 @@ impl TargetServer {
     }
 
     pub fn url(&self, path: &str) -> String {
-        format!("http://{}{}", self.addr, path)
+        let scheme = if self.shared.tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://{}{}", self.addr, path)
     }
 
     /// Requests whose head was read completely.
@@ -161,14 +168,24 @@ fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
             .name("target-conn".into())
             .stack_size(128 * 1024)
             .spawn(move || {
-                let _ = serve_connection(stream, &conn_shared);
+                let _ = stream.set_nodelay(true);
+                let Ok(raw) = stream.try_clone() else { return };
+                match &conn_shared.tls {
+                    None => {
+                        let _ = serve_connection(stream, &raw, &conn_shared);
+                    }
+                    Some(config) => {
+                        let Ok(conn) = rustls::ServerConnection::new(config.clone()) else { return };
+                        let tls = rustls::StreamOwned::new(conn, stream);
+                        let _ = serve_connection(tls, &raw, &conn_shared);
+                    }
+                }
             });
     }
 }
 
 /// Reads requests one after another on a keep-alive connection and answers each.
-fn serve_connection(mut stream: TcpStream, shared: &Shared) -> io::Result<()> {
-    stream.set_nodelay(true)?;
+fn serve_connection<S: Read + Write>(mut stream: S, raw: &TcpStream, shared: &Shared) -> io::Result<()> {
     let mut buf = vec![0u8; 16 * 1024];
     let mut filled = 0usize;
     loop {
@@ -227,7 +244,7 @@ fn serve_connection(mut stream: TcpStream, shared: &Shared) -> io::Result<()> {
             if n > 0 && nth % n == 0 {
                 shared.resets.fetch_add(1, Ordering::SeqCst);
                 // SO_LINGER 0 makes close() send RST instead of FIN.
-                let _ = socket2::SockRef::from(&stream).set_linger(Some(Duration::ZERO));
+                let _ = socket2::SockRef::from(raw).set_linger(Some(Duration::ZERO));
                 return Ok(());
             }
         }
@@ -236,7 +253,7 @@ fn serve_connection(mut stream: TcpStream, shared: &Shared) -> io::Result<()> {
                 while !shared.stop.load(Ordering::SeqCst) {
                     thread::sleep(Duration::from_millis(20));
                 }
-                let _ = stream.shutdown(Shutdown::Both);
+                let _ = raw.shutdown(Shutdown::Both);
                 return Ok(());
             }
         }
@@ -270,6 +287,21 @@ fn serve_connection(mut stream: TcpStream, shared: &Shared) -> io::Result<()> {
             return Ok(());
         }
     }
+}
+
+fn self_signed_tls() -> io::Result<Arc<rustls::ServerConfig>> {
+    let other = |e: String| io::Error::new(io::ErrorKind::Other, e);
+    let cert = rcgen::generate_simple_self_signed(vec!["localhost".into(), "127.0.0.1".into()])
+        .map_err(|e| other(e.to_string()))?;
+    let key = rustls::pki_types::PrivateKeyDer::Pkcs8(cert.key_pair.serialize_der().into());
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| other(e.to_string()))?
+        .with_no_client_auth()
+        .with_single_cert(vec![cert.cert.der().clone()], key)
+        .map_err(|e| other(e.to_string()))?;
+    Ok(Arc::new(config))
 }
 
 /// When a request that arrived at `arrived` may proceed under a periodic stall.

@@ -1,0 +1,233 @@
+//! The `kiln` binary as users run it: exit codes, one-line errors, the run directory, JSON,
+//! `kiln report` rebuilding the same numbers, Ctrl-C and dead targets leaving usable records.
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use kiln_targets::{Behavior, TargetServer};
+use serde_json::Value;
+
+fn kiln(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("kiln runs")
+}
+
+fn json_of(out: &Output) -> Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not JSON ({e}): {}\nstderr: {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+fn manifest(dir: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(dir.join("run.json")).unwrap()).unwrap()
+}
+
+#[test]
+fn bad_input_gets_one_clear_line_and_a_nonzero_exit() {
+    let target = TargetServer::start(Behavior::default()).unwrap();
+    let url = target.url("/");
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["run", "127.0.0.1:8080/x"], "malformed URL"),
+        (vec!["run", "gopher://127.0.0.1/"], "not http or https"),
+        (vec!["run", "http://127.0.0.1:1/"], "cannot connect"),
+        (vec!["run", &url, "-c", "0"], "--connections is out of range"),
+        (vec!["run", &url, "-t", "0"], "--threads is out of range"),
+        (vec!["run", &url, "-d", "soon"], "bad duration"),
+        (vec!["run", &url, "--rate", "0"], "--rate is out of range"),
+        (vec!["run", &url, "--stages", "10s"], "bad stages"),
+        (vec!["run", &url, "-H", "NoColon"], "bad header"),
+        (vec!["run", &url, "-b", "@/no/such/body.json"], "cannot read the body file"),
+        (vec!["run", &url, "--repeat", "0"], "--repeat is out of range"),
+        (vec!["report", "/no/such/run"], "cannot read the run"),
+    ];
+    for (args, expected) in cases {
+        let out = kiln(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(stderr.contains(expected), "{args:?}: expected '{expected}' in: {stderr}");
+        assert_eq!(stderr.trim().lines().count(), 1, "{args:?}: more than one line: {stderr}");
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
+    let unknown_flag = kiln(&["run", &url, "--bogus"]);
+    assert_eq!(unknown_flag.status.code(), Some(2));
+    assert_eq!(target.answered(), 0, "bad input must not send load");
+}
+
+#[test]
+fn a_closed_run_reports_what_the_target_counted_and_report_rebuilds_it() {
+    let target = TargetServer::start(Behavior {
+        service_time: Duration::from_millis(1),
+        ..Default::default()
+    })
+    .unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("r");
+    let out = kiln(&["run", &target.url("/"), "-c", "4", "-d", "2s", "--json", "--out", dir.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let run = json_of(&out);
+    assert_eq!(run["status"], "complete");
+    assert_eq!(run["total"]["requests"].as_u64(), Some(target.answered()));
+    assert_eq!(run["total"]["status"]["200"].as_u64(), Some(target.answered()));
+    assert_eq!(manifest(&dir)["status"], "complete");
+    assert_eq!(manifest(&dir)["parts"][0]["path"], "load-seconds.jsonl");
+
+    let report = kiln(&["report", dir.to_str().unwrap(), "--json"]);
+    assert_eq!(report.status.code(), Some(0));
+    let rebuilt = json_of(&report);
+    assert_eq!(rebuilt["total"], run["total"], "kiln report must rebuild every number");
+    assert_eq!(rebuilt["phases"], run["phases"]);
+
+    let text = kiln(&["report", dir.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    for needle in ["p99.99", "Histogram", "Status     200:", "requests per CPU-second", "(complete)"] {
+        assert!(text.contains(needle), "missing '{needle}' in:\n{text}");
+    }
+}
+
+#[test]
+fn warmup_and_repeats_are_reported_apart_and_merged_exactly() {
+    let target = TargetServer::start(Behavior::default()).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("r");
+    let out = kiln(&[
+        "run", &target.url("/"), "--rate", "200", "-d", "1s", "--warmup", "1s", "--repeat", "3",
+        "--json", "--out", dir.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let run = json_of(&out);
+    let phases = run["phases"].as_array().unwrap();
+    let names: Vec<&str> = phases.iter().map(|p| p["phase"].as_str().unwrap()).collect();
+    assert_eq!(names, ["warmup", "run-1", "run-2", "run-3"]);
+    assert_eq!(phases[0]["measured"], false);
+    for p in &phases[1..] {
+        assert_eq!(p["scheduled"], 200);
+        assert_eq!(p["requests"], 200);
+    }
+    assert_eq!(run["total"]["requests"], 600, "the warm-up is left out");
+    assert_eq!(target.answered(), 800, "warm-up plus three runs");
+    let throughput = &run["across_runs"]["throughput_rps"];
+    assert!((throughput["mean"].as_f64().unwrap() - 200.0).abs() < 10.0, "{throughput}");
+    assert!(throughput["stdev"].as_f64().unwrap() < 10.0);
+}
+
+#[cfg(unix)]
+fn send_signal(pid: u32, signal: &str) {
+    let status = Command::new("kill").args(["-s", signal, &pid.to_string()]).status().unwrap();
+    assert!(status.success());
+}
+
+#[test]
+fn ctrl_c_leaves_an_interrupted_record_that_still_reports() {
+    let target = TargetServer::start(Behavior::default()).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("r");
+    let child = Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(["run", &target.url("/"), "--rate", "300", "-d", "60s", "--json", "--out", dir.to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(2500));
+    let started = Instant::now();
+    send_signal(child.id(), "INT");
+    let out = child.wait_with_output().unwrap();
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert_eq!(out.status.code(), Some(130), "{}", String::from_utf8_lossy(&out.stderr));
+    let run = json_of(&out);
+    assert_eq!(run["status"], "interrupted");
+    assert!(run["status_reason"].as_str().unwrap().contains("Ctrl-C"));
+    assert_eq!(manifest(&dir)["status"], "interrupted");
+    let report = json_of(&kiln(&["report", dir.to_str().unwrap(), "--json"]));
+    let requests = report["total"]["requests"].as_u64().unwrap();
+    assert_eq!(requests, target.answered());
+    assert!(requests >= 500, "{requests}");
+}
+
+#[test]
+fn a_killed_run_is_read_as_interrupted_and_keeps_its_finished_seconds() {
+    let target = TargetServer::start(Behavior::default()).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("r");
+    let child = Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(["run", &target.url("/"), "--rate", "100", "-d", "60s", "-q", "--out", dir.to_str().unwrap()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(3500));
+    send_signal(child.id(), "KILL");
+    let _ = child.wait_with_output();
+    assert_eq!(manifest(&dir)["status"], "running");
+    let report = json_of(&kiln(&["report", dir.to_str().unwrap(), "--json"]));
+    assert_eq!(report["status"], "interrupted");
+    let requests = report["total"]["requests"].as_u64().unwrap();
+    // Three whole seconds at 100/s were written before the kill.
+    assert!((250..=400).contains(&requests), "{requests}");
+}
+
+#[test]
+fn a_target_that_dies_mid_run_ends_it_as_interrupted_with_exit_3() {
+    let target = TargetServer::start(Behavior {
+        hang_after: Some(100),
+        ..Default::default()
+    })
+    .unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("r");
+    let out = kiln(&[
+        "run", &target.url("/"), "-c", "2", "-d", "60s", "--timeout", "1s", "--dead-after", "2s",
+        "--json", "--out", dir.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(3), "{}", String::from_utf8_lossy(&out.stderr));
+    let run = json_of(&out);
+    assert_eq!(run["status"], "interrupted");
+    assert!(run["status_reason"].as_str().unwrap().contains("stopped answering"));
+    assert_eq!(run["total"]["status"]["200"].as_u64(), Some(target.answered()));
+}
+
+#[test]
+fn https_with_a_self_signed_certificate_needs_insecure() {
+    let target = TargetServer::start(Behavior {
+        tls: true,
+        ..Default::default()
+    })
+    .unwrap();
+    let url = target.url("/");
+    let refused = kiln(&["run", &url, "-d", "1s"]);
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("TLS"));
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("r");
+    let out = kiln(&["run", &url, "-k", "-c", "2", "-d", "1s", "--json", "--out", dir.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let run = json_of(&out);
+    assert_eq!(run["total"]["requests"].as_u64(), Some(target.answered()));
+    assert!(target.answered() > 50);
+    assert_eq!(run["total"]["failed"], 0);
+}
+
+#[test]
+fn post_bodies_from_a_file_and_headers_reach_the_target() {
+    let target = TargetServer::start(Behavior::default()).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let body = tmp.path().join("body.json");
+    std::fs::write(&body, br#"{"items": [1, 2, 3]}"#).unwrap();
+    let arg = format!("@{}", body.display());
+    let out = kiln(&[
+        "run", &target.url("/api/items"), "-m", "POST", "-H", "Content-Type: application/json", "-b", &arg,
+        "-c", "2", "-d", "1s", "--json", "--out", tmp.path().join("r").to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let run = json_of(&out);
+    assert_eq!(run["plan"]["method"], "POST");
+    assert_eq!(run["plan"]["body_bytes"], 20);
+    assert_eq!(run["total"]["requests"].as_u64(), Some(target.answered()));
+}
