@@ -20,7 +20,7 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Load a URL and report latency, throughput and errors.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Print the summary of a recorded run again, from its run directory.
     Report(ReportArgs),
     /// Start an embedded target, load it, and show what kiln reports.
@@ -67,7 +67,12 @@ pub struct RunArgs {
     pub ramp_up: String,
 
     /// HTTP method.
-    #[arg(short = 'm', long = "method", visible_short_alias = 'X', default_value = "GET")]
+    #[arg(
+        short = 'm',
+        long = "method",
+        visible_short_alias = 'X',
+        default_value = "GET"
+    )]
     pub method: String,
 
     /// A request header, 'Name: value' (repeatable).

@@ -51,15 +51,23 @@ pub fn run(args: DemoArgs, stop: &StopSignal) -> Result<u8> {
         format::us(STALL.length.as_micros() as u64),
         format::us(STALL.every.as_micros() as u64)
     );
-    eprintln!("Expected at a steady arrival rate: 90% of requests at ~2 ms, p95 ~52 ms, p99 ~92 ms.\n");
+    eprintln!(
+        "Expected at a steady arrival rate: 90% of requests at ~2 ms, p95 ~52 ms, p99 ~92 ms.\n"
+    );
 
     let mut code = 0;
     let mut p99s = Vec::new();
     let open = LoadPlan {
         model: Model::Open {
             stages: vec![
-                RateStage { duration: Duration::ZERO, target_rate: 500.0 },
-                RateStage { duration, target_rate: 500.0 },
+                RateStage {
+                    duration: Duration::ZERO,
+                    target_rate: 500.0,
+                },
+                RateStage {
+                    duration,
+                    target_rate: 500.0,
+                },
             ],
             connections: 8,
             max_connections: 200,
@@ -67,15 +75,34 @@ pub fn run(args: DemoArgs, stop: &StopSignal) -> Result<u8> {
         ..base.clone()
     };
     for (title, plan, name) in [
-        ("1. Closed model, 8 connections back to back (what wrk and oha do):", base, "demo-closed"),
-        ("2. Open model, 500 requests/s on a schedule (what users do):", open, "demo-open"),
+        (
+            "1. Closed model, 8 connections back to back (what wrk and oha do):",
+            base,
+            "demo-closed",
+        ),
+        (
+            "2. Open model, 500 requests/s on a schedule (what users do):",
+            open,
+            "demo-open",
+        ),
     ] {
         eprintln!("{title}");
-        let phases = [(PhaseSpec { name: "run".into(), measured: true }, Duration::ZERO)];
+        let phases = [(
+            PhaseSpec {
+                name: "run".into(),
+                measured: true,
+            },
+            Duration::ZERO,
+        )];
         let out = args.runs_dir.join(default_run_dir_name(name));
         let mut live = LiveOutput::new(false, 1);
         let outcome = execute(&plan, &phases, Path::new(&out), name, stop, &mut live)?;
-        p99s.push(outcome.phases.first().map_or(0, |p| p.latency.quantile_us(0.99)));
+        p99s.push(
+            outcome
+                .phases
+                .first()
+                .map_or(0, |p| p.latency.quantile_us(0.99)),
+        );
         code = code.max(print_outcome(&outcome, args.json)?);
         if stop.is_stopped() {
             return Ok(code);

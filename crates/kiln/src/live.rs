@@ -73,7 +73,10 @@ impl LiveOutput {
 
     fn print_window(&mut self, now_s: u32, active: u64) {
         let secs = now_s - self.window_start;
-        eprintln!("{} Active: {active}", jmeter_line("+", &self.window, secs as f64));
+        eprintln!(
+            "{} Active: {active}",
+            jmeter_line("+", &self.window, secs as f64)
+        );
         if self.window_start > 0 {
             eprintln!("{}", jmeter_line("=", &self.total, now_s as f64));
         }
@@ -104,7 +107,11 @@ impl LiveOutput {
 /// (JMeter's Summariser format: times in whole milliseconds, Err counts failed samples).
 pub fn jmeter_line(sign: &str, p: &PhaseSummary, secs: f64) -> String {
     let ms = |us: f64| (us / 1000.0).round() as u64;
-    let rate = if secs > 0.0 { p.requests as f64 / secs } else { 0.0 };
+    let rate = if secs > 0.0 {
+        p.requests as f64 / secs
+    } else {
+        0.0
+    };
     let err_pct = p.failed_ratio() * 100.0;
     format!(
         "summary {sign} {:>6} in {} = {:>6.1}/s Avg: {:>5} Min: {:>5} Max: {:>5} Err: {:>5} ({:.2}%)",
@@ -126,8 +133,10 @@ mod tests {
     #[test]
     fn the_summary_line_matches_jmeters_format() {
         let mut p = PhaseSummary::new("run");
-        let mut s = SecondRecord::default();
-        s.requests = 3;
+        let mut s = SecondRecord {
+            requests: 3,
+            ..Default::default()
+        };
         s.status.insert(200, 2);
         s.status.insert(500, 1);
         for us in [9_000, 136_000, 539_000] {

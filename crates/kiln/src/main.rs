@@ -18,28 +18,38 @@ use crate::cli::{Cli, Command};
 
 /// Ctrl-C (or SIGTERM) once stops the run gracefully and keeps its record; twice exits now.
 fn watch_for_interrupts(stop: StopSignal) {
-    let _ = std::thread::Builder::new().name("kiln-signals".into()).spawn(move || {
-        let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else {
-            return;
-        };
-        rt.block_on(async move {
-            use tokio::signal::unix::{signal, SignalKind};
-            let (Ok(mut int), Ok(mut term)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) else {
+    let _ = std::thread::Builder::new()
+        .name("kiln-signals".into())
+        .spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
                 return;
             };
-            for round in 0.. {
-                tokio::select! {
-                    _ = int.recv() => {}
-                    _ = term.recv() => {}
+            rt.block_on(async move {
+                use tokio::signal::unix::{signal, SignalKind};
+                let (Ok(mut int), Ok(mut term)) = (
+                    signal(SignalKind::interrupt()),
+                    signal(SignalKind::terminate()),
+                ) else {
+                    return;
+                };
+                for round in 0.. {
+                    tokio::select! {
+                        _ = int.recv() => {}
+                        _ = term.recv() => {}
+                    }
+                    if round > 0 {
+                        std::process::exit(run_cmd::EXIT_CTRL_C as i32);
+                    }
+                    eprintln!(
+                        "\nkiln: interrupted; finishing the run record (Ctrl-C again to quit now)"
+                    );
+                    stop.stop("interrupted by Ctrl-C");
                 }
-                if round > 0 {
-                    std::process::exit(run_cmd::EXIT_CTRL_C as i32);
-                }
-                eprintln!("\nkiln: interrupted; finishing the run record (Ctrl-C again to quit now)");
-                stop.stop("interrupted by Ctrl-C");
-            }
+            });
         });
-    });
 }
 
 fn main() -> ExitCode {
@@ -47,14 +57,17 @@ fn main() -> ExitCode {
     let stop = StopSignal::new();
     watch_for_interrupts(stop.clone());
     let result = match cli.command {
-        Command::Run(args) => run_cmd::run(args, &stop),
+        Command::Run(args) => run_cmd::run(*args, &stop),
         Command::Report(args) => report_cmd::run(args),
         Command::Demo(args) => demo::run(args, &stop),
     };
     match result {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
-            let chain: Vec<String> = e.chain().map(|c| format::safe_text(&c.to_string())).collect();
+            let chain: Vec<String> = e
+                .chain()
+                .map(|c| format::safe_text(&c.to_string()))
+                .collect();
             eprintln!("kiln: error: {}", chain.join(": "));
             ExitCode::from(1)
         }

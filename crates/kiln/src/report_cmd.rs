@@ -17,7 +17,10 @@ pub fn run(args: ReportArgs) -> Result<u8> {
         let value = summary::render_json(&dir_text, &dir.manifest, status, &phases);
         println!("{}", serde_json::to_string_pretty(&value)?);
     } else {
-        print!("{}", summary::render_text(&dir_text, &dir.manifest, status, &phases));
+        print!(
+            "{}",
+            summary::render_text(&dir_text, &dir.manifest, status, &phases)
+        );
     }
     Ok(0)
 }

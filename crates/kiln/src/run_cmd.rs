@@ -6,7 +6,9 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use kiln_load::plan::{parse_duration, parse_stages};
 use kiln_load::{LoadPlan, Model, PhaseSpec, RequestSpec, StopSignal, Target};
-use kiln_record::{default_run_dir_name, LoadRecordLine, PhaseSummary, RunDir, RunStatus, LOAD_SECONDS_PART};
+use kiln_record::{
+    default_run_dir_name, LoadRecordLine, PhaseSummary, RunDir, RunStatus, LOAD_SECONDS_PART,
+};
 
 use crate::cli::RunArgs;
 use crate::live::LiveOutput;
@@ -19,7 +21,9 @@ pub const EXIT_CTRL_C: u8 = 130;
 /// `-b TEXT` or `-b @FILE`, as curl reads it.
 fn read_body(arg: &str) -> Result<Vec<u8>> {
     match arg.strip_prefix('@') {
-        Some(path) => std::fs::read(path).with_context(|| format!("cannot read the body file '{path}'")),
+        Some(path) => {
+            std::fs::read(path).with_context(|| format!("cannot read the body file '{path}'"))
+        }
         None => Ok(arg.as_bytes().to_vec()),
     }
 }
@@ -43,13 +47,16 @@ pub fn build_plan(args: &RunArgs) -> Result<LoadPlan> {
                 bail!("--rate is out of range: {rate} (more than 0, at most 10000000)");
             }
             let duration = parse_duration(&args.duration)?;
-            let stages = vec![kiln_load::RateStage {
-                duration: Duration::ZERO,
-                target_rate: *rate,
-            }, kiln_load::RateStage {
-                duration,
-                target_rate: *rate,
-            }];
+            let stages = vec![
+                kiln_load::RateStage {
+                    duration: Duration::ZERO,
+                    target_rate: *rate,
+                },
+                kiln_load::RateStage {
+                    duration,
+                    target_rate: *rate,
+                },
+            ];
             (open_model(args, stages), duration)
         }
         (None, Some(text)) => {
@@ -73,9 +80,9 @@ pub fn build_plan(args: &RunArgs) -> Result<LoadPlan> {
         duration,
         timeout: parse_duration(&args.timeout)?,
         connect_timeout: parse_duration(&args.connect_timeout)?,
-        threads: args.threads.unwrap_or_else(|| {
-            std::thread::available_parallelism().map_or(2, |n| n.get())
-        }),
+        threads: args
+            .threads
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get())),
         insecure: args.insecure,
         dead_after: parse_duration(&args.dead_after)?,
     };
@@ -110,8 +117,18 @@ pub fn phases(args: &RunArgs) -> Result<Vec<(PhaseSpec, Duration)>> {
         }
     }
     for i in 1..=args.repeat {
-        let name = if args.repeat == 1 { "run".to_string() } else { format!("run-{i}") };
-        out.push((PhaseSpec { name, measured: true }, Duration::ZERO));
+        let name = if args.repeat == 1 {
+            "run".to_string()
+        } else {
+            format!("run-{i}")
+        };
+        out.push((
+            PhaseSpec {
+                name,
+                measured: true,
+            },
+            Duration::ZERO,
+        ));
     }
     Ok(out)
 }
@@ -151,7 +168,7 @@ pub fn execute(
             summary.add_second(second);
             live.second(second);
             if write_error.is_none() {
-                if let Err(e) = writer.write(&LoadRecordLine::Second(second.clone())) {
+                if let Err(e) = writer.write(&LoadRecordLine::Second(Box::new(second.clone()))) {
                     write_error = Some(e);
                     stop.stop("cannot write the run record");
                 }
@@ -193,7 +210,12 @@ fn name_from_url(plan: &LoadPlan) -> String {
         .chars()
         .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
         .collect();
-    format!("{}-{}{}", plan.target.host, plan.target.port, path.trim_end_matches('-'))
+    format!(
+        "{}-{}{}",
+        plan.target.host,
+        plan.target.port,
+        path.trim_end_matches('-')
+    )
 }
 
 /// Prints the outcome and returns the exit code.
@@ -205,7 +227,10 @@ pub fn print_outcome(outcome: &RunOutcome, json: bool) -> Result<u8> {
         let value = summary::render_json(&dir_text, manifest, status, &outcome.phases);
         println!("{}", serde_json::to_string_pretty(&value)?);
     } else {
-        print!("{}", summary::render_text(&dir_text, manifest, status, &outcome.phases));
+        print!(
+            "{}",
+            summary::render_text(&dir_text, manifest, status, &outcome.phases)
+        );
     }
     Ok(match outcome.dir.effective_status() {
         RunStatus::Complete => 0,

@@ -45,7 +45,10 @@ fn rate_stages_text(stages: &Value) -> String {
     let mut parts = Vec::new();
     let mut rate = 0.0;
     for s in stages.as_array().into_iter().flatten() {
-        let (d, r) = (s["duration"].as_f64().unwrap_or(0.0), s["target_rate"].as_f64().unwrap_or(0.0));
+        let (d, r) = (
+            s["duration"].as_f64().unwrap_or(0.0),
+            s["target_rate"].as_f64().unwrap_or(0.0),
+        );
         if d > 0.0 {
             parts.push(if r == rate {
                 format!("{r}/s for {d}s")
@@ -63,13 +66,25 @@ const PERCENTILE_HEADER: &str =
 
 fn percentile_row(label: &str, s: &LatencyStats) -> String {
     let cells = [
-        s.p50_us, s.p75_us, s.p90_us, s.p95_us, s.p99_us, s.p99_9_us, s.p99_99_us, s.max_us,
+        s.p50_us,
+        s.p75_us,
+        s.p90_us,
+        s.p95_us,
+        s.p99_us,
+        s.p99_9_us,
+        s.p99_99_us,
+        s.max_us,
     ];
     let mut row = format!("  {label:<9}");
     for c in cells {
         let _ = write!(row, "{:>9}", format::us(c));
     }
-    let _ = write!(row, "{:>9}{:>9}", format::us_f(s.mean_us), format::us_f(s.stdev_us));
+    let _ = write!(
+        row,
+        "{:>9}{:>9}",
+        format::us_f(s.mean_us),
+        format::us_f(s.stdev_us)
+    );
     row
 }
 
@@ -125,7 +140,8 @@ pub fn mean_stdev(values: &[f64]) -> (f64, f64) {
 
 /// Per-metric mean, stdev, min and max across the measured runs.
 fn across_runs(measured: &[&PhaseSummary]) -> Vec<(&'static str, Vec<f64>)> {
-    let pick = |f: &dyn Fn(&PhaseSummary) -> f64| measured.iter().map(|p| f(p)).collect::<Vec<f64>>();
+    let pick =
+        |f: &dyn Fn(&PhaseSummary) -> f64| measured.iter().map(|p| f(p)).collect::<Vec<f64>>();
     vec![
         ("throughput_rps", pick(&|p| p.throughput())),
         ("p50_us", pick(&|p| p.latency.quantile_us(0.5) as f64)),
@@ -137,7 +153,12 @@ fn across_runs(measured: &[&PhaseSummary]) -> Vec<(&'static str, Vec<f64>)> {
     ]
 }
 
-pub fn render_text(dir: &str, manifest: &RunManifest, status: &str, phases: &[PhaseSummary]) -> String {
+pub fn render_text(
+    dir: &str,
+    manifest: &RunManifest,
+    status: &str,
+    phases: &[PhaseSummary],
+) -> String {
     let mut out = String::new();
     let plan = &manifest.plan;
     let open = is_open_model(manifest);
@@ -207,11 +228,7 @@ pub fn render_text(dir: &str, manifest: &RunManifest, status: &str, phases: &[Ph
         total.failed(),
         total.failed_ratio() * 100.0,
         if open {
-            format!(
-                ", scheduled {}, unsent {}",
-                total.scheduled,
-                total.unsent()
-            )
+            format!(", scheduled {}, unsent {}", total.scheduled, total.unsent())
         } else {
             String::new()
         }
@@ -233,13 +250,25 @@ pub fn render_text(dir: &str, manifest: &RunManifest, status: &str, phases: &[Ph
                 "  closed model: a slow response delays the connection's next request, so stalls are\n  under-sampled (coordinated omission); use --rate for latency as users arriving at a rate see it."
             );
         }
-        let _ = writeln!(out, "Histogram (latency)\n{}", histogram_chart(&total.latency).trim_end());
+        let _ = writeln!(
+            out,
+            "Histogram (latency)\n{}",
+            histogram_chart(&total.latency).trim_end()
+        );
     }
-    let statuses: Vec<String> = total.status.iter().map(|(c, n)| format!("{c}: {n}")).collect();
+    let statuses: Vec<String> = total
+        .status
+        .iter()
+        .map(|(c, n)| format!("{c}: {n}"))
+        .collect();
     let _ = writeln!(
         out,
         "Status     {}",
-        if statuses.is_empty() { "none".to_string() } else { statuses.join(", ") }
+        if statuses.is_empty() {
+            "none".to_string()
+        } else {
+            statuses.join(", ")
+        }
     );
     let errors: Vec<String> = total
         .errors
@@ -249,12 +278,24 @@ pub fn render_text(dir: &str, manifest: &RunManifest, status: &str, phases: &[Ph
     let _ = writeln!(
         out,
         "Errors     {}",
-        if errors.is_empty() { "none".to_string() } else { errors.join(", ") }
+        if errors.is_empty() {
+            "none".to_string()
+        } else {
+            errors.join(", ")
+        }
     );
-    let _ = writeln!(out, "Received   {} of response bodies", format::bytes(total.body_bytes));
+    let _ = writeln!(
+        out,
+        "Received   {} of response bodies",
+        format::bytes(total.body_bytes)
+    );
     if let Some(end) = &total.end {
         let cpu_s = (end.kiln_cpu_user_us + end.kiln_cpu_system_us) as f64 / 1e6;
-        let per_cpu = if cpu_s > 0.0 { total.requests as f64 / cpu_s } else { 0.0 };
+        let per_cpu = if cpu_s > 0.0 {
+            total.requests as f64 / cpu_s
+        } else {
+            0.0
+        };
         let _ = writeln!(
             out,
             "Generator  kiln CPU {:.2} s (user {:.2} s, system {:.2} s) = {:.0} requests per CPU-second; max RSS {}; {} connections opened{}",
@@ -271,7 +312,11 @@ pub fn render_text(dir: &str, manifest: &RunManifest, status: &str, phases: &[Ph
             }
         );
         if end.abandoned > 0 {
-            let _ = writeln!(out, "           {} requests were still in flight when the drain time ran out", end.abandoned);
+            let _ = writeln!(
+                out,
+                "           {} requests were still in flight when the drain time ran out",
+                end.abandoned
+            );
         }
     }
     out
@@ -307,7 +352,12 @@ fn phase_json(p: &PhaseSummary) -> Value {
     })
 }
 
-pub fn render_json(dir: &str, manifest: &RunManifest, status: &str, phases: &[PhaseSummary]) -> Value {
+pub fn render_json(
+    dir: &str,
+    manifest: &RunManifest,
+    status: &str,
+    phases: &[PhaseSummary],
+) -> Value {
     let measured: Vec<&PhaseSummary> = phases.iter().filter(|p| p.measured).collect();
     let across: serde_json::Map<String, Value> = if measured.len() > 1 {
         across_runs(&measured)
@@ -316,7 +366,10 @@ pub fn render_json(dir: &str, manifest: &RunManifest, status: &str, phases: &[Ph
                 let (mean, stdev) = mean_stdev(&values);
                 let min = values.iter().cloned().fold(f64::INFINITY, f64::min);
                 let max = values.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-                (name.to_string(), json!({"mean": mean, "stdev": stdev, "min": min, "max": max}))
+                (
+                    name.to_string(),
+                    json!({"mean": mean, "stdev": stdev, "min": min, "max": max}),
+                )
             })
             .collect()
     } else {

@@ -38,22 +38,38 @@ fn bad_input_gets_one_clear_line_and_a_nonzero_exit() {
         (vec!["run", "127.0.0.1:8080/x"], "malformed URL"),
         (vec!["run", "gopher://127.0.0.1/"], "not http or https"),
         (vec!["run", "http://127.0.0.1:1/"], "cannot connect"),
-        (vec!["run", &url, "-c", "0"], "--connections is out of range"),
+        (
+            vec!["run", &url, "-c", "0"],
+            "--connections is out of range",
+        ),
         (vec!["run", &url, "-t", "0"], "--threads is out of range"),
         (vec!["run", &url, "-d", "soon"], "bad duration"),
         (vec!["run", &url, "--rate", "0"], "--rate is out of range"),
         (vec!["run", &url, "--stages", "10s"], "bad stages"),
         (vec!["run", &url, "-H", "NoColon"], "bad header"),
-        (vec!["run", &url, "-b", "@/no/such/body.json"], "cannot read the body file"),
-        (vec!["run", &url, "--repeat", "0"], "--repeat is out of range"),
+        (
+            vec!["run", &url, "-b", "@/no/such/body.json"],
+            "cannot read the body file",
+        ),
+        (
+            vec!["run", &url, "--repeat", "0"],
+            "--repeat is out of range",
+        ),
         (vec!["report", "/no/such/run"], "cannot read the run"),
     ];
     for (args, expected) in cases {
         let out = kiln(&args);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
-        assert!(stderr.contains(expected), "{args:?}: expected '{expected}' in: {stderr}");
-        assert_eq!(stderr.trim().lines().count(), 1, "{args:?}: more than one line: {stderr}");
+        assert!(
+            stderr.contains(expected),
+            "{args:?}: expected '{expected}' in: {stderr}"
+        );
+        assert_eq!(
+            stderr.trim().lines().count(),
+            1,
+            "{args:?}: more than one line: {stderr}"
+        );
         assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
     }
     let unknown_flag = kiln(&["run", &url, "--bogus"]);
@@ -70,24 +86,51 @@ fn a_closed_run_reports_what_the_target_counted_and_report_rebuilds_it() {
     .unwrap();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("r");
-    let out = kiln(&["run", &target.url("/"), "-c", "4", "-d", "2s", "--json", "--out", dir.to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = kiln(&[
+        "run",
+        &target.url("/"),
+        "-c",
+        "4",
+        "-d",
+        "2s",
+        "--json",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let run = json_of(&out);
     assert_eq!(run["status"], "complete");
     assert_eq!(run["total"]["requests"].as_u64(), Some(target.answered()));
-    assert_eq!(run["total"]["status"]["200"].as_u64(), Some(target.answered()));
+    assert_eq!(
+        run["total"]["status"]["200"].as_u64(),
+        Some(target.answered())
+    );
     assert_eq!(manifest(&dir)["status"], "complete");
     assert_eq!(manifest(&dir)["parts"][0]["path"], "load-seconds.jsonl");
 
     let report = kiln(&["report", dir.to_str().unwrap(), "--json"]);
     assert_eq!(report.status.code(), Some(0));
     let rebuilt = json_of(&report);
-    assert_eq!(rebuilt["total"], run["total"], "kiln report must rebuild every number");
+    assert_eq!(
+        rebuilt["total"], run["total"],
+        "kiln report must rebuild every number"
+    );
     assert_eq!(rebuilt["phases"], run["phases"]);
 
     let text = kiln(&["report", dir.to_str().unwrap()]);
     let text = String::from_utf8_lossy(&text.stdout);
-    for needle in ["p99.99", "Histogram", "Status     200:", "requests per CPU-second", "(complete)"] {
+    for needle in [
+        "p99.99",
+        "Histogram",
+        "Status     200:",
+        "requests per CPU-second",
+        "(complete)",
+    ] {
         assert!(text.contains(needle), "missing '{needle}' in:\n{text}");
     }
 }
@@ -98,13 +141,32 @@ fn warmup_and_repeats_are_reported_apart_and_merged_exactly() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("r");
     let out = kiln(&[
-        "run", &target.url("/"), "--rate", "200", "-d", "1s", "--warmup", "1s", "--repeat", "3",
-        "--json", "--out", dir.to_str().unwrap(),
+        "run",
+        &target.url("/"),
+        "--rate",
+        "200",
+        "-d",
+        "1s",
+        "--warmup",
+        "1s",
+        "--repeat",
+        "3",
+        "--json",
+        "--out",
+        dir.to_str().unwrap(),
     ]);
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let run = json_of(&out);
     let phases = run["phases"].as_array().unwrap();
-    let names: Vec<&str> = phases.iter().map(|p| p["phase"].as_str().unwrap()).collect();
+    let names: Vec<&str> = phases
+        .iter()
+        .map(|p| p["phase"].as_str().unwrap())
+        .collect();
     assert_eq!(names, ["warmup", "run-1", "run-2", "run-3"]);
     assert_eq!(phases[0]["measured"], false);
     for p in &phases[1..] {
@@ -114,13 +176,19 @@ fn warmup_and_repeats_are_reported_apart_and_merged_exactly() {
     assert_eq!(run["total"]["requests"], 600, "the warm-up is left out");
     assert_eq!(target.answered(), 800, "warm-up plus three runs");
     let throughput = &run["across_runs"]["throughput_rps"];
-    assert!((throughput["mean"].as_f64().unwrap() - 200.0).abs() < 10.0, "{throughput}");
+    assert!(
+        (throughput["mean"].as_f64().unwrap() - 200.0).abs() < 10.0,
+        "{throughput}"
+    );
     assert!(throughput["stdev"].as_f64().unwrap() < 10.0);
 }
 
 #[cfg(unix)]
 fn send_signal(pid: u32, signal: &str) {
-    let status = Command::new("kill").args(["-s", signal, &pid.to_string()]).status().unwrap();
+    let status = Command::new("kill")
+        .args(["-s", signal, &pid.to_string()])
+        .status()
+        .unwrap();
     assert!(status.success());
 }
 
@@ -130,7 +198,17 @@ fn ctrl_c_leaves_an_interrupted_record_that_still_reports() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("r");
     let child = Command::new(env!("CARGO_BIN_EXE_kiln"))
-        .args(["run", &target.url("/"), "--rate", "300", "-d", "60s", "--json", "--out", dir.to_str().unwrap()])
+        .args([
+            "run",
+            &target.url("/"),
+            "--rate",
+            "300",
+            "-d",
+            "60s",
+            "--json",
+            "--out",
+            dir.to_str().unwrap(),
+        ])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -140,7 +218,12 @@ fn ctrl_c_leaves_an_interrupted_record_that_still_reports() {
     send_signal(child.id(), "INT");
     let out = child.wait_with_output().unwrap();
     assert!(started.elapsed() < Duration::from_secs(10));
-    assert_eq!(out.status.code(), Some(130), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(130),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let run = json_of(&out);
     assert_eq!(run["status"], "interrupted");
     assert!(run["status_reason"].as_str().unwrap().contains("Ctrl-C"));
@@ -157,7 +240,17 @@ fn a_killed_run_is_read_as_interrupted_and_keeps_its_finished_seconds() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("r");
     let child = Command::new(env!("CARGO_BIN_EXE_kiln"))
-        .args(["run", &target.url("/"), "--rate", "100", "-d", "60s", "-q", "--out", dir.to_str().unwrap()])
+        .args([
+            "run",
+            &target.url("/"),
+            "--rate",
+            "100",
+            "-d",
+            "60s",
+            "-q",
+            "--out",
+            dir.to_str().unwrap(),
+        ])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -183,14 +276,36 @@ fn a_target_that_dies_mid_run_ends_it_as_interrupted_with_exit_3() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("r");
     let out = kiln(&[
-        "run", &target.url("/"), "-c", "2", "-d", "60s", "--timeout", "1s", "--dead-after", "2s",
-        "--json", "--out", dir.to_str().unwrap(),
+        "run",
+        &target.url("/"),
+        "-c",
+        "2",
+        "-d",
+        "60s",
+        "--timeout",
+        "1s",
+        "--dead-after",
+        "2s",
+        "--json",
+        "--out",
+        dir.to_str().unwrap(),
     ]);
-    assert_eq!(out.status.code(), Some(3), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let run = json_of(&out);
     assert_eq!(run["status"], "interrupted");
-    assert!(run["status_reason"].as_str().unwrap().contains("stopped answering"));
-    assert_eq!(run["total"]["status"]["200"].as_u64(), Some(target.answered()));
+    assert!(run["status_reason"]
+        .as_str()
+        .unwrap()
+        .contains("stopped answering"));
+    assert_eq!(
+        run["total"]["status"]["200"].as_u64(),
+        Some(target.answered())
+    );
 }
 
 #[test]
@@ -206,8 +321,24 @@ fn https_with_a_self_signed_certificate_needs_insecure() {
     assert!(String::from_utf8_lossy(&refused.stderr).contains("TLS"));
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("r");
-    let out = kiln(&["run", &url, "-k", "-c", "2", "-d", "1s", "--json", "--out", dir.to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = kiln(&[
+        "run",
+        &url,
+        "-k",
+        "-c",
+        "2",
+        "-d",
+        "1s",
+        "--json",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let run = json_of(&out);
     assert_eq!(run["total"]["requests"].as_u64(), Some(target.answered()));
     assert!(target.answered() > 50);
@@ -222,10 +353,28 @@ fn post_bodies_from_a_file_and_headers_reach_the_target() {
     std::fs::write(&body, br#"{"items": [1, 2, 3]}"#).unwrap();
     let arg = format!("@{}", body.display());
     let out = kiln(&[
-        "run", &target.url("/api/items"), "-m", "POST", "-H", "Content-Type: application/json", "-b", &arg,
-        "-c", "2", "-d", "1s", "--json", "--out", tmp.path().join("r").to_str().unwrap(),
+        "run",
+        &target.url("/api/items"),
+        "-m",
+        "POST",
+        "-H",
+        "Content-Type: application/json",
+        "-b",
+        &arg,
+        "-c",
+        "2",
+        "-d",
+        "1s",
+        "--json",
+        "--out",
+        tmp.path().join("r").to_str().unwrap(),
     ]);
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let run = json_of(&out);
     assert_eq!(run["plan"]["method"], "POST");
     assert_eq!(run["plan"]["body_bytes"], 20);

@@ -77,10 +77,13 @@ impl ConnectionSetup {
         match &self.tls {
             None => handshake(tcp).await,
             Some((connector, name)) => {
-                let tls = tokio::time::timeout(self.connect_timeout, connector.connect(name.clone(), tcp))
-                    .await
-                    .map_err(|_| ErrorKind::ConnectTimeout)?
-                    .map_err(|_| ErrorKind::Tls)?;
+                let tls = tokio::time::timeout(
+                    self.connect_timeout,
+                    connector.connect(name.clone(), tcp),
+                )
+                .await
+                .map_err(|_| ErrorKind::ConnectTimeout)?
+                .map_err(|_| ErrorKind::Tls)?;
                 handshake(tls).await
             }
         }
@@ -121,7 +124,11 @@ impl Connection {
 
     /// Sends the request and reads the whole response body.
     pub async fn send(&mut self, setup: &ConnectionSetup) -> Result<Response, ErrorKind> {
-        let response = self.sender.send_request(setup.request()).await.map_err(|e| classify(&e))?;
+        let response = self
+            .sender
+            .send_request(setup.request())
+            .await
+            .map_err(|e| classify(&e))?;
         let status = response.status().as_u16();
         let mut body = response.into_body();
         let mut body_bytes = 0u64;
@@ -213,7 +220,12 @@ impl rustls::client::danger::ServerCertVerifier for AcceptAnyCertificate {
         cert: &rustls::pki_types::CertificateDer<'_>,
         dss: &rustls::DigitallySignedStruct,
     ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
     }
 
     fn verify_tls13_signature(
@@ -222,7 +234,12 @@ impl rustls::client::danger::ServerCertVerifier for AcceptAnyCertificate {
         cert: &rustls::pki_types::CertificateDer<'_>,
         dss: &rustls::DigitallySignedStruct,
     ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
     }
 
     fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {

@@ -134,7 +134,11 @@ pub fn run_phase(
     let threads = plan.threads;
     let open = matches!(plan.model, Model::Open { .. });
     // Open-model connections are made before the start so the first arrivals are not late.
-    let lead = if open { Duration::from_millis(300) } else { Duration::from_millis(20) };
+    let lead = if open {
+        Duration::from_millis(300)
+    } else {
+        Duration::from_millis(20)
+    };
     let t0 = Instant::now() + lead;
     let (arrivals_tx, arrivals_rx) = if open {
         let (tx, rx) = async_channel::bounded(MAX_QUEUED_ARRIVALS);
@@ -158,8 +162,13 @@ pub fn run_phase(
 
     let mut handles = Vec::new();
     for worker in 0..threads {
-        let (shared, setup, plan, stop_rx, tx) =
-            (shared.clone(), setup.clone(), plan.clone(), stop_rx.clone(), to_collector.clone());
+        let (shared, setup, plan, stop_rx, tx) = (
+            shared.clone(),
+            setup.clone(),
+            plan.clone(),
+            stop_rx.clone(),
+            to_collector.clone(),
+        );
         let name = phase.name.clone();
         let handle = thread::Builder::new()
             .name(format!("kiln-load-{worker}"))
@@ -200,7 +209,10 @@ pub fn run_phase(
             }
         }
         let wait = match stopped_at {
-            None => shared.deadline.saturating_duration_since(now).min(Duration::from_millis(100)),
+            None => shared
+                .deadline
+                .saturating_duration_since(now)
+                .min(Duration::from_millis(100)),
             Some(_) => Duration::from_millis(100),
         };
         match from_workers.recv_timeout(wait.max(Duration::from_millis(1))) {
@@ -301,11 +313,14 @@ impl Collector {
 
     fn emit_ready(&mut self, scheduled: &AtomicU64, on_second: &mut dyn FnMut(&SecondRecord)) {
         while let Some((&second, _)) = self.pending.first_key_value() {
-            let complete = (0..self.workers).all(|w| self.done[w] || self.last_second[w].is_some_and(|s| s >= second));
+            let complete = (0..self.workers)
+                .all(|w| self.done[w] || self.last_second[w].is_some_and(|s| s >= second));
             if !complete {
                 break;
             }
-            let Some(mut record) = self.pending.remove(&second) else { break };
+            let Some(mut record) = self.pending.remove(&second) else {
+                break;
+            };
             let scheduled_now = scheduled.load(Ordering::SeqCst);
             record.scheduled = scheduled_now - self.scheduled_seen;
             self.scheduled_seen = scheduled_now;
@@ -324,7 +339,10 @@ impl Collector {
             *self.errors_while_quiet.entry(*kind).or_default() += n;
         }
         let quiet = (s.second + 1).saturating_sub(self.quiet_since);
-        if quiet >= self.dead_after_s && !self.errors_while_quiet.is_empty() && self.dead_reason.is_none() {
+        if quiet >= self.dead_after_s
+            && !self.errors_while_quiet.is_empty()
+            && self.dead_reason.is_none()
+        {
             let errors: Vec<String> = self
                 .errors_while_quiet
                 .iter()
@@ -400,7 +418,10 @@ fn run_worker(
     stop_rx: watch::Receiver<bool>,
     recorder: WorkerRecorder,
 ) {
-    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(_) => {
             recorder.finish(0);
@@ -433,7 +454,9 @@ fn run_worker(
         }
         let ticker = tokio::task::spawn_local(tick_seconds(state.clone()));
         let max_connections = match state.plan.model {
-            Model::Open { max_connections, .. } => max_connections,
+            Model::Open {
+                max_connections, ..
+            } => max_connections,
             Model::Closed { .. } => 0,
         };
         let mut stop = stop_rx.clone();
@@ -449,7 +472,8 @@ fn run_worker(
             }
         }
         let drain = state.plan.timeout.min(MAX_DRAIN);
-        let _ = tokio::time::timeout(drain, async { while tasks.join_next().await.is_some() {} }).await;
+        let _ =
+            tokio::time::timeout(drain, async { while tasks.join_next().await.is_some() {} }).await;
         tasks.abort_all();
         ticker.abort();
     });
@@ -482,7 +506,10 @@ async fn sleep_or_stop(d: Duration, stop: &mut watch::Receiver<bool>) -> bool {
 }
 
 /// Connects, counting a failure as one failed request.
-async fn ensure_connected(state: &WorkerLocal, conn: &mut Option<Connection>) -> Result<(), ErrorKind> {
+async fn ensure_connected(
+    state: &WorkerLocal,
+    conn: &mut Option<Connection>,
+) -> Result<(), ErrorKind> {
     if let Some(c) = conn {
         if c.ready().await {
             return Ok(());
@@ -513,7 +540,13 @@ async fn send_and_record(state: &WorkerLocal, conn: &mut Option<Connection>, int
     let done = Instant::now();
     let mut rec = state.recorder.borrow_mut();
     match outcome.unwrap_or(Err(ErrorKind::Timeout)) {
-        Ok(response) => rec.response(intended.min(sent), sent, done, response.status, response.body_bytes),
+        Ok(response) => rec.response(
+            intended.min(sent),
+            sent,
+            done,
+            response.status,
+            response.body_bytes,
+        ),
         Err(kind) => {
             rec.error(done, kind);
             rec.connections -= 1;
@@ -532,7 +565,12 @@ async fn closed_connection(state: Rc<WorkerLocal>, global: usize, mut stop: watc
         return;
     };
     let start_at = state.shared.t0 + ramp_up.mul_f64(global as f64 / connections as f64);
-    if !sleep_or_stop(start_at.saturating_duration_since(Instant::now()), &mut stop).await {
+    if !sleep_or_stop(
+        start_at.saturating_duration_since(Instant::now()),
+        &mut stop,
+    )
+    .await
+    {
         return;
     }
     let mut conn: Option<Connection> = None;
@@ -540,7 +578,11 @@ async fn closed_connection(state: Rc<WorkerLocal>, global: usize, mut stop: watc
         let had_connection = conn.is_some();
         send_and_record(&state, &mut conn, Instant::now()).await;
         let failed_to_connect = conn.is_none() && !had_connection;
-        let pause = if failed_to_connect { RECONNECT_BACKOFF.max(think_time) } else { think_time };
+        let pause = if failed_to_connect {
+            RECONNECT_BACKOFF.max(think_time)
+        } else {
+            think_time
+        };
         if !pause.is_zero() && !sleep_or_stop(pause, &mut stop).await {
             break;
         }
@@ -553,7 +595,9 @@ async fn closed_connection(state: Rc<WorkerLocal>, global: usize, mut stop: watc
 /// An open-model connection: takes the next due arrival from the shared queue, sends it,
 /// repeats. The spawner counts it as idle until it has connected.
 async fn open_connection(state: Rc<WorkerLocal>, mut stop: watch::Receiver<bool>) {
-    let Some(arrivals) = state.shared.arrivals.clone() else { return };
+    let Some(arrivals) = state.shared.arrivals.clone() else {
+        return;
+    };
     let mut conn: Option<Connection> = None;
     // Connect before the first arrival so it is not charged for the handshake.
     let _ = ensure_connected(&state, &mut conn).await;
@@ -586,11 +630,14 @@ fn spawn_open_connection(
 ) -> bool {
     let counter = &state.shared.connection_tasks;
     let n = counter.load(Ordering::SeqCst);
-    if n >= max || counter.compare_exchange(n, n + 1, Ordering::SeqCst, Ordering::SeqCst).is_err() {
+    if n >= max
+        || counter
+            .compare_exchange(n, n + 1, Ordering::SeqCst, Ordering::SeqCst)
+            .is_err()
+    {
         return false;
     }
     state.shared.idle.fetch_add(1, Ordering::Relaxed);
     tasks.spawn_local(open_connection(state.clone(), stop.clone()));
     true
 }
-

@@ -32,7 +32,7 @@ pub enum PlanError {
 pub fn parse_duration(text: &str) -> Result<Duration, PlanError> {
     let t = text.trim();
     if let Ok(secs) = t.parse::<f64>() {
-        if secs.is_finite() && secs >= 0.0 && secs < 1e9 {
+        if (0.0..1e9).contains(&secs) {
             return Ok(Duration::from_secs_f64(secs));
         }
     }
@@ -63,7 +63,10 @@ impl Target {
             url: url.to_string(),
             why: why.to_string(),
         };
-        let uri: Uri = url.trim().parse().map_err(|e: http::uri::InvalidUri| bad(&e.to_string()))?;
+        let uri: Uri = url
+            .trim()
+            .parse()
+            .map_err(|e: http::uri::InvalidUri| bad(&e.to_string()))?;
         let tls = match uri.scheme_str() {
             Some("http") => false,
             Some("https") => true,
@@ -71,7 +74,11 @@ impl Target {
             None => return Err(bad("no scheme; write http://host:port/path")),
         };
         let authority = uri.authority().ok_or_else(|| bad("no host"))?;
-        let host = authority.host().trim_start_matches('[').trim_end_matches(']').to_string();
+        let host = authority
+            .host()
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_string();
         if host.is_empty() {
             return Err(bad("no host"));
         }
@@ -166,7 +173,9 @@ pub fn parse_stages(text: &str) -> Result<Vec<RateStage>, PlanError> {
             .parse()
             .map_err(|_| bad(format!("'{r}' is not a rate")))?;
         if !(0.0..=10_000_000.0).contains(&target_rate) {
-            return Err(bad(format!("rate {target_rate} must be between 0 and 10000000")));
+            return Err(bad(format!(
+                "rate {target_rate} must be between 0 and 10000000"
+            )));
         }
         stages.push(RateStage {
             duration,
@@ -176,7 +185,12 @@ pub fn parse_stages(text: &str) -> Result<Vec<RateStage>, PlanError> {
     if stages.is_empty() {
         return Err(bad("no stages".into()));
     }
-    if stages.iter().map(|s| s.duration).sum::<Duration>().is_zero() {
+    if stages
+        .iter()
+        .map(|s| s.duration)
+        .sum::<Duration>()
+        .is_zero()
+    {
         return Err(bad("the stages last no time".into()));
     }
     Ok(stages)
@@ -232,10 +246,28 @@ pub struct LoadPlan {
 impl LoadPlan {
     /// Checks ranges; call before running.
     pub fn validate(&self) -> Result<(), PlanError> {
-        let range = |what, ok: bool, why: String| if ok { Ok(()) } else { Err(PlanError::OutOfRange { what, why }) };
-        range("--threads", (1..=1024).contains(&self.threads), format!("{} (1 to 1024)", self.threads))?;
-        range("--duration", !self.duration.is_zero(), "it must be more than 0".into())?;
-        range("--timeout", !self.timeout.is_zero(), "it must be more than 0".into())?;
+        let range = |what, ok: bool, why: String| {
+            if ok {
+                Ok(())
+            } else {
+                Err(PlanError::OutOfRange { what, why })
+            }
+        };
+        range(
+            "--threads",
+            (1..=1024).contains(&self.threads),
+            format!("{} (1 to 1024)", self.threads),
+        )?;
+        range(
+            "--duration",
+            !self.duration.is_zero(),
+            "it must be more than 0".into(),
+        )?;
+        range(
+            "--timeout",
+            !self.timeout.is_zero(),
+            "it must be more than 0".into(),
+        )?;
         match &self.model {
             Model::Closed { connections, .. } => range(
                 "--connections",
@@ -296,12 +328,24 @@ mod tests {
     #[test]
     fn urls_parse_with_defaults_and_bad_ones_say_why() {
         let t = Target::parse("http://127.0.0.1:8080/api/items?x=1").unwrap();
-        assert_eq!((t.port, t.tls, t.path_and_query.as_str()), (8080, false, "/api/items?x=1"));
+        assert_eq!(
+            (t.port, t.tls, t.path_and_query.as_str()),
+            (8080, false, "/api/items?x=1")
+        );
         let t = Target::parse("https://127.0.0.1").unwrap();
         assert_eq!((t.port, t.tls, t.path_and_query.as_str()), (443, true, "/"));
-        for bad in ["127.0.0.1:8080", "ftp://x/", "http://", "http://exa mple/", ""] {
+        for bad in [
+            "127.0.0.1:8080",
+            "ftp://x/",
+            "http://",
+            "http://exa mple/",
+            "",
+        ] {
             let err = Target::parse(bad).unwrap_err().to_string();
-            assert!(err.contains("URL") || err.contains("resolve"), "{bad}: {err}");
+            assert!(
+                err.contains("URL") || err.contains("resolve"),
+                "{bad}: {err}"
+            );
         }
     }
 
@@ -319,7 +363,10 @@ mod tests {
     #[test]
     fn headers_parse_like_curl() {
         let (n, v) = RequestSpec::parse_header("Content-Type: application/json").unwrap();
-        assert_eq!((n.as_str(), v.to_str().unwrap()), ("content-type", "application/json"));
+        assert_eq!(
+            (n.as_str(), v.to_str().unwrap()),
+            ("content-type", "application/json")
+        );
         assert!(RequestSpec::parse_header("no colon").is_err());
         assert!(RequestSpec::parse_header("bad name: x").is_err());
     }

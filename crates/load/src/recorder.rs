@@ -10,7 +10,10 @@ use kiln_record::{ErrorKind, LatencyHistogram, SecondRecord};
 /// What a worker thread tells the collector.
 pub(crate) enum WorkerMsg {
     /// The worker's figures for one second; every worker sends each second once, in order.
-    Second { worker: usize, record: Box<SecondRecord> },
+    Second {
+        worker: usize,
+        record: Box<SecondRecord>,
+    },
     /// The worker has ended; it sends nothing more.
     Done {
         worker: usize,
@@ -34,7 +37,13 @@ pub(crate) struct WorkerRecorder {
 }
 
 impl WorkerRecorder {
-    pub fn new(worker: usize, phase: &str, t0: Instant, open_model: bool, to_collector: Sender<WorkerMsg>) -> Self {
+    pub fn new(
+        worker: usize,
+        phase: &str,
+        t0: Instant,
+        open_model: bool,
+        to_collector: Sender<WorkerMsg>,
+    ) -> Self {
         let mut rec = Self {
             worker,
             phase: phase.to_string(),
@@ -89,14 +98,22 @@ impl WorkerRecorder {
 
     /// A complete HTTP response. `intended` is the scheduled send time in an open model and
     /// the actual send time in a closed one.
-    pub fn response(&mut self, intended: Instant, sent: Instant, done: Instant, status: u16, body_bytes: u64) {
+    pub fn response(
+        &mut self,
+        intended: Instant,
+        sent: Instant,
+        done: Instant,
+        status: u16,
+        body_bytes: u64,
+    ) {
         self.roll_to(done);
         self.last_done = Some(done);
         let s = &mut self.current;
         s.requests += 1;
         *s.status.entry(status).or_default() += 1;
         s.body_bytes += body_bytes;
-        s.latency.record_us(done.saturating_duration_since(intended).as_micros() as u64);
+        s.latency
+            .record_us(done.saturating_duration_since(intended).as_micros() as u64);
         if let Some(service) = &mut s.service {
             service.record_us(done.saturating_duration_since(sent).as_micros() as u64);
             let lag = sent.saturating_duration_since(intended).as_micros() as u64;
@@ -116,9 +133,9 @@ impl WorkerRecorder {
     pub fn finish(mut self, abandoned: u64) {
         let next = self.empty_second(u32::MAX);
         self.send_current(next);
-        let last_done_us = self
-            .last_done
-            .map_or(0, |d| d.saturating_duration_since(self.t0).as_micros() as u64);
+        let last_done_us = self.last_done.map_or(0, |d| {
+            d.saturating_duration_since(self.t0).as_micros() as u64
+        });
         let _ = self.to_collector.send(WorkerMsg::Done {
             worker: self.worker,
             abandoned,

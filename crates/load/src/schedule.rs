@@ -97,7 +97,8 @@ mod tests {
 
     #[test]
     fn a_constant_rate_is_evenly_spaced_and_counts_exactly() {
-        let times: Vec<Duration> = ArrivalSchedule::constant(1000.0, Duration::from_secs(10)).collect();
+        let times: Vec<Duration> =
+            ArrivalSchedule::constant(1000.0, Duration::from_secs(10)).collect();
         assert_eq!(times.len(), 10_000);
         assert_eq!(times[0], Duration::ZERO);
         let gap = times[5001] - times[5000];
@@ -117,7 +118,12 @@ mod tests {
 
     #[test]
     fn stages_ramp_up_hold_and_down() {
-        let stages = [stage(0.0, 100.0), stage(2.0, 100.0), stage(2.0, 300.0), stage(2.0, 0.0)];
+        let stages = [
+            stage(0.0, 100.0),
+            stage(2.0, 100.0),
+            stage(2.0, 300.0),
+            stage(2.0, 0.0),
+        ];
         let s = ArrivalSchedule::new(0.0, &stages);
         // 200 + (100+300)/2*2 + 300/2*2 = 200 + 400 + 300
         assert!((s.total() as i64 - 900).abs() <= 1, "{}", s.total());

@@ -4,7 +4,9 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use kiln_load::{run_phase, LoadPlan, Model, PhaseSpec, RateStage, RequestSpec, StopSignal, Target};
+use kiln_load::{
+    run_phase, LoadPlan, Model, PhaseSpec, RateStage, RequestSpec, StopSignal, Target,
+};
 use kiln_record::{ErrorKind, PhaseEnd, PhaseSummary};
 use kiln_targets::{Behavior, Stall, TargetServer};
 
@@ -93,7 +95,10 @@ fn closed_model_request_count_equals_what_the_target_answered() {
     assert_eq!(end.abandoned, 0);
     assert_eq!(end.connections_opened, 8);
     let p50 = ms(s.latency.quantile_us(0.5));
-    assert!((1.0..2.0).contains(&p50), "p50 {p50} ms for a 1 ms service time");
+    assert!(
+        (1.0..2.0).contains(&p50),
+        "p50 {p50} ms for a 1 ms service time"
+    );
 }
 
 #[test]
@@ -123,7 +128,10 @@ fn open_model_at_a_fixed_rate_sees_a_periodic_stall_as_arriving_users_do() {
     // Slower than 10 ms: arrivals that wait more than ~7.7 ms, i.e. in the first 92.3 ms of
     // a pause: 1600 * 0.0923 = 148.
     let slow = s.latency.count() as f64 * (1.0 - s.latency.fraction_at_or_below(10_000));
-    assert!((slow - 148.0).abs() <= 8.0, "{slow} slow requests, expected 148");
+    assert!(
+        (slow - 148.0).abs() <= 8.0,
+        "{slow} slow requests, expected 148"
+    );
 }
 
 #[test]
@@ -141,8 +149,14 @@ fn closed_model_samples_each_stall_once_per_connection() {
     .unwrap();
     let (s, _) = run(&plan(&target, closed(4), 4));
     let slow = (s.latency.count() as f64 * (1.0 - s.latency.fraction_at_or_below(10_000))).round();
-    assert!((8.0..=24.0).contains(&slow), "{slow} slow samples; expected ~16 (4 connections x 4 pauses)");
-    assert!(ms(s.latency.quantile_us(0.99)) < 10.0, "closed-model p99 should miss the pause");
+    assert!(
+        (8.0..=24.0).contains(&slow),
+        "{slow} slow samples; expected ~16 (4 connections x 4 pauses)"
+    );
+    assert!(
+        ms(s.latency.quantile_us(0.99)) < 10.0,
+        "closed-model p99 should miss the pause"
+    );
 }
 
 #[test]
@@ -155,7 +169,8 @@ fn every_nth_slow_request_appears_at_exactly_its_share() {
     .unwrap();
     let (s, _) = run(&plan(&target, open(300.0, 3, 4, 100), 3));
     assert_eq!(s.responses(), 900);
-    let slow = (s.latency.count() as f64 * (1.0 - s.latency.fraction_at_or_below(10_000))).round() as u64;
+    let slow =
+        (s.latency.count() as f64 * (1.0 - s.latency.fraction_at_or_below(10_000))).round() as u64;
     assert_eq!(slow, 90, "every 10th of 900 requests is slow");
     assert_near("p95", ms(s.latency.quantile_us(0.95)), 21.3, 1.5);
     assert_near("p50", ms(s.latency.quantile_us(0.5)), 1.3, 0.7);
@@ -171,7 +186,11 @@ fn a_fixed_service_time_is_reported_within_a_fraction_of_a_millisecond() {
     let (s, _) = run(&plan(&target, open(200.0, 2, 4, 50), 2));
     let l = s.latency.stats();
     assert_eq!(l.count, 400);
-    assert!(l.min_us >= 5_000, "min {} us is below the service time", l.min_us);
+    assert!(
+        l.min_us >= 5_000,
+        "min {} us is below the service time",
+        l.min_us
+    );
     // The target's own clock (sleep overshoot and scheduling on a busy 2-core machine
     // included) is the ground truth; kiln may add only loopback and client time to it.
     let server = target.handling_times_us();
@@ -196,7 +215,10 @@ fn connection_resets_are_counted_as_resets_and_the_rest_as_answers() {
     .unwrap();
     let (s, _) = run(&plan(&target, closed(2), 1));
     assert!(target.resets() > 10);
-    assert_eq!(s.errors.get(&ErrorKind::Reset).copied().unwrap_or(0), target.resets());
+    assert_eq!(
+        s.errors.get(&ErrorKind::Reset).copied().unwrap_or(0),
+        target.resets()
+    );
     assert_eq!(s.responses(), target.answered());
     assert_eq!(s.error_count(), target.resets(), "{:?}", s.errors);
 }
@@ -213,7 +235,11 @@ fn a_target_that_stops_answering_ends_the_phase_early_with_a_reason() {
     p.dead_after = Duration::from_secs(2);
     let started = Instant::now();
     let (s, end) = run(&p);
-    assert!(started.elapsed() < Duration::from_secs(10), "took {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "took {:?}",
+        started.elapsed()
+    );
     let reason = end.stopped_early.expect("the phase should stop early");
     assert!(reason.contains("stopped answering"), "{reason}");
     // Connections answering concurrently may slip a few answers past the limit.
@@ -262,7 +288,10 @@ fn when_the_connection_cap_is_reached_queueing_is_charged_and_unsent_is_counted(
     let service_p50 = ms(s.service.as_ref().unwrap().quantile_us(0.5));
     assert_near("service p50", service_p50, 20.3, 1.0);
     let latency_p50 = ms(s.latency.quantile_us(0.5));
-    assert!(latency_p50 > 200.0, "latency p50 {latency_p50} ms should include the queueing");
+    assert!(
+        latency_p50 > 200.0,
+        "latency p50 {latency_p50} ms should include the queueing"
+    );
     assert!(end.unsent > 100, "unsent {}", end.unsent);
     assert_eq!(s.sent + end.unsent, 400);
     assert!(s.max_connections <= 2);

@@ -140,7 +140,9 @@ impl LatencyHistogram {
             .map_err(|e| RecordError::Histogram(format!("not base64: {e}")))?;
         let decoded: Histogram<u64> = Deserializer::new()
             .deserialize(&mut bytes.as_slice())
-            .map_err(|e| RecordError::Histogram(format!("not an HdrHistogram V2 encoding: {e:?}")))?;
+            .map_err(|e| {
+                RecordError::Histogram(format!("not an HdrHistogram V2 encoding: {e:?}"))
+            })?;
         let mut hist = Self::new();
         // Re-record into our bounds so that merges stay exact whatever the file said.
         for v in decoded.iter_recorded() {
@@ -211,7 +213,11 @@ mod tests {
         }
         let s = h.stats();
         assert_eq!(s.count, 100_000);
-        for (got, want) in [(s.p50_us, 50_000.0), (s.p99_us, 99_000.0), (s.p99_9_us, 99_900.0)] {
+        for (got, want) in [
+            (s.p50_us, 50_000.0),
+            (s.p99_us, 99_000.0),
+            (s.p99_9_us, 99_900.0),
+        ] {
             assert!((got as f64 - want).abs() / want < 0.001, "{got} vs {want}");
         }
     }

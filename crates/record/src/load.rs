@@ -128,7 +128,7 @@ pub struct PhaseEnd {
 // Externally tagged (`{"second": {..}}`): internally tagged enums cannot read integer map keys.
 #[serde(rename_all = "snake_case")]
 pub enum LoadRecordLine {
-    Second(SecondRecord),
+    Second(Box<SecondRecord>),
     PhaseEnd(PhaseEnd),
 }
 
@@ -176,7 +176,9 @@ impl PhaseSummary {
         self.max_connections = self.max_connections.max(s.connections);
         self.latency.merge(&s.latency);
         if let Some(service) = &s.service {
-            self.service.get_or_insert_with(LatencyHistogram::new).merge(service);
+            self.service
+                .get_or_insert_with(LatencyHistogram::new)
+                .merge(service);
         }
         self.send_lag_max_us = self.send_lag_max_us.max(s.send_lag_max_us);
     }
@@ -187,7 +189,9 @@ impl PhaseSummary {
     }
 
     /// Groups record lines into phases, in the order they first appear.
-    pub fn from_lines<'a>(lines: impl IntoIterator<Item = &'a LoadRecordLine>) -> Vec<PhaseSummary> {
+    pub fn from_lines<'a>(
+        lines: impl IntoIterator<Item = &'a LoadRecordLine>,
+    ) -> Vec<PhaseSummary> {
         let mut phases: Vec<PhaseSummary> = Vec::new();
         for line in lines {
             let name = match line {
@@ -285,7 +289,9 @@ impl PhaseSummary {
             out.max_connections = out.max_connections.max(p.max_connections);
             out.latency.merge(&p.latency);
             if let Some(service) = &p.service {
-                out.service.get_or_insert_with(LatencyHistogram::new).merge(service);
+                out.service
+                    .get_or_insert_with(LatencyHistogram::new)
+                    .merge(service);
             }
             out.send_lag_max_us = out.send_lag_max_us.max(p.send_lag_max_us);
             end.duration_us += (p.duration_secs() * 1e6) as u64;
@@ -310,7 +316,7 @@ mod tests {
     fn second(phase: &str, s: u32, latencies: &[u64], status: u16) -> LoadRecordLine {
         let mut latency = LatencyHistogram::new();
         latencies.iter().for_each(|v| latency.record_us(*v));
-        LoadRecordLine::Second(SecondRecord {
+        LoadRecordLine::Second(Box::new(SecondRecord {
             phase: phase.into(),
             second: s,
             requests: latencies.len() as u64,
@@ -318,12 +324,12 @@ mod tests {
             status: [(status, latencies.len() as u64)].into(),
             latency,
             ..Default::default()
-        })
+        }))
     }
 
     #[test]
     fn phases_are_rebuilt_from_lines_and_merge_exactly() {
-        let lines = vec![
+        let lines = [
             second("warmup", 0, &[5_000; 10], 200),
             second("run-1", 0, &[1_000, 2_000], 200),
             second("run-1", 1, &[3_000], 500),
@@ -335,8 +341,14 @@ mod tests {
             }),
             second("run-2", 0, &[4_000], 200),
         ];
-        let text: Vec<String> = lines.iter().map(|l| serde_json::to_string(l).unwrap()).collect();
-        let parsed: Vec<LoadRecordLine> = text.iter().map(|t| serde_json::from_str(t).unwrap()).collect();
+        let text: Vec<String> = lines
+            .iter()
+            .map(|l| serde_json::to_string(l).unwrap())
+            .collect();
+        let parsed: Vec<LoadRecordLine> = text
+            .iter()
+            .map(|t| serde_json::from_str(t).unwrap())
+            .collect();
         let phases = PhaseSummary::from_lines(&parsed);
         assert_eq!(phases.len(), 3);
         assert!(!phases[0].measured);

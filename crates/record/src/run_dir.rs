@@ -44,7 +44,13 @@ pub fn default_run_dir_name(name: &str) -> String {
     let now = OffsetDateTime::now_utc();
     let safe: String = name
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '-' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '-'
+            }
+        })
         .take(40)
         .collect();
     format!(
@@ -128,12 +134,11 @@ impl RunDir {
     pub fn save(&self) -> Result<(), RecordError> {
         let file = self.path.join(MANIFEST_FILE);
         let tmp = self.path.join(".run.json.tmp");
-        let text = serde_json::to_string_pretty(&self.manifest).map_err(|e| {
-            RecordError::Malformed {
+        let text =
+            serde_json::to_string_pretty(&self.manifest).map_err(|e| RecordError::Malformed {
                 path: file.clone(),
                 detail: e.to_string(),
-            }
-        })?;
+            })?;
         fs::write(&tmp, text + "\n").map_err(io_err("write", &tmp))?;
         fs::rename(&tmp, &file).map_err(io_err("replace", &file))
     }
@@ -260,7 +265,10 @@ mod tests {
         let nums: Vec<u32> = back.read_json_lines("nums").unwrap();
         assert_eq!(nums, vec![1, 2]);
         dir.finish(RunStatus::Complete, None).unwrap();
-        assert_eq!(RunDir::open(&path).unwrap().manifest.status, RunStatus::Complete);
+        assert_eq!(
+            RunDir::open(&path).unwrap().manifest.status,
+            RunStatus::Complete
+        );
         assert!(RunDir::create(&path, "t", vec![], serde_json::Value::Null).is_err());
     }
 

@@ -80,7 +80,11 @@ impl TargetServer {
     pub fn start_on(bind: &str, behavior: Behavior) -> io::Result<Self> {
         let listener = TcpListener::bind(bind)?;
         let addr = listener.local_addr()?;
-        let tls = if behavior.tls { Some(self_signed_tls()?) } else { None };
+        let tls = if behavior.tls {
+            Some(self_signed_tls()?)
+        } else {
+            None
+        };
         let shared = Arc::new(Shared {
             behavior,
             tls,
@@ -108,7 +112,11 @@ impl TargetServer {
     }
 
     pub fn url(&self, path: &str) -> String {
-        let scheme = if self.shared.tls.is_some() { "https" } else { "http" };
+        let scheme = if self.shared.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        };
         format!("{scheme}://{}{}", self.addr, path)
     }
 
@@ -134,7 +142,12 @@ impl TargetServer {
     /// written the response, sorted. What a client measures can only add network and
     /// client time to this.
     pub fn handling_times_us(&self) -> Vec<u64> {
-        let mut v = self.shared.handling_us.lock().map(|v| v.clone()).unwrap_or_default();
+        let mut v = self
+            .shared
+            .handling_us
+            .lock()
+            .map(|v| v.clone())
+            .unwrap_or_default();
         v.sort_unstable();
         v
     }
@@ -175,7 +188,9 @@ fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
                         let _ = serve_connection(stream, &raw, &conn_shared);
                     }
                     Some(config) => {
-                        let Ok(conn) = rustls::ServerConnection::new(config.clone()) else { return };
+                        let Ok(conn) = rustls::ServerConnection::new(config.clone()) else {
+                            return;
+                        };
                         let tls = rustls::StreamOwned::new(conn, stream);
                         let _ = serve_connection(tls, &raw, &conn_shared);
                     }
@@ -185,7 +200,11 @@ fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
 }
 
 /// Reads requests one after another on a keep-alive connection and answers each.
-fn serve_connection<S: Read + Write>(mut stream: S, raw: &TcpStream, shared: &Shared) -> io::Result<()> {
+fn serve_connection<S: Read + Write>(
+    mut stream: S,
+    raw: &TcpStream,
+    shared: &Shared,
+) -> io::Result<()> {
     let mut buf = vec![0u8; 16 * 1024];
     let mut filled = 0usize;
     loop {
@@ -241,7 +260,7 @@ fn serve_connection<S: Read + Write>(mut stream: S, raw: &TcpStream, shared: &Sh
         let behavior = &shared.behavior;
 
         if let Some(n) = behavior.reset_every {
-            if n > 0 && nth % n == 0 {
+            if n > 0 && nth.is_multiple_of(n) {
                 shared.resets.fetch_add(1, Ordering::SeqCst);
                 // SO_LINGER 0 makes close() send RST instead of FIN.
                 let _ = socket2::SockRef::from(raw).set_linger(Some(Duration::ZERO));
@@ -263,7 +282,7 @@ fn serve_connection<S: Read + Write>(mut stream: S, raw: &TcpStream, shared: &Sh
         }
         ready_at += behavior.service_time;
         if let Some((n, extra)) = behavior.slow_every {
-            if n > 0 && nth % n == 0 {
+            if n > 0 && nth.is_multiple_of(n) {
                 ready_at += extra;
             }
         }
@@ -290,7 +309,7 @@ fn serve_connection<S: Read + Write>(mut stream: S, raw: &TcpStream, shared: &Sh
 }
 
 fn self_signed_tls() -> io::Result<Arc<rustls::ServerConfig>> {
-    let other = |e: String| io::Error::new(io::ErrorKind::Other, e);
+    let other = io::Error::other;
     let cert = rcgen::generate_simple_self_signed(vec!["localhost".into(), "127.0.0.1".into()])
         .map_err(|e| other(e.to_string()))?;
     let key = rustls::pki_types::PrivateKeyDer::Pkcs8(cert.key_pair.serialize_der().into());
@@ -322,7 +341,8 @@ mod tests {
 
     fn get(addr: SocketAddr) -> String {
         let mut s = TcpStream::connect(addr).unwrap();
-        s.write_all(b"GET / HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").unwrap();
+        s.write_all(b"GET / HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+            .unwrap();
         let mut out = String::new();
         let _ = s.read_to_string(&mut out);
         out
@@ -343,7 +363,9 @@ mod tests {
             ..Default::default()
         })
         .unwrap();
-        let answers: Vec<bool> = (0..6).map(|_| get(t.addr()).starts_with("HTTP/1.1 200")).collect();
+        let answers: Vec<bool> = (0..6)
+            .map(|_| get(t.addr()).starts_with("HTTP/1.1 200"))
+            .collect();
         assert_eq!(answers, vec![true, true, false, true, true, false]);
         assert_eq!(t.resets(), 2);
     }
@@ -356,7 +378,10 @@ mod tests {
             length: Duration::from_millis(100),
         };
         let inside = start + Duration::from_millis(1_030);
-        assert_eq!(stall_end(start, inside, stall), start + Duration::from_millis(1_100));
+        assert_eq!(
+            stall_end(start, inside, stall),
+            start + Duration::from_millis(1_100)
+        );
         let outside = start + Duration::from_millis(1_500);
         assert_eq!(stall_end(start, outside, stall), outside);
     }

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# The whole test suite, runnable on a fresh Debian machine: installs what the tests need
+# (nginx for the real-server test), then format, lint and every test of the workspace.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+
+missing=()
+[ -x /usr/sbin/nginx ] || command -v nginx >/dev/null 2>&1 || missing+=(nginx)
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "test.sh: installing ${missing[*]}"
+  # policy-rc.d 101: install the package without starting its default service.
+  printf '#!/bin/sh\nexit 101\n' | as_root tee /usr/sbin/policy-rc.d >/dev/null
+  as_root chmod +x /usr/sbin/policy-rc.d
+  as_root apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  as_root rm -f /usr/sbin/policy-rc.d
+fi
+
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets --locked -- -D warnings
+cargo test --workspace --locked
