@@ -6,13 +6,15 @@ use std::time::Duration;
 
 use kiln_targets::{Behavior, Stall, TargetServer};
 
-const USAGE: &str = "usage: kiln-target [--port N] [--service-ms MS] [--stall-every-ms MS --stall-ms MS] \
+const USAGE: &str =
+    "usage: kiln-target [--port N] [--service-ms MS] [--stall-every-ms MS --stall-ms MS] \
 [--slow-every N --slow-ms MS] [--reset-every N] [--tls]";
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut behavior = Behavior::default();
-    let (mut port, mut stall_every, mut stall_ms, mut slow_every, mut slow_ms) = (0u16, 0u64, 0u64, 0u64, 0u64);
+    let (mut port, mut stall_every, mut stall_ms, mut slow_every, mut slow_ms) =
+        (0u16, 0u64, 0u64, 0u64, 0u64);
     let mut i = 0;
     while i < args.len() {
         let flag = args[i].as_str();
