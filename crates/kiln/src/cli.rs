@@ -10,7 +10,7 @@ use clap::{Args, Parser, Subcommand};
     name = "kiln",
     version,
     about = "A performance lab in one binary: honest load, and what the target did meanwhile",
-    after_help = "Exit codes: 0 complete, 1 error, 2 bad usage, 3 run interrupted (target stopped answering), 130 Ctrl-C."
+    after_help = "Exit codes: 0 complete, 1 error, 2 bad usage, 3 run interrupted (target stopped answering), 99 a --threshold failed, 130 Ctrl-C."
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -118,6 +118,12 @@ pub struct RunArgs {
     /// A name for the run (default: from the URL).
     #[arg(long = "name")]
     pub name: Option<String>,
+
+    /// A pass/fail threshold on the measured results, k6 style (repeatable): 'p99<250ms',
+    /// 'p(99.9)<1s', 'max<2s', 'mean<50ms', 'failed<1%', 'rate>=1000', 'unsent<1'.
+    /// Any failure exits with 99.
+    #[arg(long = "threshold")]
+    pub thresholds: Vec<String>,
 
     /// Print the summary as JSON on stdout.
     #[arg(long = "json")]

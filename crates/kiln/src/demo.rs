@@ -96,7 +96,15 @@ pub fn run(args: DemoArgs, stop: &StopSignal) -> Result<u8> {
         )];
         let out = args.runs_dir.join(default_run_dir_name(name));
         let mut live = LiveOutput::new(false, 1);
-        let outcome = execute(&plan, &phases, Path::new(&out), name, stop, &mut live)?;
+        let outcome = execute(
+            &plan,
+            plan.to_record(),
+            &phases,
+            Path::new(&out),
+            name,
+            stop,
+            &mut live,
+        )?;
         p99s.push(
             outcome
                 .phases

@@ -8,6 +8,7 @@ mod live;
 mod report_cmd;
 mod run_cmd;
 mod summary;
+mod thresholds;
 
 use std::process::ExitCode;
 

@@ -13,10 +13,13 @@ use kiln_record::{
 use crate::cli::RunArgs;
 use crate::live::LiveOutput;
 use crate::summary;
+use crate::thresholds::{self, Threshold};
 
 /// Exit codes, documented in `kiln --help`.
 pub const EXIT_INTERRUPTED: u8 = 3;
 pub const EXIT_CTRL_C: u8 = 130;
+/// As k6's ThresholdsHaveFailed.
+pub const EXIT_THRESHOLDS_FAILED: u8 = 99;
 
 /// `-b TEXT` or `-b @FILE`, as curl reads it.
 fn read_body(arg: &str) -> Result<Vec<u8>> {
@@ -87,6 +90,9 @@ pub fn build_plan(args: &RunArgs) -> Result<LoadPlan> {
         dead_after: parse_duration(&args.dead_after)?,
     };
     plan.validate()?;
+    for t in &args.thresholds {
+        Threshold::parse(t)?;
+    }
     if !(1..=1000).contains(&args.repeat) {
         bail!("--repeat is out of range: {} (1 to 1000)", args.repeat);
     }
@@ -143,6 +149,7 @@ pub struct RunOutcome {
 /// Runs every phase, streaming each second to the run directory.
 pub fn execute(
     plan: &LoadPlan,
+    plan_record: serde_json::Value,
     phase_list: &[(PhaseSpec, Duration)],
     out_dir: &Path,
     name: &str,
@@ -151,7 +158,7 @@ pub fn execute(
 ) -> Result<RunOutcome> {
     kiln_load::preflight(plan)?;
     let command: Vec<String> = std::env::args().collect();
-    let mut dir = RunDir::create(out_dir, name, command, plan.to_record())
+    let mut dir = RunDir::create(out_dir, name, command, plan_record)
         .with_context(|| format!("cannot create the run directory {}", out_dir.display()))?;
     let mut writer = dir.add_json_lines_part(LOAD_SECONDS_PART, "load-seconds.jsonl", 1)?;
     let mut phases = Vec::new();
@@ -232,7 +239,15 @@ pub fn print_outcome(outcome: &RunOutcome, json: bool) -> Result<u8> {
             summary::render_text(&dir_text, manifest, status, &outcome.phases)
         );
     }
+    let failed_thresholds = summary::measured_total(&outcome.phases)
+        .map(|total| {
+            thresholds::check_all(&manifest.plan, &total)
+                .iter()
+                .any(|t| !t.ok)
+        })
+        .unwrap_or(false);
     Ok(match outcome.dir.effective_status() {
+        RunStatus::Complete if failed_thresholds => EXIT_THRESHOLDS_FAILED,
         RunStatus::Complete => 0,
         _ if outcome.interrupted_by_user => EXIT_CTRL_C,
         _ => EXIT_INTERRUPTED,
@@ -249,6 +264,16 @@ pub fn run(args: RunArgs, stop: &StopSignal) -> Result<u8> {
         .clone()
         .unwrap_or_else(|| PathBuf::from("runs").join(default_run_dir_name(&name)));
     let mut live = LiveOutput::new(args.quiet, interval.as_secs() as u32);
-    let outcome = execute(&plan, &phase_list, &out_dir, &name, stop, &mut live)?;
+    let mut plan_record = plan.to_record();
+    plan_record["thresholds"] = serde_json::json!(args.thresholds);
+    let outcome = execute(
+        &plan,
+        plan_record,
+        &phase_list,
+        &out_dir,
+        &name,
+        stop,
+        &mut live,
+    )?;
     print_outcome(&outcome, args.json)
 }

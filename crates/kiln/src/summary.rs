@@ -7,6 +7,7 @@ use kiln_record::{LatencyHistogram, LatencyStats, PhaseSummary, RunManifest};
 use serde_json::{json, Value};
 
 use crate::format::{self, safe_text};
+use crate::thresholds;
 
 /// The phases a summary is about: the measured ones, merged when there are several.
 pub fn measured_total(phases: &[PhaseSummary]) -> Option<PhaseSummary> {
@@ -319,6 +320,15 @@ pub fn render_text(
             );
         }
     }
+    for t in thresholds::check_all(plan, &total) {
+        let _ = writeln!(
+            out,
+            "Threshold  {} {} (measured {})",
+            if t.ok { "pass" } else { "FAIL" },
+            safe_text(&t.threshold),
+            t.actual_text
+        );
+    }
     out
 }
 
@@ -386,5 +396,6 @@ pub fn render_json(
         "phases": phases.iter().map(phase_json).collect::<Vec<_>>(),
         "total": measured_total(phases).as_ref().map(phase_json),
         "across_runs": if across.is_empty() { Value::Null } else { Value::Object(across) },
+        "thresholds": measured_total(phases).map(|t| thresholds::check_all(&manifest.plan, &t)).unwrap_or_default(),
     })
 }

@@ -183,7 +183,26 @@ fn warmup_and_repeats_are_reported_apart_and_merged_exactly() {
     assert!(throughput["stdev"].as_f64().unwrap() < 10.0);
 }
 
-#[cfg(unix)]
+/// Starts `kiln run URL --rate RATE -d 60s --out DIR` plus `extra`, in the background.
+fn spawn_long_run(url: &str, rate: &str, dir: &Path, extra: &str) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args([
+            "run",
+            url,
+            "--rate",
+            rate,
+            "-d",
+            "60s",
+            extra,
+            "--out",
+            dir.to_str().unwrap(),
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
 fn send_signal(pid: u32, signal: &str) {
     let status = Command::new("kill")
         .args(["-s", signal, &pid.to_string()])
@@ -197,22 +216,7 @@ fn ctrl_c_leaves_an_interrupted_record_that_still_reports() {
     let target = TargetServer::start(Behavior::default()).unwrap();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("r");
-    let child = Command::new(env!("CARGO_BIN_EXE_kiln"))
-        .args([
-            "run",
-            &target.url("/"),
-            "--rate",
-            "300",
-            "-d",
-            "60s",
-            "--json",
-            "--out",
-            dir.to_str().unwrap(),
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = spawn_long_run(&target.url("/"), "300", &dir, "--json");
     std::thread::sleep(Duration::from_millis(2500));
     let started = Instant::now();
     send_signal(child.id(), "INT");
@@ -239,22 +243,7 @@ fn a_killed_run_is_read_as_interrupted_and_keeps_its_finished_seconds() {
     let target = TargetServer::start(Behavior::default()).unwrap();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("r");
-    let child = Command::new(env!("CARGO_BIN_EXE_kiln"))
-        .args([
-            "run",
-            &target.url("/"),
-            "--rate",
-            "100",
-            "-d",
-            "60s",
-            "-q",
-            "--out",
-            dir.to_str().unwrap(),
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let child = spawn_long_run(&target.url("/"), "100", &dir, "-q");
     std::thread::sleep(Duration::from_millis(3500));
     send_signal(child.id(), "KILL");
     let _ = child.wait_with_output();
@@ -379,4 +368,46 @@ fn post_bodies_from_a_file_and_headers_reach_the_target() {
     assert_eq!(run["plan"]["method"], "POST");
     assert_eq!(run["plan"]["body_bytes"], 20);
     assert_eq!(run["total"]["requests"].as_u64(), Some(target.answered()));
+}
+
+#[test]
+fn thresholds_gate_the_exit_code_like_k6_and_report_rechecks_them() {
+    let target = TargetServer::start(Behavior {
+        service_time: Duration::from_millis(5),
+        ..Default::default()
+    })
+    .unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let url = target.url("/");
+    let run_with = |name: &str, thresholds: &[&str]| {
+        let dir = tmp.path().join(name);
+        let out_dir = dir.to_str().unwrap().to_string();
+        let mut args = vec!["run", url.as_str(), "--rate", "100", "-d", "1s", "--json"];
+        for t in thresholds {
+            args.extend(["--threshold", t]);
+        }
+        args.extend(["--out", out_dir.as_str()]);
+        let out = kiln(&args);
+        (out.status.code(), json_of(&out), dir)
+    };
+    let (code, run, _) = run_with("pass", &["p99<500ms", "failed<1%", "min>=5ms"]);
+    assert_eq!(code, Some(0), "{}", run["thresholds"]);
+    assert!(run["thresholds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|t| t["ok"] == true));
+
+    let (code, run, dir) = run_with("fail", &["p50<1ms", "p99<500ms"]);
+    assert_eq!(code, Some(99));
+    let results = run["thresholds"].as_array().unwrap();
+    assert_eq!(results[0]["ok"], false);
+    assert!(results[0]["actual"].as_f64().unwrap() >= 5_000.0);
+    assert_eq!(results[1]["ok"], true);
+    let report = json_of(&kiln(&["report", dir.to_str().unwrap(), "--json"]));
+    assert_eq!(report["thresholds"], run["thresholds"]);
+
+    let bad = kiln(&["run", &url, "--threshold", "p99<soon"]);
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("bad threshold"));
 }

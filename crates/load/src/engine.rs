@@ -7,6 +7,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
+use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc;
@@ -291,7 +292,7 @@ impl Collector {
                     return;
                 }
                 match self.pending.get_mut(&record.second) {
-                    Some(merged) => merge_second(merged, &record),
+                    Some(merged) => merged.merge(&record),
                     None => {
                         self.pending.insert(record.second, *record);
                     }
@@ -323,6 +324,7 @@ impl Collector {
             };
             let scheduled_now = scheduled.load(Ordering::SeqCst);
             record.scheduled = scheduled_now - self.scheduled_seen;
+            record.fill_percentiles();
             self.scheduled_seen = scheduled_now;
             self.watch_for_dead_target(&record);
             on_second(&record);
@@ -354,24 +356,6 @@ impl Collector {
             ));
         }
     }
-}
-
-fn merge_second(into: &mut SecondRecord, from: &SecondRecord) {
-    into.requests += from.requests;
-    into.sent += from.sent;
-    for (code, n) in &from.status {
-        *into.status.entry(*code).or_default() += n;
-    }
-    for (kind, n) in &from.errors {
-        *into.errors.entry(*kind).or_default() += n;
-    }
-    into.body_bytes += from.body_bytes;
-    into.connections += from.connections;
-    into.latency.merge(&from.latency);
-    if let (Some(a), Some(b)) = (&mut into.service, &from.service) {
-        a.merge(b);
-    }
-    into.send_lag_max_us = into.send_lag_max_us.max(from.send_lag_max_us);
 }
 
 /// Pushes each arrival into the queue at its due time. A sleeping thread wakes within tens
@@ -526,7 +510,56 @@ async fn ensure_connected(
 }
 
 /// Sends one request on `conn` and records the outcome against `intended`.
-async fn send_and_record(state: &WorkerLocal, conn: &mut Option<Connection>, intended: Instant) {
+/// A per-connection request timeout that is re-armed about once per timeout period instead
+/// of once per request: the timer's deadline is never later than the running request's
+/// (starts only grow), and when it fires early the request's own deadline is checked and the
+/// timer moved to it. Arming a timer per request costs a load generator measurable CPU.
+struct RequestTimer {
+    sleep: Pin<Box<tokio::time::Sleep>>,
+    fired: bool,
+}
+
+impl RequestTimer {
+    fn new() -> Self {
+        Self {
+            sleep: Box::pin(tokio::time::sleep(Duration::ZERO)),
+            fired: true,
+        }
+    }
+
+    /// Runs `work` until it ends or `deadline` passes (then `None`).
+    async fn run<F: std::future::Future>(
+        &mut self,
+        deadline: Instant,
+        work: F,
+    ) -> Option<F::Output> {
+        if self.fired || self.sleep.deadline().into_std() > deadline {
+            self.sleep.as_mut().reset(deadline.into());
+            self.fired = false;
+        }
+        let mut work = std::pin::pin!(work);
+        loop {
+            tokio::select! {
+                biased;
+                out = &mut work => return Some(out),
+                _ = &mut self.sleep => {
+                    if Instant::now() >= deadline {
+                        self.fired = true;
+                        return None;
+                    }
+                    self.sleep.as_mut().reset(deadline.into());
+                }
+            }
+        }
+    }
+}
+
+async fn send_and_record(
+    state: &WorkerLocal,
+    conn: &mut Option<Connection>,
+    timer: &mut RequestTimer,
+    intended: Instant,
+) {
     if let Err(kind) = ensure_connected(state, conn).await {
         state.recorder.borrow_mut().error(Instant::now(), kind);
         return;
@@ -535,7 +568,9 @@ async fn send_and_record(state: &WorkerLocal, conn: &mut Option<Connection>, int
     let sent = Instant::now();
     state.recorder.borrow_mut().sent(sent);
     state.in_flight.set(state.in_flight.get() + 1);
-    let outcome = tokio::time::timeout(state.plan.timeout, c.send(&state.setup)).await;
+    let outcome = timer
+        .run(sent + state.plan.timeout, c.send(&state.setup))
+        .await;
     state.in_flight.set(state.in_flight.get() - 1);
     let done = Instant::now();
     let mut rec = state.recorder.borrow_mut();
@@ -574,9 +609,10 @@ async fn closed_connection(state: Rc<WorkerLocal>, global: usize, mut stop: watc
         return;
     }
     let mut conn: Option<Connection> = None;
+    let mut timer = RequestTimer::new();
     while !state.shared.should_stop() {
         let had_connection = conn.is_some();
-        send_and_record(&state, &mut conn, Instant::now()).await;
+        send_and_record(&state, &mut conn, &mut timer, Instant::now()).await;
         let failed_to_connect = conn.is_none() && !had_connection;
         let pause = if failed_to_connect {
             RECONNECT_BACKOFF.max(think_time)
@@ -599,6 +635,7 @@ async fn open_connection(state: Rc<WorkerLocal>, mut stop: watch::Receiver<bool>
         return;
     };
     let mut conn: Option<Connection> = None;
+    let mut timer = RequestTimer::new();
     // Connect before the first arrival so it is not charged for the handshake.
     let _ = ensure_connected(&state, &mut conn).await;
     loop {
@@ -612,7 +649,7 @@ async fn open_connection(state: Rc<WorkerLocal>, mut stop: watch::Receiver<bool>
             state.shared.unsent.fetch_add(1, Ordering::Relaxed);
             break;
         }
-        send_and_record(&state, &mut conn, intended).await;
+        send_and_record(&state, &mut conn, &mut timer, intended).await;
         state.shared.idle.fetch_add(1, Ordering::Relaxed);
     }
     if conn.is_some() {

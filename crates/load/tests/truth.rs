@@ -49,6 +49,19 @@ fn plan(target: &TargetServer, model: Model, secs: u64) -> LoadPlan {
     }
 }
 
+/// Answers in 2 ms, but the whole server pauses 100 ms every second (like a GC pause).
+fn pausing_target() -> TargetServer {
+    TargetServer::start(Behavior {
+        service_time: Duration::from_millis(2),
+        stall: Some(Stall {
+            every: Duration::from_secs(1),
+            length: Duration::from_millis(100),
+        }),
+        ..Default::default()
+    })
+    .unwrap()
+}
+
 /// Timing truth needs the machine to itself: these tests run one at a time.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
@@ -106,15 +119,7 @@ fn open_model_at_a_fixed_rate_sees_a_periodic_stall_as_arriving_users_do() {
     // 2 ms service; the whole server pauses 100 ms every second. At a steady rate 10% of
     // arrivals land in a pause and wait for its end: uniformly 0..100 ms more. So
     // P(latency > 2 ms + x) = 0.1 * (1 - x / 100 ms): p95 = 52 ms, p99 = 92 ms, p99.9 = 101 ms.
-    let target = TargetServer::start(Behavior {
-        service_time: Duration::from_millis(2),
-        stall: Some(Stall {
-            every: Duration::from_secs(1),
-            length: Duration::from_millis(100),
-        }),
-        ..Default::default()
-    })
-    .unwrap();
+    let target = pausing_target();
     let (s, end) = run(&plan(&target, open(400.0, 4, 8, 200), 4));
     assert_eq!(s.scheduled, 1_600);
     assert_eq!(s.responses(), 1_600);
@@ -138,15 +143,7 @@ fn open_model_at_a_fixed_rate_sees_a_periodic_stall_as_arriving_users_do() {
 fn closed_model_samples_each_stall_once_per_connection() {
     // The coordinated-omission effect, measured: each of the 4 connections waits out each of
     // the ~4 pauses once, so only ~16 of thousands of samples see the pause and p99 hides it.
-    let target = TargetServer::start(Behavior {
-        service_time: Duration::from_millis(2),
-        stall: Some(Stall {
-            every: Duration::from_secs(1),
-            length: Duration::from_millis(100),
-        }),
-        ..Default::default()
-    })
-    .unwrap();
+    let target = pausing_target();
     let (s, _) = run(&plan(&target, closed(4), 4));
     let slow = (s.latency.count() as f64 * (1.0 - s.latency.fraction_at_or_below(10_000))).round();
     assert!(

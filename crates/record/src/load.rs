@@ -87,9 +87,46 @@ pub struct SecondRecord {
     /// Open model: the worst delay this second between a request's intended and actual send.
     #[serde(default)]
     pub send_lag_max_us: u64,
+    /// For people and scripts reading the file: `latency`'s p50, p90, p99 and max, in
+    /// microseconds (derived; the histogram is the record).
+    #[serde(default)]
+    pub latency_p50_p90_p99_max_us: [u64; 4],
 }
 
 impl SecondRecord {
+    /// Adds another worker's record of the same second (histograms merge exactly).
+    pub fn merge(&mut self, other: &SecondRecord) {
+        self.requests += other.requests;
+        self.sent += other.sent;
+        self.scheduled += other.scheduled;
+        for (code, n) in &other.status {
+            *self.status.entry(*code).or_default() += n;
+        }
+        for (kind, n) in &other.errors {
+            *self.errors.entry(*kind).or_default() += n;
+        }
+        self.body_bytes += other.body_bytes;
+        self.connections += other.connections;
+        self.latency.merge(&other.latency);
+        if let Some(service) = &other.service {
+            self.service
+                .get_or_insert_with(LatencyHistogram::new)
+                .merge(service);
+        }
+        self.send_lag_max_us = self.send_lag_max_us.max(other.send_lag_max_us);
+    }
+
+    /// Fills the derived percentile fields from the histogram.
+    pub fn fill_percentiles(&mut self) {
+        let h = &self.latency;
+        self.latency_p50_p90_p99_max_us = [
+            h.quantile_us(0.5),
+            h.quantile_us(0.9),
+            h.quantile_us(0.99),
+            h.max_us(),
+        ];
+    }
+
     pub fn responses(&self) -> u64 {
         self.status.values().sum()
     }
