@@ -1,0 +1,12 @@
+//! kiln's sampler: reads /proc (under a configurable root, so tests can use fixture trees)
+//! and turns two readings into per-second figures: host CPU split per core, the target
+//! process and each of its threads (CPU, context switches, RSS).
+//!
+//! It never panics on what the kernel writes: a missing, unreadable or malformed file makes
+//! that figure `None` and the rest goes on.
+
+pub mod procfs;
+pub mod rates;
+
+pub use procfs::{CpuTimes, HostStat, ProcFs, TaskStat};
+pub use rates::{host_cpu_split, task_rates, CpuSplit, TaskRates};

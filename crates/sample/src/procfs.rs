@@ -1,0 +1,282 @@
+//! Parsers for the /proc files the sampler reads. Each returns `None` for input it cannot
+//! understand instead of failing the whole sample.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+/// Cumulative CPU time of one CPU (or all), in clock ticks, from a `cpu` line of /proc/stat.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct CpuTimes {
+    pub user: u64,
+    pub nice: u64,
+    pub system: u64,
+    pub idle: u64,
+    pub iowait: u64,
+    pub irq: u64,
+    pub softirq: u64,
+    pub steal: u64,
+}
+
+impl CpuTimes {
+    pub fn total(&self) -> u64 {
+        self.user
+            + self.nice
+            + self.system
+            + self.idle
+            + self.iowait
+            + self.irq
+            + self.softirq
+            + self.steal
+    }
+}
+
+/// What /proc/stat says about the host.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct HostStat {
+    pub all: CpuTimes,
+    /// Indexed by CPU number as the kernel names it (`cpu0`, `cpu1`, ...).
+    pub per_cpu: Vec<(u32, CpuTimes)>,
+    pub context_switches: Option<u64>,
+    pub procs_running: Option<u64>,
+    pub procs_blocked: Option<u64>,
+}
+
+/// Parses one `cpuN user nice system idle iowait irq softirq steal ...` line. Older kernels
+/// have fewer columns (missing ones read as 0); newer ones more (ignored). Guest time is
+/// already included in user and nice, so it is not added again.
+fn parse_cpu_line(rest: &str) -> Option<CpuTimes> {
+    let v: Vec<u64> = rest
+        .split_whitespace()
+        .map(|f| f.parse().ok())
+        .collect::<Option<_>>()?;
+    if v.len() < 4 {
+        return None;
+    }
+    let at = |i: usize| v.get(i).copied().unwrap_or(0);
+    Some(CpuTimes {
+        user: at(0),
+        nice: at(1),
+        system: at(2),
+        idle: at(3),
+        iowait: at(4),
+        irq: at(5),
+        softirq: at(6),
+        steal: at(7),
+    })
+}
+
+pub fn parse_host_stat(text: &str) -> Option<HostStat> {
+    let mut stat = HostStat::default();
+    let mut saw_all = false;
+    for line in text.lines() {
+        let mut parts = line.splitn(2, char::is_whitespace);
+        let key = parts.next().unwrap_or("");
+        let rest = parts.next().unwrap_or("");
+        if key == "cpu" {
+            stat.all = parse_cpu_line(rest)?;
+            saw_all = true;
+        } else if let Some(n) = key.strip_prefix("cpu").and_then(|n| n.parse::<u32>().ok()) {
+            if let Some(times) = parse_cpu_line(rest) {
+                stat.per_cpu.push((n, times));
+            }
+        } else {
+            let value = rest.split_whitespace().next().and_then(|v| v.parse().ok());
+            match key {
+                "ctxt" => stat.context_switches = value,
+                "procs_running" => stat.procs_running = value,
+                "procs_blocked" => stat.procs_blocked = value,
+                _ => {}
+            }
+        }
+    }
+    saw_all.then_some(stat)
+}
+
+/// One process or thread, from its `stat` and `status` files.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TaskStat {
+    pub id: i32,
+    pub name: String,
+    pub state: char,
+    /// Clock ticks.
+    pub utime: u64,
+    pub stime: u64,
+    pub num_threads: u64,
+    /// Resident pages.
+    pub rss_pages: u64,
+    pub voluntary_switches: Option<u64>,
+    pub involuntary_switches: Option<u64>,
+}
+
+/// Parses `/proc/PID/stat`. The name sits in parentheses and may itself hold spaces and
+/// parentheses, so the fields are counted from the last `)`.
+pub fn parse_task_stat(text: &str) -> Option<TaskStat> {
+    let open = text.find('(')?;
+    let close = text.rfind(')')?;
+    if close < open {
+        return None;
+    }
+    let id = text[..open].trim().parse().ok()?;
+    let name = text[open + 1..close].to_string();
+    let fields: Vec<&str> = text[close + 1..].split_whitespace().collect();
+    // fields[0] is field 3 (state) of proc(5).
+    let field = |n: usize| fields.get(n - 3).and_then(|f| f.parse::<u64>().ok());
+    Some(TaskStat {
+        id,
+        name,
+        state: fields.first()?.chars().next()?,
+        utime: field(14)?,
+        stime: field(15)?,
+        num_threads: field(20).unwrap_or(1),
+        rss_pages: field(24).unwrap_or(0),
+        voluntary_switches: None,
+        involuntary_switches: None,
+    })
+}
+
+/// Reads the context-switch counts from `/proc/PID/status`.
+pub fn parse_status_switches(text: &str) -> (Option<u64>, Option<u64>) {
+    let mut voluntary = None;
+    let mut involuntary = None;
+    for line in text.lines() {
+        let value = || line.split(':').nth(1).and_then(|v| v.trim().parse().ok());
+        if line.starts_with("voluntary_ctxt_switches:") {
+            voluntary = value();
+        } else if line.starts_with("nonvoluntary_ctxt_switches:") {
+            involuntary = value();
+        }
+    }
+    (voluntary, involuntary)
+}
+
+/// /proc under a root: `/` on the live host, a fixture tree in tests.
+#[derive(Clone, Debug)]
+pub struct ProcFs {
+    root: PathBuf,
+}
+
+impl Default for ProcFs {
+    fn default() -> Self {
+        Self::new("/")
+    }
+}
+
+impl ProcFs {
+    pub fn new(root: impl AsRef<Path>) -> Self {
+        Self {
+            root: root.as_ref().to_path_buf(),
+        }
+    }
+
+    fn read(&self, rel: &str) -> Option<String> {
+        fs::read_to_string(self.root.join(rel)).ok()
+    }
+
+    pub fn host_stat(&self) -> Option<HostStat> {
+        parse_host_stat(&self.read("proc/stat")?)
+    }
+
+    fn task(&self, dir: &str) -> Option<TaskStat> {
+        let mut task = parse_task_stat(&self.read(&format!("{dir}/stat"))?)?;
+        if let Some(status) = self.read(&format!("{dir}/status")) {
+            (task.voluntary_switches, task.involuntary_switches) = parse_status_switches(&status);
+        }
+        Some(task)
+    }
+
+    /// The process as a whole (all its threads' times summed by the kernel).
+    pub fn process(&self, pid: i32) -> Option<TaskStat> {
+        self.task(&format!("proc/{pid}"))
+    }
+
+    /// Every thread of the process; threads that exit while being read are skipped.
+    pub fn threads(&self, pid: i32) -> Vec<TaskStat> {
+        let Ok(entries) = fs::read_dir(self.root.join(format!("proc/{pid}/task"))) else {
+            return Vec::new();
+        };
+        let mut threads: Vec<TaskStat> = entries
+            .filter_map(|e| e.ok())
+            .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()))
+            .filter_map(|tid| self.task(&format!("proc/{pid}/task/{tid}")))
+            .collect();
+        threads.sort_by_key(|t| t.id);
+        threads
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const STAT: &str = "cpu  100 5 50 1000 10 1 2 3 0 0\n\
+cpu0 60 5 30 500 5 1 1 2 0 0\n\
+cpu1 40 0 20 500 5 0 1 1 0 0\n\
+intr 12345 1 2\n\
+ctxt 987654\n\
+btime 1700000000\n\
+procs_running 3\n\
+procs_blocked 1\n";
+
+    #[test]
+    fn host_stat_reads_every_cpu_and_the_counters() {
+        let s = parse_host_stat(STAT).unwrap();
+        assert_eq!(s.all.user, 100);
+        assert_eq!(s.all.steal, 3);
+        assert_eq!(s.per_cpu.len(), 2);
+        assert_eq!(s.per_cpu[1].0, 1);
+        assert_eq!(s.per_cpu[0].1.system, 30);
+        assert_eq!(s.context_switches, Some(987654));
+        assert_eq!((s.procs_running, s.procs_blocked), (Some(3), Some(1)));
+    }
+
+    #[test]
+    fn an_old_kernel_with_four_cpu_columns_still_parses() {
+        let s = parse_host_stat("cpu 1 2 3 4\ncpu0 1 2 3 4\n").unwrap();
+        assert_eq!((s.all.idle, s.all.steal), (4, 0));
+        assert!(parse_host_stat("cpu 1 2\n").is_none());
+        assert!(parse_host_stat("").is_none());
+    }
+
+    #[test]
+    fn a_task_name_with_spaces_and_parentheses_is_read_whole() {
+        let line = "4242 (my (weird) name) S 1 4242 4242 0 -1 4194560 100 0 0 0 \
+250 75 0 0 20 0 7 0 12345 1000000 321 18446744073709551615";
+        let t = parse_task_stat(line).unwrap();
+        assert_eq!(
+            (t.id, t.name.as_str(), t.state),
+            (4242, "my (weird) name", 'S')
+        );
+        assert_eq!(
+            (t.utime, t.stime, t.num_threads, t.rss_pages),
+            (250, 75, 7, 321)
+        );
+        assert!(parse_task_stat("4242 (cut").is_none());
+        assert!(parse_task_stat("4242 (short) S 1 2").is_none());
+    }
+
+    #[test]
+    fn context_switches_come_from_status() {
+        let status = "Name:\tx\nvoluntary_ctxt_switches:\t150\nnonvoluntary_ctxt_switches:\t12\n";
+        assert_eq!(parse_status_switches(status), (Some(150), Some(12)));
+        assert_eq!(parse_status_switches("Name: x\n"), (None, None));
+    }
+
+    #[test]
+    fn the_live_host_and_this_process_are_readable() {
+        let proc = ProcFs::default();
+        let host = proc.host_stat().expect("/proc/stat");
+        assert!(!host.per_cpu.is_empty());
+        let me = proc.process(std::process::id() as i32).expect("own stat");
+        assert!(me.voluntary_switches.is_some());
+        assert!(!proc.threads(std::process::id() as i32).is_empty());
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn no_text_panics_the_parsers(text in "(cpu[0-9]? [0-9 ]{0,30}\n|ctxt [0-9]{0,5}\n|[ -~]{0,40}\n){0,6}") {
+            let _ = parse_host_stat(&text);
+            let _ = parse_task_stat(&text);
+            let _ = parse_status_switches(&text);
+        }
+    }
+}

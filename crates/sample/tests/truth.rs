@@ -1,0 +1,86 @@
+//! The sampler against workloads whose resource use is known by construction: threads of
+//! this test process that burn user time, burn system time, or sleep at a fixed rate.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use kiln_sample::{task_rates, ProcFs, TaskStat};
+
+const USER_HZ: f64 = 100.0;
+
+fn thread_named(proc: &ProcFs, name: &str) -> TaskStat {
+    let pid = std::process::id() as i32;
+    proc.threads(pid)
+        .into_iter()
+        .find(|t| t.name == name)
+        .unwrap_or_else(|| panic!("no thread named {name}"))
+}
+
+/// Runs `work` on a named thread until stopped; returns the stop flag.
+fn start(name: &str, work: impl Fn() + Send + 'static) -> Arc<AtomicBool> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = stop.clone();
+    thread::Builder::new()
+        .name(name.into())
+        .spawn(move || {
+            while !flag.load(Ordering::Relaxed) {
+                work();
+            }
+        })
+        .unwrap();
+    thread::sleep(Duration::from_millis(100));
+    stop
+}
+
+/// Samples the named thread over 2 s.
+fn measure(name: &str) -> kiln_sample::TaskRates {
+    let proc = ProcFs::default();
+    let before = thread_named(&proc, name);
+    let t0 = Instant::now();
+    thread::sleep(Duration::from_secs(2));
+    let after = thread_named(&proc, name);
+    task_rates(&before, &after, t0.elapsed().as_secs_f64(), USER_HZ).unwrap()
+}
+
+#[test]
+fn a_spinning_thread_is_one_core_of_user_time() {
+    let stop = start("burn-user", || {
+        let mut x = 0u64;
+        for i in 0..100_000u64 {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(i);
+        }
+        std::hint::black_box(x);
+    });
+    let r = measure("burn-user");
+    stop.store(true, Ordering::Relaxed);
+    // One core, less whatever the other tests' threads take from it on 2 CPUs.
+    assert!(r.cpu_user_pct + r.cpu_system_pct > 60.0, "{r:?}");
+    assert!(r.cpu_user_pct > 5.0 * r.cpu_system_pct.max(1.0), "{r:?}");
+}
+
+#[test]
+fn a_thread_in_a_syscall_loop_is_mostly_system_time() {
+    let stop = start("burn-sys", || {
+        for _ in 0..1000 {
+            // A real system call each time (metadata of a file in /proc).
+            let _ = std::fs::metadata("/proc/self/stat");
+        }
+    });
+    let r = measure("burn-sys");
+    stop.store(true, Ordering::Relaxed);
+    assert!(r.cpu_system_pct > r.cpu_user_pct, "{r:?}");
+    assert!(r.cpu_system_pct > 30.0, "{r:?}");
+}
+
+#[test]
+fn a_thread_sleeping_10ms_switches_out_about_100_times_a_second() {
+    let stop = start("sleep-100hz", || thread::sleep(Duration::from_millis(10)));
+    let r = measure("sleep-100hz");
+    stop.store(true, Ordering::Relaxed);
+    let v = r.voluntary_switches_per_s.unwrap();
+    // Each sleep is one voluntary switch; a sleep overshoots by tens of microseconds.
+    assert!((85.0..=101.0).contains(&v), "{v} voluntary switches/s");
+    assert!(r.cpu_user_pct + r.cpu_system_pct < 10.0, "{r:?}");
+}
