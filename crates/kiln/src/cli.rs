@@ -25,6 +25,30 @@ pub enum Command {
     Report(ReportArgs),
     /// Start an embedded target, load it, and show what kiln reports.
     Demo(DemoArgs),
+    /// Watch what the host and a process do, once a second, without load.
+    Watch(WatchArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct WatchArgs {
+    /// The process to watch.
+    #[arg(long = "pid", conflicts_with = "port")]
+    pub pid: Option<i32>,
+    /// Watch the process listening on this TCP port.
+    #[arg(long = "port")]
+    pub port: Option<u16>,
+    /// How long to watch.
+    #[arg(short = 'd', long = "duration", default_value = "10s")]
+    pub duration: String,
+    /// Time between samples.
+    #[arg(long = "interval", default_value = "1s")]
+    pub interval: String,
+    /// The run directory (default: runs/<time>-watch-<pid>).
+    #[arg(long = "out")]
+    pub out: Option<PathBuf>,
+    /// Print each sample as a JSON line on stdout.
+    #[arg(long = "json")]
+    pub json: bool,
 }
 
 #[derive(Args, Debug, Clone)]

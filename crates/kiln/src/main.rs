@@ -9,6 +9,7 @@ mod report_cmd;
 mod run_cmd;
 mod summary;
 mod thresholds;
+mod watch_cmd;
 
 use std::process::ExitCode;
 
@@ -61,6 +62,7 @@ fn main() -> ExitCode {
         Command::Run(args) => run_cmd::run(*args, &stop),
         Command::Report(args) => report_cmd::run(args),
         Command::Demo(args) => demo::run(args, &stop),
+        Command::Watch(args) => watch_cmd::run(args, &stop),
     };
     match result {
         Ok(code) => ExitCode::from(code),

@@ -7,6 +7,8 @@
 
 pub mod procfs;
 pub mod rates;
+pub mod sampler;
 
 pub use procfs::{CpuTimes, HostStat, ProcFs, TaskStat};
 pub use rates::{host_cpu_split, task_rates, CpuSplit, TaskRates};
+pub use sampler::{ProcessSecond, ResourceSecond, Sampler, RESOURCES_PART};

@@ -189,6 +189,32 @@ impl ProcFs {
         self.task(&format!("proc/{pid}"))
     }
 
+    /// The process that owns a socket listening on TCP `port`, if one is visible.
+    pub fn pid_listening_on(&self, port: u16) -> Option<i32> {
+        let mut inodes: Vec<u64> = ["proc/net/tcp", "proc/net/tcp6"]
+            .iter()
+            .filter_map(|f| self.read(f))
+            .flat_map(|text| parse_listening_inodes(&text, port))
+            .collect();
+        inodes.retain(|i| *i != 0);
+        if inodes.is_empty() {
+            return None;
+        }
+        let wanted: Vec<String> = inodes.iter().map(|i| format!("socket:[{i}]")).collect();
+        let mut pids: Vec<i32> = fs::read_dir(self.root.join("proc"))
+            .ok()?
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+            .collect();
+        pids.sort_unstable();
+        pids.into_iter().find(|pid| {
+            let Ok(fds) = fs::read_dir(self.root.join(format!("proc/{pid}/fd"))) else {
+                return false;
+            };
+            fds.filter_map(|fd| fs::read_link(fd.ok()?.path()).ok())
+                .any(|target| wanted.iter().any(|w| target.as_os_str() == w.as_str()))
+        })
+    }
+
     /// Every thread of the process; threads that exit while being read are skipped.
     pub fn threads(&self, pid: i32) -> Vec<TaskStat> {
         let Ok(entries) = fs::read_dir(self.root.join(format!("proc/{pid}/task"))) else {
@@ -202,6 +228,19 @@ impl ProcFs {
         threads.sort_by_key(|t| t.id);
         threads
     }
+}
+
+/// Socket inodes listening on TCP `port`, from the lines of /proc/net/tcp or tcp6
+/// (`sl local_address rem_address st ... inode`, addresses as hex `IP:PORT`, LISTEN = 0A).
+pub fn parse_listening_inodes(text: &str, port: u16) -> Vec<u64> {
+    text.lines()
+        .skip(1)
+        .filter_map(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let local_port = u16::from_str_radix(f.get(1)?.rsplit(':').next()?, 16).ok()?;
+            (local_port == port && *f.get(3)? == "0A").then(|| f.get(9)?.parse().ok())?
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -269,6 +308,26 @@ procs_blocked 1\n";
         let me = proc.process(std::process::id() as i32).expect("own stat");
         assert!(me.voluntary_switches.is_some());
         assert!(!proc.threads(std::process::id() as i32).is_empty());
+    }
+
+    #[test]
+    fn listening_sockets_are_found_by_port() {
+        let tcp = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n\
+   0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 4242 1 0\n\
+   1: 0100007F:1F90 0100007F:C350 01 00000000:00000000 00:00000000 00000000     0        0 5555 1 0\n\
+   2: 00000000:0050 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 777 1 0\n";
+        assert_eq!(parse_listening_inodes(tcp, 8080), vec![4242]);
+        assert_eq!(parse_listening_inodes(tcp, 80), vec![777]);
+        assert!(parse_listening_inodes(tcp, 9).is_empty());
+        assert!(parse_listening_inodes("garbage\nmore garbage", 80).is_empty());
+    }
+
+    #[test]
+    fn the_process_listening_on_a_port_is_this_one() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let pid = ProcFs::default().pid_listening_on(port);
+        assert_eq!(pid, Some(std::process::id() as i32));
     }
 
     proptest::proptest! {

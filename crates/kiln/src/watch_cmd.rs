@@ -1,0 +1,143 @@
+//! `kiln watch --pid P | --port P`: the sampler on its own. A compact line per sample on
+//! stderr, every sample in the run directory (`resources.jsonl`), a summary at the end.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use kiln_load::plan::parse_duration;
+use kiln_load::{SelfUsage, StopSignal};
+use kiln_record::{default_run_dir_name, RunDir, RunStatus};
+use kiln_sample::{ProcFs, ResourceSecond, Sampler, RESOURCES_PART};
+use serde_json::json;
+
+use crate::cli::WatchArgs;
+use crate::format::{self, safe_text};
+use crate::run_cmd::EXIT_INTERRUPTED;
+
+fn one_line(s: &ResourceSecond) -> String {
+    let mut line = format!("{:>4}s", s.second);
+    if let Some(h) = &s.host_cpu {
+        line += &format!(
+            "  host usr {:>3.0}% sys {:>3.0}% si {:>2.0}% iowait {:>2.0}% steal {:>2.0}% runq {}",
+            h.user + h.nice,
+            h.system,
+            h.softirq + h.irq,
+            h.iowait,
+            h.steal,
+            s.run_queue.unwrap_or(0)
+        );
+    }
+    if let Some(p) = &s.process {
+        line += &format!(
+            " | {} cpu {:>3.0}% (usr {:.0} sys {:.0}) cs/s {:.0}+{:.0} rss {} thr {}",
+            p.rates.id,
+            p.rates.cpu_user_pct + p.rates.cpu_system_pct,
+            p.rates.cpu_user_pct,
+            p.rates.cpu_system_pct,
+            p.rates.voluntary_switches_per_s.unwrap_or(0.0),
+            p.rates.involuntary_switches_per_s.unwrap_or(0.0),
+            format::bytes(p.rss_kib * 1024),
+            p.threads
+        );
+        if let Some(t) = p.hottest_by_cpu.first() {
+            line += &format!(
+                " | hottest {} {:.0}%",
+                safe_text(&t.name),
+                t.cpu_user_pct + t.cpu_system_pct
+            );
+        }
+    }
+    line
+}
+
+pub fn run(args: WatchArgs, stop: &StopSignal) -> Result<u8> {
+    let proc = ProcFs::default();
+    let pid = match (args.pid, args.port) {
+        (Some(pid), _) => pid,
+        (None, Some(port)) => proc.pid_listening_on(port).with_context(|| {
+            format!("no visible process listens on TCP port {port} (run kiln as the target's user or root)")
+        })?,
+        (None, None) => bail!("say what to watch: --pid PID or --port PORT"),
+    };
+    if proc.process(pid).is_none() {
+        bail!("no process {pid} (or /proc/{pid} is not readable)");
+    }
+    let duration = parse_duration(&args.duration)?;
+    let interval = parse_duration(&args.interval)?;
+    if interval < Duration::from_millis(100) {
+        bail!("--interval is out of range: at least 100ms");
+    }
+    let out = args.out.clone().unwrap_or_else(|| {
+        PathBuf::from("runs").join(default_run_dir_name(&format!("watch-{pid}")))
+    });
+    let plan = json!({"watch": {"pid": pid, "port": args.port, "duration_s": duration.as_secs_f64(),
+                      "interval_s": interval.as_secs_f64()}});
+    let mut dir = RunDir::create(
+        &out,
+        &format!("watch-{pid}"),
+        std::env::args().collect(),
+        plan,
+    )
+    .with_context(|| format!("cannot create the run directory {}", out.display()))?;
+    let mut writer = dir.add_json_lines_part(RESOURCES_PART, "resources.jsonl", 1)?;
+
+    let usage_before = SelfUsage::now();
+    let started = Instant::now();
+    let mut sampler = Sampler::new(proc, Some(pid));
+    let mut samples: Vec<ResourceSecond> = Vec::new();
+    let mut ended: Option<String> = None;
+    let mut next = started + interval;
+    while next <= started + duration {
+        while Instant::now() < next {
+            if stop.is_stopped() {
+                break;
+            }
+            std::thread::sleep((next - Instant::now()).min(Duration::from_millis(100)));
+        }
+        if let Some(reason) = stop.reason() {
+            ended = Some(reason);
+            break;
+        }
+        if !sampler.target_alive() {
+            ended = Some(format!("process {pid} exited"));
+            break;
+        }
+        let sample = sampler.tick();
+        writer.write(&sample)?;
+        if args.json {
+            println!("{}", serde_json::to_string(&sample)?);
+        } else {
+            eprintln!("{}", one_line(&sample));
+        }
+        samples.push(sample);
+        next += interval;
+    }
+    let usage = SelfUsage::now().since(&usage_before);
+    let elapsed = started.elapsed().as_secs_f64();
+    let own_pct = (usage.user_us + usage.system_us) as f64 / 1e4 / elapsed.max(1e-9);
+    match &ended {
+        Some(reason) => dir.finish(RunStatus::Interrupted, Some(reason.clone()))?,
+        None => dir.finish(RunStatus::Complete, None)?,
+    }
+    if !args.json {
+        let cpu: Vec<f64> = samples
+            .iter()
+            .filter_map(|s| s.process.as_ref())
+            .map(|p| p.rates.cpu_user_pct + p.rates.cpu_system_pct)
+            .collect();
+        let mean = cpu.iter().sum::<f64>() / cpu.len().max(1) as f64;
+        let peak = cpu.iter().cloned().fold(0.0, f64::max);
+        println!(
+            "\nWatched    process {pid} for {} samples: CPU mean {mean:.0}%, peak {peak:.0}% of one core",
+            samples.len()
+        );
+        println!(
+            "Run        {} ({})",
+            dir.path().display(),
+            dir.manifest.status.as_str()
+        );
+        println!("Sampler    kiln's own CPU {own_pct:.2}% of one core");
+    }
+    Ok(if ended.is_some() { EXIT_INTERRUPTED } else { 0 })
+}

@@ -1,0 +1,141 @@
+//! `kiln watch` against processes whose behaviour is known: a shell spinning one core, this
+//! test process found by its listening port, a process that exits mid-watch.
+
+use std::process::{Command, Stdio};
+
+use serde_json::Value;
+
+fn kiln(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+fn samples(out: &std::process::Output) -> Vec<Value> {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[test]
+fn a_spinning_process_is_seen_using_one_core_of_user_time() {
+    let mut busy = Command::new("sh")
+        .args(["-c", "while :; do :; done"])
+        .spawn()
+        .unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("w");
+    let pid = busy.id().to_string();
+    let out = kiln(&[
+        "watch",
+        "--pid",
+        &pid,
+        "-d",
+        "3s",
+        "--json",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    let _ = busy.kill();
+    let _ = busy.wait();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let s = samples(&out);
+    assert_eq!(s.len(), 3);
+    for sample in &s {
+        let p = &sample["process"];
+        assert_eq!(p["id"].as_u64(), Some(busy.id() as u64));
+        let user = p["cpu_user_pct"].as_f64().unwrap();
+        assert!(user > 60.0, "user {user}%");
+        assert!(p["cpu_system_pct"].as_f64().unwrap() < 10.0);
+        assert!(
+            sample["host_cpu"]["user"].as_f64().unwrap() > 25.0,
+            "one of two CPUs busy"
+        );
+    }
+    let written = std::fs::read_to_string(dir.join("resources.jsonl")).unwrap();
+    assert_eq!(written.lines().count(), 3);
+}
+
+#[test]
+fn watch_port_finds_the_listening_process() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port().to_string();
+    let tmp = tempfile::tempdir().unwrap();
+    let out = kiln(&[
+        "watch",
+        "--port",
+        &port,
+        "-d",
+        "1s",
+        "--json",
+        "--out",
+        tmp.path().join("w").to_str().unwrap(),
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let s = samples(&out);
+    assert_eq!(
+        s[0]["process"]["id"].as_u64(),
+        Some(std::process::id() as u64)
+    );
+    assert!(s[0]["process"]["threads"].as_u64().unwrap() >= 1);
+}
+
+#[test]
+fn a_process_that_exits_ends_the_watch_as_interrupted() {
+    let mut short = Command::new("sleep").arg("1.5").spawn().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("w");
+    let out = kiln(&[
+        "watch",
+        "--pid",
+        &short.id().to_string(),
+        "-d",
+        "10s",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    let _ = short.wait();
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let manifest: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("run.json")).unwrap()).unwrap();
+    assert_eq!(manifest["status"], "interrupted");
+    assert!(manifest["status_reason"]
+        .as_str()
+        .unwrap()
+        .contains("exited"));
+}
+
+#[test]
+fn watching_nothing_or_a_missing_process_is_a_clear_error() {
+    for (args, expected) in [
+        (vec!["watch"], "--pid PID or --port PORT"),
+        (vec!["watch", "--pid", "999999999"], "no process 999999999"),
+        (
+            vec!["watch", "--pid", "1", "--interval", "1ms"],
+            "--interval is out of range",
+        ),
+    ] {
+        let out = kiln(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+    }
+}

@@ -1,0 +1,172 @@
+//! One tick of the sampler: read everything, compare with the previous reading, and give
+//! the figures of the interval in between. The caller decides when to tick (once a second).
+
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+use crate::procfs::{HostStat, ProcFs, TaskStat};
+use crate::rates::{host_cpu_split, task_rates, CpuSplit, TaskRates};
+
+/// The part kind (and file stem) of the sampler's per-second records in a run directory.
+pub const RESOURCES_PART: &str = "resources";
+
+/// Clock ticks per second of /proc times (USER_HZ); 100 on every Linux architecture kiln
+/// runs on.
+const USER_HZ: f64 = 100.0;
+/// How many threads to name in each "hottest" list.
+const TOP_THREADS: usize = 5;
+
+/// The watched process over one interval.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ProcessSecond {
+    #[serde(flatten)]
+    pub rates: TaskRates,
+    pub rss_kib: u64,
+    pub threads: u64,
+    /// The threads that used the most CPU, then the ones that switched out the most.
+    pub hottest_by_cpu: Vec<TaskRates>,
+    pub hottest_by_switches: Vec<TaskRates>,
+}
+
+/// What the host and the target did during one interval. Figures that could not be read
+/// are `None` (a missing /proc file, a process that exited).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ResourceSecond {
+    /// Seconds since sampling started, at the end of the interval.
+    pub second: u32,
+    pub interval_s: f64,
+    pub host_cpu: Option<CpuSplit>,
+    pub host_cpu_per_core: Vec<(u32, CpuSplit)>,
+    pub host_context_switches_per_s: Option<f64>,
+    pub run_queue: Option<u64>,
+    pub blocked: Option<u64>,
+    pub process: Option<ProcessSecond>,
+}
+
+struct Reading {
+    at: Instant,
+    host: Option<HostStat>,
+    process: Option<TaskStat>,
+    threads: Vec<TaskStat>,
+}
+
+/// Reads /proc each tick and keeps the previous reading.
+pub struct Sampler {
+    proc: ProcFs,
+    pid: Option<i32>,
+    started: Instant,
+    previous: Option<Reading>,
+    page_kib: u64,
+}
+
+impl Sampler {
+    pub fn new(proc: ProcFs, pid: Option<i32>) -> Self {
+        let mut sampler = Self {
+            proc,
+            pid,
+            started: Instant::now(),
+            previous: None,
+            page_kib: page_size_kib(),
+        };
+        sampler.previous = Some(sampler.read());
+        sampler
+    }
+
+    fn read(&self) -> Reading {
+        Reading {
+            at: Instant::now(),
+            host: self.proc.host_stat(),
+            process: self.pid.and_then(|p| self.proc.process(p)),
+            threads: self.pid.map(|p| self.proc.threads(p)).unwrap_or_default(),
+        }
+    }
+
+    /// True while the watched process (if any) still runs; a zombie (exited, not yet reaped
+    /// by its parent) counts as gone.
+    pub fn target_alive(&self) -> bool {
+        self.pid.is_none_or(|p| {
+            self.proc
+                .process(p)
+                .is_some_and(|t| !matches!(t.state, 'Z' | 'X'))
+        })
+    }
+
+    /// Reads now and returns the interval since the last tick.
+    pub fn tick(&mut self) -> ResourceSecond {
+        let now = self.read();
+        let out = match &self.previous {
+            Some(before) => self.compare(before, &now),
+            None => ResourceSecond::default(),
+        };
+        self.previous = Some(now);
+        out
+    }
+
+    fn compare(&self, a: &Reading, b: &Reading) -> ResourceSecond {
+        let secs = b.at.duration_since(a.at).as_secs_f64();
+        let mut out = ResourceSecond {
+            second: b.at.duration_since(self.started).as_secs_f64().round() as u32,
+            interval_s: secs,
+            ..Default::default()
+        };
+        if let (Some(ha), Some(hb)) = (&a.host, &b.host) {
+            out.host_cpu = host_cpu_split(&ha.all, &hb.all);
+            out.host_cpu_per_core = hb
+                .per_cpu
+                .iter()
+                .filter_map(|(n, after)| {
+                    let before = ha.per_cpu.iter().find(|(m, _)| m == n)?;
+                    Some((*n, host_cpu_split(&before.1, after)?))
+                })
+                .collect();
+            out.host_context_switches_per_s = match (ha.context_switches, hb.context_switches) {
+                (Some(x), Some(y)) if secs > 0.0 => Some(y.saturating_sub(x) as f64 / secs),
+                _ => None,
+            };
+            out.run_queue = hb.procs_running;
+            out.blocked = hb.procs_blocked;
+        }
+        if let (Some(pa), Some(pb)) = (&a.process, &b.process) {
+            if let Some(rates) = task_rates(pa, pb, secs, USER_HZ) {
+                let mut per_thread: Vec<TaskRates> = b
+                    .threads
+                    .iter()
+                    .filter_map(|t| {
+                        let before = a.threads.iter().find(|x| x.id == t.id)?;
+                        task_rates(before, t, secs, USER_HZ)
+                    })
+                    .collect();
+                let cpu = |t: &TaskRates| t.cpu_user_pct + t.cpu_system_pct;
+                let switches = |t: &TaskRates| {
+                    t.voluntary_switches_per_s.unwrap_or(0.0)
+                        + t.involuntary_switches_per_s.unwrap_or(0.0)
+                };
+                per_thread.sort_by(|x, y| cpu(y).total_cmp(&cpu(x)));
+                let hottest_by_cpu = per_thread.iter().take(TOP_THREADS).cloned().collect();
+                per_thread.sort_by(|x, y| switches(y).total_cmp(&switches(x)));
+                let hottest_by_switches = per_thread.iter().take(TOP_THREADS).cloned().collect();
+                out.process = Some(ProcessSecond {
+                    rates,
+                    rss_kib: pb.rss_pages * self.page_kib,
+                    threads: pb.num_threads,
+                    hottest_by_cpu,
+                    hottest_by_switches,
+                });
+            }
+        }
+        out
+    }
+}
+
+fn page_size_kib() -> u64 {
+    // Linux on x86-64 and most arm64 kernels use 4 KiB pages; /proc/self/smaps says for sure.
+    std::fs::read_to_string("/proc/self/smaps")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("KernelPageSize:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(4)
+}
