@@ -135,6 +135,14 @@ pub struct RunArgs {
     #[arg(long = "interval", default_value = "5s")]
     pub interval: String,
 
+    /// Record what this process and the host do during the run, once a second.
+    #[arg(long = "watch-pid", conflicts_with = "watch_port")]
+    pub watch_pid: Option<i32>,
+
+    /// Like --watch-pid, for the process listening on this TCP port (usually the target's).
+    #[arg(long = "watch-port")]
+    pub watch_port: Option<u16>,
+
     /// The run directory (default: runs/<time>-<name>).
     #[arg(long = "out")]
     pub out: Option<PathBuf>,

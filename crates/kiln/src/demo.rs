@@ -14,7 +14,7 @@ use kiln_targets::{Behavior, Stall, TargetServer};
 use crate::cli::DemoArgs;
 use crate::format;
 use crate::live::LiveOutput;
-use crate::run_cmd::{execute, print_outcome};
+use crate::run_cmd::{execute, print_outcome, RunSpec};
 
 const SERVICE: Duration = Duration::from_millis(2);
 const STALL: Stall = Stall {
@@ -96,15 +96,17 @@ pub fn run(args: DemoArgs, stop: &StopSignal) -> Result<u8> {
         )];
         let out = args.runs_dir.join(default_run_dir_name(name));
         let mut live = LiveOutput::new(false, 1);
-        let outcome = execute(
-            &plan,
-            plan.to_record(),
-            &phases,
-            Path::new(&out),
+        // The embedded target runs in this process, so kiln watches itself (its own load
+        // threads included) to show the resource view.
+        let spec = RunSpec {
+            plan: &plan,
+            plan_record: plan.to_record(),
+            phases: &phases,
+            out_dir: Path::new(&out),
             name,
-            stop,
-            &mut live,
-        )?;
+            watch_pid: Some(std::process::id() as i32),
+        };
+        let outcome = execute(spec, stop, &mut live)?;
         p99s.push(
             outcome
                 .phases

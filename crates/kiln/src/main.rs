@@ -6,6 +6,7 @@ mod demo;
 mod format;
 mod live;
 mod report_cmd;
+mod resources_summary;
 mod run_cmd;
 mod summary;
 mod thresholds;

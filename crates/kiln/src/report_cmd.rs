@@ -3,6 +3,8 @@
 use anyhow::{Context, Result};
 use kiln_record::{LoadRecordLine, PhaseSummary, RunDir, LOAD_SECONDS_PART};
 
+use kiln_sample::{ResourceSecond, RESOURCES_PART};
+
 use crate::cli::ReportArgs;
 use crate::summary;
 
@@ -11,15 +13,16 @@ pub fn run(args: ReportArgs) -> Result<u8> {
         .with_context(|| format!("cannot read the run in {}", args.run_dir.display()))?;
     let lines: Vec<LoadRecordLine> = dir.read_json_lines(LOAD_SECONDS_PART)?;
     let phases = PhaseSummary::from_lines(&lines);
+    let resources: Vec<ResourceSecond> = dir.read_json_lines(RESOURCES_PART)?;
     let status = dir.effective_status().as_str();
     let dir_text = args.run_dir.display().to_string();
     if args.json {
-        let value = summary::render_json(&dir_text, &dir.manifest, status, &phases);
+        let value = summary::render_json(&dir_text, &dir.manifest, status, &phases, &resources);
         println!("{}", serde_json::to_string_pretty(&value)?);
     } else {
         print!(
             "{}",
-            summary::render_text(&dir_text, &dir.manifest, status, &phases)
+            summary::render_text(&dir_text, &dir.manifest, status, &phases, &resources)
         );
     }
     Ok(0)

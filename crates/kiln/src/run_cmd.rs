@@ -7,8 +7,12 @@ use anyhow::{bail, Context, Result};
 use kiln_load::plan::{parse_duration, parse_stages};
 use kiln_load::{LoadPlan, Model, PhaseSpec, RequestSpec, StopSignal, Target};
 use kiln_record::{
-    default_run_dir_name, LoadRecordLine, PhaseSummary, RunDir, RunStatus, LOAD_SECONDS_PART,
+    default_run_dir_name, JsonLinesWriter, LoadRecordLine, PhaseSummary, RunDir, RunStatus,
+    LOAD_SECONDS_PART,
 };
+use kiln_sample::{ProcFs, ResourceSecond, Sampler, RESOURCES_PART};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use crate::cli::RunArgs;
 use crate::live::LiveOutput;
@@ -143,24 +147,45 @@ pub fn phases(args: &RunArgs) -> Result<Vec<(PhaseSpec, Duration)>> {
 pub struct RunOutcome {
     pub dir: RunDir,
     pub phases: Vec<PhaseSummary>,
+    /// The sampler's seconds, when a process was watched.
+    pub resources: Vec<ResourceSecond>,
     pub interrupted_by_user: bool,
 }
 
+/// What one `execute` runs and where it records it.
+pub struct RunSpec<'a> {
+    pub plan: &'a LoadPlan,
+    /// The plan as written to `run.json` (with what the engine does not know, e.g. thresholds).
+    pub plan_record: serde_json::Value,
+    pub phases: &'a [(PhaseSpec, Duration)],
+    pub out_dir: &'a Path,
+    pub name: &'a str,
+    /// A process to sample beside the load.
+    pub watch_pid: Option<i32>,
+}
+
 /// Runs every phase, streaming each second to the run directory.
-pub fn execute(
-    plan: &LoadPlan,
-    plan_record: serde_json::Value,
-    phase_list: &[(PhaseSpec, Duration)],
-    out_dir: &Path,
-    name: &str,
-    stop: &StopSignal,
-    live: &mut LiveOutput,
-) -> Result<RunOutcome> {
+pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut LiveOutput) -> Result<RunOutcome> {
+    let RunSpec {
+        plan,
+        plan_record,
+        phases: phase_list,
+        out_dir,
+        name,
+        watch_pid,
+    } = spec;
     kiln_load::preflight(plan)?;
     let command: Vec<String> = std::env::args().collect();
     let mut dir = RunDir::create(out_dir, name, command, plan_record)
         .with_context(|| format!("cannot create the run directory {}", out_dir.display()))?;
     let mut writer = dir.add_json_lines_part(LOAD_SECONDS_PART, "load-seconds.jsonl", 1)?;
+    let watcher = match watch_pid {
+        Some(pid) => Some(ResourceWatcher::start(
+            dir.add_json_lines_part(RESOURCES_PART, "resources.jsonl", 1)?,
+            pid,
+        )?),
+        None => None,
+    };
     let mut phases = Vec::new();
     let mut write_error = None;
     let mut early: Option<String> = None;
@@ -190,6 +215,7 @@ pub fn execute(
             break;
         }
     }
+    let resources = watcher.map(ResourceWatcher::finish).unwrap_or_default();
     if let Some(e) = write_error {
         dir.finish(RunStatus::Failed, Some(e.to_string()))?;
         return Err(e.into());
@@ -202,8 +228,43 @@ pub fn execute(
     Ok(RunOutcome {
         dir,
         phases,
+        resources,
         interrupted_by_user,
     })
+}
+
+/// The sampler on its own thread beside the load, writing one line a second.
+struct ResourceWatcher {
+    done: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<Vec<ResourceSecond>>,
+}
+
+impl ResourceWatcher {
+    fn start(mut writer: JsonLinesWriter, pid: i32) -> Result<Self> {
+        let done = Arc::new(AtomicBool::new(false));
+        let flag = done.clone();
+        let thread = std::thread::Builder::new()
+            .name("kiln-sampler".into())
+            .spawn(move || {
+                let mut sampler = Sampler::new(ProcFs::default(), Some(pid));
+                let mut samples = Vec::new();
+                let stop = || {
+                    flag.load(Ordering::SeqCst)
+                        .then(|| "load ended".to_string())
+                };
+                sampler.run_every(Duration::from_secs(1), None, &stop, &mut |s| {
+                    let _ = writer.write(&s);
+                    samples.push(s);
+                });
+                samples
+            })?;
+        Ok(Self { done, thread })
+    }
+
+    fn finish(self) -> Vec<ResourceSecond> {
+        self.done.store(true, Ordering::SeqCst);
+        self.thread.join().unwrap_or_default()
+    }
 }
 
 /// A short name from the URL: `127.0.0.1-8080-api-items`.
@@ -231,12 +292,24 @@ pub fn print_outcome(outcome: &RunOutcome, json: bool) -> Result<u8> {
     let manifest = &outcome.dir.manifest;
     let status = outcome.dir.effective_status().as_str();
     if json {
-        let value = summary::render_json(&dir_text, manifest, status, &outcome.phases);
+        let value = summary::render_json(
+            &dir_text,
+            manifest,
+            status,
+            &outcome.phases,
+            &outcome.resources,
+        );
         println!("{}", serde_json::to_string_pretty(&value)?);
     } else {
         print!(
             "{}",
-            summary::render_text(&dir_text, manifest, status, &outcome.phases)
+            summary::render_text(
+                &dir_text,
+                manifest,
+                status,
+                &outcome.phases,
+                &outcome.resources
+            )
         );
     }
     let failed_thresholds = summary::measured_total(&outcome.phases)
@@ -266,14 +339,28 @@ pub fn run(args: RunArgs, stop: &StopSignal) -> Result<u8> {
     let mut live = LiveOutput::new(args.quiet, interval.as_secs() as u32);
     let mut plan_record = plan.to_record();
     plan_record["thresholds"] = serde_json::json!(args.thresholds);
-    let outcome = execute(
-        &plan,
+    let watch_pid = match (args.watch_pid, args.watch_port) {
+        (Some(pid), _) => Some(pid),
+        (None, Some(port)) => {
+            Some(ProcFs::default().pid_listening_on(port).with_context(|| {
+                format!("--watch-port: no visible process listens on TCP port {port}")
+            })?)
+        }
+        (None, None) => None,
+    };
+    if let Some(pid) = watch_pid {
+        if ProcFs::default().process(pid).is_none() {
+            bail!("--watch-pid: no process {pid}");
+        }
+    }
+    let spec = RunSpec {
+        plan: &plan,
         plan_record,
-        &phase_list,
-        &out_dir,
-        &name,
-        stop,
-        &mut live,
-    )?;
+        phases: &phase_list,
+        out_dir: &out_dir,
+        name: &name,
+        watch_pid,
+    };
+    let outcome = execute(spec, stop, &mut live)?;
     print_outcome(&outcome, args.json)
 }

@@ -7,7 +7,8 @@ use kiln_record::{LatencyHistogram, LatencyStats, PhaseSummary, RunManifest};
 use serde_json::{json, Value};
 
 use crate::format::{self, safe_text};
-use crate::thresholds;
+use crate::{resources_summary, thresholds};
+use kiln_sample::ResourceSecond;
 
 /// The phases a summary is about: the measured ones, merged when there are several.
 pub fn measured_total(phases: &[PhaseSummary]) -> Option<PhaseSummary> {
@@ -159,6 +160,7 @@ pub fn render_text(
     manifest: &RunManifest,
     status: &str,
     phases: &[PhaseSummary],
+    resources: &[ResourceSecond],
 ) -> String {
     let mut out = String::new();
     let plan = &manifest.plan;
@@ -320,6 +322,7 @@ pub fn render_text(
             );
         }
     }
+    out += &resources_summary::to_text(&resources_summary::during(&total, resources));
     for t in thresholds::check_all(plan, &total) {
         let _ = writeln!(
             out,
@@ -367,6 +370,7 @@ pub fn render_json(
     manifest: &RunManifest,
     status: &str,
     phases: &[PhaseSummary],
+    resources: &[ResourceSecond],
 ) -> Value {
     let measured: Vec<&PhaseSummary> = phases.iter().filter(|p| p.measured).collect();
     let across: serde_json::Map<String, Value> = if measured.len() > 1 {
@@ -396,6 +400,9 @@ pub fn render_json(
         "phases": phases.iter().map(phase_json).collect::<Vec<_>>(),
         "total": measured_total(phases).as_ref().map(phase_json),
         "across_runs": if across.is_empty() { Value::Null } else { Value::Object(across) },
+        "resources": measured_total(phases)
+            .map(|t| resources_summary::to_json(&resources_summary::during(&t, resources)))
+            .unwrap_or(Value::Null),
         "thresholds": measured_total(phases).map(|t| thresholds::check_all(&manifest.plan, &t)).unwrap_or_default(),
     })
 }

@@ -86,32 +86,21 @@ pub fn run(args: WatchArgs, stop: &StopSignal) -> Result<u8> {
     let started = Instant::now();
     let mut sampler = Sampler::new(proc, Some(pid));
     let mut samples: Vec<ResourceSecond> = Vec::new();
-    let mut ended: Option<String> = None;
-    let mut next = started + interval;
-    while next <= started + duration {
-        while Instant::now() < next {
-            if stop.is_stopped() {
-                break;
-            }
-            std::thread::sleep((next - Instant::now()).min(Duration::from_millis(100)));
+    let mut write_error = None;
+    let ended = sampler.run_every(interval, Some(duration), &|| stop.reason(), &mut |sample| {
+        if let Err(e) = writer.write(&sample) {
+            write_error.get_or_insert(e);
         }
-        if let Some(reason) = stop.reason() {
-            ended = Some(reason);
-            break;
-        }
-        if !sampler.target_alive() {
-            ended = Some(format!("process {pid} exited"));
-            break;
-        }
-        let sample = sampler.tick();
-        writer.write(&sample)?;
         if args.json {
-            println!("{}", serde_json::to_string(&sample)?);
+            println!("{}", serde_json::to_string(&sample).unwrap_or_default());
         } else {
             eprintln!("{}", one_line(&sample));
         }
         samples.push(sample);
-        next += interval;
+    });
+    if let Some(e) = write_error {
+        dir.finish(RunStatus::Failed, Some(e.to_string()))?;
+        return Err(e.into());
     }
     let usage = SelfUsage::now().since(&usage_before);
     let elapsed = started.elapsed().as_secs_f64();

@@ -5,6 +5,13 @@ use std::process::{Command, Stdio};
 
 use serde_json::Value;
 
+/// CPU figures need the machine to themselves: these tests run one at a time.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn alone() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn kiln(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_kiln"))
         .args(args)
@@ -22,6 +29,7 @@ fn samples(out: &std::process::Output) -> Vec<Value> {
 
 #[test]
 fn a_spinning_process_is_seen_using_one_core_of_user_time() {
+    let _alone = alone();
     let mut busy = Command::new("sh")
         .args(["-c", "while :; do :; done"])
         .spawn()
@@ -66,6 +74,7 @@ fn a_spinning_process_is_seen_using_one_core_of_user_time() {
 
 #[test]
 fn watch_port_finds_the_listening_process() {
+    let _alone = alone();
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port().to_string();
     let tmp = tempfile::tempdir().unwrap();
@@ -95,6 +104,7 @@ fn watch_port_finds_the_listening_process() {
 
 #[test]
 fn a_process_that_exits_ends_the_watch_as_interrupted() {
+    let _alone = alone();
     let mut short = Command::new("sleep").arg("1.5").spawn().unwrap();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("w");
@@ -125,6 +135,7 @@ fn a_process_that_exits_ends_the_watch_as_interrupted() {
 
 #[test]
 fn watching_nothing_or_a_missing_process_is_a_clear_error() {
+    let _alone = alone();
     for (args, expected) in [
         (vec!["watch"], "--pid PID or --port PORT"),
         (vec!["watch", "--pid", "999999999"], "no process 999999999"),
@@ -138,4 +149,68 @@ fn watching_nothing_or_a_missing_process_is_a_clear_error() {
         assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
         assert!(stderr.contains(expected), "{args:?}: {stderr}");
     }
+}
+
+#[test]
+fn a_load_run_records_the_watched_process_beside_its_seconds() {
+    let _alone = alone();
+    // The target runs in this test process, so --watch-port finds this process, whose
+    // target threads sleep 2 ms per request: the watched CPU is small but its voluntary
+    // context switches are at least one per request.
+    let target = kiln_targets::TargetServer::start(kiln_targets::Behavior {
+        service_time: std::time::Duration::from_millis(2),
+        ..Default::default()
+    })
+    .unwrap();
+    let port = target.addr().port().to_string();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("r");
+    let out = kiln(&[
+        "run",
+        &target.url("/"),
+        "--rate",
+        "200",
+        "-d",
+        "3s",
+        "--watch-port",
+        &port,
+        "--json",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let run: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let resources = &run["resources"];
+    assert!(resources["samples"].as_u64().unwrap() >= 2, "{resources}");
+    assert_eq!(
+        resources["process"]["pid"].as_u64(),
+        Some(std::process::id() as u64)
+    );
+    let switches = resources["process"]["voluntary_switches_per_s_mean"]
+        .as_f64()
+        .unwrap();
+    assert!(
+        switches >= 150.0,
+        "{switches} voluntary switches/s for 200 requests/s"
+    );
+    let manifest: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("run.json")).unwrap()).unwrap();
+    let parts: Vec<&str> = manifest["parts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(parts, ["load-seconds.jsonl", "resources.jsonl"]);
+    let report: Value =
+        serde_json::from_slice(&kiln(&["report", dir.to_str().unwrap(), "--json"]).stdout).unwrap();
+    assert_eq!(
+        report["resources"], run["resources"],
+        "kiln report rebuilds the resource summary"
+    );
 }

@@ -14,7 +14,7 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use kiln_record::{ErrorKind, PhaseEnd, SecondRecord};
 use tokio::sync::{watch, Notify};
@@ -141,6 +141,10 @@ pub fn run_phase(
         Duration::from_millis(20)
     };
     let t0 = Instant::now() + lead;
+    let t0_unix_ms = SystemTime::now()
+        .checked_add(lead)
+        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_millis() as u64);
     let (arrivals_tx, arrivals_rx) = if open {
         let (tx, rx) = async_channel::bounded(MAX_QUEUED_ARRIVALS);
         (Some(tx), Some(rx))
@@ -195,7 +199,7 @@ pub fn run_phase(
         _ => None,
     };
 
-    let mut collector = Collector::new(threads, plan.dead_after);
+    let mut collector = Collector::new(threads, plan.dead_after, t0_unix_ms);
     let mut stop_reason: Option<String> = None;
     let mut stopped_at: Option<Instant> = None;
     loop {
@@ -251,6 +255,7 @@ pub fn run_phase(
 /// Merges the workers' seconds; a second is handed out once every worker has sent it or
 /// ended. Also watches for a target that stopped answering.
 struct Collector {
+    t0_unix_ms: u64,
     workers: usize,
     pending: BTreeMap<u32, SecondRecord>,
     last_second: Vec<Option<u32>>,
@@ -267,8 +272,9 @@ struct Collector {
 }
 
 impl Collector {
-    fn new(workers: usize, dead_after: Duration) -> Self {
+    fn new(workers: usize, dead_after: Duration, t0_unix_ms: u64) -> Self {
         Self {
+            t0_unix_ms,
             workers,
             pending: BTreeMap::new(),
             last_second: vec![None; workers],
@@ -325,6 +331,7 @@ impl Collector {
             let scheduled_now = scheduled.load(Ordering::SeqCst);
             record.scheduled = scheduled_now - self.scheduled_seen;
             record.fill_percentiles();
+            record.unix_ms = self.t0_unix_ms + (u64::from(second) + 1) * 1000;
             self.scheduled_seen = scheduled_now;
             self.watch_for_dead_target(&record);
             on_second(&record);

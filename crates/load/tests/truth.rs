@@ -93,6 +93,28 @@ fn assert_near(what: &str, got_ms: f64, want_ms: f64, tolerance_ms: f64) {
     );
 }
 
+/// The target's own view of its answer times (read to written) at quantile `q`, in ms.
+fn target_quantile_ms(target: &TargetServer, q: f64) -> f64 {
+    let times = target.handling_times_us();
+    ms(times[((times.len() - 1) as f64 * q).round() as usize])
+}
+
+/// kiln's latency percentiles lie at or above the target's own (a client cannot see an
+/// answer before it was written) and at most `slack_ms` above it: loopback plus wake-ups,
+/// about 0.2 ms at p50 on a quiet 2-CPU VM, seen near 1 ms at p50 and 3 ms at p99 when the
+/// VM is noisy.
+fn assert_tracks_target(s: &PhaseSummary, target: &TargetServer, checks: &[(f64, f64)]) {
+    for &(q, slack_ms) in checks {
+        let kiln = ms(s.latency.quantile_us(q));
+        let own = target_quantile_ms(target, q);
+        assert!(
+            kiln >= own - 0.01 && kiln <= own + slack_ms,
+            "p{}: kiln {kiln:.2} ms, the target's own {own:.2} ms (+{slack_ms} ms allowed)",
+            q * 100.0
+        );
+    }
+}
+
 #[test]
 fn closed_model_request_count_equals_what_the_target_answered() {
     let target = TargetServer::start(Behavior {
@@ -107,11 +129,11 @@ fn closed_model_request_count_equals_what_the_target_answered() {
     assert!(s.responses() > 2_000, "only {} responses", s.responses());
     assert_eq!(end.abandoned, 0);
     assert_eq!(end.connections_opened, 8);
-    let p50 = ms(s.latency.quantile_us(0.5));
     assert!(
-        (1.0..2.0).contains(&p50),
-        "p50 {p50} ms for a 1 ms service time"
+        s.latency.min_us() >= 1_000,
+        "faster than the 1 ms service time"
     );
+    assert_tracks_target(&s, &target, &[(0.5, 1.0), (0.9, 1.5)]);
 }
 
 #[test]
@@ -125,11 +147,18 @@ fn open_model_at_a_fixed_rate_sees_a_periodic_stall_as_arriving_users_do() {
     assert_eq!(s.responses(), 1_600);
     assert_eq!(target.answered(), 1_600);
     assert_eq!(end.unsent, 0);
+    // The target did what it was built to do...
+    assert_near("target p95", target_quantile_ms(&target, 0.95), 52.0, 3.0);
+    assert_near("target p99", target_quantile_ms(&target, 0.99), 92.0, 3.0);
+    // ...and kiln reports it: the analytic figures, and the target's own to within slack.
     let l = s.latency.stats();
-    assert_near("p50", ms(l.p50_us), 2.3, 0.7);
-    assert_near("p95", ms(l.p95_us), 52.0, 3.0);
-    assert_near("p99", ms(l.p99_us), 92.0, 3.0);
-    assert_near("p99.9", ms(l.p99_9_us), 101.0, 3.0);
+    assert_near("p95", ms(l.p95_us), 52.0, 4.0);
+    assert_near("p99", ms(l.p99_us), 92.0, 4.0);
+    assert_tracks_target(
+        &s,
+        &target,
+        &[(0.5, 1.0), (0.95, 2.0), (0.99, 3.0), (0.999, 4.0)],
+    );
     // Slower than 10 ms: arrivals that wait more than ~7.7 ms, i.e. in the first 92.3 ms of
     // a pause: 1600 * 0.0923 = 148.
     let slow = s.latency.count() as f64 * (1.0 - s.latency.fraction_at_or_below(10_000));
@@ -190,23 +219,7 @@ fn a_fixed_service_time_is_reported_within_a_fraction_of_a_millisecond() {
     );
     // The target's own clock (sleep overshoot and scheduling on a busy 2-core machine
     // included) is the ground truth; kiln may add only loopback and client time to it.
-    let server = target.handling_times_us();
-    let at = |q: f64| ms(server[((server.len() - 1) as f64 * q).round() as usize]);
-    // Allowed client-side addition per percentile: loopback plus, in the tail, the odd
-    // scheduling delay of a 2-CPU VM (seen up to ~1.1 ms at p99 in CI-like runs).
-    for (q, got, allowed_ms) in [
-        (0.5, l.p50_us, 0.6),
-        (0.9, l.p90_us, 1.0),
-        (0.99, l.p99_us, 2.5),
-    ] {
-        let got = ms(got);
-        assert!(
-            got >= at(q) && got <= at(q) + allowed_ms,
-            "p{}: kiln {got:.2} ms, the target's own {:.2} ms",
-            q * 100.0,
-            at(q)
-        );
-    }
+    assert_tracks_target(&s, &target, &[(0.5, 1.0), (0.9, 1.5), (0.99, 3.0)]);
 }
 
 #[test]

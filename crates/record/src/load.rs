@@ -64,6 +64,9 @@ pub struct SecondRecord {
     pub phase: String,
     /// Seconds since the phase started: this record covers `[second, second + 1)`.
     pub second: u32,
+    /// Wall-clock end of this second (ms since the Unix epoch), to align with other series.
+    #[serde(default)]
+    pub unix_ms: u64,
     /// Requests that ended this second: HTTP responses plus errors.
     pub requests: u64,
     /// Requests sent this second.
@@ -185,6 +188,9 @@ pub struct PhaseSummary {
     pub latency: LatencyHistogram,
     pub service: Option<LatencyHistogram>,
     pub send_lag_max_us: u64,
+    /// Wall-clock span of the recorded seconds (ends of the first and last), ms since epoch.
+    pub first_unix_ms: Option<u64>,
+    pub last_unix_ms: Option<u64>,
     /// The phase-end line, absent when the run was killed mid-phase.
     pub end: Option<PhaseEnd>,
 }
@@ -200,6 +206,10 @@ impl PhaseSummary {
 
     pub fn add_second(&mut self, s: &SecondRecord) {
         self.seconds = self.seconds.max(s.second + 1);
+        if s.unix_ms > 0 {
+            self.first_unix_ms = Some(self.first_unix_ms.map_or(s.unix_ms, |f| f.min(s.unix_ms)));
+            self.last_unix_ms = Some(self.last_unix_ms.map_or(s.unix_ms, |l| l.max(s.unix_ms)));
+        }
         self.requests += s.requests;
         self.sent += s.sent;
         self.scheduled += s.scheduled;
@@ -331,6 +341,11 @@ impl PhaseSummary {
                     .merge(service);
             }
             out.send_lag_max_us = out.send_lag_max_us.max(p.send_lag_max_us);
+            out.first_unix_ms = match (out.first_unix_ms, p.first_unix_ms) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            out.last_unix_ms = out.last_unix_ms.max(p.last_unix_ms);
             end.duration_us += (p.duration_secs() * 1e6) as u64;
             if let Some(e) = &p.end {
                 end.unsent += e.unsent;

@@ -1,7 +1,7 @@
 //! One tick of the sampler: read everything, compare with the previous reading, and give
 //! the figures of the interval in between. The caller decides when to tick (once a second).
 
-use std::time::Instant;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
@@ -35,6 +35,10 @@ pub struct ProcessSecond {
 pub struct ResourceSecond {
     /// Seconds since sampling started, at the end of the interval.
     pub second: u32,
+    /// Wall-clock time at the end of the interval (ms since the Unix epoch), to align with
+    /// the load engine's seconds.
+    #[serde(default)]
+    pub unix_ms: u64,
     pub interval_s: f64,
     pub host_cpu: Option<CpuSplit>,
     pub host_cpu_per_core: Vec<(u32, CpuSplit)>,
@@ -92,6 +96,39 @@ impl Sampler {
         })
     }
 
+    /// Ticks every `interval` until `duration` has passed or `stop_reason` gives a reason,
+    /// handing each sample to `on_sample`. Ends early, with a reason, when the watched
+    /// process exits.
+    pub fn run_every(
+        &mut self,
+        interval: Duration,
+        duration: Option<Duration>,
+        stop_reason: &dyn Fn() -> Option<String>,
+        on_sample: &mut dyn FnMut(ResourceSecond),
+    ) -> Option<String> {
+        let started = Instant::now();
+        let mut next = started + interval;
+        loop {
+            if duration.is_some_and(|d| next > started + d) {
+                return None;
+            }
+            while Instant::now() < next {
+                if let Some(reason) = stop_reason() {
+                    return Some(reason);
+                }
+                std::thread::sleep((next - Instant::now()).min(Duration::from_millis(50)));
+            }
+            if let Some(reason) = stop_reason() {
+                return Some(reason);
+            }
+            if !self.target_alive() {
+                return Some(format!("process {} exited", self.pid.unwrap_or(0)));
+            }
+            on_sample(self.tick());
+            next += interval;
+        }
+    }
+
     /// Reads now and returns the interval since the last tick.
     pub fn tick(&mut self) -> ResourceSecond {
         let now = self.read();
@@ -107,6 +144,7 @@ impl Sampler {
         let secs = b.at.duration_since(a.at).as_secs_f64();
         let mut out = ResourceSecond {
             second: b.at.duration_since(self.started).as_secs_f64().round() as u32,
+            unix_ms: unix_ms_now(),
             interval_s: secs,
             ..Default::default()
         };
@@ -128,7 +166,7 @@ impl Sampler {
             out.blocked = hb.procs_blocked;
         }
         if let (Some(pa), Some(pb)) = (&a.process, &b.process) {
-            if let Some(rates) = task_rates(pa, pb, secs, USER_HZ) {
+            if let Some(mut rates) = task_rates(pa, pb, secs, USER_HZ) {
                 let mut per_thread: Vec<TaskRates> = b
                     .threads
                     .iter()
@@ -137,6 +175,12 @@ impl Sampler {
                         task_rates(before, t, secs, USER_HZ)
                     })
                     .collect();
+                // /proc/PID/status counts the main thread's switches only: sum the threads'.
+                let sum = |f: fn(&TaskRates) -> Option<f64>| {
+                    per_thread.iter().filter_map(f).reduce(|a, b| a + b)
+                };
+                rates.voluntary_switches_per_s = sum(|t| t.voluntary_switches_per_s);
+                rates.involuntary_switches_per_s = sum(|t| t.involuntary_switches_per_s);
                 let cpu = |t: &TaskRates| t.cpu_user_pct + t.cpu_system_pct;
                 let switches = |t: &TaskRates| {
                     t.voluntary_switches_per_s.unwrap_or(0.0)
@@ -169,4 +213,10 @@ fn page_size_kib() -> u64 {
                 .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
         })
         .unwrap_or(4)
+}
+
+fn unix_ms_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }

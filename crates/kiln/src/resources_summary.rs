@@ -1,0 +1,129 @@
+//! The "Resources" part of a run summary: what the host and the watched process did during
+//! the measured load, from the sampler's seconds in the run record.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use kiln_record::PhaseSummary;
+use kiln_sample::ResourceSecond;
+use serde_json::{json, Value};
+
+use crate::format::{self, safe_text};
+
+/// The samples taken while the measured phases ran (a sample covers the second before it).
+pub fn during(total: &PhaseSummary, samples: &[ResourceSecond]) -> Vec<ResourceSecond> {
+    let (Some(first), Some(last)) = (total.first_unix_ms, total.last_unix_ms) else {
+        return samples.to_vec();
+    };
+    samples
+        .iter()
+        .filter(|s| s.unix_ms + 1000 > first && s.unix_ms <= last + 500)
+        .cloned()
+        .collect()
+}
+
+fn mean(values: impl Iterator<Item = f64>) -> Option<f64> {
+    let v: Vec<f64> = values.collect();
+    (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+}
+
+pub fn to_json(samples: &[ResourceSecond]) -> Value {
+    if samples.is_empty() {
+        return Value::Null;
+    }
+    let hosts: Vec<_> = samples.iter().filter_map(|s| s.host_cpu).collect();
+    let host = |f: fn(&kiln_sample::CpuSplit) -> f64| mean(hosts.iter().map(f));
+    let procs: Vec<_> = samples.iter().filter_map(|s| s.process.as_ref()).collect();
+    let cpu: Vec<f64> = procs
+        .iter()
+        .map(|p| p.rates.cpu_user_pct + p.rates.cpu_system_pct)
+        .collect();
+    let mut by_thread: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    for p in &procs {
+        for t in &p.hottest_by_cpu {
+            by_thread
+                .entry(t.name.clone())
+                .or_default()
+                .push(t.cpu_user_pct + t.cpu_system_pct);
+        }
+    }
+    let mut hottest: Vec<(String, f64)> = by_thread
+        .into_iter()
+        .map(|(name, v)| (name, v.iter().sum::<f64>() / samples.len() as f64))
+        .collect();
+    hottest.sort_by(|a, b| b.1.total_cmp(&a.1));
+    hottest.truncate(5);
+    json!({
+        "samples": samples.len(),
+        "host_cpu_mean_pct": {
+            "user": host(|h| h.user + h.nice), "system": host(|h| h.system),
+            "irq_softirq": host(|h| h.irq + h.softirq), "iowait": host(|h| h.iowait),
+            "steal": host(|h| h.steal), "idle": host(|h| h.idle),
+        },
+        "process": procs.first().map(|p| json!({
+            "pid": p.rates.id,
+            "name": p.rates.name,
+            "cpu_mean_pct": mean(cpu.iter().copied()),
+            "cpu_peak_pct": cpu.iter().cloned().fold(0.0, f64::max),
+            "cpu_user_mean_pct": mean(procs.iter().map(|p| p.rates.cpu_user_pct)),
+            "cpu_system_mean_pct": mean(procs.iter().map(|p| p.rates.cpu_system_pct)),
+            "voluntary_switches_per_s_mean": mean(procs.iter().filter_map(|p| p.rates.voluntary_switches_per_s)),
+            "involuntary_switches_per_s_mean": mean(procs.iter().filter_map(|p| p.rates.involuntary_switches_per_s)),
+            "rss_max_kib": procs.iter().map(|p| p.rss_kib).max(),
+            "threads_max": procs.iter().map(|p| p.threads).max(),
+        })),
+        "hottest_threads": hottest.iter().map(|(n, c)| json!({"name": n, "cpu_mean_pct": c})).collect::<Vec<_>>(),
+    })
+}
+
+pub fn to_text(samples: &[ResourceSecond]) -> String {
+    let v = to_json(samples);
+    if v.is_null() {
+        return String::new();
+    }
+    let pct = |x: &Value| format!("{:.0}%", x.as_f64().unwrap_or(0.0));
+    let h = &v["host_cpu_mean_pct"];
+    let mut out = format!(
+        "Resources  {} samples during the measured load\n  host     usr {} sys {} irq+si {} iowait {} steal {} idle {} (mean over all CPUs)\n",
+        v["samples"],
+        pct(&h["user"]),
+        pct(&h["system"]),
+        pct(&h["irq_softirq"]),
+        pct(&h["iowait"]),
+        pct(&h["steal"]),
+        pct(&h["idle"])
+    );
+    let p = &v["process"];
+    if !p.is_null() {
+        let _ = writeln!(
+            out,
+            "  target   {} ({}): CPU mean {} peak {} of one core (usr {} sys {}); switches/s {:.0} voluntary, {:.0} involuntary; RSS max {}; threads {}",
+            p["pid"],
+            safe_text(p["name"].as_str().unwrap_or("?")),
+            pct(&p["cpu_mean_pct"]),
+            pct(&p["cpu_peak_pct"]),
+            pct(&p["cpu_user_mean_pct"]),
+            pct(&p["cpu_system_mean_pct"]),
+            p["voluntary_switches_per_s_mean"].as_f64().unwrap_or(0.0),
+            p["involuntary_switches_per_s_mean"].as_f64().unwrap_or(0.0),
+            format::bytes(p["rss_max_kib"].as_u64().unwrap_or(0) * 1024),
+            p["threads_max"]
+        );
+        let hottest: Vec<String> = v["hottest_threads"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|t| {
+                format!(
+                    "{} {}",
+                    safe_text(t["name"].as_str().unwrap_or("?")),
+                    pct(&t["cpu_mean_pct"])
+                )
+            })
+            .collect();
+        if !hottest.is_empty() {
+            let _ = writeln!(out, "  hottest  {}", hottest.join(", "));
+        }
+    }
+    out
+}
