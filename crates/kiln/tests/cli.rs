@@ -2,33 +2,13 @@
 //! `kiln report` rebuilding the same numbers, Ctrl-C and dead targets leaving usable records.
 
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use kiln_targets::{Behavior, TargetServer};
-use serde_json::Value;
 
-fn kiln(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kiln"))
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("kiln runs")
-}
-
-fn json_of(out: &Output) -> Value {
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "stdout is not JSON ({e}): {}\nstderr: {}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })
-}
-
-fn manifest(dir: &Path) -> Value {
-    serde_json::from_str(&std::fs::read_to_string(dir.join("run.json")).unwrap()).unwrap()
-}
+mod common;
+use common::{json_of, kiln, manifest};
 
 #[test]
 fn bad_input_gets_one_clear_line_and_a_nonzero_exit() {

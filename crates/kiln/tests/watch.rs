@@ -1,23 +1,18 @@
 //! `kiln watch` against processes whose behaviour is known: a shell spinning one core, this
 //! test process found by its listening port, a process that exits mid-watch.
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use serde_json::Value;
+
+mod common;
+use common::{json_of, kiln, manifest};
 
 /// CPU figures need the machine to themselves: these tests run one at a time.
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn alone() -> std::sync::MutexGuard<'static, ()> {
     ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn kiln(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_kiln"))
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap()
 }
 
 fn samples(out: &std::process::Output) -> Vec<Value> {
@@ -124,8 +119,7 @@ fn a_process_that_exits_ends_the_watch_as_interrupted() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let manifest: Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("run.json")).unwrap()).unwrap();
+    let manifest = manifest(&dir);
     assert_eq!(manifest["status"], "interrupted");
     assert!(manifest["status_reason"]
         .as_str()
@@ -184,7 +178,7 @@ fn a_load_run_records_the_watched_process_beside_its_seconds() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let run: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let run = json_of(&out);
     let resources = &run["resources"];
     assert!(resources["samples"].as_u64().unwrap() >= 2, "{resources}");
     assert_eq!(
@@ -198,8 +192,7 @@ fn a_load_run_records_the_watched_process_beside_its_seconds() {
         switches >= 150.0,
         "{switches} voluntary switches/s for 200 requests/s"
     );
-    let manifest: Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("run.json")).unwrap()).unwrap();
+    let manifest = manifest(&dir);
     let parts: Vec<&str> = manifest["parts"]
         .as_array()
         .unwrap()

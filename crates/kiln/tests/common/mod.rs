@@ -1,0 +1,32 @@
+//! Helpers shared by the binary's integration tests: run `kiln`, read its JSON and records.
+#![allow(dead_code)] // each test file uses its own subset
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+use serde_json::Value;
+
+/// Runs the `kiln` binary built for these tests, with no standard input.
+pub fn kiln(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("kiln runs")
+}
+
+/// The JSON kiln printed on stdout; on failure the panic shows both streams.
+pub fn json_of(out: &Output) -> Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not JSON ({e}): {}\nstderr: {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+/// A run directory's `run.json`.
+pub fn manifest(dir: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(dir.join("run.json")).unwrap()).unwrap()
+}
