@@ -111,7 +111,7 @@ pub fn run(args: DemoArgs, stop: &StopSignal) -> Result<u8> {
             outcome
                 .phases
                 .first()
-                .map_or(0, |p| p.latency.quantile_us(0.99)),
+                .map_or(0, |p| p.totals.latency.quantile_us(0.99)),
         );
         code = code.max(print_outcome(&outcome, args.json)?);
         if stop.is_stopped() {

@@ -51,7 +51,7 @@ impl LiveOutput {
             return;
         }
         if self.tty {
-            let lat = self.total.latency.stats();
+            let lat = self.total.totals.latency.stats();
             let last = s.latency.stats();
             eprint!(
                 "\r\x1b[2K[{}] {}s/{}s  {} req/s  p50 {}  p99 {}  (total p99 {})  failed {}  conns {}",
@@ -95,7 +95,7 @@ impl LiveOutput {
             return;
         }
         let duration = end.duration_us as f64 / 1e6;
-        if self.window.requests > 0 {
+        if self.window.totals.requests > 0 {
             let secs = (duration - self.window_start as f64).max(0.0);
             eprintln!("{} Active: 0", jmeter_line("+", &self.window, secs));
         }
@@ -108,19 +108,19 @@ impl LiveOutput {
 pub fn jmeter_line(sign: &str, p: &PhaseSummary, secs: f64) -> String {
     let ms = |us: f64| (us / 1000.0).round() as u64;
     let rate = if secs > 0.0 {
-        p.requests as f64 / secs
+        p.totals.requests as f64 / secs
     } else {
         0.0
     };
     let err_pct = p.failed_ratio() * 100.0;
     format!(
         "summary {sign} {:>6} in {} = {:>6.1}/s Avg: {:>5} Min: {:>5} Max: {:>5} Err: {:>5} ({:.2}%)",
-        p.requests,
+        p.totals.requests,
         format::hms(secs.round() as u64),
         rate,
-        ms(p.latency.mean_us()),
-        ms(p.latency.min_us() as f64),
-        ms(p.latency.max_us() as f64),
+        ms(p.totals.latency.mean_us()),
+        ms(p.totals.latency.min_us() as f64),
+        ms(p.totals.latency.max_us() as f64),
         p.failed(),
         err_pct
     )

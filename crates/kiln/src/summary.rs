@@ -111,7 +111,7 @@ fn histogram_chart(h: &LatencyHistogram) -> String {
 }
 
 fn phase_row(p: &PhaseSummary) -> String {
-    let s = p.latency.stats();
+    let s = p.totals.latency.stats();
     format!(
         "  {:<9}{:>10.1}{:>10}{:>10}{:>10}{:>10}{:>10}{:>9.2}%{:>9}",
         p.phase,
@@ -146,11 +146,23 @@ fn across_runs(measured: &[&PhaseSummary]) -> Vec<(&'static str, Vec<f64>)> {
         |f: &dyn Fn(&PhaseSummary) -> f64| measured.iter().map(|p| f(p)).collect::<Vec<f64>>();
     vec![
         ("throughput_rps", pick(&|p| p.throughput())),
-        ("p50_us", pick(&|p| p.latency.quantile_us(0.5) as f64)),
-        ("p90_us", pick(&|p| p.latency.quantile_us(0.9) as f64)),
-        ("p99_us", pick(&|p| p.latency.quantile_us(0.99) as f64)),
-        ("p99_9_us", pick(&|p| p.latency.quantile_us(0.999) as f64)),
-        ("max_us", pick(&|p| p.latency.max_us() as f64)),
+        (
+            "p50_us",
+            pick(&|p| p.totals.latency.quantile_us(0.5) as f64),
+        ),
+        (
+            "p90_us",
+            pick(&|p| p.totals.latency.quantile_us(0.9) as f64),
+        ),
+        (
+            "p99_us",
+            pick(&|p| p.totals.latency.quantile_us(0.99) as f64),
+        ),
+        (
+            "p99_9_us",
+            pick(&|p| p.totals.latency.quantile_us(0.999) as f64),
+        ),
+        ("max_us", pick(&|p| p.totals.latency.max_us() as f64)),
         ("failed_ratio", pick(&|p| p.failed_ratio())),
     ]
 }
@@ -184,7 +196,7 @@ pub fn render_text(
         let _ = writeln!(
             out,
             "Warm-up    {} requests in {:.1} s, left out of the results",
-            w.requests,
+            w.totals.requests,
             w.duration_secs()
         );
     }
@@ -225,23 +237,31 @@ pub fn render_text(
     let _ = writeln!(
         out,
         "\nRequests   {} in {:.1} s = {:.1}/s, failed {} ({:.2}%){}",
-        total.requests,
+        total.totals.requests,
         total.duration_secs(),
         total.throughput(),
         total.failed(),
         total.failed_ratio() * 100.0,
         if open {
-            format!(", scheduled {}, unsent {}", total.scheduled, total.unsent())
+            format!(
+                ", scheduled {}, unsent {}",
+                total.totals.scheduled,
+                total.unsent()
+            )
         } else {
             String::new()
         }
     );
-    if total.latency.is_empty() {
+    if total.totals.latency.is_empty() {
         let _ = writeln!(out, "Latency    no responses");
     } else {
         let _ = writeln!(out, "Latency\n{PERCENTILE_HEADER}");
-        let _ = writeln!(out, "{}", percentile_row("latency", &total.latency.stats()));
-        if let Some(service) = &total.service {
+        let _ = writeln!(
+            out,
+            "{}",
+            percentile_row("latency", &total.totals.latency.stats())
+        );
+        if let Some(service) = &total.totals.service {
             let _ = writeln!(out, "{}", percentile_row("service", &service.stats()));
             let _ = writeln!(
                 out,
@@ -256,10 +276,11 @@ pub fn render_text(
         let _ = writeln!(
             out,
             "Histogram (latency)\n{}",
-            histogram_chart(&total.latency).trim_end()
+            histogram_chart(&total.totals.latency).trim_end()
         );
     }
     let statuses: Vec<String> = total
+        .totals
         .status
         .iter()
         .map(|(c, n)| format!("{c}: {n}"))
@@ -274,6 +295,7 @@ pub fn render_text(
         }
     );
     let errors: Vec<String> = total
+        .totals
         .errors
         .iter()
         .map(|(k, n)| format!("{}: {n}", k.label()))
@@ -290,12 +312,12 @@ pub fn render_text(
     let _ = writeln!(
         out,
         "Received   {} of response bodies",
-        format::bytes(total.body_bytes)
+        format::bytes(total.totals.body_bytes)
     );
     if let Some(end) = &total.end {
         let cpu_s = (end.kiln_cpu_user_us + end.kiln_cpu_system_us) as f64 / 1e6;
         let per_cpu = if cpu_s > 0.0 {
-            total.requests as f64 / cpu_s
+            total.totals.requests as f64 / cpu_s
         } else {
             0.0
         };
@@ -309,7 +331,7 @@ pub fn render_text(
             format::bytes(end.kiln_max_rss_kib * 1024),
             end.connections_opened,
             if open {
-                format!("; worst send lag {}", format::us(total.send_lag_max_us))
+                format!("; worst send lag {}", format::us(total.totals.send_lag_max_us))
             } else {
                 String::new()
             }
@@ -342,20 +364,20 @@ fn phase_json(p: &PhaseSummary) -> Value {
         "measured": p.measured,
         "complete": p.end.is_some(),
         "duration_s": p.duration_secs(),
-        "requests": p.requests,
+        "requests": p.totals.requests,
         "throughput_rps": p.throughput(),
-        "sent": p.sent,
-        "scheduled": p.scheduled,
+        "sent": p.totals.sent,
+        "scheduled": p.totals.scheduled,
         "unsent": p.unsent(),
         "failed": p.failed(),
         "failed_ratio": p.failed_ratio(),
-        "status": p.status.iter().map(|(c, n)| (c.to_string(), json!(n))).collect::<serde_json::Map<_, _>>(),
-        "errors": p.errors,
-        "body_bytes": p.body_bytes,
+        "status": p.totals.status.iter().map(|(c, n)| (c.to_string(), json!(n))).collect::<serde_json::Map<_, _>>(),
+        "errors": p.totals.errors,
+        "body_bytes": p.totals.body_bytes,
         "max_connections": p.max_connections,
-        "latency": p.latency.stats(),
-        "service": p.service.as_ref().map(|s| s.stats()),
-        "send_lag_max_us": p.send_lag_max_us,
+        "latency": p.totals.latency.stats(),
+        "service": p.totals.service.as_ref().map(|s| s.stats()),
+        "send_lag_max_us": p.totals.send_lag_max_us,
         "abandoned": end.abandoned,
         "connections_opened": end.connections_opened,
         "kiln_cpu_user_us": end.kiln_cpu_user_us,

@@ -139,7 +139,7 @@ impl Threshold {
     }
 
     pub fn check(&self, results: &PhaseSummary) -> ThresholdResult {
-        let h = &results.latency;
+        let h = &results.totals.latency;
         let actual = match self.metric {
             Metric::Quantile(q) => h.quantile_us(q) as f64,
             Metric::Max => h.max_us() as f64,

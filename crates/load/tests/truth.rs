@@ -105,7 +105,7 @@ fn target_quantile_ms(target: &TargetServer, q: f64) -> f64 {
 /// VM is noisy.
 fn assert_tracks_target(s: &PhaseSummary, target: &TargetServer, checks: &[(f64, f64)]) {
     for &(q, slack_ms) in checks {
-        let kiln = ms(s.latency.quantile_us(q));
+        let kiln = ms(s.totals.latency.quantile_us(q));
         let own = target_quantile_ms(target, q);
         assert!(
             kiln >= own - 0.01 && kiln <= own + slack_ms,
@@ -123,14 +123,14 @@ fn closed_model_request_count_equals_what_the_target_answered() {
     })
     .unwrap();
     let (s, end) = run(&plan(&target, closed(8), 2));
-    assert_eq!(s.error_count(), 0, "{:?}", s.errors);
+    assert_eq!(s.error_count(), 0, "{:?}", s.totals.errors);
     assert_eq!(s.responses(), target.answered());
-    assert_eq!(s.status.get(&200), Some(&target.answered()));
+    assert_eq!(s.totals.status.get(&200), Some(&target.answered()));
     assert!(s.responses() > 2_000, "only {} responses", s.responses());
     assert_eq!(end.abandoned, 0);
     assert_eq!(end.connections_opened, 8);
     assert!(
-        s.latency.min_us() >= 1_000,
+        s.totals.latency.min_us() >= 1_000,
         "faster than the 1 ms service time"
     );
     assert_tracks_target(&s, &target, &[(0.5, 1.0), (0.9, 1.5)]);
@@ -143,7 +143,7 @@ fn open_model_at_a_fixed_rate_sees_a_periodic_stall_as_arriving_users_do() {
     // P(latency > 2 ms + x) = 0.1 * (1 - x / 100 ms): p95 = 52 ms, p99 = 92 ms, p99.9 = 101 ms.
     let target = pausing_target();
     let (s, end) = run(&plan(&target, open(400.0, 4, 8, 200), 4));
-    assert_eq!(s.scheduled, 1_600);
+    assert_eq!(s.totals.scheduled, 1_600);
     assert_eq!(s.responses(), 1_600);
     assert_eq!(target.answered(), 1_600);
     assert_eq!(end.unsent, 0);
@@ -151,7 +151,7 @@ fn open_model_at_a_fixed_rate_sees_a_periodic_stall_as_arriving_users_do() {
     assert_near("target p95", target_quantile_ms(&target, 0.95), 52.0, 3.0);
     assert_near("target p99", target_quantile_ms(&target, 0.99), 92.0, 3.0);
     // ...and kiln reports it: the analytic figures, and the target's own to within slack.
-    let l = s.latency.stats();
+    let l = s.totals.latency.stats();
     assert_near("p95", ms(l.p95_us), 52.0, 4.0);
     assert_near("p99", ms(l.p99_us), 92.0, 4.0);
     assert_tracks_target(
@@ -161,7 +161,8 @@ fn open_model_at_a_fixed_rate_sees_a_periodic_stall_as_arriving_users_do() {
     );
     // Slower than 10 ms: arrivals that wait more than ~7.7 ms, i.e. in the first 92.3 ms of
     // a pause: 1600 * 0.0923 = 148.
-    let slow = s.latency.count() as f64 * (1.0 - s.latency.fraction_at_or_below(10_000));
+    let slow =
+        s.totals.latency.count() as f64 * (1.0 - s.totals.latency.fraction_at_or_below(10_000));
     assert!(
         (slow - 148.0).abs() <= 8.0,
         "{slow} slow requests, expected 148"
@@ -174,13 +175,15 @@ fn closed_model_samples_each_stall_once_per_connection() {
     // the ~4 pauses once, so only ~16 of thousands of samples see the pause and p99 hides it.
     let target = pausing_target();
     let (s, _) = run(&plan(&target, closed(4), 4));
-    let slow = (s.latency.count() as f64 * (1.0 - s.latency.fraction_at_or_below(10_000))).round();
+    let slow = (s.totals.latency.count() as f64
+        * (1.0 - s.totals.latency.fraction_at_or_below(10_000)))
+    .round();
     assert!(
         (8.0..=24.0).contains(&slow),
         "{slow} slow samples; expected ~16 (4 connections x 4 pauses)"
     );
     assert!(
-        ms(s.latency.quantile_us(0.99)) < 10.0,
+        ms(s.totals.latency.quantile_us(0.99)) < 10.0,
         "closed-model p99 should miss the pause"
     );
 }
@@ -195,11 +198,12 @@ fn every_nth_slow_request_appears_at_exactly_its_share() {
     .unwrap();
     let (s, _) = run(&plan(&target, open(300.0, 3, 4, 100), 3));
     assert_eq!(s.responses(), 900);
-    let slow =
-        (s.latency.count() as f64 * (1.0 - s.latency.fraction_at_or_below(10_000))).round() as u64;
+    let slow = (s.totals.latency.count() as f64
+        * (1.0 - s.totals.latency.fraction_at_or_below(10_000)))
+    .round() as u64;
     assert_eq!(slow, 90, "every 10th of 900 requests is slow");
-    assert_near("p95", ms(s.latency.quantile_us(0.95)), 21.3, 1.5);
-    assert_near("p50", ms(s.latency.quantile_us(0.5)), 1.3, 0.7);
+    assert_near("p95", ms(s.totals.latency.quantile_us(0.95)), 21.3, 1.5);
+    assert_near("p50", ms(s.totals.latency.quantile_us(0.5)), 1.3, 0.7);
 }
 
 #[test]
@@ -210,7 +214,7 @@ fn a_fixed_service_time_is_reported_within_a_fraction_of_a_millisecond() {
     })
     .unwrap();
     let (s, _) = run(&plan(&target, open(200.0, 3, 4, 50), 3));
-    let l = s.latency.stats();
+    let l = s.totals.latency.stats();
     assert_eq!(l.count, 600);
     assert!(
         l.min_us >= 5_000,
@@ -232,11 +236,11 @@ fn connection_resets_are_counted_as_resets_and_the_rest_as_answers() {
     let (s, _) = run(&plan(&target, closed(2), 1));
     assert!(target.resets() > 10);
     assert_eq!(
-        s.errors.get(&ErrorKind::Reset).copied().unwrap_or(0),
+        s.totals.errors.get(&ErrorKind::Reset).copied().unwrap_or(0),
         target.resets()
     );
     assert_eq!(s.responses(), target.answered());
-    assert_eq!(s.error_count(), target.resets(), "{:?}", s.errors);
+    assert_eq!(s.error_count(), target.resets(), "{:?}", s.totals.errors);
 }
 
 #[test]
@@ -261,7 +265,14 @@ fn a_target_that_stops_answering_ends_the_phase_early_with_a_reason() {
     // Connections answering concurrently may slip a few answers past the limit.
     assert_eq!(s.responses(), target.answered());
     assert!((200..=204).contains(&target.answered()));
-    assert!(s.errors.get(&ErrorKind::Timeout).copied().unwrap_or(0) >= 4);
+    assert!(
+        s.totals
+            .errors
+            .get(&ErrorKind::Timeout)
+            .copied()
+            .unwrap_or(0)
+            >= 4
+    );
 }
 
 #[test]
@@ -283,7 +294,7 @@ fn ramping_stages_send_the_integral_of_the_rate() {
     };
     let (s, end) = run(&plan(&target, model, 3));
     // 0 -> 400/s over 2 s is 400 arrivals; 1 s at 400/s is 400 more.
-    assert_eq!(s.scheduled, 800);
+    assert_eq!(s.totals.scheduled, 800);
     assert_eq!(s.responses(), 800);
     assert_eq!(target.answered(), 800);
     assert_eq!(end.unsent, 0);
@@ -300,15 +311,15 @@ fn when_the_connection_cap_is_reached_queueing_is_charged_and_unsent_is_counted(
     })
     .unwrap();
     let (s, end) = run(&plan(&target, open(200.0, 2, 1, 2), 2));
-    assert_eq!(s.scheduled, 400);
-    let service_p50 = ms(s.service.as_ref().unwrap().quantile_us(0.5));
+    assert_eq!(s.totals.scheduled, 400);
+    let service_p50 = ms(s.totals.service.as_ref().unwrap().quantile_us(0.5));
     assert_near("service p50", service_p50, 20.3, 1.0);
-    let latency_p50 = ms(s.latency.quantile_us(0.5));
+    let latency_p50 = ms(s.totals.latency.quantile_us(0.5));
     assert!(
         latency_p50 > 200.0,
         "latency p50 {latency_p50} ms should include the queueing"
     );
     assert!(end.unsent > 100, "unsent {}", end.unsent);
-    assert_eq!(s.sent + end.unsent, 400);
+    assert_eq!(s.totals.sent + end.unsent, 400);
     assert!(s.max_connections <= 2);
 }

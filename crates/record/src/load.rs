@@ -178,16 +178,10 @@ pub struct PhaseSummary {
     pub phase: String,
     pub measured: bool,
     pub seconds: u32,
-    pub requests: u64,
-    pub sent: u64,
-    pub scheduled: u64,
-    pub status: BTreeMap<u16, u64>,
-    pub errors: BTreeMap<ErrorKind, u64>,
-    pub body_bytes: u64,
+    /// The phase's seconds added together (requests, status codes, errors, histograms...);
+    /// its `second`, `connections` and `unix_ms` are not meaningful.
+    pub totals: SecondRecord,
     pub max_connections: u64,
-    pub latency: LatencyHistogram,
-    pub service: Option<LatencyHistogram>,
-    pub send_lag_max_us: u64,
     /// Wall-clock span of the recorded seconds (ends of the first and last), ms since epoch.
     pub first_unix_ms: Option<u64>,
     pub last_unix_ms: Option<u64>,
@@ -210,24 +204,8 @@ impl PhaseSummary {
             self.first_unix_ms = Some(self.first_unix_ms.map_or(s.unix_ms, |f| f.min(s.unix_ms)));
             self.last_unix_ms = Some(self.last_unix_ms.map_or(s.unix_ms, |l| l.max(s.unix_ms)));
         }
-        self.requests += s.requests;
-        self.sent += s.sent;
-        self.scheduled += s.scheduled;
-        for (code, n) in &s.status {
-            *self.status.entry(*code).or_default() += n;
-        }
-        for (kind, n) in &s.errors {
-            *self.errors.entry(*kind).or_default() += n;
-        }
-        self.body_bytes += s.body_bytes;
+        self.totals.merge(s);
         self.max_connections = self.max_connections.max(s.connections);
-        self.latency.merge(&s.latency);
-        if let Some(service) = &s.service {
-            self.service
-                .get_or_insert_with(LatencyHistogram::new)
-                .merge(service);
-        }
-        self.send_lag_max_us = self.send_lag_max_us.max(s.send_lag_max_us);
     }
 
     pub fn set_end(&mut self, end: &PhaseEnd) {
@@ -261,16 +239,17 @@ impl PhaseSummary {
     }
 
     pub fn responses(&self) -> u64 {
-        self.status.values().sum()
+        self.totals.status.values().sum()
     }
 
     pub fn error_count(&self) -> u64 {
-        self.errors.values().sum()
+        self.totals.errors.values().sum()
     }
 
     /// Non-2xx/3xx responses plus requests without a response.
     pub fn failed(&self) -> u64 {
         let bad_status: u64 = self
+            .totals
             .status
             .iter()
             .filter(|(code, _)| **code >= 400)
@@ -291,17 +270,17 @@ impl PhaseSummary {
     pub fn throughput(&self) -> f64 {
         let d = self.duration_secs();
         if d > 0.0 {
-            self.requests as f64 / d
+            self.totals.requests as f64 / d
         } else {
             0.0
         }
     }
 
     pub fn failed_ratio(&self) -> f64 {
-        if self.requests == 0 {
+        if self.totals.requests == 0 {
             0.0
         } else {
-            self.failed() as f64 / self.requests as f64
+            self.failed() as f64 / self.totals.requests as f64
         }
     }
 
@@ -310,7 +289,7 @@ impl PhaseSummary {
     }
 
     pub fn latency_stats(&self) -> LatencyStats {
-        self.latency.stats()
+        self.totals.latency.stats()
     }
 
     /// Merges several phases (e.g. the measured repeats) into one, exactly.
@@ -323,24 +302,8 @@ impl PhaseSummary {
         };
         for p in phases {
             out.seconds += p.seconds;
-            out.requests += p.requests;
-            out.sent += p.sent;
-            out.scheduled += p.scheduled;
-            for (code, n) in &p.status {
-                *out.status.entry(*code).or_default() += n;
-            }
-            for (kind, n) in &p.errors {
-                *out.errors.entry(*kind).or_default() += n;
-            }
-            out.body_bytes += p.body_bytes;
+            out.totals.merge(&p.totals);
             out.max_connections = out.max_connections.max(p.max_connections);
-            out.latency.merge(&p.latency);
-            if let Some(service) = &p.service {
-                out.service
-                    .get_or_insert_with(LatencyHistogram::new)
-                    .merge(service);
-            }
-            out.send_lag_max_us = out.send_lag_max_us.max(p.send_lag_max_us);
             out.first_unix_ms = match (out.first_unix_ms, p.first_unix_ms) {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
@@ -405,13 +368,16 @@ mod tests {
         assert_eq!(phases.len(), 3);
         assert!(!phases[0].measured);
         let run1 = &phases[1];
-        assert_eq!(run1.requests, 3);
+        assert_eq!(run1.totals.requests, 3);
         assert_eq!(run1.failed(), 1);
         assert!((run1.throughput() - 1.5).abs() < 1e-9);
         assert!(phases[2].end.is_none());
         assert_eq!(phases[2].duration_secs(), 1.0);
         let both = PhaseSummary::merged("all", &[&phases[1], &phases[2]]);
-        assert_eq!(both.latency.count(), 4);
-        assert_eq!(both.latency.max_us(), phases[2].latency.max_us());
+        assert_eq!(both.totals.latency.count(), 4);
+        assert_eq!(
+            both.totals.latency.max_us(),
+            phases[2].totals.latency.max_us()
+        );
     }
 }
