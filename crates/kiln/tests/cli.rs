@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use kiln_targets::{Behavior, TargetServer};
 
 mod common;
-use common::{json_of, kiln, manifest};
+use common::{json_of, json_with_exit, kiln, manifest};
 
 #[test]
 fn bad_input_gets_one_clear_line_and_a_nonzero_exit() {
@@ -77,13 +77,7 @@ fn a_closed_run_reports_what_the_target_counted_and_report_rebuilds_it() {
         "--out",
         dir.to_str().unwrap(),
     ]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let run = json_of(&out);
+    let run = json_with_exit(&out, 0);
     assert_eq!(run["status"], "complete");
     assert_eq!(run["total"]["requests"].as_u64(), Some(target.answered()));
     assert_eq!(
@@ -135,13 +129,7 @@ fn warmup_and_repeats_are_reported_apart_and_merged_exactly() {
         "--out",
         dir.to_str().unwrap(),
     ]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let run = json_of(&out);
+    let run = json_with_exit(&out, 0);
     let phases = run["phases"].as_array().unwrap();
     let names: Vec<&str> = phases
         .iter()
@@ -202,13 +190,7 @@ fn ctrl_c_leaves_an_interrupted_record_that_still_reports() {
     send_signal(child.id(), "INT");
     let out = child.wait_with_output().unwrap();
     assert!(started.elapsed() < Duration::from_secs(10));
-    assert_eq!(
-        out.status.code(),
-        Some(130),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let run = json_of(&out);
+    let run = json_with_exit(&out, 130);
     assert_eq!(run["status"], "interrupted");
     assert!(run["status_reason"].as_str().unwrap().contains("Ctrl-C"));
     assert_eq!(manifest(&dir)["status"], "interrupted");
@@ -259,13 +241,7 @@ fn a_target_that_dies_mid_run_ends_it_as_interrupted_with_exit_3() {
         "--out",
         dir.to_str().unwrap(),
     ]);
-    assert_eq!(
-        out.status.code(),
-        Some(3),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let run = json_of(&out);
+    let run = json_with_exit(&out, 3);
     assert_eq!(run["status"], "interrupted");
     assert!(run["status_reason"]
         .as_str()
@@ -302,13 +278,7 @@ fn https_with_a_self_signed_certificate_needs_insecure() {
         "--out",
         dir.to_str().unwrap(),
     ]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let run = json_of(&out);
+    let run = json_with_exit(&out, 0);
     assert_eq!(run["total"]["requests"].as_u64(), Some(target.answered()));
     assert!(target.answered() > 50);
     assert_eq!(run["total"]["failed"], 0);
@@ -338,13 +308,7 @@ fn post_bodies_from_a_file_and_headers_reach_the_target() {
         "--out",
         tmp.path().join("r").to_str().unwrap(),
     ]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let run = json_of(&out);
+    let run = json_with_exit(&out, 0);
     assert_eq!(run["plan"]["method"], "POST");
     assert_eq!(run["plan"]["body_bytes"], 20);
     assert_eq!(run["total"]["requests"].as_u64(), Some(target.answered()));

@@ -6,7 +6,7 @@ use std::process::Command;
 use serde_json::Value;
 
 mod common;
-use common::{json_of, kiln, manifest};
+use common::{json_with_exit, kiln, manifest};
 
 /// CPU figures need the machine to themselves: these tests run one at a time.
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -172,13 +172,7 @@ fn a_load_run_records_the_watched_process_beside_its_seconds() {
         "--out",
         dir.to_str().unwrap(),
     ]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let run = json_of(&out);
+    let run = json_with_exit(&out, 0);
     let resources = &run["resources"];
     assert!(resources["samples"].as_u64().unwrap() >= 2, "{resources}");
     assert_eq!(
@@ -200,8 +194,7 @@ fn a_load_run_records_the_watched_process_beside_its_seconds() {
         .map(|p| p["path"].as_str().unwrap())
         .collect();
     assert_eq!(parts, ["load-seconds.jsonl", "resources.jsonl"]);
-    let report: Value =
-        serde_json::from_slice(&kiln(&["report", dir.to_str().unwrap(), "--json"]).stdout).unwrap();
+    let report = json_with_exit(&kiln(&["report", dir.to_str().unwrap(), "--json"]), 0);
     assert_eq!(
         report["resources"], run["resources"],
         "kiln report rebuilds the resource summary"

@@ -30,3 +30,14 @@ pub fn json_of(out: &Output) -> Value {
 pub fn manifest(dir: &Path) -> Value {
     serde_json::from_str(&std::fs::read_to_string(dir.join("run.json")).unwrap()).unwrap()
 }
+
+/// Asserts kiln exited with `code` (showing its stderr if not) and returns its JSON.
+pub fn json_with_exit(out: &Output, code: i32) -> Value {
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    json_of(out)
+}
