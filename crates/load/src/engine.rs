@@ -7,7 +7,6 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
-use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc;
@@ -517,56 +516,7 @@ async fn ensure_connected(
 }
 
 /// Sends one request on `conn` and records the outcome against `intended`.
-/// A per-connection request timeout that is re-armed about once per timeout period instead
-/// of once per request: the timer's deadline is never later than the running request's
-/// (starts only grow), and when it fires early the request's own deadline is checked and the
-/// timer moved to it. Arming a timer per request costs a load generator measurable CPU.
-struct RequestTimer {
-    sleep: Pin<Box<tokio::time::Sleep>>,
-    fired: bool,
-}
-
-impl RequestTimer {
-    fn new() -> Self {
-        Self {
-            sleep: Box::pin(tokio::time::sleep(Duration::ZERO)),
-            fired: true,
-        }
-    }
-
-    /// Runs `work` until it ends or `deadline` passes (then `None`).
-    async fn run<F: std::future::Future>(
-        &mut self,
-        deadline: Instant,
-        work: F,
-    ) -> Option<F::Output> {
-        if self.fired || self.sleep.deadline().into_std() > deadline {
-            self.sleep.as_mut().reset(deadline.into());
-            self.fired = false;
-        }
-        let mut work = std::pin::pin!(work);
-        loop {
-            tokio::select! {
-                biased;
-                out = &mut work => return Some(out),
-                _ = &mut self.sleep => {
-                    if Instant::now() >= deadline {
-                        self.fired = true;
-                        return None;
-                    }
-                    self.sleep.as_mut().reset(deadline.into());
-                }
-            }
-        }
-    }
-}
-
-async fn send_and_record(
-    state: &WorkerLocal,
-    conn: &mut Option<Connection>,
-    timer: &mut RequestTimer,
-    intended: Instant,
-) {
+async fn send_and_record(state: &WorkerLocal, conn: &mut Option<Connection>, intended: Instant) {
     if let Err(kind) = ensure_connected(state, conn).await {
         state.recorder.borrow_mut().error(Instant::now(), kind);
         return;
@@ -575,9 +525,9 @@ async fn send_and_record(
     let sent = Instant::now();
     state.recorder.borrow_mut().sent(sent);
     state.in_flight.set(state.in_flight.get() + 1);
-    let outcome = timer
-        .run(sent + state.plan.timeout, c.send(&state.setup))
-        .await;
+    let outcome = tokio::time::timeout(state.plan.timeout, c.send(&state.setup))
+        .await
+        .ok();
     state.in_flight.set(state.in_flight.get() - 1);
     let done = Instant::now();
     let mut rec = state.recorder.borrow_mut();
@@ -616,10 +566,9 @@ async fn closed_connection(state: Rc<WorkerLocal>, global: usize, mut stop: watc
         return;
     }
     let mut conn: Option<Connection> = None;
-    let mut timer = RequestTimer::new();
     while !state.shared.should_stop() {
         let had_connection = conn.is_some();
-        send_and_record(&state, &mut conn, &mut timer, Instant::now()).await;
+        send_and_record(&state, &mut conn, Instant::now()).await;
         let failed_to_connect = conn.is_none() && !had_connection;
         let pause = if failed_to_connect {
             RECONNECT_BACKOFF.max(think_time)
@@ -642,7 +591,6 @@ async fn open_connection(state: Rc<WorkerLocal>, mut stop: watch::Receiver<bool>
         return;
     };
     let mut conn: Option<Connection> = None;
-    let mut timer = RequestTimer::new();
     // Connect before the first arrival so it is not charged for the handshake.
     let _ = ensure_connected(&state, &mut conn).await;
     loop {
@@ -656,7 +604,7 @@ async fn open_connection(state: Rc<WorkerLocal>, mut stop: watch::Receiver<bool>
             state.shared.unsent.fetch_add(1, Ordering::Relaxed);
             break;
         }
-        send_and_record(&state, &mut conn, &mut timer, intended).await;
+        send_and_record(&state, &mut conn, intended).await;
         state.shared.idle.fetch_add(1, Ordering::Relaxed);
     }
     if conn.is_some() {
