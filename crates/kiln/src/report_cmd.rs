@@ -16,14 +16,13 @@ pub fn run(args: ReportArgs) -> Result<u8> {
     let resources: Vec<ResourceSecond> = dir.read_json_lines(RESOURCES_PART)?;
     let status = dir.effective_status().as_str();
     let dir_text = args.run_dir.display().to_string();
-    if args.json {
-        let value = summary::render_json(&dir_text, &dir.manifest, status, &phases, &resources);
-        println!("{}", serde_json::to_string_pretty(&value)?);
-    } else {
-        print!(
-            "{}",
-            summary::render_text(&dir_text, &dir.manifest, status, &phases, &resources)
-        );
-    }
+    summary::print(
+        &dir_text,
+        &dir.manifest,
+        status,
+        &phases,
+        &resources,
+        args.json,
+    )?;
     Ok(0)
 }

@@ -76,7 +76,8 @@ pub fn to_json(samples: &[ResourceSecond]) -> Value {
     })
 }
 
-pub fn to_text(samples: &[ResourceSecond]) -> String {
+/// The resource summary as text; `during` says what the samples cover (e.g. "the measured load").
+pub fn to_text(samples: &[ResourceSecond], during: &str) -> String {
     let v = to_json(samples);
     if v.is_null() {
         return String::new();
@@ -84,7 +85,7 @@ pub fn to_text(samples: &[ResourceSecond]) -> String {
     let pct = |x: &Value| format!("{:.0}%", x.as_f64().unwrap_or(0.0));
     let h = &v["host_cpu_mean_pct"];
     let mut out = format!(
-        "Resources  {} samples during the measured load\n  host     usr {} sys {} irq+si {} iowait {} steal {} idle {} (mean over all CPUs)\n",
+        "Resources  {} samples during {during}\n  host     usr {} sys {} irq+si {} iowait {} steal {} idle {} (mean over all CPUs)\n",
         v["samples"],
         pct(&h["user"]),
         pct(&h["system"]),

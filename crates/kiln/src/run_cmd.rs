@@ -291,27 +291,14 @@ pub fn print_outcome(outcome: &RunOutcome, json: bool) -> Result<u8> {
     let dir_text = outcome.dir.path().display().to_string();
     let manifest = &outcome.dir.manifest;
     let status = outcome.dir.effective_status().as_str();
-    if json {
-        let value = summary::render_json(
-            &dir_text,
-            manifest,
-            status,
-            &outcome.phases,
-            &outcome.resources,
-        );
-        println!("{}", serde_json::to_string_pretty(&value)?);
-    } else {
-        print!(
-            "{}",
-            summary::render_text(
-                &dir_text,
-                manifest,
-                status,
-                &outcome.phases,
-                &outcome.resources
-            )
-        );
-    }
+    summary::print(
+        &dir_text,
+        manifest,
+        status,
+        &outcome.phases,
+        &outcome.resources,
+        json,
+    )?;
     let failed_thresholds = summary::measured_total(&outcome.phases)
         .map(|total| {
             thresholds::check_all(&manifest.plan, &total)

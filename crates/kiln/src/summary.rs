@@ -126,6 +126,35 @@ fn phase_row(p: &PhaseSummary) -> String {
     )
 }
 
+/// `a, b, c`, or `none` for no items.
+fn comma_list_or_none(items: impl Iterator<Item = String>) -> String {
+    let items: Vec<String> = items.collect();
+    if items.is_empty() {
+        "none".to_string()
+    } else {
+        items.join(", ")
+    }
+}
+
+/// Prints the summary of a run, as JSON or text, on stdout; what `kiln run` and
+/// `kiln report` both show.
+pub fn print(
+    dir: &str,
+    manifest: &RunManifest,
+    status: &str,
+    phases: &[PhaseSummary],
+    resources: &[ResourceSecond],
+    json: bool,
+) -> serde_json::Result<()> {
+    if json {
+        let value = render_json(dir, manifest, status, phases, resources);
+        println!("{}", serde_json::to_string_pretty(&value)?);
+    } else {
+        print!("{}", render_text(dir, manifest, status, phases, resources));
+    }
+    Ok(())
+}
+
 /// Mean and sample standard deviation.
 pub fn mean_stdev(values: &[f64]) -> (f64, f64) {
     if values.is_empty() {
@@ -279,36 +308,11 @@ pub fn render_text(
             histogram_chart(&total.totals.latency).trim_end()
         );
     }
-    let statuses: Vec<String> = total
-        .totals
-        .status
-        .iter()
-        .map(|(c, n)| format!("{c}: {n}"))
-        .collect();
-    let _ = writeln!(
-        out,
-        "Status     {}",
-        if statuses.is_empty() {
-            "none".to_string()
-        } else {
-            statuses.join(", ")
-        }
-    );
-    let errors: Vec<String> = total
-        .totals
-        .errors
-        .iter()
-        .map(|(k, n)| format!("{}: {n}", k.label()))
-        .collect();
-    let _ = writeln!(
-        out,
-        "Errors     {}",
-        if errors.is_empty() {
-            "none".to_string()
-        } else {
-            errors.join(", ")
-        }
-    );
+    let t = &total.totals;
+    let statuses = t.status.iter().map(|(c, n)| format!("{c}: {n}"));
+    let _ = writeln!(out, "Status     {}", comma_list_or_none(statuses));
+    let errors = t.errors.iter().map(|(k, n)| format!("{}: {n}", k.label()));
+    let _ = writeln!(out, "Errors     {}", comma_list_or_none(errors));
     let _ = writeln!(
         out,
         "Received   {} of response bodies",
@@ -344,7 +348,10 @@ pub fn render_text(
             );
         }
     }
-    out += &resources_summary::to_text(&resources_summary::during(&total, resources));
+    out += &resources_summary::to_text(
+        &resources_summary::during(&total, resources),
+        "the measured load",
+    );
     for t in thresholds::check_all(plan, &total) {
         let _ = writeln!(
             out,
@@ -394,6 +401,7 @@ pub fn render_json(
     phases: &[PhaseSummary],
     resources: &[ResourceSecond],
 ) -> Value {
+    let total = measured_total(phases);
     let measured: Vec<&PhaseSummary> = phases.iter().filter(|p| p.measured).collect();
     let across: serde_json::Map<String, Value> = if measured.len() > 1 {
         across_runs(&measured)
@@ -420,11 +428,15 @@ pub fn render_json(
         "ended_at": manifest.ended_at,
         "plan": manifest.plan,
         "phases": phases.iter().map(phase_json).collect::<Vec<_>>(),
-        "total": measured_total(phases).as_ref().map(phase_json),
+        "total": total.as_ref().map(phase_json),
         "across_runs": if across.is_empty() { Value::Null } else { Value::Object(across) },
-        "resources": measured_total(phases)
-            .map(|t| resources_summary::to_json(&resources_summary::during(&t, resources)))
+        "resources": total
+            .as_ref()
+            .map(|t| resources_summary::to_json(&resources_summary::during(t, resources)))
             .unwrap_or(Value::Null),
-        "thresholds": measured_total(phases).map(|t| thresholds::check_all(&manifest.plan, &t)).unwrap_or_default(),
+        "thresholds": total
+            .as_ref()
+            .map(|t| thresholds::check_all(&manifest.plan, t))
+            .unwrap_or_default(),
     })
 }

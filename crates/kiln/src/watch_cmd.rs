@@ -13,6 +13,7 @@ use serde_json::json;
 
 use crate::cli::WatchArgs;
 use crate::format::{self, safe_text};
+use crate::resources_summary;
 use crate::run_cmd::EXIT_INTERRUPTED;
 
 fn one_line(s: &ResourceSecond) -> String {
@@ -110,16 +111,9 @@ pub fn run(args: WatchArgs, stop: &StopSignal) -> Result<u8> {
         None => dir.finish(RunStatus::Complete, None)?,
     }
     if !args.json {
-        let cpu: Vec<f64> = samples
-            .iter()
-            .filter_map(|s| s.process.as_ref())
-            .map(|p| p.rates.cpu_user_pct + p.rates.cpu_system_pct)
-            .collect();
-        let mean = cpu.iter().sum::<f64>() / cpu.len().max(1) as f64;
-        let peak = cpu.iter().cloned().fold(0.0, f64::max);
-        println!(
-            "\nWatched    process {pid} for {} samples: CPU mean {mean:.0}%, peak {peak:.0}% of one core",
-            samples.len()
+        print!(
+            "\n{}",
+            resources_summary::to_text(&samples, &format!("the watch of process {pid}"))
         );
         println!(
             "Run        {} ({})",
