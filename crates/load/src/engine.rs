@@ -184,7 +184,7 @@ pub fn run_phase(
         handles.push(handle);
     }
     drop(to_collector);
-    let pacer = match (&plan.model, arrivals_tx) {
+    let mut pacer = match (&plan.model, arrivals_tx) {
         (Model::Open { stages, .. }, Some(tx)) => {
             let schedule = ArrivalSchedule::new(0.0, stages);
             let shared = shared.clone();
@@ -210,6 +210,11 @@ pub fn run_phase(
                 stopped_at = Some(now.min(shared.deadline));
                 shared.stopped.store(true, Ordering::SeqCst);
                 let _ = stop_tx.send(true);
+                // The pacer's last count of scheduled arrivals must be in before the
+                // workers' last second is emitted; it stops within one 50 ms nap.
+                if let Some(pacer) = pacer.take() {
+                    let _ = pacer.join();
+                }
             }
         }
         let wait = match stopped_at {
@@ -226,12 +231,13 @@ pub fn run_phase(
         }
         collector.emit_ready(&shared.scheduled, on_second);
     }
+    if let Some(pacer) = pacer.take() {
+        shared.stopped.store(true, Ordering::SeqCst);
+        let _ = pacer.join();
+    }
     collector.emit_ready(&shared.scheduled, on_second);
     for handle in handles {
         let _ = handle.join();
-    }
-    if let Some(pacer) = pacer {
-        let _ = pacer.join();
     }
     let left_in_queue = shared.arrivals.as_ref().map_or(0, |q| q.len() as u64);
     let usage = SelfUsage::now().since(&usage_before);
@@ -368,17 +374,19 @@ impl Collector {
 /// of microseconds on Linux, far closer than an async timer's millisecond tick.
 fn run_pacer(schedule: ArrivalSchedule, shared: &PhaseShared, tx: async_channel::Sender<Instant>) {
     let mut next_worker = 0usize;
-    for offset in schedule {
-        let due = shared.t0 + offset;
-        loop {
-            if shared.should_stop() {
-                return;
-            }
-            let now = Instant::now();
-            if now >= due {
-                break;
-            }
-            thread::sleep((due - now).min(Duration::from_millis(50)));
+    let mut arrivals = schedule.map(|offset| shared.t0 + offset);
+    while let Some(due) = arrivals.next() {
+        if !sleep_until(due, shared) {
+            // Arrivals due before the stop were scheduled even if this thread was too late
+            // to release them (a starved CPU at the end of a phase): they count as unsent.
+            let stopped = Instant::now().min(shared.deadline);
+            let missed = std::iter::once(due)
+                .chain(arrivals)
+                .take_while(|&d| d < stopped)
+                .count() as u64;
+            shared.scheduled.fetch_add(missed, Ordering::SeqCst);
+            shared.unsent.fetch_add(missed, Ordering::SeqCst);
+            return;
         }
         shared.scheduled.fetch_add(1, Ordering::Relaxed);
         if tx.try_send(due).is_err() {
@@ -388,6 +396,20 @@ fn run_pacer(schedule: ArrivalSchedule, shared: &PhaseShared, tx: async_channel:
             shared.grow[next_worker % shared.grow.len()].notify_one();
             next_worker += 1;
         }
+    }
+}
+
+/// Sleeps until `due`; false if the phase stopped first.
+fn sleep_until(due: Instant, shared: &PhaseShared) -> bool {
+    loop {
+        if shared.should_stop() {
+            return false;
+        }
+        let now = Instant::now();
+        if now >= due {
+            return true;
+        }
+        thread::sleep((due - now).min(Duration::from_millis(50)));
     }
 }
 
@@ -632,4 +654,93 @@ fn spawn_open_connection(
     state.shared.idle.fetch_add(1, Ordering::Relaxed);
     tasks.spawn_local(open_connection(state.clone(), stop.clone()));
     true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::RateStage;
+
+    fn shared_for(
+        t0: Instant,
+        duration: Duration,
+    ) -> (PhaseShared, async_channel::Sender<Instant>) {
+        let (tx, rx) = async_channel::bounded(16);
+        let shared = PhaseShared {
+            t0,
+            deadline: t0 + duration,
+            stopped: AtomicBool::new(false),
+            idle: AtomicUsize::new(0),
+            connection_tasks: AtomicUsize::new(0),
+            unsent: AtomicU64::new(0),
+            scheduled: AtomicU64::new(0),
+            arrivals: Some(rx),
+            grow: vec![Notify::new()],
+        };
+        (shared, tx)
+    }
+
+    fn steady(rate: f64, secs: u64) -> ArrivalSchedule {
+        ArrivalSchedule::new(
+            0.0,
+            &[
+                RateStage {
+                    duration: Duration::ZERO,
+                    target_rate: rate,
+                },
+                RateStage {
+                    duration: Duration::from_secs(secs),
+                    target_rate: rate,
+                },
+            ],
+        )
+    }
+
+    #[test]
+    fn a_pacer_starved_past_the_deadline_counts_every_arrival_as_unsent() {
+        // The whole 2 s phase went by before the pacer ran at all.
+        let (shared, tx) = shared_for(
+            Instant::now() - Duration::from_secs(3),
+            Duration::from_secs(2),
+        );
+        run_pacer(steady(100.0, 2), &shared, tx);
+        assert_eq!(shared.scheduled.load(Ordering::SeqCst), 200);
+        assert_eq!(shared.unsent.load(Ordering::SeqCst), 200);
+    }
+
+    #[test]
+    fn a_pacer_stopped_early_counts_only_what_was_due_before_the_stop() {
+        // Ctrl-C one second into a 10 s phase that the pacer has not served yet: the 100
+        // arrivals due in that second were scheduled and not sent; the rest never were due.
+        let (shared, tx) = shared_for(
+            Instant::now() - Duration::from_secs(1),
+            Duration::from_secs(10),
+        );
+        shared.stopped.store(true, Ordering::SeqCst);
+        run_pacer(steady(100.0, 10), &shared, tx);
+        let scheduled = shared.scheduled.load(Ordering::SeqCst);
+        assert!((100..=102).contains(&scheduled), "{scheduled}");
+        assert_eq!(shared.unsent.load(Ordering::SeqCst), scheduled);
+    }
+
+    #[test]
+    fn an_unhurried_pacer_releases_every_arrival_into_the_queue() {
+        let (shared, tx) = shared_for(Instant::now(), Duration::from_millis(100));
+        let queue = shared.arrivals.clone().unwrap();
+        run_pacer(
+            ArrivalSchedule::new(
+                0.0,
+                &[RateStage {
+                    duration: Duration::from_millis(100),
+                    target_rate: 200.0,
+                }],
+            ),
+            &shared,
+            tx,
+        );
+        // 0 -> 200/s over 0.1 s: 10 arrivals.
+        assert_eq!(queue.len(), 10);
+        assert_eq!(shared.scheduled.load(Ordering::SeqCst), 10);
+        assert_eq!(shared.unsent.load(Ordering::SeqCst), 0);
+    }
 }

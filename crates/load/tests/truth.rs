@@ -8,7 +8,7 @@ use kiln_load::{
     run_phase, LoadPlan, Model, PhaseSpec, RateStage, RequestSpec, StopSignal, Target,
 };
 use kiln_record::{ErrorKind, PhaseEnd, PhaseSummary};
-use kiln_targets::{Behavior, Stall, TargetServer};
+use kiln_targets::{ensure, timing_attempts, Behavior, Stall, TargetServer};
 
 fn closed(connections: usize) -> Model {
     Model::Closed {
@@ -86,11 +86,42 @@ fn ms(us: u64) -> f64 {
     us as f64 / 1000.0
 }
 
-fn assert_near(what: &str, got_ms: f64, want_ms: f64, tolerance_ms: f64) {
-    assert!(
+fn near(what: &str, got_ms: f64, want_ms: f64, tolerance_ms: f64) -> Result<(), String> {
+    ensure!(
         (got_ms - want_ms).abs() <= tolerance_ms,
         "{what}: got {got_ms:.2} ms, expected {want_ms:.2} ± {tolerance_ms} ms"
     );
+    Ok(())
+}
+
+/// An open-model phase kept its schedule: every scheduled arrival was sent or reported unsent
+/// and every answer the target wrote was counted (always); none was left unsent (a timing
+/// check: a pacer starved of CPU at the very end of a phase leaves its last arrival unsent).
+fn kept_schedule(
+    s: &PhaseSummary,
+    end: &PhaseEnd,
+    target: &TargetServer,
+    scheduled: u64,
+) -> Result<(), String> {
+    assert_eq!(s.totals.scheduled, scheduled);
+    assert_eq!(s.totals.sent + end.unsent, scheduled, "{end:?}");
+    assert_eq!(s.responses(), target.answered());
+    assert_eq!(s.error_count(), 0, "{:?}", s.totals.errors);
+    ensure!(
+        end.unsent == 0,
+        "{} of {scheduled} arrivals unsent",
+        end.unsent
+    );
+    Ok(())
+}
+
+/// Timing checks get three attempts (see `timing_attempts`); counts are checked every time.
+const ATTEMPTS: usize = 3;
+
+/// Requests slower than `threshold_us`, from the histogram.
+fn slower_than(s: &PhaseSummary, threshold_us: u64) -> f64 {
+    (s.totals.latency.count() as f64 * (1.0 - s.totals.latency.fraction_at_or_below(threshold_us)))
+        .round()
 }
 
 /// The target's own view of its answer times (read to written) at quantile `q`, in ms.
@@ -103,37 +134,50 @@ fn target_quantile_ms(target: &TargetServer, q: f64) -> f64 {
 /// answer before it was written) and at most `slack_ms` above it: loopback plus wake-ups,
 /// about 0.2 ms at p50 on a quiet 2-CPU VM, seen near 1 ms at p50 and 3 ms at p99 when the
 /// VM is noisy.
-fn assert_tracks_target(s: &PhaseSummary, target: &TargetServer, checks: &[(f64, f64)]) {
+fn tracks_target(
+    s: &PhaseSummary,
+    target: &TargetServer,
+    checks: &[(f64, f64)],
+) -> Result<(), String> {
     for &(q, slack_ms) in checks {
         let kiln = ms(s.totals.latency.quantile_us(q));
         let own = target_quantile_ms(target, q);
+        // Below the target's own figure is a defect whatever the machine does.
         assert!(
-            kiln >= own - 0.01 && kiln <= own + slack_ms,
+            kiln >= own - 0.01,
+            "p{}: kiln {kiln:.2} ms is below the target's own {own:.2} ms",
+            q * 100.0
+        );
+        ensure!(
+            kiln <= own + slack_ms,
             "p{}: kiln {kiln:.2} ms, the target's own {own:.2} ms (+{slack_ms} ms allowed)",
             q * 100.0
         );
     }
+    Ok(())
 }
 
 #[test]
 fn closed_model_request_count_equals_what_the_target_answered() {
-    let target = TargetServer::start(Behavior {
-        service_time: Duration::from_millis(1),
-        ..Default::default()
-    })
-    .unwrap();
-    let (s, end) = run(&plan(&target, closed(8), 2));
-    assert_eq!(s.error_count(), 0, "{:?}", s.totals.errors);
-    assert_eq!(s.responses(), target.answered());
-    assert_eq!(s.totals.status.get(&200), Some(&target.answered()));
-    assert!(s.responses() > 2_000, "only {} responses", s.responses());
-    assert_eq!(end.abandoned, 0);
-    assert_eq!(end.connections_opened, 8);
-    assert!(
-        s.totals.latency.min_us() >= 1_000,
-        "faster than the 1 ms service time"
-    );
-    assert_tracks_target(&s, &target, &[(0.5, 1.0), (0.9, 1.5)]);
+    timing_attempts(ATTEMPTS, || {
+        let target = TargetServer::start(Behavior {
+            service_time: Duration::from_millis(1),
+            ..Default::default()
+        })
+        .unwrap();
+        let (s, end) = run(&plan(&target, closed(8), 2));
+        assert_eq!(s.error_count(), 0, "{:?}", s.totals.errors);
+        assert_eq!(s.responses(), target.answered());
+        assert_eq!(s.totals.status.get(&200), Some(&target.answered()));
+        assert_eq!(end.abandoned, 0);
+        assert_eq!(end.connections_opened, 8);
+        assert!(
+            s.totals.latency.min_us() >= 1_000,
+            "faster than the 1 ms service time"
+        );
+        ensure!(s.responses() > 2_000, "only {} responses", s.responses());
+        tracks_target(&s, &target, &[(0.5, 1.0), (0.9, 1.5)])
+    });
 }
 
 #[test]
@@ -141,89 +185,95 @@ fn open_model_at_a_fixed_rate_sees_a_periodic_stall_as_arriving_users_do() {
     // 2 ms service; the whole server pauses 100 ms every second. At a steady rate 10% of
     // arrivals land in a pause and wait for its end: uniformly 0..100 ms more. So
     // P(latency > 2 ms + x) = 0.1 * (1 - x / 100 ms): p95 = 52 ms, p99 = 92 ms, p99.9 = 101 ms.
-    let target = pausing_target();
-    let (s, end) = run(&plan(&target, open(400.0, 4, 8, 200), 4));
-    assert_eq!(s.totals.scheduled, 1_600);
-    assert_eq!(s.responses(), 1_600);
-    assert_eq!(target.answered(), 1_600);
-    assert_eq!(end.unsent, 0);
-    // The target did what it was built to do...
-    assert_near("target p95", target_quantile_ms(&target, 0.95), 52.0, 3.0);
-    assert_near("target p99", target_quantile_ms(&target, 0.99), 92.0, 3.0);
-    // ...and kiln reports it: the analytic figures, and the target's own to within slack.
-    let l = s.totals.latency.stats();
-    assert_near("p95", ms(l.p95_us), 52.0, 4.0);
-    assert_near("p99", ms(l.p99_us), 92.0, 4.0);
-    assert_tracks_target(
-        &s,
-        &target,
-        &[(0.5, 1.0), (0.95, 2.0), (0.99, 3.0), (0.999, 4.0)],
-    );
-    // Slower than 10 ms: arrivals that wait more than ~7.7 ms, i.e. in the first 92.3 ms of
-    // a pause: 1600 * 0.0923 = 148.
-    let slow =
-        s.totals.latency.count() as f64 * (1.0 - s.totals.latency.fraction_at_or_below(10_000));
-    assert!(
-        (slow - 148.0).abs() <= 8.0,
-        "{slow} slow requests, expected 148"
-    );
+    timing_attempts(ATTEMPTS, || {
+        let target = pausing_target();
+        let (s, end) = run(&plan(&target, open(400.0, 4, 8, 200), 4));
+        kept_schedule(&s, &end, &target, 1_600)?;
+        // The target did what it was built to do (a disturbed machine can spoil that)...
+        near("target p95", target_quantile_ms(&target, 0.95), 52.0, 3.0)?;
+        near("target p99", target_quantile_ms(&target, 0.99), 92.0, 3.0)?;
+        // ...and kiln reports it: the analytic figures, and the target's own to within slack.
+        let l = s.totals.latency.stats();
+        near("p95", ms(l.p95_us), 52.0, 4.0)?;
+        near("p99", ms(l.p99_us), 92.0, 4.0)?;
+        tracks_target(
+            &s,
+            &target,
+            &[(0.5, 1.0), (0.95, 2.0), (0.99, 3.0), (0.999, 4.0)],
+        )?;
+        // Slower than 50 ms: arrivals that wait more than 48 ms, i.e. in the first 52 ms of
+        // a pause: 1600 * 0.052 = 83.
+        let slow = slower_than(&s, 50_000);
+        ensure!(
+            (slow - 83.0).abs() <= 8.0,
+            "{slow} requests slower than 50 ms, expected 83"
+        );
+        Ok(())
+    });
 }
 
 #[test]
 fn closed_model_samples_each_stall_once_per_connection() {
     // The coordinated-omission effect, measured: each of the 4 connections waits out each of
     // the ~4 pauses once, so only ~16 of thousands of samples see the pause and p99 hides it.
-    let target = pausing_target();
-    let (s, _) = run(&plan(&target, closed(4), 4));
-    let slow = (s.totals.latency.count() as f64
-        * (1.0 - s.totals.latency.fraction_at_or_below(10_000)))
-    .round();
-    assert!(
-        (8.0..=24.0).contains(&slow),
-        "{slow} slow samples; expected ~16 (4 connections x 4 pauses)"
-    );
-    assert!(
-        ms(s.totals.latency.quantile_us(0.99)) < 10.0,
-        "closed-model p99 should miss the pause"
-    );
+    timing_attempts(ATTEMPTS, || {
+        let target = pausing_target();
+        let (s, _) = run(&plan(&target, closed(4), 4));
+        let slow = slower_than(&s, 40_000);
+        ensure!(
+            (8.0..=24.0).contains(&slow),
+            "{slow} samples slower than 40 ms; expected ~16 (4 connections x 4 pauses)"
+        );
+        let p99 = ms(s.totals.latency.quantile_us(0.99));
+        ensure!(
+            p99 < 20.0,
+            "closed-model p99 {p99:.2} ms should miss the pause"
+        );
+        Ok(())
+    });
 }
 
 #[test]
 fn every_nth_slow_request_appears_at_exactly_its_share() {
-    let target = TargetServer::start(Behavior {
-        service_time: Duration::from_millis(1),
-        slow_every: Some((10, Duration::from_millis(20))),
-        ..Default::default()
-    })
-    .unwrap();
-    let (s, _) = run(&plan(&target, open(300.0, 3, 4, 100), 3));
-    assert_eq!(s.responses(), 900);
-    let slow = (s.totals.latency.count() as f64
-        * (1.0 - s.totals.latency.fraction_at_or_below(10_000)))
-    .round() as u64;
-    assert_eq!(slow, 90, "every 10th of 900 requests is slow");
-    assert_near("p95", ms(s.totals.latency.quantile_us(0.95)), 21.3, 1.5);
-    assert_near("p50", ms(s.totals.latency.quantile_us(0.5)), 1.3, 0.7);
+    timing_attempts(ATTEMPTS, || {
+        let target = TargetServer::start(Behavior {
+            service_time: Duration::from_millis(1),
+            slow_every: Some((10, Duration::from_millis(50))),
+            ..Default::default()
+        })
+        .unwrap();
+        let (s, end) = run(&plan(&target, open(300.0, 3, 4, 100), 3));
+        kept_schedule(&s, &end, &target, 900)?;
+        let slow = slower_than(&s, 25_000);
+        ensure!(
+            slow == 90.0,
+            "{slow} requests slower than 25 ms; every 10th of 900 is"
+        );
+        near("p95", ms(s.totals.latency.quantile_us(0.95)), 51.3, 1.5)?;
+        near("p50", ms(s.totals.latency.quantile_us(0.5)), 1.3, 0.7)
+    });
 }
 
 #[test]
 fn a_fixed_service_time_is_reported_within_a_fraction_of_a_millisecond() {
-    let target = TargetServer::start(Behavior {
-        service_time: Duration::from_millis(5),
-        ..Default::default()
-    })
-    .unwrap();
-    let (s, _) = run(&plan(&target, open(200.0, 3, 4, 50), 3));
-    let l = s.totals.latency.stats();
-    assert_eq!(l.count, 600);
-    assert!(
-        l.min_us >= 5_000,
-        "min {} us is below the service time",
-        l.min_us
-    );
-    // The target's own clock (sleep overshoot and scheduling on a busy 2-core machine
-    // included) is the ground truth; kiln may add only loopback and client time to it.
-    assert_tracks_target(&s, &target, &[(0.5, 1.0), (0.9, 1.5), (0.99, 3.0)]);
+    timing_attempts(ATTEMPTS, || {
+        let target = TargetServer::start(Behavior {
+            service_time: Duration::from_millis(5),
+            ..Default::default()
+        })
+        .unwrap();
+        let (s, end) = run(&plan(&target, open(200.0, 3, 4, 50), 3));
+        kept_schedule(&s, &end, &target, 600)?;
+        let l = s.totals.latency.stats();
+        assert!(
+            l.min_us >= 5_000,
+            "min {} us is below the service time",
+            l.min_us
+        );
+        // The target's own clock (sleep overshoot and scheduling on a busy 2-core machine
+        // included) is the ground truth; kiln may add only loopback and client time to it.
+        tracks_target(&s, &target, &[(0.5, 1.0), (0.9, 1.5), (0.99, 3.0)])
+    });
 }
 
 #[test]
@@ -277,7 +327,6 @@ fn a_target_that_stops_answering_ends_the_phase_early_with_a_reason() {
 
 #[test]
 fn ramping_stages_send_the_integral_of_the_rate() {
-    let target = TargetServer::start(Behavior::default()).unwrap();
     let model = Model::Open {
         stages: vec![
             RateStage {
@@ -292,12 +341,12 @@ fn ramping_stages_send_the_integral_of_the_rate() {
         connections: 2,
         max_connections: 50,
     };
-    let (s, end) = run(&plan(&target, model, 3));
-    // 0 -> 400/s over 2 s is 400 arrivals; 1 s at 400/s is 400 more.
-    assert_eq!(s.totals.scheduled, 800);
-    assert_eq!(s.responses(), 800);
-    assert_eq!(target.answered(), 800);
-    assert_eq!(end.unsent, 0);
+    timing_attempts(ATTEMPTS, || {
+        let target = TargetServer::start(Behavior::default()).unwrap();
+        let (s, end) = run(&plan(&target, model.clone(), 3));
+        // 0 -> 400/s over 2 s is 400 arrivals; 1 s at 400/s is 400 more.
+        kept_schedule(&s, &end, &target, 800)
+    });
 }
 
 #[test]
@@ -312,8 +361,12 @@ fn when_the_connection_cap_is_reached_queueing_is_charged_and_unsent_is_counted(
     .unwrap();
     let (s, end) = run(&plan(&target, open(200.0, 2, 1, 2), 2));
     assert_eq!(s.totals.scheduled, 400);
+    // Service time: the target's 20 ms and loopback, never less.
     let service_p50 = ms(s.totals.service.as_ref().unwrap().quantile_us(0.5));
-    assert_near("service p50", service_p50, 20.3, 1.0);
+    assert!(
+        (20.0..=23.0).contains(&service_p50),
+        "service p50 {service_p50:.2} ms"
+    );
     let latency_p50 = ms(s.totals.latency.quantile_us(0.5));
     assert!(
         latency_p50 > 200.0,

@@ -7,6 +7,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use kiln_sample::{task_rates, ProcFs, TaskStat};
+use kiln_targets::{ensure, timing_attempts};
 
 const USER_HZ: f64 = 100.0;
 
@@ -53,11 +54,14 @@ fn a_spinning_thread_is_one_core_of_user_time() {
         }
         std::hint::black_box(x);
     });
-    let r = measure("burn-user");
+    timing_attempts(3, || {
+        let r = measure("burn-user");
+        // One core, less whatever the other tests' threads take from it on 2 CPUs.
+        ensure!(r.cpu_user_pct + r.cpu_system_pct > 60.0, "{r:?}");
+        ensure!(r.cpu_user_pct > 5.0 * r.cpu_system_pct.max(1.0), "{r:?}");
+        Ok(())
+    });
     stop.store(true, Ordering::Relaxed);
-    // One core, less whatever the other tests' threads take from it on 2 CPUs.
-    assert!(r.cpu_user_pct + r.cpu_system_pct > 60.0, "{r:?}");
-    assert!(r.cpu_user_pct > 5.0 * r.cpu_system_pct.max(1.0), "{r:?}");
 }
 
 #[test]
@@ -68,19 +72,25 @@ fn a_thread_in_a_syscall_loop_is_mostly_system_time() {
             let _ = std::fs::metadata("/proc/self/stat");
         }
     });
-    let r = measure("burn-sys");
+    timing_attempts(3, || {
+        let r = measure("burn-sys");
+        ensure!(r.cpu_system_pct > r.cpu_user_pct, "{r:?}");
+        ensure!(r.cpu_system_pct > 30.0, "{r:?}");
+        Ok(())
+    });
     stop.store(true, Ordering::Relaxed);
-    assert!(r.cpu_system_pct > r.cpu_user_pct, "{r:?}");
-    assert!(r.cpu_system_pct > 30.0, "{r:?}");
 }
 
 #[test]
 fn a_thread_sleeping_10ms_switches_out_about_100_times_a_second() {
     let stop = start("sleep-100hz", || thread::sleep(Duration::from_millis(10)));
-    let r = measure("sleep-100hz");
+    timing_attempts(3, || {
+        let r = measure("sleep-100hz");
+        let v = r.voluntary_switches_per_s.unwrap();
+        // Each sleep is one voluntary switch; a sleep overshoots by tens of microseconds.
+        ensure!((85.0..=101.0).contains(&v), "{v} voluntary switches/s");
+        ensure!(r.cpu_user_pct + r.cpu_system_pct < 10.0, "{r:?}");
+        Ok(())
+    });
     stop.store(true, Ordering::Relaxed);
-    let v = r.voluntary_switches_per_s.unwrap();
-    // Each sleep is one voluntary switch; a sleep overshoots by tens of microseconds.
-    assert!((85.0..=101.0).contains(&v), "{v} voluntary switches/s");
-    assert!(r.cpu_user_pct + r.cpu_system_pct < 10.0, "{r:?}");
 }

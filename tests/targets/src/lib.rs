@@ -5,6 +5,9 @@
 //! distribution a client should see. They count what they answered, so a load tool's request
 //! count can be checked against the server's. Never for production use: no limits at all.
 
+mod timing;
+pub use timing::timing_attempts;
+
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

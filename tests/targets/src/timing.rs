@@ -1,0 +1,149 @@
+//! Timing measurements on a shared machine: retried when disturbed, judged when not.
+
+use std::time::Instant;
+
+/// Runs a timing measurement until one attempt meets its truth, at most `attempts` times.
+///
+/// A shared 2-CPU VM (CI's included) has spells where other processes or the hypervisor take
+/// a core; a measurement caught in one is about the machine, not about kiln. Each attempt
+/// therefore records how much CPU others took meanwhile (`MachineLoad`). A defect in kiln
+/// (coordinated omission, a lost request, a wrong percentile) fails every attempt, so the
+/// test fails on it. Only when every attempt failed *and* every one of them ran on a busy
+/// machine is the verdict withheld, loudly: the checks that do not depend on timing (counts,
+/// lower bounds) are plain asserts inside `measure` and are judged every time.
+pub fn timing_attempts(attempts: usize, mut measure: impl FnMut() -> Result<(), String>) {
+    let mut failures = Vec::new();
+    let mut all_disturbed = true;
+    for attempt in 1..=attempts.max(1) {
+        let load = MachineLoad::start();
+        let outcome = measure();
+        let others = load.others_cores();
+        match outcome {
+            Ok(()) => {
+                for failure in &failures {
+                    eprintln!("retried after a disturbed measurement: {failure}");
+                }
+                return;
+            }
+            Err(why) => {
+                all_disturbed &= others.is_some_and(|c| c > BUSY_MACHINE_CORES);
+                let others = others.map_or("unknown".into(), |c| format!("{c:.2}"));
+                failures.push(format!(
+                    "attempt {attempt} (others used {others} cores): {why}"
+                ));
+            }
+        }
+    }
+    let failures = failures.join("\n");
+    if all_disturbed {
+        eprintln!(
+            "TIMING NOT JUDGED: the machine was busy with other work in every attempt:\n{failures}"
+        );
+        return;
+    }
+    panic!("no attempt met the truth:\n{failures}");
+}
+
+/// CPU (in cores, averaged over an attempt) taken by other processes and the hypervisor above
+/// which a timing measurement on a 2-CPU machine is not a fair test.
+const BUSY_MACHINE_CORES: f64 = 0.3;
+
+/// Busy CPU time of the whole host and of this process, to tell afterwards how much of the
+/// machine others took. Read here rather than through kiln-sample so that the sampler's own
+/// tests can use `timing_attempts` without a dependency cycle.
+struct MachineLoad {
+    host_busy_ticks: Option<u64>,
+    own_ticks: Option<u64>,
+    started: Instant,
+}
+
+impl MachineLoad {
+    fn start() -> Self {
+        Self {
+            host_busy_ticks: host_busy_ticks(),
+            own_ticks: own_ticks(),
+            started: Instant::now(),
+        }
+    }
+
+    /// Cores used by everything but this process (steal included) since `start`.
+    fn others_cores(&self) -> Option<f64> {
+        let host = host_busy_ticks()?.checked_sub(self.host_busy_ticks?)?;
+        let own = own_ticks()?.checked_sub(self.own_ticks?)?;
+        let seconds = self.started.elapsed().as_secs_f64().max(0.001);
+        // USER_HZ is 100 on every Linux this runs on.
+        Some(host.saturating_sub(own) as f64 / 100.0 / seconds)
+    }
+}
+
+/// user + nice + system + irq + softirq + steal of all CPUs, from /proc/stat's first line.
+fn host_busy_ticks() -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let fields: Vec<u64> = stat
+        .lines()
+        .next()?
+        .split_whitespace()
+        .skip(1)
+        .map(|f| f.parse().ok())
+        .collect::<Option<_>>()?;
+    // user nice system idle iowait irq softirq steal
+    let busy = [0, 1, 2, 5, 6, 7];
+    Some(busy.iter().filter_map(|&i| fields.get(i)).sum())
+}
+
+/// utime + stime of this process (all its threads), from /proc/self/stat.
+fn own_ticks() -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the parenthesised name; utime and stime are the 12th and 13th of those.
+    let after_name = &stat[stat.rfind(')')? + 1..];
+    let mut fields = after_name.split_whitespace().skip(11);
+    let utime: u64 = fields.next()?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    Some(utime + stime)
+}
+
+/// `return Err(message)` from a timing attempt when `condition` does not hold.
+#[macro_export]
+macro_rules! ensure {
+    ($condition:expr, $($message:tt)+) => {
+        if !$condition {
+            return Err(format!($($message)+));
+        }
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn this_process_spinning_is_its_own_cpu_not_others() {
+        let load = MachineLoad::start();
+        let own_before = own_ticks().unwrap();
+        let t0 = Instant::now();
+        let mut x = 0u64;
+        while t0.elapsed().as_millis() < 300 {
+            x = std::hint::black_box(x.wrapping_add(1));
+        }
+        let own = own_ticks().unwrap() - own_before;
+        // 300 ms of one core is 30 ticks at USER_HZ 100; accounting is tick-granular.
+        assert!((20..=40).contains(&own), "{own} ticks");
+        assert!(load.others_cores().is_some());
+    }
+
+    #[test]
+    fn a_failing_measurement_on_a_quiet_machine_fails_the_test() {
+        let result = std::panic::catch_unwind(|| {
+            timing_attempts(2, || {
+                // Sleep: this process takes no CPU, so only a busy machine could excuse it.
+                std::thread::sleep(std::time::Duration::from_millis(50));
+                Err("always wrong".into())
+            })
+        });
+        if let Err(panic) = result {
+            let message = panic.downcast_ref::<String>().cloned().unwrap_or_default();
+            assert!(message.contains("attempt 2"), "{message}");
+        }
+        // (On a machine busy in both attempts the verdict is withheld instead; CI is rarely.)
+    }
+}
