@@ -27,6 +27,83 @@ pub enum Command {
     Demo(DemoArgs),
     /// Watch what the host and a process do, once a second, without load.
     Watch(WatchArgs),
+    /// Flame graphs of a running process (perf), or of profiles made elsewhere.
+    Profile(ProfileArgs),
+}
+
+#[derive(Args, Debug)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct ProfileArgs {
+    #[command(subcommand)]
+    pub action: Option<ProfileAction>,
+    /// The process to profile (with its child processes).
+    #[arg(long = "pid", conflicts_with = "port")]
+    pub pid: Option<i32>,
+    /// Profile the process listening on this TCP port.
+    #[arg(long = "port")]
+    pub port: Option<u16>,
+    /// How long to profile.
+    #[arg(short = 'd', long = "duration", default_value = "10s")]
+    pub duration: String,
+    /// cpu: where the CPU time goes (on-CPU). cswitch: where threads leave the CPU
+    /// (blocking, waiting, preemption), one sample per context switch.
+    #[arg(long = "event", value_enum, default_value = "cpu")]
+    pub event: ProfileEvent,
+    /// Samples per second for --event cpu.
+    #[arg(short = 'F', long = "frequency", default_value_t = 99)]
+    pub frequency: u32,
+    /// How perf walks stacks: fp (frame pointers; needed through JIT code) or dwarf (whole
+    /// stacks of native code built without frame pointers). Default: fp for Java, Node and
+    /// Python, dwarf otherwise.
+    #[arg(long = "call-graph", value_enum)]
+    pub call_graph: Option<ProfileCallGraph>,
+    #[command(flatten)]
+    pub output: ProfileOutput,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProfileCallGraph {
+    Fp,
+    Dwarf,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProfileEvent {
+    Cpu,
+    Cswitch,
+}
+
+/// Where and how a profile is written and shown.
+#[derive(Args, Debug, Clone)]
+pub struct ProfileOutput {
+    /// The run directory (default: runs/<time>-profile-...).
+    #[arg(long = "out")]
+    pub out: Option<PathBuf>,
+    /// Functions listed in the top tables.
+    #[arg(long = "top", default_value_t = 10)]
+    pub top: usize,
+    /// Print the summary as JSON on stdout.
+    #[arg(long = "json")]
+    pub json: bool,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ProfileAction {
+    /// Read a profile made elsewhere: pprof (.pb.gz), collapsed stacks (FlameGraph,
+    /// async-profiler -o collapsed, py-spy --format raw) or `perf script` text.
+    Import {
+        file: PathBuf,
+        #[command(flatten)]
+        output: ProfileOutput,
+    },
+    /// A differential flame graph: widths from AFTER, red where a stack grew, blue where it
+    /// shrank (BEFORE is scaled to AFTER's sample count first). Files in any import format.
+    Diff {
+        before: PathBuf,
+        after: PathBuf,
+        #[command(flatten)]
+        output: ProfileOutput,
+    },
 }
 
 #[derive(Args, Debug)]

@@ -5,10 +5,12 @@ mod cli;
 mod demo;
 mod format;
 mod live;
+mod profile_cmd;
 mod report_cmd;
 mod resources_summary;
 mod run_cmd;
 mod summary;
+mod target_process;
 mod thresholds;
 mod watch_cmd;
 
@@ -64,6 +66,7 @@ fn main() -> ExitCode {
         Command::Report(args) => report_cmd::run(args),
         Command::Demo(args) => demo::run(args, &stop),
         Command::Watch(args) => watch_cmd::run(args, &stop),
+        Command::Profile(args) => profile_cmd::run(args, &stop),
     };
     match result {
         Ok(code) => ExitCode::from(code),

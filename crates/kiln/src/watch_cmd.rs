@@ -13,8 +13,8 @@ use serde_json::json;
 
 use crate::cli::WatchArgs;
 use crate::format::{self, safe_text};
-use crate::resources_summary;
 use crate::run_cmd::EXIT_INTERRUPTED;
+use crate::{resources_summary, target_process};
 
 fn one_line(s: &ResourceSecond) -> String {
     let mut line = format!("{:>4}s", s.second);
@@ -54,16 +54,7 @@ fn one_line(s: &ResourceSecond) -> String {
 
 pub fn run(args: WatchArgs, stop: &StopSignal) -> Result<u8> {
     let proc = ProcFs::default();
-    let pid = match (args.pid, args.port) {
-        (Some(pid), _) => pid,
-        (None, Some(port)) => proc.pid_listening_on(port).with_context(|| {
-            format!("no visible process listens on TCP port {port} (run kiln as the target's user or root)")
-        })?,
-        (None, None) => bail!("say what to watch: --pid PID or --port PORT"),
-    };
-    if proc.process(pid).is_none() {
-        bail!("no process {pid} (or /proc/{pid} is not readable)");
-    }
+    let pid = target_process::resolve(&proc, args.pid, args.port, "watch")?;
     let duration = parse_duration(&args.duration)?;
     let interval = parse_duration(&args.interval)?;
     if interval < Duration::from_millis(100) {

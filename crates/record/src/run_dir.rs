@@ -161,6 +161,30 @@ impl RunDir {
         JsonLinesWriter::append(&self.path.join(file_name))
     }
 
+    /// Writes a whole-file part (a flame graph, collapsed stacks ...) atomically and lists it
+    /// in the manifest (once).
+    pub fn write_file_part(
+        &mut self,
+        kind: &str,
+        file_name: &str,
+        schema_version: u32,
+        contents: &[u8],
+    ) -> Result<PathBuf, RecordError> {
+        let file = self.path.join(file_name);
+        let tmp = self.path.join(format!(".{file_name}.tmp"));
+        fs::write(&tmp, contents).map_err(io_err("write", &tmp))?;
+        fs::rename(&tmp, &file).map_err(io_err("replace", &file))?;
+        if self.manifest.part(kind).is_none() {
+            self.manifest.parts.push(PartRef {
+                kind: kind.to_string(),
+                path: file_name.to_string(),
+                schema_version,
+            });
+            self.save()?;
+        }
+        Ok(file)
+    }
+
     /// Marks the run ended with `status` and an optional one-line reason.
     pub fn finish(&mut self, status: RunStatus, reason: Option<String>) -> Result<(), RecordError> {
         self.manifest.status = status;

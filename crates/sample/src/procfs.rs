@@ -98,6 +98,8 @@ pub struct TaskStat {
     pub id: i32,
     pub name: String,
     pub state: char,
+    /// The parent process (0 for the kernel's own).
+    pub ppid: i32,
     /// Clock ticks.
     pub utime: u64,
     pub stime: u64,
@@ -125,6 +127,7 @@ pub fn parse_task_stat(text: &str) -> Option<TaskStat> {
         id,
         name,
         state: fields.first()?.chars().next()?,
+        ppid: fields.get(1).and_then(|f| f.parse().ok()).unwrap_or(0),
         utime: field(14)?,
         stime: field(15)?,
         num_threads: field(20).unwrap_or(1),
@@ -215,6 +218,37 @@ impl ProcFs {
         })
     }
 
+    /// `pid` and all its descendants (a server's worker processes), parents first.
+    pub fn process_tree(&self, pid: i32) -> Vec<i32> {
+        let parents: Vec<(i32, i32)> = fs::read_dir(self.root.join("proc"))
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+            .filter_map(|p| {
+                Some((
+                    p,
+                    self.read(&format!("proc/{p}/stat"))
+                        .and_then(|t| parse_task_stat(&t))?
+                        .ppid,
+                ))
+            })
+            .collect();
+        let mut tree = vec![pid];
+        let mut i = 0;
+        while i < tree.len() {
+            let parent = tree[i];
+            let mut children: Vec<i32> = parents
+                .iter()
+                .filter(|&&(p, pp)| pp == parent && !tree.contains(&p))
+                .map(|&(p, _)| p)
+                .collect();
+            children.sort_unstable();
+            tree.extend(children);
+            i += 1;
+        }
+        tree
+    }
+
     /// Every thread of the process; threads that exit while being read are skipped.
     pub fn threads(&self, pid: i32) -> Vec<TaskStat> {
         let Ok(entries) = fs::read_dir(self.root.join(format!("proc/{pid}/task"))) else {
@@ -285,12 +319,29 @@ procs_blocked 1\n";
             (t.id, t.name.as_str(), t.state),
             (4242, "my (weird) name", 'S')
         );
+        assert_eq!(t.ppid, 1);
         assert_eq!(
             (t.utime, t.stime, t.num_threads, t.rss_pages),
             (250, 75, 7, 321)
         );
         assert!(parse_task_stat("4242 (cut").is_none());
         assert!(parse_task_stat("4242 (short) S 1 2").is_none());
+    }
+
+    #[test]
+    fn a_process_tree_is_the_process_and_its_descendants() {
+        let root = tempfile::tempdir().unwrap();
+        for (pid, ppid) in [(10, 1), (11, 10), (12, 11), (13, 1), (14, 10)] {
+            let dir = root.path().join(format!("proc/{pid}"));
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(
+                dir.join("stat"),
+                format!("{pid} (p) S {ppid} 0 0 0 -1 0 0 0 0 0 1 1 0 0 20 0 1 0 0 0 0"),
+            )
+            .unwrap();
+        }
+        assert_eq!(ProcFs::new(root.path()).process_tree(10), [10, 11, 14, 12]);
+        assert_eq!(ProcFs::new(root.path()).process_tree(99), [99]);
     }
 
     #[test]

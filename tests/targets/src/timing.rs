@@ -126,8 +126,9 @@ mod tests {
             x = std::hint::black_box(x.wrapping_add(1));
         }
         let own = own_ticks().unwrap() - own_before;
-        // 300 ms of one core is 30 ticks at USER_HZ 100; accounting is tick-granular.
-        assert!((20..=40).contains(&own), "{own} ticks");
+        // 300 ms of one core is 30 ticks at USER_HZ 100 (tick-granular); the other tests of
+        // this binary run beside it, on at most the second core.
+        assert!((20..=70).contains(&own), "{own} ticks");
         assert!(load.others_cores().is_some());
     }
 

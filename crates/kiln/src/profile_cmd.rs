@@ -1,0 +1,392 @@
+//! `kiln profile`: flame graphs of a running process with perf, of profiles made elsewhere
+//! (`import`), and of the difference between two (`diff`). Each writes a run directory:
+//! collapsed stacks, an interactive SVG, a speedscope file and the summary as JSON.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use kiln_load::plan::parse_duration;
+use kiln_load::StopSignal;
+use kiln_profile::{
+    profile_processes, speedscope_json, svg, CallGraph, Event, FlameStyle, Folded, FoldedDiff,
+    FunctionShare, ProfileSummary, RecordOptions,
+};
+use kiln_record::{default_run_dir_name, RunDir, RunStatus};
+use kiln_sample::ProcFs;
+use serde_json::{json, Value};
+
+use crate::cli::{ProfileAction, ProfileArgs, ProfileCallGraph, ProfileEvent, ProfileOutput};
+use crate::format::safe_text;
+use crate::run_cmd::{EXIT_CTRL_C, EXIT_INTERRUPTED};
+use crate::target_process;
+
+pub const FOLDED_PART: &str = "profile-folded";
+pub const FLAME_PART: &str = "profile-flame";
+pub const SPEEDSCOPE_PART: &str = "profile-speedscope";
+pub const SUMMARY_PART: &str = "profile-summary";
+
+pub fn run(args: ProfileArgs, stop: &StopSignal) -> Result<u8> {
+    match args.action {
+        Some(ProfileAction::Import { file, output }) => import(&file, &output),
+        Some(ProfileAction::Diff {
+            before,
+            after,
+            output,
+        }) => diff(&before, &after, &output),
+        None => record(&args, stop),
+    }
+}
+
+fn create_dir(output: &ProfileOutput, name: &str, plan: Value) -> Result<RunDir> {
+    let out = output
+        .out
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("runs").join(default_run_dir_name(name)));
+    RunDir::create(&out, name, std::env::args().collect(), plan)
+        .with_context(|| format!("cannot create the run directory {}", out.display()))
+}
+
+/// The files of one profile in a run directory, and its summary.
+pub struct WrittenProfile {
+    pub summary: ProfileSummary,
+    pub flame: PathBuf,
+    pub folded: PathBuf,
+    pub speedscope: PathBuf,
+}
+
+/// Writes collapsed stacks, the flame graph, the speedscope file and the summary (with
+/// `extra` fields about how the profile was taken) into `dir`.
+pub fn write_profile(
+    dir: &mut RunDir,
+    folded: &Folded,
+    title: &str,
+    count_name: &str,
+    top: usize,
+    extra: Value,
+) -> Result<WrittenProfile> {
+    let summary = ProfileSummary::of(folded, top);
+    let folded_path = dir.write_file_part(
+        FOLDED_PART,
+        "profile.folded",
+        1,
+        folded.to_text().as_bytes(),
+    )?;
+    let style = FlameStyle {
+        title,
+        count_name,
+        ..FlameStyle::default()
+    };
+    let flame = dir.write_file_part(FLAME_PART, "flame.svg", 1, &svg(folded, &style)?)?;
+    let speedscope = dir.write_file_part(
+        SPEEDSCOPE_PART,
+        "profile.speedscope.json",
+        1,
+        speedscope_json(folded, title).as_bytes(),
+    )?;
+    let mut record = json!({ "summary": summary, "count_name": count_name });
+    if let (Some(obj), Value::Object(extra)) = (record.as_object_mut(), extra) {
+        obj.extend(extra);
+    }
+    dir.write_file_part(
+        SUMMARY_PART,
+        "profile.json",
+        1,
+        serde_json::to_string_pretty(&record)?.as_bytes(),
+    )?;
+    Ok(WrittenProfile {
+        summary,
+        flame,
+        folded: folded_path,
+        speedscope,
+    })
+}
+
+fn share_rows(
+    label: &str,
+    shares: &[FunctionShare],
+    pct: impl Fn(&FunctionShare) -> f64,
+) -> String {
+    let mut out = String::new();
+    for (i, s) in shares.iter().enumerate() {
+        let head = if i == 0 { label } else { "" };
+        out += &format!("{head:<11}{:>6.1}%  {}\n", pct(s), safe_text(&s.name));
+    }
+    out
+}
+
+/// The terminal summary: top functions by self and by total, and the kernel's share.
+pub fn summary_text(summary: &ProfileSummary, count_name: &str) -> String {
+    let mut out = format!(
+        "Samples    {} {count_name}, {} distinct stacks, {:.1}% with a kernel frame on top\n",
+        summary.samples, summary.distinct_stacks, summary.kernel_pct
+    );
+    out += &share_rows("Top self", &summary.top_self, |s| s.self_pct);
+    out += &share_rows("Top total", &summary.top_total, |s| s.total_pct);
+    out
+}
+
+fn files_text(written: &WrittenProfile, dir: &RunDir) -> String {
+    format!(
+        "Flame      {}\nFiles      {} (collapsed), {} (speedscope)\nRun        {} ({})\n",
+        written.flame.display(),
+        written.folded.display(),
+        written.speedscope.display(),
+        dir.path().display(),
+        dir.manifest.status.as_str()
+    )
+}
+
+fn record(args: &ProfileArgs, stop: &StopSignal) -> Result<u8> {
+    let proc = ProcFs::default();
+    let pid = target_process::resolve(&proc, args.pid, args.port, "profile")?;
+    let duration = parse_duration(&args.duration)?;
+    if !(1..=10_000).contains(&args.frequency) {
+        bail!("--frequency is out of range: 1 to 10000 samples per second");
+    }
+    let pids = proc.process_tree(pid);
+    let options = RecordOptions {
+        event: match args.event {
+            ProfileEvent::Cpu => Event::Cpu,
+            ProfileEvent::Cswitch => Event::Cswitch,
+        },
+        frequency_hz: args.frequency,
+        call_graph: args.call_graph.map(|c| match c {
+            ProfileCallGraph::Fp => CallGraph::Fp,
+            ProfileCallGraph::Dwarf => CallGraph::Dwarf,
+        }),
+        ..RecordOptions::default()
+    };
+    let name = format!("profile-{pid}");
+    let plan = json!({"profile": {"pid": pid, "port": args.port, "pids": pids,
+        "event": options.event, "frequency_hz": args.frequency, "duration_s": duration.as_secs_f64()}});
+    let mut dir = create_dir(&args.output, &name, plan)?;
+    if !args.output.json {
+        eprintln!(
+            "kiln: profiling pid {pid}{} for {} ({} {}) with perf...",
+            if pids.len() > 1 {
+                format!(" and {} child processes", pids.len() - 1)
+            } else {
+                String::new()
+            },
+            humantime::format_duration(duration),
+            options.event.perf_name(),
+            match options.event {
+                Event::Cpu => format!("at {} Hz", args.frequency),
+                Event::Cswitch => "on every switch".into(),
+            }
+        );
+    }
+    let data = dir.path().join("perf.data");
+    let profiled = match profile_processes(&pids, &options, duration, &data, &|| {
+        stop.reason().is_some()
+    }) {
+        Ok(p) => p,
+        Err(e) => {
+            dir.finish(RunStatus::Failed, Some(e.to_string()))?;
+            return Err(e.into());
+        }
+    };
+    // perf.data is large and only perf reads it; the collapsed stacks keep what matters.
+    let _ = std::fs::remove_file(&data);
+    let _ = std::fs::remove_file(dir.path().join("perf-record.log"));
+    let event = profiled.event;
+    let title = format!(
+        "{} of pid {pid} ({})",
+        match event {
+            Event::Cpu => "On-CPU",
+            Event::Cswitch => "Context switches",
+        },
+        proc.process(pid).map_or_else(String::new, |p| p.name)
+    );
+    let extra = json!({"event": event, "pids": profiled.pids, "duration_s": profiled.duration.as_secs_f64(),
+        "frequency_hz": args.frequency, "call_graph": profiled.call_graph,
+        "target_exited": profiled.target_exited, "jit": profiled.jit});
+    let written = write_profile(
+        &mut dir,
+        &profiled.folded,
+        &title,
+        event.count_name(),
+        args.output.top,
+        extra.clone(),
+    )?;
+    let interrupted = stop.reason().is_some();
+    let (status, reason, code) = if interrupted {
+        (RunStatus::Interrupted, stop.reason(), EXIT_CTRL_C)
+    } else if profiled.target_exited {
+        (
+            RunStatus::Interrupted,
+            Some(format!("process {pid} exited during the profile")),
+            EXIT_INTERRUPTED,
+        )
+    } else {
+        (RunStatus::Complete, None, 0)
+    };
+    dir.finish(status, reason.clone())?;
+    if args.output.json {
+        let mut out = json!({"run_dir": dir.path(), "status": status.as_str(), "summary": written.summary,
+            "flame": written.flame, "folded": written.folded, "speedscope": written.speedscope});
+        if let (Some(obj), Value::Object(extra)) = (out.as_object_mut(), extra) {
+            obj.extend(extra);
+        }
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(code);
+    }
+    println!(
+        "Profile    {title}, {:.1} s, {:?} stacks{}",
+        profiled.duration.as_secs_f64(),
+        profiled.call_graph,
+        reason.map_or_else(String::new, |r| format!(" — {}", safe_text(&r)))
+    );
+    print!("{}", summary_text(&written.summary, event.count_name()));
+    for done in &profiled.jit.done {
+        println!("JIT        {}", safe_text(done));
+    }
+    for advice in &profiled.jit.advice {
+        println!("Advice     {}", safe_text(advice));
+    }
+    print!("{}", files_text(&written, &dir));
+    Ok(code)
+}
+
+fn read_profile(path: &Path) -> Result<kiln_profile::Imported> {
+    let data = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let imported = kiln_profile::import(&data).with_context(|| path.display().to_string())?;
+    if imported.ignored_lines > 0 {
+        eprintln!(
+            "kiln: {}: skipped {} line{} that {} not `stack count`",
+            safe_text(&path.display().to_string()),
+            imported.ignored_lines,
+            if imported.ignored_lines == 1 { "" } else { "s" },
+            if imported.ignored_lines == 1 {
+                "is"
+            } else {
+                "are"
+            }
+        );
+    }
+    Ok(imported)
+}
+
+fn file_stem(path: &Path) -> String {
+    path.file_name()
+        .and_then(|n| n.to_str())
+        .and_then(|n| n.split('.').next())
+        .filter(|n| !n.is_empty())
+        .unwrap_or("profile")
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+fn import(file: &Path, output: &ProfileOutput) -> Result<u8> {
+    let imported = read_profile(file)?;
+    let name = format!("import-{}", file_stem(file));
+    let source = json!({"file": file, "format": imported.format, "value": imported.value,
+        "ignored_lines": imported.ignored_lines});
+    let mut dir = create_dir(output, &name, json!({"profile_import": source}))?;
+    let title = format!("Profile {}", file.display());
+    let count_name = match imported.value.as_deref() {
+        Some(v) => v.split('/').next().unwrap_or("samples").to_string(),
+        None => "samples".into(),
+    };
+    let written = write_profile(
+        &mut dir,
+        &imported.folded,
+        &title,
+        &count_name,
+        output.top,
+        json!({"source": source}),
+    )?;
+    dir.finish(RunStatus::Complete, None)?;
+    if output.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&json!({"run_dir": dir.path(), "source": source,
+            "summary": written.summary, "flame": written.flame, "folded": written.folded,
+            "speedscope": written.speedscope}))?
+        );
+        return Ok(0);
+    }
+    println!(
+        "Imported   {} ({}{})",
+        safe_text(&file.display().to_string()),
+        serde_json::to_value(imported.format)?
+            .as_str()
+            .unwrap_or(""),
+        imported
+            .value
+            .map_or_else(String::new, |v| format!(", counts are {v}"))
+    );
+    print!("{}", summary_text(&written.summary, &count_name));
+    print!("{}", files_text(&written, &dir));
+    Ok(0)
+}
+
+fn diff(before_path: &Path, after_path: &Path, output: &ProfileOutput) -> Result<u8> {
+    let before = read_profile(before_path)?.folded;
+    let after = read_profile(after_path)?.folded;
+    let diff = FoldedDiff::new(&before, &after);
+    let changes = diff.biggest_self_changes(&before, &after, output.top);
+    let name = format!("diff-{}-{}", file_stem(before_path), file_stem(after_path));
+    let mut dir = create_dir(
+        output,
+        &name,
+        json!({"profile_diff": {"before": before_path, "after": after_path}}),
+    )?;
+    let title = format!(
+        "Differential: {} -> {} (red grew, blue shrank)",
+        before_path.display(),
+        after_path.display()
+    );
+    let style = FlameStyle {
+        title: &title,
+        ..FlameStyle::default()
+    };
+    let flame = dir.write_file_part(FLAME_PART, "diff.svg", 1, &diff.svg(&style)?)?;
+    let folded = dir.write_file_part(FOLDED_PART, "diff.folded", 1, diff.to_text().as_bytes())?;
+    let result = json!({"before_samples": diff.before_total, "after_samples": diff.after_total,
+        "biggest_self_changes": changes});
+    dir.write_file_part(
+        SUMMARY_PART,
+        "diff.json",
+        1,
+        serde_json::to_string_pretty(&result)?.as_bytes(),
+    )?;
+    dir.finish(RunStatus::Complete, None)?;
+    if output.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&json!({"run_dir": dir.path(), "flame": flame,
+            "folded": folded, "before_samples": diff.before_total, "after_samples": diff.after_total,
+            "biggest_self_changes": changes}))?
+        );
+        return Ok(0);
+    }
+    println!(
+        "Diff       {} samples before, {} after (before scaled to after)",
+        diff.before_total, diff.after_total
+    );
+    for (i, c) in changes.iter().enumerate() {
+        let head = if i == 0 { "Self share" } else { "" };
+        println!(
+            "{head:<11}{:>6.1}% -> {:>5.1}%  ({:+.1})  {}",
+            c.before_pct,
+            c.after_pct,
+            c.after_pct - c.before_pct,
+            safe_text(&c.name)
+        );
+    }
+    println!(
+        "Flame      {}\nFiles      {} (stack before after)\nRun        {}",
+        flame.display(),
+        folded.display(),
+        dir.path().display()
+    );
+    Ok(0)
+}

@@ -1,0 +1,403 @@
+//! `kiln profile` against work whose CPU split is known by construction: threads of this test
+//! process that spend fixed shares of each 10 ms in known functions, in the kernel, or asleep.
+//! perf profiles this process from outside, as it would any target.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::{json_with_exit, kiln, manifest};
+use kiln_targets::{ensure, timing_attempts};
+use serde_json::Value;
+
+/// Spins in `f` until `until`.
+#[inline(never)]
+fn spin_until(until: Instant, f: fn(u64) -> u64) {
+    let mut x = 0u64;
+    while Instant::now() < until {
+        x = f(x);
+    }
+    std::hint::black_box(x);
+}
+
+#[inline(never)]
+fn burn_seventy(x: u64) -> u64 {
+    let mut x = x;
+    for i in 0..2000 {
+        x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(i));
+    }
+    x
+}
+
+#[inline(never)]
+fn burn_thirty(x: u64) -> u64 {
+    let mut x = x;
+    for i in 0..2000 {
+        x = std::hint::black_box(x.wrapping_mul(2862933555777941757).wrapping_add(i));
+    }
+    x
+}
+
+/// Reads /dev/zero in 1 MiB blocks until `until`: nearly all of it is the kernel's memset.
+#[inline(never)]
+fn read_zeroes_until(until: Instant, file: &mut std::fs::File, buf: &mut [u8]) {
+    use std::io::Read;
+    while Instant::now() < until {
+        let _ = file.read(buf);
+    }
+}
+
+/// Round lengths of 5 to 15 ms at random, so that a sampler's fixed period cannot keep
+/// landing on the same part of every round (aliasing would skew the split).
+struct RandomRounds(u64);
+
+impl RandomRounds {
+    fn new() -> Self {
+        Self(0x9E37_79B9_7F4A_7C15)
+    }
+
+    fn next(&mut self) -> Duration {
+        // xorshift64
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        Duration::from_micros(5_000 + self.0 % 10_000)
+    }
+}
+
+/// Runs `round` on a thread named `name` until the returned flag is set.
+fn worker(name: &str, mut round: impl FnMut() + Send + 'static) -> Arc<AtomicBool> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = stop.clone();
+    thread::Builder::new()
+        .name(name.into())
+        .spawn(move || {
+            while !flag.load(Ordering::Relaxed) {
+                round();
+            }
+        })
+        .unwrap();
+    stop
+}
+
+fn profile_self(args: &[&str]) -> (Value, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let pid = std::process::id().to_string();
+    let mut all = vec![
+        "profile",
+        "--pid",
+        &pid,
+        "--json",
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    all.extend_from_slice(args);
+    let json = json_with_exit(&kiln(&all), 0);
+    (json, dir)
+}
+
+/// The collapsed stacks of one thread (perf puts the thread's name first).
+fn thread_stacks(json: &Value, thread: &str) -> Vec<(String, u64)> {
+    let text = std::fs::read_to_string(json["folded"].as_str().unwrap()).unwrap();
+    text.lines()
+        .filter_map(|l| {
+            let (stack, count) = l.rsplit_once(' ')?;
+            Some((stack.to_string(), count.parse().ok()?))
+        })
+        .filter(|(stack, _)| stack.split(';').next() == Some(thread))
+        .collect()
+}
+
+fn share_of(stacks: &[(String, u64)], pick: impl Fn(&str) -> bool) -> f64 {
+    let total: u64 = stacks.iter().map(|(_, c)| c).sum();
+    let picked: u64 = stacks.iter().filter(|(s, _)| pick(s)).map(|(_, c)| c).sum();
+    picked as f64 / total.max(1) as f64
+}
+
+fn leaf(stack: &str) -> &str {
+    stack.rsplit(';').next().unwrap_or("")
+}
+
+/// Serialized: each test's worker would otherwise take CPU from the other's.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+#[test]
+fn a_seventy_thirty_split_of_cpu_time_shows_as_seventy_thirty() {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let mut rounds = RandomRounds::new();
+    let stop = worker("burn-split", move || {
+        let (t0, round) = (Instant::now(), rounds.next());
+        spin_until(t0 + round * 7 / 10, burn_seventy);
+        spin_until(t0 + round, burn_thirty);
+    });
+    timing_attempts(3, || {
+        let (json, _dir) = profile_self(&["-d", "3s", "-F", "499"]);
+        let stacks = thread_stacks(&json, "burn-split");
+        let samples: u64 = stacks.iter().map(|(_, c)| c).sum();
+        // 3 s at 499 Hz of one busy thread is ~1500 samples.
+        ensure!(
+            samples > 1000,
+            "only {samples} samples of the burning thread"
+        );
+        let seventy = share_of(&stacks, |s| leaf(s).contains("burn_seventy"));
+        let thirty = share_of(&stacks, |s| leaf(s).contains("burn_thirty"));
+        // The rest is the clock reads between calls, spread evenly over both.
+        ensure!(
+            seventy + thirty > 0.85,
+            "only {:.3} of samples in the two",
+            seventy + thirty
+        );
+        let split = seventy / (seventy + thirty);
+        ensure!(
+            (split - 0.70).abs() < 0.04,
+            "burn_seventy is {split:.3} of the two, not 0.70"
+        );
+        // Each sits under the loop that called it: the stacks are whole.
+        let whole = share_of(&stacks, |s| {
+            s.contains("spin_until;") && (s.ends_with("burn_seventy") || s.ends_with("burn_thirty"))
+        });
+        ensure!(
+            whole > 0.8,
+            "only {whole:.3} of samples have spin_until under the burner"
+        );
+        // The summary's table agrees with the file.
+        let top = &json["summary"]["top_self"];
+        ensure!(
+            top.as_array()
+                .unwrap()
+                .iter()
+                .take(3)
+                .any(|f| f["name"].as_str().unwrap().contains("burn_seventy")),
+            "burn_seventy not among the top self functions: {top}"
+        );
+        Ok(())
+    });
+    stop.store(true, Ordering::Relaxed);
+}
+
+#[test]
+fn time_spent_in_system_calls_shows_as_kernel_frames() {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let mut zero = std::fs::File::open("/dev/zero").unwrap();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut rounds = RandomRounds::new();
+    let stop = worker("burn-kernel", move || {
+        let (t0, round) = (Instant::now(), rounds.next());
+        spin_until(t0 + round * 6 / 10, burn_seventy);
+        read_zeroes_until(t0 + round, &mut zero, &mut buf);
+    });
+    timing_attempts(3, || {
+        let (json, _dir) = profile_self(&["-d", "3s", "-F", "499"]);
+        let stacks = thread_stacks(&json, "burn-kernel");
+        let kernel = share_of(&stacks, |s| leaf(s).ends_with("_[k]"));
+        // 4 ms of each 10 ms in read(2) of /dev/zero, nearly all of it the kernel's copy.
+        ensure!(
+            (kernel - 0.40).abs() < 0.06,
+            "kernel leaves {kernel:.3} of samples, expected 0.40"
+        );
+        // And the kernel frames sit under the function that made the call.
+        let under_reader = share_of(&stacks, |s| {
+            leaf(s).ends_with("_[k]") && s.contains("read_zeroes_until")
+        });
+        ensure!(
+            under_reader > 0.8 * kernel,
+            "only {under_reader:.3} of kernel samples under read_zeroes_until"
+        );
+        Ok(())
+    });
+    stop.store(true, Ordering::Relaxed);
+}
+
+static BLOCKS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+#[inline(never)]
+fn block_here() {
+    thread::sleep(Duration::from_millis(5));
+    // Work after the call keeps it a call, not a tail jump that would drop this frame.
+    BLOCKS.fetch_add(1, Ordering::Relaxed);
+}
+
+#[test]
+fn a_thread_that_blocks_at_a_known_rate_shows_in_the_context_switch_profile() {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let stop = worker("blocker", block_here);
+    timing_attempts(3, || {
+        let (blocks_before, t0) = (BLOCKS.load(Ordering::Relaxed), Instant::now());
+        let (json, _dir) = profile_self(&["-d", "2s", "--event", "cswitch"]);
+        let blocks = BLOCKS.load(Ordering::Relaxed) - blocks_before;
+        // The thread's own count of sleeps while kiln ran, scaled to perf's recording window.
+        let expected =
+            blocks as f64 / t0.elapsed().as_secs_f64() * json["duration_s"].as_f64().unwrap();
+        let stacks = thread_stacks(&json, "blocker");
+        let switches: u64 = stacks.iter().map(|(_, c)| c).sum();
+        ensure!(
+            (switches as f64 - expected).abs() <= 0.1 * expected,
+            "{switches} switches of the blocking thread; it slept {expected:.0} times meanwhile"
+        );
+        let in_block_here = share_of(&stacks, |s| s.contains("block_here"));
+        ensure!(
+            in_block_here > 0.9,
+            "block_here on {in_block_here:.3} of the switch stacks"
+        );
+        Ok(())
+    });
+    stop.store(true, Ordering::Relaxed);
+}
+
+#[test]
+fn a_process_that_exits_mid_profile_keeps_what_was_taken() {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    // A shell that burns CPU until it is killed 1.5 s into a 20 s profile.
+    let mut child = std::process::Command::new("sh")
+        .args(["-c", "while :; do :; done"])
+        .spawn()
+        .unwrap();
+    let pid_to_kill = child.id() as i32;
+    let killer = thread::spawn(move || {
+        thread::sleep(Duration::from_millis(1500));
+        // SAFETY: kill(2) of the child this test started.
+        unsafe { libc::kill(pid_to_kill, libc::SIGKILL) };
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let pid = child.id().to_string();
+    let started = Instant::now();
+    let result = kiln(&[
+        "profile",
+        "--pid",
+        &pid,
+        "-d",
+        "20s",
+        "--json",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let _ = child.wait();
+    killer.join().unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "waited for the full -d"
+    );
+    let json = json_with_exit(&result, 3);
+    assert_eq!(json["status"], "interrupted");
+    assert_eq!(json["target_exited"], true);
+    // ~1.5 s of one busy process at 99 Hz.
+    assert!(json["summary"]["samples"].as_u64().unwrap() > 80, "{json}");
+    let m = manifest(&out);
+    assert_eq!(m["status"], "interrupted");
+    assert!(m["status_reason"].as_str().unwrap().contains("exited"));
+    assert!(out.join("flame.svg").exists());
+}
+
+#[test]
+fn bad_targets_get_one_clear_line() {
+    for (args, expected) in [
+        (
+            vec!["profile", "--pid", "999999999"],
+            "no process 999999999",
+        ),
+        (vec!["profile"], "--pid PID or --port PORT"),
+        (
+            vec!["profile", "--pid", "1", "-F", "0"],
+            "--frequency is out of range",
+        ),
+        (
+            vec!["profile", "import", "/nonexistent/profile.pb.gz"],
+            "cannot read /nonexistent/profile.pb.gz",
+        ),
+    ] {
+        let out = kiln(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
+}
+
+#[test]
+fn a_missing_perf_says_what_to_install() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args([
+            "profile",
+            "--pid",
+            &std::process::id().to_string(),
+            "-d",
+            "1s",
+            "--out",
+        ])
+        .arg(tempfile::tempdir().unwrap().path().join("run"))
+        .env("PERF", "/nonexistent/perf")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("apt install linux-perf"), "{stderr}");
+}
+
+#[test]
+fn collapsed_files_import_and_diff_with_hostile_names_kept_as_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let before = dir.path().join("before.folded");
+    let after = dir.path().join("after.folded");
+    std::fs::write(
+        &before,
+        "main;parse_json 40\nmain;<script>alert(1)</script> 30\nmain;idle 30\n",
+    )
+    .unwrap();
+    std::fs::write(
+        &after,
+        "main;parse_json 120\nmain;<script>alert(1)</script> 40\nmain;idle 40\nnot a stack line\n",
+    )
+    .unwrap();
+
+    let out = dir.path().join("import");
+    let json = json_with_exit(
+        &kiln(&[
+            "profile",
+            "import",
+            after.to_str().unwrap(),
+            "--json",
+            "--out",
+            out.to_str().unwrap(),
+        ]),
+        0,
+    );
+    assert_eq!(json["source"]["format"], "collapsed");
+    assert_eq!(json["source"]["ignored_lines"], 1);
+    assert_eq!(json["summary"]["samples"], 200);
+    assert_eq!(json["summary"]["top_self"][0]["name"], "parse_json");
+    assert_eq!(json["summary"]["top_self"][0]["self_pct"], 60.0);
+    let svg = std::fs::read_to_string(out.join("flame.svg")).unwrap();
+    assert!(!svg.contains("<script>alert"));
+
+    let out = dir.path().join("diff");
+    let json = json_with_exit(
+        &kiln(&[
+            "profile",
+            "diff",
+            before.to_str().unwrap(),
+            after.to_str().unwrap(),
+            "--json",
+            "--out",
+            out.to_str().unwrap(),
+        ]),
+        0,
+    );
+    let change = &json["biggest_self_changes"][0];
+    assert_eq!(change["name"], "parse_json");
+    assert_eq!(
+        (change["before_pct"].as_f64(), change["after_pct"].as_f64()),
+        (Some(40.0), Some(60.0))
+    );
+    let folded = std::fs::read_to_string(out.join("diff.folded")).unwrap();
+    // before scaled from 100 to 200 samples: parse_json 40 -> 80 beside 120.
+    assert!(folded.contains("main;parse_json 80 120"), "{folded}");
+    assert!(!std::fs::read_to_string(out.join("diff.svg"))
+        .unwrap()
+        .contains("<script>alert"));
+}

@@ -1,0 +1,231 @@
+//! Profiles of other runtimes: a JIT-compiled Java method named through the JVM's perf map,
+//! and a Go program's own pprof CPU profile imported. The programs are written here with a
+//! known CPU split and built by the tests (javac, go), like a user's service would be.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::{json_with_exit, kiln};
+
+const JAVA_HOT: &str = r#"
+public class Hot {
+    static long spinHot(long x) {
+        for (int i = 0; i < 1000; i++) { x = x * 6364136223846793005L + i; }
+        return x;
+    }
+    public static void main(String[] args) {
+        long end = System.nanoTime() + Long.parseLong(args[0]) * 1_000_000_000L;
+        long x = 0;
+        while (System.nanoTime() < end) { x = spinHot(x); }
+        System.out.println(x);
+    }
+}
+"#;
+
+/// Kills the child when the test ends, pass or fail.
+struct Killed(std::process::Child);
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn a_hot_java_method_is_named_in_the_profile() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("Hot.java"), JAVA_HOT).unwrap();
+    let javac = Command::new("javac")
+        .arg("Hot.java")
+        .current_dir(dir.path())
+        .status();
+    assert!(
+        javac.is_ok_and(|s| s.success()),
+        "javac (a JDK) is needed: scripts/test.sh installs it"
+    );
+    let java = Killed(
+        Command::new("java")
+            // A method of its own in the profile, not inlined into main by the JIT.
+            .args([
+                "-XX:+PreserveFramePointer",
+                "-XX:CompileCommand=quiet",
+                "-XX:CompileCommand=dontinline,Hot::spinHot",
+                "-cp",
+            ])
+            .arg(dir.path())
+            .args(["Hot", "30"])
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    // Let the JIT compile spinHot before sampling.
+    std::thread::sleep(Duration::from_secs(2));
+    let out = dir.path().join("run");
+    let pid = java.0.id().to_string();
+    let json = json_with_exit(
+        &kiln(&[
+            "profile",
+            "--pid",
+            &pid,
+            "-d",
+            "3s",
+            "--json",
+            "--out",
+            out.to_str().unwrap(),
+        ]),
+        0,
+    );
+    let jit_done = json["jit"]["done"].to_string();
+    assert!(jit_done.contains("Compiler.perfmap"), "{json}");
+    let top: Vec<&str> = json["summary"]["top_self"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        top.iter()
+            .take(3)
+            .any(|n| n.contains("Hot") && n.contains("spinHot")),
+        "the hot Java method is not named among the top self frames: {top:?}"
+    );
+    // With PreserveFramePointer, no advice about it.
+    assert!(!json["jit"]["advice"]
+        .to_string()
+        .contains("PreserveFramePointer"));
+}
+
+const GO_SPLIT: &str = r#"
+package main
+
+import (
+	"fmt"
+	"math/rand"
+	"os"
+	"runtime/pprof"
+	"time"
+)
+
+//go:noinline
+func hot(x uint64) uint64 {
+	for i := 0; i < 200; i++ {
+		x = x*6364136223846793005 + uint64(i)
+	}
+	return x
+}
+
+//go:noinline
+func cold(x uint64) uint64 {
+	for i := 0; i < 200; i++ {
+		x = x*2862933555777941757 + uint64(i)
+	}
+	return x
+}
+
+func main() {
+	f, err := os.Create(os.Args[1])
+	if err != nil {
+		panic(err)
+	}
+	pprof.StartCPUProfile(f)
+	var x uint64
+	end := time.Now().Add(3 * time.Second)
+	for time.Now().Before(end) {
+		// Rounds of random length, so that the profiler's fixed 10 ms tick cannot fall on
+		// the same part of every round.
+		round := time.Duration(5000+rand.Intn(10000)) * time.Microsecond
+		t0 := time.Now()
+		for time.Since(t0) < round*7/10 {
+			x = hot(x)
+		}
+		for time.Since(t0) < round {
+			x = cold(x)
+		}
+	}
+	pprof.StopCPUProfile()
+	f.Close()
+	fmt.Println(x)
+}
+"#;
+
+fn go_cpu_profile(dir: &Path) -> std::path::PathBuf {
+    std::fs::write(dir.join("main.go"), GO_SPLIT).unwrap();
+    let profile = dir.join("cpu.pb.gz");
+    let status = Command::new("go")
+        .args(["run", "main.go"])
+        .arg(&profile)
+        .current_dir(dir)
+        .env("GOFLAGS", "")
+        .env("GO111MODULE", "off")
+        .stdout(Stdio::null())
+        .status();
+    assert!(
+        status.is_ok_and(|s| s.success()),
+        "go (the Go toolchain) is needed"
+    );
+    profile
+}
+
+#[test]
+fn a_go_pprof_profile_imports_with_its_known_split() {
+    let dir = tempfile::tempdir().unwrap();
+    let profile = go_cpu_profile(dir.path());
+    let out = dir.path().join("run");
+    let json = json_with_exit(
+        &kiln(&[
+            "profile",
+            "import",
+            profile.to_str().unwrap(),
+            "--json",
+            "--out",
+            out.to_str().unwrap(),
+        ]),
+        0,
+    );
+    assert_eq!(json["source"]["format"], "pprof");
+    assert_eq!(json["source"]["value"], "samples/count");
+    let shares = &json["summary"]["top_self"];
+    let pct = |name: &str| {
+        shares
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["name"] == name)
+            .and_then(|f| f["self_pct"].as_f64())
+            .unwrap_or(0.0)
+    };
+    // 3 s at Go's 100 Hz: ~300 samples; 70/30 of the loop by construction (the clock reads
+    // between calls share the rest), within sampling noise.
+    assert!(json["summary"]["samples"].as_u64().unwrap() > 200, "{json}");
+    let (hot, cold) = (pct("main.hot"), pct("main.cold"));
+    assert!(hot + cold > 80.0, "{shares}");
+    let split = hot / (hot + cold);
+    assert!(
+        (split - 0.70).abs() < 0.08,
+        "main.hot is {split:.3} of the two: {shares}"
+    );
+    assert_eq!(shares[0]["name"], "main.hot");
+    // The stacks are root first: main.main calls both.
+    let folded = std::fs::read_to_string(out.join("profile.folded")).unwrap();
+    assert!(
+        folded.lines().any(|l| l.contains("main.main;main.hot ")),
+        "{folded}"
+    );
+}
+
+#[test]
+fn a_corrupt_or_truncated_pprof_file_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let profile = go_cpu_profile(dir.path());
+    let data = std::fs::read(&profile).unwrap();
+    let cut = dir.path().join("cut.pb.gz");
+    std::fs::write(&cut, &data[..data.len() / 2]).unwrap();
+    let out = kiln(&["profile", "import", cut.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("not a profile kiln can read"), "{stderr}");
+    assert!(!stderr.contains("panicked"));
+}

@@ -1,0 +1,300 @@
+//! Collapsed ("folded") stacks, the form every profile in kiln is turned into: one line per
+//! distinct stack, frames root first joined by `;`, then a space and a sample count. It is
+//! what FlameGraph, inferno, async-profiler (`-o collapsed`), py-spy (`--format raw`) and
+//! speedscope read and write.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use crate::ProfileError;
+
+/// Stacks (frames root first, joined by `;`) with their sample counts.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Folded {
+    stacks: BTreeMap<String, u64>,
+}
+
+/// What a lenient parse of collapsed text skipped.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ParseReport {
+    pub lines: usize,
+    pub ignored: usize,
+    /// The first ignored line's number (1-based) and a short copy of it.
+    pub first_ignored: Option<(usize, String)>,
+}
+
+/// One function's share of the samples: where it was the leaf (self) and where it was on
+/// the stack at all (total, counted once per sample even when it recurses).
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct FunctionShare {
+    pub name: String,
+    pub self_samples: u64,
+    pub total_samples: u64,
+    pub self_pct: f64,
+    pub total_pct: f64,
+}
+
+impl Folded {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds `count` samples of the stack whose frames are given root first.
+    pub fn add<S: AsRef<str>>(&mut self, frames: &[S], count: u64) {
+        if frames.is_empty() || count == 0 {
+            return;
+        }
+        let mut key = String::new();
+        for (i, frame) in frames.iter().enumerate() {
+            if i > 0 {
+                key.push(';');
+            }
+            // A `;` inside a name would split the frame in two when read back.
+            key.push_str(&frame.as_ref().replace(';', ":"));
+        }
+        self.add_joined(key, count);
+    }
+
+    fn add_joined(&mut self, stack: String, count: u64) {
+        let slot = self.stacks.entry(stack).or_insert(0);
+        *slot = slot.saturating_add(count);
+    }
+
+    /// Reads collapsed text. Lines that are not `stack count` are skipped and reported, like
+    /// flamegraph.pl's "Ignored N lines"; an input with no valid line at all is an error.
+    pub fn parse(text: &str) -> Result<(Self, ParseReport), ProfileError> {
+        let mut folded = Self::new();
+        let mut report = ParseReport::default();
+        for (i, line) in text.lines().enumerate() {
+            let line = line.trim_end_matches('\r');
+            if line.trim().is_empty() {
+                continue;
+            }
+            report.lines += 1;
+            match parse_line(line) {
+                Some((stack, count)) => folded.add_joined(stack.to_string(), count),
+                None => {
+                    report.ignored += 1;
+                    if report.first_ignored.is_none() {
+                        report.first_ignored = Some((i + 1, line.chars().take(80).collect()));
+                    }
+                }
+            }
+        }
+        if folded.stacks.is_empty() {
+            return Err(ProfileError::Format(match &report.first_ignored {
+                Some((n, l)) => format!(
+                    "no collapsed stacks (`frame;frame;... COUNT`) found; line {n} reads {l:?}"
+                ),
+                None => "the input is empty".into(),
+            }));
+        }
+        Ok((folded, report))
+    }
+
+    /// The collapsed text, one line per stack, sorted (what inferno's `from_lines` needs).
+    pub fn to_text(&self) -> String {
+        let mut out = String::new();
+        for (stack, count) in &self.stacks {
+            let _ = writeln!(out, "{stack} {count}");
+        }
+        out
+    }
+
+    pub fn lines(&self) -> impl Iterator<Item = (&str, u64)> {
+        self.stacks.iter().map(|(s, &c)| (s.as_str(), c))
+    }
+
+    pub fn total(&self) -> u64 {
+        self.stacks.values().sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.stacks.is_empty()
+    }
+
+    pub fn distinct_stacks(&self) -> usize {
+        self.stacks.len()
+    }
+
+    pub fn merge(&mut self, other: &Folded) {
+        for (stack, &count) in &other.stacks {
+            self.add_joined(stack.clone(), count);
+        }
+    }
+
+    /// Functions by self samples (the leaf), most first, at most `n`; never a function that
+    /// was no sample's leaf.
+    pub fn top_self(&self, n: usize) -> Vec<FunctionShare> {
+        let mut top = self.top(n, |s| (s.self_samples, s.total_samples));
+        top.retain(|s| s.self_samples > 0);
+        top
+    }
+
+    /// Functions by total samples (anywhere on the stack), most first, at most `n`.
+    pub fn top_total(&self, n: usize) -> Vec<FunctionShare> {
+        self.top(n, |s| (s.total_samples, s.self_samples))
+    }
+
+    fn top(&self, n: usize, key: impl Fn(&FunctionShare) -> (u64, u64)) -> Vec<FunctionShare> {
+        let mut shares: Vec<FunctionShare> = self.function_shares().into_values().collect();
+        shares.sort_by(|a, b| key(b).cmp(&key(a)).then_with(|| a.name.cmp(&b.name)));
+        shares.truncate(n);
+        shares
+    }
+
+    /// Every function's self and total samples.
+    pub fn function_shares(&self) -> BTreeMap<String, FunctionShare> {
+        let total = self.total().max(1) as f64;
+        let mut shares: BTreeMap<String, FunctionShare> = BTreeMap::new();
+        let mut seen: Vec<&str> = Vec::new();
+        for (stack, &count) in &self.stacks {
+            seen.clear();
+            let frames: Vec<&str> = stack.split(';').collect();
+            for (i, &frame) in frames.iter().enumerate() {
+                let share = shares
+                    .entry(frame.to_string())
+                    .or_insert_with(|| FunctionShare {
+                        name: frame.to_string(),
+                        self_samples: 0,
+                        total_samples: 0,
+                        self_pct: 0.0,
+                        total_pct: 0.0,
+                    });
+                if i + 1 == frames.len() {
+                    share.self_samples += count;
+                }
+                if !seen.contains(&frame) {
+                    share.total_samples += count;
+                    seen.push(frame);
+                }
+            }
+        }
+        for share in shares.values_mut() {
+            share.self_pct = 100.0 * share.self_samples as f64 / total;
+            share.total_pct = 100.0 * share.total_samples as f64 / total;
+        }
+        shares
+    }
+
+    /// Share of samples (0..1) whose leaf is a kernel frame (annotated `_[k]`).
+    pub fn kernel_share(&self) -> f64 {
+        let kernel: u64 = self
+            .stacks
+            .iter()
+            .filter(|(s, _)| {
+                s.rsplit(';')
+                    .next()
+                    .is_some_and(|leaf| leaf.ends_with("_[k]"))
+            })
+            .map(|(_, &c)| c)
+            .sum();
+        kernel as f64 / self.total().max(1) as f64
+    }
+
+    /// Only the stacks that contain a frame for which `keep` is true.
+    pub fn filter(&self, keep: impl Fn(&str) -> bool) -> Folded {
+        Folded {
+            stacks: self
+                .stacks
+                .iter()
+                .filter(|(s, _)| s.split(';').any(&keep))
+                .map(|(s, &c)| (s.clone(), c))
+                .collect(),
+        }
+    }
+}
+
+/// `stack count`: the count is the last whitespace-separated field, an unsigned integer (a
+/// fractional count, which flamegraph.pl allows, is rounded).
+fn parse_line(line: &str) -> Option<(&str, u64)> {
+    let (stack, count) = line.trim_end().rsplit_once([' ', '\t'])?;
+    let stack = stack.trim_end();
+    if stack.is_empty() {
+        return None;
+    }
+    let count = match count.parse::<u64>() {
+        Ok(c) => c,
+        Err(_) => {
+            let f: f64 = count.parse().ok()?;
+            if !(f.is_finite() && f >= 0.0) {
+                return None;
+            }
+            f.round() as u64
+        }
+    };
+    Some((stack, count))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn parses_merges_and_writes_back_sorted() {
+        let text = "main;b 3\nmain;a 2\n\nmain;a 1\n";
+        let (f, report) = Folded::parse(text).unwrap();
+        assert_eq!(report.ignored, 0);
+        assert_eq!(f.to_text(), "main;a 3\nmain;b 3\n");
+        assert_eq!(f.total(), 6);
+    }
+
+    #[test]
+    fn bad_lines_are_skipped_and_reported_and_nothing_valid_is_an_error() {
+        let (f, report) = Folded::parse("a;b 2\nnot a count\nc 1.6\n").unwrap();
+        assert_eq!(f.total(), 4);
+        assert_eq!(report.ignored, 1);
+        assert_eq!(report.first_ignored.unwrap().0, 2);
+        let err = Folded::parse("garbage\n").unwrap_err().to_string();
+        assert!(err.contains("line 1"), "{err}");
+        assert!(Folded::parse("").is_err());
+    }
+
+    #[test]
+    fn self_and_total_shares_count_recursion_once() {
+        let (f, _) = Folded::parse("main;work;work 6\nmain;idle 4\n").unwrap();
+        let shares = f.function_shares();
+        assert_eq!(shares["work"].self_samples, 6);
+        assert_eq!(shares["work"].total_samples, 6);
+        assert_eq!(shares["main"].total_samples, 10);
+        assert_eq!(shares["main"].self_samples, 0);
+        assert_eq!(f.top_self(1)[0].name, "work");
+        assert_eq!(f.top_total(1)[0].name, "main");
+        assert!((shares["idle"].self_pct - 40.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn kernel_share_is_the_share_of_kernel_leaves() {
+        let (f, _) = Folded::parse("main;read;sys_read_[k] 3\nmain;work 1\n").unwrap();
+        assert!((f.kernel_share() - 0.75).abs() < 1e-9);
+    }
+
+    #[test]
+    fn semicolons_inside_a_frame_do_not_split_it() {
+        let mut f = Folded::new();
+        f.add(&["main", "a;b"], 1);
+        assert_eq!(f.to_text(), "main;a:b 1\n");
+    }
+
+    proptest! {
+        #[test]
+        fn any_text_parses_or_errors_without_panic(text in "\\PC{0,200}") {
+            let _ = Folded::parse(&text);
+        }
+
+        #[test]
+        fn written_text_reads_back_equal(
+            stacks in proptest::collection::vec(
+                (proptest::collection::vec("[a-zA-Z_:<>.]{1,8}", 1..5), 1u64..1000), 1..20)
+        ) {
+            let mut f = Folded::new();
+            for (frames, count) in &stacks {
+                f.add(frames, *count);
+            }
+            let (back, report) = Folded::parse(&f.to_text()).unwrap();
+            prop_assert_eq!(report.ignored, 0);
+            prop_assert_eq!(back, f);
+        }
+    }
+}

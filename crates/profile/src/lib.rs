@@ -1,0 +1,261 @@
+//! kiln's profiler: drives `perf` on a target's processes (on-CPU or context switches), gets
+//! JIT frames named where the runtime allows, and turns every profile (its own, pprof,
+//! collapsed text, perf script text) into collapsed stacks, from which it draws flame graphs,
+//! differential flame graphs, speedscope files and top-function tables.
+
+mod flame;
+mod folded;
+pub mod jit;
+pub mod perf;
+mod pprof;
+mod speedscope;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+pub use flame::{svg, FlameStyle, FoldedDiff, ShareChange};
+pub use folded::{Folded, FunctionShare, ParseReport};
+pub use inferno::flamegraph::color::{BasicPalette, MultiPalette, Palette};
+pub use perf::{CallGraph, Event, RecordOptions};
+pub use speedscope::to_json as speedscope_json;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProfileError {
+    #[error("perf is not usable: {0}. Install it (Debian/Ubuntu: apt install linux-perf; Fedora: dnf install perf) or set PERF=/path/to/perf")]
+    PerfMissing(String),
+    #[error("perf may not watch other processes here (kernel.perf_event_paranoid = {}). Run as root, or: sysctl -w kernel.perf_event_paranoid=1", paranoid.map_or("unknown".to_string(), |p| p.to_string()))]
+    PerfForbidden { paranoid: Option<i32> },
+    #[error("{0}")]
+    Perf(String),
+    #[error("{0}")]
+    NoProcess(String),
+    #[error("not a profile kiln can read: {0}")]
+    Format(String),
+    #[error("the profile has no samples")]
+    Empty,
+    #[error("drawing the flame graph failed: {0}")]
+    Render(String),
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+impl ProfileError {
+    pub fn io(path: &Path, source: std::io::Error) -> Self {
+        Self::Io {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+}
+
+/// The formats `import` recognizes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SourceFormat {
+    Pprof,
+    Collapsed,
+    PerfScript,
+}
+
+/// A profile read from a file made elsewhere.
+#[derive(Clone, Debug)]
+pub struct Imported {
+    pub folded: Folded,
+    pub format: SourceFormat,
+    /// Lines of collapsed text that were not `stack count` and were skipped.
+    pub ignored_lines: usize,
+    /// For pprof: which sample value the counts are.
+    pub value: Option<String>,
+}
+
+/// Reads pprof (gzipped or not), collapsed stacks (FlameGraph, inferno, async-profiler
+/// `-o collapsed`, py-spy `--format raw`) or `perf script` text, telling them apart by content.
+pub fn import(data: &[u8]) -> Result<Imported, ProfileError> {
+    let text = std::str::from_utf8(data).ok().filter(|t| !t.contains('\0'));
+    let Some(text) = text else {
+        let p = pprof::import(data)?;
+        return Ok(Imported {
+            folded: p.folded,
+            format: SourceFormat::Pprof,
+            ignored_lines: 0,
+            value: Some(p.value),
+        });
+    };
+    if looks_like_perf_script(text) {
+        return Ok(Imported {
+            folded: perf::collapse_perf_script(text.as_bytes())?,
+            format: SourceFormat::PerfScript,
+            ignored_lines: 0,
+            value: None,
+        });
+    }
+    let (folded, report) = Folded::parse(text)?;
+    Ok(Imported {
+        folded,
+        format: SourceFormat::Collapsed,
+        ignored_lines: report.ignored,
+        value: None,
+    })
+}
+
+/// perf script output has sample headers followed by tab-indented `ADDRESS symbol (dso)`.
+fn looks_like_perf_script(text: &str) -> bool {
+    text.lines().take(200).any(|line| {
+        let t = line.trim_start();
+        line.len() > t.len()
+            && t.split_once(' ').is_some_and(|(addr, rest)| {
+                addr.len() >= 4
+                    && addr.bytes().all(|b| b.is_ascii_hexdigit())
+                    && rest.ends_with(')')
+            })
+    })
+}
+
+/// What one `profile_processes` produced.
+#[derive(Debug)]
+pub struct Profiled {
+    pub folded: Folded,
+    pub event: Event,
+    pub pids: Vec<i32>,
+    pub duration: Duration,
+    /// Whether the target exited before the end (what was taken until then is kept).
+    pub target_exited: bool,
+    pub jit: jit::JitReport,
+    pub call_graph: CallGraph,
+    pub perf_said: String,
+}
+
+/// Profiles `pids` for `duration` (or until `stop` returns true, or every process exits):
+/// perf record, then JIT maps, then perf script collapsed. `data` is perf's data file.
+pub fn profile_processes(
+    pids: &[i32],
+    options: &RecordOptions,
+    duration: Duration,
+    data: &Path,
+    stop: &dyn Fn() -> bool,
+) -> Result<Profiled, ProfileError> {
+    let Some(&root) = pids.first() else {
+        return Err(ProfileError::NoProcess("no process to profile".into()));
+    };
+    // Children that ended since they were listed are left out; kiln itself (a child of the
+    // target when a test profiles its own process) never profiles itself.
+    let own = std::process::id() as i32;
+    let alive = |pids: &[i32]| -> Vec<i32> {
+        pids.iter()
+            .copied()
+            .filter(|&p| p == root || (p != own && Path::new(&format!("/proc/{p}")).exists()))
+            .collect()
+    };
+    let mut pids = alive(pids);
+    let mut jit_report = jit::JitReport::default();
+    let mut jit_runtime = false;
+    for &pid in &pids {
+        jit_runtime |= jit::runtime_of(pid) != jit::Runtime::Native;
+        jit_report.advice.extend(jit::check_before(pid).advice);
+    }
+    let call_graph = options.call_graph.unwrap_or(if jit_runtime {
+        CallGraph::Fp
+    } else {
+        CallGraph::Dwarf
+    });
+    // A child may still end between the listing and perf's attach: list again and retry,
+    // and at last profile the root process alone.
+    let mut attempt = 0;
+    let mut recording = loop {
+        attempt += 1;
+        match perf::Recording::start(&pids, options, call_graph, data) {
+            Err(ProfileError::NoProcess(_)) if pids.len() > 1 && attempt < 3 => {
+                let still = alive(&pids);
+                pids = if still.len() < pids.len() {
+                    still
+                } else {
+                    vec![root]
+                };
+            }
+            other => break other?,
+        }
+    };
+    let deadline = Instant::now() + duration;
+    let mut target_exited = false;
+    while Instant::now() < deadline && !stop() {
+        if !recording.running() {
+            target_exited = true;
+            break;
+        }
+        std::thread::sleep(
+            Duration::from_millis(50).min(deadline.saturating_duration_since(Instant::now())),
+        );
+    }
+    // Java writes its map only while alive: ask before perf script reads it.
+    for &pid in &pids {
+        jit::prepare_symbols(pid, &mut jit_report);
+    }
+    let recorded = recording.stop()?;
+    let proc = kiln_sample::ProcFs::default();
+    target_exited |= pids
+        .iter()
+        .all(|&p| proc.process(p).is_none_or(|t| t.state == 'Z'));
+    let folded = perf::collapse_recorded(&options.perf, &recorded.data)?;
+    Ok(Profiled {
+        folded,
+        event: options.event,
+        pids,
+        duration: recorded.duration,
+        target_exited,
+        jit: jit_report,
+        call_graph,
+        perf_said: recorded.perf_said,
+    })
+}
+
+/// The short summary printed in the terminal and in `--json`.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct ProfileSummary {
+    pub samples: u64,
+    pub distinct_stacks: usize,
+    /// Percent of samples whose leaf frame is in the kernel.
+    pub kernel_pct: f64,
+    pub top_self: Vec<FunctionShare>,
+    pub top_total: Vec<FunctionShare>,
+}
+
+impl ProfileSummary {
+    pub fn of(folded: &Folded, top: usize) -> Self {
+        Self {
+            samples: folded.total(),
+            distinct_stacks: folded.distinct_stacks(),
+            kernel_pct: 100.0 * folded.kernel_share(),
+            top_self: folded.top_self(top),
+            top_total: folded.top_total(top),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn import_tells_the_formats_apart() {
+        let collapsed = import(b"main;work 10\nmain;idle 5\n").unwrap();
+        assert_eq!(collapsed.format, SourceFormat::Collapsed);
+        assert_eq!(collapsed.folded.total(), 15);
+        let script = "burn 1/1 1.0: 1 cpu-clock:\n\t    55d0c0a01130 hot+0x10 (/usr/bin/burn)\n\n";
+        let imported = import(script.as_bytes()).unwrap();
+        assert_eq!(imported.format, SourceFormat::PerfScript);
+        assert_eq!(imported.folded.to_text(), "burn;hot 1\n");
+        let err = import(b"\x00\x01\x02garbage").unwrap_err().to_string();
+        assert!(err.contains("pprof"), "{err}");
+    }
+
+    #[test]
+    fn a_py_spy_raw_file_is_collapsed_text() {
+        let text = "process 4242:\"python app.py\";<module> (app.py:10);handler (app.py:5) 42\n";
+        let imported = import(text.as_bytes()).unwrap();
+        assert_eq!(imported.format, SourceFormat::Collapsed);
+        assert_eq!(imported.folded.top_self(1)[0].name, "handler (app.py:5)");
+    }
+}

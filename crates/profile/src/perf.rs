@@ -1,0 +1,357 @@
+//! Drives the real `perf`: `perf record` on the target's processes, then `perf script`
+//! streamed into inferno's perf collapser.
+
+use std::fs::File;
+use std::io::{BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use inferno::collapse::perf::{Folder, Options as CollapseOptions};
+use inferno::collapse::Collapse;
+
+use crate::{Folded, ProfileError};
+
+/// What to sample.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Event {
+    /// On-CPU: the `cpu-clock` software event at a fixed frequency (works without hardware
+    /// counters, e.g. in VMs).
+    Cpu,
+    /// Off-CPU, counted: every `context-switches` software event, with the stack the thread
+    /// switched out from (where it blocked or was preempted).
+    Cswitch,
+}
+
+impl Event {
+    pub fn perf_name(self) -> &'static str {
+        match self {
+            Event::Cpu => "cpu-clock",
+            Event::Cswitch => "context-switches",
+        }
+    }
+
+    /// What one sample of this event stands for, for titles and summaries.
+    pub fn count_name(self) -> &'static str {
+        match self {
+            Event::Cpu => "samples",
+            Event::Cswitch => "switches",
+        }
+    }
+}
+
+/// How perf walks the stacks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CallGraph {
+    /// Frame pointers: cheap, and the only way through JIT code (Java with
+    /// -XX:+PreserveFramePointer, Node, Python -X perf); loses callers in code built without
+    /// them (most distributions' C libraries, Rust release builds).
+    Fp,
+    /// DWARF unwinding of a copy of each sample's user stack: whole stacks for native code
+    /// built without frame pointers, at a larger perf.data and a slower perf script.
+    Dwarf,
+}
+
+#[derive(Clone, Debug)]
+pub struct RecordOptions {
+    pub event: Event,
+    /// None: fp for JIT runtimes, dwarf for native processes.
+    pub call_graph: Option<CallGraph>,
+    /// Samples per second per CPU for `Event::Cpu`.
+    pub frequency_hz: u32,
+    /// The perf binary (default `perf`; the PERF environment variable overrides, as in
+    /// cargo-flamegraph).
+    pub perf: PathBuf,
+}
+
+impl Default for RecordOptions {
+    fn default() -> Self {
+        Self {
+            event: Event::Cpu,
+            call_graph: None,
+            frequency_hz: 99,
+            perf: std::env::var_os("PERF").map_or_else(|| PathBuf::from("perf"), PathBuf::from),
+        }
+    }
+}
+
+/// `perf --version`, or why perf cannot be used at all.
+pub fn perf_version(perf: &Path) -> Result<String, ProfileError> {
+    let out = Command::new(perf)
+        .arg("--version")
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| ProfileError::PerfMissing(format!("{}: {e}", perf.display())))?;
+    if !out.status.success() {
+        // Debian's /usr/bin/perf is a wrapper that fails when no perf matches the kernel.
+        return Err(ProfileError::PerfMissing(
+            String::from_utf8_lossy(&out.stderr)
+                .lines()
+                .next()
+                .unwrap_or("")
+                .to_string(),
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// kernel.perf_event_paranoid, if readable.
+pub fn perf_event_paranoid() -> Option<i32> {
+    std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// A `perf record` in progress.
+pub struct Recording {
+    child: Child,
+    data: PathBuf,
+    stderr: PathBuf,
+    started: Instant,
+    pub pids: Vec<i32>,
+    pub event: Event,
+    pub call_graph: CallGraph,
+}
+
+/// What a finished recording left behind.
+#[derive(Debug)]
+pub struct Recorded {
+    pub data: PathBuf,
+    pub duration: Duration,
+    /// perf's own lines (e.g. "[ perf record: Captured and wrote 0.1 MB ... (312 samples) ]").
+    pub perf_said: String,
+}
+
+impl Recording {
+    /// Starts `perf record` on `pids` (all their threads), writing to `data`.
+    pub fn start(
+        pids: &[i32],
+        options: &RecordOptions,
+        call_graph: CallGraph,
+        data: &Path,
+    ) -> Result<Self, ProfileError> {
+        if pids.is_empty() {
+            return Err(ProfileError::NoProcess("no process to profile".into()));
+        }
+        for &pid in pids {
+            if !Path::new(&format!("/proc/{pid}")).exists() {
+                return Err(ProfileError::NoProcess(format!(
+                    "no process with pid {pid}"
+                )));
+            }
+        }
+        perf_version(&options.perf)?;
+        let stderr = data.with_file_name("perf-record.log");
+        let pid_list = pids
+            .iter()
+            .map(i32::to_string)
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut cmd = Command::new(&options.perf);
+        cmd.arg("record").arg("-e").arg(options.event.perf_name());
+        match options.event {
+            Event::Cpu => cmd.arg("-F").arg(options.frequency_hz.max(1).to_string()),
+            // Every switch: the count is the number of times a thread left the CPU there.
+            Event::Cswitch => cmd.arg("-c").arg("1"),
+        };
+        match call_graph {
+            CallGraph::Fp => cmd.arg("--call-graph").arg("fp"),
+            // 16 KiB of stack per sample reaches main() in deep server stacks.
+            CallGraph::Dwarf => cmd.arg("--call-graph").arg("dwarf,16384"),
+        };
+        cmd.arg("-o")
+            .arg(data)
+            .arg("-p")
+            .arg(&pid_list)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(File::create(&stderr).map_err(|e| ProfileError::io(&stderr, e))?);
+        let child = cmd
+            .spawn()
+            .map_err(|e| ProfileError::PerfMissing(format!("{}: {e}", options.perf.display())))?;
+        let mut recording = Self {
+            child,
+            data: data.to_path_buf(),
+            stderr,
+            started: Instant::now(),
+            pids: pids.to_vec(),
+            event: options.event,
+            call_graph,
+        };
+        // perf refuses at once when it may not open the event: say so now, not after -d.
+        let deadline = Instant::now() + Duration::from_millis(300);
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = recording.child.try_wait() {
+                if !status.success() {
+                    return Err(recording.refusal());
+                }
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(recording)
+    }
+
+    /// Whether perf is still recording (it stops by itself when every target process exits).
+    pub fn running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Stops perf (SIGINT, as Ctrl-C would) and waits for it to write its data.
+    pub fn stop(mut self) -> Result<Recorded, ProfileError> {
+        // The window sampled ends now, not when perf has finished writing its file.
+        let duration = self.started.elapsed();
+        if self.running() {
+            // SAFETY: kill(2) on our own child's pid; no memory is involved.
+            unsafe {
+                libc::kill(self.child.id() as i32, libc::SIGINT);
+            }
+        }
+        let status = self
+            .child
+            .wait()
+            .map_err(|e| ProfileError::Perf(format!("waiting for perf record: {e}")))?;
+        let perf_said = std::fs::read_to_string(&self.stderr).unwrap_or_default();
+        let has_data = std::fs::metadata(&self.data).is_ok_and(|m| m.len() > 0);
+        if !has_data {
+            return Err(self.refusal());
+        }
+        // perf exits non-zero after SIGINT on some versions; the data file is what counts.
+        let _ = status;
+        Ok(Recorded {
+            data: self.data.clone(),
+            duration,
+            perf_said: perf_said.trim().to_string(),
+        })
+    }
+
+    /// perf's reason for not recording, with the fix when it is a permission.
+    fn refusal(&self) -> ProfileError {
+        let said = std::fs::read_to_string(&self.stderr).unwrap_or_default();
+        if said.contains("perf_event_paranoid") || said.contains("Permission denied") {
+            return ProfileError::PerfForbidden {
+                paranoid: perf_event_paranoid(),
+            };
+        }
+        if said.contains("No such process") || said.contains("Couldn't create thread") {
+            return ProfileError::NoProcess(format!(
+                "pid {:?} exited before perf could attach",
+                self.pids
+            ));
+        }
+        let said: Vec<&str> = said
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .take(3)
+            .collect();
+        ProfileError::Perf(format!("perf record failed: {}", said.join(" / ")))
+    }
+}
+
+/// Options for turning perf script text into collapsed stacks.
+fn collapse_options() -> CollapseOptions {
+    let mut options = CollapseOptions::default();
+    options.annotate_kernel = true;
+    options.annotate_jit = true;
+    options
+}
+
+/// Runs `perf script` on recorded data and collapses its output as it streams.
+pub fn collapse_recorded(perf: &Path, data: &Path) -> Result<Folded, ProfileError> {
+    let mut child = Command::new(perf)
+        .arg("script")
+        .arg("-i")
+        .arg(data)
+        // stackcollapse-perf.pl's fields less `cpu` (absent when recording -p). Without
+        // `period` each sample counts once (with it, inferno weights cpu-clock samples by
+        // their nanoseconds).
+        .arg("-F")
+        .arg("comm,pid,tid,time,event,ip,sym,dso")
+        // addr2line for inlined frames can take minutes on big binaries (inferno's and
+        // cargo-flamegraph's documented pitfall); function names are what kiln shows.
+        .arg("--no-inline")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| ProfileError::PerfMissing(format!("{}: {e}", perf.display())))?;
+    let stdout = child.stdout.take().expect("piped stdout");
+    let mut stderr = child.stderr.take().expect("piped stderr");
+    // Drain stderr beside stdout so that neither pipe fills and blocks perf.
+    let stderr_reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stderr.read_to_string(&mut text);
+        text
+    });
+    let folded = collapse_perf_script(BufReader::with_capacity(1 << 20, stdout));
+    let status = child
+        .wait()
+        .map_err(|e| ProfileError::Perf(format!("waiting for perf script: {e}")))?;
+    let said = stderr_reader.join().unwrap_or_default();
+    match folded {
+        Ok(f) => Ok(f),
+        Err(e) if !status.success() => Err(ProfileError::Perf(format!(
+            "perf script failed: {} ({e})",
+            said.lines().next().unwrap_or("")
+        ))),
+        Err(e) => Err(e),
+    }
+}
+
+/// Collapses `perf script` text (from kiln's own run or a file made elsewhere).
+pub fn collapse_perf_script(reader: impl std::io::BufRead) -> Result<Folded, ProfileError> {
+    let mut out = Vec::new();
+    Folder::from(collapse_options())
+        .collapse(reader, &mut out)
+        .map_err(|e| ProfileError::Format(format!("perf script text: {e}")))?;
+    let text = String::from_utf8_lossy(&out);
+    if text.trim().is_empty() {
+        return Err(ProfileError::Empty);
+    }
+    Ok(Folded::parse(&text)?.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SCRIPT: &str = "\
+burn 1234/1234 [000]  100.000000: cpu-clock:
+\t    55d0c0a01130 hot+0x10 (/usr/bin/burn)
+\t    55d0c0a01200 main+0x20 (/usr/bin/burn)
+\t    7f0000029d90 __libc_start_call_main+0x80 (/usr/lib/x86_64-linux-gnu/libc.so.6)
+
+burn 1234/1234 [001]  100.010000: cpu-clock:
+\tffffffff81000000 do_syscall_64+0x5 ([kernel.kallsyms])
+\t    55d0c0a01300 cold+0x10 (/usr/bin/burn)
+\t    55d0c0a01200 main+0x20 (/usr/bin/burn)
+\t    7f0000029d90 __libc_start_call_main+0x80 (/usr/lib/x86_64-linux-gnu/libc.so.6)
+
+";
+
+    #[test]
+    fn perf_script_text_collapses_root_first_with_kernel_frames_marked() {
+        let folded = collapse_perf_script(SCRIPT.as_bytes()).unwrap();
+        assert_eq!(
+            folded.to_text(),
+            "burn;__libc_start_call_main;main;cold;do_syscall_64_[k] 1\n\
+             burn;__libc_start_call_main;main;hot 1\n"
+        );
+        assert!((folded.kernel_share() - 0.5).abs() < 1e-9);
+    }
+
+    #[test]
+    fn text_that_is_not_perf_script_is_empty_not_a_panic() {
+        assert!(collapse_perf_script("hello\nworld\n".as_bytes()).is_err());
+    }
+
+    #[test]
+    fn a_missing_perf_binary_says_so() {
+        let err = perf_version(Path::new("/nonexistent/perf")).unwrap_err();
+        assert!(matches!(err, ProfileError::PerfMissing(_)));
+    }
+}

@@ -1,0 +1,105 @@
+//! Export to speedscope's file format (https://www.speedscope.app/file-format-schema.json):
+//! one sampled profile whose samples are the distinct stacks weighted by their counts.
+
+use std::collections::HashMap;
+
+use serde::Serialize;
+
+use crate::Folded;
+
+#[derive(Serialize)]
+struct File<'a> {
+    #[serde(rename = "$schema")]
+    schema: &'static str,
+    shared: Shared<'a>,
+    profiles: Vec<Profile<'a>>,
+    name: &'a str,
+    #[serde(rename = "activeProfileIndex")]
+    active_profile_index: usize,
+    exporter: String,
+}
+
+#[derive(Serialize)]
+struct Shared<'a> {
+    frames: Vec<Frame<'a>>,
+}
+
+#[derive(Serialize)]
+struct Frame<'a> {
+    name: &'a str,
+}
+
+#[derive(Serialize)]
+struct Profile<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    name: &'a str,
+    unit: &'static str,
+    #[serde(rename = "startValue")]
+    start_value: u64,
+    #[serde(rename = "endValue")]
+    end_value: u64,
+    samples: Vec<Vec<usize>>,
+    weights: Vec<u64>,
+}
+
+/// The speedscope JSON of `folded`, named `name`.
+pub fn to_json(folded: &Folded, name: &str) -> String {
+    let mut index: HashMap<&str, usize> = HashMap::new();
+    let mut frames = Vec::new();
+    let mut samples = Vec::new();
+    let mut weights = Vec::new();
+    for (stack, count) in folded.lines() {
+        let sample = stack
+            .split(';')
+            .map(|frame| {
+                *index.entry(frame).or_insert_with(|| {
+                    frames.push(Frame { name: frame });
+                    frames.len() - 1
+                })
+            })
+            .collect();
+        samples.push(sample);
+        weights.push(count);
+    }
+    let file = File {
+        schema: "https://www.speedscope.app/file-format-schema.json",
+        shared: Shared { frames },
+        profiles: vec![Profile {
+            kind: "sampled",
+            name,
+            unit: "none",
+            start_value: 0,
+            end_value: folded.total(),
+            samples,
+            weights,
+        }],
+        name,
+        active_profile_index: 0,
+        exporter: format!("kiln {}", env!("CARGO_PKG_VERSION")),
+    };
+    serde_json::to_string(&file).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_are_shared_and_samples_weighted() {
+        let (f, _) = Folded::parse("main;a 3\nmain;b 2\n").unwrap();
+        let v: serde_json::Value = serde_json::from_str(&to_json(&f, "t")).unwrap();
+        let frames: Vec<&str> = v["shared"]["frames"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(frames, ["main", "a", "b"]);
+        let p = &v["profiles"][0];
+        assert_eq!(p["type"], "sampled");
+        assert_eq!(p["samples"], serde_json::json!([[0, 1], [0, 2]]));
+        assert_eq!(p["weights"], serde_json::json!([3, 2]));
+        assert_eq!(p["endValue"], 5);
+    }
+}
