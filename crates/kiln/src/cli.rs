@@ -220,6 +220,15 @@ pub struct RunArgs {
     #[arg(long = "watch-port")]
     pub watch_port: Option<u16>,
 
+    /// Also profile the watched process (and its children) with perf over the measured runs,
+    /// warm-up excluded: an on-CPU flame graph in the run directory.
+    #[arg(long = "profile")]
+    pub profile: bool,
+
+    /// Samples per second for --profile.
+    #[arg(long = "profile-frequency", default_value_t = 99)]
+    pub profile_frequency: u32,
+
     /// The run directory (default: runs/<time>-<name>).
     #[arg(long = "out")]
     pub out: Option<PathBuf>,

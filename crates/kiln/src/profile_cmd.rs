@@ -9,7 +9,7 @@ use kiln_load::plan::parse_duration;
 use kiln_load::StopSignal;
 use kiln_profile::{
     profile_processes, speedscope_json, svg, CallGraph, Event, FlameStyle, Folded, FoldedDiff,
-    FunctionShare, ProfileSummary, RecordOptions,
+    FunctionShare, ProfileSummary, Profiled, RecordOptions,
 };
 use kiln_record::{default_run_dir_name, RunDir, RunStatus};
 use kiln_sample::ProcFs;
@@ -49,6 +49,8 @@ fn create_dir(output: &ProfileOutput, name: &str, plan: Value) -> Result<RunDir>
 /// The files of one profile in a run directory, and its summary.
 pub struct WrittenProfile {
     pub summary: ProfileSummary,
+    /// What `profile.json` holds: the summary and how the profile was taken.
+    pub record: Value,
     pub flame: PathBuf,
     pub folded: PathBuf,
     pub speedscope: PathBuf,
@@ -95,10 +97,19 @@ pub fn write_profile(
     )?;
     Ok(WrittenProfile {
         summary,
+        record,
         flame,
         folded: folded_path,
         speedscope,
     })
+}
+
+/// How a perf profile was taken, for `profile.json` beside its summary.
+pub fn how_taken(profiled: &Profiled, frequency_hz: u32) -> Value {
+    json!({"event": profiled.event, "pids": profiled.pids,
+        "duration_s": profiled.duration.as_secs_f64(), "frequency_hz": frequency_hz,
+        "call_graph": profiled.call_graph, "perf_cpu_pct": profiled.perf_cpu_pct,
+        "target_exited": profiled.target_exited, "jit": profiled.jit})
 }
 
 fn share_rows(
@@ -198,9 +209,7 @@ fn record(args: &ProfileArgs, stop: &StopSignal) -> Result<u8> {
         },
         proc.process(pid).map_or_else(String::new, |p| p.name)
     );
-    let extra = json!({"event": event, "pids": profiled.pids, "duration_s": profiled.duration.as_secs_f64(),
-        "frequency_hz": args.frequency, "call_graph": profiled.call_graph,
-        "target_exited": profiled.target_exited, "jit": profiled.jit});
+    let extra = how_taken(&profiled, args.frequency);
     let written = write_profile(
         &mut dir,
         &profiled.folded,

@@ -6,7 +6,7 @@ use kiln_record::{LoadRecordLine, PhaseSummary, RunDir, LOAD_SECONDS_PART};
 use kiln_sample::{ResourceSecond, RESOURCES_PART};
 
 use crate::cli::ReportArgs;
-use crate::summary;
+use crate::{profile_cmd, summary};
 
 pub fn run(args: ReportArgs) -> Result<u8> {
     let dir = RunDir::open(&args.run_dir)
@@ -14,15 +14,27 @@ pub fn run(args: ReportArgs) -> Result<u8> {
     let lines: Vec<LoadRecordLine> = dir.read_json_lines(LOAD_SECONDS_PART)?;
     let phases = PhaseSummary::from_lines(&lines);
     let resources: Vec<ResourceSecond> = dir.read_json_lines(RESOURCES_PART)?;
-    let status = dir.effective_status().as_str();
+    let profile = match dir.manifest.part(profile_cmd::SUMMARY_PART) {
+        Some(part) => {
+            let path = dir.path().join(&part.path);
+            let text = std::fs::read_to_string(&path)
+                .with_context(|| format!("cannot read {}", path.display()))?;
+            Some(
+                serde_json::from_str(&text)
+                    .with_context(|| format!("{} is not JSON", path.display()))?,
+            )
+        }
+        None => None,
+    };
     let dir_text = args.run_dir.display().to_string();
-    summary::print(
-        &dir_text,
-        &dir.manifest,
-        status,
-        &phases,
-        &resources,
-        args.json,
-    )?;
+    let view = summary::RunView {
+        dir: &dir_text,
+        manifest: &dir.manifest,
+        status: dir.effective_status().as_str(),
+        phases: &phases,
+        resources: &resources,
+        profile: profile.as_ref(),
+    };
+    summary::print(&view, args.json)?;
     Ok(0)
 }

@@ -149,6 +149,8 @@ pub struct RunOutcome {
     pub phases: Vec<PhaseSummary>,
     /// The sampler's seconds, when a process was watched.
     pub resources: Vec<ResourceSecond>,
+    /// The profile's record (`profile.json`), when the run was profiled.
+    pub profile: Option<serde_json::Value>,
     pub interrupted_by_user: bool,
 }
 
@@ -162,6 +164,8 @@ pub struct RunSpec<'a> {
     pub name: &'a str,
     /// A process to sample beside the load.
     pub watch_pid: Option<i32>,
+    /// Profile the watched process over the measured phases at this frequency.
+    pub profile_hz: Option<u32>,
 }
 
 /// Runs every phase, streaming each second to the run directory.
@@ -173,6 +177,7 @@ pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut LiveOutput) -> Resul
         out_dir,
         name,
         watch_pid,
+        profile_hz,
     } = spec;
     kiln_load::preflight(plan)?;
     let command: Vec<String> = std::env::args().collect();
@@ -189,7 +194,12 @@ pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut LiveOutput) -> Resul
     let mut phases = Vec::new();
     let mut write_error = None;
     let mut early: Option<String> = None;
+    let mut profiler: Option<ProfileWatcher> = None;
     for (spec, duration) in phase_list {
+        if let (Some(pid), Some(hz), None, true) = (watch_pid, profile_hz, &profiler, spec.measured)
+        {
+            profiler = Some(ProfileWatcher::start(pid, hz, dir.path())?);
+        }
         let mut phase_plan = plan.clone();
         if !duration.is_zero() {
             phase_plan.duration = *duration;
@@ -216,6 +226,10 @@ pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut LiveOutput) -> Resul
         }
     }
     let resources = watcher.map(ResourceWatcher::finish).unwrap_or_default();
+    let profile = match profiler {
+        Some(p) => p.finish(&mut dir),
+        None => None,
+    };
     if let Some(e) = write_error {
         dir.finish(RunStatus::Failed, Some(e.to_string()))?;
         return Err(e.into());
@@ -229,8 +243,79 @@ pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut LiveOutput) -> Resul
         dir,
         phases,
         resources,
+        profile,
         interrupted_by_user,
     })
+}
+
+/// perf on the watched process over the measured phases, on its own thread.
+struct ProfileWatcher {
+    done: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<Result<kiln_profile::Profiled, kiln_profile::ProfileError>>,
+    pid: i32,
+    hz: u32,
+}
+
+impl ProfileWatcher {
+    fn start(pid: i32, hz: u32, dir: &Path) -> Result<Self> {
+        let done = Arc::new(AtomicBool::new(false));
+        let flag = done.clone();
+        let pids = ProcFs::default().process_tree(pid);
+        let data = dir.join("perf.data");
+        let options = kiln_profile::RecordOptions {
+            frequency_hz: hz,
+            ..Default::default()
+        };
+        let thread = std::thread::Builder::new()
+            .name("kiln-profiler".into())
+            .spawn(move || {
+                // Bounded by the load, which ends first; a day is only a backstop.
+                kiln_profile::profile_processes(
+                    &pids,
+                    &options,
+                    Duration::from_secs(86_400),
+                    &data,
+                    &|| flag.load(Ordering::SeqCst),
+                )
+            })?;
+        Ok(Self {
+            done,
+            thread,
+            pid,
+            hz,
+        })
+    }
+
+    /// Stops perf and writes the profile into the run directory. A profile that failed
+    /// (perf missing, forbidden) is reported and the run's other records stand.
+    fn finish(self, dir: &mut RunDir) -> Option<serde_json::Value> {
+        self.done.store(true, Ordering::SeqCst);
+        let profiled = match self.thread.join() {
+            Ok(Ok(p)) => p,
+            Ok(Err(e)) => {
+                eprintln!(
+                    "kiln: --profile: {}",
+                    crate::format::safe_text(&e.to_string())
+                );
+                return None;
+            }
+            Err(_) => return None,
+        };
+        let _ = std::fs::remove_file(dir.path().join("perf.data"));
+        let extra = crate::profile_cmd::how_taken(&profiled, self.hz);
+        let title = format!("On-CPU of pid {} during the measured load", self.pid);
+        match crate::profile_cmd::write_profile(dir, &profiled.folded, &title, "samples", 10, extra)
+        {
+            Ok(written) => serde_json::to_value(&written.record).ok(),
+            Err(e) => {
+                eprintln!(
+                    "kiln: --profile: {}",
+                    crate::format::safe_text(&e.to_string())
+                );
+                None
+            }
+        }
+    }
 }
 
 /// The sampler on its own thread beside the load, writing one line a second.
@@ -290,15 +375,15 @@ fn name_from_url(plan: &LoadPlan) -> String {
 pub fn print_outcome(outcome: &RunOutcome, json: bool) -> Result<u8> {
     let dir_text = outcome.dir.path().display().to_string();
     let manifest = &outcome.dir.manifest;
-    let status = outcome.dir.effective_status().as_str();
-    summary::print(
-        &dir_text,
+    let view = summary::RunView {
+        dir: &dir_text,
         manifest,
-        status,
-        &outcome.phases,
-        &outcome.resources,
-        json,
-    )?;
+        status: outcome.dir.effective_status().as_str(),
+        phases: &outcome.phases,
+        resources: &outcome.resources,
+        profile: outcome.profile.as_ref(),
+    };
+    summary::print(&view, json)?;
     let failed_thresholds = summary::measured_total(&outcome.phases)
         .map(|total| {
             thresholds::check_all(&manifest.plan, &total)
@@ -340,6 +425,12 @@ pub fn run(args: RunArgs, stop: &StopSignal) -> Result<u8> {
             bail!("--watch-pid: no process {pid}");
         }
     }
+    if args.profile && watch_pid.is_none() {
+        bail!("--profile needs the process to profile: --watch-pid PID or --watch-port PORT");
+    }
+    if !(1..=10_000).contains(&args.profile_frequency) {
+        bail!("--profile-frequency is out of range: 1 to 10000 samples per second");
+    }
     let spec = RunSpec {
         plan: &plan,
         plan_record,
@@ -347,6 +438,7 @@ pub fn run(args: RunArgs, stop: &StopSignal) -> Result<u8> {
         out_dir: &out_dir,
         name: &name,
         watch_pid,
+        profile_hz: args.profile.then_some(args.profile_frequency),
     };
     let outcome = execute(spec, stop, &mut live)?;
     print_outcome(&outcome, args.json)

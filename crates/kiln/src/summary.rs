@@ -7,7 +7,8 @@ use kiln_record::{LatencyHistogram, LatencyStats, PhaseSummary, RunManifest};
 use serde_json::{json, Value};
 
 use crate::format::{self, safe_text};
-use crate::{resources_summary, thresholds};
+use crate::{profile_cmd, resources_summary, thresholds};
+use kiln_profile::ProfileSummary;
 use kiln_sample::ResourceSecond;
 
 /// The phases a summary is about: the measured ones, merged when there are several.
@@ -138,19 +139,23 @@ fn comma_list_or_none(items: impl Iterator<Item = String>) -> String {
 
 /// Prints the summary of a run, as JSON or text, on stdout; what `kiln run` and
 /// `kiln report` both show.
-pub fn print(
-    dir: &str,
-    manifest: &RunManifest,
-    status: &str,
-    phases: &[PhaseSummary],
-    resources: &[ResourceSecond],
-    json: bool,
-) -> serde_json::Result<()> {
+/// Everything a run's summary is made from: what `kiln run` just recorded, or what
+/// `kiln report` read back from the run directory.
+pub struct RunView<'a> {
+    pub dir: &'a str,
+    pub manifest: &'a RunManifest,
+    pub status: &'a str,
+    pub phases: &'a [PhaseSummary],
+    pub resources: &'a [ResourceSecond],
+    /// The profile's record (`profile.json`) when the run was profiled.
+    pub profile: Option<&'a Value>,
+}
+
+pub fn print(view: &RunView, json: bool) -> serde_json::Result<()> {
     if json {
-        let value = render_json(dir, manifest, status, phases, resources);
-        println!("{}", serde_json::to_string_pretty(&value)?);
+        println!("{}", serde_json::to_string_pretty(&render_json(view))?);
     } else {
-        print!("{}", render_text(dir, manifest, status, phases, resources));
+        print!("{}", render_text(view));
     }
     Ok(())
 }
@@ -196,13 +201,15 @@ fn across_runs(measured: &[&PhaseSummary]) -> Vec<(&'static str, Vec<f64>)> {
     ]
 }
 
-pub fn render_text(
-    dir: &str,
-    manifest: &RunManifest,
-    status: &str,
-    phases: &[PhaseSummary],
-    resources: &[ResourceSecond],
-) -> String {
+pub fn render_text(view: &RunView) -> String {
+    let RunView {
+        dir,
+        manifest,
+        status,
+        phases,
+        resources,
+        profile,
+    } = *view;
     let mut out = String::new();
     let plan = &manifest.plan;
     let open = is_open_model(manifest);
@@ -352,6 +359,9 @@ pub fn render_text(
         &resources_summary::during(&total, resources),
         "the measured load",
     );
+    if let Some(profile) = profile {
+        out += &profile_text(dir, profile);
+    }
     for t in thresholds::check_all(plan, &total) {
         let _ = writeln!(
             out,
@@ -394,13 +404,39 @@ fn phase_json(p: &PhaseSummary) -> Value {
     })
 }
 
-pub fn render_json(
-    dir: &str,
-    manifest: &RunManifest,
-    status: &str,
-    phases: &[PhaseSummary],
-    resources: &[ResourceSecond],
-) -> Value {
+/// The profile section of a run's text summary, from its `profile.json` record.
+fn profile_text(dir: &str, profile: &Value) -> String {
+    let Ok(summary) = serde_json::from_value::<ProfileSummary>(profile["summary"].clone()) else {
+        return "Profile    (the profile record is unreadable)\n".into();
+    };
+    let mut out = format!(
+        "Profile    pid {} over {:.1} s of the measured load{}\n",
+        profile["pids"][0],
+        profile["duration_s"].as_f64().unwrap_or(0.0),
+        profile["perf_cpu_pct"]
+            .as_f64()
+            .map_or(String::new(), |p| format!("; perf used {p:.1}% of a core"))
+    );
+    out += &profile_cmd::summary_text(
+        &summary,
+        profile["count_name"].as_str().unwrap_or("samples"),
+    );
+    for advice in profile["jit"]["advice"].as_array().into_iter().flatten() {
+        out += &format!("Advice     {}\n", safe_text(advice.as_str().unwrap_or("")));
+    }
+    out += &format!("Flame      {}\n", safe_text(&format!("{dir}/flame.svg")));
+    out
+}
+
+pub fn render_json(view: &RunView) -> Value {
+    let RunView {
+        dir,
+        manifest,
+        status,
+        phases,
+        resources,
+        profile,
+    } = *view;
     let total = measured_total(phases);
     let measured: Vec<&PhaseSummary> = phases.iter().filter(|p| p.measured).collect();
     let across: serde_json::Map<String, Value> = if measured.len() > 1 {
@@ -438,5 +474,6 @@ pub fn render_json(
             .as_ref()
             .map(|t| thresholds::check_all(&manifest.plan, t))
             .unwrap_or_default(),
+        "profile": profile,
     })
 }

@@ -25,7 +25,7 @@ pub struct ParseReport {
 
 /// One function's share of the samples: where it was the leaf (self) and where it was on
 /// the stack at all (total, counted once per sample even when it recurses).
-#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct FunctionShare {
     pub name: String,
     pub self_samples: u64,
@@ -190,6 +190,16 @@ impl Folded {
             .map(|(_, &c)| c)
             .sum();
         kernel as f64 / self.total().max(1) as f64
+    }
+
+    /// The same stacks with every frame renamed by `rename` (stacks that become equal merge).
+    pub fn map_frames(&self, rename: impl Fn(&str) -> String) -> Folded {
+        let mut out = Folded::new();
+        for (stack, &count) in &self.stacks {
+            let frames: Vec<String> = stack.split(';').map(&rename).collect();
+            out.add(&frames, count);
+        }
+        out
     }
 
     /// Only the stacks that contain a frame for which `keep` is true.

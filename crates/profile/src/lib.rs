@@ -125,6 +125,8 @@ pub struct Profiled {
     pub target_exited: bool,
     pub jit: jit::JitReport,
     pub call_graph: CallGraph,
+    /// perf record's CPU while sampling, percent of one core (None if perf had ended).
+    pub perf_cpu_pct: Option<f64>,
     pub perf_said: String,
 }
 
@@ -207,12 +209,13 @@ pub fn profile_processes(
         target_exited,
         jit: jit_report,
         call_graph,
+        perf_cpu_pct: recorded.perf_cpu_pct,
         perf_said: recorded.perf_said,
     })
 }
 
 /// The short summary printed in the terminal and in `--json`.
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct ProfileSummary {
     pub samples: u64,
     pub distinct_stacks: usize,

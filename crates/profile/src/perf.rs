@@ -122,6 +122,10 @@ pub struct Recording {
 pub struct Recorded {
     pub data: PathBuf,
     pub duration: Duration,
+    /// perf record's own CPU time while sampling, in percent of one core: its cost on the
+    /// machine (the target pays for the sampling interrupts besides).
+    /// None when perf had already ended (its target exited).
+    pub perf_cpu_pct: Option<f64>,
     /// perf's own lines (e.g. "[ perf record: Captured and wrote 0.1 MB ... (312 samples) ]").
     pub perf_said: String,
 }
@@ -205,6 +209,13 @@ impl Recording {
     pub fn stop(mut self) -> Result<Recorded, ProfileError> {
         // The window sampled ends now, not when perf has finished writing its file.
         let duration = self.started.elapsed();
+        let perf_cpu_pct = kiln_sample::ProcFs::default()
+            .process(self.child.id() as i32)
+            .filter(|p| p.state != 'Z')
+            .map(|p| {
+                // USER_HZ is 100: a tick is 10 ms.
+                (p.utime + p.stime) as f64 / 100.0 / duration.as_secs_f64().max(1e-3) * 100.0
+            });
         if self.running() {
             // SAFETY: kill(2) on our own child's pid; no memory is involved.
             unsafe {
@@ -225,6 +236,7 @@ impl Recording {
         Ok(Recorded {
             data: self.data.clone(),
             duration,
+            perf_cpu_pct,
             perf_said: perf_said.trim().to_string(),
         })
     }
@@ -312,7 +324,14 @@ pub fn collapse_perf_script(reader: impl std::io::BufRead) -> Result<Folded, Pro
     if text.trim().is_empty() {
         return Err(ProfileError::Empty);
     }
-    Ok(Folded::parse(&text)?.0)
+    // inferno marks every `[...]` module as kernel, the vDSO's too; its code runs in user mode
+    // (a clock read that does enter the kernel shows as a syscall frame beneath it).
+    Ok(Folded::parse(&text)?
+        .0
+        .map_frames(|frame| match frame.strip_suffix("_[k]") {
+            Some(name) if name.starts_with("__vdso_") => name.to_string(),
+            _ => frame.to_string(),
+        }))
 }
 
 #[cfg(test)]
@@ -342,6 +361,14 @@ burn 1234/1234 [001]  100.010000: cpu-clock:
              burn;__libc_start_call_main;main;hot 1\n"
         );
         assert!((folded.kernel_share() - 0.5).abs() < 1e-9);
+    }
+
+    #[test]
+    fn vdso_frames_are_user_space_not_kernel() {
+        let script = "app 1/1 1.0: cpu-clock:\n\t    7ffc1234 __vdso_clock_gettime+0x5 ([vdso])\n\t    55d0c0a01200 main+0x20 (/usr/bin/app)\n\n";
+        let folded = collapse_perf_script(script.as_bytes()).unwrap();
+        assert_eq!(folded.to_text(), "app;main;__vdso_clock_gettime 1\n");
+        assert_eq!(folded.kernel_share(), 0.0);
     }
 
     #[test]

@@ -26,8 +26,11 @@ pub struct Stall {
 /// How the target answers. The default answers at once with a small body.
 #[derive(Clone, Debug)]
 pub struct Behavior {
-    /// Time spent on every request before answering.
+    /// Time spent on every request before answering (asleep, like waiting on a database).
     pub service_time: Duration,
+    /// CPU burnt on every request, in `burn_cpu_for_request` (a known hot function for
+    /// profiles), before the service time.
+    pub cpu_per_request: Duration,
     pub stall: Option<Stall>,
     /// Every Nth request (counted over the whole server) takes this much longer.
     pub slow_every: Option<(u64, Duration)>,
@@ -44,6 +47,7 @@ impl Default for Behavior {
     fn default() -> Self {
         Self {
             service_time: Duration::ZERO,
+            cpu_per_request: Duration::ZERO,
             stall: None,
             slow_every: None,
             reset_every: None,
@@ -279,6 +283,9 @@ fn serve_connection<S: Read + Write>(
                 return Ok(());
             }
         }
+        if !behavior.cpu_per_request.is_zero() {
+            burn_cpu_for_request(behavior.cpu_per_request);
+        }
         let mut ready_at = arrived;
         if let Some(stall) = behavior.stall {
             ready_at = stall_end(shared.started, arrived, stall);
@@ -324,6 +331,19 @@ fn self_signed_tls() -> io::Result<Arc<rustls::ServerConfig>> {
         .with_single_cert(vec![cert.cert.der().clone()], key)
         .map_err(|e| other(e.to_string()))?;
     Ok(Arc::new(config))
+}
+
+/// Spins on the CPU for `d`: the hot function a profile of a CPU-bound target must find.
+#[inline(never)]
+pub fn burn_cpu_for_request(d: Duration) {
+    let until = Instant::now() + d;
+    let mut x = 0u64;
+    while Instant::now() < until {
+        for i in 0..500 {
+            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(i));
+        }
+    }
+    std::hint::black_box(x);
 }
 
 /// When a request that arrived at `arrived` may proceed under a periodic stall.

@@ -8,7 +8,7 @@ use kiln_targets::{Behavior, Stall, TargetServer};
 
 const USAGE: &str =
     "usage: kiln-target [--port N] [--service-ms MS] [--stall-every-ms MS --stall-ms MS] \
-[--slow-every N --slow-ms MS] [--reset-every N] [--tls]";
+[--slow-every N --slow-ms MS] [--reset-every N] [--cpu-us US] [--tls]";
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -35,6 +35,7 @@ fn main() {
             "--slow-every" => slow_every = value,
             "--slow-ms" => slow_ms = value,
             "--reset-every" => behavior.reset_every = Some(value),
+            "--cpu-us" => behavior.cpu_per_request = Duration::from_micros(value),
             _ => {
                 eprintln!("kiln-target: unknown flag '{flag}'\n{USAGE}");
                 std::process::exit(2);
