@@ -13,6 +13,9 @@ Usage: python3 bench/load.py [--quick]   (results: bench/out/load-<time>.json, t
 """
 import json, os, re, shutil, subprocess, sys, tempfile, time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import measured, sh  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join(ROOT, "bench", "out")
 TOOLS = os.path.join(ROOT, "bench", ".tools")
@@ -24,10 +27,6 @@ KILN = os.path.join(ROOT, "target", "release", "kiln")
 TARGET = os.path.join(ROOT, "target", "release", "kiln-target")
 
 
-def sh(cmd, **kw):
-    return subprocess.run(cmd, check=True, **kw)
-
-
 def ensure_tools():
     if not shutil.which("wrk") or not os.path.exists("/usr/sbin/nginx"):
         sh(["apt-get", "install", "-y", "-qq", "wrk", "nginx"])
@@ -36,17 +35,6 @@ def ensure_tools():
         sh(["cargo", "install", "--locked", "--root", TOOLS, "oha"])
     sh(["cargo", "build", "--release", "-q", "-p", "kiln", "-p", "kiln-targets"], cwd=ROOT)
     return oha
-
-
-def measured(cmd):
-    """Runs cmd; returns (output, cpu seconds, max rss KiB, wall s)."""
-    start = time.monotonic()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    out = proc.stdout.read().decode("utf-8", "replace")
-    _, status, ru = os.wait4(proc.pid, 0)
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise RuntimeError(f"{cmd} failed:\n{out[-2000:]}")
-    return out, ru.ru_utime + ru.ru_stime, ru.ru_maxrss, time.monotonic() - start
 
 
 def free_port():

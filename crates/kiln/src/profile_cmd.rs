@@ -258,8 +258,12 @@ fn record(args: &ProfileArgs, stop: &StopSignal) -> Result<u8> {
 }
 
 fn read_profile(path: &Path) -> Result<kiln_profile::Imported> {
-    let data = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let imported = kiln_profile::import(&data).with_context(|| path.display().to_string())?;
+    let imported = match kiln_profile::import_file(path) {
+        Err(kiln_profile::ProfileError::Io { source, .. }) => {
+            return Err(source).with_context(|| format!("cannot read {}", path.display()))
+        }
+        other => other.with_context(|| path.display().to_string())?,
+    };
     if imported.ignored_lines > 0 {
         eprintln!(
             "kiln: {}: skipped {} line{} that {} not `stack count`",

@@ -63,20 +63,39 @@ impl Folded {
     /// Reads collapsed text. Lines that are not `stack count` are skipped and reported, like
     /// flamegraph.pl's "Ignored N lines"; an input with no valid line at all is an error.
     pub fn parse(text: &str) -> Result<(Self, ParseReport), ProfileError> {
+        Self::parse_reader(text.as_bytes())
+    }
+
+    /// `parse` of a stream, line by line (a collapsed file of any size in little memory).
+    /// Lines that are not UTF-8 are ignored like any other malformed line.
+    pub fn parse_reader(
+        mut reader: impl std::io::BufRead,
+    ) -> Result<(Self, ParseReport), ProfileError> {
         let mut folded = Self::new();
         let mut report = ParseReport::default();
-        for (i, line) in text.lines().enumerate() {
-            let line = line.trim_end_matches('\r');
+        let mut raw = Vec::new();
+        let mut number = 0;
+        loop {
+            raw.clear();
+            let n = reader
+                .read_until(b'\n', &mut raw)
+                .map_err(|e| ProfileError::Format(format!("reading collapsed stacks: {e}")))?;
+            if n == 0 {
+                break;
+            }
+            number += 1;
+            let line = String::from_utf8_lossy(&raw);
+            let line = line.trim_end_matches(['\n', '\r']);
             if line.trim().is_empty() {
                 continue;
             }
             report.lines += 1;
-            match parse_line(line) {
+            match std::str::from_utf8(&raw).ok().and(parse_line(line)) {
                 Some((stack, count)) => folded.add_joined(stack.to_string(), count),
                 None => {
                     report.ignored += 1;
                     if report.first_ignored.is_none() {
-                        report.first_ignored = Some((i + 1, line.chars().take(80).collect()));
+                        report.first_ignored = Some((number, line.chars().take(80).collect()));
                     }
                 }
             }

@@ -74,8 +74,7 @@ pub struct Imported {
 /// Reads pprof (gzipped or not), collapsed stacks (FlameGraph, inferno, async-profiler
 /// `-o collapsed`, py-spy `--format raw`) or `perf script` text, telling them apart by content.
 pub fn import(data: &[u8]) -> Result<Imported, ProfileError> {
-    let text = std::str::from_utf8(data).ok().filter(|t| !t.contains('\0'));
-    let Some(text) = text else {
+    if looks_binary(data) {
         let p = pprof::import(data)?;
         return Ok(Imported {
             folded: p.folded,
@@ -83,7 +82,9 @@ pub fn import(data: &[u8]) -> Result<Imported, ProfileError> {
             ignored_lines: 0,
             value: Some(p.value),
         });
-    };
+    }
+    let text = String::from_utf8_lossy(data);
+    let text = text.as_ref();
     if looks_like_perf_script(text) {
         return Ok(Imported {
             folded: perf::collapse_perf_script(text.as_bytes())?,
@@ -92,13 +93,63 @@ pub fn import(data: &[u8]) -> Result<Imported, ProfileError> {
             value: None,
         });
     }
-    let (folded, report) = Folded::parse(text)?;
+    let (folded, report) = Folded::parse_reader(data)?;
     Ok(Imported {
         folded,
         format: SourceFormat::Collapsed,
         ignored_lines: report.ignored,
         value: None,
     })
+}
+
+/// Protobuf (pprof) rather than text: gzip's magic, or NUL and other control bytes that text
+/// profiles never hold. A stray invalid UTF-8 byte in a text file does not make it binary.
+fn looks_binary(head: &[u8]) -> bool {
+    if pprof::looks_like_gzip(head) {
+        return true;
+    }
+    let control = head
+        .iter()
+        .filter(|&&b| b < 0x09 || (0x0e..0x20).contains(&b))
+        .count();
+    head.contains(&0) || control * 100 > head.len()
+}
+
+/// `import` of a file, streaming perf script text and collapsed stacks (files of hundreds of
+/// MB stay out of memory); the format is told from the first 64 KiB.
+pub fn import_file(path: &Path) -> Result<Imported, ProfileError> {
+    use std::io::{BufRead, BufReader, Read};
+    let file = std::fs::File::open(path).map_err(|e| ProfileError::io(path, e))?;
+    let mut reader = BufReader::with_capacity(1 << 16, file);
+    let head = reader
+        .fill_buf()
+        .map_err(|e| ProfileError::io(path, e))?
+        .to_vec();
+    let text_head = (!looks_binary(&head)).then(|| String::from_utf8_lossy(&head));
+    match text_head.as_deref() {
+        None => {
+            let mut data = Vec::new();
+            reader
+                .read_to_end(&mut data)
+                .map_err(|e| ProfileError::io(path, e))?;
+            import(&data)
+        }
+        Some(t) if looks_like_perf_script(t) => Ok(Imported {
+            folded: perf::collapse_perf_script(reader)?,
+            format: SourceFormat::PerfScript,
+            ignored_lines: 0,
+            value: None,
+        }),
+        Some(_) => {
+            let (folded, report) = Folded::parse_reader(reader)?;
+            Ok(Imported {
+                folded,
+                format: SourceFormat::Collapsed,
+                ignored_lines: report.ignored,
+                value: None,
+            })
+        }
+    }
 }
 
 /// perf script output has sample headers followed by tab-indented `ADDRESS symbol (dso)`.
@@ -252,6 +303,33 @@ mod tests {
         assert_eq!(imported.folded.to_text(), "burn;hot 1\n");
         let err = import(b"\x00\x01\x02garbage").unwrap_err().to_string();
         assert!(err.contains("pprof"), "{err}");
+    }
+
+    #[test]
+    fn files_stream_through_the_same_readers() {
+        let dir = tempfile::tempdir().unwrap();
+        let collapsed = dir.path().join("c.folded");
+        std::fs::write(&collapsed, b"main;work 10\nmain;\xff\xfe 3\nmain;idle 5\n").unwrap();
+        let imported = import_file(&collapsed).unwrap();
+        assert_eq!(imported.format, SourceFormat::Collapsed);
+        assert_eq!(imported.folded.total(), 15);
+        assert_eq!(
+            imported.ignored_lines, 1,
+            "the non-UTF-8 line is skipped, not fatal"
+        );
+        let script = dir.path().join("s.txt");
+        std::fs::write(
+            &script,
+            "burn 1/1 1.0: cpu-clock:\n\t    55d0c0a01130 hot+0x10 (/usr/bin/burn)\n\n".repeat(3),
+        )
+        .unwrap();
+        let imported = import_file(&script).unwrap();
+        assert_eq!(imported.format, SourceFormat::PerfScript);
+        assert_eq!(imported.folded.to_text(), "burn;hot 3\n");
+        assert!(matches!(
+            import_file(&dir.path().join("missing")),
+            Err(ProfileError::Io { .. })
+        ));
     }
 
     #[test]
