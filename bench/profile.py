@@ -14,6 +14,10 @@ SVG, in one run on this machine, 2 interleaved rounds:
 Reports wall time, CPU (user + system, wait4, children included) and peak RSS; the collapsed
 stacks of kiln and inferno are checked to be the same.
 
+Overhead: a CPU-bound target (kiln-target, 200 us of CPU per request) under a closed load of
+8 connections for 10 s, with and without `--watch-port --profile` (99 Hz, DWARF stacks), 2
+interleaved rounds: the target's throughput and p50 with the profile against without.
+
 Usage: python3 bench/profile.py [--quick]   (results: bench/out/profile-<time>.json)
 """
 import json, os, shutil, subprocess, sys, tempfile, time
@@ -78,6 +82,29 @@ def folded_of(path):
     return counts
 
 
+def overhead():
+    """Throughput and p50 of a CPU-bound target with and without kiln's profiler attached."""
+    port = 18432
+    target = subprocess.Popen([TARGET, "--port", str(port), "--cpu-us", "200"], stdout=subprocess.PIPE)
+    target.stdout.readline()
+    rows = {"plain": [], "profiled": []}
+    try:
+        for r in range(ROUNDS):
+            for name, extra in (("plain", []), ("profiled", ["--watch-port", str(port), "--profile"])):
+                out = subprocess.run([KILN, "run", f"http://127.0.0.1:{port}/", "-c", "8", "-t", "1",
+                                      "-d", "5s" if QUICK else "10s", "--json", "-q", "--out",
+                                      os.path.join(tempfile.mkdtemp(), "run")] + extra,
+                                     check=True, capture_output=True).stdout
+                total = json.loads(out)["total"]
+                rows[name].append({"rps": total["throughput_rps"], "p50_us": total["latency"]["p50_us"]})
+                print(f"overhead round {r} {name:9} {total['throughput_rps']:8.0f} req/s  p50 {total['latency']['p50_us']} us")
+    finally:
+        target.kill()
+    med = {n: {k: sorted(x[k] for x in v)[len(v) // 2] for k in v[0]} for n, v in rows.items()}
+    return {"median": med, "throughput_ratio": med["profiled"]["rps"] / med["plain"]["rps"],
+            "p50_ratio": med["profiled"]["p50_us"] / med["plain"]["p50_us"]}
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     bindir = ensure_tools()
@@ -107,6 +134,7 @@ def main():
     same = kiln_folded == inferno_folded
     summary = {name: {k: sorted(x[k] for x in runs)[len(runs) // 2] for k in runs[0]} for name, runs in results.items()}
     report = {"date": time.strftime("%Y-%m-%d %H:%M"), "input_mb": mb, "rounds": ROUNDS,
+              "overhead": overhead(),
               "perl_svg": os.path.exists(perl_graph), "same_stacks_kiln_inferno": same,
               "samples": sum(kiln_folded.values()), "median": summary}
     path = os.path.join(OUT, f"profile-{time.strftime('%Y%m%d-%H%M%S')}.json")

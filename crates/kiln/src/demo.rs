@@ -1,7 +1,9 @@
 //! `kiln demo`: what kiln is for, in one command and no setup. It starts an embedded target
 //! that pauses for 100 ms every second (like a GC pause or a cache expiring on the minute),
 //! loads it the way wrk does (closed model) and the way users arrive (open model), and shows
-//! why the first hides the pause and the second does not.
+//! why the first hides the pause and the second does not. The second run is also profiled with
+//! perf (when it is installed and permitted): the target's hot function, which burns a known
+//! 0.3 ms of CPU per request, leads the flame graph.
 
 use std::path::Path;
 use std::time::Duration;
@@ -16,7 +18,9 @@ use crate::format;
 use crate::live::LiveOutput;
 use crate::run_cmd::{execute, print_outcome, RunSpec};
 
+/// Each answer takes 2 ms: 0.3 ms of CPU in `burn_cpu_for_request`, then 1.7 ms asleep.
 const SERVICE: Duration = Duration::from_millis(2);
+const CPU_PER_REQUEST: Duration = Duration::from_micros(300);
 const STALL: Stall = Stall {
     every: Duration::from_secs(1),
     length: Duration::from_millis(100),
@@ -24,7 +28,8 @@ const STALL: Stall = Stall {
 
 pub fn run(args: DemoArgs, stop: &StopSignal) -> Result<u8> {
     let target = TargetServer::start(Behavior {
-        service_time: SERVICE,
+        service_time: SERVICE - CPU_PER_REQUEST,
+        cpu_per_request: CPU_PER_REQUEST,
         stall: Some(STALL),
         ..Default::default()
     })?;
@@ -33,7 +38,7 @@ pub fn run(args: DemoArgs, stop: &StopSignal) -> Result<u8> {
         target: Target::parse(&target.url("/"))?,
         request: RequestSpec::default(),
         model: Model::Closed {
-            connections: 8,
+            connections: 4,
             think_time: Duration::ZERO,
             ramp_up: Duration::ZERO,
         },
@@ -45,9 +50,10 @@ pub fn run(args: DemoArgs, stop: &StopSignal) -> Result<u8> {
         dead_after: Duration::from_secs(5),
     };
     eprintln!(
-        "kiln demo: a target at {} answers in {} but pauses {} every {} (like a GC pause).",
+        "kiln demo: a target at {} answers in {} ({} of it on the CPU) but pauses {} every {}\n(like a GC pause).",
         target.addr(),
         format::us(SERVICE.as_micros() as u64),
+        format::us(CPU_PER_REQUEST.as_micros() as u64),
         format::us(STALL.length.as_micros() as u64),
         format::us(STALL.every.as_micros() as u64)
     );
@@ -74,16 +80,18 @@ pub fn run(args: DemoArgs, stop: &StopSignal) -> Result<u8> {
         },
         ..base.clone()
     };
-    for (title, plan, name) in [
+    for (title, plan, name, profile_hz) in [
         (
-            "1. Closed model, 8 connections back to back (what wrk and oha do):",
+            "1. Closed model, 4 connections back to back (what wrk and oha do):",
             base,
             "demo-closed",
+            None,
         ),
         (
-            "2. Open model, 500 requests/s on a schedule (what users do):",
+            "2. Open model, 500 requests/s on a schedule (what users do), profiled with perf:",
             open,
             "demo-open",
+            Some(99),
         ),
     ] {
         eprintln!("{title}");
@@ -105,7 +113,7 @@ pub fn run(args: DemoArgs, stop: &StopSignal) -> Result<u8> {
             out_dir: Path::new(&out),
             name,
             watch_pid: Some(std::process::id() as i32),
-            profile_hz: None,
+            profile_hz,
         };
         let outcome = execute(spec, stop, &mut live)?;
         p99s.push(

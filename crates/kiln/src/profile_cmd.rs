@@ -107,7 +107,8 @@ pub fn write_profile(
 /// How a perf profile was taken, for `profile.json` beside its summary.
 pub fn how_taken(profiled: &Profiled, frequency_hz: u32) -> Value {
     json!({"event": profiled.event, "pids": profiled.pids,
-        "duration_s": profiled.duration.as_secs_f64(), "frequency_hz": frequency_hz,
+        "duration_s": profiled.duration.as_secs_f64(), "sampled_s": profiled.sampled_s,
+        "frequency_hz": frequency_hz,
         "call_graph": profiled.call_graph, "perf_cpu_pct": profiled.perf_cpu_pct,
         "target_exited": profiled.target_exited, "jit": profiled.jit})
 }

@@ -228,14 +228,15 @@ fn a_thread_that_blocks_at_a_known_rate_shows_in_the_context_switch_profile() {
     timing_attempts(3, || {
         let (blocks_before, t0) = (BLOCKS.load(Ordering::Relaxed), Instant::now());
         let (json, _dir) = profile_self(&["-d", "2s", "--event", "cswitch"]);
-        let blocks = BLOCKS.load(Ordering::Relaxed) - blocks_before;
-        // The thread's own count of sleeps while kiln ran, scaled to perf's recording window.
-        let expected =
-            blocks as f64 / t0.elapsed().as_secs_f64() * json["duration_s"].as_f64().unwrap();
+        // The thread's own rate of sleeps while kiln ran, over the window perf sampled (from
+        // its first switch to its last).
+        let rate =
+            (BLOCKS.load(Ordering::Relaxed) - blocks_before) as f64 / t0.elapsed().as_secs_f64();
+        let expected = rate * json["sampled_s"].as_f64().unwrap();
         let stacks = thread_stacks(&json, "blocker");
         let switches: u64 = stacks.iter().map(|(_, c)| c).sum();
         ensure!(
-            (switches as f64 - expected).abs() <= 0.1 * expected,
+            (switches as f64 - expected).abs() <= 0.08 * expected + 3.0,
             "{switches} switches of the blocking thread; it slept {expected:.0} times meanwhile"
         );
         let in_block_here = share_of(&stacks, |s| s.contains("block_here"));
@@ -449,7 +450,7 @@ fn a_profiled_load_run_finds_the_targets_hot_function_and_report_shows_it_again(
     );
     // Over the measured 2 s only, not the warm-up.
     let secs = profile["duration_s"].as_f64().unwrap();
-    assert!((1.8..3.0).contains(&secs), "profiled {secs} s");
+    assert!((1.5..3.0).contains(&secs), "profiled {secs} s");
     // The connection threads spend nearly all their CPU in the burner.
     let folded = std::fs::read_to_string(out.join("profile.folded")).unwrap();
     let conn: Vec<(String, u64)> = folded

@@ -171,7 +171,10 @@ pub struct Profiled {
     pub folded: Folded,
     pub event: Event,
     pub pids: Vec<i32>,
+    /// From perf's start to the stop (or the target's exit).
     pub duration: Duration,
+    /// From the first sample to the last: the window perf really saw.
+    pub sampled_s: Option<f64>,
     /// Whether the target exited before the end (what was taken until then is kept).
     pub target_exited: bool,
     pub jit: jit::JitReport,
@@ -251,12 +254,13 @@ pub fn profile_processes(
     target_exited |= pids
         .iter()
         .all(|&p| proc.process(p).is_none_or(|t| t.state == 'Z'));
-    let folded = perf::collapse_recorded(&options.perf, &recorded.data)?;
+    let (folded, sampled_s) = perf::collapse_recorded(&options.perf, &recorded.data)?;
     Ok(Profiled {
         folded,
         event: options.event,
         pids,
         duration: recorded.duration,
+        sampled_s,
         target_exited,
         jit: jit_report,
         call_graph,

@@ -197,6 +197,8 @@ impl Recording {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
+        // perf has attached by now: the sampled window starts here, not at the spawn.
+        recording.started = Instant::now();
         Ok(recording)
     }
 
@@ -272,8 +274,9 @@ fn collapse_options() -> CollapseOptions {
     options
 }
 
-/// Runs `perf script` on recorded data and collapses its output as it streams.
-pub fn collapse_recorded(perf: &Path, data: &Path) -> Result<Folded, ProfileError> {
+/// Runs `perf script` on recorded data and collapses its output as it streams; also the
+/// seconds between the first and the last sample.
+pub fn collapse_recorded(perf: &Path, data: &Path) -> Result<(Folded, Option<f64>), ProfileError> {
     let mut child = Command::new(perf)
         .arg("script")
         .arg("-i")
@@ -299,7 +302,7 @@ pub fn collapse_recorded(perf: &Path, data: &Path) -> Result<Folded, ProfileErro
         let _ = stderr.read_to_string(&mut text);
         text
     });
-    let folded = collapse_perf_script(BufReader::with_capacity(1 << 20, stdout));
+    let folded = collapse_perf_script_timed(BufReader::with_capacity(1 << 20, stdout));
     let status = child
         .wait()
         .map_err(|e| ProfileError::Perf(format!("waiting for perf script: {e}")))?;
@@ -314,24 +317,120 @@ pub fn collapse_recorded(perf: &Path, data: &Path) -> Result<Folded, ProfileErro
     }
 }
 
+/// The times of the first and last sample in `perf script` text, seen as the text streams
+/// past on its way to the collapser: the window perf really sampled (it attaches some time
+/// after it starts, and keeps writing after it is told to stop).
+struct SampleClock<R> {
+    inner: R,
+    at_line_start: bool,
+    header: Vec<u8>,
+    in_header: bool,
+    first: Option<f64>,
+    last: Option<f64>,
+}
+
+impl<R> SampleClock<R> {
+    fn new(inner: R) -> Self {
+        Self {
+            inner,
+            at_line_start: true,
+            header: Vec::new(),
+            in_header: false,
+            first: None,
+            last: None,
+        }
+    }
+
+    fn observe(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            if self.at_line_start {
+                // Sample headers start in column 0; stack lines are indented.
+                self.in_header = !b.is_ascii_whitespace() && b != b'#';
+                self.header.clear();
+            }
+            self.at_line_start = b == b'\n';
+            if self.in_header {
+                if b == b'\n' {
+                    self.header_done();
+                } else if self.header.len() < 512 {
+                    self.header.push(b);
+                }
+            }
+        }
+    }
+
+    /// `comm pid/tid [cpu] 12345.678901: event:` -> 12345.678901
+    fn header_done(&mut self) {
+        let line = String::from_utf8_lossy(&self.header);
+        let time = line
+            .split_whitespace()
+            .filter_map(|t| t.strip_suffix(':'))
+            .find_map(|t| t.contains('.').then(|| t.parse::<f64>().ok()).flatten());
+        if let Some(t) = time {
+            self.first.get_or_insert(t);
+            self.last = Some(t);
+        }
+        self.in_header = false;
+    }
+
+    /// Seconds from the first sample to the last.
+    fn window(&self) -> Option<f64> {
+        Some(self.last? - self.first?).filter(|w| *w >= 0.0)
+    }
+}
+
+impl<R: std::io::Read> std::io::Read for SampleClock<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.observe(&buf[..n]);
+        Ok(n)
+    }
+}
+
+impl<R: std::io::BufRead> std::io::BufRead for SampleClock<R> {
+    fn fill_buf(&mut self) -> std::io::Result<&[u8]> {
+        self.inner.fill_buf()
+    }
+
+    fn consume(&mut self, amt: usize) {
+        let seen = self
+            .inner
+            .fill_buf()
+            .map(|b| b[..amt.min(b.len())].to_vec())
+            .unwrap_or_default();
+        self.observe(&seen);
+        self.inner.consume(amt);
+    }
+}
+
 /// Collapses `perf script` text (from kiln's own run or a file made elsewhere).
 pub fn collapse_perf_script(reader: impl std::io::BufRead) -> Result<Folded, ProfileError> {
+    Ok(collapse_perf_script_timed(reader)?.0)
+}
+
+/// `collapse_perf_script`, and the seconds from the first sample to the last.
+pub fn collapse_perf_script_timed(
+    reader: impl std::io::BufRead,
+) -> Result<(Folded, Option<f64>), ProfileError> {
     let mut out = Vec::new();
+    let mut clock = SampleClock::new(reader);
     Folder::from(collapse_options())
-        .collapse(reader, &mut out)
+        .collapse(&mut clock, &mut out)
         .map_err(|e| ProfileError::Format(format!("perf script text: {e}")))?;
+    let window = clock.window();
     let text = String::from_utf8_lossy(&out);
     if text.trim().is_empty() {
         return Err(ProfileError::Empty);
     }
     // inferno marks every `[...]` module as kernel, the vDSO's too; its code runs in user mode
     // (a clock read that does enter the kernel shows as a syscall frame beneath it).
-    Ok(Folded::parse(&text)?
+    let folded = Folded::parse(&text)?
         .0
         .map_frames(|frame| match frame.strip_suffix("_[k]") {
             Some(name) if name.starts_with("__vdso_") => name.to_string(),
             _ => frame.to_string(),
-        }))
+        });
+    Ok((folded, window))
 }
 
 #[cfg(test)]
@@ -361,6 +460,12 @@ burn 1234/1234 [001]  100.010000: cpu-clock:
              burn;__libc_start_call_main;main;hot 1\n"
         );
         assert!((folded.kernel_share() - 0.5).abs() < 1e-9);
+    }
+
+    #[test]
+    fn the_sampled_window_runs_from_the_first_sample_to_the_last() {
+        let (_, window) = collapse_perf_script_timed(SCRIPT.as_bytes()).unwrap();
+        assert!((window.unwrap() - 0.01).abs() < 1e-9, "{window:?}");
     }
 
     #[test]
