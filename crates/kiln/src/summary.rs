@@ -429,14 +429,7 @@ fn profile_text(dir: &str, profile: &Value) -> String {
 }
 
 pub fn render_json(view: &RunView) -> Value {
-    let RunView {
-        dir,
-        manifest,
-        status,
-        phases,
-        resources,
-        profile,
-    } = *view;
+    let (manifest, phases) = (view.manifest, view.phases);
     let total = measured_total(phases);
     let measured: Vec<&PhaseSummary> = phases.iter().filter(|p| p.measured).collect();
     let across: serde_json::Map<String, Value> = if measured.len() > 1 {
@@ -456,9 +449,9 @@ pub fn render_json(view: &RunView) -> Value {
         serde_json::Map::new()
     };
     json!({
-        "run_dir": dir,
+        "run_dir": view.dir,
         "id": manifest.id,
-        "status": status,
+        "status": view.status,
         "status_reason": manifest.status_reason,
         "started_at": manifest.started_at,
         "ended_at": manifest.ended_at,
@@ -468,12 +461,12 @@ pub fn render_json(view: &RunView) -> Value {
         "across_runs": if across.is_empty() { Value::Null } else { Value::Object(across) },
         "resources": total
             .as_ref()
-            .map(|t| resources_summary::to_json(&resources_summary::during(t, resources)))
+            .map(|t| resources_summary::to_json(&resources_summary::during(t, view.resources)))
             .unwrap_or(Value::Null),
         "thresholds": total
             .as_ref()
             .map(|t| thresholds::check_all(&manifest.plan, t))
             .unwrap_or_default(),
-        "profile": profile,
+        "profile": view.profile,
     })
 }

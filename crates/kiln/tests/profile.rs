@@ -4,13 +4,12 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use common::{json_with_exit, kiln, manifest};
-use kiln_targets::{ensure, timing_attempts};
+use kiln_targets::{ensure, named_loop as worker, timing_attempts};
 use serde_json::Value;
 
 /// Spins in `f` until `until`.
@@ -66,21 +65,6 @@ impl RandomRounds {
         self.0 ^= self.0 << 17;
         Duration::from_micros(5_000 + self.0 % 10_000)
     }
-}
-
-/// Runs `round` on a thread named `name` until the returned flag is set.
-fn worker(name: &str, mut round: impl FnMut() + Send + 'static) -> Arc<AtomicBool> {
-    let stop = Arc::new(AtomicBool::new(false));
-    let flag = stop.clone();
-    thread::Builder::new()
-        .name(name.into())
-        .spawn(move || {
-            while !flag.load(Ordering::Relaxed) {
-                round();
-            }
-        })
-        .unwrap();
-    stop
 }
 
 fn profile_self(args: &[&str]) -> (Value, tempfile::TempDir) {

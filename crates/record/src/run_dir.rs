@@ -150,6 +150,17 @@ impl RunDir {
         file_name: &str,
         schema_version: u32,
     ) -> Result<JsonLinesWriter, RecordError> {
+        self.list_part(kind, file_name, schema_version)?;
+        JsonLinesWriter::append(&self.path.join(file_name))
+    }
+
+    /// Adds a part to the manifest, once.
+    fn list_part(
+        &mut self,
+        kind: &str,
+        file_name: &str,
+        schema_version: u32,
+    ) -> Result<(), RecordError> {
         if self.manifest.part(kind).is_none() {
             self.manifest.parts.push(PartRef {
                 kind: kind.to_string(),
@@ -158,7 +169,7 @@ impl RunDir {
             });
             self.save()?;
         }
-        JsonLinesWriter::append(&self.path.join(file_name))
+        Ok(())
     }
 
     /// Writes a whole-file part (a flame graph, collapsed stacks ...) atomically and lists it
@@ -174,14 +185,7 @@ impl RunDir {
         let tmp = self.path.join(format!(".{file_name}.tmp"));
         fs::write(&tmp, contents).map_err(io_err("write", &tmp))?;
         fs::rename(&tmp, &file).map_err(io_err("replace", &file))?;
-        if self.manifest.part(kind).is_none() {
-            self.manifest.parts.push(PartRef {
-                kind: kind.to_string(),
-                path: file_name.to_string(),
-                schema_version,
-            });
-            self.save()?;
-        }
+        self.list_part(kind, file_name, schema_version)?;
         Ok(file)
     }
 

@@ -7,7 +7,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use kiln_sample::{task_rates, ProcFs, TaskStat};
-use kiln_targets::{ensure, timing_attempts};
+use kiln_targets::{ensure, named_loop, timing_attempts};
 
 const USER_HZ: f64 = 100.0;
 
@@ -19,18 +19,9 @@ fn thread_named(proc: &ProcFs, name: &str) -> TaskStat {
         .unwrap_or_else(|| panic!("no thread named {name}"))
 }
 
-/// Runs `work` on a named thread until stopped; returns the stop flag.
+/// Runs `work` on a named thread until stopped, and lets it get going; returns the stop flag.
 fn start(name: &str, work: impl Fn() + Send + 'static) -> Arc<AtomicBool> {
-    let stop = Arc::new(AtomicBool::new(false));
-    let flag = stop.clone();
-    thread::Builder::new()
-        .name(name.into())
-        .spawn(move || {
-            while !flag.load(Ordering::Relaxed) {
-                work();
-            }
-        })
-        .unwrap();
+    let stop = named_loop(name, work);
     thread::sleep(Duration::from_millis(100));
     stop
 }

@@ -6,7 +6,7 @@
 //! count can be checked against the server's. Never for production use: no limits at all.
 
 mod timing;
-pub use timing::timing_attempts;
+pub use timing::{named_loop, timing_attempts};
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};

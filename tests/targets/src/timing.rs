@@ -1,6 +1,24 @@
 //! Timing measurements on a shared machine: retried when disturbed, judged when not.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
+
+/// Runs `round` over and over on a thread named `name` (a workload of known shape for the
+/// sampler's and the profiler's tests) until the returned flag is set.
+pub fn named_loop(name: &str, mut round: impl FnMut() + Send + 'static) -> Arc<AtomicBool> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = stop.clone();
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || {
+            while !flag.load(Ordering::Relaxed) {
+                round();
+            }
+        })
+        .expect("a test thread starts");
+    stop
+}
 
 /// Runs a timing measurement until one attempt meets its truth, at most `attempts` times.
 ///
