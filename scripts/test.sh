@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, runnable on a fresh Debian machine: installs what the tests need
-# (nginx for the real-server test, perf for the profiler, a JDK and Go for the profiles of other
-# runtimes), then format, lint and every test of the workspace.
+# (nginx for the real-server test, perf for the profiler, a JDK, Node.js and Go for the profiles
+# of other runtimes), then format, lint and every test of the workspace.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,6 +12,7 @@ missing=()
 perf --version >/dev/null 2>&1 || missing+=(linux-perf)
 command -v javac >/dev/null 2>&1 && command -v jcmd >/dev/null 2>&1 || missing+=(openjdk-17-jdk-headless)
 command -v go >/dev/null 2>&1 || missing+=(golang-go)
+command -v node >/dev/null 2>&1 || missing+=(nodejs)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "test.sh: installing ${missing[*]}"
   # policy-rc.d 101: install the package without starting its default service.

@@ -242,9 +242,11 @@ fn record(args: &ProfileArgs, stop: &StopSignal) -> Result<u8> {
         return Ok(code);
     }
     println!(
-        "Profile    {title}, {:.1} s, {:?} stacks{}",
+        "Profile    {title}, {:.1} s, {} stacks{}",
         profiled.duration.as_secs_f64(),
-        profiled.call_graph,
+        serde_json::to_value(profiled.call_graph)?
+            .as_str()
+            .unwrap_or(""),
         reason.map_or_else(String::new, |r| format!(" — {}", safe_text(&r)))
     );
     print!("{}", summary_text(&written.summary, event.count_name()));

@@ -98,6 +98,55 @@ fn a_hot_java_method_is_named_in_the_profile() {
         .contains("PreserveFramePointer"));
 }
 
+const NODE_HOT: &str = r#"
+function hotLoop(n) { let x = 0; for (let i = 0; i < n; i++) { x = (x * 31 + i) | 0; } return x; }
+const end = Date.now() + 30000; let s = 0;
+while (Date.now() < end) { s += hotLoop(100000); }
+console.log(s);
+"#;
+
+#[test]
+fn a_hot_javascript_function_is_named_with_perf_basic_prof() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("hot.js");
+    std::fs::write(&script, NODE_HOT).unwrap();
+    let node = Killed(
+        Command::new("node")
+            .arg("--perf-basic-prof")
+            .arg(&script)
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("node (Node.js) is needed: scripts/test.sh installs it"),
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    let out = dir.path().join("run");
+    let pid = node.0.id().to_string();
+    let json = json_with_exit(
+        &kiln(&[
+            "profile",
+            "--pid",
+            &pid,
+            "-d",
+            "2s",
+            "--json",
+            "--out",
+            out.to_str().unwrap(),
+        ]),
+        0,
+    );
+    assert_eq!(
+        json["call_graph"], "fp",
+        "JIT code is walked by frame pointers"
+    );
+    let top = &json["summary"]["top_self"][0];
+    assert!(top["name"].as_str().unwrap().contains("hotLoop"), "{top}");
+    assert!(top["self_pct"].as_f64().unwrap() > 70.0, "{top}");
+    assert!(
+        json["jit"]["advice"].as_array().unwrap().is_empty(),
+        "{json}"
+    );
+}
+
 const GO_SPLIT: &str = r#"
 package main
 
