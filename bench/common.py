@@ -1,17 +1,32 @@
 """Helpers shared by the benchmark scripts."""
-import os, subprocess, time
+import os, subprocess, tempfile, time
+
+# GNU time reports its child's peak RSS. wait4 from Python cannot: a child's high-water mark
+# starts at the Python process's own size at fork and survives exec.
+GNU_TIME = "/usr/bin/time"
 
 
 def sh(cmd, **kw):
     return subprocess.run(cmd, check=True, **kw)
 
 
+def ensure_gnu_time():
+    if not os.path.exists(GNU_TIME):
+        sh(["apt-get", "install", "-y", "-qq", "time"])
+
+
 def measured(cmd):
-    """Runs cmd; returns (output, cpu seconds, max rss KiB, wall s)."""
-    start = time.monotonic()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    out = proc.stdout.read().decode("utf-8", "replace")
-    _, status, ru = os.wait4(proc.pid, 0)
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise RuntimeError(f"{cmd} failed:\n{out[-2000:]}")
-    return out, ru.ru_utime + ru.ru_stime, ru.ru_maxrss, time.monotonic() - start
+    """Runs cmd; returns (output, cpu seconds, max rss KiB, wall s). CPU and RSS include the
+    processes cmd waited for (a shell pipeline's stages)."""
+    ensure_gnu_time()
+    with tempfile.NamedTemporaryFile("r") as report:
+        start = time.monotonic()
+        proc = subprocess.Popen([GNU_TIME, "-f", "%U %S %M", "-o", report.name] + list(cmd),
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        out = proc.stdout.read().decode("utf-8", "replace")
+        code = proc.wait()
+        wall = time.monotonic() - start
+        if code != 0:
+            raise RuntimeError(f"{cmd} failed:\n{out[-2000:]}")
+        user, system, rss = report.read().split()[-3:]
+    return out, float(user) + float(system), int(rss), wall

@@ -75,6 +75,7 @@ def folded_of(path):
     with open(path) as f:
         for line in f:
             stack, _, n = line.rstrip("\n").rpartition(" ")
+            stack = stack.rstrip()  # inferno may leave a space after a nameless frame
             frames = [fr[:-4] if fr.startswith("__vdso_") and fr.endswith("_[k]") else fr
                       for fr in stack.split(";")]
             stack = ";".join(frames)
@@ -132,10 +133,14 @@ def main():
     kiln_folded = folded_of(os.path.join(tmp, "kiln-0", "profile.folded"))
     inferno_folded = folded_of(os.path.join(tmp, "inferno-0.folded"))
     same = kiln_folded == inferno_folded
+    differing = [k for k in set(kiln_folded) | set(inferno_folded) if kiln_folded.get(k) != inferno_folded.get(k)]
+    for k in differing[:3]:
+        print(f"differs: kiln {kiln_folded.get(k)} inferno {inferno_folded.get(k)}: {k[:200]}")
     summary = {name: {k: sorted(x[k] for x in runs)[len(runs) // 2] for k in runs[0]} for name, runs in results.items()}
     report = {"date": time.strftime("%Y-%m-%d %H:%M"), "input_mb": mb, "rounds": ROUNDS,
               "overhead": overhead(),
               "perl_svg": os.path.exists(perl_graph), "same_stacks_kiln_inferno": same,
+              "stacks_differing": len(differing), "stacks": len(kiln_folded),
               "samples": sum(kiln_folded.values()), "median": summary}
     path = os.path.join(OUT, f"profile-{time.strftime('%Y%m%d-%H%M%S')}.json")
     with open(path, "w") as f:

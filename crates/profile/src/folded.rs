@@ -145,21 +145,12 @@ impl Folded {
     /// Functions by self samples (the leaf), most first, at most `n`; never a function that
     /// was no sample's leaf.
     pub fn top_self(&self, n: usize) -> Vec<FunctionShare> {
-        let mut top = self.top(n, |s| (s.self_samples, s.total_samples));
-        top.retain(|s| s.self_samples > 0);
-        top
+        top_self(&self.function_shares(), n)
     }
 
     /// Functions by total samples (anywhere on the stack), most first, at most `n`.
     pub fn top_total(&self, n: usize) -> Vec<FunctionShare> {
-        self.top(n, |s| (s.total_samples, s.self_samples))
-    }
-
-    fn top(&self, n: usize, key: impl Fn(&FunctionShare) -> (u64, u64)) -> Vec<FunctionShare> {
-        let mut shares: Vec<FunctionShare> = self.function_shares().into_values().collect();
-        shares.sort_by(|a, b| key(b).cmp(&key(a)).then_with(|| a.name.cmp(&b.name)));
-        shares.truncate(n);
-        shares
+        top_total(&self.function_shares(), n)
     }
 
     /// Every function's self and total samples.
@@ -232,6 +223,28 @@ impl Folded {
                 .collect(),
         }
     }
+}
+
+/// The `n` functions of `shares` with the most self samples (none that was never a leaf).
+pub fn top_self(shares: &BTreeMap<String, FunctionShare>, n: usize) -> Vec<FunctionShare> {
+    let mut top = top_by(shares, n, |s| (s.self_samples, s.total_samples));
+    top.retain(|s| s.self_samples > 0);
+    top
+}
+
+/// The `n` functions of `shares` with the most total samples.
+pub fn top_total(shares: &BTreeMap<String, FunctionShare>, n: usize) -> Vec<FunctionShare> {
+    top_by(shares, n, |s| (s.total_samples, s.self_samples))
+}
+
+fn top_by(
+    shares: &BTreeMap<String, FunctionShare>,
+    n: usize,
+    key: impl Fn(&FunctionShare) -> (u64, u64),
+) -> Vec<FunctionShare> {
+    let mut top: Vec<&FunctionShare> = shares.values().collect();
+    top.sort_by(|a, b| key(b).cmp(&key(a)).then_with(|| a.name.cmp(&b.name)));
+    top.into_iter().take(n).cloned().collect()
 }
 
 /// `stack count`: the count is the last whitespace-separated field, an unsigned integer (a

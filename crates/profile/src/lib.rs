@@ -282,12 +282,13 @@ pub struct ProfileSummary {
 
 impl ProfileSummary {
     pub fn of(folded: &Folded, top: usize) -> Self {
+        let shares = folded.function_shares();
         Self {
             samples: folded.total(),
             distinct_stacks: folded.distinct_stacks(),
             kernel_pct: 100.0 * folded.kernel_share(),
-            top_self: folded.top_self(top),
-            top_total: folded.top_total(top),
+            top_self: folded::top_self(&shares, top),
+            top_total: folded::top_total(&shares, top),
         }
     }
 }
