@@ -10,7 +10,7 @@ use clap::{Args, Parser, Subcommand};
     name = "kiln",
     version,
     about = "A performance lab in one binary: honest load, and what the target did meanwhile",
-    after_help = "Exit codes: 0 complete, 1 error, 2 bad usage, 3 run interrupted (target stopped answering), 99 a --threshold failed, 130 Ctrl-C."
+    after_help = "Exit codes: 0 complete, 1 error, 2 bad usage, 3 run interrupted (target stopped answering), 4 kiln doctor found a bad setting, 99 a --threshold failed, 130 Ctrl-C."
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -29,6 +29,24 @@ pub enum Command {
     Watch(WatchArgs),
     /// Flame graphs of a running process (perf), or of profiles made elsewhere.
     Profile(ProfileArgs),
+    /// Audit the host: settings that distort latency, throughput or profiles, with the fix.
+    Doctor(DoctorArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct DoctorArgs {
+    /// Also check this process (its open-files limit and cgroup CPU quota).
+    #[arg(long = "pid", conflicts_with = "port")]
+    pub pid: Option<i32>,
+    /// Also check the process listening on this TCP port.
+    #[arg(long = "port")]
+    pub port: Option<u16>,
+    /// Read /proc and /sys under this directory instead of / (a copy of another host's).
+    #[arg(long = "root", default_value = "/")]
+    pub root: PathBuf,
+    /// Print the checks as JSON on stdout.
+    #[arg(long = "json")]
+    pub json: bool,
 }
 
 #[derive(Args, Debug)]

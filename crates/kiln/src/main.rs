@@ -3,6 +3,7 @@
 
 mod cli;
 mod demo;
+mod doctor_cmd;
 mod format;
 mod live;
 mod profile_cmd;
@@ -67,6 +68,7 @@ fn main() -> ExitCode {
         Command::Demo(args) => demo::run(args, &stop),
         Command::Watch(args) => watch_cmd::run(args, &stop),
         Command::Profile(args) => profile_cmd::run(args, &stop),
+        Command::Doctor(args) => doctor_cmd::run(args),
     };
     match result {
         Ok(code) => ExitCode::from(code),

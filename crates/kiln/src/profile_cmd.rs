@@ -189,9 +189,8 @@ fn record(args: &ProfileArgs, stop: &StopSignal) -> Result<u8> {
         );
     }
     let data = dir.path().join("perf.data");
-    let profiled = match profile_processes(&pids, &options, duration, &data, &|| {
-        stop.reason().is_some()
-    }) {
+    let stopped = || stop.reason().is_some();
+    let profiled = match profile_processes(&pids, &options, duration, &data, &stopped, &|| {}) {
         Ok(p) => p,
         Err(e) => {
             dir.finish(RunStatus::Failed, Some(e.to_string()))?;

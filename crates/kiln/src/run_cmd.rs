@@ -266,6 +266,7 @@ impl ProfileWatcher {
             frequency_hz: hz,
             ..Default::default()
         };
+        let (attached_tx, attached_rx) = std::sync::mpsc::channel::<()>();
         let thread = std::thread::Builder::new()
             .name("kiln-profiler".into())
             .spawn(move || {
@@ -276,8 +277,14 @@ impl ProfileWatcher {
                     Duration::from_secs(86_400),
                     &data,
                     &|| flag.load(Ordering::SeqCst),
+                    &|| {
+                        let _ = attached_tx.send(());
+                    },
                 )
             })?;
+        // The phase opens new connections, and the target new threads for them: perf must be
+        // attached first to follow them. If perf fails, the channel closes and the load goes on.
+        let _ = attached_rx.recv_timeout(Duration::from_secs(10));
         Ok(Self {
             done,
             thread,

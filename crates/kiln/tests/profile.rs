@@ -408,26 +408,29 @@ fn a_profiled_load_run_finds_the_targets_hot_function_and_report_shows_it_again(
     let out = dir.path().join("run");
     let pid = std::process::id().to_string();
     let url = target.url("/");
-    let json = json_with_exit(
-        &kiln(&[
-            "run",
-            &url,
-            "-c",
-            "2",
-            "-d",
-            "2s",
-            "--warmup",
-            "1s",
-            "--watch-pid",
-            &pid,
-            "--profile",
-            "--json",
-            "--out",
-            out.to_str().unwrap(),
-        ]),
-        0,
-    );
+    let result = kiln(&[
+        "run",
+        &url,
+        "-c",
+        "2",
+        "-d",
+        "2s",
+        "--warmup",
+        "1s",
+        "--watch-pid",
+        &pid,
+        "--profile",
+        "--json",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let json = json_with_exit(&result, 0);
     let profile = &json["profile"];
+    assert!(
+        profile.is_object(),
+        "no profile: {}",
+        String::from_utf8_lossy(&result.stderr)
+    );
     assert!(
         profile["summary"]["samples"].as_u64().unwrap() > 50,
         "{profile}"

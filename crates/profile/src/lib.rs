@@ -186,12 +186,16 @@ pub struct Profiled {
 
 /// Profiles `pids` for `duration` (or until `stop` returns true, or every process exits):
 /// perf record, then JIT maps, then perf script collapsed. `data` is perf's data file.
+/// `attached` is called once perf is recording: threads the processes start from then on are
+/// followed, while a thread started during perf's own attach can be missed, so a caller that
+/// is about to cause new threads (a load phase opening connections) waits for it.
 pub fn profile_processes(
     pids: &[i32],
     options: &RecordOptions,
     duration: Duration,
     data: &Path,
     stop: &dyn Fn() -> bool,
+    attached: &dyn Fn(),
 ) -> Result<Profiled, ProfileError> {
     let Some(&root) = pids.first() else {
         return Err(ProfileError::NoProcess("no process to profile".into()));
@@ -199,10 +203,11 @@ pub fn profile_processes(
     // Children that ended since they were listed are left out; kiln itself (a child of the
     // target when a test profiles its own process) never profiles itself.
     let own = std::process::id() as i32;
+    let proc = kiln_sample::ProcFs::default();
     let alive = |pids: &[i32]| -> Vec<i32> {
         pids.iter()
             .copied()
-            .filter(|&p| p == root || (p != own && Path::new(&format!("/proc/{p}")).exists()))
+            .filter(|&p| p == root || (p != own && proc.process(p).is_some_and(|t| t.state != 'Z')))
             .collect()
     };
     let mut pids = alive(pids);
@@ -217,27 +222,29 @@ pub fn profile_processes(
     } else {
         CallGraph::Dwarf
     });
-    // A child may still end between the listing and perf's attach: list again and retry,
-    // and at last profile the root process alone.
+    // A child process, or a thread of any process, may end between perf's listing of them and
+    // its attach ("No such process"): list again and retry, a few times.
     let mut attempt = 0;
     let mut recording = loop {
         attempt += 1;
         match perf::Recording::start(&pids, options, call_graph, data) {
-            Err(ProfileError::NoProcess(_)) if pids.len() > 1 && attempt < 3 => {
-                let still = alive(&pids);
-                pids = if still.len() < pids.len() {
-                    still
-                } else {
-                    vec![root]
-                };
+            Err(ProfileError::NoProcess(_)) if attempt < 5 && proc.process(root).is_some() => {
+                std::thread::sleep(Duration::from_millis(20 * attempt));
+                pids = alive(&pids);
             }
             other => break other?,
         }
     };
+    attached();
     let deadline = Instant::now() + duration;
     let mut target_exited = false;
     while Instant::now() < deadline && !stop() {
-        if !recording.running() {
+        // perf ends by itself when it attached to the processes and they all exited; when it
+        // records every CPU, kiln notices their exit.
+        let all_gone = pids
+            .iter()
+            .all(|&p| proc.process(p).is_none_or(|t| t.state == 'Z'));
+        if !recording.running() || all_gone {
             target_exited = true;
             break;
         }
@@ -250,11 +257,14 @@ pub fn profile_processes(
         jit::prepare_symbols(pid, &mut jit_report);
     }
     let recorded = recording.stop()?;
-    let proc = kiln_sample::ProcFs::default();
     target_exited |= pids
         .iter()
         .all(|&p| proc.process(p).is_none_or(|t| t.state == 'Z'));
-    let (folded, sampled_s) = perf::collapse_recorded(&options.perf, &recorded.data)?;
+    let (folded, sampled_s) = perf::collapse_recorded(
+        &options.perf,
+        &recorded.data,
+        recorded.pid_filter.as_deref(),
+    )?;
     Ok(Profiled {
         folded,
         event: options.event,

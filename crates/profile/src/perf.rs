@@ -115,12 +115,23 @@ pub struct Recording {
     pub pids: Vec<i32>,
     pub event: Event,
     pub call_graph: CallGraph,
+    /// `--pid` for perf script when perf recorded every CPU.
+    pid_filter: Option<String>,
+}
+
+/// Whether perf may record every CPU (`-a`): as root, or with perf_event_paranoid <= 0.
+fn may_record_system_wide() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    root || perf_event_paranoid().is_some_and(|p| p <= 0)
 }
 
 /// What a finished recording left behind.
 #[derive(Debug)]
 pub struct Recorded {
     pub data: PathBuf,
+    /// The processes to keep when the data holds every CPU's samples.
+    pub pid_filter: Option<String>,
     pub duration: Duration,
     /// perf record's own CPU time while sampling, in percent of one core: its cost on the
     /// machine (the target pays for the sampling interrupts besides).
@@ -167,10 +178,18 @@ impl Recording {
             // 16 KiB of stack per sample reaches main() in deep server stacks.
             CallGraph::Dwarf => cmd.arg("--call-graph").arg("dwarf,16384"),
         };
+        // On-CPU samples are taken on every CPU and kept for the pids at `perf script` time,
+        // when perf may (root, or perf_event_paranoid <= 0): `-p` attaches thread by thread and
+        // misses threads born during its attach, which a server starts for each new connection.
+        // Context switches are too many system-wide; they attach with `-p`.
+        let system_wide = options.event == Event::Cpu && may_record_system_wide();
+        if system_wide {
+            cmd.arg("-a");
+        } else {
+            cmd.arg("-p").arg(&pid_list);
+        }
         cmd.arg("-o")
             .arg(data)
-            .arg("-p")
-            .arg(&pid_list)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(File::create(&stderr).map_err(|e| ProfileError::io(&stderr, e))?);
@@ -185,6 +204,7 @@ impl Recording {
             pids: pids.to_vec(),
             event: options.event,
             call_graph,
+            pid_filter: system_wide.then_some(pid_list),
         };
         // perf refuses at once when it may not open the event: say so now, not after -d.
         let deadline = Instant::now() + Duration::from_millis(300);
@@ -237,6 +257,7 @@ impl Recording {
         let _ = status;
         Ok(Recorded {
             data: self.data.clone(),
+            pid_filter: self.pid_filter.clone(),
             duration,
             perf_cpu_pct,
             perf_said: perf_said.trim().to_string(),
@@ -276,9 +297,18 @@ fn collapse_options() -> CollapseOptions {
 
 /// Runs `perf script` on recorded data and collapses its output as it streams; also the
 /// seconds between the first and the last sample.
-pub fn collapse_recorded(perf: &Path, data: &Path) -> Result<(Folded, Option<f64>), ProfileError> {
-    let mut child = Command::new(perf)
-        .arg("script")
+pub fn collapse_recorded(
+    perf: &Path,
+    data: &Path,
+    pid_filter: Option<&str>,
+) -> Result<(Folded, Option<f64>), ProfileError> {
+    let mut command = Command::new(perf);
+    if let Some(pids) = pid_filter {
+        command.arg("script").arg(format!("--pid={pids}"));
+    } else {
+        command.arg("script");
+    }
+    let mut child = command
         .arg("-i")
         .arg(data)
         // stackcollapse-perf.pl's fields less `cpu` (absent when recording -p). Without

@@ -2,13 +2,17 @@
 //! and turns two readings into per-second figures: host CPU split per core, the target
 //! process and each of its threads (CPU, context switches, RSS).
 //!
+//! `doctor` audits the host's settings the same way, under the same kind of root.
+//!
 //! It never panics on what the kernel writes: a missing, unreadable or malformed file makes
 //! that figure `None` and the rest goes on.
 
+pub mod doctor;
 pub mod procfs;
 pub mod rates;
 pub mod sampler;
 
+pub use doctor::{Check, Doctor, Verdict};
 pub use procfs::{CpuTimes, HostStat, ProcFs, TaskStat};
 pub use rates::{host_cpu_split, task_rates, CpuSplit, TaskRates};
 pub use sampler::{ProcessSecond, ResourceSecond, Sampler, RESOURCES_PART};
