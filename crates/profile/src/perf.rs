@@ -267,24 +267,24 @@ impl Recording {
     /// perf's reason for not recording, with the fix when it is a permission.
     fn refusal(&self) -> ProfileError {
         let said = std::fs::read_to_string(&self.stderr).unwrap_or_default();
-        if said.contains("perf_event_paranoid") || said.contains("Permission denied") {
-            return ProfileError::PerfForbidden {
-                paranoid: perf_event_paranoid(),
-            };
-        }
-        if said.contains("No such process") || said.contains("Couldn't create thread") {
-            return ProfileError::NoProcess(format!(
-                "pid {:?} exited before perf could attach",
-                self.pids
-            ));
-        }
-        let said: Vec<&str> = said
-            .lines()
-            .filter(|l| !l.trim().is_empty())
-            .take(3)
-            .collect();
-        ProfileError::Perf(format!("perf record failed: {}", said.join(" / ")))
+        explain_refusal(&said, &self.pids, perf_event_paranoid())
     }
+}
+
+/// What perf record's error output means for the user.
+fn explain_refusal(said: &str, pids: &[i32], paranoid: Option<i32>) -> ProfileError {
+    if said.contains("perf_event_paranoid") || said.contains("Permission denied") {
+        return ProfileError::PerfForbidden { paranoid };
+    }
+    if said.contains("No such process") || said.contains("Couldn't create thread") {
+        return ProfileError::NoProcess(format!("pid {pids:?} exited before perf could attach"));
+    }
+    let said: Vec<&str> = said
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .take(3)
+        .collect();
+    ProfileError::Perf(format!("perf record failed: {}", said.join(" / ")))
 }
 
 /// Options for turning perf script text into collapsed stacks.
@@ -535,6 +535,28 @@ burn 1234/1234 [001]  100.010000: cpu-clock:
     #[test]
     fn text_that_is_not_perf_script_is_empty_not_a_panic() {
         assert!(collapse_perf_script("hello\nworld\n".as_bytes()).is_err());
+    }
+
+    #[test]
+    fn a_forbidding_perf_event_paranoid_says_what_to_set() {
+        // perf 6.1's words when an unprivileged user may not watch another process.
+        let said =
+            "Error:\nAccess to performance monitoring and observability operations is limited.\n\
+                    Consider adjusting /proc/sys/kernel/perf_event_paranoid setting to open\n";
+        let message = explain_refusal(said, &[42], Some(3)).to_string();
+        assert!(message.contains("perf_event_paranoid = 3"), "{message}");
+        assert!(
+            message.contains("sysctl -w kernel.perf_event_paranoid=1"),
+            "{message}"
+        );
+        let gone = explain_refusal("Error: No such process\n", &[42], Some(2)).to_string();
+        assert!(gone.contains("exited before perf could attach"), "{gone}");
+        let other =
+            explain_refusal("Error: event syntax error: 'bogus'\n", &[42], None).to_string();
+        assert!(
+            other.contains("perf record failed: Error: event syntax error"),
+            "{other}"
+        );
     }
 
     #[test]
