@@ -73,6 +73,45 @@ pub fn to_json(samples: &[ResourceSecond]) -> Value {
             "threads_max": procs.iter().map(|p| p.threads).max(),
         })),
         "hottest_threads": hottest.iter().map(|(n, c)| json!({"name": n, "cpu_mean_pct": c})).collect::<Vec<_>>(),
+        "kernel": kernel_json(samples),
+    })
+}
+
+/// Kernel events summed over the samples (host-wide), NET_RX per CPU, and the worst pressure.
+fn kernel_json(samples: &[ResourceSecond]) -> Value {
+    let kernels: Vec<_> = samples.iter().filter_map(|s| s.kernel.as_ref()).collect();
+    if kernels.is_empty() {
+        return Value::Null;
+    }
+    let total = |f: fn(&kiln_sample::KernelSecond) -> Option<u64>| -> Option<u64> {
+        kernels.iter().map(|k| f(k)).sum()
+    };
+    let mut net_rx: Vec<u64> = Vec::new();
+    for k in &kernels {
+        if net_rx.len() < k.net_rx_per_cpu.len() {
+            net_rx.resize(k.net_rx_per_cpu.len(), 0);
+        }
+        for (sum, n) in net_rx.iter_mut().zip(&k.net_rx_per_cpu) {
+            *sum += n;
+        }
+    }
+    let worst = |f: fn(&kiln_sample::KernelSecond) -> Option<f64>| {
+        kernels.iter().filter_map(|k| f(k)).reduce(f64::max)
+    };
+    json!({
+        "listen_overflows": total(|k| k.listen_overflows),
+        "listen_drops": total(|k| k.listen_drops),
+        "tcp_retrans_segs": total(|k| k.tcp_retrans_segs),
+        "net_rx_softirqs_per_cpu": net_rx,
+        "thp_fault_alloc": total(|k| k.thp_fault_alloc),
+        "thp_fault_fallback": total(|k| k.thp_fault_fallback),
+        "compact_stall": total(|k| k.compact_stall),
+        "major_faults": total(|k| k.major_faults),
+        "psi_some_avg10_max_pct": {
+            "cpu": worst(|k| k.psi_cpu.and_then(|p| p.some_avg10)),
+            "memory": worst(|k| k.psi_memory.and_then(|p| p.some_avg10)),
+            "io": worst(|k| k.psi_io.and_then(|p| p.some_avg10)),
+        },
     })
 }
 
@@ -125,6 +164,26 @@ pub fn to_text(samples: &[ResourceSecond], during: &str) -> String {
         if !hottest.is_empty() {
             let _ = writeln!(out, "  hottest  {}", hottest.join(", "));
         }
+    }
+    let k = &v["kernel"];
+    if !k.is_null() {
+        let n = |x: &Value| x.as_u64().map_or("?".to_string(), |n| n.to_string());
+        let psi = |x: &Value| x.as_f64().map_or("n/a".to_string(), |p| format!("{p:.1}%"));
+        let _ = writeln!(
+            out,
+            "  kernel   listen overflows {}, listen drops {}, TCP retransmits {}; NET_RX softirqs per CPU {}\n           THP faults {} (fallback {}), compaction stalls {}, major faults {}; PSI some avg10 max: cpu {} memory {} io {}",
+            n(&k["listen_overflows"]),
+            n(&k["listen_drops"]),
+            n(&k["tcp_retrans_segs"]),
+            k["net_rx_softirqs_per_cpu"],
+            n(&k["thp_fault_alloc"]),
+            n(&k["thp_fault_fallback"]),
+            n(&k["compact_stall"]),
+            n(&k["major_faults"]),
+            psi(&k["psi_some_avg10_max_pct"]["cpu"]),
+            psi(&k["psi_some_avg10_max_pct"]["memory"]),
+            psi(&k["psi_some_avg10_max_pct"]["io"])
+        );
     }
     out
 }

@@ -7,6 +7,7 @@
 //! It never panics on what the kernel writes: a missing, unreadable or malformed file makes
 //! that figure `None` and the rest goes on.
 
+pub mod counters;
 pub mod doctor;
 pub mod procfs;
 pub mod rates;
@@ -15,4 +16,4 @@ pub mod sampler;
 pub use doctor::{Check, Doctor, Verdict};
 pub use procfs::{CpuTimes, HostStat, ProcFs, TaskStat};
 pub use rates::{host_cpu_split, task_rates, CpuSplit, TaskRates};
-pub use sampler::{ProcessSecond, ResourceSecond, Sampler, RESOURCES_PART};
+pub use sampler::{KernelSecond, ProcessSecond, ResourceSecond, Sampler, RESOURCES_PART};

@@ -1,8 +1,13 @@
 //! Parsers for the /proc files the sampler reads. Each returns `None` for input it cannot
 //! understand instead of failing the whole sample.
 
+use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
+
+use crate::counters::{
+    parse_paired_counters, parse_pressure, parse_softirqs, parse_vmstat, Pressure,
+};
 
 /// Cumulative CPU time of one CPU (or all), in clock ticks, from a `cpu` line of /proc/stat.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -152,6 +157,18 @@ pub fn parse_status_switches(text: &str) -> (Option<u64>, Option<u64>) {
     (voluntary, involuntary)
 }
 
+/// The kernel's counters at one moment; whatever could not be read is empty or None.
+#[derive(Clone, Debug, Default)]
+pub struct KernelReading {
+    /// /proc/net/netstat and /proc/net/snmp, as `Group.Name`.
+    pub net: BTreeMap<String, u64>,
+    pub softirqs: BTreeMap<String, Vec<u64>>,
+    pub vmstat: BTreeMap<String, u64>,
+    pub psi_cpu: Option<Pressure>,
+    pub psi_memory: Option<Pressure>,
+    pub psi_io: Option<Pressure>,
+}
+
 /// /proc under a root: `/` on the live host, a fixture tree in tests.
 #[derive(Clone, Debug)]
 pub struct ProcFs {
@@ -185,6 +202,33 @@ impl ProcFs {
             (task.voluntary_switches, task.involuntary_switches) = parse_status_switches(&status);
         }
         Some(task)
+    }
+
+    pub fn kernel_reading(&self) -> KernelReading {
+        let mut net = BTreeMap::new();
+        for file in ["proc/net/netstat", "proc/net/snmp"] {
+            if let Some(text) = self.read(file) {
+                net.extend(parse_paired_counters(&text));
+            }
+        }
+        let pressure = |kind: &str| {
+            self.read(&format!("proc/pressure/{kind}"))
+                .map(|t| parse_pressure(&t))
+        };
+        KernelReading {
+            net,
+            softirqs: self
+                .read("proc/softirqs")
+                .map(|t| parse_softirqs(&t))
+                .unwrap_or_default(),
+            vmstat: self
+                .read("proc/vmstat")
+                .map(|t| parse_vmstat(&t))
+                .unwrap_or_default(),
+            psi_cpu: pressure("cpu"),
+            psi_memory: pressure("memory"),
+            psi_io: pressure("io"),
+        }
     }
 
     /// The process as a whole (all its threads' times summed by the kernel).

@@ -5,7 +5,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-use crate::procfs::{HostStat, ProcFs, TaskStat};
+use crate::counters::Pressure;
+use crate::procfs::{HostStat, KernelReading, ProcFs, TaskStat};
 use crate::rates::{host_cpu_split, task_rates, CpuSplit, TaskRates};
 
 /// The part kind (and file stem) of the sampler's per-second records in a run directory.
@@ -46,10 +47,62 @@ pub struct ResourceSecond {
     pub run_queue: Option<u64>,
     pub blocked: Option<u64>,
     pub process: Option<ProcessSecond>,
+    /// Kernel counters over the interval (absent in records written before they existed).
+    #[serde(default)]
+    pub kernel: Option<KernelSecond>,
+}
+
+/// Host-wide kernel events during one interval (counts, not rates), and pressure now.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct KernelSecond {
+    /// TCP connections dropped because a listen (accept) queue was full.
+    pub listen_overflows: Option<u64>,
+    /// SYNs dropped at a listener, for any reason (overflows included).
+    pub listen_drops: Option<u64>,
+    pub tcp_retrans_segs: Option<u64>,
+    /// NET_RX and NET_TX softirqs per CPU: which CPUs do the network's work.
+    pub net_rx_per_cpu: Vec<u64>,
+    pub net_tx_per_cpu: Vec<u64>,
+    pub thp_fault_alloc: Option<u64>,
+    pub thp_fault_fallback: Option<u64>,
+    pub compact_stall: Option<u64>,
+    pub major_faults: Option<u64>,
+    /// Pressure stall information (percent of time some task waited), 10 s averages.
+    pub psi_cpu: Option<Pressure>,
+    pub psi_memory: Option<Pressure>,
+    pub psi_io: Option<Pressure>,
+}
+
+impl KernelSecond {
+    fn between(a: &KernelReading, b: &KernelReading) -> Self {
+        let net = |key: &str| Some(b.net.get(key)?.saturating_sub(*a.net.get(key)?));
+        let vm = |key: &str| Some(b.vmstat.get(key)?.saturating_sub(*a.vmstat.get(key)?));
+        let per_cpu = |name: &str| -> Vec<u64> {
+            match (a.softirqs.get(name), b.softirqs.get(name)) {
+                (Some(x), Some(y)) => y.iter().zip(x).map(|(y, x)| y.saturating_sub(*x)).collect(),
+                _ => Vec::new(),
+            }
+        };
+        Self {
+            listen_overflows: net("TcpExt.ListenOverflows"),
+            listen_drops: net("TcpExt.ListenDrops"),
+            tcp_retrans_segs: net("Tcp.RetransSegs"),
+            net_rx_per_cpu: per_cpu("NET_RX"),
+            net_tx_per_cpu: per_cpu("NET_TX"),
+            thp_fault_alloc: vm("thp_fault_alloc"),
+            thp_fault_fallback: vm("thp_fault_fallback"),
+            compact_stall: vm("compact_stall"),
+            major_faults: vm("pgmajfault"),
+            psi_cpu: b.psi_cpu,
+            psi_memory: b.psi_memory,
+            psi_io: b.psi_io,
+        }
+    }
 }
 
 struct Reading {
     at: Instant,
+    kernel: KernelReading,
     host: Option<HostStat>,
     process: Option<TaskStat>,
     threads: Vec<TaskStat>,
@@ -80,6 +133,7 @@ impl Sampler {
     fn read(&self) -> Reading {
         Reading {
             at: Instant::now(),
+            kernel: self.proc.kernel_reading(),
             host: self.proc.host_stat(),
             process: self.pid.and_then(|p| self.proc.process(p)),
             threads: self.pid.map(|p| self.proc.threads(p)).unwrap_or_default(),
@@ -165,6 +219,7 @@ impl Sampler {
             out.run_queue = hb.procs_running;
             out.blocked = hb.procs_blocked;
         }
+        out.kernel = Some(KernelSecond::between(&a.kernel, &b.kernel));
         if let (Some(pa), Some(pb)) = (&a.process, &b.process) {
             if let Some(mut rates) = task_rates(pa, pb, secs, USER_HZ) {
                 let mut per_thread: Vec<TaskRates> = b

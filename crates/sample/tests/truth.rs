@@ -85,3 +85,42 @@ fn a_thread_sleeping_10ms_switches_out_about_100_times_a_second() {
     });
     stop.store(true, Ordering::Relaxed);
 }
+
+#[test]
+fn a_listener_whose_accept_queue_is_full_shows_listen_overflows() {
+    use socket2::{Domain, Socket, Type};
+    // Never accepts, and queues at most backlog + 1 = 2 connections: every further SYN is
+    // dropped and counted (TcpExt ListenOverflows and ListenDrops).
+    let listener = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+    listener
+        .bind(
+            &"127.0.0.1:0"
+                .parse::<std::net::SocketAddr>()
+                .unwrap()
+                .into(),
+        )
+        .unwrap();
+    listener.listen(1).unwrap();
+    let addr = listener.local_addr().unwrap().as_socket().unwrap();
+    let mut sampler = kiln_sample::Sampler::new(ProcFs::default(), None);
+    let clients: Vec<_> = (0..20)
+        .map(|_| {
+            thread::spawn(move || {
+                std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(400))
+            })
+        })
+        .collect();
+    let connected = clients
+        .into_iter()
+        .map(|c| c.join())
+        .filter(|c| matches!(c, Ok(Ok(_))))
+        .count();
+    let kernel = sampler.tick().kernel.unwrap();
+    let overflows = kernel
+        .listen_overflows
+        .expect("/proc/net/netstat has ListenOverflows");
+    // The clients' first SYNs alone: 20 less the 2 queued, and never fewer.
+    assert!(connected <= 3, "{connected} connected to a queue of 2");
+    assert!(overflows >= 18, "{overflows} listen overflows counted");
+    assert!(kernel.listen_drops.unwrap() >= overflows);
+}

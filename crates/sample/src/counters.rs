@@ -1,0 +1,124 @@
+//! Kernel counters the sampler turns into per-interval figures: TCP listen-queue overflows
+//! and retransmits (/proc/net/netstat, /proc/net/snmp), NET_RX/NET_TX softirqs per CPU
+//! (/proc/softirqs), huge-page and compaction events (/proc/vmstat) and pressure stall
+//! information (/proc/pressure/*). Every parser takes what it recognises and skips the rest:
+//! a new kernel's extra fields or a short line never stop the sampler.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// `Group: name1 name2 ...` followed by `Group: value1 value2 ...`, as /proc/net/netstat
+/// and /proc/net/snmp write them, into `Group.name -> value`.
+pub fn parse_paired_counters(text: &str) -> BTreeMap<String, u64> {
+    let mut out = BTreeMap::new();
+    let mut lines = text.lines();
+    while let (Some(names), Some(values)) = (lines.next(), lines.next()) {
+        let (Some((group, names)), Some((group2, values))) =
+            (names.split_once(':'), values.split_once(':'))
+        else {
+            continue;
+        };
+        if group != group2 {
+            continue;
+        }
+        for (name, value) in names.split_whitespace().zip(values.split_whitespace()) {
+            // Some counters (Tcp MaxConn) are signed; a negative one is not a count.
+            if let Ok(v) = value.parse::<u64>() {
+                out.insert(format!("{group}.{name}"), v);
+            }
+        }
+    }
+    out
+}
+
+/// /proc/softirqs: the counts per CPU of each softirq (`NET_RX: 1 2 ...`).
+pub fn parse_softirqs(text: &str) -> BTreeMap<String, Vec<u64>> {
+    text.lines()
+        .skip(1)
+        .filter_map(|line| {
+            let (name, counts) = line.split_once(':')?;
+            let counts = counts
+                .split_whitespace()
+                .map(|c| c.parse().ok())
+                .collect::<Option<Vec<u64>>>()?;
+            Some((name.trim().to_string(), counts))
+        })
+        .collect()
+}
+
+/// /proc/vmstat: `name value` lines.
+pub fn parse_vmstat(text: &str) -> BTreeMap<String, u64> {
+    text.lines()
+        .filter_map(|line| {
+            let (name, value) = line.split_once(' ')?;
+            Some((name.to_string(), value.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+/// The `some` and `full` 10-second averages (percent of time) of a /proc/pressure file.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Pressure {
+    pub some_avg10: Option<f64>,
+    pub full_avg10: Option<f64>,
+}
+
+pub fn parse_pressure(text: &str) -> Pressure {
+    let avg10 = |kind: &str| {
+        text.lines()
+            .find(|l| l.starts_with(kind))?
+            .split_whitespace()
+            .find_map(|f| f.strip_prefix("avg10="))?
+            .parse()
+            .ok()
+    };
+    Pressure {
+        some_avg10: avg10("some "),
+        full_avg10: avg10("full "),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn netstat_pairs_become_named_counters() {
+        let text = "TcpExt: SyncookiesSent ListenOverflows ListenDrops\nTcpExt: 0 17 19\n\
+                    IpExt: InNoRoutes\nIpExt: 3\n";
+        let c = parse_paired_counters(text);
+        assert_eq!(c["TcpExt.ListenOverflows"], 17);
+        assert_eq!(c["TcpExt.ListenDrops"], 19);
+        assert_eq!(c["IpExt.InNoRoutes"], 3);
+        let snmp = "Tcp: RtoAlgorithm MaxConn RetransSegs\nTcp: 1 -1 42\n";
+        let c = parse_paired_counters(snmp);
+        assert_eq!(c["Tcp.RetransSegs"], 42);
+        assert!(!c.contains_key("Tcp.MaxConn"));
+    }
+
+    #[test]
+    fn softirqs_vmstat_and_pressure() {
+        let s = parse_softirqs("        CPU0  CPU1\n      HI: 1 2\n  NET_RX: 300 4\nBROKEN: x\n");
+        assert_eq!(s["NET_RX"], [300, 4]);
+        assert!(!s.contains_key("BROKEN"));
+        let v = parse_vmstat("thp_fault_alloc 5\ncompact_stall 2\nodd\n");
+        assert_eq!((v["thp_fault_alloc"], v["compact_stall"]), (5, 2));
+        let p = parse_pressure(
+            "some avg10=1.50 avg60=0.20 avg300=0.00 total=1234\nfull avg10=0.25 avg60=0 avg300=0 total=9\n",
+        );
+        assert_eq!((p.some_avg10, p.full_avg10), (Some(1.5), Some(0.25)));
+        assert_eq!(parse_pressure(""), Pressure::default());
+    }
+
+    proptest! {
+        #[test]
+        fn no_input_panics(text in "\\PC{0,300}") {
+            let _ = parse_paired_counters(&text);
+            let _ = parse_softirqs(&text);
+            let _ = parse_vmstat(&text);
+            let _ = parse_pressure(&text);
+        }
+    }
+}
