@@ -71,9 +71,37 @@ pub fn to_json(samples: &[ResourceSecond]) -> Value {
             "involuntary_switches_per_s_mean": mean(procs.iter().filter_map(|p| p.rates.involuntary_switches_per_s)),
             "rss_max_kib": procs.iter().map(|p| p.rss_kib).max(),
             "threads_max": procs.iter().map(|p| p.threads).max(),
+            "sockets": sockets_json(&procs),
         })),
         "hottest_threads": hottest.iter().map(|(n, c)| json!({"name": n, "cpu_mean_pct": c})).collect::<Vec<_>>(),
         "kernel": kernel_json(samples),
+    })
+}
+
+/// The target's TCP sockets: states at the last sample, the deepest queues seen and the
+/// fullest accept queue.
+fn sockets_json(procs: &[&kiln_sample::ProcessSecond]) -> Value {
+    let all: Vec<&kiln_sample::SocketSummary> =
+        procs.iter().filter_map(|p| p.sockets.as_ref()).collect();
+    let Some(last) = all.last() else {
+        return Value::Null;
+    };
+    let deepest = |pick: fn(&kiln_sample::SocketSummary) -> &Option<(String, u64)>| {
+        all.iter()
+            .filter_map(|s| pick(s).as_ref())
+            .max_by_key(|(_, q)| *q)
+            .map(|(peer, q)| json!({"peer": peer, "bytes": q}))
+    };
+    let fullest = all
+        .iter()
+        .flat_map(|s| s.listen.iter())
+        .max_by_key(|(_, queued)| *queued)
+        .map(|(addr, queued)| json!({"address": addr, "queued": queued}));
+    json!({
+        "by_state": last.by_state,
+        "max_send_q": deepest(|s| &s.max_send_q),
+        "max_recv_q": deepest(|s| &s.max_recv_q),
+        "fullest_accept_queue": fullest,
     })
 }
 
@@ -163,6 +191,43 @@ pub fn to_text(samples: &[ResourceSecond], during: &str) -> String {
             .collect();
         if !hottest.is_empty() {
             let _ = writeln!(out, "  hottest  {}", hottest.join(", "));
+        }
+        let so = &p["sockets"];
+        if !so.is_null() {
+            let states: Vec<String> = so["by_state"]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .map(|(state, n)| format!("{state} {n}"))
+                .collect();
+            let queue = |q: &Value, dir: &str| {
+                if q.is_null() {
+                    "0".to_string()
+                } else {
+                    format!(
+                        "{} {dir} {}",
+                        format::bytes(q["bytes"].as_u64().unwrap_or(0)),
+                        safe_text(q["peer"].as_str().unwrap_or("?"))
+                    )
+                }
+            };
+            let accept = &so["fullest_accept_queue"];
+            let _ = writeln!(
+                out,
+                "  sockets  {}; max Send-Q {}; max Recv-Q {}{}",
+                crate::summary::comma_list_or_none(states.into_iter()),
+                queue(&so["max_send_q"], "to"),
+                queue(&so["max_recv_q"], "from"),
+                if accept.is_null() {
+                    String::new()
+                } else {
+                    format!(
+                        "; accept queue max {} on {}",
+                        accept["queued"],
+                        safe_text(accept["address"].as_str().unwrap_or("?"))
+                    )
+                }
+            );
         }
     }
     let k = &v["kernel"];

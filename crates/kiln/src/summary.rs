@@ -128,7 +128,7 @@ fn phase_row(p: &PhaseSummary) -> String {
 }
 
 /// `a, b, c`, or `none` for no items.
-fn comma_list_or_none(items: impl Iterator<Item = String>) -> String {
+pub fn comma_list_or_none(items: impl Iterator<Item = String>) -> String {
     let items: Vec<String> = items.collect();
     if items.is_empty() {
         "none".to_string()

@@ -12,8 +12,10 @@ pub mod doctor;
 pub mod procfs;
 pub mod rates;
 pub mod sampler;
+pub mod sockets;
 
 pub use doctor::{Check, Doctor, Verdict};
 pub use procfs::{CpuTimes, HostStat, ProcFs, TaskStat};
 pub use rates::{host_cpu_split, task_rates, CpuSplit, TaskRates};
 pub use sampler::{KernelSecond, ProcessSecond, ResourceSecond, Sampler, RESOURCES_PART};
+pub use sockets::SocketSummary;

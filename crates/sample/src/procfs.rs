@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use crate::counters::{
     parse_paired_counters, parse_pressure, parse_softirqs, parse_vmstat, Pressure,
 };
+use crate::sockets::{parse_tcp_table, SocketSummary};
 
 /// Cumulative CPU time of one CPU (or all), in clock ticks, from a `cpu` line of /proc/stat.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -293,6 +294,32 @@ impl ProcFs {
         tree
     }
 
+    /// The socket inodes a process holds (its fd links read `socket:[N]`).
+    fn socket_inodes(&self, pid: i32) -> Option<std::collections::HashSet<u64>> {
+        let fds = fs::read_dir(self.root.join(format!("proc/{pid}/fd"))).ok()?;
+        Some(
+            fds.filter_map(|fd| fs::read_link(fd.ok()?.path()).ok())
+                .filter_map(|target| {
+                    let t = target.to_str()?;
+                    t.strip_prefix("socket:[")?.strip_suffix(']')?.parse().ok()
+                })
+                .collect(),
+        )
+    }
+
+    /// The process's TCP sockets by state, its deepest queues, and its listeners' backlogs;
+    /// None when its fds cannot be read (another user's process without privilege).
+    pub fn process_sockets(&self, pid: i32) -> Option<SocketSummary> {
+        let inodes = self.socket_inodes(pid)?;
+        let sockets: Vec<_> = ["proc/net/tcp", "proc/net/tcp6"]
+            .iter()
+            .filter_map(|f| self.read(f))
+            .flat_map(|text| parse_tcp_table(&text))
+            .filter(|s| inodes.contains(&s.inode))
+            .collect();
+        Some(SocketSummary::of(&sockets))
+    }
+
     /// Every thread of the process; threads that exit while being read are skipped.
     pub fn threads(&self, pid: i32) -> Vec<TaskStat> {
         let Ok(entries) = fs::read_dir(self.root.join(format!("proc/{pid}/task"))) else {
@@ -311,13 +338,10 @@ impl ProcFs {
 /// Socket inodes listening on TCP `port`, from the lines of /proc/net/tcp or tcp6
 /// (`sl local_address rem_address st ... inode`, addresses as hex `IP:PORT`, LISTEN = 0A).
 pub fn parse_listening_inodes(text: &str, port: u16) -> Vec<u64> {
-    text.lines()
-        .skip(1)
-        .filter_map(|line| {
-            let f: Vec<&str> = line.split_whitespace().collect();
-            let local_port = u16::from_str_radix(f.get(1)?.rsplit(':').next()?, 16).ok()?;
-            (local_port == port && *f.get(3)? == "0A").then(|| f.get(9)?.parse().ok())?
-        })
+    parse_tcp_table(text)
+        .into_iter()
+        .filter(|s| s.state == "LISTEN" && s.local.port() == port)
+        .map(|s| s.inode)
         .collect()
 }
 

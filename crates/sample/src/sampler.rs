@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use crate::counters::Pressure;
 use crate::procfs::{HostStat, KernelReading, ProcFs, TaskStat};
 use crate::rates::{host_cpu_split, task_rates, CpuSplit, TaskRates};
+use crate::sockets::SocketSummary;
 
 /// The part kind (and file stem) of the sampler's per-second records in a run directory.
 pub const RESOURCES_PART: &str = "resources";
@@ -28,6 +29,9 @@ pub struct ProcessSecond {
     /// The threads that used the most CPU, then the ones that switched out the most.
     pub hottest_by_cpu: Vec<TaskRates>,
     pub hottest_by_switches: Vec<TaskRates>,
+    /// Its TCP sockets at the end of the interval (absent in older records).
+    #[serde(default)]
+    pub sockets: Option<SocketSummary>,
 }
 
 /// What the host and the target did during one interval. Figures that could not be read
@@ -251,6 +255,7 @@ impl Sampler {
                     threads: pb.num_threads,
                     hottest_by_cpu,
                     hottest_by_switches,
+                    sockets: self.pid.and_then(|p| self.proc.process_sockets(p)),
                 });
             }
         }

@@ -124,3 +124,52 @@ fn a_listener_whose_accept_queue_is_full_shows_listen_overflows() {
     assert!(overflows >= 18, "{overflows} listen overflows counted");
     assert!(kernel.listen_drops.unwrap() >= overflows);
 }
+
+#[test]
+fn a_client_that_stops_reading_shows_as_send_q_on_the_server_side() {
+    use std::io::Write;
+    // This process is both ends: the server writes until the kernel refuses more, the client
+    // never reads. Every byte written is then either unacknowledged in the server's Send-Q or
+    // unread in the client's Recv-Q: the two must add up to what was written.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+    let (mut server_side, peer) = listener.accept().unwrap();
+    assert_eq!(peer, client.local_addr().unwrap());
+    server_side.set_nonblocking(true).unwrap();
+    let chunk = vec![7u8; 64 * 1024];
+    let mut written = 0u64;
+    let mut refusals = 0;
+    // The receiver's window and the sender's buffer fill; a few refusals in a row, with a
+    // pause between, mean nothing more moves.
+    while refusals < 5 {
+        match server_side.write(&chunk) {
+            Ok(n) => {
+                written += n as u64;
+                refusals = 0;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                refusals += 1;
+                thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    let sockets = ProcFs::default()
+        .process_sockets(std::process::id() as i32)
+        .expect("this process's fds are readable");
+    let (to, send_q) = sockets.max_send_q.clone().expect("a Send-Q");
+    let (from, recv_q) = sockets.max_recv_q.clone().expect("a Recv-Q");
+    assert_eq!(to, peer.to_string(), "{sockets:?}");
+    assert_eq!(
+        from,
+        listener.local_addr().unwrap().to_string(),
+        "{sockets:?}"
+    );
+    assert!(send_q > 0 && recv_q > 0, "{sockets:?}");
+    assert_eq!(send_q + recv_q, written, "{sockets:?}");
+    assert!(sockets
+        .listen
+        .iter()
+        .any(|(addr, queued)| *addr == listener.local_addr().unwrap().to_string() && *queued == 0));
+    drop(client);
+}
