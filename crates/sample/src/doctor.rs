@@ -122,17 +122,7 @@ impl Doctor {
                 } else {
                     Verdict::Ok
                 };
-                check(
-                    id,
-                    verdict,
-                    format!("{rel} = {text}"),
-                    why,
-                    if verdict == Verdict::Ok {
-                        String::new()
-                    } else {
-                        fix
-                    },
-                )
+                check(id, verdict, format!("{rel} = {text}"), why, fix)
             }
         }
     }
@@ -151,7 +141,7 @@ impl Doctor {
         let evidence = format!("{rel} = {current} (available: {available})");
         let slow = ["xen", "hpet", "acpi_pm"].contains(&current.as_str());
         if !slow {
-            return check(id, Verdict::Ok, evidence, why, String::new());
+            return check(id, Verdict::Ok, evidence, why, "");
         }
         let fix = if available.split_whitespace().any(|c| c == "tsc") {
             format!("echo tsc > /{rel} (persist: kernel command line clocksource=tsc)")
@@ -183,12 +173,13 @@ impl Doctor {
                 } else {
                     Verdict::Bad
                 };
-                let fix = if verdict == Verdict::Ok {
-                    String::new()
-                } else {
-                    "sysctl -w kernel.perf_event_paranoid=1".into()
-                };
-                check(id, verdict, evidence, why, fix)
+                check(
+                    id,
+                    verdict,
+                    evidence,
+                    why,
+                    "sysctl -w kernel.perf_event_paranoid=1",
+                )
             }
         }
     }
@@ -205,47 +196,56 @@ impl Doctor {
                 } else {
                     Verdict::Warn
                 };
-                let fix = if verdict == Verdict::Ok {
-                    String::new()
-                } else {
-                    "sysctl -w kernel.kptr_restrict=0".into()
-                };
-                check(id, verdict, format!("{rel} = {level}"), why, fix)
+                check(
+                    id,
+                    verdict,
+                    format!("{rel} = {level}"),
+                    why,
+                    "sysctl -w kernel.kptr_restrict=0",
+                )
             }
         }
     }
 
     fn somaxconn(&self) -> Check {
-        let id = "somaxconn";
-        let why = "a listen backlog is capped at somaxconn: bursts of connections beyond it are dropped (ListenOverflows) and retried a second later";
-        let rel = "proc/sys/net/core/somaxconn";
-        match self.number(rel) {
-            Err(e) => unknown(id, e, why),
-            Ok(n) if n < 1024 => check(
-                id,
-                Verdict::Warn,
-                format!("{rel} = {n}"),
-                why,
-                "sysctl -w net.core.somaxconn=4096".into(),
-            ),
-            Ok(n) => check(id, Verdict::Ok, format!("{rel} = {n}"), why, String::new()),
-        }
+        self.at_least(
+            "somaxconn",
+            "a listen backlog is capped at somaxconn: bursts of connections beyond it are dropped (ListenOverflows) and retried a second later",
+            "proc/sys/net/core/somaxconn",
+            1024,
+            "sysctl -w net.core.somaxconn=4096",
+        )
     }
 
     fn syn_backlog(&self) -> Check {
-        let id = "tcp-max-syn-backlog";
-        let why = "half-open connections beyond this are dropped or answered with syncookies during a connection burst";
-        let rel = "proc/sys/net/ipv4/tcp_max_syn_backlog";
+        self.at_least(
+            "tcp-max-syn-backlog",
+            "half-open connections beyond this are dropped or answered with syncookies during a connection burst",
+            "proc/sys/net/ipv4/tcp_max_syn_backlog",
+            1024,
+            "sysctl -w net.ipv4.tcp_max_syn_backlog=4096",
+        )
+    }
+
+    /// A numeric setting that warns below `minimum`.
+    fn at_least(
+        &self,
+        id: &'static str,
+        why: &'static str,
+        rel: &str,
+        minimum: i64,
+        fix: &str,
+    ) -> Check {
         match self.number(rel) {
             Err(e) => unknown(id, e, why),
-            Ok(n) if n < 1024 => check(
-                id,
-                Verdict::Warn,
-                format!("{rel} = {n}"),
-                why,
-                "sysctl -w net.ipv4.tcp_max_syn_backlog=4096".into(),
-            ),
-            Ok(n) => check(id, Verdict::Ok, format!("{rel} = {n}"), why, String::new()),
+            Ok(n) => {
+                let verdict = if n < minimum {
+                    Verdict::Warn
+                } else {
+                    Verdict::Ok
+                };
+                check(id, verdict, format!("{rel} = {n}"), why, fix)
+            }
         }
     }
 
@@ -276,12 +276,7 @@ impl Doctor {
         } else {
             Verdict::Ok
         };
-        let fix = if verdict == Verdict::Ok {
-            String::new()
-        } else {
-            "sysctl -w vm.swappiness=10".into()
-        };
-        check(id, verdict, evidence, why, fix)
+        check(id, verdict, evidence, why, "sysctl -w vm.swappiness=10")
     }
 
     fn governor(&self) -> Check {
@@ -310,14 +305,14 @@ impl Doctor {
             governors.join(", ")
         );
         if governors.iter().all(|g| g == "performance") {
-            check(id, Verdict::Ok, evidence, why, String::new())
+            check(id, Verdict::Ok, evidence, why, "")
         } else {
             check(
                 id,
                 Verdict::Warn,
                 evidence,
                 why,
-                "cpupower frequency-set -g performance".into(),
+                "cpupower frequency-set -g performance",
             )
         }
     }
@@ -361,9 +356,9 @@ impl Doctor {
             if running { "running" } else { "not running" }
         );
         if running || cpus == 1 {
-            check(id, Verdict::Ok, evidence, why, String::new())
+            check(id, Verdict::Ok, evidence, why, "")
         } else {
-            check(id, Verdict::Warn, evidence, why, "apt install irqbalance && systemctl enable --now irqbalance (or pin NIC queues in /proc/irq/N/smp_affinity_list)".into())
+            check(id, Verdict::Warn, evidence, why, "apt install irqbalance && systemctl enable --now irqbalance (or pin NIC queues in /proc/irq/N/smp_affinity_list)")
         }
     }
 
@@ -424,9 +419,9 @@ impl Doctor {
             share * 100.0
         );
         if share > 0.9 {
-            check(id, Verdict::Warn, evidence, why, "spread the queues: irqbalance, or echo CPU-list > /proc/irq/N/smp_affinity_list per queue; with one queue, enable RPS (see rps)".into())
+            check(id, Verdict::Warn, evidence, why, "spread the queues: irqbalance, or echo CPU-list > /proc/irq/N/smp_affinity_list per queue; with one queue, enable RPS (see rps)")
         } else {
-            check(id, Verdict::Ok, evidence, why, String::new())
+            check(id, Verdict::Ok, evidence, why, "")
         }
     }
 
@@ -488,7 +483,7 @@ impl Doctor {
                     format!("echo {mask} > /sys/class/net/{name}/queues/rx-0/rps_cpus"),
                 )
             }
-            None => check(id, Verdict::Ok, evidence, why, String::new()),
+            None => check(id, Verdict::Ok, evidence, why, ""),
         }
     }
 
@@ -524,7 +519,7 @@ impl Doctor {
                     format!("prlimit --pid {pid} --nofile=65536:65536 (persist: LimitNOFILE=65536 in its systemd unit)")
                 },
             ),
-            Some(_) => check(id, Verdict::Ok, evidence, why, String::new()),
+            Some(_) => check(id, Verdict::Ok, evidence, why, ""),
         }
     }
 
@@ -547,7 +542,7 @@ impl Doctor {
         let max = match self.read(&format!("{dir}/cpu.max")) {
             Ok(m) => m,
             Err(_) => {
-                return check(id, Verdict::Ok, format!("{dir}/cpu.max absent: no CPU quota at this level (the root cgroup or no cpu controller)"), why, String::new())
+                return check(id, Verdict::Ok, format!("{dir}/cpu.max absent: no CPU quota at this level (the root cgroup or no cpu controller)"), why, "")
             }
         };
         let stat = self.read(&format!("{dir}/cpu.stat")).unwrap_or_default();
@@ -562,7 +557,7 @@ impl Doctor {
         let quota = parts.next().unwrap_or("max");
         let period = parts.next().unwrap_or("100000");
         if quota == "max" {
-            return check(id, Verdict::Ok, evidence, why, String::new());
+            return check(id, Verdict::Ok, evidence, why, "");
         }
         let cores = quota.parse::<f64>().unwrap_or(0.0)
             / period.parse::<f64>().unwrap_or(100_000.0).max(1.0);
@@ -576,24 +571,30 @@ impl Doctor {
     }
 }
 
+/// A check's outcome; the fix is kept only when the verdict is not ok (an ok host has
+/// nothing to run).
 fn check(
     id: &'static str,
     verdict: Verdict,
     evidence: String,
     why: &'static str,
-    fix: String,
+    fix: impl Into<String>,
 ) -> Check {
     Check {
         id,
         verdict,
         evidence,
         why,
-        fix,
+        fix: if verdict == Verdict::Ok {
+            String::new()
+        } else {
+            fix.into()
+        },
     }
 }
 
 fn unknown(id: &'static str, reason: String, why: &'static str) -> Check {
-    check(id, Verdict::Unknown, reason, why, String::new())
+    check(id, Verdict::Unknown, reason, why, "")
 }
 
 /// `always [madvise] never` -> `madvise`.
