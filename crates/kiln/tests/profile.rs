@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{json_with_exit, kiln, manifest};
+use common::{json_with_exit, kiln, manifest, profile_pid};
 use kiln_targets::{ensure, named_loop as worker, timing_attempts};
 use serde_json::Value;
 
@@ -69,18 +69,7 @@ impl RandomRounds {
 
 fn profile_self(args: &[&str]) -> (Value, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("run");
-    let pid = std::process::id().to_string();
-    let mut all = vec![
-        "profile",
-        "--pid",
-        &pid,
-        "--json",
-        "--out",
-        out.to_str().unwrap(),
-    ];
-    all.extend_from_slice(args);
-    let json = json_with_exit(&kiln(&all), 0);
+    let json = profile_pid(std::process::id(), &dir.path().join("run"), args);
     (json, dir)
 }
 

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{json_with_exit, kiln};
+use common::{json_with_exit, kiln, profile_pid};
 
 const JAVA_HOT: &str = r#"
 public class Hot {
@@ -63,21 +63,7 @@ fn a_hot_java_method_is_named_in_the_profile() {
     );
     // Let the JIT compile spinHot before sampling.
     std::thread::sleep(Duration::from_secs(2));
-    let out = dir.path().join("run");
-    let pid = java.0.id().to_string();
-    let json = json_with_exit(
-        &kiln(&[
-            "profile",
-            "--pid",
-            &pid,
-            "-d",
-            "3s",
-            "--json",
-            "--out",
-            out.to_str().unwrap(),
-        ]),
-        0,
-    );
+    let json = profile_pid(java.0.id(), &dir.path().join("run"), &["-d", "3s"]);
     let jit_done = json["jit"]["done"].to_string();
     assert!(jit_done.contains("Compiler.perfmap"), "{json}");
     let top: Vec<&str> = json["summary"]["top_self"]
@@ -119,21 +105,7 @@ fn a_hot_javascript_function_is_named_with_perf_basic_prof() {
             .expect("node (Node.js) is needed: scripts/test.sh installs it"),
     );
     std::thread::sleep(Duration::from_secs(1));
-    let out = dir.path().join("run");
-    let pid = node.0.id().to_string();
-    let json = json_with_exit(
-        &kiln(&[
-            "profile",
-            "--pid",
-            &pid,
-            "-d",
-            "2s",
-            "--json",
-            "--out",
-            out.to_str().unwrap(),
-        ]),
-        0,
-    );
+    let json = profile_pid(node.0.id(), &dir.path().join("run"), &["-d", "2s"]);
     assert_eq!(
         json["call_graph"], "fp",
         "JIT code is walked by frame pointers"

@@ -41,3 +41,18 @@ pub fn json_with_exit(out: &Output, code: i32) -> Value {
     );
     json_of(out)
 }
+
+/// `kiln profile --pid PID --json --out OUT` plus `args`, expected to complete; its JSON.
+pub fn profile_pid(pid: u32, out: &Path, args: &[&str]) -> Value {
+    let pid = pid.to_string();
+    let mut all = vec![
+        "profile",
+        "--pid",
+        &pid,
+        "--json",
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    all.extend_from_slice(args);
+    json_with_exit(&kiln(&all), 0)
+}
