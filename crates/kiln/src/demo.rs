@@ -65,16 +65,7 @@ pub fn run(args: DemoArgs, stop: &StopSignal) -> Result<u8> {
     let mut p99s = Vec::new();
     let open = LoadPlan {
         model: Model::Open {
-            stages: vec![
-                RateStage {
-                    duration: Duration::ZERO,
-                    target_rate: 500.0,
-                },
-                RateStage {
-                    duration,
-                    target_rate: 500.0,
-                },
-            ],
+            stages: RateStage::steady(500.0, duration),
             connections: 8,
             max_connections: 200,
         },

@@ -54,16 +54,7 @@ pub fn build_plan(args: &RunArgs) -> Result<LoadPlan> {
                 bail!("--rate is out of range: {rate} (more than 0, at most 10000000)");
             }
             let duration = parse_duration(&args.duration)?;
-            let stages = vec![
-                kiln_load::RateStage {
-                    duration: Duration::ZERO,
-                    target_rate: *rate,
-                },
-                kiln_load::RateStage {
-                    duration,
-                    target_rate: *rate,
-                },
-            ];
+            let stages = kiln_load::RateStage::steady(*rate, duration);
             (open_model(args, stages), duration)
         }
         (None, Some(text)) => {

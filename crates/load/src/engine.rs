@@ -681,19 +681,7 @@ mod tests {
     }
 
     fn steady(rate: f64, secs: u64) -> ArrivalSchedule {
-        ArrivalSchedule::new(
-            0.0,
-            &[
-                RateStage {
-                    duration: Duration::ZERO,
-                    target_rate: rate,
-                },
-                RateStage {
-                    duration: Duration::from_secs(secs),
-                    target_rate: rate,
-                },
-            ],
-        )
+        ArrivalSchedule::new(0.0, &RateStage::steady(rate, Duration::from_secs(secs)))
     }
 
     #[test]

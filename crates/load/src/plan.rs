@@ -156,6 +156,22 @@ pub struct RateStage {
     pub target_rate: f64,
 }
 
+impl RateStage {
+    /// A constant rate for `duration`: a jump to `rate`, then `rate` held (what `--rate` means).
+    pub fn steady(rate: f64, duration: Duration) -> Vec<RateStage> {
+        vec![
+            RateStage {
+                duration: Duration::ZERO,
+                target_rate: rate,
+            },
+            RateStage {
+                duration,
+                target_rate: rate,
+            },
+        ]
+    }
+}
+
 /// Parses `30s:100,60s:2000,30s:0`.
 pub fn parse_stages(text: &str) -> Result<Vec<RateStage>, PlanError> {
     let bad = |why: String| PlanError::BadStages {

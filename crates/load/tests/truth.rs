@@ -20,16 +20,7 @@ fn closed(connections: usize) -> Model {
 
 fn open(rate: f64, secs: u64, connections: usize, max_connections: usize) -> Model {
     Model::Open {
-        stages: vec![
-            RateStage {
-                duration: Duration::ZERO,
-                target_rate: rate,
-            },
-            RateStage {
-                duration: Duration::from_secs(secs),
-                target_rate: rate,
-            },
-        ],
+        stages: RateStage::steady(rate, Duration::from_secs(secs)),
         connections,
         max_connections,
     }
