@@ -100,6 +100,8 @@ fn a_hot_javascript_function_is_named_with_perf_basic_prof() {
         Command::new("node")
             .arg("--perf-basic-prof")
             .arg(&script)
+            // node writes an isolate log into its working directory: keep it in the temp dir.
+            .current_dir(dir.path())
             .stdout(Stdio::null())
             .spawn()
             .expect("node (Node.js) is needed: scripts/test.sh installs it"),
