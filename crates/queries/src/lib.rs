@@ -1,0 +1,3 @@
+//! kiln's query analyzer.
+
+pub mod sql;
