@@ -18,6 +18,7 @@ pub use folded::{Folded, FunctionShare, ParseReport};
 pub use inferno::flamegraph::color::{BasicPalette, MultiPalette, Palette};
 pub use perf::{CallGraph, Event, RecordOptions};
 pub use speedscope::to_json as speedscope_json;
+pub use speedscope::{to_json_profiles as speedscope_json_profiles, WeightedProfile};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProfileError {

@@ -43,37 +43,62 @@ struct Profile<'a> {
     weights: Vec<u64>,
 }
 
+/// One profile of a speedscope file: stacks, what their weights count ("none" for counts,
+/// "microseconds" ...).
+pub struct WeightedProfile<'a> {
+    pub name: &'a str,
+    pub folded: &'a Folded,
+    pub unit: &'static str,
+}
+
 /// The speedscope JSON of `folded`, named `name`.
 pub fn to_json(folded: &Folded, name: &str) -> String {
+    to_json_profiles(
+        name,
+        &[WeightedProfile {
+            name,
+            folded,
+            unit: "none",
+        }],
+    )
+}
+
+/// A speedscope file of several profiles over one shared frame table (the DB stack trie
+/// weighted by calls and by time, say); speedscope offers them side by side.
+pub fn to_json_profiles(name: &str, profiles: &[WeightedProfile<'_>]) -> String {
     let mut index: HashMap<&str, usize> = HashMap::new();
     let mut frames = Vec::new();
-    let mut samples = Vec::new();
-    let mut weights = Vec::new();
-    for (stack, count) in folded.lines() {
-        let sample = stack
-            .split(';')
-            .map(|frame| {
-                *index.entry(frame).or_insert_with(|| {
-                    frames.push(Frame { name: frame });
-                    frames.len() - 1
+    let mut out = Vec::new();
+    for profile in profiles {
+        let mut samples = Vec::new();
+        let mut weights = Vec::new();
+        for (stack, count) in profile.folded.lines() {
+            let sample = stack
+                .split(';')
+                .map(|frame| {
+                    *index.entry(frame).or_insert_with(|| {
+                        frames.push(Frame { name: frame });
+                        frames.len() - 1
+                    })
                 })
-            })
-            .collect();
-        samples.push(sample);
-        weights.push(count);
+                .collect();
+            samples.push(sample);
+            weights.push(count);
+        }
+        out.push(Profile {
+            kind: "sampled",
+            name: profile.name,
+            unit: profile.unit,
+            start_value: 0,
+            end_value: profile.folded.total(),
+            samples,
+            weights,
+        });
     }
     let file = File {
         schema: "https://www.speedscope.app/file-format-schema.json",
         shared: Shared { frames },
-        profiles: vec![Profile {
-            kind: "sampled",
-            name,
-            unit: "none",
-            start_value: 0,
-            end_value: folded.total(),
-            samples,
-            weights,
-        }],
+        profiles: out,
         name,
         active_profile_index: 0,
         exporter: format!("kiln {}", env!("CARGO_PKG_VERSION")),

@@ -1,0 +1,906 @@
+//! Requests, their DB calls, and what is wrong with them.
+//!
+//! A request is a trace's local root span in one service (its SERVER or CONSUMER span, or
+//! the topmost span of the service found). Each DB call below it is fingerprinted and given
+//! a call site: the application frames of its stack when the span has one (Prosopite's
+//! rule: same fingerprint from the same stack), else its parent span (Sentry's rule, marked
+//! `structural`). Per request and call site (shared/research/db-calls.md §11):
+//! - N+1: one fingerprint, at least `n_plus_one_min` calls with different values (or with
+//!   values the instrumentation did not record), unless every call is a batch (IN lists,
+//!   batch size > 1);
+//! - redundant: the same statement with the same values run more than once;
+//! - slow: one call over `slow_ms`;
+//! - housekeeping: as many transaction/session statements as application statements.
+//!
+//! Findings get ids that stay the same across runs and small code edits: a hash of the
+//! kind, route, fingerprint and the call site's functions (not its line numbers).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use serde::Serialize;
+use xxhash_rust::xxh3::xxh3_64;
+
+use crate::ingest::{Coverage, Ingest};
+use crate::model::{Span, SpanKind};
+use crate::sql::{fingerprint, Fingerprint, StatementClass};
+use crate::stack::{self, Frame, Language};
+
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Calls of one shape from one site that make an N+1 (Sentry: 5; 2 for a strict CI gate).
+    pub n_plus_one_min: usize,
+    /// A single call at least this long is a slow query.
+    pub slow_ms: f64,
+    /// Only requests whose route matches this glob (`*` matches anything).
+    pub route: Option<String>,
+    /// How many of the worst requests to list.
+    pub worst_requests: usize,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            n_plus_one_min: 5,
+            slow_ms: 500.0,
+            route: None,
+            worst_requests: 10,
+        }
+    }
+}
+
+/// One DB call, ready for grouping.
+#[derive(Clone, Debug)]
+pub struct DbCall {
+    pub span: usize,
+    pub request: usize,
+    pub fingerprint: Arc<Fingerprint>,
+    pub start_ns: u64,
+    pub end_ns: u64,
+    /// The values the call carried: bound parameters when recorded, else the text's
+    /// literals; None when the text has placeholders and the values were not recorded.
+    pub values: Option<u64>,
+    /// Stack frames root first; empty when the span carried none.
+    pub frames: Arc<Vec<Frame>>,
+    /// The call site: a hash of the application frames, or of the parent span.
+    pub site: u64,
+    pub structural: bool,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Request {
+    pub id: String,
+    pub route: String,
+    pub service: String,
+    pub start_ns: u64,
+    pub duration_ns: u64,
+    pub error: bool,
+    pub db_calls: usize,
+    pub housekeeping_calls: usize,
+    /// DB time as the union of the calls' intervals (parallel calls are not counted twice).
+    pub db_time_ns: u64,
+    #[serde(skip)]
+    pub calls: Vec<usize>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FindingKind {
+    NPlusOne,
+    NPlusOneWrite,
+    Redundant,
+    ChunkyBatch,
+    Slow,
+    Housekeeping,
+}
+
+impl FindingKind {
+    pub fn title(self) -> &'static str {
+        match self {
+            Self::NPlusOne => "N+1 queries",
+            Self::NPlusOneWrite => "N+1 writes",
+            Self::Redundant => "Redundant queries",
+            Self::ChunkyBatch => "Batches too small",
+            Self::Slow => "Slow query",
+            Self::Housekeeping => "Housekeeping statements",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Severity {
+    Low,
+    Medium,
+    High,
+}
+
+/// One finding in one request.
+#[derive(Clone, Debug, Serialize)]
+pub struct Finding {
+    pub id: String,
+    pub kind: FindingKind,
+    pub severity: Severity,
+    pub route: String,
+    pub request: String,
+    pub fingerprint: String,
+    pub summary: String,
+    pub shape: String,
+    /// Calls in the group.
+    pub calls: usize,
+    /// Different values among them, when known.
+    pub distinct_values: Option<usize>,
+    /// Union of the calls' intervals.
+    pub time_ns: u64,
+    /// Of the request's DB time.
+    pub share_of_db_time: f64,
+    /// Application frames root first; empty when call sites are unknown.
+    pub site: Vec<Frame>,
+    /// The group was formed by parent span, not by stack: call sites unknown.
+    pub structural: bool,
+    /// More than half the calls overlapped another: run concurrently.
+    pub parallel: bool,
+    pub evidence: String,
+    pub fix: String,
+}
+
+/// A finding across the requests it was seen in.
+#[derive(Clone, Debug, Serialize)]
+pub struct FindingSummary {
+    #[serde(flatten)]
+    pub example: Finding,
+    pub requests: usize,
+    pub calls_median: f64,
+    pub calls_max: usize,
+    pub time_total_ns: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct FingerprintUse {
+    pub fingerprint: String,
+    pub summary: String,
+    pub shape: String,
+    pub class: StatementClass,
+    pub calls: usize,
+    pub time_ns: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct RouteSummary {
+    pub route: String,
+    pub requests: usize,
+    pub calls_median: f64,
+    pub calls_p95: f64,
+    pub calls_max: usize,
+    pub db_time_median_ms: f64,
+    pub db_time_p95_ms: f64,
+    pub top_queries: Vec<FingerprintUse>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Analysis {
+    pub coverage: Coverage,
+    pub requests_total: usize,
+    pub requests_matched: usize,
+    pub db_calls: usize,
+    pub routes: Vec<RouteSummary>,
+    pub findings: Vec<FindingSummary>,
+    pub worst_requests: Vec<Request>,
+    #[serde(skip)]
+    pub requests: Vec<Request>,
+    #[serde(skip)]
+    pub calls: Vec<DbCall>,
+}
+
+/// Matches `*` as any run of characters; everything else literally.
+pub fn glob_match(pattern: &str, text: &str) -> bool {
+    let parts: Vec<&str> = pattern.split('*').collect();
+    if parts.len() == 1 {
+        return pattern == text;
+    }
+    let (first, last) = (parts[0], parts[parts.len() - 1]);
+    if !text.starts_with(first) || text.len() < first.len() + last.len() || !text.ends_with(last) {
+        return false;
+    }
+    let mut rest = &text[first.len()..text.len() - last.len()];
+    for part in &parts[1..parts.len() - 1] {
+        match rest.find(part) {
+            Some(i) => rest = &rest[i + part.len()..],
+            None => return false,
+        }
+    }
+    true
+}
+
+/// Total length of the union of intervals.
+pub fn union_ns(intervals: &mut [(u64, u64)]) -> u64 {
+    intervals.sort_unstable();
+    let mut total = 0;
+    let mut current: Option<(u64, u64)> = None;
+    for &(s, e) in intervals.iter() {
+        current = match current {
+            Some((cs, ce)) if s <= ce => Some((cs, ce.max(e))),
+            Some((cs, ce)) => {
+                total += ce - cs;
+                Some((s, e))
+            }
+            None => Some((s, e)),
+        };
+    }
+    if let Some((cs, ce)) = current {
+        total += ce - cs;
+    }
+    total
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    // nearest rank, as the load engine's summaries
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+fn median(sorted: &[f64]) -> f64 {
+    match sorted.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => sorted[n / 2],
+        n => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
+    }
+}
+
+/// Caches fingerprints by statement text: a loop sends one text many times.
+#[derive(Default)]
+pub struct FingerprintCache {
+    map: HashMap<(String, String), Arc<Fingerprint>>,
+}
+
+impl FingerprintCache {
+    const MAX_ENTRIES: usize = 200_000;
+
+    pub fn get(&mut self, system: &str, text: &str) -> Arc<Fingerprint> {
+        if let Some(fp) = self.map.get(&(system.to_string(), text.to_string())) {
+            return fp.clone();
+        }
+        if self.map.len() >= Self::MAX_ENTRIES {
+            self.map.clear();
+        }
+        let fp = Arc::new(fingerprint(system, text));
+        self.map
+            .insert((system.to_string(), text.to_string()), fp.clone());
+        fp
+    }
+}
+
+struct SpanIndex<'a> {
+    spans: &'a [Span],
+    by_id: HashMap<(u128, u64), usize>,
+}
+
+impl<'a> SpanIndex<'a> {
+    fn new(spans: &'a [Span]) -> Self {
+        let by_id = spans
+            .iter()
+            .enumerate()
+            .map(|(i, s)| ((s.trace_id, s.span_id), i))
+            .collect();
+        Self { spans, by_id }
+    }
+
+    fn parent(&self, i: usize) -> Option<usize> {
+        let span = &self.spans[i];
+        let parent = span.parent_span_id?;
+        self.by_id.get(&(span.trace_id, parent)).copied()
+    }
+
+    /// The span's request: the nearest SERVER/CONSUMER ancestor in its own service, or the
+    /// topmost ancestor of that service present. Returns the chain of ancestors' indices
+    /// from that root down to the span's parent as well.
+    fn local_root(&self, i: usize) -> (usize, Vec<usize>) {
+        let resource = self.spans[i].resource;
+        let mut chain = Vec::new();
+        let mut current = i;
+        let mut guard = 0;
+        while let Some(parent) = self.parent(current) {
+            guard += 1;
+            // a cycle in hostile input must not loop forever
+            if self.spans[parent].resource != resource || guard > 10_000 {
+                break;
+            }
+            chain.push(parent);
+            current = parent;
+            if matches!(
+                self.spans[parent].kind,
+                SpanKind::Server | SpanKind::Consumer
+            ) {
+                break;
+            }
+        }
+        chain.reverse();
+        (current, chain)
+    }
+}
+
+fn route_of(span: &Span) -> String {
+    if let Some(http) = &span.http {
+        let method = http.method.as_deref().unwrap_or("");
+        let target = http.route.as_deref().or(http.path.as_deref());
+        if let Some(target) = target {
+            return if method.is_empty() {
+                target.to_string()
+            } else {
+                format!("{method} {target}")
+            };
+        }
+    }
+    span.name.clone()
+}
+
+fn hex_id(x: u128, digits: usize) -> String {
+    format!("{x:0width$x}", width = digits)
+}
+
+/// Application frames, or every frame when none is the application's.
+pub fn site_frames(frames: &[Frame]) -> Vec<Frame> {
+    let app: Vec<Frame> = frames.iter().filter(|f| f.app).cloned().collect();
+    if app.is_empty() {
+        frames.to_vec()
+    } else {
+        app
+    }
+}
+
+fn hash_frames(frames: &[Frame], with_lines: bool) -> u64 {
+    let mut text = String::new();
+    for f in frames {
+        text.push_str(&f.function);
+        text.push('\u{1}');
+        if let Some(file) = &f.file {
+            text.push_str(file);
+        }
+        if with_lines {
+            text.push_str(&f.line.unwrap_or(0).to_string());
+        }
+        text.push('\u{2}');
+    }
+    xxh3_64(text.as_bytes())
+}
+
+pub fn analyze(ingest: &Ingest, options: &Options) -> Analysis {
+    let index = SpanIndex::new(&ingest.spans);
+    let mut cache = FingerprintCache::default();
+    let mut requests: Vec<Request> = Vec::new();
+    let mut request_of_root: HashMap<usize, usize> = HashMap::new();
+    let mut calls: Vec<DbCall> = Vec::new();
+    let mut stacks: HashMap<u64, Arc<Vec<Frame>>> = HashMap::new();
+
+    // every root of a request, including those without DB calls
+    for (i, span) in ingest.spans.iter().enumerate() {
+        let is_root = matches!(span.kind, SpanKind::Server | SpanKind::Consumer)
+            || (span.parent_span_id.is_none() && span.db.is_none());
+        if is_root && index.local_root(i).0 == i {
+            let n = requests.len();
+            request_of_root.insert(i, n);
+            requests.push(new_request(ingest, span));
+        }
+    }
+
+    for (i, span) in ingest.spans.iter().enumerate() {
+        let Some(db) = &span.db else { continue };
+        let Some(text) = &db.text else { continue };
+        if !matches!(
+            span.kind,
+            SpanKind::Client | SpanKind::Internal | SpanKind::Unspecified
+        ) {
+            continue;
+        }
+        let (root, chain) = index.local_root(i);
+        let request = *request_of_root.entry(root).or_insert_with(|| {
+            requests.push(new_request(ingest, &ingest.spans[root]));
+            requests.len() - 1
+        });
+        let fp = cache.get(&db.system, text);
+        let language = ingest.resources[span.resource as usize]
+            .language
+            .as_deref()
+            .map(Language::from_sdk);
+        let frames = match &db.stacktrace {
+            Some(text) => {
+                let key = xxh3_64(text.as_bytes());
+                stacks
+                    .entry(key)
+                    .or_insert_with(|| Arc::new(stack::parse(text, language)))
+                    .clone()
+            }
+            None => match (&db.code_function, &db.code_file) {
+                (None, None) => Arc::new(Vec::new()),
+                (function, file) => Arc::new(vec![Frame {
+                    function: function.clone().unwrap_or_else(|| "?".into()),
+                    file: file.clone(),
+                    line: db.code_line.and_then(|l| u32::try_from(l).ok()),
+                    app: true,
+                }]),
+            },
+        };
+        let (site, structural) = if frames.is_empty() {
+            let parent = chain.last().copied().unwrap_or(root);
+            (ingest.spans[parent].span_id, true)
+        } else {
+            (hash_frames(&site_frames(&frames), true), false)
+        };
+        let values = match db.params {
+            Some(p) => Some(p),
+            None if fp.placeholders => None,
+            None => Some(fp.literals.unwrap_or(0)),
+        };
+        calls.push(DbCall {
+            span: i,
+            request,
+            fingerprint: fp,
+            start_ns: span.start_ns,
+            end_ns: span.end_ns,
+            values,
+            frames,
+            site,
+            structural,
+        });
+    }
+
+    for (c, call) in calls.iter().enumerate() {
+        requests[call.request].calls.push(c);
+    }
+    let requests_total = requests.len();
+    for request in &mut requests {
+        request.calls.sort_by_key(|&c| calls[c].start_ns);
+        request.db_calls = request.calls.len();
+        request.housekeeping_calls = request
+            .calls
+            .iter()
+            .filter(|&&c| calls[c].fingerprint.class == StatementClass::Housekeeping)
+            .count();
+        let mut intervals: Vec<(u64, u64)> = request
+            .calls
+            .iter()
+            .map(|&c| (calls[c].start_ns, calls[c].end_ns))
+            .collect();
+        request.db_time_ns = union_ns(&mut intervals);
+    }
+
+    let matched: Vec<usize> = (0..requests.len())
+        .filter(|&r| {
+            options
+                .route
+                .as_deref()
+                .is_none_or(|g| glob_match(g, &requests[r].route))
+        })
+        .collect();
+
+    let mut findings: Vec<Finding> = Vec::new();
+    for &r in &matched {
+        findings.extend(request_findings(&requests[r], &calls, &index, options));
+    }
+
+    let analysis_findings = summarize_findings(findings);
+    let routes = summarize_routes(&requests, &matched, &calls);
+    let mut worst: Vec<Request> = matched.iter().map(|&r| requests[r].clone()).collect();
+    worst.sort_by(|a, b| {
+        b.db_calls
+            .cmp(&a.db_calls)
+            .then(b.db_time_ns.cmp(&a.db_time_ns))
+    });
+    worst.truncate(options.worst_requests);
+    let db_calls = matched.iter().map(|&r| requests[r].db_calls).sum();
+
+    Analysis {
+        coverage: ingest.coverage.clone(),
+        requests_total,
+        requests_matched: matched.len(),
+        db_calls,
+        routes,
+        findings: analysis_findings,
+        worst_requests: worst,
+        requests,
+        calls,
+    }
+}
+
+fn new_request(ingest: &Ingest, span: &Span) -> Request {
+    let route = if span.db.is_some() && span.parent_span_id.is_none() {
+        "(outside any request)".to_string()
+    } else {
+        route_of(span)
+    };
+    Request {
+        id: format!(
+            "{}/{}",
+            hex_id(span.trace_id, 32),
+            hex_id(u128::from(span.span_id), 16)
+        ),
+        route,
+        service: ingest.resources[span.resource as usize].service.clone(),
+        start_ns: span.start_ns,
+        duration_ns: span.duration_ns(),
+        error: span.error,
+        db_calls: 0,
+        housekeeping_calls: 0,
+        db_time_ns: 0,
+        calls: Vec::new(),
+    }
+}
+
+fn finding_id(kind: FindingKind, route: &str, fp: &str, site: &[Frame]) -> String {
+    let text = format!(
+        "{}|{kind:?}|{route}|{fp}|{:x}",
+        crate::sql::FINGERPRINT_VERSION,
+        hash_frames(site, false)
+    );
+    format!("{:012x}", xxh3_64(text.as_bytes()) >> 16)
+}
+
+fn escalate(severity: Severity) -> Severity {
+    match severity {
+        Severity::Low => Severity::Medium,
+        _ => Severity::High,
+    }
+}
+
+fn request_findings(
+    request: &Request,
+    calls: &[DbCall],
+    index: &SpanIndex,
+    options: &Options,
+) -> Vec<Finding> {
+    let spans = index.spans;
+    let mut out = Vec::new();
+    // groups by (fingerprint, site), in order of first call
+    let mut groups: BTreeMap<(usize, String, u64), Vec<usize>> = BTreeMap::new();
+    let mut first_seen: HashMap<(String, u64), usize> = HashMap::new();
+    for (order, &c) in request.calls.iter().enumerate() {
+        let call = &calls[c];
+        if call.fingerprint.class == StatementClass::Housekeeping {
+            continue;
+        }
+        let key = (call.fingerprint.id.clone(), call.site);
+        let first = *first_seen.entry(key.clone()).or_insert(order);
+        groups.entry((first, key.0, key.1)).or_default().push(c);
+    }
+    let request_db_ns = request.db_time_ns.max(1);
+    let finding = |kind: FindingKind,
+                   group: &[usize],
+                   distinct: Option<usize>,
+                   evidence: String,
+                   fix: String| {
+        let first = &calls[group[0]];
+        let fp = &first.fingerprint;
+        let site = if first.structural {
+            Vec::new()
+        } else {
+            site_frames(&first.frames)
+        };
+        let mut intervals: Vec<(u64, u64)> = group
+            .iter()
+            .map(|&c| (calls[c].start_ns, calls[c].end_ns))
+            .collect();
+        let time_ns = union_ns(&mut intervals);
+        let sum_ns: u64 = group
+            .iter()
+            .map(|&c| calls[c].end_ns - calls[c].start_ns)
+            .sum();
+        let share = time_ns as f64 / request_db_ns as f64;
+        let n = group.len();
+        let mut severity = match kind {
+            FindingKind::Slow => Severity::High,
+            FindingKind::Housekeeping => Severity::Low,
+            FindingKind::Redundant if n < 5 => Severity::Low,
+            _ if time_ns >= 50_000_000 || n >= 25 => Severity::High,
+            _ => Severity::Medium,
+        };
+        if share >= 0.3 && kind != FindingKind::Housekeeping {
+            severity = escalate(severity);
+        }
+        Finding {
+            id: finding_id(kind, &request.route, &fp.id, &site),
+            kind,
+            severity,
+            route: request.route.clone(),
+            request: request.id.clone(),
+            fingerprint: fp.id.clone(),
+            summary: fp.summary.clone(),
+            shape: fp.shape.clone(),
+            calls: n,
+            distinct_values: distinct,
+            time_ns,
+            share_of_db_time: share.min(1.0),
+            site,
+            structural: first.structural,
+            parallel: n > 1 && sum_ns > time_ns + time_ns / 2,
+            evidence,
+            fix,
+        }
+    };
+    for ((_, _, _), group) in groups {
+        let first = &calls[group[0]];
+        let fp = &first.fingerprint;
+        let n = group.len();
+        let where_ = if first.structural {
+            let parent = index
+                .parent(first.span)
+                .map(|p| spans[p].name.as_str())
+                .unwrap_or("(no parent)");
+            format!("under span {parent:?} (no stacks: call site unknown)")
+        } else {
+            site_frames(&first.frames)
+                .last()
+                .map(|f| format!("from {}", f.location()))
+                .unwrap_or_default()
+        };
+        // slow calls, whatever the group
+        for &c in &group {
+            let ms = (calls[c].end_ns - calls[c].start_ns) as f64 / 1e6;
+            if ms >= options.slow_ms
+                && matches!(
+                    fp.class,
+                    StatementClass::Read | StatementClass::Write | StatementClass::Other
+                )
+            {
+                out.push(finding(
+                    FindingKind::Slow,
+                    &[c],
+                    None,
+                    format!("one call took {ms:.1} ms (threshold {:.0} ms) {where_}", options.slow_ms),
+                    "EXPLAIN (ANALYZE, BUFFERS) it with real parameters: look for sequential scans and \
+                     sorts on disk; add the index the filter needs or return fewer rows"
+                        .into(),
+                ));
+            }
+        }
+        if n < 2 {
+            continue;
+        }
+        let batched = group.iter().all(|&c| {
+            let f = &calls[c].fingerprint;
+            let batch = spans[calls[c].span]
+                .db
+                .as_ref()
+                .and_then(|d| d.batch_size)
+                .unwrap_or(0);
+            f.in_list_max > 1 || f.values_rows > 1 || batch > 1
+        });
+        let known: Option<Vec<u64>> = group.iter().map(|&c| calls[c].values).collect();
+        let write = fp.class == StatementClass::Write;
+        let loop_kind = if write {
+            FindingKind::NPlusOneWrite
+        } else {
+            FindingKind::NPlusOne
+        };
+        match known {
+            Some(values) => {
+                let mut counts: HashMap<u64, usize> = HashMap::new();
+                for v in &values {
+                    *counts.entry(*v).or_insert(0) += 1;
+                }
+                let distinct = counts.len();
+                if batched {
+                    if n >= 10 {
+                        out.push(finding(
+                            FindingKind::ChunkyBatch,
+                            &group,
+                            Some(distinct),
+                            format!("{n} batched calls of one statement {where_}"),
+                            "raise the batch size (Hibernate default_batch_fetch_size, @BatchSize) or load the \
+                             whole set in one query"
+                                .into(),
+                        ));
+                    }
+                } else if distinct >= options.n_plus_one_min {
+                    out.push(finding(
+                        loop_kind,
+                        &group,
+                        Some(distinct),
+                        format!(
+                            "{n} calls of one statement with {distinct} different values {where_}"
+                        ),
+                        loop_fix(write),
+                    ));
+                }
+                let repeats = counts.values().copied().max().unwrap_or(0);
+                if repeats >= 2 {
+                    let value = counts.iter().find(|(_, &k)| k == repeats).map(|(v, _)| *v);
+                    let dup: Vec<usize> = group
+                        .iter()
+                        .copied()
+                        .filter(|&c| calls[c].values == value)
+                        .collect();
+                    out.push(finding(
+                        FindingKind::Redundant,
+                        &dup,
+                        Some(1),
+                        format!("the same statement with the same values ran {repeats} times {where_}"),
+                        "run it once and reuse the result (a variable in the request, a memoized helper, a \
+                         request-scoped cache)"
+                            .into(),
+                    ));
+                }
+            }
+            None if !batched && n >= options.n_plus_one_min => {
+                out.push(finding(
+                    loop_kind,
+                    &group,
+                    None,
+                    format!(
+                        "{n} calls of one statement {where_}; its values were not recorded, so identical \
+                         repeats cannot be told apart (record them: db.query.parameter.*)"
+                    ),
+                    loop_fix(write),
+                ));
+            }
+            None => {}
+        }
+    }
+    // housekeeping round trips
+    let app = request.db_calls - request.housekeeping_calls;
+    if request.housekeeping_calls >= 2 && request.housekeeping_calls >= app {
+        let group: Vec<usize> = request
+            .calls
+            .iter()
+            .copied()
+            .filter(|&c| calls[c].fingerprint.class == StatementClass::Housekeeping)
+            .collect();
+        let mut shapes: BTreeMap<&str, usize> = BTreeMap::new();
+        for &c in &group {
+            *shapes.entry(&calls[c].fingerprint.shape).or_insert(0) += 1;
+        }
+        let list: Vec<String> = shapes.iter().map(|(s, n)| format!("{n}× {s}")).collect();
+        let mut f = finding(
+            FindingKind::Housekeeping,
+            &group,
+            None,
+            format!(
+                "{} housekeeping statements for {app} application statements: {}",
+                request.housekeeping_calls,
+                list.join(", ")
+            ),
+            "each is a round trip: track session state in the driver (MySQL useLocalSessionState=true, \
+             elideSetAutoCommits), drop needless read-only transactions, disable pgjdbc autosave"
+                .into(),
+        );
+        f.id = finding_id(FindingKind::Housekeeping, &request.route, "", &[]);
+        f.fingerprint.clear();
+        f.summary = "housekeeping".into();
+        f.shape = list.join(", ");
+        out.push(f);
+    }
+    out
+}
+
+fn loop_fix(write: bool) -> String {
+    if write {
+        "send the rows in one statement: a multi-row INSERT/UPDATE, executemany/addBatch, or COPY"
+            .into()
+    } else {
+        "load the rows in one query before the loop: a JOIN or WHERE id IN (...)/= ANY(...), or the \
+         ORM's eager loading (select_related/prefetch_related, selectinload, JOIN FETCH, @BatchSize)"
+            .into()
+    }
+}
+
+fn summarize_findings(findings: Vec<Finding>) -> Vec<FindingSummary> {
+    let mut by_id: BTreeMap<String, Vec<Finding>> = BTreeMap::new();
+    for f in findings {
+        by_id.entry(f.id.clone()).or_default().push(f);
+    }
+    let mut out: Vec<FindingSummary> = by_id
+        .into_values()
+        .map(|mut list| {
+            // the example is the worst occurrence
+            list.sort_by(|a, b| b.calls.cmp(&a.calls).then(b.time_ns.cmp(&a.time_ns)));
+            let mut counts: Vec<f64> = list.iter().map(|f| f.calls as f64).collect();
+            counts.sort_by(f64::total_cmp);
+            let severity = list
+                .iter()
+                .map(|f| f.severity)
+                .max()
+                .unwrap_or(Severity::Low);
+            let time_total_ns = list.iter().map(|f| f.time_ns).sum();
+            let mut example = list[0].clone();
+            example.severity = severity;
+            FindingSummary {
+                requests: list.len(),
+                calls_median: median(&counts),
+                calls_max: list[0].calls,
+                time_total_ns,
+                example,
+            }
+        })
+        .collect();
+    out.sort_by(|a, b| {
+        b.example
+            .severity
+            .cmp(&a.example.severity)
+            .then(b.time_total_ns.cmp(&a.time_total_ns))
+            .then(b.calls_max.cmp(&a.calls_max))
+    });
+    out
+}
+
+fn summarize_routes(
+    requests: &[Request],
+    matched: &[usize],
+    calls: &[DbCall],
+) -> Vec<RouteSummary> {
+    let mut by_route: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    for &r in matched {
+        by_route.entry(&requests[r].route).or_default().push(r);
+    }
+    let mut out: Vec<RouteSummary> = by_route
+        .into_iter()
+        .map(|(route, rs)| {
+            let mut counts: Vec<f64> = rs.iter().map(|&r| requests[r].db_calls as f64).collect();
+            counts.sort_by(f64::total_cmp);
+            let mut times: Vec<f64> = rs
+                .iter()
+                .map(|&r| requests[r].db_time_ns as f64 / 1e6)
+                .collect();
+            times.sort_by(f64::total_cmp);
+            let mut uses: HashMap<&str, FingerprintUse> = HashMap::new();
+            for &r in &rs {
+                for &c in &requests[r].calls {
+                    let fp = &calls[c].fingerprint;
+                    let entry = uses.entry(&fp.id).or_insert_with(|| FingerprintUse {
+                        fingerprint: fp.id.clone(),
+                        summary: fp.summary.clone(),
+                        shape: fp.shape.clone(),
+                        class: fp.class,
+                        calls: 0,
+                        time_ns: 0,
+                    });
+                    entry.calls += 1;
+                    entry.time_ns += calls[c].end_ns - calls[c].start_ns;
+                }
+            }
+            let mut top: Vec<FingerprintUse> = uses.into_values().collect();
+            top.sort_by(|a, b| {
+                b.calls
+                    .cmp(&a.calls)
+                    .then(b.time_ns.cmp(&a.time_ns))
+                    .then(a.fingerprint.cmp(&b.fingerprint))
+            });
+            top.truncate(5);
+            RouteSummary {
+                route: route.to_string(),
+                requests: rs.len(),
+                calls_median: median(&counts),
+                calls_p95: percentile(&counts, 95.0),
+                calls_max: counts.last().copied().unwrap_or(0.0) as usize,
+                db_time_median_ms: median(&times),
+                db_time_p95_ms: percentile(&times, 95.0),
+                top_queries: top,
+            }
+        })
+        .collect();
+    out.sort_by(|a, b| b.calls_max.cmp(&a.calls_max).then(a.route.cmp(&b.route)));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn globs() {
+        assert!(glob_match("GET /export/*", "GET /export/csv"));
+        assert!(glob_match("*export*", "GET /export/csv"));
+        assert!(!glob_match("GET /export/*", "POST /export/csv"));
+        assert!(glob_match("a*b*c", "abc"));
+        assert!(!glob_match("a*b*c", "acb"));
+        assert!(glob_match("exact", "exact"));
+    }
+
+    #[test]
+    fn union_of_intervals_counts_overlap_once() {
+        assert_eq!(union_ns(&mut [(0, 10), (5, 15), (20, 30)]), 25);
+        assert_eq!(union_ns(&mut [(0, 10), (0, 10)]), 10);
+        assert_eq!(union_ns(&mut []), 0);
+    }
+}

@@ -1,0 +1,410 @@
+//! Call stacks as SDKs write them into `code.stacktrace` (Java's `at pkg.Cls.m(F.java:13)`,
+//! Python's `File "x.py", line 12, in fn`, Go's `pkg.fn(...)` + `\t/path/f.go:42 +0x1d`,
+//! Node's `at fn (file.js:1:2)`), parsed into frames root first, each marked as the
+//! application's own code or a library's (runtime, framework, driver, instrumentation).
+
+use serde::Serialize;
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct Frame {
+    pub function: String,
+    pub file: Option<String>,
+    pub line: Option<u32>,
+    /// The application's own code, not a library's.
+    pub app: bool,
+}
+
+impl Frame {
+    /// `function (file:line)` with the file's last two path components.
+    pub fn label(&self) -> String {
+        match (&self.file, self.line) {
+            (Some(file), Some(line)) => format!("{} ({}:{line})", self.function, short_path(file)),
+            (Some(file), None) => format!("{} ({})", self.function, short_path(file)),
+            _ => self.function.clone(),
+        }
+    }
+
+    /// `file:line` where the frame is, for "the loop is at ...".
+    pub fn location(&self) -> String {
+        match (&self.file, self.line) {
+            (Some(file), Some(line)) => format!("{file}:{line}"),
+            (Some(file), None) => file.clone(),
+            _ => self.function.clone(),
+        }
+    }
+}
+
+fn short_path(path: &str) -> &str {
+    let mut cut = path.len();
+    for _ in 0..2 {
+        match path[..cut].rfind(['/', '\\']) {
+            Some(i) => cut = i,
+            None => return path,
+        }
+    }
+    &path[cut + 1..]
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Language {
+    Java,
+    Python,
+    Go,
+    Node,
+    Other,
+}
+
+impl Language {
+    /// From `telemetry.sdk.language`.
+    pub fn from_sdk(name: &str) -> Self {
+        match name.to_ascii_lowercase().as_str() {
+            "java" | "kotlin" | "scala" | "jvm" => Self::Java,
+            "python" => Self::Python,
+            "go" => Self::Go,
+            "nodejs" | "node" | "javascript" | "typescript" | "webjs" => Self::Node,
+            _ => Self::Other,
+        }
+    }
+
+    /// From the text itself, when the resource does not say.
+    fn sniff(text: &str) -> Self {
+        if text.contains("File \"") && text.contains(", line ") {
+            Self::Python
+        } else if text.contains(".go:") && text.contains('\t') {
+            Self::Go
+        } else if text.contains(".java:")
+            || text.contains("(Native Method)")
+            || text.contains("(Unknown Source)")
+        {
+            Self::Java
+        } else if text.contains(".js:")
+            || text.contains(".ts:")
+            || text.contains(".mjs:")
+            || text.contains("node:")
+        {
+            Self::Node
+        } else {
+            Self::Other
+        }
+    }
+}
+
+/// Frames root first. Lines that are no frame (headers, `... 13 more`, source lines) are
+/// skipped; a stack with no parseable frame gives an empty list.
+pub fn parse(text: &str, language: Option<Language>) -> Vec<Frame> {
+    let language = match language {
+        Some(Language::Other) | None => Language::sniff(text),
+        Some(l) => l,
+    };
+    let mut frames = match language {
+        Language::Python => parse_python(text),
+        Language::Go => parse_go(text),
+        _ => parse_at_lines(text, language),
+    };
+    // Python writes the root first; the others write the leaf first.
+    if language != Language::Python {
+        frames.reverse();
+    }
+    frames
+}
+
+fn parse_python(text: &str) -> Vec<Frame> {
+    let mut frames = Vec::new();
+    for line in text.lines() {
+        let Some(rest) = line.trim_start().strip_prefix("File \"") else {
+            continue;
+        };
+        let Some((file, rest)) = rest.split_once('"') else {
+            continue;
+        };
+        let line_no = rest
+            .split_once(", line ")
+            .and_then(|(_, r)| r.split(|c: char| !c.is_ascii_digit()).next())
+            .and_then(|n| n.parse().ok());
+        let function = rest
+            .split_once(", in ")
+            .map(|(_, f)| f.trim())
+            .unwrap_or("<module>");
+        frames.push(Frame {
+            app: python_app(file),
+            function: function.to_string(),
+            file: Some(file.to_string()),
+            line: line_no,
+        });
+    }
+    frames
+}
+
+fn python_app(file: &str) -> bool {
+    !(file.contains("site-packages")
+        || file.contains("dist-packages")
+        || file.starts_with('<')
+        || file.contains("/lib/python")
+        || file.contains("\\lib\\python")
+        || file.contains("/opentelemetry/"))
+}
+
+fn parse_go(text: &str) -> Vec<Frame> {
+    let mut frames = Vec::new();
+    let mut lines = text.lines().peekable();
+    while let Some(line) = lines.next() {
+        let line = line.trim_end();
+        if line.is_empty() || line.starts_with("goroutine ") || line.starts_with('\t') {
+            continue;
+        }
+        let function = match line.rfind('(') {
+            Some(i) if line.ends_with(')') => &line[..i],
+            _ => line,
+        };
+        let function = function.strip_prefix("created by ").unwrap_or(function);
+        let (file, line_no) = match lines.peek() {
+            Some(next) if next.starts_with('\t') => {
+                let loc = next.trim();
+                let loc = loc.split(" +0x").next().unwrap_or(loc);
+                lines.next();
+                match loc.rsplit_once(':') {
+                    Some((f, n)) => (Some(f.to_string()), n.parse().ok()),
+                    None => (Some(loc.to_string()), None),
+                }
+            }
+            _ => (None, None),
+        };
+        frames.push(Frame {
+            app: go_app(function, file.as_deref()),
+            function: function.to_string(),
+            file,
+            line: line_no,
+        });
+    }
+    frames
+}
+
+fn go_app(function: &str, file: Option<&str>) -> bool {
+    const LIBRARY: &[&str] = &[
+        "runtime.",
+        "net/http.",
+        "net.",
+        "database/sql",
+        "sync.",
+        "internal/",
+        "go.opentelemetry.io/",
+        "github.com/XSAM/otelsql",
+        "github.com/lib/pq",
+        "github.com/jackc/",
+        "github.com/go-sql-driver/",
+        "gorm.io/",
+    ];
+    !(LIBRARY.iter().any(|p| function.starts_with(p))
+        || file.is_some_and(|f| f.contains("/pkg/mod/") || f.contains("/go/src/")))
+}
+
+/// Java's and Node's `at ...` lines.
+fn parse_at_lines(text: &str, language: Language) -> Vec<Frame> {
+    let mut frames = Vec::new();
+    for line in text.lines() {
+        let Some(rest) = line.trim().strip_prefix("at ") else {
+            continue;
+        };
+        let rest = rest.strip_prefix("async ").unwrap_or(rest);
+        let (function, location) = match rest.rfind('(') {
+            Some(i) if rest.ends_with(')') => (rest[..i].trim(), &rest[i + 1..rest.len() - 1]),
+            _ => ("<anonymous>", rest),
+        };
+        // java.base/java.lang.Thread.run: the module is the JDK's
+        let (module, function) = match function.split_once('/') {
+            Some((m, f)) if language != Language::Node && !m.contains(' ') => (Some(m), f),
+            _ => (None, function),
+        };
+        let (file, line_no) = split_location(location);
+        let node_like = language == Language::Node
+            || (language != Language::Java
+                && file
+                    .as_deref()
+                    .is_some_and(|f| f.ends_with(".js") || f.starts_with("node:")));
+        let app = if node_like {
+            node_app(file.as_deref().unwrap_or(""))
+        } else {
+            module.is_none() && java_app(function)
+        };
+        frames.push(Frame {
+            function: function.to_string(),
+            file,
+            line: line_no,
+            app,
+        });
+    }
+    frames
+}
+
+/// `File.java:13`, `/app/x.js:1:2`, `Native Method` -> (file, line).
+fn split_location(location: &str) -> (Option<String>, Option<u32>) {
+    let parts: Vec<&str> = location.rsplitn(3, ':').collect();
+    let numeric = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    match parts.as_slice() {
+        [col, line, file] if numeric(col) && numeric(line) => {
+            (Some(file.to_string()), line.parse().ok())
+        }
+        [line, rest @ ..] if numeric(line) => {
+            let file = location[..location.len() - line.len() - 1].to_string();
+            let _ = rest;
+            (Some(file), line.parse().ok())
+        }
+        _ if location.is_empty() || location.contains(' ') => (None, None),
+        _ => (Some(location.to_string()), None),
+    }
+}
+
+fn java_app(function: &str) -> bool {
+    const LIBRARY: &[&str] = &[
+        "java.",
+        "javax.",
+        "jakarta.",
+        "jdk.",
+        "sun.",
+        "com.sun.",
+        "io.opentelemetry.",
+        "org.h2.",
+        "org.sqlite.",
+        "org.postgresql.",
+        "com.mysql.",
+        "org.mariadb.",
+        "oracle.jdbc.",
+        "com.zaxxer.",
+        "org.hibernate.",
+        "org.springframework.",
+        "org.apache.",
+        "org.eclipse.",
+        "io.netty.",
+        "kotlin.",
+        "kotlinx.",
+        "scala.",
+        "com.fasterxml.",
+        "reactor.",
+        "io.micrometer.",
+        "org.jboss.",
+        "org.glassfish.",
+        "io.undertow.",
+        "org.jooq.",
+        "org.mybatis.",
+        "io.quarkus.",
+        "io.vertx.",
+        "net.bytebuddy.",
+    ];
+    !LIBRARY.iter().any(|p| function.starts_with(p))
+}
+
+fn node_app(file: &str) -> bool {
+    !(file.starts_with("node:") || file.contains("node_modules") || file.starts_with("internal/"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn java_stack_from_the_span_stacktrace_processor() {
+        let text = "\tat io.opentelemetry.javaagent.shaded.instrumentation.api.instrumenter.Instrumenter.doEnd(Instrumenter.java:325)
+\tat org.sqlite.jdbc3.JDBC3PreparedStatement.executeQuery(JDBC3PreparedStatement.java:88)
+\tat App.isSpecial(App.java:71)
+\tat App.special(App.java:64)
+\tat App.lambda$route$0(App.java:40)
+\tat jdk.httpserver/com.sun.net.httpserver.Filter$Chain.doFilter(Filter.java:95)
+\t... 13 more";
+        let frames = parse(text, Some(Language::Java));
+        assert_eq!(frames.len(), 6);
+        assert_eq!(
+            frames[0].function,
+            "com.sun.net.httpserver.Filter$Chain.doFilter"
+        );
+        assert!(!frames[0].app);
+        let app: Vec<String> = frames.iter().filter(|f| f.app).map(Frame::label).collect();
+        assert_eq!(
+            app,
+            [
+                "App.lambda$route$0 (App.java:40)",
+                "App.special (App.java:64)",
+                "App.isSpecial (App.java:71)"
+            ]
+        );
+    }
+
+    #[test]
+    fn python_stack_from_format_stack() {
+        let text = r#"  File "/usr/lib/python3.11/threading.py", line 995, in _bootstrap
+    self._bootstrap_inner()
+  File "/srv/app/venv/lib/python3.11/site-packages/flask/app.py", line 880, in full_dispatch_request
+    rv = self.dispatch_request()
+  File "/srv/app/shop/views.py", line 31, in orders
+    for order in orders:
+  File "/srv/app/shop/views.py", line 34, in orders
+    cur.execute("SELECT ...", (order.id,))
+"#;
+        let frames = parse(text, None);
+        assert_eq!(frames.len(), 4);
+        assert_eq!(frames[3].location(), "/srv/app/shop/views.py:34");
+        assert_eq!(frames.iter().filter(|f| f.app).count(), 2);
+        assert_eq!(frames[3].label(), "orders (shop/views.py:34)");
+    }
+
+    #[test]
+    fn go_stack_from_runtime_stack() {
+        let text = "goroutine 7 [running]:
+main.loadAuthors(0xc000010000)
+\t/src/shop/main.go:42 +0x1d
+main.handler({0x7f, 0x1})
+\t/src/shop/main.go:30 +0x55
+net/http.HandlerFunc.ServeHTTP(0x0?, {0x0?, 0x0?})
+\t/usr/local/go/src/net/http/server.go:2136 +0x29
+";
+        let frames = parse(text, Some(Language::Go));
+        assert_eq!(frames.len(), 3);
+        assert_eq!(frames[2].function, "main.loadAuthors");
+        assert_eq!(frames[2].line, Some(42));
+        assert!(!frames[0].app && frames[1].app && frames[2].app);
+    }
+
+    #[test]
+    fn node_stack() {
+        let text = "Error
+    at Query.run (/srv/app/node_modules/pg/lib/query.js:10:5)
+    at loadBooks (/srv/app/src/books.js:21:13)
+    at async handler (/srv/app/src/server.js:8:3)
+    at node:internal/process/task_queues:95:5";
+        let frames = parse(text, Some(Language::Node));
+        assert_eq!(frames.len(), 4);
+        let app: Vec<String> = frames
+            .iter()
+            .filter(|f| f.app)
+            .map(Frame::location)
+            .collect();
+        assert_eq!(
+            app,
+            ["/srv/app/src/server.js:8", "/srv/app/src/books.js:21"]
+        );
+    }
+
+    #[test]
+    fn garbage_gives_no_frames_and_no_panic() {
+        for text in [
+            "",
+            "\n\n",
+            "at",
+            "at (",
+            "File \"",
+            "File \"x\", line ",
+            "goroutine\n\t",
+            "at x(:)",
+            "\tat a/b(c:d:e:f)",
+        ] {
+            let _ = parse(text, None);
+            for lang in [
+                Language::Java,
+                Language::Python,
+                Language::Go,
+                Language::Node,
+            ] {
+                let _ = parse(text, Some(lang));
+            }
+        }
+    }
+}

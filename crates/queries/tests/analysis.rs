@@ -1,0 +1,460 @@
+//! The analyzer on spans built by construction: requests whose DB calls, values, stacks and
+//! timings are known, written as OTLP/JSON the way SDKs write them.
+
+use kiln_queries::analyze::{analyze, FindingKind, Options};
+use kiln_queries::trie::{Frames, StackTrie};
+use kiln_queries::Ingest;
+use serde_json::{json, Value};
+
+struct Trace {
+    trace: u128,
+    next_span: u64,
+    spans: Vec<Value>,
+    clock: u64,
+}
+
+fn attr(key: &str, value: Value) -> Value {
+    match value {
+        Value::String(s) => json!({"key": key, "value": {"stringValue": s}}),
+        Value::Number(n) => json!({"key": key, "value": {"intValue": n.to_string()}}),
+        other => json!({"key": key, "value": other}),
+    }
+}
+
+impl Trace {
+    fn new(trace: u128) -> Self {
+        Self {
+            trace,
+            next_span: 1,
+            spans: Vec::new(),
+            clock: 1_700_000_000_000_000_000,
+        }
+    }
+
+    fn span(
+        &mut self,
+        parent: Option<u64>,
+        name: &str,
+        kind: i64,
+        dur_ns: u64,
+        attrs: Vec<Value>,
+    ) -> u64 {
+        let id = self.next_span;
+        self.next_span += 1;
+        let start = self.clock;
+        self.clock += dur_ns + 1000;
+        self.spans.push(json!({
+            "traceId": format!("{:032x}", self.trace),
+            "spanId": format!("{id:016x}"),
+            "parentSpanId": parent.map(|p| format!("{p:016x}")).unwrap_or_default(),
+            "name": name,
+            "kind": kind,
+            "startTimeUnixNano": start.to_string(),
+            "endTimeUnixNano": (start + dur_ns).to_string(),
+            "attributes": attrs,
+        }));
+        id
+    }
+
+    fn server(&mut self, route: &str) -> u64 {
+        self.span(
+            None,
+            &format!("GET {route}"),
+            2,
+            5_000_000,
+            vec![
+                attr("http.request.method", json!("GET")),
+                attr("http.route", json!(route)),
+            ],
+        )
+    }
+
+    fn query(&mut self, parent: u64, sql: &str, stack: Option<&str>, dur_ns: u64) -> u64 {
+        let mut attrs = vec![
+            attr("db.system", json!("postgresql")),
+            attr("db.statement", json!(sql)),
+        ];
+        if let Some(stack) = stack {
+            attrs.push(attr("code.stacktrace", json!(stack)));
+        }
+        self.span(
+            Some(parent),
+            sql.split(' ').next().unwrap_or("db"),
+            3,
+            dur_ns,
+            attrs,
+        )
+    }
+}
+
+fn document(traces: &[Trace], language: &str) -> String {
+    let spans: Vec<Value> = traces.iter().flat_map(|t| t.spans.clone()).collect();
+    json!({"resourceSpans": [{
+        "resource": {"attributes": [attr("service.name", json!("shop")), attr("telemetry.sdk.language", json!(language))]},
+        "scopeSpans": [{"scope": {"name": "test"}, "spans": spans}]
+    }]})
+    .to_string()
+}
+
+fn python_stack(lines: &[(&str, u32, &str)]) -> String {
+    let mut s = String::from("  File \"/usr/lib/python3.11/threading.py\", line 995, in _bootstrap\n    self._bootstrap_inner()\n");
+    s.push_str("  File \"/venv/lib/python3.11/site-packages/flask/app.py\", line 880, in dispatch\n    rv = f()\n");
+    for (file, line, func) in lines {
+        s.push_str(&format!(
+            "  File \"{file}\", line {line}, in {func}\n    code\n"
+        ));
+    }
+    s
+}
+
+fn ingest(text: &str) -> Ingest {
+    let mut ingest = Ingest::new();
+    assert!(ingest.add_json_text(text, "test"));
+    ingest
+}
+
+/// Route /authors: an N+1 of K queries from one line, after the query that found the rows.
+/// Route /bulk: the same rows in one IN query. Route /again: one identical query R times.
+fn shop(k: usize, r: usize) -> String {
+    let mut traces = Vec::new();
+    let mut t = Trace::new(1);
+    let root = t.server("/authors");
+    let list_stack = python_stack(&[("/srv/shop/views.py", 20, "authors")]);
+    let loop_stack = python_stack(&[("/srv/shop/views.py", 23, "authors")]);
+    t.query(
+        root,
+        "SELECT id FROM authors ORDER BY id LIMIT 100",
+        Some(&list_stack),
+        2_000_000,
+    );
+    for i in 0..k {
+        t.query(
+            root,
+            &format!("SELECT title FROM books WHERE author_id = {i}"),
+            Some(&loop_stack),
+            1_000_000,
+        );
+    }
+    traces.push(t);
+    let mut t = Trace::new(2);
+    let root = t.server("/bulk");
+    let ids: Vec<String> = (0..k).map(|i| i.to_string()).collect();
+    t.query(
+        root,
+        &format!(
+            "SELECT title FROM books WHERE author_id IN ({})",
+            ids.join(", ")
+        ),
+        Some(&python_stack(&[("/srv/shop/views.py", 40, "bulk")])),
+        3_000_000,
+    );
+    traces.push(t);
+    let mut t = Trace::new(3);
+    let root = t.server("/again");
+    for _ in 0..r {
+        t.query(
+            root,
+            "SELECT value FROM settings WHERE name = 'currency'",
+            Some(&python_stack(&[("/srv/shop/views.py", 52, "again")])),
+            500_000,
+        );
+    }
+    traces.push(t);
+    document(&traces, "python")
+}
+
+#[test]
+fn n_plus_one_redundant_and_bulk_routes_are_told_apart() {
+    let (k, r) = (17, 4);
+    let analysis = analyze(&ingest(&shop(k, r)), &Options::default());
+    assert_eq!(analysis.requests_total, 3);
+    assert_eq!(analysis.db_calls, 1 + k + 1 + r);
+    assert_eq!(analysis.coverage.db_spans as usize, 1 + k + 1 + r);
+    assert_eq!(analysis.coverage.db_with_stack, analysis.coverage.db_spans);
+
+    let n1: Vec<_> = analysis
+        .findings
+        .iter()
+        .filter(|f| f.example.kind == FindingKind::NPlusOne)
+        .collect();
+    assert_eq!(n1.len(), 1, "{:#?}", analysis.findings);
+    let f = &n1[0].example;
+    assert_eq!(f.route, "GET /authors");
+    assert_eq!(f.calls, k);
+    assert_eq!(f.distinct_values, Some(k));
+    assert_eq!(f.site.last().unwrap().location(), "/srv/shop/views.py:23");
+    assert!(!f.structural);
+    assert_eq!(f.summary, "SELECT books");
+    assert_eq!(f.time_ns, k as u64 * 1_000_000);
+
+    let red: Vec<_> = analysis
+        .findings
+        .iter()
+        .filter(|f| f.example.kind == FindingKind::Redundant)
+        .collect();
+    assert_eq!(red.len(), 1, "{:#?}", analysis.findings);
+    assert_eq!(red[0].example.route, "GET /again");
+    assert_eq!(red[0].example.calls, r);
+
+    assert!(
+        analysis
+            .findings
+            .iter()
+            .all(|f| f.example.route != "GET /bulk"),
+        "{:#?}",
+        analysis.findings
+    );
+    let bulk = analysis
+        .routes
+        .iter()
+        .find(|r| r.route == "GET /bulk")
+        .unwrap();
+    assert_eq!(bulk.calls_max, 1);
+}
+
+#[test]
+fn below_the_threshold_is_no_n_plus_one_and_the_threshold_is_the_users() {
+    let text = shop(4, 1);
+    assert!(analyze(&ingest(&text), &Options::default())
+        .findings
+        .is_empty());
+    let strict = Options {
+        n_plus_one_min: 2,
+        ..Options::default()
+    };
+    let analysis = analyze(&ingest(&text), &strict);
+    assert_eq!(analysis.findings.len(), 1);
+    assert_eq!(analysis.findings[0].example.calls, 4);
+}
+
+#[test]
+fn finding_ids_survive_line_edits_and_other_values() {
+    let a = analyze(&ingest(&shop(9, 3)), &Options::default());
+    let b = analyze(
+        &ingest(&shop(12, 5).replace("line 23,", "line 25,")),
+        &Options::default(),
+    );
+    let ids = |x: &kiln_queries::analyze::Analysis| {
+        let mut v: Vec<String> = x.findings.iter().map(|f| f.example.id.clone()).collect();
+        v.sort();
+        v
+    };
+    assert_eq!(ids(&a), ids(&b));
+}
+
+#[test]
+fn route_filter_keeps_matching_requests_only() {
+    let options = Options {
+        route: Some("GET /a*".into()),
+        ..Options::default()
+    };
+    let analysis = analyze(&ingest(&shop(6, 2)), &options);
+    assert_eq!(analysis.requests_matched, 2);
+    assert_eq!(analysis.routes.len(), 2);
+}
+
+#[test]
+fn without_stacks_parent_spans_group_and_sites_are_unknown() {
+    let mut t = Trace::new(9);
+    let root = t.server("/orders");
+    let handler = t.span(Some(root), "load_orders", 1, 1000, vec![]);
+    for i in 0..6 {
+        t.query(
+            handler,
+            &format!("SELECT * FROM items WHERE order_id = {i}"),
+            None,
+            10_000_000,
+        );
+    }
+    let analysis = analyze(&ingest(&document(&[t], "python")), &Options::default());
+    assert_eq!(analysis.findings.len(), 1);
+    let f = &analysis.findings[0].example;
+    assert!(f.structural && f.site.is_empty());
+    assert!(f.evidence.contains("load_orders"), "{}", f.evidence);
+    // 60 ms in the loop: high
+    assert_eq!(f.severity, kiln_queries::analyze::Severity::High);
+    assert_eq!(analysis.coverage.db_with_stack, 0);
+}
+
+#[test]
+fn parameterized_text_without_recorded_values_is_reported_as_unknown_values() {
+    let mut t = Trace::new(4);
+    let root = t.server("/p");
+    for _ in 0..5 {
+        t.query(root, "SELECT * FROM t WHERE id = %s", None, 1000);
+    }
+    let analysis = analyze(&ingest(&document(&[t], "python")), &Options::default());
+    assert_eq!(analysis.findings.len(), 1);
+    assert_eq!(analysis.findings[0].example.kind, FindingKind::NPlusOne);
+    assert_eq!(analysis.findings[0].example.distinct_values, None);
+}
+
+#[test]
+fn recorded_parameters_tell_loops_from_repeats() {
+    let mut t = Trace::new(5);
+    let root = t.server("/p");
+    for i in 0..5 {
+        let id = t.query(root, "SELECT * FROM t WHERE id = %s", None, 1000);
+        let span = t
+            .spans
+            .iter_mut()
+            .find(|s| s["spanId"] == format!("{id:016x}"))
+            .unwrap();
+        span["attributes"].as_array_mut().unwrap().push(attr(
+            "db.statement.parameters",
+            json!(format!("({},)", i % 2)),
+        ));
+    }
+    let analysis = analyze(&ingest(&document(&[t], "python")), &Options::default());
+    // two values among five calls: no N+1 at the default 5, a repeat of 3
+    let kinds: Vec<FindingKind> = analysis.findings.iter().map(|f| f.example.kind).collect();
+    assert_eq!(kinds, [FindingKind::Redundant]);
+    assert_eq!(analysis.findings[0].example.calls, 3);
+}
+
+#[test]
+fn housekeeping_round_trips_are_counted_apart() {
+    let mut t = Trace::new(6);
+    let root = t.server("/h");
+    for _ in 0..3 {
+        t.query(root, "SET SESSION TRANSACTION READ ONLY", None, 1000);
+        t.query(root, "select @@session.transaction_read_only", None, 1000);
+        t.query(root, "SELECT * FROM t WHERE id = 1", None, 1000);
+        t.query(root, "SET SESSION TRANSACTION READ WRITE", None, 1000);
+    }
+    let analysis = analyze(&ingest(&document(&[t], "java")), &Options::default());
+    let h: Vec<_> = analysis
+        .findings
+        .iter()
+        .filter(|f| f.example.kind == FindingKind::Housekeeping)
+        .collect();
+    assert_eq!(h.len(), 1);
+    assert_eq!(h[0].example.calls, 9);
+    assert_eq!(analysis.worst_requests[0].housekeeping_calls, 9);
+}
+
+#[test]
+fn trie_weights_calls_along_their_stacks() {
+    let (k, r) = (17, 4);
+    let analysis = analyze(&ingest(&shop(k, r)), &Options::default());
+    let trie = StackTrie::build(&analysis, None, Frames::App);
+    assert_eq!(trie.calls() as usize, 1 + k + 1 + r);
+    let (calls, time) = trie.folded();
+    assert_eq!(calls.total() as usize, 1 + k + 1 + r);
+    let loop_line = calls
+        .lines()
+        .find(|(stack, _)| stack.contains("views.py:23"))
+        .expect("the loop's stack");
+    assert_eq!(loop_line.1 as usize, k);
+    assert!(loop_line.0.starts_with(
+        "GET /authors;authors (shop/views.py:23);SQL SELECT title FROM books WHERE author_id = ?"
+    ));
+    assert_eq!(
+        time.total(),
+        (2_000 + k as u64 * 1_000 + 3_000 + r as u64 * 500)
+    );
+    let all = StackTrie::build(&analysis, None, Frames::All);
+    assert!(all.node_count() > trie.node_count());
+    let text = trie.text(0.0, 100);
+    assert!(text.contains("views.py:23"), "{text}");
+    let speedscope: Value = serde_json::from_str(&trie.speedscope("shop")).unwrap();
+    assert_eq!(speedscope["profiles"].as_array().unwrap().len(), 2);
+}
+
+#[test]
+fn bad_input_loses_only_itself() {
+    let good = shop(6, 2);
+    let mut text = String::new();
+    text.push_str(&good);
+    text.push('\n');
+    text.push_str("{\"resourceSpans\": [ {\"scopeSpans\": [ {\"spans\": [ {\"traceId\": 12\n"); // truncated
+    text.push_str("not json at all\n");
+    text.push_str("{\"resourceSpans\": \"wrong type\"}\n");
+    // a span with a wrong type among good ones
+    let mut doc: Value = serde_json::from_str(&shop(6, 2)).unwrap();
+    doc["resourceSpans"][0]["scopeSpans"][0]["spans"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"traceId": ["x"], "spanId": 5}));
+    doc["resourceSpans"][0]["scopeSpans"][0]["spans"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"traceId": "zz", "spanId": "0000000000000001"}));
+    text.push_str(&doc.to_string());
+    text.push('\n');
+    // deep nesting
+    text.push_str(&"[".repeat(100_000));
+    text.push('\n');
+    let mut bytes = text.into_bytes();
+    bytes.extend_from_slice(b"{\"resourceSpans\": [], \"x\": \"\xff\xfe\"}\n");
+    let mut ingest = Ingest::new();
+    ingest.add_json_reader(&bytes[..], "mixed.jsonl").unwrap();
+    let c = &ingest.coverage;
+    let per_doc = (1 + 1 + 6) + (1 + 1) + (1 + 2);
+    assert_eq!(c.spans as usize, 2 * per_doc + 2);
+    assert_eq!(c.rejected_spans, 2);
+    assert_eq!(c.rejected_lines, 4);
+    assert_eq!(c.lossy_lines, 1);
+    assert!(!c.problems.is_empty());
+    assert!(
+        c.problems.iter().any(|p| p.contains("mixed.jsonl:2")),
+        "{:?}",
+        c.problems
+    );
+}
+
+#[test]
+fn one_pretty_printed_document_and_gzip_and_base64_ids() {
+    let doc: Value = serde_json::from_str(&shop(6, 2)).unwrap();
+    let pretty = serde_json::to_string_pretty(&doc).unwrap();
+    let mut ingest = Ingest::new();
+    ingest
+        .add_json_reader(pretty.as_bytes(), "pretty.json")
+        .unwrap();
+    assert_eq!(ingest.coverage.spans, 13);
+    assert_eq!(ingest.coverage.rejected_lines, 0);
+
+    use std::io::Write as _;
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    gz.write_all(pretty.as_bytes()).unwrap();
+    let gz = gz.finish().unwrap();
+    let mut ingest = Ingest::new();
+    ingest.add_json_reader(&gz[..], "pretty.json.gz").unwrap();
+    assert_eq!(ingest.coverage.spans, 13);
+
+    // ids in base64, kinds and 64-bit numbers in their other spellings
+    let text = r#"{"resourceSpans":[{"scopeSpans":[{"spans":[
+      {"traceId":"W47/95gDgQPSabYzgT/GDA==","spanId":"7uGbfsPBsXQ=","name":"root","kind":"SPAN_KIND_SERVER","startTimeUnixNano":1,"endTimeUnixNano":"2"}]}]}]}"#;
+    let mut ingest = Ingest::new();
+    assert!(ingest.add_json_text(text, "b64"));
+    assert_eq!(ingest.spans.len(), 1);
+    assert_eq!(ingest.spans[0].trace_id, 0x5B8EFFF798038103D269B633813FC60C);
+    assert_eq!(ingest.spans[0].span_id, 0xEEE19B7EC3C1B174);
+}
+
+mod property {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(300))]
+        /// Any bytes: no panic, and every line is either read or counted as rejected.
+        #[test]
+        fn any_bytes_are_read_or_rejected(bytes in prop::collection::vec(any::<u8>(), 0..2000)) {
+            let mut ingest = Ingest::new();
+            let _ = ingest.add_json_reader(&bytes[..], "fuzz");
+            let _ = ingest.add_protobuf(&bytes);
+            let _ = analyze(&ingest, &Options::default());
+        }
+
+        /// A real document cut anywhere: no panic; the cut line is rejected.
+        #[test]
+        fn truncated_documents(cut in 0usize..2000) {
+            let text = shop(5, 2);
+            let cut = cut.min(text.len());
+            let mut ingest = Ingest::new();
+            let _ = ingest.add_json_reader(&text.as_bytes()[..cut], "cut");
+            let _ = analyze(&ingest, &Options::default());
+        }
+    }
+}
