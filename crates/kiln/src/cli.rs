@@ -31,6 +31,68 @@ pub enum Command {
     Profile(ProfileArgs),
     /// Audit the host: settings that distort latency, throughput or profiles, with the fix.
     Doctor(DoctorArgs),
+    /// Which code makes which database calls: N+1 loops, repeats, slow and housekeeping
+    /// statements, and the DB stack trie, from OpenTelemetry spans (files, or received live).
+    Queries(QueriesArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct QueriesArgs {
+    /// Span files: OTLP/JSON (one document or JSON lines, optionally gzipped), OTLP/protobuf,
+    /// or a run directory (its recorded spans are read again).
+    pub files: Vec<PathBuf>,
+    /// Be the OTLP/HTTP endpoint (POST /v1/traces) the application exports to, on this
+    /// address (loopback unless you say otherwise).
+    #[arg(long = "listen", value_name = "ADDR", num_args = 0..=1, default_missing_value = "127.0.0.1:4318")]
+    pub listen: Option<String>,
+    /// How long to listen (default: until Ctrl-C).
+    #[arg(short = 'd', long = "duration", requires = "listen")]
+    pub duration: Option<String>,
+    #[command(flatten)]
+    pub analysis: QueryAnalysisArgs,
+    /// The run directory (default: runs/<time>-queries).
+    #[arg(long = "out")]
+    pub out: Option<PathBuf>,
+    /// Print the analysis as JSON on stdout.
+    #[arg(long = "json")]
+    pub json: bool,
+}
+
+/// How spans are analysed, shared by `kiln queries` and `kiln run --otlp-listen`.
+#[derive(Args, Debug, Clone)]
+pub struct QueryAnalysisArgs {
+    /// Only requests whose route matches this pattern (`*` matches anything), e.g. 'GET /export/*'.
+    #[arg(long = "route")]
+    pub route: Option<String>,
+    /// Calls of one statement from one call site that make an N+1 (2 for a strict CI gate).
+    #[arg(long = "n-plus-one", default_value_t = 5, value_parser = clap::value_parser!(u64).range(2..))]
+    pub n_plus_one: u64,
+    /// A single call at least this long (ms) is a slow query.
+    #[arg(long = "slow-ms", default_value_t = 500.0)]
+    pub slow_ms: f64,
+    /// Frames in the DB stack trie: app (the application's own; framework, driver and runtime
+    /// frames folded away) or all.
+    #[arg(long = "frames", value_enum, default_value = "app")]
+    pub frames: TrieFrames,
+    /// Also write the HTML report (findings, routes, the treemap) here.
+    #[arg(long = "html")]
+    pub html: Option<PathBuf>,
+    /// Exit with 99 when a finding is at least this severe (a CI gate).
+    #[arg(long = "fail-on", value_enum)]
+    pub fail_on: Option<FailOn>,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TrieFrames {
+    App,
+    All,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FailOn {
+    Low,
+    Medium,
+    High,
 }
 
 #[derive(Args, Debug)]

@@ -7,6 +7,7 @@ mod doctor_cmd;
 mod format;
 mod live;
 mod profile_cmd;
+mod queries_cmd;
 mod report_cmd;
 mod resources_summary;
 mod run_cmd;
@@ -69,6 +70,7 @@ fn main() -> ExitCode {
         Command::Watch(args) => watch_cmd::run(args, &stop),
         Command::Profile(args) => profile_cmd::run(args, &stop),
         Command::Doctor(args) => doctor_cmd::run(args),
+        Command::Queries(args) => queries_cmd::run(args, &stop),
     };
     match result {
         Ok(code) => ExitCode::from(code),

@@ -407,6 +407,48 @@ impl Ingest {
         Self::default()
     }
 
+    /// Adds what another ingest read (the receiver's, after files were read here).
+    pub fn extend(&mut self, other: Ingest) {
+        let remap: Vec<u32> = other
+            .resources
+            .iter()
+            .map(|r| {
+                let attrs = [
+                    (
+                        "service.name".to_string(),
+                        AttrValue::Str(r.service.clone()),
+                    ),
+                    (
+                        "telemetry.sdk.language".to_string(),
+                        r.language
+                            .clone()
+                            .map(AttrValue::Str)
+                            .unwrap_or(AttrValue::Other),
+                    ),
+                ];
+                self.resource(attrs.into_iter())
+            })
+            .collect();
+        for mut span in other.spans {
+            span.resource = remap[span.resource as usize];
+            self.spans.push(span);
+        }
+        let (a, b) = (&mut self.coverage, other.coverage);
+        a.spans += b.spans;
+        a.db_spans += b.db_spans;
+        a.db_with_text += b.db_with_text;
+        a.db_with_stack += b.db_with_stack;
+        a.db_with_caller += b.db_with_caller;
+        a.db_with_params += b.db_with_params;
+        a.spans_dropped_attributes += b.spans_dropped_attributes;
+        a.rejected_spans += b.rejected_spans;
+        a.rejected_lines += b.rejected_lines;
+        a.lossy_lines += b.lossy_lines;
+        for p in b.problems {
+            self.problem(p);
+        }
+    }
+
     fn problem(&mut self, what: String) {
         if self.coverage.problems.len() < MAX_PROBLEMS_KEPT {
             self.coverage.problems.push(what);
@@ -686,11 +728,49 @@ impl Ingest {
         }
     }
 
+    /// Reads protobuf requests each preceded by its length as a varint (what the receiver
+    /// records). A bad request is counted and skipped; a bad length ends the file.
+    pub fn add_delimited_protobuf(
+        &mut self,
+        reader: impl Read,
+        name: &str,
+    ) -> Result<(), QueryError> {
+        let mut bytes = Vec::new();
+        reader
+            .take(MAX_DECOMPRESSED)
+            .read_to_end(&mut bytes)
+            .map_err(|e| QueryError::io(name, e))?;
+        let mut rest = &bytes[..];
+        let mut number = 0;
+        while !rest.is_empty() {
+            number += 1;
+            let len = match prost::encoding::decode_varint(&mut rest) {
+                Ok(len) if len as usize <= rest.len() => len as usize,
+                _ => {
+                    self.coverage.rejected_lines += 1;
+                    self.problem(format!(
+                        "{name}: request {number}: bad length; the rest of the file is skipped"
+                    ));
+                    break;
+                }
+            };
+            if let Err(e) = self.add_protobuf(&rest[..len]) {
+                self.coverage.rejected_lines += 1;
+                self.problem(format!("{name}: request {number}: {e}"));
+            }
+            rest = &rest[len..];
+        }
+        Ok(())
+    }
+
     /// Reads a file of spans: OTLP/JSON (lines or one document), OTLP/protobuf, gzipped or
-    /// not.
+    /// not, or the receiver's record of protobuf requests (`*.delimited.pb`).
     pub fn add_file(&mut self, path: &Path) -> Result<(), QueryError> {
         let name = path.display().to_string();
         let file = std::fs::File::open(path).map_err(|e| QueryError::io(&name, e))?;
+        if name.ends_with(".delimited.pb") {
+            return self.add_delimited_protobuf(file, &name);
+        }
         let mut reader = BufReader::with_capacity(1 << 20, file);
         let head = reader.fill_buf().map_err(|e| QueryError::io(&name, e))?;
         let gzipped = head.starts_with(&[0x1f, 0x8b]);

@@ -7,8 +7,10 @@
 //! sites weighted by DB calls and DB time, drawn as a treemap.
 
 pub mod analyze;
+pub mod html;
 pub mod ingest;
 pub mod model;
+pub mod receiver;
 pub mod sql;
 pub mod stack;
 pub mod trie;
@@ -27,6 +29,8 @@ pub enum QueryError {
     NotSpans { file: String, why: String },
     #[error("not an OTLP/protobuf trace request: {0}")]
     Protobuf(String),
+    #[error("cannot listen on {addr}: {why}")]
+    Listen { addr: String, why: String },
 }
 
 impl QueryError {

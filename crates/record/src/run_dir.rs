@@ -154,8 +154,8 @@ impl RunDir {
         JsonLinesWriter::append(&self.path.join(file_name))
     }
 
-    /// Adds a part to the manifest, once.
-    fn list_part(
+    /// Adds a part to the manifest, once (for a file written by other means).
+    pub fn list_part(
         &mut self,
         kind: &str,
         file_name: &str,

@@ -5,6 +5,7 @@
 //! distribution a client should see. They count what they answered, so a load tool's request
 //! count can be checked against the server's. Never for production use: no limits at all.
 
+pub mod postgres;
 mod timing;
 pub use timing::{named_loop, timing_attempts};
 

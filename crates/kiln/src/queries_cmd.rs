@@ -1,0 +1,377 @@
+//! `kiln queries`: analyse OpenTelemetry spans from files, or receive them live as an
+//! OTLP/HTTP endpoint, and report N+1 loops, repeats, slow and housekeeping statements and
+//! the DB stack trie (terminal tree, HTML treemap, collapsed stacks, speedscope).
+
+use std::io::IsTerminal;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use kiln_load::plan::parse_duration;
+use kiln_load::StopSignal;
+use kiln_queries::analyze::{analyze, Analysis, Options, Severity};
+use kiln_queries::receiver::{Receiver, JSON_RECORD, PROTOBUF_RECORD};
+use kiln_queries::trie::{Frames, StackTrie};
+use kiln_queries::{html, Ingest};
+use kiln_record::{default_run_dir_name, RunDir, RunStatus};
+use serde_json::json;
+
+use crate::cli::{FailOn, QueriesArgs, QueryAnalysisArgs, TrieFrames};
+use crate::format::safe_text;
+use crate::run_cmd::{EXIT_CTRL_C, EXIT_THRESHOLDS_FAILED};
+
+pub const QUERIES_PART: &str = "queries";
+pub const TRIE_CALLS_PART: &str = "db-trie-calls";
+pub const TRIE_TIME_PART: &str = "db-trie-time";
+pub const TRIE_SPEEDSCOPE_PART: &str = "db-trie-speedscope";
+pub const HTML_PART: &str = "queries-html";
+pub const SPANS_JSON_PART: &str = "otlp-json";
+pub const SPANS_PROTOBUF_PART: &str = "otlp-protobuf";
+
+/// The analysis options from the flags.
+pub fn options(args: &QueryAnalysisArgs) -> Result<Options> {
+    if !(args.slow_ms.is_finite() && args.slow_ms > 0.0) {
+        bail!(
+            "--slow-ms must be a positive number of milliseconds, not {}",
+            args.slow_ms
+        );
+    }
+    Ok(Options {
+        n_plus_one_min: args.n_plus_one as usize,
+        slow_ms: args.slow_ms,
+        route: args.route.clone(),
+        worst_requests: 10,
+    })
+}
+
+/// The analysis written into a run directory.
+pub struct QueryReport {
+    pub analysis: Analysis,
+    pub trie: StackTrie,
+    pub html: PathBuf,
+    pub files: Vec<PathBuf>,
+}
+
+/// Analyses `ingest`, writes queries.json, the trie's collapsed stacks and speedscope file and
+/// the HTML report into `dir` (and the HTML also to `--html`).
+pub fn write_report(
+    dir: &mut RunDir,
+    ingest: &Ingest,
+    args: &QueryAnalysisArgs,
+    title: &str,
+) -> Result<QueryReport> {
+    let analysis = analyze(ingest, &options(args)?);
+    let frames = match args.frames {
+        TrieFrames::App => Frames::App,
+        TrieFrames::All => Frames::All,
+    };
+    let trie = StackTrie::build(&analysis, None, frames);
+    let (calls, time) = trie.folded();
+    let mut files = Vec::new();
+    let record = json!({"analysis": &analysis, "trie": {"calls": trie.calls(), "nodes": trie.node_count(),
+        "frames": format!("{:?}", args.frames).to_lowercase()}});
+    files.push(dir.write_file_part(
+        QUERIES_PART,
+        "queries.json",
+        1,
+        serde_json::to_string_pretty(&record)?.as_bytes(),
+    )?);
+    files.push(dir.write_file_part(
+        TRIE_CALLS_PART,
+        "db-trie.folded",
+        1,
+        calls.to_text().as_bytes(),
+    )?);
+    files.push(dir.write_file_part(
+        TRIE_TIME_PART,
+        "db-trie-time-us.folded",
+        1,
+        time.to_text().as_bytes(),
+    )?);
+    files.push(dir.write_file_part(
+        TRIE_SPEEDSCOPE_PART,
+        "db-trie.speedscope.json",
+        1,
+        trie.speedscope(title).as_bytes(),
+    )?);
+    let page = html::render(&analysis, &trie, title);
+    let html_path = dir.write_file_part(HTML_PART, "queries.html", 1, page.as_bytes())?;
+    if let Some(extra) = &args.html {
+        std::fs::write(extra, &page)
+            .with_context(|| format!("cannot write {}", extra.display()))?;
+    }
+    Ok(QueryReport {
+        analysis,
+        trie,
+        html: html_path,
+        files,
+    })
+}
+
+/// Exit code 99 when `--fail-on` is met.
+pub fn gate(analysis: &Analysis, fail_on: Option<FailOn>) -> bool {
+    let Some(fail_on) = fail_on else { return false };
+    let threshold = match fail_on {
+        FailOn::Low => Severity::Low,
+        FailOn::Medium => Severity::Medium,
+        FailOn::High => Severity::High,
+    };
+    analysis
+        .findings
+        .iter()
+        .any(|f| f.example.severity >= threshold)
+}
+
+fn ms(ns: u64) -> f64 {
+    ns as f64 / 1e6
+}
+
+/// The terminal report.
+pub fn report_text(report: &QueryReport, top: usize) -> String {
+    let a = &report.analysis;
+    let c = &a.coverage;
+    let pct = |n: u64| {
+        if c.db_spans == 0 {
+            0.0
+        } else {
+            100.0 * n as f64 / c.db_spans as f64
+        }
+    };
+    let mut out = format!(
+        "Spans      {} read, {} DB calls: {} with query text ({:.0}%), {} with a stack or caller frame ({:.0}%), {} with recorded values\n",
+        c.spans,
+        c.db_spans,
+        c.db_with_text,
+        pct(c.db_with_text),
+        c.db_with_caller,
+        pct(c.db_with_caller),
+        c.db_with_params
+    );
+    if c.rejected_spans + c.rejected_lines + c.lossy_lines + c.spans_dropped_attributes > 0 {
+        out += &format!(
+            "Problems   {} spans and {} lines/requests rejected, {} lines with invalid UTF-8 replaced, {} spans with dropped attributes\n",
+            c.rejected_spans, c.rejected_lines, c.lossy_lines, c.spans_dropped_attributes
+        );
+        for p in c.problems.iter().take(3) {
+            out += &format!("           {}\n", safe_text(p));
+        }
+    }
+    if c.db_spans > 0 && c.db_with_caller == 0 {
+        out += "           no DB span carries a stack: call sites are unknown and N+1s are grouped by parent span.\n           Python: pip install ./agents/python (kiln-otel-stacks); Java: the span-stacktrace extension with min.duration=0 (README)\n";
+    }
+    out += &format!(
+        "Requests   {} ({} matched), {} routes, {} DB calls\n",
+        a.requests_total,
+        a.requests_matched,
+        a.routes.len(),
+        a.db_calls
+    );
+    if a.findings.is_empty() {
+        out += "\nFindings   none\n";
+    } else {
+        out += &format!("\nFindings ({})\n", a.findings.len());
+    }
+    for f in a.findings.iter().take(top) {
+        let e = &f.example;
+        out += &format!(
+            "  {:<6} {}  {}  [{}]\n         {}\n         in {} request(s), calls median {} max {}, {:.1} ms in all\n         {}\n",
+            format!("{:?}", e.severity).to_uppercase(),
+            e.kind.title(),
+            safe_text(&e.route),
+            e.id,
+            safe_text(&e.evidence),
+            f.requests,
+            f.calls_median,
+            f.calls_max,
+            ms(f.time_total_ns),
+            safe_text(&e.shape),
+        );
+        for frame in e.site.iter().rev().take(4) {
+            out += &format!("         at {}\n", safe_text(&frame.label()));
+        }
+        out += &format!("         fix: {}\n", e.fix);
+    }
+    if !a.routes.is_empty() {
+        out += &format!(
+            "\n{:<40} {:>8} {:>10} {:>6} {:>6} {:>10} {:>8}\n",
+            "Route", "requests", "calls p50", "p95", "max", "DB ms p50", "p95"
+        );
+        for r in a.routes.iter().take(top) {
+            out += &format!(
+                "{:<40} {:>8} {:>10} {:>6} {:>6} {:>10.1} {:>8.1}\n",
+                safe_text(&r.route),
+                r.requests,
+                r.calls_median,
+                r.calls_p95,
+                r.calls_max,
+                r.db_time_median_ms,
+                r.db_time_p95_ms
+            );
+        }
+    }
+    if report.trie.calls() > 0 {
+        out += "\nDB stack trie (calls, share, DB time; paths under 5% left out)\n";
+        out += &safe_text(&report.trie.text(0.05, 30)).replace('\u{FFFD}', "\n");
+    }
+    out
+}
+
+fn files_of_dir(dir: &Path) -> Result<Vec<PathBuf>> {
+    let found: Vec<PathBuf> = [JSON_RECORD, PROTOBUF_RECORD]
+        .iter()
+        .map(|f| dir.join(f))
+        .filter(|p| p.exists())
+        .collect();
+    if found.is_empty() {
+        bail!(
+            "{} is a directory without recorded spans ({JSON_RECORD} or {PROTOBUF_RECORD})",
+            dir.display()
+        );
+    }
+    Ok(found)
+}
+
+/// Reads span files (or run directories' recorded spans) into `ingest`.
+pub fn read_files(ingest: &mut Ingest, files: &[PathBuf]) -> Result<()> {
+    for file in files {
+        let paths = if file.is_dir() {
+            files_of_dir(file)?
+        } else {
+            vec![file.clone()]
+        };
+        for path in paths {
+            ingest
+                .add_file(&path)
+                .with_context(|| format!("reading spans from {}", path.display()))?;
+        }
+    }
+    Ok(())
+}
+
+/// Starts the receiver, saying where it listens; a non-loopback address gets a warning.
+pub fn start_receiver(addr: &str, dir: &RunDir) -> Result<Receiver> {
+    let receiver = Receiver::start(addr, Some(dir.path()))?;
+    let local: SocketAddr = receiver.addr();
+    if !local.ip().is_loopback() {
+        eprintln!("kiln: warning: receiving traces on {local}, reachable from other hosts");
+    }
+    Ok(receiver)
+}
+
+/// Lists the receiver's recorded files as parts.
+pub fn list_recorded(dir: &mut RunDir, recorded: &[PathBuf]) -> Result<()> {
+    for path in recorded {
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let kind = if name == JSON_RECORD {
+            SPANS_JSON_PART
+        } else {
+            SPANS_PROTOBUF_PART
+        };
+        dir.list_part(kind, &name, 1)?;
+    }
+    Ok(())
+}
+
+pub fn run(args: QueriesArgs, stop: &StopSignal) -> Result<u8> {
+    if args.files.is_empty() && args.listen.is_none() {
+        bail!("give span files to analyse, or --listen to receive them (see kiln queries --help)");
+    }
+    options(&args.analysis)?;
+    let duration = args.duration.as_deref().map(parse_duration).transpose()?;
+    let mut ingest = Ingest::new();
+    read_files(&mut ingest, &args.files)?;
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("runs").join(default_run_dir_name("queries")));
+    let plan = json!({"files": args.files, "listen": args.listen, "duration": args.duration,
+        "route": args.analysis.route, "n_plus_one": args.analysis.n_plus_one, "slow_ms": args.analysis.slow_ms});
+    let mut dir = RunDir::create(&out, "queries", std::env::args().collect(), plan)
+        .with_context(|| format!("cannot create the run directory {}", out.display()))?;
+    let mut status = RunStatus::Complete;
+    let mut reason = None;
+    if let Some(addr) = &args.listen {
+        let receiver = start_receiver(addr, &dir)?;
+        eprintln!(
+            "kiln: receiving OTLP traces at http://{}/v1/traces (protobuf or JSON); {}",
+            receiver.addr(),
+            match duration {
+                Some(d) => format!("for {}", humantime::format_duration(d)),
+                None => "Ctrl-C ends it".into(),
+            }
+        );
+        let tty = std::io::stderr().is_terminal();
+        let started = Instant::now();
+        let mut last = Instant::now();
+        while !stop.is_stopped() && duration.is_none_or(|d| started.elapsed() < d) {
+            std::thread::sleep(Duration::from_millis(100));
+            let every = if tty {
+                Duration::from_secs(1)
+            } else {
+                Duration::from_secs(10)
+            };
+            if last.elapsed() >= every {
+                last = Instant::now();
+                let s = receiver.stats();
+                let line = format!(
+                    "kiln: {:>4.0}s  {} requests, {} spans, {} DB calls, {} rejected",
+                    started.elapsed().as_secs_f64(),
+                    s.requests,
+                    s.spans,
+                    s.db_spans,
+                    s.rejected_requests
+                );
+                if tty {
+                    eprint!("\r{line}");
+                } else {
+                    eprintln!("{line}");
+                }
+            }
+        }
+        if tty {
+            eprintln!();
+        }
+        let received = receiver.stop();
+        list_recorded(&mut dir, &received.recorded)?;
+        if let Some(e) = &received.record_error {
+            eprintln!("kiln: warning: the received spans were not all recorded: {e}");
+        }
+        ingest.extend(received.ingest);
+        if stop.is_stopped() && duration.is_some() {
+            status = RunStatus::Interrupted;
+            reason = stop.reason();
+        }
+    }
+    let report = write_report(&mut dir, &ingest, &args.analysis, "kiln queries")?;
+    dir.finish(status, reason)?;
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(
+                &json!({"run_dir": dir.path(), "status": status.as_str(),
+                "analysis": &report.analysis, "html": report.html, "files": report.files})
+            )?
+        );
+    } else {
+        print!("{}", report_text(&report, 10));
+        println!(
+            "\nReport     {}\nFiles      {} (collapsed: calls), {} (speedscope: calls and time)\nRun        {} ({})",
+            report.html.display(),
+            report.files[1].display(),
+            report.files[3].display(),
+            dir.path().display(),
+            status.as_str()
+        );
+    }
+    Ok(if status == RunStatus::Interrupted {
+        EXIT_CTRL_C
+    } else if gate(&report.analysis, args.analysis.fail_on) {
+        EXIT_THRESHOLDS_FAILED
+    } else {
+        0
+    })
+}

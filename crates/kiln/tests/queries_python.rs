@@ -1,0 +1,276 @@
+//! End to end with real parts: a Flask app on a real PostgreSQL, instrumented with the
+//! OpenTelemetry SDK (psycopg and Flask instrumentations, kiln's span processor for stacks),
+//! exporting OTLP/protobuf to `kiln queries --listen`. The app's DB calls are known by
+//! construction (tests/apps/python_shop/app.py); kiln must report exactly them.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{json_of, manifest};
+use kiln_targets::postgres::Postgres;
+use serde_json::Value;
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The app's Python: target/pyenv, made by scripts/python-env.sh (which the test runs; it
+/// returns at once when the environment is current).
+fn python() -> PathBuf {
+    let status = Command::new("bash")
+        .arg(workspace().join("scripts/python-env.sh"))
+        .status()
+        .expect("bash runs");
+    assert!(status.success(), "scripts/python-env.sh failed");
+    workspace().join("target/pyenv/bin/python")
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn get(port: u16, path: &str) -> String {
+    let mut stream = TcpStream::connect((Ipv4Addr::LOCALHOST, port)).expect("app answers");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut out = String::new();
+    stream.read_to_string(&mut out).unwrap();
+    assert!(
+        out.starts_with("HTTP/1.1 200") || out.starts_with("HTTP/1.0 200"),
+        "{path}: {out}"
+    );
+    out
+}
+
+fn wait_port(port: u16, child: &mut Child, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while TcpStream::connect((Ipv4Addr::LOCALHOST, port)).is_err() {
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("{what} exited before listening: {status}");
+        }
+        assert!(Instant::now() < deadline, "{what} did not listen on {port}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+struct Killed(Child);
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The line of `marker` in the app's source, 1-based.
+fn line_of(file: &Path, marker: &str) -> usize {
+    let text = std::fs::read_to_string(file).unwrap();
+    text.lines()
+        .position(|l| l.contains(marker))
+        .expect("marker in app")
+        + 1
+}
+
+fn findings(analysis: &Value, kind: &str) -> Vec<Value> {
+    analysis["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["kind"] == kind)
+        .cloned()
+        .collect()
+}
+
+#[test]
+fn flask_on_postgres_n_plus_one_bulk_and_repeats() {
+    const AUTHORS: usize = 12;
+    const REPEATS: usize = 4;
+    const ROUNDS: usize = 3;
+    let python = python();
+    let pg = Postgres::start().expect("PostgreSQL starts");
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("run");
+
+    let otlp_port = free_port();
+    let kiln = Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args([
+            "queries",
+            "--listen",
+            &format!("127.0.0.1:{otlp_port}"),
+            "--json",
+            "--out",
+        ])
+        .arg(&out)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut kiln = Killed(kiln);
+    wait_port(otlp_port, &mut kiln.0, "kiln queries --listen");
+
+    let app_file = workspace()
+        .join("tests/apps/python_shop/app.py")
+        .canonicalize()
+        .unwrap();
+    let app_port = free_port();
+    let app = Command::new(&python)
+        .arg(&app_file)
+        .env("DATABASE_URL", pg.conninfo())
+        .env("PORT", app_port.to_string())
+        .env("N_AUTHORS", AUTHORS.to_string())
+        .env("REPEATS", REPEATS.to_string())
+        .env(
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+            format!("http://127.0.0.1:{otlp_port}/v1/traces"),
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut app = Killed(app);
+    wait_port(app_port, &mut app.0, "the Python app");
+
+    for _ in 0..ROUNDS {
+        get(app_port, "/authors");
+        get(app_port, "/bulk");
+        get(app_port, "/settings");
+    }
+    get(app_port, "/flush");
+    // the exporter's POSTs are answered before /flush returns; Ctrl-C ends the receiver
+    // SAFETY: signals our own child
+    unsafe { libc::kill(kiln.0.id() as i32, libc::SIGINT) };
+    let mut stdout = String::new();
+    kiln.0
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut stdout)
+        .unwrap();
+    let status = kiln.0.wait().unwrap();
+    let mut stderr = String::new();
+    kiln.0
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    let report: Value =
+        serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}\n{stderr}"));
+    let a = &report["analysis"];
+
+    // every DB call came with its SQL and a stack
+    let c = &a["coverage"];
+    let db_calls = ROUNDS * ((1 + AUTHORS) + 1 + REPEATS);
+    assert_eq!(c["db_spans"], db_calls as u64, "{c}");
+    assert_eq!(c["db_with_text"], db_calls as u64);
+    assert_eq!(c["db_with_stack"], db_calls as u64);
+    assert_eq!(c["rejected_spans"], 0);
+
+    let routes: Vec<(String, f64)> = a["routes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["route"].as_str().unwrap().to_string(),
+                r["calls_max"].as_f64().unwrap(),
+            )
+        })
+        .collect();
+    assert!(
+        routes.contains(&("GET /authors".into(), (1 + AUTHORS) as f64)),
+        "{routes:?}"
+    );
+    assert!(routes.contains(&("GET /bulk".into(), 1.0)), "{routes:?}");
+    assert!(
+        routes.contains(&("GET /settings".into(), REPEATS as f64)),
+        "{routes:?}"
+    );
+
+    let n1 = findings(a, "n_plus_one");
+    assert_eq!(n1.len(), 1, "{:#}", a["findings"]);
+    let f = &n1[0];
+    assert_eq!(f["route"], "GET /authors");
+    assert_eq!(f["calls"], AUTHORS as u64);
+    assert_eq!(f["requests"], ROUNDS as u64);
+    // psycopg's capture_parameters recorded the values: all different
+    assert_eq!(f["distinct_values"], AUTHORS as u64);
+    let leaf = f["site"].as_array().unwrap().last().unwrap();
+    assert_eq!(leaf["file"], app_file.to_str().unwrap());
+    assert_eq!(leaf["line"], line_of(&app_file, "# N+1 LOOP") as u64);
+    assert_eq!(leaf["function"], "authors");
+
+    let repeated = findings(a, "redundant");
+    assert_eq!(repeated.len(), 1, "{:#}", a["findings"]);
+    assert_eq!(repeated[0]["route"], "GET /settings");
+    assert_eq!(repeated[0]["calls"], REPEATS as u64);
+    assert_eq!(
+        repeated[0]["site"].as_array().unwrap().last().unwrap()["line"],
+        line_of(&app_file, "# REPEATED") as u64
+    );
+
+    // nothing else, and nothing at all on the bulk route
+    assert_eq!(
+        a["findings"].as_array().unwrap().len(),
+        2,
+        "{:#}",
+        a["findings"]
+    );
+
+    // the run record: spans as received, the analysis, the trie, the report
+    let m = manifest(&out);
+    assert_eq!(m["status"], "complete");
+    let parts: Vec<&str> = m["parts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["kind"].as_str().unwrap())
+        .collect();
+    for kind in [
+        "otlp-protobuf",
+        "queries",
+        "db-trie-calls",
+        "db-trie-speedscope",
+        "queries-html",
+    ] {
+        assert!(parts.contains(&kind), "{kind} in {parts:?}");
+    }
+    let folded = std::fs::read_to_string(out.join("db-trie.folded")).unwrap();
+    let loop_line = format!(
+        "authors (python_shop/app.py:{})",
+        line_of(&app_file, "# N+1 LOOP")
+    );
+    let loop_calls: u64 = folded
+        .lines()
+        .filter(|l| l.contains(&loop_line))
+        .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(loop_calls as usize, ROUNDS * AUTHORS, "{folded}");
+
+    // the recorded spans analyse again to the same findings
+    let again = json_of(&common::kiln(&[
+        "queries",
+        out.to_str().unwrap(),
+        "--json",
+        "--out",
+        tmp.path().join("again").to_str().unwrap(),
+    ]));
+    assert_eq!(again["analysis"]["findings"], a["findings"]);
+    drop(pg);
+}
