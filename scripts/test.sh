@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, runnable on a fresh Debian machine: installs what the tests need
 # (nginx for the real-server test, perf for the profiler, a JDK, Node.js and Go for the profiles
-# of other runtimes), then format, lint and every test of the workspace.
+# of other runtimes, PostgreSQL, Chromium and a Python environment for the query analyzer),
+# then format, lint and every test of the workspace.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,6 +14,10 @@ perf --version >/dev/null 2>&1 || missing+=(linux-perf)
 command -v javac >/dev/null 2>&1 && command -v jcmd >/dev/null 2>&1 || missing+=(openjdk-17-jdk-headless)
 command -v go >/dev/null 2>&1 || missing+=(golang-go)
 command -v node >/dev/null 2>&1 || missing+=(nodejs)
+# the query analyzer's end-to-end tests: a real PostgreSQL, and Chromium for the HTML report
+ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || missing+=(postgresql)
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+python3 -m venv --help >/dev/null 2>&1 || missing+=(python3-venv)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "test.sh: installing ${missing[*]}"
   # policy-rc.d 101: install the package without starting its default service.
@@ -22,6 +27,9 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq --no-install-recommends "${missing[@]}"
   as_root rm -f /usr/sbin/policy-rc.d
 fi
+
+# Flask, psycopg and the OpenTelemetry SDK for the instrumented test app (target/pyenv)
+bash scripts/python-env.sh
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings

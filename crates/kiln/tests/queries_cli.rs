@@ -1,0 +1,149 @@
+//! `kiln queries` on files: bad input, exit codes, the HTML report in a real browser
+//! (Chromium renders the treemap; hostile SQL and frame names stay text).
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::{json_with_exit, kiln};
+use serde_json::{json, Value};
+
+fn attr(key: &str, value: &str) -> Value {
+    json!({"key": key, "value": {"stringValue": value}})
+}
+
+/// One request with an N+1 of `n` calls whose SQL and stack frames carry `payload`.
+fn spans_file(dir: &Path, n: usize, payload: &str) -> std::path::PathBuf {
+    let mut spans = vec![json!({
+        "traceId": "0af7651916cd43dd8448eb211c80319c", "spanId": "b7ad6b7169203331", "name": "GET /x",
+        "kind": 2, "startTimeUnixNano": "1000", "endTimeUnixNano": "900000000",
+        "attributes": [attr("http.route", &format!("/x/{payload}")), attr("http.request.method", "GET")]
+    })];
+    let stack = format!(
+        "  File \"/srv/app/{payload}.py\", line 7, in handler_{payload}\n    x\n  File \"/srv/app/views.py\", line 12, in load\n    y\n"
+    );
+    for i in 0..n {
+        spans.push(json!({
+            "traceId": "0af7651916cd43dd8448eb211c80319c", "spanId": format!("{:016x}", i + 1),
+            "parentSpanId": "b7ad6b7169203331", "name": "SELECT", "kind": 3,
+            "startTimeUnixNano": (2000 + i * 1_000_000).to_string(), "endTimeUnixNano": (2000 + i * 1_000_000 + 500_000).to_string(),
+            "attributes": [attr("db.system", "postgresql"),
+                attr("db.statement", &format!("SELECT '{payload}' FROM t WHERE id = {i}")),
+                attr("code.stacktrace", &stack)]
+        }));
+    }
+    let doc = json!({"resourceSpans": [{"resource": {"attributes": [attr("service.name", "svc"), attr("telemetry.sdk.language", "python")]},
+        "scopeSpans": [{"spans": spans}]}]});
+    let path = dir.join("spans.jsonl");
+    std::fs::write(&path, doc.to_string() + "\n").unwrap();
+    path
+}
+
+#[test]
+fn missing_and_malformed_files_get_one_clear_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = kiln(&["queries", "/nonexistent/spans.jsonl"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.starts_with("kiln: error: reading spans from /nonexistent/spans.jsonl"),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+
+    let bad = tmp.path().join("bad.json");
+    std::fs::write(&bad, "{\"resourceSpans\": [ {\"scopeSpans\": 7").unwrap();
+    let out = kiln(&[
+        "queries",
+        bad.to_str().unwrap(),
+        "--out",
+        tmp.path().join("r1").to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("holds no spans kiln can read"));
+
+    let out = kiln(&["queries"]);
+    assert_eq!(out.status.code(), Some(1));
+    let out = kiln(&["queries", "x.json", "--n-plus-one", "1"]);
+    assert_eq!(out.status.code(), Some(2), "clap refuses a threshold of 1");
+    let out = kiln(&["queries", "--listen", "256.0.0.1:1"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot listen on 256.0.0.1:1"));
+}
+
+#[test]
+fn fail_on_gates_with_exit_99() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = spans_file(tmp.path(), 6, "plain");
+    let run = |name: &str, extra: &[&str]| {
+        let out_dir = tmp.path().join(name);
+        let mut args = vec![
+            "queries",
+            file.to_str().unwrap(),
+            "--json",
+            "--out",
+            out_dir.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        kiln(&args)
+    };
+    let v = json_with_exit(&run("a", &[]), 0);
+    assert_eq!(v["analysis"]["findings"][0]["kind"], "n_plus_one");
+    assert_eq!(v["analysis"]["findings"][0]["calls"], 6);
+    json_with_exit(&run("b", &["--fail-on", "medium"]), 99);
+    // below the N+1 threshold: nothing to gate on
+    json_with_exit(&run("c", &["--fail-on", "low", "--n-plus-one", "7"]), 0);
+}
+
+fn chromium() -> Option<&'static str> {
+    ["chromium", "chromium-browser", "google-chrome"]
+        .into_iter()
+        .find(|b| {
+            Command::new(b)
+                .arg("--version")
+                .output()
+                .is_ok_and(|o| o.status.success())
+        })
+}
+
+#[test]
+fn html_report_renders_in_chromium_and_keeps_hostile_text_as_text() {
+    let browser = chromium().expect("Chromium is installed (scripts/test.sh installs it)");
+    let tmp = tempfile::tempdir().unwrap();
+    let payload = "<img src=x onerror=\"document.title='PWNED'\"></script><script>document.title='PWNED'</script>";
+    let file = spans_file(tmp.path(), 5, payload);
+    let out_dir = tmp.path().join("run");
+    let v = json_with_exit(
+        &kiln(&[
+            "queries",
+            file.to_str().unwrap(),
+            "--json",
+            "--out",
+            out_dir.to_str().unwrap(),
+        ]),
+        0,
+    );
+    let html = v["html"].as_str().unwrap();
+    let dom = Command::new(browser)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--window-size=1200,900",
+            "--virtual-time-budget=3000",
+            "--dump-dom",
+        ])
+        .arg(format!("file://{html}"))
+        .output()
+        .expect("chromium runs");
+    let dom = String::from_utf8_lossy(&dom.stdout);
+    // the script ran: the treemap has its boxes, with the route, the frames and the statement
+    let cells = dom.matches("class=\"cell\"").count();
+    assert!(cells >= 4, "treemap cells: {cells}\n{dom}");
+    assert!(dom.contains("load (app/views.py:12)"), "{dom}");
+    // nothing from the spans became markup or ran
+    assert!(!dom.contains("PWNED</title>"), "{dom}");
+    assert!(!dom.contains("<img src=\"x\""), "{dom}");
+    assert!(dom.contains("&lt;img src=x"), "the payload shows as text");
+}
