@@ -249,9 +249,10 @@ pub fn read_files(ingest: &mut Ingest, files: &[PathBuf]) -> Result<()> {
     Ok(())
 }
 
-/// Starts the receiver, saying where it listens; a non-loopback address gets a warning.
-pub fn start_receiver(addr: &str, dir: &RunDir) -> Result<Receiver> {
-    let receiver = Receiver::start(addr, Some(dir.path()))?;
+/// Starts the receiver (before the run directory exists, so that a bad address leaves no
+/// directory behind); a non-loopback address gets a warning.
+pub fn start_receiver(addr: &str) -> Result<Receiver> {
+    let receiver = Receiver::start(addr, None)?;
     let local: SocketAddr = receiver.addr();
     if !local.ip().is_loopback() {
         eprintln!("kiln: warning: receiving traces on {local}, reachable from other hosts");
@@ -284,6 +285,7 @@ pub fn run(args: QueriesArgs, stop: &StopSignal) -> Result<u8> {
     let duration = args.duration.as_deref().map(parse_duration).transpose()?;
     let mut ingest = Ingest::new();
     read_files(&mut ingest, &args.files)?;
+    let receiver = args.listen.as_deref().map(start_receiver).transpose()?;
     let out = args
         .out
         .clone()
@@ -294,8 +296,8 @@ pub fn run(args: QueriesArgs, stop: &StopSignal) -> Result<u8> {
         .with_context(|| format!("cannot create the run directory {}", out.display()))?;
     let mut status = RunStatus::Complete;
     let mut reason = None;
-    if let Some(addr) = &args.listen {
-        let receiver = start_receiver(addr, &dir)?;
+    if let Some(receiver) = receiver {
+        receiver.record_to(dir.path());
         eprintln!(
             "kiln: receiving OTLP traces at http://{}/v1/traces (protobuf or JSON); {}",
             receiver.addr(),

@@ -67,9 +67,17 @@ fn missing_and_malformed_files_get_one_clear_line() {
     assert_eq!(out.status.code(), Some(1));
     let out = kiln(&["queries", "x.json", "--n-plus-one", "1"]);
     assert_eq!(out.status.code(), Some(2), "clap refuses a threshold of 1");
-    let out = kiln(&["queries", "--listen", "256.0.0.1:1"]);
+    let no_run = tmp.path().join("never");
+    let out = kiln(&[
+        "queries",
+        "--listen",
+        "256.0.0.1:1",
+        "--out",
+        no_run.to_str().unwrap(),
+    ]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot listen on 256.0.0.1:1"));
+    assert!(!no_run.exists(), "a bad address leaves no run directory");
 }
 
 #[test]

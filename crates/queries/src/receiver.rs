@@ -87,6 +87,23 @@ impl Receiver {
     /// Binds `addr` ("127.0.0.1:4318"; port 0 picks a free one) and serves until stopped.
     /// With `record_dir`, every accepted request is also written there.
     pub fn start(addr: &str, record_dir: Option<&Path>) -> Result<Self, QueryError> {
+        let receiver = Self::start_unrecorded(addr)?;
+        if let Some(dir) = record_dir {
+            receiver.record_to(dir);
+        }
+        Ok(receiver)
+    }
+
+    /// From now on, writes every accepted request into `dir` as well.
+    pub fn record_to(&self, dir: &Path) {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        state.recorder = Some(Recorder {
+            dir: dir.to_path_buf(),
+            ..Recorder::default()
+        });
+    }
+
+    fn start_unrecorded(addr: &str) -> Result<Self, QueryError> {
         let bind_error = |e: std::io::Error| QueryError::Listen {
             addr: addr.to_string(),
             why: e.to_string(),
@@ -94,13 +111,7 @@ impl Receiver {
         let std_listener = std::net::TcpListener::bind(addr).map_err(bind_error)?;
         std_listener.set_nonblocking(true).map_err(bind_error)?;
         let local = std_listener.local_addr().map_err(bind_error)?;
-        let state = Arc::new(Mutex::new(State {
-            recorder: record_dir.map(|d| Recorder {
-                dir: d.to_path_buf(),
-                ..Recorder::default()
-            }),
-            ..State::default()
-        }));
+        let state = Arc::new(Mutex::new(State::default()));
         let (tx, mut rx) = oneshot::channel::<()>();
         let thread_state = state.clone();
         let runtime = tokio::runtime::Builder::new_current_thread()
