@@ -309,6 +309,19 @@ pub struct RunArgs {
     #[arg(long = "profile-frequency", default_value_t = 99)]
     pub profile_frequency: u32,
 
+    /// Receive the target's OpenTelemetry traces (OTLP/HTTP, POST /v1/traces) during the run
+    /// and analyse its DB calls: N+1 loops, repeats, the DB stack trie (as kiln queries).
+    #[arg(long = "otlp-listen", value_name = "ADDR", num_args = 0..=1, default_missing_value = "127.0.0.1:4318")]
+    pub otlp_listen: Option<String>,
+
+    /// After the load, how long to wait at most for spans still in the application's export
+    /// queue (SDKs batch for 5 s by default).
+    #[arg(long = "otlp-wait", default_value = "6s")]
+    pub otlp_wait: String,
+
+    #[command(flatten)]
+    pub queries: QueryAnalysisArgs,
+
     /// The run directory (default: runs/<time>-<name>).
     #[arg(long = "out")]
     pub out: Option<PathBuf>,

@@ -105,6 +105,7 @@ pub fn run(args: DemoArgs, stop: &StopSignal) -> Result<u8> {
             name,
             watch_pid: Some(std::process::id() as i32),
             profile_hz,
+            otlp: None,
         };
         let outcome = execute(spec, stop, &mut live)?;
         p99s.push(

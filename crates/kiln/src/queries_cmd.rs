@@ -10,12 +10,13 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use kiln_load::plan::parse_duration;
 use kiln_load::StopSignal;
-use kiln_queries::analyze::{analyze, Analysis, Options, Severity};
+use kiln_queries::analyze::{analyze, Analysis, FindingKind, Options, Severity};
 use kiln_queries::receiver::{Receiver, JSON_RECORD, PROTOBUF_RECORD};
+use kiln_queries::stack::Frame;
 use kiln_queries::trie::{Frames, StackTrie};
 use kiln_queries::{html, Ingest};
 use kiln_record::{default_run_dir_name, RunDir, RunStatus};
-use serde_json::json;
+use serde_json::{json, Value};
 
 use crate::cli::{FailOn, QueriesArgs, QueryAnalysisArgs, TrieFrames};
 use crate::format::safe_text;
@@ -48,7 +49,8 @@ pub fn options(args: &QueryAnalysisArgs) -> Result<Options> {
 /// The analysis written into a run directory.
 pub struct QueryReport {
     pub analysis: Analysis,
-    pub trie: StackTrie,
+    /// What queries.json holds: the analysis and the trie's heaviest paths.
+    pub record: Value,
     pub html: PathBuf,
     pub files: Vec<PathBuf>,
 }
@@ -70,7 +72,8 @@ pub fn write_report(
     let (calls, time) = trie.folded();
     let mut files = Vec::new();
     let record = json!({"analysis": &analysis, "trie": {"calls": trie.calls(), "nodes": trie.node_count(),
-        "frames": format!("{:?}", args.frames).to_lowercase()}});
+        "frames": format!("{:?}", args.frames).to_lowercase(), "heaviest": trie.text(0.05, 30)},
+        "html": "queries.html"});
     files.push(dir.write_file_part(
         QUERIES_PART,
         "queries.json",
@@ -103,7 +106,7 @@ pub fn write_report(
     }
     Ok(QueryReport {
         analysis,
-        trie,
+        record,
         html: html_path,
         files,
     })
@@ -123,98 +126,124 @@ pub fn gate(analysis: &Analysis, fail_on: Option<FailOn>) -> bool {
         .any(|f| f.example.severity >= threshold)
 }
 
-fn ms(ns: u64) -> f64 {
-    ns as f64 / 1e6
-}
-
-/// The terminal report.
-pub fn report_text(report: &QueryReport, top: usize) -> String {
-    let a = &report.analysis;
-    let c = &a.coverage;
-    let pct = |n: u64| {
-        if c.db_spans == 0 {
+/// The terminal report, from a queries.json record (so `kiln report` prints the same).
+pub fn report_text(record: &Value, top: usize) -> String {
+    let a = &record["analysis"];
+    let c = &a["coverage"];
+    let n = |v: &Value| v.as_u64().unwrap_or(0);
+    let text = |v: &Value| safe_text(v.as_str().unwrap_or(""));
+    let db = n(&c["db_spans"]);
+    let pct = |v: &Value| {
+        if db == 0 {
             0.0
         } else {
-            100.0 * n as f64 / c.db_spans as f64
+            100.0 * n(v) as f64 / db as f64
         }
     };
     let mut out = format!(
-        "Spans      {} read, {} DB calls: {} with query text ({:.0}%), {} with a stack or caller frame ({:.0}%), {} with recorded values\n",
-        c.spans,
-        c.db_spans,
-        c.db_with_text,
-        pct(c.db_with_text),
-        c.db_with_caller,
-        pct(c.db_with_caller),
-        c.db_with_params
+        "Spans      {} read, {db} DB calls: {} with query text ({:.0}%), {} with a stack or caller frame ({:.0}%), {} with recorded values\n",
+        n(&c["spans"]),
+        n(&c["db_with_text"]),
+        pct(&c["db_with_text"]),
+        n(&c["db_with_caller"]),
+        pct(&c["db_with_caller"]),
+        n(&c["db_with_params"])
     );
-    if c.rejected_spans + c.rejected_lines + c.lossy_lines + c.spans_dropped_attributes > 0 {
+    let rejected = n(&c["rejected_spans"]) + n(&c["rejected_lines"]);
+    if rejected + n(&c["lossy_lines"]) + n(&c["spans_dropped_attributes"]) > 0 {
         out += &format!(
             "Problems   {} spans and {} lines/requests rejected, {} lines with invalid UTF-8 replaced, {} spans with dropped attributes\n",
-            c.rejected_spans, c.rejected_lines, c.lossy_lines, c.spans_dropped_attributes
+            n(&c["rejected_spans"]),
+            n(&c["rejected_lines"]),
+            n(&c["lossy_lines"]),
+            n(&c["spans_dropped_attributes"])
         );
-        for p in c.problems.iter().take(3) {
-            out += &format!("           {}\n", safe_text(p));
+        for p in c["problems"].as_array().into_iter().flatten().take(3) {
+            out += &format!("           {}\n", text(p));
         }
     }
-    if c.db_spans > 0 && c.db_with_caller == 0 {
+    if db > 0 && n(&c["db_with_caller"]) == 0 {
         out += "           no DB span carries a stack: call sites are unknown and N+1s are grouped by parent span.\n           Python: pip install ./agents/python (kiln-otel-stacks); Java: the span-stacktrace extension with min.duration=0 (README)\n";
     }
+    let empty = Vec::new();
+    let routes = a["routes"].as_array().unwrap_or(&empty);
+    let findings = a["findings"].as_array().unwrap_or(&empty);
     out += &format!(
         "Requests   {} ({} matched), {} routes, {} DB calls\n",
-        a.requests_total,
-        a.requests_matched,
-        a.routes.len(),
-        a.db_calls
+        n(&a["requests_total"]),
+        n(&a["requests_matched"]),
+        routes.len(),
+        n(&a["db_calls"])
     );
-    if a.findings.is_empty() {
-        out += "\nFindings   none\n";
+    if findings.is_empty() {
+        out += "Findings   none\n";
     } else {
-        out += &format!("\nFindings ({})\n", a.findings.len());
+        out += &format!("Findings ({})\n", findings.len());
     }
-    for f in a.findings.iter().take(top) {
-        let e = &f.example;
+    for f in findings.iter().take(top) {
         out += &format!(
             "  {:<6} {}  {}  [{}]\n         {}\n         in {} request(s), calls median {} max {}, {:.1} ms in all\n         {}\n",
-            format!("{:?}", e.severity).to_uppercase(),
-            e.kind.title(),
-            safe_text(&e.route),
-            e.id,
-            safe_text(&e.evidence),
-            f.requests,
-            f.calls_median,
-            f.calls_max,
-            ms(f.time_total_ns),
-            safe_text(&e.shape),
+            f["severity"].as_str().unwrap_or("").to_uppercase(),
+            kind_title(&f["kind"]),
+            text(&f["route"]),
+            text(&f["id"]),
+            text(&f["evidence"]),
+            n(&f["requests"]),
+            f["calls_median"],
+            n(&f["calls_max"]),
+            n(&f["time_total_ns"]) as f64 / 1e6,
+            text(&f["shape"]),
         );
-        for frame in e.site.iter().rev().take(4) {
+        for frame in f["site"].as_array().into_iter().flatten().rev().take(4) {
+            let frame: Frame = serde_json::from_value(frame.clone()).unwrap_or_else(|_| Frame {
+                function: "?".into(),
+                file: None,
+                line: None,
+                app: true,
+            });
             out += &format!("         at {}\n", safe_text(&frame.label()));
         }
-        out += &format!("         fix: {}\n", e.fix);
+        out += &format!("         fix: {}\n", text(&f["fix"]));
     }
-    if !a.routes.is_empty() {
+    if findings.len() > top {
         out += &format!(
-            "\n{:<40} {:>8} {:>10} {:>6} {:>6} {:>10} {:>8}\n",
+            "  ... {} more in queries.json and the HTML report\n",
+            findings.len() - top
+        );
+    }
+    if !routes.is_empty() {
+        out += &format!(
+            "{:<40} {:>8} {:>10} {:>6} {:>6} {:>10} {:>8}\n",
             "Route", "requests", "calls p50", "p95", "max", "DB ms p50", "p95"
         );
-        for r in a.routes.iter().take(top) {
+        for r in routes.iter().take(top) {
             out += &format!(
                 "{:<40} {:>8} {:>10} {:>6} {:>6} {:>10.1} {:>8.1}\n",
-                safe_text(&r.route),
-                r.requests,
-                r.calls_median,
-                r.calls_p95,
-                r.calls_max,
-                r.db_time_median_ms,
-                r.db_time_p95_ms
+                text(&r["route"]),
+                n(&r["requests"]),
+                r["calls_median"],
+                r["calls_p95"],
+                n(&r["calls_max"]),
+                r["db_time_median_ms"].as_f64().unwrap_or(0.0),
+                r["db_time_p95_ms"].as_f64().unwrap_or(0.0)
             );
         }
     }
-    if report.trie.calls() > 0 {
-        out += "\nDB stack trie (calls, share, DB time; paths under 5% left out)\n";
-        out += &safe_text(&report.trie.text(0.05, 30)).replace('\u{FFFD}', "\n");
+    let heaviest = record["trie"]["heaviest"].as_str().unwrap_or("");
+    if !heaviest.is_empty() {
+        out += "DB stack trie (calls, share, DB time; paths under 5% left out)\n";
+        for line in heaviest.lines() {
+            out += &safe_text(line);
+            out.push('\n');
+        }
     }
     out
+}
+
+fn kind_title(kind: &Value) -> &'static str {
+    serde_json::from_value::<FindingKind>(kind.clone())
+        .map(FindingKind::title)
+        .unwrap_or("Finding")
 }
 
 fn files_of_dir(dir: &Path) -> Result<Vec<PathBuf>> {
@@ -258,6 +287,23 @@ pub fn start_receiver(addr: &str) -> Result<Receiver> {
         eprintln!("kiln: warning: receiving traces on {local}, reachable from other hosts");
     }
     Ok(receiver)
+}
+
+/// Waits for spans still in the application's export queue after the load: up to `wait`,
+/// or until a request that came after the load is followed by a second of quiet.
+pub fn drain(receiver: &Receiver, wait: Duration, stop: &StopSignal) {
+    let load_end = Instant::now();
+    let before = receiver.stats().requests;
+    let mut last = (before, Instant::now());
+    while load_end.elapsed() < wait && !stop.is_stopped() {
+        std::thread::sleep(Duration::from_millis(100));
+        let now = receiver.stats().requests;
+        if now != last.0 {
+            last = (now, Instant::now());
+        } else if now > before && last.1.elapsed() >= Duration::from_secs(1) {
+            break;
+        }
+    }
 }
 
 /// Lists the receiver's recorded files as parts.
@@ -359,7 +405,7 @@ pub fn run(args: QueriesArgs, stop: &StopSignal) -> Result<u8> {
             )?
         );
     } else {
-        print!("{}", report_text(&report, 10));
+        print!("{}", report_text(&report.record, 10));
         println!(
             "\nReport     {}\nFiles      {} (collapsed: calls), {} (speedscope: calls and time)\nRun        {} ({})",
             report.html.display(),

@@ -6,7 +6,7 @@ use kiln_record::{LoadRecordLine, PhaseSummary, RunDir, LOAD_SECONDS_PART};
 use kiln_sample::{ResourceSecond, RESOURCES_PART};
 
 use crate::cli::ReportArgs;
-use crate::{profile_cmd, summary};
+use crate::{profile_cmd, queries_cmd, summary};
 
 pub fn run(args: ReportArgs) -> Result<u8> {
     let dir = RunDir::open(&args.run_dir)
@@ -14,18 +14,8 @@ pub fn run(args: ReportArgs) -> Result<u8> {
     let lines: Vec<LoadRecordLine> = dir.read_json_lines(LOAD_SECONDS_PART)?;
     let phases = PhaseSummary::from_lines(&lines);
     let resources: Vec<ResourceSecond> = dir.read_json_lines(RESOURCES_PART)?;
-    let profile = match dir.manifest.part(profile_cmd::SUMMARY_PART) {
-        Some(part) => {
-            let path = dir.path().join(&part.path);
-            let text = std::fs::read_to_string(&path)
-                .with_context(|| format!("cannot read {}", path.display()))?;
-            Some(
-                serde_json::from_str(&text)
-                    .with_context(|| format!("{} is not JSON", path.display()))?,
-            )
-        }
-        None => None,
-    };
+    let profile = json_part(&dir, profile_cmd::SUMMARY_PART)?;
+    let queries = json_part(&dir, queries_cmd::QUERIES_PART)?;
     let dir_text = args.run_dir.display().to_string();
     let view = summary::RunView {
         dir: &dir_text,
@@ -34,7 +24,21 @@ pub fn run(args: ReportArgs) -> Result<u8> {
         phases: &phases,
         resources: &resources,
         profile: profile.as_ref(),
+        queries: queries.as_ref(),
     };
     summary::print(&view, args.json)?;
     Ok(0)
+}
+
+/// A whole-file JSON part of the run, when it has one.
+fn json_part(dir: &RunDir, kind: &str) -> Result<Option<serde_json::Value>> {
+    let Some(part) = dir.manifest.part(kind) else {
+        return Ok(None);
+    };
+    let path = dir.path().join(&part.path);
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    Ok(Some(serde_json::from_str(&text).with_context(|| {
+        format!("{} is not JSON", path.display())
+    })?))
 }

@@ -142,7 +142,18 @@ pub struct RunOutcome {
     pub resources: Vec<ResourceSecond>,
     /// The profile's record (`profile.json`), when the run was profiled.
     pub profile: Option<serde_json::Value>,
+    /// The DB-call analysis (`queries.json`), when traces were received.
+    pub queries: Option<serde_json::Value>,
+    /// `--fail-on` met by a DB-call finding.
+    pub queries_gate_failed: bool,
     pub interrupted_by_user: bool,
+}
+
+/// Receiving the target's traces beside the load.
+pub struct OtlpSpec<'a> {
+    pub receiver: kiln_queries::receiver::Receiver,
+    pub wait: Duration,
+    pub analysis: &'a crate::cli::QueryAnalysisArgs,
 }
 
 /// What one `execute` runs and where it records it.
@@ -157,6 +168,7 @@ pub struct RunSpec<'a> {
     pub watch_pid: Option<i32>,
     /// Profile the watched process over the measured phases at this frequency.
     pub profile_hz: Option<u32>,
+    pub otlp: Option<OtlpSpec<'a>>,
 }
 
 /// Runs every phase, streaming each second to the run directory.
@@ -169,12 +181,16 @@ pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut LiveOutput) -> Resul
         name,
         watch_pid,
         profile_hz,
+        otlp,
     } = spec;
     kiln_load::preflight(plan)?;
     let command: Vec<String> = std::env::args().collect();
     let mut dir = RunDir::create(out_dir, name, command, plan_record)
         .with_context(|| format!("cannot create the run directory {}", out_dir.display()))?;
     let mut writer = dir.add_json_lines_part(LOAD_SECONDS_PART, "load-seconds.jsonl", 1)?;
+    if let Some(o) = &otlp {
+        o.receiver.record_to(dir.path());
+    }
     let watcher = match watch_pid {
         Some(pid) => Some(ResourceWatcher::start(
             dir.add_json_lines_part(RESOURCES_PART, "resources.jsonl", 1)?,
@@ -221,6 +237,13 @@ pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut LiveOutput) -> Resul
         Some(p) => p.finish(&mut dir),
         None => None,
     };
+    let (queries, queries_gate_failed) = match otlp {
+        Some(o) => {
+            let (record, gate) = finish_queries(o, &mut dir, stop)?;
+            (Some(record), gate)
+        }
+        None => (None, false),
+    };
     if let Some(e) = write_error {
         dir.finish(RunStatus::Failed, Some(e.to_string()))?;
         return Err(e.into());
@@ -235,8 +258,28 @@ pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut LiveOutput) -> Resul
         phases,
         resources,
         profile,
+        queries,
+        queries_gate_failed,
         interrupted_by_user,
     })
+}
+
+/// Waits for the last spans, stops the receiver and writes the DB-call analysis.
+fn finish_queries(
+    o: OtlpSpec,
+    dir: &mut RunDir,
+    stop: &StopSignal,
+) -> Result<(serde_json::Value, bool)> {
+    crate::queries_cmd::drain(&o.receiver, o.wait, stop);
+    let received = o.receiver.stop();
+    crate::queries_cmd::list_recorded(dir, &received.recorded)?;
+    if let Some(e) = &received.record_error {
+        eprintln!("kiln: warning: the received spans were not all recorded: {e}");
+    }
+    let report =
+        crate::queries_cmd::write_report(dir, &received.ingest, o.analysis, "kiln run: DB calls")?;
+    let gate = crate::queries_cmd::gate(&report.analysis, o.analysis.fail_on);
+    Ok((report.record, gate))
 }
 
 /// perf on the watched process over the measured phases, on its own thread.
@@ -380,6 +423,7 @@ pub fn print_outcome(outcome: &RunOutcome, json: bool) -> Result<u8> {
         phases: &outcome.phases,
         resources: &outcome.resources,
         profile: outcome.profile.as_ref(),
+        queries: outcome.queries.as_ref(),
     };
     summary::print(&view, json)?;
     let failed_thresholds = summary::measured_total(&outcome.phases)
@@ -390,7 +434,9 @@ pub fn print_outcome(outcome: &RunOutcome, json: bool) -> Result<u8> {
         })
         .unwrap_or(false);
     Ok(match outcome.dir.effective_status() {
-        RunStatus::Complete if failed_thresholds => EXIT_THRESHOLDS_FAILED,
+        RunStatus::Complete if failed_thresholds || outcome.queries_gate_failed => {
+            EXIT_THRESHOLDS_FAILED
+        }
         RunStatus::Complete => 0,
         _ if outcome.interrupted_by_user => EXIT_CTRL_C,
         _ => EXIT_INTERRUPTED,
@@ -429,6 +475,23 @@ pub fn run(args: RunArgs, stop: &StopSignal) -> Result<u8> {
     if !(1..=10_000).contains(&args.profile_frequency) {
         bail!("--profile-frequency is out of range: 1 to 10000 samples per second");
     }
+    let otlp = match &args.otlp_listen {
+        Some(addr) => {
+            crate::queries_cmd::options(&args.queries)?;
+            let wait = parse_duration(&args.otlp_wait)?;
+            let receiver = crate::queries_cmd::start_receiver(addr)?;
+            eprintln!(
+                "kiln: receiving OTLP traces at http://{}/v1/traces",
+                receiver.addr()
+            );
+            Some(OtlpSpec {
+                receiver,
+                wait,
+                analysis: &args.queries,
+            })
+        }
+        None => None,
+    };
     let spec = RunSpec {
         plan: &plan,
         plan_record,
@@ -437,6 +500,7 @@ pub fn run(args: RunArgs, stop: &StopSignal) -> Result<u8> {
         name: &name,
         watch_pid,
         profile_hz: args.profile.then_some(args.profile_frequency),
+        otlp,
     };
     let outcome = execute(spec, stop, &mut live)?;
     print_outcome(&outcome, args.json)

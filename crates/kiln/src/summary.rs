@@ -149,6 +149,8 @@ pub struct RunView<'a> {
     pub resources: &'a [ResourceSecond],
     /// The profile's record (`profile.json`) when the run was profiled.
     pub profile: Option<&'a Value>,
+    /// The DB-call analysis (`queries.json`) when the run received traces.
+    pub queries: Option<&'a Value>,
 }
 
 pub fn print(view: &RunView, json: bool) -> serde_json::Result<()> {
@@ -209,6 +211,7 @@ pub fn render_text(view: &RunView) -> String {
         phases,
         resources,
         profile,
+        queries,
     } = *view;
     let mut out = String::new();
     let plan = &manifest.plan;
@@ -362,6 +365,11 @@ pub fn render_text(view: &RunView) -> String {
     if let Some(profile) = profile {
         out += &profile_text(dir, profile);
     }
+    if let Some(queries) = queries {
+        out += "DB calls (from the target's traces)\n";
+        out += &crate::queries_cmd::report_text(queries, 5);
+        let _ = writeln!(out, "Report     {dir}/queries.html");
+    }
     for t in thresholds::check_all(plan, &total) {
         let _ = writeln!(
             out,
@@ -468,5 +476,6 @@ pub fn render_json(view: &RunView) -> Value {
             .map(|t| thresholds::check_all(&manifest.plan, t))
             .unwrap_or_default(),
         "profile": view.profile,
+        "queries": view.queries,
     })
 }

@@ -274,3 +274,77 @@ fn flask_on_postgres_n_plus_one_bulk_and_repeats() {
     assert_eq!(again["analysis"]["findings"], a["findings"]);
     drop(pg);
 }
+
+/// `kiln run --otlp-listen`: the DB-call analysis of the requests the load sent, in the
+/// run's summary and record, and again from `kiln report`.
+#[test]
+fn kiln_run_receives_the_traces_of_its_own_load() {
+    const AUTHORS: usize = 6;
+    let python = python();
+    let pg = Postgres::start().expect("PostgreSQL starts");
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("run");
+    let otlp_port = free_port();
+    let app_file = workspace()
+        .join("tests/apps/python_shop/app.py")
+        .canonicalize()
+        .unwrap();
+    let app_port = free_port();
+    let app = Command::new(&python)
+        .arg(&app_file)
+        .env("DATABASE_URL", pg.conninfo())
+        .env("PORT", app_port.to_string())
+        .env("N_AUTHORS", AUTHORS.to_string())
+        .env(
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+            format!("http://127.0.0.1:{otlp_port}/v1/traces"),
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut app = Killed(app);
+    wait_port(app_port, &mut app.0, "the Python app");
+    let url = format!("http://127.0.0.1:{app_port}/authors");
+    let listen = format!("127.0.0.1:{otlp_port}");
+    let run = common::kiln(&[
+        "run",
+        &url,
+        "-c",
+        "1",
+        "-d",
+        "2s",
+        "--otlp-listen",
+        &listen,
+        "--json",
+        "--quiet",
+        "--fail-on",
+        "high",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    // the N+1 is high: --fail-on high exits 99, the run itself complete
+    let v = common::json_with_exit(&run, 99);
+    assert_eq!(v["status"], "complete");
+    let sent = v["total"]["requests"].as_u64().expect("request count");
+    let q = &v["queries"]["analysis"];
+    let n1 = findings(q, "n_plus_one");
+    assert_eq!(n1.len(), 1, "{:#}", q["findings"]);
+    assert_eq!(n1[0]["calls"], AUTHORS as u64);
+    // every request the load sent was traced and analysed
+    assert_eq!(n1[0]["requests"].as_u64(), Some(sent), "{:#}", v["total"]);
+    assert_eq!(
+        q["coverage"]["db_spans"].as_u64(),
+        Some(sent * (AUTHORS as u64 + 1))
+    );
+    let report = common::kiln(&["report", out.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&report.stdout);
+    assert!(text.contains("N+1 queries  GET /authors"), "{text}");
+    assert!(
+        text.contains(&format!(
+            "at authors (python_shop/app.py:{})",
+            line_of(&app_file, "# N+1 LOOP")
+        )),
+        "{text}"
+    );
+}

@@ -3,9 +3,9 @@
 //! Node's `at fn (file.js:1:2)`), parsed into frames root first, each marked as the
 //! application's own code or a library's (runtime, framework, driver, instrumentation).
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Frame {
     pub function: String,
     pub file: Option<String>,
