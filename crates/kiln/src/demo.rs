@@ -3,7 +3,9 @@
 //! loads it the way wrk does (closed model) and the way users arrive (open model), and shows
 //! why the first hides the pause and the second does not. The second run is also profiled with
 //! perf (when it is installed and permitted): the target's hot function, which burns a known
-//! 0.3 ms of CPU per request, leads the flame graph.
+//! 0.3 ms of CPU per request, leads the flame graph. The target also reports its (simulated)
+//! database calls as OpenTelemetry traces to kiln: one request in ten shows an N+1 of
+//! `DB_ITEMS` queries from one loop, which the open run's DB-call analysis finds.
 
 use std::path::Path;
 use std::time::Duration;
@@ -11,28 +13,38 @@ use std::time::Duration;
 use anyhow::Result;
 use kiln_load::{LoadPlan, Model, PhaseSpec, RateStage, RequestSpec, StopSignal, Target};
 use kiln_record::default_run_dir_name;
+use kiln_targets::traced::Traces;
 use kiln_targets::{Behavior, Stall, TargetServer};
 
-use crate::cli::DemoArgs;
+use crate::cli::{DemoArgs, QueryAnalysisArgs, TrieFrames};
 use crate::format;
 use crate::live::LiveOutput;
-use crate::run_cmd::{execute, print_outcome, RunSpec};
+use crate::run_cmd::{execute, print_outcome, OtlpSpec, RunSpec};
 
 /// Each answer takes 2 ms: 0.3 ms of CPU in `burn_cpu_for_request`, then 1.7 ms asleep.
 const SERVICE: Duration = Duration::from_millis(2);
 const CPU_PER_REQUEST: Duration = Duration::from_micros(300);
+/// Product queries per traced order page: the N of the target's N+1.
+const DB_ITEMS: usize = 8;
 const STALL: Stall = Stall {
     every: Duration::from_secs(1),
     length: Duration::from_millis(100),
 };
 
 pub fn run(args: DemoArgs, stop: &StopSignal) -> Result<u8> {
+    let receiver = crate::queries_cmd::start_receiver("127.0.0.1:0")?;
     let target = TargetServer::start(Behavior {
         service_time: SERVICE - CPU_PER_REQUEST,
         cpu_per_request: CPU_PER_REQUEST,
         stall: Some(STALL),
+        traces: Some(Traces {
+            endpoint: receiver.addr(),
+            every: 10,
+            items: DB_ITEMS,
+        }),
         ..Default::default()
     })?;
+    let mut receiver = Some(receiver);
     let duration = Duration::from_secs(args.seconds.clamp(1, 600));
     let base = LoadPlan {
         target: Target::parse(&target.url("/"))?,
@@ -58,11 +70,21 @@ pub fn run(args: DemoArgs, stop: &StopSignal) -> Result<u8> {
         format::us(STALL.every.as_micros() as u64)
     );
     eprintln!(
-        "Expected at a steady arrival rate: 90% of requests at ~2 ms, p95 ~52 ms, p99 ~92 ms.\n"
+        "Expected at a steady arrival rate: 90% of requests at ~2 ms, p95 ~52 ms, p99 ~92 ms.\n\
+         It sends its traces to kiln: each order page makes 1 + {DB_ITEMS} (simulated) database queries,\n\
+         {DB_ITEMS} of them from one loop (an N+1).\n"
     );
 
     let mut code = 0;
     let mut p99s = Vec::new();
+    let analysis = QueryAnalysisArgs {
+        route: None,
+        n_plus_one: 5,
+        slow_ms: 500.0,
+        frames: TrieFrames::App,
+        html: None,
+        fail_on: None,
+    };
     let open = LoadPlan {
         model: Model::Open {
             stages: RateStage::steady(500.0, duration),
@@ -71,18 +93,21 @@ pub fn run(args: DemoArgs, stop: &StopSignal) -> Result<u8> {
         },
         ..base.clone()
     };
-    for (title, plan, name, profile_hz) in [
+    for (title, plan, name, profile_hz, with_traces) in [
         (
             "1. Closed model, 4 connections back to back (what wrk and oha do):",
             base,
             "demo-closed",
             None,
+            false,
         ),
         (
-            "2. Open model, 500 requests/s on a schedule (what users do), profiled with perf:",
+            "2. Open model, 500 requests/s on a schedule (what users do), profiled with perf, \
+             with the target's traces:",
             open,
             "demo-open",
             Some(99),
+            true,
         ),
     ] {
         eprintln!("{title}");
@@ -105,7 +130,22 @@ pub fn run(args: DemoArgs, stop: &StopSignal) -> Result<u8> {
             name,
             watch_pid: Some(std::process::id() as i32),
             profile_hz,
-            otlp: None,
+            otlp: match (with_traces, receiver.take()) {
+                (true, Some(receiver)) => {
+                    // the closed run's traces are not this run's
+                    std::thread::sleep(std::time::Duration::from_millis(300));
+                    receiver.discard_received();
+                    Some(OtlpSpec {
+                        receiver,
+                        wait: Duration::from_secs(3),
+                        analysis: &analysis,
+                    })
+                }
+                (_, r) => {
+                    receiver = r;
+                    None
+                }
+            },
         };
         let outcome = execute(spec, stop, &mut live)?;
         p99s.push(

@@ -131,6 +131,15 @@ pub fn report_text(record: &Value, top: usize) -> String {
     let a = &record["analysis"];
     let c = &a["coverage"];
     let n = |v: &Value| v.as_u64().unwrap_or(0);
+    // a median or percentile: whole numbers without ".0"
+    let num = |v: &Value| {
+        let x = v.as_f64().unwrap_or(0.0);
+        if x.fract() == 0.0 {
+            format!("{x:.0}")
+        } else {
+            format!("{x:.1}")
+        }
+    };
     let text = |v: &Value| safe_text(v.as_str().unwrap_or(""));
     let db = n(&c["db_spans"]);
     let pct = |v: &Value| {
@@ -189,7 +198,7 @@ pub fn report_text(record: &Value, top: usize) -> String {
             text(&f["id"]),
             text(&f["evidence"]),
             n(&f["requests"]),
-            f["calls_median"],
+            num(&f["calls_median"]),
             n(&f["calls_max"]),
             n(&f["time_total_ns"]) as f64 / 1e6,
             text(&f["shape"]),
@@ -221,8 +230,8 @@ pub fn report_text(record: &Value, top: usize) -> String {
                 "{:<40} {:>8} {:>10} {:>6} {:>6} {:>10.1} {:>8.1}\n",
                 text(&r["route"]),
                 n(&r["requests"]),
-                r["calls_median"],
-                r["calls_p95"],
+                num(&r["calls_median"]),
+                num(&r["calls_p95"]),
                 n(&r["calls_max"]),
                 r["db_time_median_ms"].as_f64().unwrap_or(0.0),
                 r["db_time_p95_ms"].as_f64().unwrap_or(0.0)

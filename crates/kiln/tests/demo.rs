@@ -1,6 +1,6 @@
 //! `kiln demo`, the README's first command: the closed model hides the target's pauses, the
-//! open model shows them as the analytic distribution says, and the profile finds the
-//! target's hot function.
+//! open model shows them as the analytic distribution says, the profile finds the target's
+//! hot function, and the DB-call analysis of its traces finds its N+1.
 
 mod common;
 
@@ -52,6 +52,29 @@ fn the_demo_shows_the_pause_the_closed_model_hides_and_the_hot_function() {
             .any(|n| n.contains("burn_cpu_for_request")),
         "the target's hot function is not among the top 3: {top:?}"
     );
+    // the target's traces: one request in ten makes 1 + 8 DB calls, 8 from the loop
+    assert!(runs[0]["queries"].is_null());
+    let q = &runs[1]["queries"]["analysis"];
+    let findings = q["findings"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no DB analysis: {stderr}"));
+    assert_eq!(findings.len(), 1, "{findings:#?}");
+    let f = &findings[0];
+    assert_eq!(f["kind"], "n_plus_one");
+    assert_eq!(f["calls"], 8);
+    assert_eq!(f["distinct_values"], 8);
+    let leaf = f["site"].as_array().unwrap().last().unwrap();
+    assert_eq!(
+        format!("{}:{}", leaf["file"].as_str().unwrap(), leaf["line"]),
+        kiln_targets::traced::loop_site()
+    );
+    let sent = runs[1]["total"]["requests"].as_u64().unwrap();
+    let traced = f["requests"].as_u64().unwrap();
+    assert!(
+        traced.abs_diff(sent / 10) <= 1,
+        "{traced} traced of {sent} sent"
+    );
+    assert_eq!(q["coverage"]["db_spans"].as_u64(), Some(traced * 9));
     assert!(
         stderr.contains("The same target: the closed model reports p99"),
         "{stderr}"

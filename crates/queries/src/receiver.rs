@@ -158,6 +158,14 @@ impl Receiver {
         self.addr
     }
 
+    /// Forgets what was received so far: the analysis starts from here.
+    pub fn discard_received(&self) {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        state.ingest = Ingest::new();
+        state.requests = 0;
+        state.rejected_requests = 0;
+    }
+
     pub fn stats(&self) -> ReceiverStats {
         let state = self.state.lock().unwrap_or_else(|p| p.into_inner());
         ReceiverStats {

@@ -7,6 +7,7 @@
 
 pub mod postgres;
 mod timing;
+pub mod traced;
 pub use timing::{named_loop, timing_attempts};
 
 use std::io::{self, Read, Write};
@@ -42,6 +43,8 @@ pub struct Behavior {
     pub body: Vec<u8>,
     /// Serve HTTPS with a fresh self-signed certificate for `localhost` and 127.0.0.1.
     pub tls: bool,
+    /// Report (simulated) database calls as OpenTelemetry traces, for the demo.
+    pub traces: Option<traced::Traces>,
 }
 
 impl Default for Behavior {
@@ -55,6 +58,7 @@ impl Default for Behavior {
             hang_after: None,
             body: b"hello from kiln-targets\n".to_vec(),
             tls: false,
+            traces: None,
         }
     }
 }
@@ -70,6 +74,7 @@ struct Shared {
     connections: AtomicU64,
     /// Microseconds from reading each request to having written its answer.
     handling_us: Mutex<Vec<u64>>,
+    exporter: Option<Arc<traced::Exporter>>,
 }
 
 /// A running target on 127.0.0.1. Stops when dropped.
@@ -93,7 +98,9 @@ impl TargetServer {
         } else {
             None
         };
+        let exporter = behavior.traces.clone().map(traced::Exporter::start);
         let shared = Arc::new(Shared {
+            exporter,
             behavior,
             tls,
             started: Instant::now(),
@@ -167,6 +174,16 @@ impl TargetServer {
         let _ = TcpStream::connect_timeout(&self.addr, Duration::from_millis(200));
         if let Some(handle) = self.acceptor.take() {
             let _ = handle.join();
+        }
+        if let Some(exporter) = &self.shared.exporter {
+            exporter.stop();
+        }
+    }
+
+    /// Sends the traces not yet exported now (the exporter sends every 200 ms anyway).
+    pub fn flush_traces(&self) {
+        if let Some(exporter) = &self.shared.exporter {
+            exporter.flush();
         }
     }
 }
@@ -286,6 +303,9 @@ fn serve_connection<S: Read + Write>(
         }
         if !behavior.cpu_per_request.is_zero() {
             burn_cpu_for_request(behavior.cpu_per_request);
+        }
+        if let Some(exporter) = &shared.exporter {
+            exporter.request(nth, behavior.service_time);
         }
         let mut ready_at = arrived;
         if let Some(stall) = behavior.stall {
