@@ -70,17 +70,25 @@ fn unix_ns() -> u128 {
         .unwrap_or(0)
 }
 
-fn span(
-    out: &mut String,
-    trace: u128,
+/// One span of a trace, written as OTLP/JSON.
+struct SpanJson<'a> {
     id: u64,
     parent: Option<u64>,
-    name: &str,
+    name: &'a str,
     kind: u8,
     start: u128,
     end: u128,
-    attrs: &str,
-) {
+}
+
+fn span(out: &mut String, trace: u128, s: SpanJson<'_>, attrs: &str) {
+    let SpanJson {
+        id,
+        parent,
+        name,
+        kind,
+        start,
+        end,
+    } = s;
     let parent = parent.map(|p| format!("{p:016x}")).unwrap_or_default();
     let _ = write!(
         out,
@@ -134,12 +142,14 @@ impl Exporter {
         span(
             &mut spans,
             trace,
-            root,
-            None,
-            "GET /orders/{id}",
-            2,
-            start,
-            end,
+            SpanJson {
+                id: root,
+                parent: None,
+                name: "GET /orders/{id}",
+                kind: 2,
+                start,
+                end,
+            },
             &[
                 attr("http.request.method", "GET"),
                 attr("http.route", "/orders/{id}"),
@@ -158,12 +168,14 @@ impl Exporter {
         span(
             &mut spans,
             trace,
-            root + 1,
-            Some(root),
-            "SELECT order_lines",
-            3,
-            t0,
-            t0 + slot * 9 / 10,
+            SpanJson {
+                id: root + 1,
+                parent: Some(root),
+                name: "SELECT order_lines",
+                kind: 3,
+                start: t0,
+                end: t0 + slot * 9 / 10,
+            },
             &db(&LIST_QUERY.replace("$1", &nth.to_string()), &[&HANDLER]),
         );
         for i in 0..items {
@@ -175,12 +187,14 @@ impl Exporter {
             span(
                 &mut spans,
                 trace,
-                root + 2 + i as u64,
-                Some(root),
-                "SELECT products",
-                3,
-                s,
-                s + slot * 9 / 10,
+                SpanJson {
+                    id: root + 2 + i as u64,
+                    parent: Some(root),
+                    name: "SELECT products",
+                    kind: 3,
+                    start: s,
+                    end: s + slot * 9 / 10,
+                },
                 &db(&sql, &[&HANDLER, &LOOP]),
             );
         }
