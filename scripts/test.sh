@@ -12,6 +12,7 @@ missing=()
 [ -x /usr/sbin/nginx ] || command -v nginx >/dev/null 2>&1 || missing+=(nginx)
 perf --version >/dev/null 2>&1 || missing+=(linux-perf)
 command -v javac >/dev/null 2>&1 && command -v jcmd >/dev/null 2>&1 || missing+=(openjdk-17-jdk-headless)
+command -v mvn >/dev/null 2>&1 || missing+=(maven)
 command -v go >/dev/null 2>&1 || missing+=(golang-go)
 command -v node >/dev/null 2>&1 || missing+=(nodejs)
 # the query analyzer's end-to-end tests: a real PostgreSQL, and Chromium for the HTML report
@@ -28,8 +29,10 @@ if [ ${#missing[@]} -gt 0 ]; then
   as_root rm -f /usr/sbin/policy-rc.d
 fi
 
-# Flask, psycopg and the OpenTelemetry SDK for the instrumented test app (target/pyenv)
+# Flask, psycopg and the OpenTelemetry SDK for the instrumented test app (target/pyenv), and
+# the OpenTelemetry Java agent with the PostgreSQL driver (target/m2)
 bash scripts/python-env.sh
+bash scripts/java-agent.sh
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings

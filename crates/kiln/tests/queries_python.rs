@@ -5,95 +5,13 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::{Ipv4Addr, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
 
+use common::apps::{
+    findings, free_port, get, line_of, python, wait_port, workspace, Killed, Listening,
+};
 use common::{json_of, manifest};
 use kiln_targets::postgres::Postgres;
-use serde_json::Value;
-
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// The app's Python: target/pyenv, made by scripts/python-env.sh (which the test runs; it
-/// returns at once when the environment is current).
-fn python() -> PathBuf {
-    let status = Command::new("bash")
-        .arg(workspace().join("scripts/python-env.sh"))
-        .status()
-        .expect("bash runs");
-    assert!(status.success(), "scripts/python-env.sh failed");
-    workspace().join("target/pyenv/bin/python")
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn get(port: u16, path: &str) -> String {
-    let mut stream = TcpStream::connect((Ipv4Addr::LOCALHOST, port)).expect("app answers");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(20)))
-        .unwrap();
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut out = String::new();
-    stream.read_to_string(&mut out).unwrap();
-    assert!(
-        out.starts_with("HTTP/1.1 200") || out.starts_with("HTTP/1.0 200"),
-        "{path}: {out}"
-    );
-    out
-}
-
-fn wait_port(port: u16, child: &mut Child, what: &str) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while TcpStream::connect((Ipv4Addr::LOCALHOST, port)).is_err() {
-        if let Ok(Some(status)) = child.try_wait() {
-            panic!("{what} exited before listening: {status}");
-        }
-        assert!(Instant::now() < deadline, "{what} did not listen on {port}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-struct Killed(Child);
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// The line of `marker` in the app's source, 1-based.
-fn line_of(file: &Path, marker: &str) -> usize {
-    let text = std::fs::read_to_string(file).unwrap();
-    text.lines()
-        .position(|l| l.contains(marker))
-        .expect("marker in app")
-        + 1
-}
-
-fn findings(analysis: &Value, kind: &str) -> Vec<Value> {
-    analysis["findings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|f| f["kind"] == kind)
-        .cloned()
-        .collect()
-}
 
 #[test]
 fn flask_on_postgres_n_plus_one_bulk_and_repeats() {
@@ -105,24 +23,7 @@ fn flask_on_postgres_n_plus_one_bulk_and_repeats() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("run");
 
-    let otlp_port = free_port();
-    let kiln = Command::new(env!("CARGO_BIN_EXE_kiln"))
-        .args([
-            "queries",
-            "--listen",
-            &format!("127.0.0.1:{otlp_port}"),
-            "--json",
-            "--out",
-        ])
-        .arg(&out)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut kiln = Killed(kiln);
-    wait_port(otlp_port, &mut kiln.0, "kiln queries --listen");
-
+    let kiln = Listening::start(&out);
     let app_file = workspace()
         .join("tests/apps/python_shop/app.py")
         .canonicalize()
@@ -134,10 +35,7 @@ fn flask_on_postgres_n_plus_one_bulk_and_repeats() {
         .env("PORT", app_port.to_string())
         .env("N_AUTHORS", AUTHORS.to_string())
         .env("REPEATS", REPEATS.to_string())
-        .env(
-            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
-            format!("http://127.0.0.1:{otlp_port}/v1/traces"),
-        )
+        .env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", kiln.endpoint())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -152,26 +50,7 @@ fn flask_on_postgres_n_plus_one_bulk_and_repeats() {
     }
     get(app_port, "/flush");
     // the exporter's POSTs are answered before /flush returns; Ctrl-C ends the receiver
-    // SAFETY: signals our own child
-    unsafe { libc::kill(kiln.0.id() as i32, libc::SIGINT) };
-    let mut stdout = String::new();
-    kiln.0
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut stdout)
-        .unwrap();
-    let status = kiln.0.wait().unwrap();
-    let mut stderr = String::new();
-    kiln.0
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut stderr)
-        .unwrap();
-    assert_eq!(status.code(), Some(0), "{stderr}");
-    let report: Value =
-        serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}\n{stderr}"));
+    let report = kiln.finish();
     let a = &report["analysis"];
 
     // every DB call came with its SQL and a stack

@@ -56,3 +56,4 @@ pub fn profile_pid(pid: u32, out: &Path, args: &[&str]) -> Value {
     all.extend_from_slice(args);
     json_with_exit(&kiln(&all), 0)
 }
+pub mod apps;

@@ -1,0 +1,149 @@
+//! Helpers for the tests that run real instrumented applications: free ports, plain HTTP
+//! GETs, waiting for a port, killing children on drop, `kiln queries --listen` as a child.
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+pub fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The app's Python: target/pyenv, made by scripts/python-env.sh (which the test runs; it
+/// returns at once when the environment is current).
+pub fn python() -> PathBuf {
+    let status = Command::new("bash")
+        .arg(workspace().join("scripts/python-env.sh"))
+        .status()
+        .expect("bash runs");
+    assert!(status.success(), "scripts/python-env.sh failed");
+    workspace().join("target/pyenv/bin/python")
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+pub fn get(port: u16, path: &str) -> String {
+    let mut stream = TcpStream::connect((Ipv4Addr::LOCALHOST, port)).expect("app answers");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut out = String::new();
+    stream.read_to_string(&mut out).unwrap();
+    assert!(
+        out.starts_with("HTTP/1.1 200") || out.starts_with("HTTP/1.0 200"),
+        "{path}: {out}"
+    );
+    out
+}
+
+pub fn wait_port(port: u16, child: &mut Child, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while TcpStream::connect((Ipv4Addr::LOCALHOST, port)).is_err() {
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("{what} exited before listening: {status}");
+        }
+        assert!(Instant::now() < deadline, "{what} did not listen on {port}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+pub struct Killed(pub Child);
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The line of `marker` in the app's source, 1-based.
+pub fn line_of(file: &Path, marker: &str) -> usize {
+    let text = std::fs::read_to_string(file).unwrap();
+    text.lines()
+        .position(|l| l.contains(marker))
+        .expect("marker in app")
+        + 1
+}
+
+pub fn findings(analysis: &Value, kind: &str) -> Vec<Value> {
+    analysis["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["kind"] == kind)
+        .cloned()
+        .collect()
+}
+
+/// `kiln queries --listen` running as a child, recording into `out`.
+pub struct Listening {
+    child: Killed,
+    pub port: u16,
+}
+
+impl Listening {
+    pub fn start(out: &Path) -> Self {
+        let port = free_port();
+        let child = Command::new(env!("CARGO_BIN_EXE_kiln"))
+            .args([
+                "queries",
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--json",
+                "--out",
+            ])
+            .arg(out)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut child = Killed(child);
+        wait_port(port, &mut child.0, "kiln queries --listen");
+        Self { child, port }
+    }
+
+    pub fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}/v1/traces", self.port)
+    }
+
+    /// Ctrl-C, then kiln's JSON report (asserting it exited 0).
+    pub fn finish(mut self) -> Value {
+        // SAFETY: signals our own child
+        unsafe { libc::kill(self.child.0.id() as i32, libc::SIGINT) };
+        let mut stdout = String::new();
+        self.child
+            .0
+            .stdout
+            .take()
+            .unwrap()
+            .read_to_string(&mut stdout)
+            .unwrap();
+        let status = self.child.0.wait().unwrap();
+        let mut stderr = String::new();
+        self.child
+            .0
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut stderr)
+            .unwrap();
+        assert_eq!(status.code(), Some(0), "{stderr}");
+        serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}\n{stderr}"))
+    }
+}

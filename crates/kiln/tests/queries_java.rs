@@ -1,0 +1,161 @@
+//! End to end on the JVM: a plain-JDBC app on a real PostgreSQL under the OpenTelemetry
+//! Java agent, with the contrib span-stacktrace extension at min.duration=0 (the setup the
+//! README documents), exporting OTLP/protobuf to `kiln queries --listen`.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::apps::{findings, free_port, get, line_of, wait_port, workspace, Killed, Listening};
+use kiln_targets::postgres::Postgres;
+
+fn jar(group: &str, name: &str, version: &str) -> String {
+    let path = workspace()
+        .join("target/m2")
+        .join(group.replace('.', "/"))
+        .join(name)
+        .join(version)
+        .join(format!("{name}-{version}.jar"));
+    assert!(
+        path.exists(),
+        "{} (scripts/java-agent.sh fetches it)",
+        path.display()
+    );
+    path.to_string_lossy().into_owned()
+}
+
+#[test]
+fn jdbc_under_the_java_agent_n_plus_one_bulk_and_repeats() {
+    const AUTHORS: usize = 9;
+    const REPEATS: usize = 3;
+    const ROUNDS: usize = 2;
+    let fetched = Command::new("bash")
+        .arg(workspace().join("scripts/java-agent.sh"))
+        .status()
+        .unwrap();
+    assert!(fetched.success(), "scripts/java-agent.sh failed");
+    let agent = jar(
+        "io.opentelemetry.javaagent",
+        "opentelemetry-javaagent",
+        "2.33.1",
+    );
+    let extension = jar(
+        "io.opentelemetry.contrib",
+        "opentelemetry-span-stacktrace",
+        "1.51.0-alpha",
+    );
+    let driver = jar("org.postgresql", "postgresql", "42.7.8");
+
+    let tmp = tempfile::tempdir().unwrap();
+    let source = workspace()
+        .join("tests/apps/java_shop/App.java")
+        .canonicalize()
+        .unwrap();
+    let classes = tmp.path().join("classes");
+    let javac = Command::new("javac")
+        .arg("-d")
+        .arg(&classes)
+        .arg(&source)
+        .output()
+        .expect("javac runs");
+    assert!(
+        javac.status.success(),
+        "{}",
+        String::from_utf8_lossy(&javac.stderr)
+    );
+
+    let pg = Postgres::start().expect("PostgreSQL starts");
+    let out = tmp.path().join("run");
+    let kiln = Listening::start(&out);
+    let port = free_port();
+    let app = Command::new("java")
+        .arg(format!("-javaagent:{agent}"))
+        .arg(format!("-Dotel.javaagent.extensions={extension}"))
+        .args([
+            "-Dotel.java.experimental.span-stacktrace.min.duration=0",
+            "-Dotel.instrumentation.jdbc.experimental.capture-query-parameters=true",
+            "-Dotel.service.name=java-shop",
+            "-Dotel.exporter.otlp.protocol=http/protobuf",
+            "-Dotel.metrics.exporter=none",
+            "-Dotel.logs.exporter=none",
+            "-Dotel.bsp.schedule.delay=100",
+            "-Dotel.javaagent.logging=none",
+        ])
+        .arg(format!(
+            "-Dotel.exporter.otlp.traces.endpoint={}",
+            kiln.endpoint()
+        ))
+        .arg("-cp")
+        .arg(format!("{}:{driver}", classes.display()))
+        .arg("App")
+        .arg(pg.jdbc_url())
+        .arg(port.to_string())
+        .arg(AUTHORS.to_string())
+        .arg(REPEATS.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("java runs");
+    let mut app = Killed(app);
+    wait_port(port, &mut app.0, "the Java app");
+    for _ in 0..ROUNDS {
+        get(port, "/authors");
+        get(port, "/bulk");
+        get(port, "/settings");
+    }
+    // the agent exports every 100 ms; give it ample time
+    std::thread::sleep(Duration::from_secs(3));
+    let report = kiln.finish();
+    let a = &report["analysis"];
+    let c = &a["coverage"];
+    let request_calls = ROUNDS * ((1 + AUTHORS) + 1 + REPEATS);
+    // the seeding's statements are DB spans outside any request
+    assert!(
+        c["db_spans"].as_u64().unwrap() as usize >= request_calls,
+        "{c}"
+    );
+    assert_eq!(
+        c["db_with_stack"], c["db_spans"],
+        "min.duration=0 gives every span a stack"
+    );
+
+    let n1 = findings(a, "n_plus_one");
+    assert_eq!(n1.len(), 1, "{:#}", a["findings"]);
+    let f = &n1[0];
+    assert_eq!(f["route"], "GET /authors");
+    assert_eq!(f["calls"], AUTHORS as u64);
+    assert_eq!(f["requests"], ROUNDS as u64);
+    assert_eq!(
+        f["distinct_values"], AUTHORS as u64,
+        "capture-query-parameters recorded them"
+    );
+    let leaf = f["site"].as_array().unwrap().last().unwrap();
+    assert_eq!(leaf["function"], "App.authors");
+    assert_eq!(leaf["file"], "App.java");
+    assert_eq!(leaf["line"], line_of(&source, "// N+1 LOOP") as u64);
+
+    let repeated = findings(a, "redundant");
+    assert_eq!(repeated.len(), 1, "{:#}", a["findings"]);
+    assert_eq!(repeated[0]["route"], "GET /settings");
+    assert_eq!(repeated[0]["calls"], REPEATS as u64);
+    let leaf = repeated[0]["site"].as_array().unwrap().last().unwrap();
+    assert_eq!(leaf["line"], line_of(&source, "// REPEATED") as u64);
+
+    let bulk = a["routes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["route"] == "GET /bulk")
+        .expect("bulk route");
+    assert_eq!(bulk["calls_max"], 1);
+    assert_eq!(
+        a["findings"].as_array().unwrap().len(),
+        2,
+        "{:#}",
+        a["findings"]
+    );
+    assert!(Path::new(&out).join("spans.otlp.delimited.pb").exists());
+    drop(pg);
+}

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# The OpenTelemetry Java agent, its span-stacktrace extension and the PostgreSQL JDBC driver,
+# for the query analyzer's Java test, fetched from Maven Central into target/m2 (inside the
+# repo; cargo clean removes it). Prints nothing; the jars' paths are fixed below.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo="$PWD/target/m2"
+for artifact in \
+  io.opentelemetry.javaagent:opentelemetry-javaagent:2.33.1 \
+  io.opentelemetry.contrib:opentelemetry-span-stacktrace:1.51.0-alpha \
+  org.postgresql:postgresql:42.7.8; do
+  IFS=: read -r group name version <<<"$artifact"
+  jar="$repo/${group//.//}/$name/$version/$name-$version.jar"
+  [ -f "$jar" ] || mvn -q -B dependency:get -Dartifact="$artifact" -Dtransitive=false -Dmaven.repo.local="$repo" >/dev/null
+  [ -f "$jar" ] || { echo "java-agent.sh: $artifact was not fetched" >&2; exit 1; }
+done
