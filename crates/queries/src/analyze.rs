@@ -23,7 +23,7 @@ use xxhash_rust::xxh3::xxh3_64;
 
 use crate::ingest::{Coverage, Ingest};
 use crate::model::{Span, SpanKind};
-use crate::sql::{fingerprint, Fingerprint, StatementClass};
+use crate::sql::{fingerprint, mask, Fingerprint, StatementClass};
 use crate::stack::{self, Frame, Language};
 
 #[derive(Clone, Debug)]
@@ -250,26 +250,28 @@ fn median(sorted: &[f64]) -> f64 {
     }
 }
 
-/// Caches fingerprints by statement text: a loop sends one text many times.
+/// Caches fingerprints by masked text (`sql::mask`): the statements of a loop differ only
+/// in their values, so the tokenizer runs once per statement shape, not once per call.
 #[derive(Default)]
 pub struct FingerprintCache {
-    map: HashMap<(String, String), Arc<Fingerprint>>,
+    map: HashMap<String, Arc<Fingerprint>>,
 }
 
 impl FingerprintCache {
     const MAX_ENTRIES: usize = 200_000;
 
-    pub fn get(&mut self, system: &str, text: &str) -> Arc<Fingerprint> {
-        if let Some(fp) = self.map.get(&(system.to_string(), text.to_string())) {
-            return fp.clone();
+    /// The statement's fingerprint and the hash of its literal values.
+    pub fn get(&mut self, system: &str, text: &str) -> (Arc<Fingerprint>, Option<u64>) {
+        let masked = mask(system, text);
+        if let Some(fp) = self.map.get(&masked.mask) {
+            return (fp.clone(), masked.values);
         }
         if self.map.len() >= Self::MAX_ENTRIES {
             self.map.clear();
         }
         let fp = Arc::new(fingerprint(system, text));
-        self.map
-            .insert((system.to_string(), text.to_string()), fp.clone());
-        fp
+        self.map.insert(masked.mask, fp.clone());
+        (fp, masked.values)
     }
 }
 
@@ -400,7 +402,7 @@ pub fn analyze(ingest: &Ingest, options: &Options) -> Analysis {
             requests.push(new_request(ingest, &ingest.spans[root]));
             requests.len() - 1
         });
-        let fp = cache.get(&db.system, text);
+        let (fp, literals) = cache.get(&db.system, text);
         let language = ingest.resources[span.resource as usize]
             .language
             .as_deref()
@@ -432,7 +434,7 @@ pub fn analyze(ingest: &Ingest, options: &Options) -> Analysis {
         let values = match db.params {
             Some(p) => Some(p),
             None if fp.placeholders => None,
-            None => Some(fp.literals.unwrap_or(0)),
+            None => Some(literals.unwrap_or(0)),
         };
         calls.push(DbCall {
             span: i,

@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
+use std::sync::Arc;
 
 use flate2::read::GzDecoder;
 use serde::de::{self, Deserializer, IgnoredAny};
@@ -46,6 +47,9 @@ pub struct Ingest {
     resource_index: HashMap<(String, Option<String>), u32>,
     pub spans: Vec<Span>,
     pub coverage: Coverage,
+    /// Stacks by hash: a loop's calls share one.
+    stacks: HashMap<u64, Arc<str>>,
+    scopes: HashMap<String, Arc<str>>,
 }
 
 // ---- OTLP/JSON ----
@@ -503,9 +507,9 @@ impl Ingest {
         };
         let mut collector = AttrCollector::default();
         for (key, value) in attrs {
-            collector.add(&key, &value);
+            collector.add(&key, value);
         }
-        let (db, http) = collector.finish();
+        let (db, http) = collector.finish(&mut self.stacks);
         if parts.dropped_attributes > 0 {
             self.coverage.spans_dropped_attributes += 1;
         }
@@ -528,7 +532,14 @@ impl Ingest {
             end_ns: parts.end_ns.max(parts.start_ns),
             error: parts.error,
             resource,
-            scope: scope.to_string(),
+            scope: match self.scopes.get(scope) {
+                Some(s) => s.clone(),
+                None => {
+                    let s: Arc<str> = Arc::from(scope);
+                    self.scopes.insert(scope.to_string(), s.clone());
+                    s
+                }
+            },
             dropped_attributes: parts.dropped_attributes,
             db,
             http,

@@ -2,6 +2,9 @@
 //! analysis reads, whatever wire format (OTLP/JSON, OTLP/protobuf) and whichever generation
 //! of the semantic conventions (stable `db.query.text` or legacy `db.statement`) they came in.
 
+use std::collections::HashMap;
+use std::sync::Arc;
+
 use serde::Serialize;
 use xxhash_rust::xxh3::xxh3_64;
 
@@ -62,17 +65,17 @@ pub enum AttrValue {
 }
 
 impl AttrValue {
-    fn as_text(&self) -> Option<String> {
+    fn into_text(self) -> Option<String> {
         match self {
-            AttrValue::Str(s) => Some(s.clone()),
+            AttrValue::Str(s) => Some(s),
             AttrValue::Int(i) => Some(i.to_string()),
             AttrValue::Double(d) => Some(d.to_string()),
             AttrValue::Bool(b) => Some(b.to_string()),
             // a stack as an array of frame strings
             AttrValue::Array(items) => Some(
                 items
-                    .iter()
-                    .filter_map(AttrValue::as_text)
+                    .into_iter()
+                    .filter_map(AttrValue::into_text)
                     .collect::<Vec<_>>()
                     .join("\n"),
             ),
@@ -112,7 +115,8 @@ pub struct DbAttrs {
     /// Hash of the bound parameter values when the instrumentation recorded them
     /// (`db.query.parameter.<key>`, `db.statement.parameters`).
     pub params: Option<u64>,
-    pub stacktrace: Option<String>,
+    /// Shared by every call with the same stack (a loop's calls).
+    pub stacktrace: Option<Arc<str>>,
     pub code_function: Option<String>,
     pub code_file: Option<String>,
     pub code_line: Option<i64>,
@@ -140,7 +144,7 @@ pub struct Span {
     pub error: bool,
     /// Index into the ingest's resources.
     pub resource: u32,
-    pub scope: String,
+    pub scope: Arc<str>,
     pub dropped_attributes: u32,
     pub db: Option<Box<DbAttrs>>,
     pub http: Option<Box<HttpAttrs>>,
@@ -164,8 +168,8 @@ fn capped(mut text: String, max: usize) -> (String, bool) {
     (text, true)
 }
 
-fn short(value: &AttrValue) -> Option<String> {
-    value.as_text().map(|t| capped(t, MAX_SHORT_TEXT).0)
+fn short(value: AttrValue) -> Option<String> {
+    value.into_text().map(|t| capped(t, MAX_SHORT_TEXT).0)
 }
 
 /// Attributes of one span, gathered key by key before the span is built.
@@ -176,13 +180,14 @@ pub struct AttrCollector {
     http: HttpAttrs,
     has_http: bool,
     params: Option<u64>,
+    stacktrace: Option<String>,
 }
 
 impl AttrCollector {
     /// Takes one attribute. The stable key wins over its legacy fallback whatever their
     /// order: a legacy key fills a field only while the field is empty, and a stable key
     /// always overwrites.
-    pub fn add(&mut self, key: &str, value: &AttrValue) {
+    pub fn add(&mut self, key: &str, value: AttrValue) {
         let db = &mut self.db;
         match key {
             "db.system.name" => {
@@ -209,10 +214,10 @@ impl AttrCollector {
             "db.response.returned_rows" => db.rows = value.as_int(),
             "db.operation.batch.size" => db.batch_size = value.as_int(),
             "db.statement.parameters" => {
-                self.params = value.as_text().map(|t| xxh3_64(t.as_bytes()))
+                self.params = value.into_text().map(|t| xxh3_64(t.as_bytes()))
             }
             "code.stacktrace" => {
-                db.stacktrace = value.as_text().map(|t| capped(t, MAX_STACK_TEXT).0);
+                self.stacktrace = value.into_text().map(|t| capped(t, MAX_STACK_TEXT).0);
             }
             "code.function.name" => db.code_function = short(value),
             "code.function" => fill(&mut db.code_function, value),
@@ -260,7 +265,7 @@ impl AttrCollector {
             _ => {
                 if let Some(param) = key.strip_prefix("db.query.parameter.") {
                     // order-independent: the sum of each (key, value)'s hash
-                    let text = value.as_text().unwrap_or_default();
+                    let text = value.into_text().unwrap_or_default();
                     let h = xxh3_64(format!("{param}\u{0}{text}").as_bytes());
                     self.params = Some(self.params.unwrap_or(0).wrapping_add(h));
                 }
@@ -268,26 +273,36 @@ impl AttrCollector {
         }
     }
 
-    pub fn finish(self) -> (Option<Box<DbAttrs>>, Option<Box<HttpAttrs>>) {
+    /// The span's DB and HTTP attributes; stacks are shared through `stacks`.
+    pub fn finish(
+        self,
+        stacks: &mut HashMap<u64, Arc<str>>,
+    ) -> (Option<Box<DbAttrs>>, Option<Box<HttpAttrs>>) {
         let mut db = self.db;
         db.params = self.params;
+        db.stacktrace = self.stacktrace.map(|text| {
+            stacks
+                .entry(xxh3_64(text.as_bytes()))
+                .or_insert_with(|| Arc::from(text))
+                .clone()
+        });
         let db = self.has_db_system.then(|| Box::new(db));
         let http = self.has_http.then(|| Box::new(self.http));
         (db, http)
     }
 }
 
-fn fill(slot: &mut Option<String>, value: &AttrValue) {
+fn fill(slot: &mut Option<String>, value: AttrValue) {
     if slot.is_none() {
         *slot = short(value);
     }
 }
 
-fn set_text(db: &mut DbAttrs, value: &AttrValue, stable: bool) {
+fn set_text(db: &mut DbAttrs, value: AttrValue, stable: bool) {
     if !stable && db.text.is_some() {
         return;
     }
-    if let Some(text) = value.as_text() {
+    if let Some(text) = value.into_text() {
         let (text, truncated) = capped(text, MAX_QUERY_TEXT);
         db.text = Some(text);
         db.text_truncated = truncated;

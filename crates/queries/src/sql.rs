@@ -89,13 +89,22 @@ impl Piece {
 /// Which tokenizer rules a database speaks: MySQL's double quotes are strings, everyone
 /// else's are identifiers.
 fn dialect_for(system: &str) -> (&'static str, Box<dyn Dialect>) {
+    let family = dialect_family(system);
+    match family {
+        "mysql" => (family, Box::new(MySqlDialect {})),
+        "mssql" => (family, Box::new(MsSqlDialect {})),
+        _ => (family, Box::new(GenericDialect {})),
+    }
+}
+
+fn dialect_family(system: &str) -> &'static str {
     let system = system.to_ascii_lowercase();
     if system.contains("mysql") || system.contains("mariadb") || system == "tidb" {
-        ("mysql", Box::new(MySqlDialect {}))
+        "mysql"
     } else if system.contains("mssql") || system.contains("sql_server") {
-        ("mssql", Box::new(MsSqlDialect {}))
+        "mssql"
     } else {
-        ("generic", Box::new(GenericDialect {}))
+        "generic"
     }
 }
 
@@ -835,6 +844,162 @@ fn summarize(pieces: &[Piece]) -> String {
         summary.push_str(&part);
     }
     summary
+}
+
+/// A statement with its values masked out, and a hash of those values: the cheap first step
+/// of fingerprinting many statements. Two texts with the same mask differ only in literal
+/// values (numbers outside names, quoted strings, dollar-quoted bodies, TRUE/FALSE),
+/// comments and whitespace -- all of which fingerprinting removes -- so they have the same
+/// fingerprint, and the tokenizer need only run once per mask.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Masked {
+    pub mask: String,
+    /// Hash of the masked values in order; None when there were none.
+    pub values: Option<u64>,
+}
+
+/// Masks `text` as sent to `system` (see [`Masked`]).
+pub fn mask(system: &str, text: &str) -> Masked {
+    let family = dialect_family(system);
+    let mysql = family == "mysql";
+    let b = text.as_bytes();
+    let mut mask = Vec::with_capacity(b.len());
+    mask.extend_from_slice(family.as_bytes());
+    mask.push(0);
+    let mut values: Option<Xxh3> = None;
+    let mut value = |bytes: &[u8], mask: &mut Vec<u8>| {
+        let h = values.get_or_insert_with(Xxh3::new);
+        h.update(bytes);
+        h.update(&[0xff]);
+        mask.push(0x01);
+    };
+    let is_name = |c: u8| c.is_ascii_alphanumeric() || c == b'_' || c == b'$' || c >= 0x80;
+    // where the tokenizer path reads any word as a name (after a dot, FROM, JOIN, INTO)
+    let mut name_expected = false;
+    let mut i = 0;
+    while i < b.len() {
+        let c = b[i];
+        let next = b.get(i + 1).copied();
+        let was_name_expected = std::mem::replace(&mut name_expected, false);
+        if c.is_ascii_whitespace()
+            || (c == b'-' && next == Some(b'-'))
+            || (c == b'/' && next == Some(b'*'))
+        {
+            name_expected = was_name_expected;
+        }
+        let closing = match c {
+            b'"' if !mysql => Some(b'"'),
+            b'`' => Some(b'`'),
+            b'[' if family == "mssql" => Some(b']'),
+            _ => None,
+        };
+        if let Some(close) = closing {
+            // a quoted name: kept as written
+            let end = b[i + 1..]
+                .iter()
+                .position(|&x| x == close)
+                .map_or(b.len(), |p| i + 2 + p);
+            mask.extend_from_slice(&b[i..end]);
+            i = end;
+        } else if c == b'-' && next == Some(b'-') {
+            while i < b.len() && b[i] != b'\n' {
+                i += 1;
+            }
+            mask.push(b' ');
+        } else if c == b'/' && next == Some(b'*') {
+            i += 2;
+            while i < b.len() && !(b[i] == b'*' && b.get(i + 1) == Some(&b'/')) {
+                i += 1;
+            }
+            i += 2;
+            mask.push(b' ');
+        } else if c.is_ascii_whitespace() {
+            while i < b.len() && b[i].is_ascii_whitespace() {
+                i += 1;
+            }
+            mask.push(b' ');
+        } else if c == b'\'' || (c == b'"' && mysql) {
+            // a string; '' (and \' in MySQL) inside it
+            let start = i + 1;
+            i += 1;
+            while i < b.len() {
+                if mysql && b[i] == b'\\' {
+                    i += 2;
+                } else if b[i] == c && b.get(i + 1) == Some(&c) {
+                    i += 2;
+                } else if b[i] == c {
+                    break;
+                } else {
+                    i += 1;
+                }
+            }
+            let end = i.min(b.len());
+            mask.push(c);
+            value(&b[start..end], &mut mask);
+            i += 1;
+        } else if c == b'$'
+            && !mysql
+            && (i == 0 || !is_name(b[i - 1]))
+            && !next.is_some_and(|n| n.is_ascii_digit())
+        {
+            // $tag$ ... $tag$
+            let tag_end = b[i + 1..]
+                .iter()
+                .position(|&x| x == b'$')
+                .map(|p| i + 1 + p);
+            match tag_end {
+                Some(t) if b[i + 1..t].iter().all(|&x| is_name(x) && x != b'$') => {
+                    let tag = &b[i..=t];
+                    let body = t + 1;
+                    let close = b[body..]
+                        .windows(tag.len())
+                        .position(|w| w == tag)
+                        .map(|p| body + p);
+                    let end = close.unwrap_or(b.len());
+                    mask.extend_from_slice(b"$$");
+                    value(&b[body..end], &mut mask);
+                    i = close.map_or(b.len(), |c| c + tag.len());
+                }
+                _ => {
+                    mask.push(c);
+                    i += 1;
+                }
+            }
+        } else if c.is_ascii_digit() && (i == 0 || !(is_name(b[i - 1]) || b[i - 1] == b'.')) {
+            let start = i;
+            while i < b.len()
+                && (b[i].is_ascii_alphanumeric()
+                    || b[i] == b'.'
+                    || ((b[i] == b'+' || b[i] == b'-') && matches!(b[i - 1], b'e' | b'E')))
+            {
+                i += 1;
+            }
+            value(&b[start..i], &mut mask);
+        } else if is_name(c) {
+            let start = i;
+            while i < b.len() && is_name(b[i]) {
+                i += 1;
+            }
+            let word = &b[start..i];
+            let boolean = word.eq_ignore_ascii_case(b"true") || word.eq_ignore_ascii_case(b"false");
+            if boolean && !was_name_expected {
+                value(&word.to_ascii_uppercase(), &mut mask);
+            } else {
+                mask.extend_from_slice(word);
+            }
+            name_expected = [&b"from"[..], b"join", b"into"]
+                .iter()
+                .any(|k| word.eq_ignore_ascii_case(k));
+        } else {
+            mask.push(c);
+            name_expected = c == b'.';
+            i += 1;
+        }
+    }
+    Masked {
+        mask: String::from_utf8_lossy(&mask).into_owned(),
+        values: values.as_ref().map(Xxh3::digest),
+    }
 }
 
 /// The fingerprint of one statement sent to `system` (`db.system.name`, e.g. "postgresql").
