@@ -923,9 +923,8 @@ pub fn mask(system: &str, text: &str) -> Masked {
             let start = i + 1;
             i += 1;
             while i < b.len() {
-                if mysql && b[i] == b'\\' {
-                    i += 2;
-                } else if b[i] == c && b.get(i + 1) == Some(&c) {
+                let escaped = mysql && b[i] == b'\\';
+                if escaped || (b[i] == c && b.get(i + 1) == Some(&c)) {
                     i += 2;
                 } else if b[i] == c {
                     break;
