@@ -422,7 +422,7 @@ mod property {
             3 => format!("$${}$$", seed),
             4 => format!("{}e-{}", seed % 9, seed % 5),
             5 => {
-                if seed % 2 == 0 {
+                if seed.is_multiple_of(2) {
                     "TRUE".into()
                 } else {
                     "false".into()
