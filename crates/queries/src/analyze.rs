@@ -375,7 +375,8 @@ pub fn analyze(ingest: &Ingest, options: &Options) -> Analysis {
     let mut requests: Vec<Request> = Vec::new();
     let mut request_of_root: HashMap<usize, usize> = HashMap::new();
     let mut calls: Vec<DbCall> = Vec::new();
-    let mut stacks: HashMap<u64, Arc<Vec<Frame>>> = HashMap::new();
+    // parsed stacks and their site hashes, by the interned stack text's address
+    let mut stacks: HashMap<usize, (Arc<Vec<Frame>>, u64)> = HashMap::new();
 
     // every root of a request, including those without DB calls
     for (i, span) in ingest.spans.iter().enumerate() {
@@ -407,17 +408,18 @@ pub fn analyze(ingest: &Ingest, options: &Options) -> Analysis {
             .language
             .as_deref()
             .map(Language::from_sdk);
-        let frames = match &db.stacktrace {
-            Some(text) => {
-                let key = xxh3_64(text.as_bytes());
-                stacks
-                    .entry(key)
-                    .or_insert_with(|| Arc::new(stack::parse(text, language)))
-                    .clone()
-            }
+        let with_site = |frames: Vec<Frame>| {
+            let site = hash_frames(&site_frames(&frames), true);
+            (Arc::new(frames), site)
+        };
+        let (frames, site) = match &db.stacktrace {
+            Some(text) => stacks
+                .entry(Arc::as_ptr(text) as *const u8 as usize)
+                .or_insert_with(|| with_site(stack::parse(text, language)))
+                .clone(),
             None => match (&db.code_function, &db.code_file) {
-                (None, None) => Arc::new(Vec::new()),
-                (function, file) => Arc::new(vec![Frame {
+                (None, None) => (Arc::new(Vec::new()), 0),
+                (function, file) => with_site(vec![Frame {
                     function: function.clone().unwrap_or_else(|| "?".into()),
                     file: file.clone(),
                     line: db.code_line.and_then(|l| u32::try_from(l).ok()),
@@ -429,7 +431,7 @@ pub fn analyze(ingest: &Ingest, options: &Options) -> Analysis {
             let parent = chain.last().copied().unwrap_or(root);
             (ingest.spans[parent].span_id, true)
         } else {
-            (hash_frames(&site_frames(&frames), true), false)
+            (site, false)
         };
         let values = match db.params {
             Some(p) => Some(p),

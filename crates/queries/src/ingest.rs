@@ -3,6 +3,7 @@
 //! an SDK POSTs to `/v1/traces`). Bad input loses only itself: a line that is not JSON, a
 //! span with a wrong type or a bad id is counted and described, and the rest is kept.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
@@ -56,65 +57,65 @@ pub struct Ingest {
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct TracesDataJson<S> {
-    #[serde(default = "Vec::new")]
-    resource_spans: Vec<ResourceSpansJson<S>>,
+struct TracesDataJson<'a, S> {
+    #[serde(default = "Vec::new", borrow)]
+    resource_spans: Vec<ResourceSpansJson<'a, S>>,
 }
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct ResourceSpansJson<S> {
-    #[serde(default)]
-    resource: Option<ResourceJson>,
-    #[serde(default = "Vec::new")]
-    scope_spans: Vec<ScopeSpansJson<S>>,
+struct ResourceSpansJson<'a, S> {
+    #[serde(default, borrow)]
+    resource: Option<ResourceJson<'a>>,
+    #[serde(default = "Vec::new", borrow)]
+    scope_spans: Vec<ScopeSpansJson<'a, S>>,
     /// The name before OTLP 0.15.
-    #[serde(default = "Vec::new")]
-    instrumentation_library_spans: Vec<ScopeSpansJson<S>>,
+    #[serde(default = "Vec::new", borrow)]
+    instrumentation_library_spans: Vec<ScopeSpansJson<'a, S>>,
 }
 
 #[derive(Deserialize, Default)]
-struct ResourceJson {
-    #[serde(default)]
-    attributes: Vec<KeyValueJson>,
+struct ResourceJson<'a> {
+    #[serde(default, borrow)]
+    attributes: Vec<KeyValueJson<'a>>,
 }
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct ScopeSpansJson<S> {
-    #[serde(default)]
-    scope: Option<ScopeJson>,
-    #[serde(default)]
-    instrumentation_library: Option<ScopeJson>,
+struct ScopeSpansJson<'a, S> {
+    #[serde(default, borrow)]
+    scope: Option<ScopeJson<'a>>,
+    #[serde(default, borrow)]
+    instrumentation_library: Option<ScopeJson<'a>>,
     #[serde(default = "Vec::new")]
     spans: Vec<S>,
 }
 
 #[derive(Deserialize, Default)]
-struct ScopeJson {
-    #[serde(default)]
-    name: String,
+struct ScopeJson<'a> {
+    #[serde(default, borrow)]
+    name: Cow<'a, str>,
 }
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct SpanJson {
-    #[serde(default)]
-    trace_id: String,
-    #[serde(default)]
-    span_id: String,
-    #[serde(default)]
-    parent_span_id: String,
-    #[serde(default)]
-    name: String,
+struct SpanJson<'a> {
+    #[serde(default, borrow)]
+    trace_id: Cow<'a, str>,
+    #[serde(default, borrow)]
+    span_id: Cow<'a, str>,
+    #[serde(default, borrow)]
+    parent_span_id: Cow<'a, str>,
+    #[serde(default, borrow)]
+    name: Cow<'a, str>,
     #[serde(default, deserialize_with = "kind_code")]
     kind: i64,
     #[serde(default, deserialize_with = "lenient_u64")]
     start_time_unix_nano: u64,
     #[serde(default, deserialize_with = "lenient_u64")]
     end_time_unix_nano: u64,
-    #[serde(default)]
-    attributes: Vec<KeyValueJson>,
+    #[serde(default, borrow)]
+    attributes: Vec<KeyValueJson<'a>>,
     #[serde(default, deserialize_with = "lenient_u64")]
     dropped_attributes_count: u64,
     #[serde(default)]
@@ -128,25 +129,26 @@ struct StatusJson {
 }
 
 #[derive(Deserialize)]
-struct KeyValueJson {
-    key: String,
-    #[serde(default)]
-    value: Option<AnyValueJson>,
+struct KeyValueJson<'a> {
+    #[serde(borrow)]
+    key: Cow<'a, str>,
+    #[serde(default, borrow)]
+    value: Option<AnyValueJson<'a>>,
 }
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct AnyValueJson {
-    #[serde(default)]
-    string_value: Option<String>,
+struct AnyValueJson<'a> {
+    #[serde(default, borrow)]
+    string_value: Option<Cow<'a, str>>,
     #[serde(default)]
     bool_value: Option<bool>,
     #[serde(default, deserialize_with = "lenient_i64_opt")]
     int_value: Option<i64>,
     #[serde(default)]
     double_value: Option<f64>,
-    #[serde(default)]
-    array_value: Option<ArrayValueJson>,
+    #[serde(default, borrow)]
+    array_value: Option<ArrayValueJson<'a>>,
     #[serde(default)]
     kvlist_value: Option<IgnoredAny>,
     #[serde(default)]
@@ -154,13 +156,13 @@ struct AnyValueJson {
 }
 
 #[derive(Deserialize)]
-struct ArrayValueJson {
-    #[serde(default)]
-    values: Vec<AnyValueJson>,
+struct ArrayValueJson<'a> {
+    #[serde(default, borrow)]
+    values: Vec<AnyValueJson<'a>>,
 }
 
-impl AnyValueJson {
-    fn into_value(self) -> AttrValue {
+impl<'a> AnyValueJson<'a> {
+    fn into_value(self) -> AttrValue<'a> {
         if let Some(s) = self.string_value {
             AttrValue::Str(s)
         } else if let Some(i) = self.int_value {
@@ -179,15 +181,15 @@ impl AnyValueJson {
 }
 
 /// A span that failed its own types is kept as the error, so its neighbours survive.
-enum LenientSpan {
-    Ok(Box<SpanJson>),
+enum LenientSpan<'a> {
+    Ok(Box<SpanJson<'a>>),
     Bad(String),
 }
 
-impl<'de> Deserialize<'de> for LenientSpan {
+impl<'de: 'a, 'a> Deserialize<'de> for LenientSpan<'a> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let raw = Box::<RawValue>::deserialize(d)?;
-        Ok(match serde_json::from_str::<SpanJson>(raw.get()) {
+        let raw = <&'a RawValue>::deserialize(d)?;
+        Ok(match serde_json::from_str::<SpanJson<'a>>(raw.get()) {
             Ok(span) => LenientSpan::Ok(Box::new(span)),
             Err(e) => LenientSpan::Bad(e.to_string()),
         })
@@ -379,10 +381,10 @@ pub mod proto {
     }
 }
 
-fn proto_value(value: proto::AnyValue) -> AttrValue {
+fn proto_value(value: proto::AnyValue) -> AttrValue<'static> {
     use proto::any_value::Value;
     match value.value {
-        Some(Value::StringValue(s)) => AttrValue::Str(s),
+        Some(Value::StringValue(s)) => AttrValue::Str(Cow::Owned(s)),
         Some(Value::BoolValue(b)) => AttrValue::Bool(b),
         Some(Value::IntValue(i)) => AttrValue::Int(i),
         Some(Value::DoubleValue(d)) => AttrValue::Double(d),
@@ -420,13 +422,13 @@ impl Ingest {
                 let attrs = [
                     (
                         "service.name".to_string(),
-                        AttrValue::Str(r.service.clone()),
+                        AttrValue::Str(Cow::Owned(r.service.clone())),
                     ),
                     (
                         "telemetry.sdk.language".to_string(),
                         r.language
                             .clone()
-                            .map(AttrValue::Str)
+                            .map(|l| AttrValue::Str(Cow::Owned(l)))
                             .unwrap_or(AttrValue::Other),
                     ),
                 ];
@@ -459,13 +461,16 @@ impl Ingest {
         }
     }
 
-    fn resource(&mut self, attrs: impl Iterator<Item = (String, AttrValue)>) -> u32 {
+    fn resource<'a, K: AsRef<str>>(
+        &mut self,
+        attrs: impl Iterator<Item = (K, AttrValue<'a>)>,
+    ) -> u32 {
         let mut service = String::new();
         let mut language = None;
         for (key, value) in attrs {
-            match (key.as_str(), value) {
-                ("service.name", AttrValue::Str(s)) => service = s,
-                ("telemetry.sdk.language", AttrValue::Str(s)) => language = Some(s),
+            match (key.as_ref(), value) {
+                ("service.name", AttrValue::Str(s)) => service = s.into_owned(),
+                ("telemetry.sdk.language", AttrValue::Str(s)) => language = Some(s.into_owned()),
                 _ => {}
             }
         }
@@ -485,12 +490,12 @@ impl Ingest {
         index
     }
 
-    fn add_span(
+    fn add_span<'a>(
         &mut self,
         resource: u32,
         scope: &str,
         parts: SpanParts,
-        attrs: impl Iterator<Item = (String, AttrValue)>,
+        attrs: impl Iterator<Item = (impl AsRef<str>, AttrValue<'a>)>,
         whence: &dyn Fn() -> String,
     ) {
         self.coverage.spans += 1;
@@ -507,7 +512,7 @@ impl Ingest {
         };
         let mut collector = AttrCollector::default();
         for (key, value) in attrs {
-            collector.add(&key, value);
+            collector.add(key.as_ref(), value);
         }
         let (db, http) = collector.finish(&mut self.stacks);
         if parts.dropped_attributes > 0 {
@@ -546,11 +551,11 @@ impl Ingest {
         });
     }
 
-    fn add_json<S>(
+    fn add_json<'a, S>(
         &mut self,
-        doc: TracesDataJson<S>,
+        doc: TracesDataJson<'a, S>,
         whence: &str,
-        span_of: impl Fn(S) -> Result<SpanJson, String>,
+        span_of: impl Fn(S) -> Result<SpanJson<'a>, String>,
     ) {
         for rs in doc.resource_spans {
             let attrs = rs.resource.unwrap_or_default().attributes;
@@ -584,7 +589,7 @@ impl Ingest {
                         trace_id: parse_id(&span.trace_id, 16),
                         span_id: parse_id(&span.span_id, 8),
                         parent,
-                        name: span.name,
+                        name: span.name.into_owned(),
                         kind: SpanKind::from_code(span.kind),
                         start_ns: span.start_time_unix_nano,
                         end_ns: span.end_time_unix_nano,
@@ -812,7 +817,7 @@ impl Ingest {
     }
 }
 
-fn json_attrs(attrs: Vec<KeyValueJson>) -> impl Iterator<Item = (String, AttrValue)> {
+fn json_attrs(attrs: Vec<KeyValueJson<'_>>) -> impl Iterator<Item = (Cow<'_, str>, AttrValue<'_>)> {
     attrs.into_iter().map(|kv| {
         (
             kv.key,
@@ -823,7 +828,7 @@ fn json_attrs(attrs: Vec<KeyValueJson>) -> impl Iterator<Item = (String, AttrVal
     })
 }
 
-fn proto_attrs(attrs: Vec<proto::KeyValue>) -> impl Iterator<Item = (String, AttrValue)> {
+fn proto_attrs(attrs: Vec<proto::KeyValue>) -> impl Iterator<Item = (String, AttrValue<'static>)> {
     attrs.into_iter().map(|kv| {
         (
             kv.key,

@@ -2,6 +2,7 @@
 //! analysis reads, whatever wire format (OTLP/JSON, OTLP/protobuf) and whichever generation
 //! of the semantic conventions (stable `db.query.text` or legacy `db.statement`) they came in.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -52,22 +53,23 @@ impl SpanKind {
     }
 }
 
-/// An attribute value as OTLP's AnyValue carries it.
+/// An attribute value as OTLP's AnyValue carries it; strings borrowed from the JSON text
+/// when they can be (most keys and values are never kept).
 #[derive(Clone, Debug, PartialEq)]
-pub enum AttrValue {
-    Str(String),
+pub enum AttrValue<'a> {
+    Str(Cow<'a, str>),
     Int(i64),
     Double(f64),
     Bool(bool),
-    Array(Vec<AttrValue>),
+    Array(Vec<AttrValue<'a>>),
     /// kvlist or bytes: nothing kiln reads.
     Other,
 }
 
-impl AttrValue {
+impl AttrValue<'_> {
     fn into_text(self) -> Option<String> {
         match self {
-            AttrValue::Str(s) => Some(s),
+            AttrValue::Str(s) => Some(s.into_owned()),
             AttrValue::Int(i) => Some(i.to_string()),
             AttrValue::Double(d) => Some(d.to_string()),
             AttrValue::Bool(b) => Some(b.to_string()),
@@ -168,7 +170,7 @@ fn capped(mut text: String, max: usize) -> (String, bool) {
     (text, true)
 }
 
-fn short(value: AttrValue) -> Option<String> {
+fn short(value: AttrValue<'_>) -> Option<String> {
     value.into_text().map(|t| capped(t, MAX_SHORT_TEXT).0)
 }
 
@@ -187,7 +189,7 @@ impl AttrCollector {
     /// Takes one attribute. The stable key wins over its legacy fallback whatever their
     /// order: a legacy key fills a field only while the field is empty, and a stable key
     /// always overwrites.
-    pub fn add(&mut self, key: &str, value: AttrValue) {
+    pub fn add(&mut self, key: &str, value: AttrValue<'_>) {
         let db = &mut self.db;
         match key {
             "db.system.name" => {
@@ -292,13 +294,13 @@ impl AttrCollector {
     }
 }
 
-fn fill(slot: &mut Option<String>, value: AttrValue) {
+fn fill(slot: &mut Option<String>, value: AttrValue<'_>) {
     if slot.is_none() {
         *slot = short(value);
     }
 }
 
-fn set_text(db: &mut DbAttrs, value: AttrValue, stable: bool) {
+fn set_text(db: &mut DbAttrs, value: AttrValue<'_>, stable: bool) {
     if !stable && db.text.is_some() {
         return;
     }

@@ -6,11 +6,13 @@
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
+use std::sync::Arc;
 
 use kiln_profile::{speedscope_json_profiles, Folded, WeightedProfile};
 use serde::Serialize;
 
 use crate::analyze::{site_frames, Analysis};
+use crate::sql::Fingerprint;
 use crate::stack::Frame;
 
 /// Which frames of a stack go into the trie.
@@ -64,22 +66,22 @@ impl StackTrie {
         }
     }
 
-    fn add(&mut self, path: &[String], time_ns: u64) {
+    fn add(&mut self, path: &[&str], time_ns: u64) {
         let mut node = 0;
         self.nodes[0].calls += 1;
         self.nodes[0].time_ns += time_ns;
-        for name in path {
+        for &name in path {
             let next = match self.nodes[node].children.get(name) {
                 Some(&n) => n,
                 None => {
                     let n = self.nodes.len();
                     self.nodes.push(Node {
-                        name: name.clone(),
+                        name: name.to_string(),
                         calls: 0,
                         time_ns: 0,
                         children: HashMap::new(),
                     });
-                    self.nodes[node].children.insert(name.clone(), n);
+                    self.nodes[node].children.insert(name.to_string(), n);
                     n
                 }
             };
@@ -101,30 +103,33 @@ impl StackTrie {
                 &all
             }
         };
-        let mut path: Vec<String> = Vec::new();
-        // one stack is shared by every call of a loop: label it once
+        // one stack is shared by every call of a loop, one statement by many calls: label
+        // each once
         let mut labels: HashMap<*const Vec<Frame>, Vec<String>> = HashMap::new();
+        let mut statements: HashMap<*const Fingerprint, String> = HashMap::new();
         for &r in requests {
             let request = &analysis.requests[r];
             for &c in &request.calls {
                 let call = &analysis.calls[c];
-                let stack = labels
-                    .entry(std::sync::Arc::as_ptr(&call.frames))
-                    .or_insert_with(|| {
-                        let chosen = match frames {
-                            Frames::All => call.frames.to_vec(),
-                            Frames::App => site_frames(&call.frames),
-                        };
-                        if chosen.is_empty() {
-                            vec!["(call site unknown: no stack on the span)".into()]
-                        } else {
-                            chosen.iter().map(Frame::label).collect()
-                        }
-                    });
-                path.clear();
-                path.push(request.route.clone());
-                path.extend(stack.iter().cloned());
-                path.push(statement_label(&call.fingerprint.shape));
+                labels.entry(Arc::as_ptr(&call.frames)).or_insert_with(|| {
+                    let chosen = match frames {
+                        Frames::All => call.frames.to_vec(),
+                        Frames::App => site_frames(&call.frames),
+                    };
+                    if chosen.is_empty() {
+                        vec!["(call site unknown: no stack on the span)".into()]
+                    } else {
+                        chosen.iter().map(Frame::label).collect()
+                    }
+                });
+                statements
+                    .entry(Arc::as_ptr(&call.fingerprint))
+                    .or_insert_with(|| statement_label(&call.fingerprint.shape));
+                let stack = &labels[&Arc::as_ptr(&call.frames)];
+                let mut path: Vec<&str> = Vec::with_capacity(stack.len() + 2);
+                path.push(&request.route);
+                path.extend(stack.iter().map(String::as_str));
+                path.push(&statements[&Arc::as_ptr(&call.fingerprint)]);
                 trie.add(&path, call.end_ns.saturating_sub(call.start_ns));
             }
         }
