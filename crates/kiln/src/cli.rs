@@ -64,6 +64,10 @@ pub struct QueryAnalysisArgs {
     /// Only requests whose route matches this pattern (`*` matches anything), e.g. 'GET /export/*'.
     #[arg(long = "route")]
     pub route: Option<String>,
+    /// Only this request: its id (trace id, or trace id/span id) as findings and the worst
+    /// requests show it, or the start of it. The DB stack trie is then that request's.
+    #[arg(long = "request")]
+    pub request: Option<String>,
     /// Calls of one statement from one call site that make an N+1 (2 for a strict CI gate).
     #[arg(long = "n-plus-one", default_value_t = 5, value_parser = clap::value_parser!(u64).range(2..))]
     pub n_plus_one: u64,

@@ -79,6 +79,7 @@ pub fn run(args: DemoArgs, stop: &StopSignal) -> Result<u8> {
     let mut p99s = Vec::new();
     let analysis = QueryAnalysisArgs {
         route: None,
+        request: None,
         n_plus_one: 5,
         slow_ms: 500.0,
         frames: TrieFrames::App,

@@ -42,6 +42,7 @@ pub fn options(args: &QueryAnalysisArgs) -> Result<Options> {
         n_plus_one_min: args.n_plus_one as usize,
         slow_ms: args.slow_ms,
         route: args.route.clone(),
+        request: args.request.clone(),
         worst_requests: 10,
     })
 }
@@ -235,6 +236,20 @@ pub fn report_text(record: &Value, top: usize) -> String {
                 n(&r["calls_max"]),
                 r["db_time_median_ms"].as_f64().unwrap_or(0.0),
                 r["db_time_p95_ms"].as_f64().unwrap_or(0.0)
+            );
+        }
+    }
+    let worst = a["worst_requests"].as_array().unwrap_or(&empty);
+    if worst.len() > 1 {
+        out += "Most DB calls (--request ID for one request's trie)\n";
+        for w in worst.iter().take(3) {
+            out += &format!(
+                "  {:>6} calls ({} housekeeping) {:>8.1} ms  {}  {}\n",
+                n(&w["db_calls"]),
+                n(&w["housekeeping_calls"]),
+                n(&w["db_time_ns"]) as f64 / 1e6,
+                text(&w["route"]),
+                text(&w["id"])
             );
         }
     }

@@ -8,7 +8,9 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::apps::{findings, free_port, get, line_of, wait_port, workspace, Killed, Listening};
+use common::apps::{
+    assert_shop_findings, free_port, visit_shop, wait_port, workspace, Killed, Listening, ShopTruth,
+};
 use kiln_targets::postgres::Postgres;
 
 fn jar(group: &str, name: &str, version: &str) -> String {
@@ -100,11 +102,7 @@ fn jdbc_under_the_java_agent_n_plus_one_bulk_and_repeats() {
         .expect("java runs");
     let mut app = Killed(app);
     wait_port(port, &mut app.0, "the Java app");
-    for _ in 0..ROUNDS {
-        get(port, "/authors");
-        get(port, "/bulk");
-        get(port, "/settings");
-    }
+    visit_shop(port, ROUNDS);
     // the agent exports every 100 ms; give it ample time
     std::thread::sleep(Duration::from_secs(3));
     let report = kiln.finish();
@@ -121,40 +119,17 @@ fn jdbc_under_the_java_agent_n_plus_one_bulk_and_repeats() {
         "min.duration=0 gives every span a stack"
     );
 
-    let n1 = findings(a, "n_plus_one");
-    assert_eq!(n1.len(), 1, "{:#}", a["findings"]);
-    let f = &n1[0];
-    assert_eq!(f["route"], "GET /authors");
-    assert_eq!(f["calls"], AUTHORS as u64);
-    assert_eq!(f["requests"], ROUNDS as u64);
-    assert_eq!(
-        f["distinct_values"], AUTHORS as u64,
-        "capture-query-parameters recorded them"
-    );
-    let leaf = f["site"].as_array().unwrap().last().unwrap();
-    assert_eq!(leaf["function"], "App.authors");
-    assert_eq!(leaf["file"], "App.java");
-    assert_eq!(leaf["line"], line_of(&source, "// N+1 LOOP") as u64);
-
-    let repeated = findings(a, "redundant");
-    assert_eq!(repeated.len(), 1, "{:#}", a["findings"]);
-    assert_eq!(repeated[0]["route"], "GET /settings");
-    assert_eq!(repeated[0]["calls"], REPEATS as u64);
-    let leaf = repeated[0]["site"].as_array().unwrap().last().unwrap();
-    assert_eq!(leaf["line"], line_of(&source, "// REPEATED") as u64);
-
-    let bulk = a["routes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["route"] == "GET /bulk")
-        .expect("bulk route");
-    assert_eq!(bulk["calls_max"], 1);
-    assert_eq!(
-        a["findings"].as_array().unwrap().len(),
-        2,
-        "{:#}",
-        a["findings"]
+    assert_shop_findings(
+        a,
+        &ShopTruth {
+            source: &source,
+            file: "App.java",
+            loop_function: "App.authors",
+            comment: "//",
+            authors: AUTHORS,
+            repeats: REPEATS,
+            rounds: ROUNDS,
+        },
     );
     assert!(Path::new(&out).join("spans.otlp.delimited.pb").exists());
     drop(pg);

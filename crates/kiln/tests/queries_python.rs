@@ -5,10 +5,9 @@
 
 mod common;
 
-use std::process::{Command, Stdio};
-
 use common::apps::{
-    findings, free_port, get, line_of, python, wait_port, workspace, Killed, Listening,
+    assert_shop_findings, findings, free_port, get, line_of, python_shop_file, start_python_shop,
+    visit_shop, Listening, ShopTruth,
 };
 use common::{json_of, manifest};
 use kiln_targets::postgres::Postgres;
@@ -18,36 +17,13 @@ fn flask_on_postgres_n_plus_one_bulk_and_repeats() {
     const AUTHORS: usize = 12;
     const REPEATS: usize = 4;
     const ROUNDS: usize = 3;
-    let python = python();
     let pg = Postgres::start().expect("PostgreSQL starts");
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("run");
-
     let kiln = Listening::start(&out);
-    let app_file = workspace()
-        .join("tests/apps/python_shop/app.py")
-        .canonicalize()
-        .unwrap();
-    let app_port = free_port();
-    let app = Command::new(&python)
-        .arg(&app_file)
-        .env("DATABASE_URL", pg.conninfo())
-        .env("PORT", app_port.to_string())
-        .env("N_AUTHORS", AUTHORS.to_string())
-        .env("REPEATS", REPEATS.to_string())
-        .env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", kiln.endpoint())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut app = Killed(app);
-    wait_port(app_port, &mut app.0, "the Python app");
-
-    for _ in 0..ROUNDS {
-        get(app_port, "/authors");
-        get(app_port, "/bulk");
-        get(app_port, "/settings");
-    }
+    let (_app, app_port) = start_python_shop(&pg.conninfo(), &kiln.endpoint(), AUTHORS, REPEATS);
+    let app_file = python_shop_file();
+    visit_shop(app_port, ROUNDS);
     get(app_port, "/flush");
     // the exporter's POSTs are answered before /flush returns; Ctrl-C ends the receiver
     let report = kiln.finish();
@@ -82,34 +58,17 @@ fn flask_on_postgres_n_plus_one_bulk_and_repeats() {
         "{routes:?}"
     );
 
-    let n1 = findings(a, "n_plus_one");
-    assert_eq!(n1.len(), 1, "{:#}", a["findings"]);
-    let f = &n1[0];
-    assert_eq!(f["route"], "GET /authors");
-    assert_eq!(f["calls"], AUTHORS as u64);
-    assert_eq!(f["requests"], ROUNDS as u64);
-    // psycopg's capture_parameters recorded the values: all different
-    assert_eq!(f["distinct_values"], AUTHORS as u64);
-    let leaf = f["site"].as_array().unwrap().last().unwrap();
-    assert_eq!(leaf["file"], app_file.to_str().unwrap());
-    assert_eq!(leaf["line"], line_of(&app_file, "# N+1 LOOP") as u64);
-    assert_eq!(leaf["function"], "authors");
-
-    let repeated = findings(a, "redundant");
-    assert_eq!(repeated.len(), 1, "{:#}", a["findings"]);
-    assert_eq!(repeated[0]["route"], "GET /settings");
-    assert_eq!(repeated[0]["calls"], REPEATS as u64);
-    assert_eq!(
-        repeated[0]["site"].as_array().unwrap().last().unwrap()["line"],
-        line_of(&app_file, "# REPEATED") as u64
-    );
-
-    // nothing else, and nothing at all on the bulk route
-    assert_eq!(
-        a["findings"].as_array().unwrap().len(),
-        2,
-        "{:#}",
-        a["findings"]
+    assert_shop_findings(
+        a,
+        &ShopTruth {
+            source: &app_file,
+            file: app_file.to_str().unwrap(),
+            loop_function: "authors",
+            comment: "#",
+            authors: AUTHORS,
+            repeats: REPEATS,
+            rounds: ROUNDS,
+        },
     );
 
     // the run record: spans as received, the analysis, the trie, the report
@@ -159,31 +118,13 @@ fn flask_on_postgres_n_plus_one_bulk_and_repeats() {
 #[test]
 fn kiln_run_receives_the_traces_of_its_own_load() {
     const AUTHORS: usize = 6;
-    let python = python();
     let pg = Postgres::start().expect("PostgreSQL starts");
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("run");
     let otlp_port = free_port();
-    let app_file = workspace()
-        .join("tests/apps/python_shop/app.py")
-        .canonicalize()
-        .unwrap();
-    let app_port = free_port();
-    let app = Command::new(&python)
-        .arg(&app_file)
-        .env("DATABASE_URL", pg.conninfo())
-        .env("PORT", app_port.to_string())
-        .env("N_AUTHORS", AUTHORS.to_string())
-        .env(
-            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
-            format!("http://127.0.0.1:{otlp_port}/v1/traces"),
-        )
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut app = Killed(app);
-    wait_port(app_port, &mut app.0, "the Python app");
+    let endpoint = format!("http://127.0.0.1:{otlp_port}/v1/traces");
+    let (_app, app_port) = start_python_shop(&pg.conninfo(), &endpoint, AUTHORS, 4);
+    let app_file = python_shop_file();
     let url = format!("http://127.0.0.1:{app_port}/authors");
     let listen = format!("127.0.0.1:{otlp_port}");
     let run = common::kiln(&[

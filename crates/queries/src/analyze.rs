@@ -34,6 +34,9 @@ pub struct Options {
     pub slow_ms: f64,
     /// Only requests whose route matches this glob (`*` matches anything).
     pub route: Option<String>,
+    /// Only the request whose id (`traceid/spanid`, as findings and the worst-requests list
+    /// print it) starts with this.
+    pub request: Option<String>,
     /// How many of the worst requests to list.
     pub worst_requests: usize,
 }
@@ -44,6 +47,7 @@ impl Default for Options {
             n_plus_one_min: 5,
             slow_ms: 500.0,
             route: None,
+            request: None,
             worst_requests: 10,
         }
     }
@@ -188,6 +192,9 @@ pub struct Analysis {
     pub worst_requests: Vec<Request>,
     #[serde(skip)]
     pub requests: Vec<Request>,
+    /// Indices of the requests the options selected.
+    #[serde(skip)]
+    pub matched: Vec<usize>,
     #[serde(skip)]
     pub calls: Vec<DbCall>,
 }
@@ -473,10 +480,12 @@ pub fn analyze(ingest: &Ingest, options: &Options) -> Analysis {
 
     let matched: Vec<usize> = (0..requests.len())
         .filter(|&r| {
+            let id = options.request.as_deref().map(str::to_ascii_lowercase);
             options
                 .route
                 .as_deref()
                 .is_none_or(|g| glob_match(g, &requests[r].route))
+                && id.is_none_or(|id| requests[r].id.starts_with(&id))
         })
         .collect();
 
@@ -505,6 +514,7 @@ pub fn analyze(ingest: &Ingest, options: &Options) -> Analysis {
         findings: analysis_findings,
         worst_requests: worst,
         requests,
+        matched,
         calls,
     }
 }

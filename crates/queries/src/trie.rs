@@ -91,17 +91,13 @@ impl StackTrie {
         }
     }
 
-    /// The trie of the calls of `requests` (indices into `analysis.requests`), or of every
-    /// matched request when None.
+    /// The trie of the calls of `requests` (indices into `analysis.requests`), or of the
+    /// requests the analysis selected (route, request id) when None.
     pub fn build(analysis: &Analysis, requests: Option<&[usize]>, frames: Frames) -> Self {
         let mut trie = Self::new();
-        let all: Vec<usize>;
         let requests = match requests {
             Some(r) => r,
-            None => {
-                all = (0..analysis.requests.len()).collect();
-                &all
-            }
+            None => &analysis.matched,
         };
         // one stack is shared by every call of a loop, one statement by many calls: label
         // each once

@@ -251,6 +251,52 @@ fn route_filter_keeps_matching_requests_only() {
     let analysis = analyze(&ingest(&shop(6, 2)), &options);
     assert_eq!(analysis.requests_matched, 2);
     assert_eq!(analysis.routes.len(), 2);
+    // the trie is the matched requests' only: /authors (1 + 6) and /again (2)
+    assert_eq!(StackTrie::build(&analysis, None, Frames::App).calls(), 9);
+}
+
+#[test]
+fn request_filter_gives_one_requests_trie() {
+    let all = analyze(&ingest(&shop(6, 2)), &Options::default());
+    let again = all
+        .requests
+        .iter()
+        .find(|r| r.route == "GET /again")
+        .unwrap();
+    let trace_only = again.id.split('/').next().unwrap().to_uppercase();
+    let options = Options {
+        request: Some(trace_only),
+        ..Options::default()
+    };
+    let one = analyze(&ingest(&shop(6, 2)), &options);
+    assert_eq!(one.requests_matched, 1);
+    assert_eq!(one.findings.len(), 1);
+    assert_eq!(one.findings[0].example.kind, FindingKind::Redundant);
+    assert_eq!(StackTrie::build(&one, None, Frames::App).calls(), 2);
+}
+
+#[test]
+fn huge_attribute_values_are_cut_and_flagged() {
+    let mut t = Trace::new(8);
+    let root = t.server("/big");
+    let huge = format!("SELECT '{}' FROM t WHERE id = 1", "x".repeat(5 << 20));
+    t.query(
+        root,
+        &huge,
+        Some(&"  File \"/a.py\", line 1, in f\n".repeat(100_000)),
+        1000,
+    );
+    let ingest = ingest(&document(&[t], "python"));
+    let db = ingest.spans.iter().find_map(|s| s.db.as_ref()).unwrap();
+    assert_eq!(
+        db.text.as_ref().unwrap().len(),
+        kiln_queries::model::MAX_QUERY_TEXT
+    );
+    assert!(db.text_truncated);
+    assert!(db.stacktrace.as_ref().unwrap().len() <= kiln_queries::model::MAX_STACK_TEXT);
+    // a cut statement still fingerprints (the scanner finishes the open string)
+    let analysis = analyze(&ingest, &Options::default());
+    assert_eq!(analysis.db_calls, 1);
 }
 
 #[test]

@@ -147,3 +147,102 @@ impl Listening {
         serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}\n{stderr}"))
     }
 }
+
+/// The Flask shop (tests/apps/python_shop) on `conninfo`, exporting to `endpoint`.
+pub fn start_python_shop(
+    conninfo: &str,
+    endpoint: &str,
+    authors: usize,
+    repeats: usize,
+) -> (Killed, u16) {
+    let port = free_port();
+    let app = Command::new(python())
+        .arg(python_shop_file())
+        .env("DATABASE_URL", conninfo)
+        .env("PORT", port.to_string())
+        .env("N_AUTHORS", authors.to_string())
+        .env("REPEATS", repeats.to_string())
+        .env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", endpoint)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut app = Killed(app);
+    wait_port(port, &mut app.0, "the Python app");
+    (app, port)
+}
+
+pub fn python_shop_file() -> PathBuf {
+    workspace()
+        .join("tests/apps/python_shop/app.py")
+        .canonicalize()
+        .unwrap()
+}
+
+/// Each shop route, `rounds` times.
+pub fn visit_shop(port: u16, rounds: usize) {
+    for _ in 0..rounds {
+        get(port, "/authors");
+        get(port, "/bulk");
+        get(port, "/settings");
+    }
+}
+
+/// What the shop apps do by construction: on /authors an N+1 of `authors` queries from the
+/// line marked `N+1 LOOP`, on /settings `repeats` identical queries from the line marked
+/// `REPEATED`, on /bulk one JOIN.
+pub struct ShopTruth<'a> {
+    pub source: &'a Path,
+    /// The file and function as the stacks name them.
+    pub file: &'a str,
+    pub loop_function: &'a str,
+    /// The language's line comment, before the markers.
+    pub comment: &'a str,
+    pub authors: usize,
+    pub repeats: usize,
+    pub rounds: usize,
+}
+
+/// kiln found exactly the shop's N+1 and repeats, at their lines, and nothing else.
+pub fn assert_shop_findings(a: &Value, t: &ShopTruth) {
+    let n1 = findings(a, "n_plus_one");
+    assert_eq!(n1.len(), 1, "{:#}", a["findings"]);
+    let f = &n1[0];
+    assert_eq!(f["route"], "GET /authors");
+    assert_eq!(f["calls"], t.authors as u64);
+    assert_eq!(f["requests"], t.rounds as u64);
+    // the instrumentation recorded the bound values: all different
+    assert_eq!(f["distinct_values"], t.authors as u64);
+    let leaf = f["site"].as_array().unwrap().last().unwrap();
+    assert_eq!(leaf["file"], t.file);
+    assert_eq!(leaf["function"], t.loop_function);
+    assert_eq!(
+        leaf["line"],
+        line_of(t.source, &format!("{} N+1 LOOP", t.comment)) as u64
+    );
+
+    let repeated = findings(a, "redundant");
+    assert_eq!(repeated.len(), 1, "{:#}", a["findings"]);
+    assert_eq!(repeated[0]["route"], "GET /settings");
+    assert_eq!(repeated[0]["calls"], t.repeats as u64);
+    let leaf = repeated[0]["site"].as_array().unwrap().last().unwrap();
+    assert_eq!(
+        leaf["line"],
+        line_of(t.source, &format!("{} REPEATED", t.comment)) as u64
+    );
+
+    let bulk = a["routes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["route"] == "GET /bulk")
+        .expect("bulk route");
+    assert_eq!(bulk["calls_max"], 1);
+    // nothing else, and nothing at all on the bulk route
+    assert_eq!(
+        a["findings"].as_array().unwrap().len(),
+        2,
+        "{:#}",
+        a["findings"]
+    );
+}
