@@ -51,7 +51,7 @@ fn watch_for_interrupts(stop: StopSignal) {
                         std::process::exit(run_cmd::EXIT_CTRL_C as i32);
                     }
                     eprintln!(
-                        "\nkiln: interrupted; finishing the run record (Ctrl-C again to quit now)"
+                        "\nkiln: Ctrl-C: finishing the run record (Ctrl-C again to quit now)"
                     );
                     stop.stop("interrupted by Ctrl-C");
                 }
