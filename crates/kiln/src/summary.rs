@@ -215,6 +215,17 @@ pub fn render_text(view: &RunView) -> String {
     } = *view;
     let mut out = String::new();
     let plan = &manifest.plan;
+    let reason = manifest
+        .status_reason
+        .as_deref()
+        .map(|r| format!(": {}", safe_text(r)))
+        .unwrap_or_default();
+    if plan.get("url").is_none() {
+        // a run without load (kiln profile, kiln queries): what it recorded
+        let _ = writeln!(out, "Run        {} ({status}{reason})", safe_text(dir));
+        out += &recorded_extras(dir, profile, queries);
+        return out;
+    }
     let open = is_open_model(manifest);
     let _ = writeln!(
         out,
@@ -223,11 +234,6 @@ pub fn render_text(view: &RunView) -> String {
         safe_text(plan["url"].as_str().unwrap_or("?"))
     );
     let _ = writeln!(out, "Workload   {}", workload_line(plan));
-    let reason = manifest
-        .status_reason
-        .as_deref()
-        .map(|r| format!(": {}", safe_text(r)))
-        .unwrap_or_default();
     let _ = writeln!(out, "Run        {} ({status}{reason})", safe_text(dir));
 
     let measured: Vec<&PhaseSummary> = phases.iter().filter(|p| p.measured).collect();
@@ -271,6 +277,7 @@ pub fn render_text(view: &RunView) -> String {
 
     let Some(total) = measured_total(phases) else {
         let _ = writeln!(out, "\nNo measured results were recorded.");
+        out += &recorded_extras(dir, profile, queries);
         return out;
     };
     let _ = writeln!(
@@ -362,14 +369,7 @@ pub fn render_text(view: &RunView) -> String {
         &resources_summary::during(&total, resources),
         "the measured load",
     );
-    if let Some(profile) = profile {
-        out += &profile_text(dir, profile);
-    }
-    if let Some(queries) = queries {
-        out += "DB calls (from the target's traces)\n";
-        out += &crate::queries_cmd::report_text(queries, 5);
-        let _ = writeln!(out, "Report     {dir}/queries.html");
-    }
+    out += &recorded_extras(dir, profile, queries);
     for t in thresholds::check_all(plan, &total) {
         let _ = writeln!(
             out,
@@ -410,6 +410,20 @@ fn phase_json(p: &PhaseSummary) -> Value {
         "kiln_max_rss_kib": end.kiln_max_rss_kib,
         "stopped_early": end.stopped_early,
     })
+}
+
+/// The sections of what was recorded beside the load: the profile and the DB calls.
+fn recorded_extras(dir: &str, profile: Option<&Value>, queries: Option<&Value>) -> String {
+    let mut out = String::new();
+    if let Some(profile) = profile {
+        out += &profile_text(dir, profile);
+    }
+    if let Some(queries) = queries {
+        out += "DB calls (from the target's traces)\n";
+        out += &crate::queries_cmd::report_text(queries, 5);
+        let _ = writeln!(out, "Report     {dir}/queries.html");
+    }
+    out
 }
 
 /// The profile section of a run's text summary, from its `profile.json` record.

@@ -99,6 +99,11 @@ fn fail_on_gates_with_exit_99() {
     let v = json_with_exit(&run("a", &[]), 0);
     assert_eq!(v["analysis"]["findings"][0]["kind"], "n_plus_one");
     assert_eq!(v["analysis"]["findings"][0]["calls"], 6);
+    // kiln report prints a queries-only run as what it recorded, not as a load test
+    let report = kiln(&["report", tmp.path().join("a").to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&report.stdout);
+    assert!(text.contains("N+1 queries  GET /x/plain"), "{text}");
+    assert!(!text.contains("Target"), "{text}");
     json_with_exit(&run("b", &["--fail-on", "medium"]), 99);
     // below the N+1 threshold: nothing to gate on
     json_with_exit(&run("c", &["--fail-on", "low", "--n-plus-one", "7"]), 0);
