@@ -504,3 +504,36 @@ mod property {
         }
     }
 }
+
+#[test]
+fn deep_nesting_inside_attribute_values_never_overflows_the_stack() {
+    let span = |value: String| {
+        format!(
+            r#"{{"resourceSpans":[{{"scopeSpans":[{{"spans":[{{"traceId":"0af7651916cd43dd8448eb211c80319c","spanId":"b7ad6b7169203331","name":"x","attributes":[{{"key":"k","value":{value}}}]}}]}}]}}]}}"#
+        )
+    };
+    let n = 200_000;
+    // a kvlist kiln ignores: skipped whatever its depth
+    let kvlist = span(format!(
+        r#"{{"kvlistValue":{}{}}}"#,
+        "[".repeat(n),
+        "]".repeat(n)
+    ));
+    // an array kiln reads: refused past serde_json's recursion limit, with a clear problem
+    let array = span(format!(
+        r#"{{"arrayValue":{{"values":[{}{}]}}}}"#,
+        r#"{"arrayValue":{"values":["#.repeat(n),
+        "]}}".repeat(n)
+    ));
+    let mut ingest = Ingest::new();
+    ingest
+        .add_json_reader(format!("{kvlist}\n{array}\n").as_bytes(), "deep")
+        .unwrap();
+    assert_eq!(ingest.spans.len(), 1);
+    assert_eq!(ingest.coverage.rejected_lines, 1);
+    assert!(
+        ingest.coverage.problems[0].contains("recursion limit"),
+        "{:?}",
+        ingest.coverage.problems
+    );
+}
