@@ -161,7 +161,7 @@ def run_kiln(path, tmp, name):
     report = json.loads(output[output.index("{"):])
     return {"cpu_s": cpu, "wall_s": wall, "rss_mib": rss / 1024,
             "findings": len(report["analysis"]["findings"]),
-            "db_calls": report["analysis"]["db_calls"]}
+            "db_calls": report["analysis"]["db_calls"], "cost_ms": report["cost_ms"]}
 
 
 def main():
@@ -177,8 +177,11 @@ def main():
         k = run_kiln(many, tmp, "many")
         k["spans_per_cpu_s"] = spans / k["cpu_s"]
         results["many"]["kiln"] = k
+        cost = k["cost_ms"]
+        k["ingest_and_fingerprint_spans_per_s"] = spans / ((cost["read"] + cost["analysis"]) / 1000)
         print(f"many: {spans} spans ({results['many']['file_mib']:.0f} MiB): kiln {k['cpu_s']:.2f} CPU-s, "
-              f"{k['spans_per_cpu_s']:.0f} spans/CPU-s, RSS {k['rss_mib']:.0f} MiB, {k['findings']} findings")
+              f"{k['spans_per_cpu_s']:.0f} spans/CPU-s, RSS {k['rss_mib']:.0f} MiB, {k['findings']} findings; "
+              f"stages (ms) {cost}: read + analysis = {k['ingest_and_fingerprint_spans_per_s']:.0f} spans/s")
         if shutil.which("pt-query-digest"):
             _, cpu, rss, wall = measured(["pt-query-digest", "--limit", "100%", slowlog])
             results["many"]["pt_query_digest"] = {"cpu_s": cpu, "wall_s": wall, "rss_mib": rss / 1024,
@@ -207,7 +210,7 @@ def main():
         results["one_request"] = {"spans": spans_one, "file_mib": os.path.getsize(one) / 2**20, "kiln": k}
         print(f"one request, {ONE_REQUEST_CALLS} DB calls ({results['one_request']['file_mib']:.0f} MiB): "
               f"kiln {k['wall_s']:.2f} s wall, {k['cpu_s']:.2f} CPU-s (ingest + analysis + trie + HTML), "
-              f"RSS {k['rss_mib']:.0f} MiB")
+              f"RSS {k['rss_mib']:.0f} MiB; stages (ms) {k['cost_ms']}")
     path = os.path.join(OUT, time.strftime("queries-%Y%m%d-%H%M%S.json"))
     with open(path, "w") as f:
         json.dump(results, f, indent=2)

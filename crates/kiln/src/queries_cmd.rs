@@ -63,43 +63,56 @@ pub fn write_report(
     ingest: &Ingest,
     args: &QueryAnalysisArgs,
     title: &str,
+    read: Duration,
 ) -> Result<QueryReport> {
+    let ms = |since: Instant| since.elapsed().as_secs_f64() * 1e3;
+    let started = Instant::now();
     let analysis = analyze(ingest, &options(args)?);
+    let analysis_ms = ms(started);
+    let started = Instant::now();
     let frames = match args.frames {
         TrieFrames::App => Frames::App,
         TrieFrames::All => Frames::All,
     };
     let trie = StackTrie::build(&analysis, None, frames);
     let (calls, time) = trie.folded();
-    let mut files = Vec::new();
+    let trie_ms = ms(started);
+    let started = Instant::now();
+    let page = html::render(&analysis, &trie, title);
+    let speedscope = trie.speedscope(title);
+    let outputs_ms = ms(started);
+    // kiln's own cost, per stage (reading includes parsing; analysis includes fingerprints)
     let record = json!({"analysis": &analysis, "trie": {"calls": trie.calls(), "nodes": trie.node_count(),
         "frames": format!("{:?}", args.frames).to_lowercase(), "heaviest": trie.text(0.05, 30)},
-        "html": "queries.html"});
-    files.push(dir.write_file_part(
-        QUERIES_PART,
-        "queries.json",
-        1,
-        serde_json::to_string_pretty(&record)?.as_bytes(),
-    )?);
-    files.push(dir.write_file_part(
-        TRIE_CALLS_PART,
-        "db-trie.folded",
-        1,
-        calls.to_text().as_bytes(),
-    )?);
-    files.push(dir.write_file_part(
-        TRIE_TIME_PART,
-        "db-trie-time-us.folded",
-        1,
-        time.to_text().as_bytes(),
-    )?);
-    files.push(dir.write_file_part(
-        TRIE_SPEEDSCOPE_PART,
-        "db-trie.speedscope.json",
-        1,
-        trie.speedscope(title).as_bytes(),
-    )?);
-    let page = html::render(&analysis, &trie, title);
+        "html": "queries.html",
+        "cost_ms": {"read": read.as_secs_f64() * 1e3, "analysis": analysis_ms, "trie": trie_ms,
+            "html_and_speedscope": outputs_ms}});
+    let files = vec![
+        dir.write_file_part(
+            QUERIES_PART,
+            "queries.json",
+            1,
+            serde_json::to_string_pretty(&record)?.as_bytes(),
+        )?,
+        dir.write_file_part(
+            TRIE_CALLS_PART,
+            "db-trie.folded",
+            1,
+            calls.to_text().as_bytes(),
+        )?,
+        dir.write_file_part(
+            TRIE_TIME_PART,
+            "db-trie-time-us.folded",
+            1,
+            time.to_text().as_bytes(),
+        )?,
+        dir.write_file_part(
+            TRIE_SPEEDSCOPE_PART,
+            "db-trie.speedscope.json",
+            1,
+            speedscope.as_bytes(),
+        )?,
+    ];
     let html_path = dir.write_file_part(HTML_PART, "queries.html", 1, page.as_bytes())?;
     if let Some(extra) = &args.html {
         std::fs::write(extra, &page)
@@ -354,7 +367,9 @@ pub fn run(args: QueriesArgs, stop: &StopSignal) -> Result<u8> {
     options(&args.analysis)?;
     let duration = args.duration.as_deref().map(parse_duration).transpose()?;
     let mut ingest = Ingest::new();
+    let reading = Instant::now();
     read_files(&mut ingest, &args.files)?;
+    let read = reading.elapsed();
     let receiver = args.listen.as_deref().map(start_receiver).transpose()?;
     let out = args
         .out
@@ -418,7 +433,7 @@ pub fn run(args: QueriesArgs, stop: &StopSignal) -> Result<u8> {
             reason = stop.reason();
         }
     }
-    let report = write_report(&mut dir, &ingest, &args.analysis, "kiln queries")?;
+    let report = write_report(&mut dir, &ingest, &args.analysis, "kiln queries", read)?;
     // Freeing a million spans one by one costs more than the analysis did; the process ends
     // right after this, and the OS takes the memory back at once.
     std::mem::forget(ingest);
@@ -428,7 +443,7 @@ pub fn run(args: QueriesArgs, stop: &StopSignal) -> Result<u8> {
             "{}",
             serde_json::to_string_pretty(
                 &json!({"run_dir": dir.path(), "status": status.as_str(),
-                "analysis": &report.analysis, "html": report.html, "files": report.files})
+                "analysis": &report.analysis, "cost_ms": report.record["cost_ms"], "html": report.html, "files": report.files})
             )?
         );
     } else {
