@@ -81,6 +81,14 @@ pub struct QueryAnalysisArgs {
     /// Also write the HTML report (findings, routes, the treemap) here.
     #[arg(long = "html")]
     pub html: Option<PathBuf>,
+    /// Leave calls whose normalized statement matches this pattern (`*` matches anything) out
+    /// of the findings, e.g. 'SELECT * FROM flags WHERE *'. Repeatable.
+    #[arg(long = "ignore-sql")]
+    pub ignore_sql: Vec<String>,
+    /// Leave calls with a stack frame matching this pattern (its function, or file:line) out of
+    /// the findings, e.g. '*preload_associations*' or 'com.acme.cache.*'. Repeatable.
+    #[arg(long = "ignore-frame")]
+    pub ignore_frames: Vec<String>,
     /// Exit with 99 when a finding is at least this severe (a CI gate).
     #[arg(long = "fail-on", value_enum)]
     pub fail_on: Option<FailOn>,

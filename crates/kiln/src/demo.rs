@@ -84,6 +84,8 @@ pub fn run(args: DemoArgs, stop: &StopSignal) -> Result<u8> {
         slow_ms: 500.0,
         frames: TrieFrames::App,
         html: None,
+        ignore_sql: Vec::new(),
+        ignore_frames: Vec::new(),
         fail_on: None,
     };
     let open = LoadPlan {

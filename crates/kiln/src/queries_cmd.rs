@@ -44,6 +44,8 @@ pub fn options(args: &QueryAnalysisArgs) -> Result<Options> {
         route: args.route.clone(),
         request: args.request.clone(),
         worst_requests: 10,
+        ignore_sql: args.ignore_sql.clone(),
+        ignore_frames: args.ignore_frames.clone(),
     })
 }
 
@@ -192,11 +194,15 @@ pub fn report_text(record: &Value, top: usize) -> String {
     let routes = a["routes"].as_array().unwrap_or(&empty);
     let findings = a["findings"].as_array().unwrap_or(&empty);
     out += &format!(
-        "Requests   {} ({} matched), {} routes, {} DB calls\n",
+        "Requests   {} ({} matched), {} routes, {} DB calls{}\n",
         n(&a["requests_total"]),
         n(&a["requests_matched"]),
         routes.len(),
-        n(&a["db_calls"])
+        n(&a["db_calls"]),
+        match n(&a["ignored_calls"]) {
+            0 => String::new(),
+            k => format!(" ({k} left out of the findings by --ignore-*)"),
+        }
     );
     if findings.is_empty() {
         out += "Findings   none\n";

@@ -39,6 +39,13 @@ pub struct Options {
     pub request: Option<String>,
     /// How many of the worst requests to list.
     pub worst_requests: usize,
+    /// Calls whose normalized statement matches one of these globs are left out of the
+    /// findings (still counted and in the trie): known and accepted patterns.
+    pub ignore_sql: Vec<String>,
+    /// Calls with a stack frame whose function or `file:line` matches one of these globs are
+    /// left out of the findings (Prosopite's allow_stack_paths, Bullet's stacktrace_excludes:
+    /// any frame, not only the application's).
+    pub ignore_frames: Vec<String>,
 }
 
 impl Default for Options {
@@ -49,6 +56,8 @@ impl Default for Options {
             route: None,
             request: None,
             worst_requests: 10,
+            ignore_sql: Vec::new(),
+            ignore_frames: Vec::new(),
         }
     }
 }
@@ -69,6 +78,8 @@ pub struct DbCall {
     /// The call site: a hash of the application frames, or of the parent span.
     pub site: u64,
     pub structural: bool,
+    /// Matched an --ignore-sql or --ignore-frame pattern: not in the findings.
+    pub ignored: bool,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -187,6 +198,8 @@ pub struct Analysis {
     pub requests_total: usize,
     pub requests_matched: usize,
     pub db_calls: usize,
+    /// Calls left out of the findings by --ignore-sql / --ignore-frame.
+    pub ignored_calls: usize,
     pub routes: Vec<RouteSummary>,
     pub findings: Vec<FindingSummary>,
     pub worst_requests: Vec<Request>,
@@ -455,9 +468,11 @@ pub fn analyze(ingest: &Ingest, options: &Options) -> Analysis {
             frames,
             site,
             structural,
+            ignored: false,
         });
     }
 
+    let ignored_calls = mark_ignored(&mut calls, options);
     for (c, call) in calls.iter().enumerate() {
         requests[call.request].calls.push(c);
     }
@@ -510,6 +525,7 @@ pub fn analyze(ingest: &Ingest, options: &Options) -> Analysis {
         requests_total,
         requests_matched: matched.len(),
         db_calls,
+        ignored_calls,
         routes,
         findings: analysis_findings,
         worst_requests: worst,
@@ -517,6 +533,41 @@ pub fn analyze(ingest: &Ingest, options: &Options) -> Analysis {
         matched,
         calls,
     }
+}
+
+/// Marks the calls the ignore patterns match; returns how many.
+fn mark_ignored(calls: &mut [DbCall], options: &Options) -> usize {
+    if options.ignore_sql.is_empty() && options.ignore_frames.is_empty() {
+        return 0;
+    }
+    // one verdict per statement shape and per stack
+    let mut by_stack: HashMap<*const Vec<Frame>, bool> = HashMap::new();
+    let mut by_shape: HashMap<*const Fingerprint, bool> = HashMap::new();
+    let mut count = 0;
+    for call in calls.iter_mut() {
+        let sql = *by_shape
+            .entry(Arc::as_ptr(&call.fingerprint))
+            .or_insert_with(|| {
+                options
+                    .ignore_sql
+                    .iter()
+                    .any(|g| glob_match(g, &call.fingerprint.shape))
+            });
+        let frame = *by_stack
+            .entry(Arc::as_ptr(&call.frames))
+            .or_insert_with(|| {
+                call.frames.iter().any(|f| {
+                    options.ignore_frames.iter().any(|g| {
+                        glob_match(g, &f.function)
+                            || glob_match(g, &f.location())
+                            || glob_match(g, &f.label())
+                    })
+                })
+            });
+        call.ignored = sql || frame;
+        count += usize::from(call.ignored);
+    }
+    count
 }
 
 fn new_request(ingest: &Ingest, span: &Span) -> Request {
@@ -572,7 +623,7 @@ fn request_findings(
     let mut first_seen: HashMap<(String, u64), usize> = HashMap::new();
     for (order, &c) in request.calls.iter().enumerate() {
         let call = &calls[c];
-        if call.fingerprint.class == StatementClass::Housekeeping {
+        if call.fingerprint.class == StatementClass::Housekeeping || call.ignored {
             continue;
         }
         let key = (call.fingerprint.id.clone(), call.site);

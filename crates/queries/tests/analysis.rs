@@ -537,3 +537,39 @@ fn deep_nesting_inside_attribute_values_never_overflows_the_stack() {
         ingest.coverage.problems
     );
 }
+
+#[test]
+fn ignore_patterns_leave_calls_out_of_the_findings_only() {
+    let text = shop(7, 3);
+    let by_frame = Options {
+        ignore_frames: vec!["/srv/shop/views.py:23".into()],
+        ..Options::default()
+    };
+    let a = analyze(&ingest(&text), &by_frame);
+    let kinds: Vec<FindingKind> = a.findings.iter().map(|f| f.example.kind).collect();
+    assert_eq!(
+        kinds,
+        [FindingKind::Redundant],
+        "the loop's line is ignored"
+    );
+    assert_eq!(a.ignored_calls, 7);
+    assert_eq!(a.db_calls, 1 + 7 + 1 + 3, "ignored calls are still counted");
+    // any frame, library frames included
+    let by_library = Options {
+        ignore_frames: vec!["dispatch".into()],
+        ..Options::default()
+    };
+    assert!(analyze(&ingest(&text), &by_library).findings.is_empty());
+    let by_sql = Options {
+        ignore_sql: vec!["SELECT value FROM settings *".into()],
+        ..Options::default()
+    };
+    let a = analyze(&ingest(&text), &by_sql);
+    let kinds: Vec<FindingKind> = a.findings.iter().map(|f| f.example.kind).collect();
+    assert_eq!(kinds, [FindingKind::NPlusOne]);
+    assert_eq!(
+        StackTrie::build(&a, None, Frames::App).calls(),
+        12,
+        "the trie keeps them"
+    );
+}
