@@ -71,6 +71,15 @@ pub fn to_json(samples: &[ResourceSecond]) -> Value {
             "involuntary_switches_per_s_mean": mean(procs.iter().filter_map(|p| p.rates.involuntary_switches_per_s)),
             "rss_max_kib": procs.iter().map(|p| p.rss_kib).max(),
             "threads_max": procs.iter().map(|p| p.threads).max(),
+            "open_fds_max": procs.iter().filter_map(|p| p.open_fds).max(),
+            // the most threads seen in each state in any sample (D: waiting in the kernel)
+            "thread_states_max": procs.iter().fold(serde_json::Map::new(), |mut m, p| {
+                for (state, n) in &p.thread_states {
+                    let seen = m.get(state).and_then(Value::as_u64).unwrap_or(0);
+                    m.insert(state.clone(), json!(seen.max(*n)));
+                }
+                m
+            }),
             "sockets": sockets_json(&procs),
         })),
         "hottest_threads": hottest.iter().map(|(n, c)| json!({"name": n, "cpu_mean_pct": c})).collect::<Vec<_>>(),
@@ -114,15 +123,19 @@ fn kernel_json(samples: &[ResourceSecond]) -> Value {
     let total = |f: fn(&kiln_sample::KernelSecond) -> Option<u64>| -> Option<u64> {
         kernels.iter().map(|k| f(k)).sum()
     };
-    let mut net_rx: Vec<u64> = Vec::new();
-    for k in &kernels {
-        if net_rx.len() < k.net_rx_per_cpu.len() {
-            net_rx.resize(k.net_rx_per_cpu.len(), 0);
+    // per-CPU counts summed over the samples
+    let per_cpu = |f: fn(&kiln_sample::KernelSecond) -> &Vec<u64>| {
+        let mut sums: Vec<u64> = Vec::new();
+        for k in &kernels {
+            if sums.len() < f(k).len() {
+                sums.resize(f(k).len(), 0);
+            }
+            for (sum, n) in sums.iter_mut().zip(f(k)) {
+                *sum += n;
+            }
         }
-        for (sum, n) in net_rx.iter_mut().zip(&k.net_rx_per_cpu) {
-            *sum += n;
-        }
-    }
+        sums
+    };
     let worst = |f: fn(&kiln_sample::KernelSecond) -> Option<f64>| {
         kernels.iter().filter_map(|k| f(k)).reduce(f64::max)
     };
@@ -130,7 +143,9 @@ fn kernel_json(samples: &[ResourceSecond]) -> Value {
         "listen_overflows": total(|k| k.listen_overflows),
         "listen_drops": total(|k| k.listen_drops),
         "tcp_retrans_segs": total(|k| k.tcp_retrans_segs),
-        "net_rx_softirqs_per_cpu": net_rx,
+        "net_rx_softirqs_per_cpu": per_cpu(|k| &k.net_rx_per_cpu),
+        "interrupts_per_cpu": per_cpu(|k| &k.interrupts_per_cpu),
+        "nic_interrupts_per_cpu": per_cpu(|k| &k.nic_interrupts_per_cpu),
         "thp_fault_alloc": total(|k| k.thp_fault_alloc),
         "thp_fault_fallback": total(|k| k.thp_fault_fallback),
         "compact_stall": total(|k| k.compact_stall),
@@ -165,7 +180,7 @@ pub fn to_text(samples: &[ResourceSecond], during: &str) -> String {
     if !p.is_null() {
         let _ = writeln!(
             out,
-            "  target   {} ({}): CPU mean {} peak {} of one core (usr {} sys {}); switches/s {:.0} voluntary, {:.0} involuntary; RSS max {}; threads {}",
+            "  target   {} ({}): CPU mean {} peak {} of one core (usr {} sys {}); switches/s {:.0} voluntary, {:.0} involuntary; RSS max {}; threads {}{}; open files max {}",
             p["pid"],
             safe_text(p["name"].as_str().unwrap_or("?")),
             pct(&p["cpu_mean_pct"]),
@@ -175,7 +190,15 @@ pub fn to_text(samples: &[ResourceSecond], during: &str) -> String {
             p["voluntary_switches_per_s_mean"].as_f64().unwrap_or(0.0),
             p["involuntary_switches_per_s_mean"].as_f64().unwrap_or(0.0),
             format::bytes(p["rss_max_kib"].as_u64().unwrap_or(0) * 1024),
-            p["threads_max"]
+            p["threads_max"],
+            match p["thread_states_max"].as_object() {
+                Some(states) if !states.is_empty() => format!(
+                    " (most at once: {})",
+                    states.iter().map(|(s, n)| format!("{s} {n}")).collect::<Vec<_>>().join(", ")
+                ),
+                _ => String::new(),
+            },
+            p["open_fds_max"].as_u64().map_or("?".to_string(), |n| n.to_string())
         );
         let hottest: Vec<String> = v["hottest_threads"]
             .as_array()
@@ -236,11 +259,13 @@ pub fn to_text(samples: &[ResourceSecond], during: &str) -> String {
         let psi = |x: &Value| x.as_f64().map_or("n/a".to_string(), |p| format!("{p:.1}%"));
         let _ = writeln!(
             out,
-            "  kernel   listen overflows {}, listen drops {}, TCP retransmits {}; NET_RX softirqs per CPU {}\n           THP faults {} (fallback {}), compaction stalls {}, major faults {}; PSI some avg10 max: cpu {} memory {} io {}",
+            "  kernel   listen overflows {}, listen drops {}, TCP retransmits {}; NET_RX softirqs per CPU {}\n           interrupts per CPU {} (network devices {})\n           THP faults {} (fallback {}), compaction stalls {}, major faults {}; PSI some avg10 max: cpu {} memory {} io {}",
             n(&k["listen_overflows"]),
             n(&k["listen_drops"]),
             n(&k["tcp_retrans_segs"]),
             k["net_rx_softirqs_per_cpu"],
+            k["interrupts_per_cpu"],
+            k["nic_interrupts_per_cpu"],
             n(&k["thp_fault_alloc"]),
             n(&k["thp_fault_fallback"]),
             n(&k["compact_stall"]),

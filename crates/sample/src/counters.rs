@@ -57,6 +57,59 @@ pub fn parse_vmstat(text: &str) -> BTreeMap<String, u64> {
         .collect()
 }
 
+/// Interrupt counts per CPU from /proc/interrupts: all of them (device IRQs and the
+/// architecture's: timer, rescheduling, TLB shootdowns ...), and the network devices' alone.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Interrupts {
+    pub all_per_cpu: Vec<u64>,
+    pub nic_per_cpu: Vec<u64>,
+}
+
+/// Whether an interrupt line belongs to a network device: drivers name NIC queue interrupts
+/// after the interface (eth0-TxRx-0, ens5-Tx-Rx-1, mlx5_comp3) or, for virtio-net,
+/// virtioN-input.Q / virtioN-output.Q.
+fn is_nic_interrupt(name: &str) -> bool {
+    [
+        "eth", "ens", "enp", "eno", "mlx", "ixgbe", "i40e", "ena", "igb", "bnxt",
+    ]
+    .iter()
+    .any(|p| name.starts_with(p))
+        || (name.starts_with("virtio") && (name.contains("-input") || name.contains("-output")))
+}
+
+/// Parses /proc/interrupts: a header of `CPUn` columns, then a line per source with a count
+/// per CPU (lines with fewer counts, like `ERR:`, add what they have).
+pub fn parse_interrupts(text: &str) -> Interrupts {
+    let mut lines = text.lines();
+    let cpus = lines.next().map_or(0, |h| {
+        h.split_whitespace()
+            .filter(|w| w.starts_with("CPU"))
+            .count()
+    });
+    let mut out = Interrupts {
+        all_per_cpu: vec![0; cpus],
+        nic_per_cpu: vec![0; cpus],
+    };
+    for line in lines {
+        let mut words = line.split_whitespace();
+        if words.next().is_none_or(|label| !label.ends_with(':')) {
+            continue;
+        }
+        let nic = is_nic_interrupt(line.split_whitespace().last().unwrap_or(""));
+        for (i, count) in words
+            .take(cpus)
+            .map_while(|w| w.parse::<u64>().ok())
+            .enumerate()
+        {
+            out.all_per_cpu[i] = out.all_per_cpu[i].saturating_add(count);
+            if nic {
+                out.nic_per_cpu[i] = out.nic_per_cpu[i].saturating_add(count);
+            }
+        }
+    }
+    out
+}
+
 /// The `some` and `full` 10-second averages (percent of time) of a /proc/pressure file.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Pressure {
@@ -82,6 +135,22 @@ pub fn parse_pressure(text: &str) -> Pressure {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn interrupts_per_cpu_and_the_nics_share() {
+        let text = "           CPU0       CPU1       \n 24:          1          0  IO-APIC   5-edge      ACPI:Ged\n 34:        432          7 PCI-MSIX-0000:00:05.0   1-edge      virtio4-input.0\n 35:         10          1 PCI-MSIX   2-edge      virtio4-output.0\n 40:          5          5 PCI-MSI   eth0-TxRx-0\nLOC:     100000     90000   Local timer interrupts\nERR:          3\nMIS:          0\n";
+        let i = parse_interrupts(text);
+        assert_eq!(
+            i.all_per_cpu,
+            vec![1 + 432 + 10 + 5 + 100000 + 3, 7 + 1 + 5 + 90000]
+        );
+        assert_eq!(i.nic_per_cpu, vec![432 + 10 + 5, 7 + 1 + 5]);
+        assert_eq!(parse_interrupts(""), Interrupts::default());
+        assert_eq!(
+            parse_interrupts("garbage\n1 2 3\nx: y z").all_per_cpu,
+            Vec::<u64>::new()
+        );
+    }
     use proptest::prelude::*;
 
     #[test]
@@ -119,6 +188,7 @@ mod tests {
             let _ = parse_softirqs(&text);
             let _ = parse_vmstat(&text);
             let _ = parse_pressure(&text);
+            let _ = parse_interrupts(&text);
         }
     }
 }

@@ -9,6 +9,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
+use crate::counters::parse_interrupts;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Verdict {
@@ -364,30 +366,7 @@ impl Doctor {
 
     /// Network device interrupt counts per CPU from /proc/interrupts.
     fn nic_interrupts(&self) -> Result<Vec<u64>, String> {
-        let text = self.read("proc/interrupts")?;
-        let mut lines = text.lines();
-        let cpus = lines.next().map_or(0, |h| h.split_whitespace().count());
-        let mut per_cpu = vec![0u64; cpus];
-        for line in lines {
-            let name = line.split_whitespace().last().unwrap_or("");
-            // Drivers name NIC queue interrupts after the interface (eth0-TxRx-0, ens5-Tx-Rx-1,
-            // mlx5_comp3) or, for virtio-net, virtioN-input.Q / virtioN-output.Q.
-            let is_nic = [
-                "eth", "ens", "enp", "eno", "mlx", "ixgbe", "i40e", "ena", "igb", "bnxt",
-            ]
-            .iter()
-            .any(|p| name.starts_with(p))
-                || (name.starts_with("virtio")
-                    && (name.contains("-input") || name.contains("-output")));
-            if !is_nic {
-                continue;
-            }
-            let counts = line.split_whitespace().skip(1).take(cpus);
-            for (slot, c) in per_cpu.iter_mut().zip(counts) {
-                *slot += c.parse::<u64>().unwrap_or(0);
-            }
-        }
-        Ok(per_cpu)
+        Ok(parse_interrupts(&self.read("proc/interrupts")?).nic_per_cpu)
     }
 
     fn nic_interrupt_spread(&self) -> Check {

@@ -6,7 +6,8 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use crate::counters::{
-    parse_paired_counters, parse_pressure, parse_softirqs, parse_vmstat, Pressure,
+    parse_interrupts, parse_paired_counters, parse_pressure, parse_softirqs, parse_vmstat,
+    Interrupts, Pressure,
 };
 use crate::sockets::{parse_tcp_table, SocketSummary};
 
@@ -168,6 +169,7 @@ pub struct KernelReading {
     pub psi_cpu: Option<Pressure>,
     pub psi_memory: Option<Pressure>,
     pub psi_io: Option<Pressure>,
+    pub interrupts: Option<Interrupts>,
 }
 
 /// /proc under a root: `/` on the live host, a fixture tree in tests.
@@ -235,7 +237,15 @@ impl ProcFs {
             psi_cpu: pressure("cpu"),
             psi_memory: pressure("memory"),
             psi_io: pressure("io"),
+            interrupts: self.read("proc/interrupts").map(|t| parse_interrupts(&t)),
         }
+    }
+
+    /// Open file descriptors of a process (entries of /proc/PID/fd); None when they cannot
+    /// be listed (another user's process without privilege, or gone).
+    pub fn open_fds(&self, pid: i32) -> Option<u64> {
+        let entries = fs::read_dir(self.root.join(format!("proc/{pid}/fd"))).ok()?;
+        Some(entries.filter(|e| e.is_ok()).count() as u64)
     }
 
     /// The process as a whole (all its threads' times summed by the kernel).

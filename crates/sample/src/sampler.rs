@@ -1,6 +1,7 @@
 //! One tick of the sampler: read everything, compare with the previous reading, and give
 //! the figures of the interval in between. The caller decides when to tick (once a second).
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
@@ -32,6 +33,13 @@ pub struct ProcessSecond {
     /// Its TCP sockets at the end of the interval (absent in older records).
     #[serde(default)]
     pub sockets: Option<SocketSummary>,
+    /// Open file descriptors at the end of the interval (None: not listable).
+    #[serde(default)]
+    pub open_fds: Option<u64>,
+    /// Its threads by state at the end of the interval (R running, S sleeping, D in
+    /// uninterruptible wait -- usually disk or a lock in the kernel -- T stopped, Z zombie).
+    #[serde(default)]
+    pub thread_states: BTreeMap<String, u64>,
 }
 
 /// What the host and the target did during one interval. Figures that could not be read
@@ -75,6 +83,12 @@ pub struct KernelSecond {
     pub psi_cpu: Option<Pressure>,
     pub psi_memory: Option<Pressure>,
     pub psi_io: Option<Pressure>,
+    /// Interrupts per CPU over the interval, all sources, and the network devices' alone
+    /// (empty when /proc/interrupts could not be read).
+    #[serde(default)]
+    pub interrupts_per_cpu: Vec<u64>,
+    #[serde(default)]
+    pub nic_interrupts_per_cpu: Vec<u64>,
 }
 
 impl KernelSecond {
@@ -100,7 +114,25 @@ impl KernelSecond {
             psi_cpu: b.psi_cpu,
             psi_memory: b.psi_memory,
             psi_io: b.psi_io,
+            interrupts_per_cpu: deltas(
+                a.interrupts.as_ref().map(|i| &i.all_per_cpu),
+                b.interrupts.as_ref().map(|i| &i.all_per_cpu),
+            ),
+            nic_interrupts_per_cpu: deltas(
+                a.interrupts.as_ref().map(|i| &i.nic_per_cpu),
+                b.interrupts.as_ref().map(|i| &i.nic_per_cpu),
+            ),
         }
+    }
+}
+
+/// Per-CPU counts between two readings (empty unless both were read with the same CPUs).
+fn deltas(a: Option<&Vec<u64>>, b: Option<&Vec<u64>>) -> Vec<u64> {
+    match (a, b) {
+        (Some(a), Some(b)) if a.len() == b.len() => {
+            b.iter().zip(a).map(|(y, x)| y.saturating_sub(*x)).collect()
+        }
+        _ => Vec::new(),
     }
 }
 
@@ -256,6 +288,11 @@ impl Sampler {
                     hottest_by_cpu,
                     hottest_by_switches,
                     sockets: self.pid.and_then(|p| self.proc.process_sockets(p)),
+                    open_fds: self.pid.and_then(|p| self.proc.open_fds(p)),
+                    thread_states: b.threads.iter().fold(BTreeMap::new(), |mut m, t| {
+                        *m.entry(t.state.to_string()).or_insert(0) += 1;
+                        m
+                    }),
                 });
             }
         }

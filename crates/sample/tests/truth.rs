@@ -173,3 +173,90 @@ fn a_client_that_stops_reading_shows_as_send_q_on_the_server_side() {
         .any(|(addr, queued)| *addr == listener.local_addr().unwrap().to_string() && *queued == 0));
     drop(client);
 }
+
+/// A shell that opens `extra` more descriptors on /dev/null and then sleeps.
+fn shell_with_fds(extra: usize) -> std::process::Child {
+    let opens: String = (0..extra)
+        .map(|i| format!("exec {}</dev/null; ", 20 + i))
+        .collect();
+    std::process::Command::new("bash")
+        .arg("-c")
+        .arg(format!("{opens}exec sleep 30"))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("bash runs")
+}
+
+#[test]
+fn open_descriptors_are_counted_exactly() {
+    let (mut plain, mut more) = (shell_with_fds(0), shell_with_fds(37));
+    thread::sleep(Duration::from_millis(300)); // both have exec'd sleep
+    let proc = ProcFs::default();
+    let count = |c: &std::process::Child| {
+        proc.open_fds(c.id() as i32)
+            .expect("own child's fds are listable")
+    };
+    assert_eq!(count(&more) - count(&plain), 37);
+    for c in [&mut plain, &mut more] {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    assert_eq!(proc.open_fds(i32::MAX), None);
+}
+
+#[test]
+fn thread_states_show_a_spinning_process_running_and_a_sleeping_one_asleep() {
+    let mut spin = std::process::Command::new("sh")
+        .args(["-c", "while :; do :; done"])
+        .spawn()
+        .unwrap();
+    let mut idle = std::process::Command::new("sleep")
+        .arg("30")
+        .spawn()
+        .unwrap();
+    let proc = ProcFs::default();
+    let mut sampler = kiln_sample::Sampler::new(proc.clone(), Some(spin.id() as i32));
+    let mut running = 0;
+    for _ in 0..5 {
+        thread::sleep(Duration::from_millis(200));
+        let s = sampler.tick();
+        let states = &s
+            .process
+            .expect("the spinning shell is sampled")
+            .thread_states;
+        assert_eq!(states.values().sum::<u64>(), 1, "{states:?}");
+        running += states.get("R").copied().unwrap_or(0);
+    }
+    // on a 2-CPU machine shared with other tests it may be preempted now and then
+    assert!(running >= 3, "R in {running} of 5 samples");
+    let mut sampler = kiln_sample::Sampler::new(proc, Some(idle.id() as i32));
+    thread::sleep(Duration::from_millis(200));
+    let states = sampler.tick().process.unwrap().thread_states;
+    assert_eq!(states.get("S"), Some(&1), "{states:?}");
+    for c in [&mut spin, &mut idle] {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+}
+
+#[test]
+fn interrupts_are_counted_per_cpu_over_the_interval() {
+    let proc = ProcFs::default();
+    let cpus = proc.host_stat().expect("/proc/stat").per_cpu.len();
+    let mut sampler = kiln_sample::Sampler::new(proc, None);
+    thread::sleep(Duration::from_millis(500));
+    let k = sampler.tick().kernel.expect("kernel counters");
+    assert_eq!(k.interrupts_per_cpu.len(), cpus);
+    assert!(
+        k.interrupts_per_cpu.iter().sum::<u64>() > 0,
+        "timer interrupts at least"
+    );
+    assert_eq!(k.nic_interrupts_per_cpu.len(), cpus);
+    assert!(k
+        .nic_interrupts_per_cpu
+        .iter()
+        .zip(&k.interrupts_per_cpu)
+        .all(|(nic, all)| nic <= all));
+}
