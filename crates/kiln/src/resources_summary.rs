@@ -81,6 +81,7 @@ pub fn to_json(samples: &[ResourceSecond]) -> Value {
                 m
             }),
             "sockets": sockets_json(&procs),
+            "cgroup": cgroup_json(&procs),
         })),
         "hottest_threads": hottest.iter().map(|(n, c)| json!({"name": n, "cpu_mean_pct": c})).collect::<Vec<_>>(),
         "kernel": kernel_json(samples),
@@ -111,6 +112,30 @@ fn sockets_json(procs: &[&kiln_sample::ProcessSecond]) -> Value {
         "max_send_q": deepest(|s| &s.max_send_q),
         "max_recv_q": deepest(|s| &s.max_recv_q),
         "fullest_accept_queue": fullest,
+    })
+}
+
+/// The target's control group over the samples: its own CPU, quota, throttling and memory.
+fn cgroup_json(procs: &[&kiln_sample::ProcessSecond]) -> Value {
+    let groups: Vec<&kiln_sample::CgroupSecond> =
+        procs.iter().filter_map(|p| p.cgroup.as_ref()).collect();
+    let Some(last) = groups.last() else {
+        return Value::Null;
+    };
+    let sum = |f: fn(&kiln_sample::CgroupSecond) -> Option<u64>| -> Option<u64> {
+        groups.iter().map(|g| f(g)).sum()
+    };
+    json!({
+        "path": last.path,
+        "memory_path": last.memory_path,
+        "version": last.version,
+        "cpu_mean_pct": mean(groups.iter().filter_map(|g| g.cpu_pct)),
+        "quota_cpus": last.quota_cpus,
+        "throttled_periods": sum(|g| g.throttled_periods),
+        "throttled_ms": groups.iter().map(|g| g.throttled_ms).sum::<Option<f64>>(),
+        "memory_max_bytes": groups.iter().filter_map(|g| g.memory_bytes).max(),
+        "memory_limit_bytes": last.memory_limit_bytes,
+        "oom_kills": sum(|g| g.oom_kills),
     })
 }
 
@@ -252,6 +277,34 @@ pub fn to_text(samples: &[ResourceSecond], during: &str) -> String {
                 }
             );
         }
+    }
+    let cg = &v["process"]["cgroup"];
+    if !cg.is_null() {
+        let path = cg["path"].as_str().unwrap_or("?");
+        let memory_path = cg["memory_path"].as_str().unwrap_or(path);
+        let whose = |p: &str| {
+            if p == "/" {
+                "the root group: the host's"
+            } else {
+                "the group's own"
+            }
+        };
+        let _ = writeln!(
+            out,
+            "  cgroup   v{}, cpu {} ({}): CPU mean {} of one core, quota {}, throttled {} periods ({})\n           memory {} ({}): max {} of {}; OOM kills {}",
+            cg["version"],
+            safe_text(path),
+            whose(path),
+            pct(&cg["cpu_mean_pct"]),
+            cg["quota_cpus"].as_f64().map_or("none".to_string(), |q| format!("{q:.2} CPUs")),
+            cg["throttled_periods"].as_u64().map_or("?".to_string(), |n| n.to_string()),
+            cg["throttled_ms"].as_f64().map_or("?".to_string(), |ms| format!("{ms:.0} ms")),
+            safe_text(memory_path),
+            whose(memory_path),
+            cg["memory_max_bytes"].as_u64().map_or("?".to_string(), format::bytes),
+            cg["memory_limit_bytes"].as_u64().map_or("no limit".to_string(), format::bytes),
+            cg["oom_kills"].as_u64().map_or("?".to_string(), |n| n.to_string())
+        );
     }
     let k = &v["kernel"];
     if !k.is_null() {

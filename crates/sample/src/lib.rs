@@ -7,6 +7,7 @@
 //! It never panics on what the kernel writes: a missing, unreadable or malformed file makes
 //! that figure `None` and the rest goes on.
 
+pub mod cgroup;
 pub mod counters;
 pub mod doctor;
 pub mod procfs;
@@ -14,6 +15,7 @@ pub mod rates;
 pub mod sampler;
 pub mod sockets;
 
+pub use cgroup::{CgroupReading, CgroupSecond};
 pub use doctor::{Check, Doctor, Verdict};
 pub use procfs::{CpuTimes, HostStat, ProcFs, TaskStat};
 pub use rates::{host_cpu_split, task_rates, CpuSplit, TaskRates};

@@ -201,6 +201,15 @@ impl ProcFs {
         Some(text)
     }
 
+    /// A file under the root, as text (for the other readers of this crate).
+    pub(crate) fn read_file(&self, rel: &str) -> Option<String> {
+        self.read(rel)
+    }
+
+    pub(crate) fn exists(&self, rel: &str) -> bool {
+        self.root.join(rel).exists()
+    }
+
     pub fn host_stat(&self) -> Option<HostStat> {
         parse_host_stat(&self.read("proc/stat")?)
     }

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
+use crate::cgroup::{CgroupReading, CgroupSecond};
 use crate::counters::Pressure;
 use crate::procfs::{HostStat, KernelReading, ProcFs, TaskStat};
 use crate::rates::{host_cpu_split, task_rates, CpuSplit, TaskRates};
@@ -36,6 +37,9 @@ pub struct ProcessSecond {
     /// Open file descriptors at the end of the interval (None: not listable).
     #[serde(default)]
     pub open_fds: Option<u64>,
+    /// Its control group's figures (cgroup v1 or v2): the container's own, not the host's.
+    #[serde(default)]
+    pub cgroup: Option<CgroupSecond>,
     /// Its threads by state at the end of the interval (R running, S sleeping, D in
     /// uninterruptible wait -- usually disk or a lock in the kernel -- T stopped, Z zombie).
     #[serde(default)]
@@ -138,6 +142,7 @@ fn deltas(a: Option<&Vec<u64>>, b: Option<&Vec<u64>>) -> Vec<u64> {
 
 struct Reading {
     at: Instant,
+    cgroup: Option<CgroupReading>,
     kernel: KernelReading,
     host: Option<HostStat>,
     process: Option<TaskStat>,
@@ -169,6 +174,7 @@ impl Sampler {
     fn read(&self) -> Reading {
         Reading {
             at: Instant::now(),
+            cgroup: self.pid.and_then(|p| self.proc.cgroup(p)),
             kernel: self.proc.kernel_reading(),
             host: self.proc.host_stat(),
             process: self.pid.and_then(|p| self.proc.process(p)),
@@ -289,6 +295,12 @@ impl Sampler {
                     hottest_by_switches,
                     sockets: self.pid.and_then(|p| self.proc.process_sockets(p)),
                     open_fds: self.pid.and_then(|p| self.proc.open_fds(p)),
+                    cgroup: match (&a.cgroup, &b.cgroup) {
+                        (Some(x), Some(y)) if x.path == y.path => {
+                            Some(CgroupSecond::between(x, y, secs))
+                        }
+                        _ => None,
+                    },
                     thread_states: b.threads.iter().fold(BTreeMap::new(), |mut m, t| {
                         *m.entry(t.state.to_string()).or_insert(0) += 1;
                         m

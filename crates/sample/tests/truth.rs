@@ -260,3 +260,85 @@ fn interrupts_are_counted_per_cpu_over_the_interval() {
         .zip(&k.interrupts_per_cpu)
         .all(|(nic, all)| nic <= all));
 }
+
+/// A cgroup made for one test and removed after (cgroup v1 cpu + cpuacct, as on this kind of
+/// host; a pure v2 host gets one directory with the cpu controller enabled).
+struct TestCgroup {
+    dirs: Vec<std::path::PathBuf>,
+}
+
+impl TestCgroup {
+    fn create(quota_us: u64, period_us: u64) -> Self {
+        let name = format!("kiln-truth-{}", std::process::id());
+        let root = std::path::Path::new("/sys/fs/cgroup");
+        let (dirs, cpu) = if root.join("cgroup.controllers").exists() {
+            let _ = std::fs::write(root.join("cgroup.subtree_control"), "+cpu");
+            let d = root.join(&name);
+            (vec![d.clone()], d)
+        } else {
+            let cpu = root.join("cpu").join(&name);
+            (vec![cpu.clone(), root.join("cpuacct").join(&name)], cpu)
+        };
+        for d in &dirs {
+            std::fs::create_dir_all(d)
+                .unwrap_or_else(|e| panic!("cannot create {} (root needed): {e}", d.display()));
+        }
+        if cpu.join("cpu.max").exists() {
+            std::fs::write(cpu.join("cpu.max"), format!("{quota_us} {period_us}")).unwrap();
+        } else {
+            std::fs::write(cpu.join("cpu.cfs_period_us"), period_us.to_string()).unwrap();
+            std::fs::write(cpu.join("cpu.cfs_quota_us"), quota_us.to_string()).unwrap();
+        }
+        Self { dirs }
+    }
+
+    fn add(&self, pid: u32) {
+        for d in &self.dirs {
+            std::fs::write(d.join("cgroup.procs"), pid.to_string()).unwrap();
+        }
+    }
+}
+
+impl Drop for TestCgroup {
+    fn drop(&mut self) {
+        for d in &self.dirs {
+            let _ = std::fs::remove_dir(d);
+        }
+    }
+}
+
+#[test]
+fn a_process_capped_at_a_fifth_of_a_cpu_is_throttled_every_period() {
+    let group = TestCgroup::create(20_000, 100_000);
+    let mut spin = std::process::Command::new("sh")
+        .args(["-c", "while :; do :; done"])
+        .spawn()
+        .unwrap();
+    group.add(spin.id());
+    thread::sleep(Duration::from_millis(300));
+    let proc = ProcFs::default();
+    let mut sampler = kiln_sample::Sampler::new(proc, Some(spin.id() as i32));
+    thread::sleep(Duration::from_secs(2));
+    let s = sampler.tick();
+    let _ = spin.kill();
+    let _ = spin.wait();
+    let p = s.process.expect("sampled");
+    let c = p.cgroup.expect("the cgroup is read");
+    assert!(c.path.starts_with("/kiln-truth-"), "{}", c.path);
+    assert_eq!(c.quota_cpus, Some(0.2));
+    // the quota by construction: 20% of one CPU, every 100 ms period throttled
+    let cpu = c.cpu_pct.expect("group CPU");
+    assert!((15.0..=25.0).contains(&cpu), "group CPU {cpu:.1}%");
+    let own = p.rates.cpu_user_pct + p.rates.cpu_system_pct;
+    assert!((15.0..=25.0).contains(&own), "process CPU {own:.1}%");
+    let periods = c.throttled_periods.expect("throttling counted");
+    assert!(
+        (15..=21).contains(&periods),
+        "{periods} throttled periods in 2 s"
+    );
+    assert!(
+        c.throttled_ms.unwrap() > 1000.0,
+        "{:?} ms throttled",
+        c.throttled_ms
+    );
+}
