@@ -317,11 +317,11 @@ fn a_process_capped_at_a_fifth_of_a_cpu_is_throttled_every_period() {
     group.add(spin.id());
     thread::sleep(Duration::from_millis(300));
     let proc = ProcFs::default();
-    let mut sampler = kiln_sample::Sampler::new(proc, Some(spin.id() as i32));
+    let mut sampler = kiln_sample::Sampler::new(proc, Some(spin.0.id() as i32));
     thread::sleep(Duration::from_secs(2));
     let s = sampler.tick();
-    let _ = spin.kill();
-    let _ = spin.wait();
+    let _ = spin.0.kill();
+    let _ = spin.0.wait();
     let p = s.process.expect("sampled");
     let c = p.cgroup.expect("the cgroup is read");
     assert!(c.path.starts_with("/kiln-truth-"), "{}", c.path);
