@@ -309,12 +309,22 @@ impl Drop for TestCgroup {
 
 #[test]
 fn a_process_capped_at_a_fifth_of_a_cpu_is_throttled_every_period() {
+    /// Kills the child however the test ends.
+    struct Reaped(std::process::Child);
+    impl Drop for Reaped {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
     let group = TestCgroup::create(20_000, 100_000);
-    let mut spin = std::process::Command::new("sh")
-        .args(["-c", "while :; do :; done"])
-        .spawn()
-        .unwrap();
-    group.add(spin.id());
+    let mut spin = Reaped(
+        std::process::Command::new("sh")
+            .args(["-c", "while :; do :; done"])
+            .spawn()
+            .unwrap(),
+    );
+    group.add(spin.0.id());
     thread::sleep(Duration::from_millis(300));
     let proc = ProcFs::default();
     let mut sampler = kiln_sample::Sampler::new(proc, Some(spin.0.id() as i32));
