@@ -106,7 +106,15 @@ fn sockets_json(procs: &[&kiln_sample::ProcessSecond]) -> Value {
         .iter()
         .flat_map(|s| s.listen.iter())
         .max_by_key(|(_, queued)| *queued)
-        .map(|(addr, queued)| json!({"address": addr, "queued": queued}));
+        .map(|(addr, queued)| {
+            // the limit, where sock_diag gave it
+            let limit = all
+                .iter()
+                .flat_map(|s| s.listen_backlog.iter())
+                .find(|(a, _, _)| a == addr)
+                .map(|(_, _, limit)| *limit);
+            json!({"address": addr, "queued": queued, "limit": limit})
+        });
     json!({
         "by_state": last.by_state,
         "max_send_q": deepest(|s| &s.max_send_q),
@@ -270,8 +278,11 @@ pub fn to_text(samples: &[ResourceSecond], during: &str) -> String {
                     String::new()
                 } else {
                     format!(
-                        "; accept queue max {} on {}",
+                        "; accept queue max {}{} on {}",
                         accept["queued"],
+                        accept["limit"]
+                            .as_u64()
+                            .map_or(String::new(), |l| format!(" of {l}")),
                         safe_text(accept["address"].as_str().unwrap_or("?"))
                     )
                 }

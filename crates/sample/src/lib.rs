@@ -13,6 +13,7 @@ pub mod doctor;
 pub mod procfs;
 pub mod rates;
 pub mod sampler;
+pub mod sock_diag;
 pub mod sockets;
 
 pub use cgroup::{CgroupReading, CgroupSecond};

@@ -342,7 +342,22 @@ impl ProcFs {
             .flat_map(|text| parse_tcp_table(&text))
             .filter(|s| inodes.contains(&s.inode))
             .collect();
-        Some(SocketSummary::of(&sockets))
+        let mut summary = SocketSummary::of(&sockets);
+        // the backlog limits are not in /proc: ask sock_diag, only when there are listeners
+        // (and only on the live host: a fixture root has no kernel to ask)
+        if self.root == Path::new("/") && sockets.iter().any(|s| s.state == "LISTEN") {
+            if let Ok(queues) = crate::sock_diag::listen_queues() {
+                summary.listen_backlog = sockets
+                    .iter()
+                    .filter(|s| s.state == "LISTEN")
+                    .filter_map(|s| {
+                        let q = queues.get(&s.inode)?;
+                        Some((s.local.to_string(), u64::from(q.queued), u64::from(q.limit)))
+                    })
+                    .collect();
+            }
+        }
+        Some(summary)
     }
 
     /// Every thread of the process; threads that exit while being read are skipped.

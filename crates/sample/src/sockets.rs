@@ -93,6 +93,10 @@ pub struct SocketSummary {
     pub max_recv_q: Option<(String, u64)>,
     /// Listening sockets: address and connections waiting to be accepted.
     pub listen: Vec<(String, u64)>,
+    /// Listening sockets: address, connections waiting, and the backlog limit (from
+    /// sock_diag; empty when it could not be asked).
+    #[serde(default)]
+    pub listen_backlog: Vec<(String, u64, u64)>,
 }
 
 impl SocketSummary {

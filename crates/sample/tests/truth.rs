@@ -123,6 +123,18 @@ fn a_listener_whose_accept_queue_is_full_shows_listen_overflows() {
     assert!(connected <= 3, "{connected} connected to a queue of 2");
     assert!(overflows >= 18, "{overflows} listen overflows counted");
     assert!(kernel.listen_drops.unwrap() >= overflows);
+    // the listener's queue and its limit, as `ss -lt` shows them (sock_diag)
+    let sockets = ProcFs::default()
+        .process_sockets(std::process::id() as i32)
+        .expect("own sockets");
+    let (_, queued, limit) = sockets
+        .listen_backlog
+        .iter()
+        .find(|(a, _, _)| *a == addr.to_string())
+        .cloned()
+        .expect("the listener's backlog");
+    assert_eq!(limit, 1);
+    assert_eq!(queued, connected as u64);
 }
 
 #[test]
