@@ -60,6 +60,16 @@ pub fn to_json(samples: &[ResourceSecond]) -> Value {
             "irq_softirq": host(|h| h.irq + h.softirq), "iowait": host(|h| h.iowait),
             "steal": host(|h| h.steal), "idle": host(|h| h.idle),
         },
+        // the tightest moment: least available memory, most swap in use, most dirty pages
+        "host_memory": samples.iter().filter_map(|s| s.host_memory.as_ref()).next_back().map(|last| {
+            let mems = samples.iter().filter_map(|s| s.host_memory.as_ref());
+            json!({
+                "total_kib": last.total_kib,
+                "available_min_kib": mems.clone().map(|m| m.available_kib).min(),
+                "swap_used_max_kib": mems.clone().filter_map(|m| m.swap_used_kib).max(),
+                "dirty_max_kib": mems.filter_map(|m| m.dirty_kib).max(),
+            })
+        }),
         "process": procs.first().map(|p| json!({
             "pid": p.rates.id,
             "name": p.rates.name,
@@ -209,6 +219,21 @@ pub fn to_text(samples: &[ResourceSecond], during: &str) -> String {
         pct(&h["steal"]),
         pct(&h["idle"])
     );
+    let m = &v["host_memory"];
+    if !m.is_null() {
+        let kib = |x: &Value| {
+            x.as_u64()
+                .map_or("?".to_string(), |k| format::bytes(k * 1024))
+        };
+        let _ = writeln!(
+            out,
+            "           memory {} total, {} available at the least; swap used {} at most; dirty {} at most",
+            kib(&m["total_kib"]),
+            kib(&m["available_min_kib"]),
+            kib(&m["swap_used_max_kib"]),
+            kib(&m["dirty_max_kib"])
+        );
+    }
     let p = &v["process"];
     if !p.is_null() {
         let _ = writeln!(

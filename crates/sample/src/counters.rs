@@ -57,6 +57,18 @@ pub fn parse_vmstat(text: &str) -> BTreeMap<String, u64> {
         .collect()
 }
 
+/// /proc/meminfo as `name -> kB` (lines `MemTotal:  24567890 kB`; HugePages_ counts have no
+/// unit and are kept as they are).
+pub fn parse_meminfo(text: &str) -> BTreeMap<String, u64> {
+    text.lines()
+        .filter_map(|l| {
+            let (name, rest) = l.split_once(':')?;
+            let value = rest.split_whitespace().next()?.parse().ok()?;
+            Some((name.trim().to_string(), value))
+        })
+        .collect()
+}
+
 /// Interrupt counts per CPU from /proc/interrupts: all of them (device IRQs and the
 /// architecture's: timer, rescheduling, TLB shootdowns ...), and the network devices' alone.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -137,6 +149,15 @@ mod tests {
     use super::*;
 
     #[test]
+    fn meminfo_in_kib() {
+        let m = parse_meminfo("MemTotal:       24567890 kB\nMemAvailable:   20000000 kB\nHugePages_Total:       0\nbad line\nDirty: x kB\n");
+        assert_eq!(m["MemTotal"], 24_567_890);
+        assert_eq!(m["MemAvailable"], 20_000_000);
+        assert_eq!(m["HugePages_Total"], 0);
+        assert!(!m.contains_key("Dirty"));
+    }
+
+    #[test]
     fn interrupts_per_cpu_and_the_nics_share() {
         let text = "           CPU0       CPU1       \n 24:          1          0  IO-APIC   5-edge      ACPI:Ged\n 34:        432          7 PCI-MSIX-0000:00:05.0   1-edge      virtio4-input.0\n 35:         10          1 PCI-MSIX   2-edge      virtio4-output.0\n 40:          5          5 PCI-MSI   eth0-TxRx-0\nLOC:     100000     90000   Local timer interrupts\nERR:          3\nMIS:          0\n";
         let i = parse_interrupts(text);
@@ -189,6 +210,7 @@ mod tests {
             let _ = parse_vmstat(&text);
             let _ = parse_pressure(&text);
             let _ = parse_interrupts(&text);
+            let _ = parse_meminfo(&text);
         }
     }
 }

@@ -20,5 +20,7 @@ pub use cgroup::{CgroupReading, CgroupSecond};
 pub use doctor::{Check, Doctor, Verdict};
 pub use procfs::{CpuTimes, HostStat, ProcFs, TaskStat};
 pub use rates::{host_cpu_split, task_rates, CpuSplit, TaskRates};
-pub use sampler::{KernelSecond, ProcessSecond, ResourceSecond, Sampler, RESOURCES_PART};
+pub use sampler::{
+    HostMemory, KernelSecond, ProcessSecond, ResourceSecond, Sampler, RESOURCES_PART,
+};
 pub use sockets::SocketSummary;

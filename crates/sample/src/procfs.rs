@@ -6,8 +6,8 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use crate::counters::{
-    parse_interrupts, parse_paired_counters, parse_pressure, parse_softirqs, parse_vmstat,
-    Interrupts, Pressure,
+    parse_interrupts, parse_meminfo, parse_paired_counters, parse_pressure, parse_softirqs,
+    parse_vmstat, Interrupts, Pressure,
 };
 use crate::sockets::{parse_tcp_table, SocketSummary};
 
@@ -170,6 +170,8 @@ pub struct KernelReading {
     pub psi_memory: Option<Pressure>,
     pub psi_io: Option<Pressure>,
     pub interrupts: Option<Interrupts>,
+    /// /proc/meminfo in kB.
+    pub meminfo: BTreeMap<String, u64>,
 }
 
 /// /proc under a root: `/` on the live host, a fixture tree in tests.
@@ -247,6 +249,10 @@ impl ProcFs {
             psi_memory: pressure("memory"),
             psi_io: pressure("io"),
             interrupts: self.read("proc/interrupts").map(|t| parse_interrupts(&t)),
+            meminfo: self
+                .read("proc/meminfo")
+                .map(|t| parse_meminfo(&t))
+                .unwrap_or_default(),
         }
     }
 

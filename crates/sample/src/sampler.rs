@@ -66,6 +66,35 @@ pub struct ResourceSecond {
     /// Kernel counters over the interval (absent in records written before they existed).
     #[serde(default)]
     pub kernel: Option<KernelSecond>,
+    /// The host's memory at the end of the interval.
+    #[serde(default)]
+    pub host_memory: Option<HostMemory>,
+}
+
+/// The host's memory (from /proc/meminfo), KiB.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct HostMemory {
+    pub total_kib: u64,
+    /// What can be allocated without swapping (MemAvailable).
+    pub available_kib: u64,
+    pub cached_kib: Option<u64>,
+    /// Written to but not yet to disk.
+    pub dirty_kib: Option<u64>,
+    pub swap_used_kib: Option<u64>,
+}
+
+impl HostMemory {
+    fn of(meminfo: &BTreeMap<String, u64>) -> Option<Self> {
+        let get = |k: &str| meminfo.get(k).copied();
+        Some(Self {
+            total_kib: get("MemTotal")?,
+            available_kib: get("MemAvailable")
+                .or_else(|| Some(get("MemFree")? + get("Cached")?))?,
+            cached_kib: get("Cached"),
+            dirty_kib: get("Dirty"),
+            swap_used_kib: Some(get("SwapTotal")?.saturating_sub(get("SwapFree")?)),
+        })
+    }
 }
 
 /// Host-wide kernel events during one interval (counts, not rates), and pressure now.
@@ -262,6 +291,7 @@ impl Sampler {
             out.blocked = hb.procs_blocked;
         }
         out.kernel = Some(KernelSecond::between(&a.kernel, &b.kernel));
+        out.host_memory = HostMemory::of(&b.kernel.meminfo);
         if let (Some(pa), Some(pb)) = (&a.process, &b.process) {
             if let Some(mut rates) = task_rates(pa, pb, secs, USER_HZ) {
                 let mut per_thread: Vec<TaskRates> = b

@@ -364,3 +364,22 @@ fn a_process_capped_at_a_fifth_of_a_cpu_is_throttled_every_period() {
         c.throttled_ms
     );
 }
+
+#[test]
+fn host_memory_is_read_each_interval() {
+    let mut sampler = kiln_sample::Sampler::new(ProcFs::default(), None);
+    thread::sleep(Duration::from_millis(200));
+    let m = sampler.tick().host_memory.expect("/proc/meminfo");
+    let total_kib = std::fs::read_to_string("/proc/meminfo")
+        .unwrap()
+        .lines()
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .nth(1)
+        .unwrap()
+        .parse::<u64>()
+        .unwrap();
+    assert_eq!(m.total_kib, total_kib);
+    assert!(m.available_kib > 0 && m.available_kib <= m.total_kib);
+}
