@@ -95,6 +95,12 @@ pub struct QueryAnalysisArgs {
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ArrivalsArg {
+    Uniform,
+    Poisson,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TrieFrames {
     App,
     All,
@@ -241,6 +247,16 @@ pub struct RunArgs {
     /// each request's scheduled send time.
     #[arg(short = 'R', long = "rate", conflicts_with = "stages")]
     pub rate: Option<f64>,
+
+    /// Open model: how arrivals are spaced. uniform: exactly 1/rate apart (wrk2, k6).
+    /// poisson: exponential gaps with mean 1/rate, as independent users arrive (bursts and
+    /// lulls included); the seed is recorded with the plan.
+    #[arg(long = "arrivals", value_enum, default_value = "uniform")]
+    pub arrivals: ArrivalsArg,
+
+    /// The seed for --arrivals poisson (default: from the clock), to repeat a run exactly.
+    #[arg(long = "seed")]
+    pub seed: Option<u64>,
 
     /// Open model with ramping rates: DURATION:RATE stages, each ramping linearly from the
     /// previous rate (starting at 0), e.g. 30s:100,60s:2000,30s:0. A 0s stage jumps.

@@ -93,6 +93,7 @@ pub fn run(args: DemoArgs, stop: &StopSignal) -> Result<u8> {
             stages: RateStage::steady(500.0, duration),
             connections: 8,
             max_connections: 200,
+            arrivals: kiln_load::Arrivals::Uniform,
         },
         ..base.clone()
     };

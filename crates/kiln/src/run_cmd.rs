@@ -99,6 +99,17 @@ fn open_model(args: &RunArgs, stages: Vec<kiln_load::RateStage>) -> Model {
         stages,
         connections: args.connections,
         max_connections: args.max_connections.max(args.connections),
+        arrivals: match args.arrivals {
+            crate::cli::ArrivalsArg::Uniform => kiln_load::Arrivals::Uniform,
+            crate::cli::ArrivalsArg::Poisson => kiln_load::Arrivals::Poisson {
+                seed: args.seed.unwrap_or_else(|| {
+                    std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map(|d| d.as_nanos() as u64)
+                        .unwrap_or(1)
+                }),
+            },
+        },
     }
 }
 

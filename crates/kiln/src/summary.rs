@@ -31,8 +31,12 @@ fn workload_line(plan: &Value) -> String {
     let secs = plan["duration_s"].as_f64().unwrap_or(0.0);
     match w["model"].as_str() {
         Some("open") => format!(
-            "open model, {} ({secs} s), {} connections up front (max {}), {threads} threads",
+            "open model, {}{} ({secs} s), {} connections up front (max {}), {threads} threads",
             rate_stages_text(&w["stages"]),
+            match w["arrivals"]["kind"].as_str() {
+                Some("poisson") => format!(", Poisson arrivals (seed {})", w["arrivals"]["seed"]),
+                _ => String::new(),
+            },
             w["connections"],
             w["max_connections"]
         ),

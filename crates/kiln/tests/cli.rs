@@ -355,3 +355,47 @@ fn thresholds_gate_the_exit_code_like_k6_and_report_rechecks_them() {
     assert_eq!(bad.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("bad threshold"));
 }
+
+/// `--arrivals poisson`: about rate x duration requests (Poisson spread), the seed recorded,
+/// and the same seed sends the same number.
+#[test]
+fn poisson_arrivals_send_about_the_rate_and_repeat_with_their_seed() {
+    let target = TargetServer::start(Behavior::default()).unwrap();
+    let url = target.url("/");
+    let tmp = tempfile::tempdir().unwrap();
+    let run = |name: &str| {
+        let out = tmp.path().join(name);
+        let v = json_with_exit(
+            &kiln(&[
+                "run",
+                &url,
+                "--rate",
+                "300",
+                "-d",
+                "2s",
+                "--arrivals",
+                "poisson",
+                "--seed",
+                "99",
+                "--json",
+                "--quiet",
+                "--out",
+                out.to_str().unwrap(),
+            ]),
+            0,
+        );
+        (
+            v["total"]["requests"].as_u64().unwrap() + v["total"]["unsent"].as_u64().unwrap_or(0),
+            v,
+        )
+    };
+    let (sent, v) = run("a");
+    // 600 expected, standard deviation sqrt(600) = 24.5
+    assert!((sent as f64 - 600.0).abs() < 4.0 * 24.5, "{sent}");
+    assert_eq!(
+        v["plan"]["workload"]["arrivals"],
+        serde_json::json!({"kind": "poisson", "seed": 99})
+    );
+    let (again, _) = run("b");
+    assert_eq!(again, sent, "the same seed schedules the same arrivals");
+}

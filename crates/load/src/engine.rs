@@ -185,8 +185,13 @@ pub fn run_phase(
     }
     drop(to_collector);
     let mut pacer = match (&plan.model, arrivals_tx) {
-        (Model::Open { stages, .. }, Some(tx)) => {
-            let schedule = ArrivalSchedule::new(0.0, stages);
+        (
+            Model::Open {
+                stages, arrivals, ..
+            },
+            Some(tx),
+        ) => {
+            let schedule = ArrivalSchedule::new(0.0, stages).with_arrivals(*arrivals);
             let shared = shared.clone();
             Some(
                 thread::Builder::new()

@@ -14,5 +14,5 @@ pub mod schedule;
 mod self_usage;
 
 pub use engine::{preflight, run_phase, LoadError, PhaseSpec, StopSignal};
-pub use plan::{LoadPlan, Model, PlanError, RateStage, RequestSpec, Target};
+pub use plan::{Arrivals, LoadPlan, Model, PlanError, RateStage, RequestSpec, Target};
 pub use self_usage::SelfUsage;

@@ -237,7 +237,22 @@ pub enum Model {
         connections: usize,
         /// The most connections kiln opens to keep the schedule when the target falls behind.
         max_connections: usize,
+        /// How arrivals are spaced at the scheduled rate.
+        arrivals: Arrivals,
     },
+}
+
+/// How an open model spaces its arrivals.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum Arrivals {
+    /// Evenly, 1/rate apart (wrk2, k6's constant-arrival-rate).
+    #[default]
+    Uniform,
+    /// As independent users arrive: exponential gaps with mean 1/rate (a Poisson process,
+    /// time-changed through the stages' rate), from a seed recorded with the plan so a run
+    /// can be repeated exactly.
+    Poisson { seed: u64 },
 }
 
 /// Everything one load phase needs.

@@ -3,11 +3,13 @@
 //! Arrival k (k = 0, 1, ...) is due at the time t where the cumulative expected count
 //! N(t) = integral of the rate reaches k. Within a linear stage from rate r0 to r1 over D,
 //! N grows as r0*u + (r1 - r0)*u^2/(2D); solving that quadratic gives exact due times, so a
-//! constant 1000/s for 10 s schedules exactly 10,000 requests, evenly spaced.
+//! constant 1000/s for 10 s schedules exactly 10,000 requests, evenly spaced. Poisson
+//! arrivals replace k by a running sum of unit-mean exponential gaps: the standard
+//! time-change of a unit-rate Poisson process into one whose rate follows the stages.
 
 use std::time::Duration;
 
-use crate::plan::RateStage;
+use crate::plan::{Arrivals, RateStage};
 
 /// Yields due times (offsets from the phase start) in order.
 #[derive(Clone, Debug)]
@@ -16,6 +18,9 @@ pub struct ArrivalSchedule {
     segments: Vec<(f64, f64, f64, f64, f64)>,
     next_k: u64,
     segment: usize,
+    /// Poisson arrivals: the generator and the cumulative count reached so far (a sum of
+    /// unit-mean exponential gaps, mapped through the rate like an arrival's index).
+    poisson: Option<(fastrand::Rng, f64)>,
 }
 
 impl ArrivalSchedule {
@@ -36,7 +41,17 @@ impl ArrivalSchedule {
             segments,
             next_k: 0,
             segment: 0,
+            poisson: None,
         }
+    }
+
+    /// Spaces the arrivals as `arrivals` says.
+    pub fn with_arrivals(mut self, arrivals: Arrivals) -> Self {
+        self.poisson = match arrivals {
+            Arrivals::Uniform => None,
+            Arrivals::Poisson { seed } => Some((fastrand::Rng::with_seed(seed), 0.0)),
+        };
+        self
     }
 
     /// A constant rate for a duration.
@@ -52,9 +67,11 @@ impl ArrivalSchedule {
 
     /// The total arrivals the schedule will yield.
     pub fn total(&self) -> u64 {
+        // the expected count, for Poisson arrivals too
         let mut copy = self.clone();
         copy.next_k = 0;
         copy.segment = 0;
+        copy.poisson = None;
         copy.count() as u64
     }
 }
@@ -63,7 +80,14 @@ impl Iterator for ArrivalSchedule {
     type Item = Duration;
 
     fn next(&mut self) -> Option<Duration> {
-        let k = self.next_k as f64;
+        let k = match &mut self.poisson {
+            None => self.next_k as f64,
+            Some((rng, cumulative)) => {
+                // an exponential gap of mean 1 (1 - U is in (0, 1])
+                *cumulative -= (1.0 - rng.f64()).ln();
+                *cumulative
+            }
+        };
         while let Some(&(start, d, r0, r1, n0)) = self.segments.get(self.segment) {
             let n_end = n0 + d * (r0 + r1) / 2.0;
             // Arrivals due exactly at a segment's end belong to the next segment, so a
@@ -93,6 +117,48 @@ mod tests {
             duration: Duration::from_secs_f64(secs),
             target_rate: rate,
         }
+    }
+
+    #[test]
+    fn poisson_arrivals_have_the_rate_and_exponential_gaps() {
+        let times: Vec<f64> = ArrivalSchedule::constant(1000.0, Duration::from_secs(20))
+            .with_arrivals(Arrivals::Poisson { seed: 42 })
+            .map(|d| d.as_secs_f64())
+            .collect();
+        // 20,000 expected, standard deviation sqrt(20000) = 141
+        assert!(
+            (times.len() as f64 - 20_000.0).abs() < 4.0 * 141.0,
+            "{}",
+            times.len()
+        );
+        let gaps: Vec<f64> = times.windows(2).map(|w| w[1] - w[0]).collect();
+        let mean = gaps.iter().sum::<f64>() / gaps.len() as f64;
+        let sd = (gaps.iter().map(|g| (g - mean).powi(2)).sum::<f64>() / gaps.len() as f64).sqrt();
+        assert!((mean - 0.001).abs() < 0.00003, "mean gap {mean}");
+        // exponential: the deviation equals the mean, and P(gap > 2 ms) = e^-2
+        assert!((sd / mean - 1.0).abs() < 0.04, "cv {}", sd / mean);
+        let over = gaps.iter().filter(|&&g| g > 0.002).count() as f64 / gaps.len() as f64;
+        assert!(
+            (over - (-2.0f64).exp()).abs() < 0.01,
+            "P(gap > 2 ms) = {over}"
+        );
+        // the same seed, the same arrivals; the expected count is the uniform one
+        let again = ArrivalSchedule::constant(1000.0, Duration::from_secs(20))
+            .with_arrivals(Arrivals::Poisson { seed: 42 });
+        assert_eq!(again.clone().count(), times.len());
+        assert_eq!(again.total(), 20_000);
+    }
+
+    #[test]
+    fn poisson_arrivals_follow_a_ramp() {
+        // 0 -> 2000/s over 10 s: 10,000 expected, a quarter of them in the first half
+        let times: Vec<f64> = ArrivalSchedule::new(0.0, &[stage(10.0, 2000.0)])
+            .with_arrivals(Arrivals::Poisson { seed: 7 })
+            .map(|d| d.as_secs_f64())
+            .collect();
+        assert!((times.len() as f64 - 10_000.0).abs() < 4.0 * 100.0);
+        let first_half = times.iter().filter(|&&t| t < 5.0).count() as f64;
+        assert!((first_half - 2_500.0).abs() < 4.0 * 50.0, "{first_half}");
     }
 
     #[test]

@@ -5,7 +5,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use kiln_load::{
-    run_phase, LoadPlan, Model, PhaseSpec, RateStage, RequestSpec, StopSignal, Target,
+    run_phase, Arrivals, LoadPlan, Model, PhaseSpec, RateStage, RequestSpec, StopSignal, Target,
 };
 use kiln_record::{ErrorKind, PhaseEnd, PhaseSummary};
 use kiln_targets::{ensure, timing_attempts, Behavior, Stall, TargetServer};
@@ -23,6 +23,7 @@ fn open(rate: f64, secs: u64, connections: usize, max_connections: usize) -> Mod
         stages: RateStage::steady(rate, Duration::from_secs(secs)),
         connections,
         max_connections,
+        arrivals: Arrivals::Uniform,
     }
 }
 
@@ -331,6 +332,7 @@ fn ramping_stages_send_the_integral_of_the_rate() {
         ],
         connections: 2,
         max_connections: 50,
+        arrivals: Arrivals::Uniform,
     };
     timing_attempts(ATTEMPTS, || {
         let target = TargetServer::start(Behavior::default()).unwrap();
