@@ -259,8 +259,7 @@ impl ProcFs {
     /// Open file descriptors of a process (entries of /proc/PID/fd); None when they cannot
     /// be listed (another user's process without privilege, or gone).
     pub fn open_fds(&self, pid: i32) -> Option<u64> {
-        let entries = fs::read_dir(self.root.join(format!("proc/{pid}/fd"))).ok()?;
-        Some(entries.filter(|e| e.is_ok()).count() as u64)
+        self.descriptors(pid).map(|(count, _)| count)
     }
 
     /// The process as a whole (all its threads' times summed by the kernel).
@@ -326,22 +325,41 @@ impl ProcFs {
     }
 
     /// The socket inodes a process holds (its fd links read `socket:[N]`).
-    fn socket_inodes(&self, pid: i32) -> Option<std::collections::HashSet<u64>> {
+    /// The process's open descriptors: how many, and the inodes of its sockets (one listing
+    /// of /proc/PID/fd for both); None when they cannot be listed.
+    pub fn descriptors(&self, pid: i32) -> Option<(u64, std::collections::HashSet<u64>)> {
         let fds = fs::read_dir(self.root.join(format!("proc/{pid}/fd"))).ok()?;
-        Some(
-            fds.filter_map(|fd| fs::read_link(fd.ok()?.path()).ok())
-                .filter_map(|target| {
-                    let t = target.to_str()?;
-                    t.strip_prefix("socket:[")?.strip_suffix(']')?.parse().ok()
-                })
-                .collect(),
-        )
+        let mut count = 0;
+        let mut sockets = std::collections::HashSet::new();
+        for fd in fds.filter_map(|fd| fd.ok()) {
+            count += 1;
+            let Ok(target) = fs::read_link(fd.path()) else {
+                continue;
+            };
+            let inode = target
+                .to_str()
+                .and_then(|t| t.strip_prefix("socket:[")?.strip_suffix(']')?.parse().ok());
+            if let Some(inode) = inode {
+                sockets.insert(inode);
+            }
+        }
+        Some((count, sockets))
     }
 
     /// The process's TCP sockets by state, its deepest queues, and its listeners' backlogs;
     /// None when its fds cannot be read (another user's process without privilege).
     pub fn process_sockets(&self, pid: i32) -> Option<SocketSummary> {
-        let inodes = self.socket_inodes(pid)?;
+        let (_, inodes) = self.descriptors(pid)?;
+        Some(self.sockets_of(&inodes))
+    }
+
+    /// The TCP sockets among `inodes`. The socket tables are not read at all when there are
+    /// none: each read of /proc/net/tcp walks the kernel's whole connection hash table (a
+    /// millisecond or more), whatever the process owns.
+    pub fn sockets_of(&self, inodes: &std::collections::HashSet<u64>) -> SocketSummary {
+        if inodes.is_empty() {
+            return SocketSummary::default();
+        }
         let sockets: Vec<_> = ["proc/net/tcp", "proc/net/tcp6"]
             .iter()
             .filter_map(|f| self.read(f))
@@ -363,7 +381,7 @@ impl ProcFs {
                     .collect();
             }
         }
-        Some(summary)
+        summary
     }
 
     /// Every thread of the process; threads that exit while being read are skipped.

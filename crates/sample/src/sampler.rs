@@ -314,6 +314,7 @@ impl Sampler {
                         + t.involuntary_switches_per_s.unwrap_or(0.0)
                 };
                 per_thread.sort_by(|x, y| cpu(y).total_cmp(&cpu(x)));
+                let descriptors = self.pid.and_then(|p| self.proc.descriptors(p));
                 let hottest_by_cpu = per_thread.iter().take(TOP_THREADS).cloned().collect();
                 per_thread.sort_by(|x, y| switches(y).total_cmp(&switches(x)));
                 let hottest_by_switches = per_thread.iter().take(TOP_THREADS).cloned().collect();
@@ -323,8 +324,10 @@ impl Sampler {
                     threads: pb.num_threads,
                     hottest_by_cpu,
                     hottest_by_switches,
-                    sockets: self.pid.and_then(|p| self.proc.process_sockets(p)),
-                    open_fds: self.pid.and_then(|p| self.proc.open_fds(p)),
+                    sockets: descriptors
+                        .as_ref()
+                        .map(|(_, inodes)| self.proc.sockets_of(inodes)),
+                    open_fds: descriptors.as_ref().map(|(count, _)| *count),
                     cgroup: match (&a.cgroup, &b.cgroup) {
                         (Some(x), Some(y)) if x.path == y.path => {
                             Some(CgroupSecond::between(x, y, secs))
