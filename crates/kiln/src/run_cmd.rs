@@ -21,6 +21,7 @@ use crate::thresholds::{self, Threshold};
 
 /// Exit codes, documented in `kiln --help`.
 pub const EXIT_INTERRUPTED: u8 = 3;
+pub const HLOG_PART: &str = "latency-hlog";
 pub const EXIT_CTRL_C: u8 = 130;
 /// As k6's ThresholdsHaveFailed.
 pub const EXIT_THRESHOLDS_FAILED: u8 = 99;
@@ -259,6 +260,7 @@ pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut LiveOutput) -> Resul
         dir.finish(RunStatus::Failed, Some(e.to_string()))?;
         return Err(e.into());
     }
+    write_latency_log(&mut dir)?;
     let interrupted_by_user = stop.is_stopped();
     match early {
         Some(reason) => dir.finish(RunStatus::Interrupted, Some(reason))?,
@@ -273,6 +275,23 @@ pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut LiveOutput) -> Resul
         queries_gate_failed,
         interrupted_by_user,
     })
+}
+
+/// The run's per-second histograms as an HdrHistogram interval log (`latency.hlog`), for
+/// HistogramLogAnalyzer, hdr-plot and HistogramLogProcessor.
+fn write_latency_log(dir: &mut RunDir) -> Result<()> {
+    let lines: Vec<LoadRecordLine> = dir.read_json_lines(LOAD_SECONDS_PART)?;
+    let seconds: Vec<&kiln_record::SecondRecord> = lines
+        .iter()
+        .filter_map(|l| match l {
+            LoadRecordLine::Second(s) => Some(s.as_ref()),
+            LoadRecordLine::PhaseEnd(_) => None,
+        })
+        .collect();
+    let mut log = Vec::new();
+    kiln_record::write_hlog(&mut log, &seconds).context("cannot write the latency log")?;
+    dir.write_file_part(HLOG_PART, "latency.hlog", 1, &log)?;
+    Ok(())
 }
 
 /// Waits for the last spans, stops the receiver and writes the DB-call analysis.

@@ -399,3 +399,79 @@ fn poisson_arrivals_send_about_the_rate_and_repeat_with_their_seed() {
     let (again, _) = run("b");
     assert_eq!(again, sent, "the same seed schedules the same arrivals");
 }
+
+/// `latency.hlog`: the per-second histograms as an HdrHistogram interval log that merges back
+/// to exactly the run's latency figures (read here with hdrhistogram's own log reader).
+#[test]
+fn the_latency_log_merges_back_to_the_summary() {
+    use hdrhistogram::serialization::interval_log::{IntervalLogIterator, LogEntry};
+    use hdrhistogram::serialization::Deserializer;
+    let target = TargetServer::start(Behavior {
+        service_time: Duration::from_millis(1),
+        ..Default::default()
+    })
+    .unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("run");
+    let v = json_with_exit(
+        &kiln(&[
+            "run",
+            &target.url("/"),
+            "--rate",
+            "200",
+            "-d",
+            "2s",
+            "--json",
+            "--quiet",
+            "--out",
+            out.to_str().unwrap(),
+        ]),
+        0,
+    );
+    let log = std::fs::read(out.join("latency.hlog")).unwrap();
+    let mut merged: Option<hdrhistogram::Histogram<u64>> = None;
+    let (mut latency_lines, mut service_lines) = (0, 0);
+    for entry in IntervalLogIterator::new(&log) {
+        let LogEntry::Interval(h) = entry.expect("a valid interval log") else {
+            continue;
+        };
+        let decoded: hdrhistogram::Histogram<u64> = Deserializer::new()
+            .deserialize(&mut std::io::Cursor::new(
+                base64::Engine::decode(
+                    &base64::engine::general_purpose::STANDARD,
+                    h.encoded_histogram(),
+                )
+                .unwrap(),
+            ))
+            .unwrap();
+        match h.tag().map(|t| t.as_str()) {
+            Some("latency") => {
+                latency_lines += 1;
+                match &mut merged {
+                    Some(m) => m.add(&decoded).unwrap(),
+                    None => merged = Some(decoded),
+                }
+            }
+            Some("service") => service_lines += 1,
+            other => panic!("unexpected tag {other:?}"),
+        }
+    }
+    let merged = merged.expect("latency lines");
+    assert!(
+        latency_lines >= 2 && service_lines == latency_lines,
+        "{latency_lines} / {service_lines}"
+    );
+    let lat = &v["total"]["latency"];
+    assert_eq!(merged.len(), lat["count"].as_u64().unwrap(), "{lat}");
+    assert_eq!(merged.max(), lat["max_us"].as_u64().unwrap());
+    assert_eq!(
+        merged.value_at_quantile(0.99),
+        lat["p99_us"].as_u64().unwrap()
+    );
+    let m = manifest(&out);
+    assert!(m["parts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|p| p["kind"] == "latency-hlog"));
+}

@@ -40,6 +40,11 @@ impl LatencyHistogram {
         )
     }
 
+    /// The hdrhistogram inside (for its serializers).
+    pub fn inner(&self) -> &Histogram<u64> {
+        &self.0
+    }
+
     /// Records one latency; values outside 1 us..=1 h are clamped to the range.
     #[inline]
     pub fn record_us(&mut self, us: u64) {

@@ -324,6 +324,51 @@ impl PhaseSummary {
     }
 }
 
+/// Writes the seconds' histograms as an HdrHistogram interval log (`.hlog`, what the Java
+/// `HistogramLogWriter` writes and HistogramLogAnalyzer, hdr-plot and `HistogramLogProcessor`
+/// read): one `latency` line per second and, in an open model, one `service` line; values in
+/// microseconds, timestamps in seconds since the first second began.
+pub fn write_hlog(out: &mut impl std::io::Write, seconds: &[&SecondRecord]) -> std::io::Result<()> {
+    use hdrhistogram::serialization::interval_log::{IntervalLogWriterBuilder, Tag};
+    use hdrhistogram::serialization::V2DeflateSerializer;
+    use std::time::{Duration, UNIX_EPOCH};
+    let base_ms = seconds
+        .first()
+        .map_or(0, |s| s.unix_ms.saturating_sub(1000));
+    let base = UNIX_EPOCH + Duration::from_millis(base_ms);
+    let mut serializer = V2DeflateSerializer::new();
+    let mut writer = IntervalLogWriterBuilder::new()
+        .add_comment("kiln latency log: values in microseconds; tags latency (from the scheduled send) and service (from the actual send)")
+        .with_start_time(base)
+        .with_base_time(base)
+        .with_max_value_divisor(1000.0)
+        .begin_log_with(out, &mut serializer)?;
+    let fail = |e| std::io::Error::other(format!("{e:?}"));
+    for s in seconds {
+        let start = Duration::from_millis(s.unix_ms.saturating_sub(1000).saturating_sub(base_ms));
+        let tag = |t| Tag::new(t);
+        writer
+            .write_histogram(
+                s.latency.inner(),
+                start,
+                Duration::from_secs(1),
+                tag("latency"),
+            )
+            .map_err(fail)?;
+        if let Some(service) = &s.service {
+            writer
+                .write_histogram(
+                    service.inner(),
+                    start,
+                    Duration::from_secs(1),
+                    tag("service"),
+                )
+                .map_err(fail)?;
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
