@@ -1,5 +1,12 @@
 """Helpers shared by the benchmark scripts."""
-import os, subprocess, tempfile, time
+import os, subprocess, sys, tempfile, time
+
+# The paths every bench script uses, and its --quick flag.
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OUT = os.path.join(ROOT, "bench", "out")
+TOOLS = os.path.join(ROOT, "bench", ".tools")
+KILN = os.path.join(ROOT, "target", "release", "kiln")
+QUICK = "--quick" in sys.argv
 
 # GNU time reports its child's peak RSS. wait4 from Python cannot: a child's high-water mark
 # starts at the Python process's own size at fork and survives exec.

@@ -14,16 +14,10 @@ Usage: python3 bench/load.py [--quick]   (results: bench/out/load-<time>.json, t
 import json, os, re, shutil, subprocess, sys, tempfile, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import measured, sh  # noqa: E402
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-OUT = os.path.join(ROOT, "bench", "out")
-TOOLS = os.path.join(ROOT, "bench", ".tools")
-QUICK = "--quick" in sys.argv
+from common import KILN, OUT, QUICK, ROOT, TOOLS, measured, sh  # noqa: E402,F401
 SECS = 3 if QUICK else 10
 ROUNDS = 1 if QUICK else 3
 LONG_S = int(os.environ.get("BENCH_LONG_S", "30" if QUICK else "300"))
-KILN = os.path.join(ROOT, "target", "release", "kiln")
 TARGET = os.path.join(ROOT, "target", "release", "kiln-target")
 
 

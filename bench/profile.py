@@ -23,15 +23,9 @@ Usage: python3 bench/profile.py [--quick]   (results: bench/out/profile-<time>.j
 import json, os, shutil, subprocess, sys, tempfile, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import measured, sh  # noqa: E402
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-OUT = os.path.join(ROOT, "bench", "out")
-TOOLS = os.path.join(ROOT, "bench", ".tools")
-QUICK = "--quick" in sys.argv
+from common import KILN, OUT, QUICK, ROOT, TOOLS, measured, sh  # noqa: E402,F401
 TARGET_MB = int(os.environ.get("BENCH_PERF_MB", "30" if QUICK else "300"))
 ROUNDS = 1 if QUICK else 2
-KILN = os.path.join(ROOT, "target", "release", "kiln")
 TARGET = os.path.join(ROOT, "target", "release", "kiln-target")
 FLAMEGRAPH_DIR = os.environ.get("FLAMEGRAPH_DIR", os.path.join(TOOLS, "FlameGraph"))
 

@@ -22,15 +22,9 @@ Usage: python3 bench/queries.py [--quick]   (results: bench/out/queries-<time>.j
 import json, os, random, shutil, subprocess, sys, tempfile, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import measured, sh  # noqa: E402
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-OUT = os.path.join(ROOT, "bench", "out")
-TOOLS = os.path.join(ROOT, "bench", ".tools")
-QUICK = "--quick" in sys.argv
+from common import KILN, OUT, QUICK, ROOT, TOOLS, measured, sh  # noqa: E402,F401
 REQUESTS = 3000 if QUICK else 30000
 ONE_REQUEST_CALLS = 90000
-KILN = os.path.join(ROOT, "target", "release", "kiln")
 
 FRAMEWORK = [
     "org.apache.tomcat.util.threads.TaskThread$WrappingRunnable.run(TaskThread.java:61)",

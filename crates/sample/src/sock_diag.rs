@@ -129,18 +129,8 @@ mod tests {
 
     #[test]
     fn a_listeners_backlog_limit_is_what_listen_was_given() {
-        let socket =
-            socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-        socket
-            .bind(
-                &"127.0.0.1:0"
-                    .parse::<std::net::SocketAddr>()
-                    .unwrap()
-                    .into(),
-            )
-            .unwrap();
-        socket.listen(7).unwrap();
-        let port = socket.local_addr().unwrap().as_socket().unwrap().port();
+        let (_socket, addr) = kiln_targets::idle_listener(7);
+        let port = addr.port();
         let text = std::fs::read_to_string("/proc/net/tcp").unwrap();
         let inode = crate::procfs::parse_listening_inodes(&text, port)[0];
         let queues = listen_queues().expect("sock_diag answers");

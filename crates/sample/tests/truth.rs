@@ -88,20 +88,9 @@ fn a_thread_sleeping_10ms_switches_out_about_100_times_a_second() {
 
 #[test]
 fn a_listener_whose_accept_queue_is_full_shows_listen_overflows() {
-    use socket2::{Domain, Socket, Type};
     // Never accepts, and queues at most backlog + 1 = 2 connections: every further SYN is
     // dropped and counted (TcpExt ListenOverflows and ListenDrops).
-    let listener = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
-    listener
-        .bind(
-            &"127.0.0.1:0"
-                .parse::<std::net::SocketAddr>()
-                .unwrap()
-                .into(),
-        )
-        .unwrap();
-    listener.listen(1).unwrap();
-    let addr = listener.local_addr().unwrap().as_socket().unwrap();
+    let (_listener, addr) = kiln_targets::idle_listener(1);
     let mut sampler = kiln_sample::Sampler::new(ProcFs::default(), None);
     let clients: Vec<_> = (0..20)
         .map(|_| {

@@ -356,6 +356,22 @@ fn self_signed_tls() -> io::Result<Arc<rustls::ServerConfig>> {
 
 /// Spins on the CPU for `d`: the hot function a profile of a CPU-bound target must find.
 #[inline(never)]
+/// A TCP listener on 127.0.0.1 with the given accept backlog that never accepts (for the
+/// socket tests: queues, overflows, limits), and its address.
+pub fn idle_listener(backlog: i32) -> (socket2::Socket, std::net::SocketAddr) {
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
+        .expect("a TCP socket");
+    let any_port: std::net::SocketAddr = (std::net::Ipv4Addr::LOCALHOST, 0).into();
+    socket.bind(&any_port.into()).expect("bind 127.0.0.1");
+    socket.listen(backlog).expect("listen");
+    let addr = socket
+        .local_addr()
+        .ok()
+        .and_then(|a| a.as_socket())
+        .expect("an IPv4 address");
+    (socket, addr)
+}
+
 pub fn burn_cpu_for_request(d: Duration) {
     let until = Instant::now() + d;
     let mut x = 0u64;
