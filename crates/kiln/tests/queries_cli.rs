@@ -63,6 +63,18 @@ fn missing_and_malformed_files_get_one_clear_line() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("holds no spans kiln can read"));
 
+    // binary that is not protobuf either (an image, a core file ...)
+    let binary = tmp.path().join("picture.png");
+    std::fs::write(&binary, b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR").unwrap();
+    let out = kiln(&[
+        "queries",
+        binary.to_str().unwrap(),
+        "--out",
+        tmp.path().join("r2").to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("holds no spans kiln can read"));
+
     let out = kiln(&["queries"]);
     assert_eq!(out.status.code(), Some(1));
     let out = kiln(&["queries", "x.json", "--n-plus-one", "1"]);

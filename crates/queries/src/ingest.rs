@@ -806,6 +806,14 @@ impl Ingest {
                     file: name.clone(),
                     why: format!("neither OTLP/JSON nor OTLP/protobuf ({e})"),
                 })?;
+            // protobuf decodes much that is not protobuf: a file that yields no span at all
+            // was most likely something else
+            if self.coverage.spans == spans_before {
+                return Err(QueryError::NotSpans {
+                    file: name,
+                    why: "not OTLP/JSON, and as OTLP/protobuf it holds no span".into(),
+                });
+            }
         }
         if self.coverage.spans == spans_before && self.coverage.rejected_lines > lines_before {
             return Err(QueryError::NotSpans {
