@@ -354,8 +354,6 @@ fn self_signed_tls() -> io::Result<Arc<rustls::ServerConfig>> {
     Ok(Arc::new(config))
 }
 
-/// Spins on the CPU for `d`: the hot function a profile of a CPU-bound target must find.
-#[inline(never)]
 /// A TCP listener on 127.0.0.1 with the given accept backlog that never accepts (for the
 /// socket tests: queues, overflows, limits), and its address.
 pub fn idle_listener(backlog: i32) -> (socket2::Socket, std::net::SocketAddr) {
@@ -372,6 +370,8 @@ pub fn idle_listener(backlog: i32) -> (socket2::Socket, std::net::SocketAddr) {
     (socket, addr)
 }
 
+/// Spins on the CPU for `d`: the hot function a profile of a CPU-bound target must find.
+#[inline(never)]
 pub fn burn_cpu_for_request(d: Duration) {
     let until = Instant::now() + d;
     let mut x = 0u64;
