@@ -193,7 +193,10 @@ fn a_load_run_records_the_watched_process_beside_its_seconds() {
         .iter()
         .map(|p| p["path"].as_str().unwrap())
         .collect();
-    assert_eq!(parts, ["load-seconds.jsonl", "resources.jsonl"]);
+    assert_eq!(
+        parts,
+        ["load-seconds.jsonl", "resources.jsonl", "latency.hlog"]
+    );
     let report = json_with_exit(&kiln(&["report", dir.to_str().unwrap(), "--json"]), 0);
     assert_eq!(
         report["resources"], run["resources"],
