@@ -76,7 +76,7 @@ pub fn write_report(
         TrieFrames::App => Frames::App,
         TrieFrames::All => Frames::All,
     };
-    let trie = StackTrie::build(&analysis, None, frames);
+    let trie = StackTrie::build(&analysis, frames);
     let (calls, time) = trie.folded();
     let trie_ms = ms(started);
     let started = Instant::now();

@@ -417,23 +417,8 @@ impl Ingest {
     pub fn extend(&mut self, other: Ingest) {
         let remap: Vec<u32> = other
             .resources
-            .iter()
-            .map(|r| {
-                let attrs = [
-                    (
-                        "service.name".to_string(),
-                        AttrValue::Str(Cow::Owned(r.service.clone())),
-                    ),
-                    (
-                        "telemetry.sdk.language".to_string(),
-                        r.language
-                            .clone()
-                            .map(|l| AttrValue::Str(Cow::Owned(l)))
-                            .unwrap_or(AttrValue::Other),
-                    ),
-                ];
-                self.resource(attrs.into_iter())
-            })
+            .into_iter()
+            .map(|r| self.intern_resource(r.service, r.language))
             .collect();
         for mut span in other.spans {
             span.resource = remap[span.resource as usize];
@@ -477,6 +462,11 @@ impl Ingest {
         if service.is_empty() {
             service = "unknown_service".into();
         }
+        self.intern_resource(service, language)
+    }
+
+    /// The index of the resource (service, SDK language), added when new.
+    fn intern_resource(&mut self, service: String, language: Option<String>) -> u32 {
         let key = (service, language);
         if let Some(i) = self.resource_index.get(&key) {
             return *i;

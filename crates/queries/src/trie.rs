@@ -91,19 +91,14 @@ impl StackTrie {
         }
     }
 
-    /// The trie of the calls of `requests` (indices into `analysis.requests`), or of the
-    /// requests the analysis selected (route, request id) when None.
-    pub fn build(analysis: &Analysis, requests: Option<&[usize]>, frames: Frames) -> Self {
+    /// The trie of the calls of the requests the analysis selected (route, request id).
+    pub fn build(analysis: &Analysis, frames: Frames) -> Self {
         let mut trie = Self::new();
-        let requests = match requests {
-            Some(r) => r,
-            None => &analysis.matched,
-        };
         // one stack is shared by every call of a loop, one statement by many calls: label
         // each once
         let mut labels: HashMap<*const Vec<Frame>, Vec<String>> = HashMap::new();
         let mut statements: HashMap<*const Fingerprint, String> = HashMap::new();
-        for &r in requests {
+        for &r in &analysis.matched {
             let request = &analysis.requests[r];
             for &c in &request.calls {
                 let call = &analysis.calls[c];

@@ -252,7 +252,7 @@ fn route_filter_keeps_matching_requests_only() {
     assert_eq!(analysis.requests_matched, 2);
     assert_eq!(analysis.routes.len(), 2);
     // the trie is the matched requests' only: /authors (1 + 6) and /again (2)
-    assert_eq!(StackTrie::build(&analysis, None, Frames::App).calls(), 9);
+    assert_eq!(StackTrie::build(&analysis, Frames::App).calls(), 9);
 }
 
 #[test]
@@ -272,7 +272,7 @@ fn request_filter_gives_one_requests_trie() {
     assert_eq!(one.requests_matched, 1);
     assert_eq!(one.findings.len(), 1);
     assert_eq!(one.findings[0].example.kind, FindingKind::Redundant);
-    assert_eq!(StackTrie::build(&one, None, Frames::App).calls(), 2);
+    assert_eq!(StackTrie::build(&one, Frames::App).calls(), 2);
 }
 
 #[test]
@@ -383,7 +383,7 @@ fn housekeeping_round_trips_are_counted_apart() {
 fn trie_weights_calls_along_their_stacks() {
     let (k, r) = (17, 4);
     let analysis = analyze(&ingest(&shop(k, r)), &Options::default());
-    let trie = StackTrie::build(&analysis, None, Frames::App);
+    let trie = StackTrie::build(&analysis, Frames::App);
     assert_eq!(trie.calls() as usize, 1 + k + 1 + r);
     let (calls, time) = trie.folded();
     assert_eq!(calls.total() as usize, 1 + k + 1 + r);
@@ -399,7 +399,7 @@ fn trie_weights_calls_along_their_stacks() {
         time.total(),
         (2_000 + k as u64 * 1_000 + 3_000 + r as u64 * 500)
     );
-    let all = StackTrie::build(&analysis, None, Frames::All);
+    let all = StackTrie::build(&analysis, Frames::All);
     assert!(all.node_count() > trie.node_count());
     let text = trie.text(0.0, 100);
     assert!(text.contains("views.py:23"), "{text}");
@@ -568,7 +568,7 @@ fn ignore_patterns_leave_calls_out_of_the_findings_only() {
     let kinds: Vec<FindingKind> = a.findings.iter().map(|f| f.example.kind).collect();
     assert_eq!(kinds, [FindingKind::NPlusOne]);
     assert_eq!(
-        StackTrie::build(&a, None, Frames::App).calls(),
+        StackTrie::build(&a, Frames::App).calls(),
         12,
         "the trie keeps them"
     );

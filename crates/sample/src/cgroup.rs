@@ -68,7 +68,7 @@ impl CgroupSecond {
 }
 
 /// `key value` lines (cpu.stat, memory.events).
-fn stat_value(text: &str, key: &str) -> Option<u64> {
+pub(crate) fn stat_value(text: &str, key: &str) -> Option<u64> {
     text.lines().find_map(|l| {
         let (k, v) = l.split_once(' ')?;
         (k == key).then(|| v.trim().parse().ok())?

@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::counters::parse_interrupts;
+use crate::cgroup::stat_value;
+use crate::counters::{parse_interrupts, parse_meminfo};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -259,14 +260,9 @@ impl Doctor {
             Ok(n) => n,
             Err(e) => return unknown(id, e, why),
         };
-        let meminfo = self.read("proc/meminfo").unwrap_or_default();
-        let kib = |key: &str| -> Option<i64> {
-            meminfo
-                .lines()
-                .find_map(|l| l.strip_prefix(key)?.split_whitespace().next()?.parse().ok())
-        };
-        let used = match (kib("SwapTotal:"), kib("SwapFree:")) {
-            (Some(t), Some(f)) => Some(t - f),
+        let meminfo = parse_meminfo(&self.read("proc/meminfo").unwrap_or_default());
+        let used = match (meminfo.get("SwapTotal"), meminfo.get("SwapFree")) {
+            (Some(t), Some(f)) => Some(t.saturating_sub(*f)),
             _ => None,
         };
         let evidence = format!(
@@ -525,12 +521,8 @@ impl Doctor {
             }
         };
         let stat = self.read(&format!("{dir}/cpu.stat")).unwrap_or_default();
-        let stat_value = |key: &str| {
-            stat.lines()
-                .find_map(|l| l.strip_prefix(key)?.trim().parse::<u64>().ok())
-        };
-        let throttled = stat_value("nr_throttled ").unwrap_or(0);
-        let throttled_us = stat_value("throttled_usec ").unwrap_or(0);
+        let throttled = stat_value(&stat, "nr_throttled").unwrap_or(0);
+        let throttled_us = stat_value(&stat, "throttled_usec").unwrap_or(0);
         let evidence = format!("{dir}/cpu.max = {max}; cpu.stat nr_throttled {throttled}, throttled_usec {throttled_us}");
         let mut parts = max.split_whitespace();
         let quota = parts.next().unwrap_or("max");
