@@ -1,5 +1,7 @@
-//! kiln against a real nginx: the requests kiln reports are the lines nginx logged, and
-//! nginx closing keep-alive connections after `keepalive_requests` is not an error.
+//! kiln against a real nginx: the requests kiln reports are the lines nginx logged, nginx
+//! closing keep-alive connections after `keepalive_requests` is not an error, and every
+//! framing nginx uses (length, chunked, none for HEAD and 204, `Connection: close`) is read
+//! to the byte.
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -40,6 +42,14 @@ fn nginx_binary() -> PathBuf {
 }
 
 fn start_nginx() -> Nginx {
+    start_nginx_with(
+        "keepalive_requests 100;",
+        r#"location / { return 200 "hello from nginx\n"; }"#,
+    )
+}
+
+/// nginx with `http_extra` in its http block and `locations` in its one server.
+fn start_nginx_with(http_extra: &str, locations: &str) -> Nginx {
     let port = TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -60,15 +70,17 @@ http {{
     fastcgi_temp_path {d}/fastcgi;
     uwsgi_temp_path {d}/uwsgi;
     scgi_temp_path {d}/scgi;
-    keepalive_requests 100;
+    {http_extra}
     server {{
         listen 127.0.0.1:{port};
-        location / {{ return 200 "hello from nginx\n"; }}
+        root {d}/www;
+        {locations}
     }}
 }}
 "#
     );
     std::fs::write(dir.path().join("nginx.conf"), conf).unwrap();
+    std::fs::create_dir(dir.path().join("www")).unwrap();
     let child = Command::new(nginx_binary())
         .args(["-p", &d.to_string(), "-c", &format!("{d}/nginx.conf")])
         .stdin(Stdio::null())
@@ -132,5 +144,94 @@ fn requests_kiln_counts_are_the_lines_nginx_logged() {
     assert!(
         opened >= logged / 100,
         "{opened} connections for {logged} requests"
+    );
+}
+
+/// Runs kiln with `args` after the URL and returns its JSON summary.
+fn kiln_json(url: &str, args: &[&str]) -> serde_json::Value {
+    let out_dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(["run", url, "-c", "4", "-d", "1s", "--json", "--out"])
+        .arg(out_dir.path().join("run"))
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// One HTTP/1.0 request on a fresh connection: nginx answers it without chunking and
+/// closes, so the body is everything after the head.
+fn body_over_http10(port: u16, path: &str, headers: &str) -> Vec<u8> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    write!(s, "GET {path} HTTP/1.0\r\nHost: x\r\n{headers}\r\n").unwrap();
+    let mut all = Vec::new();
+    s.read_to_end(&mut all).unwrap();
+    let head = all.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    assert!(!String::from_utf8_lossy(&all[..head]).contains("chunked"));
+    all[head..].to_vec()
+}
+
+#[test]
+fn every_framing_nginx_uses_is_read_to_the_byte() {
+    let nginx = start_nginx_with(
+        "gzip on; gzip_types text/plain; gzip_min_length 1; gzip_http_version 1.0;",
+        r#"location /nothing { return 204; }
+        location /closing { keepalive_timeout 0; return 200 "bye\n"; }"#,
+    );
+    // A static file (Content-Length, sendfile) with varied lines so gzip has work to do.
+    let text: String = (0..4000)
+        .map(|i| format!("line {i} of the file, {}\n", i * 7919 % 1000))
+        .collect();
+    std::fs::write(nginx.dir.path().join("www/file.txt"), &text).unwrap();
+    let base = format!("http://127.0.0.1:{}", nginx.port);
+    let total = |run: &serde_json::Value, key: &str| run["total"][key].as_u64().unwrap();
+
+    let plain = kiln_json(&format!("{base}/file.txt"), &[]);
+    let n = total(&plain, "requests");
+    assert!(n > 100 && plain["total"]["failed"] == 0, "{plain}");
+    assert_eq!(total(&plain, "body_bytes"), n * text.len() as u64);
+
+    // gzip makes nginx stream the body in chunks; the decoded chunks are the gzip bytes
+    // nginx sends unchunked to an HTTP/1.0 client.
+    let gz = body_over_http10(nginx.port, "/file.txt", "Accept-Encoding: gzip\r\n");
+    assert!(gz.len() < text.len() / 2 && gz.starts_with(&[0x1f, 0x8b]));
+    let chunked = kiln_json(
+        &format!("{base}/file.txt"),
+        &["-H", "Accept-Encoding: gzip"],
+    );
+    let n = total(&chunked, "requests");
+    assert!(n > 100 && chunked["total"]["failed"] == 0, "{chunked}");
+    assert_eq!(total(&chunked, "body_bytes"), n * gz.len() as u64);
+
+    // HEAD carries a Content-Length but no body: nothing to wait for.
+    let head = kiln_json(&format!("{base}/file.txt"), &["-m", "HEAD"]);
+    assert!(
+        total(&head, "requests") > 100 && head["total"]["failed"] == 0,
+        "{head}"
+    );
+    assert_eq!(total(&head, "body_bytes"), 0);
+
+    let empty = kiln_json(&format!("{base}/nothing"), &[]);
+    let n = total(&empty, "requests");
+    assert!(n > 100 && empty["total"]["failed"] == 0, "{empty}");
+    assert_eq!(empty["total"]["status"]["204"].as_u64(), Some(n));
+
+    // Connection: close on every response: a new connection per request, and no errors.
+    let closing = kiln_json(&format!("{base}/closing"), &[]);
+    let n = total(&closing, "requests");
+    assert!(n > 20 && closing["total"]["failed"] == 0, "{closing}");
+    assert_eq!(total(&closing, "body_bytes"), n * 4);
+    let opened = total(&closing, "connections_opened");
+    assert!(
+        opened >= n && opened <= n + 4,
+        "{opened} connections for {n} requests"
     );
 }

@@ -1,28 +1,32 @@
-//! One client connection: TCP (and TLS) to the target, an HTTP/1.1 keep-alive session over
-//! hyper, and the classification of every failure into an [`ErrorKind`].
-//! It never retries by itself: the caller decides, and counts.
+//! One client connection: TCP (and TLS) to the target, an HTTP/1.1 keep-alive session
+//! (see `http1` for why it is not hyper's client), and the classification of every failure
+//! into an [`ErrorKind`]. It never retries by itself: the caller decides, and counts.
 
-use std::future::{poll_fn, Future};
-use std::pin::{pin, Pin};
+use std::pin::Pin;
 use std::sync::Arc;
-use std::task::Poll;
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
-use hyper::client::conn::http1::SendRequest;
-use hyper_util::rt::TokioIo;
 use kiln_record::ErrorKind;
 use rustls::pki_types::ServerName;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 
+use crate::http1::{self, ResponseReader};
 use crate::plan::{LoadPlan, Target};
+
+pub use crate::http1::Response;
+
+/// Bytes read from the socket at a time; a response head may grow the buffer to
+/// `http1::MAX_HEAD`.
+const READ_BUFFER: usize = 16 * 1024;
 
 /// What every connection of a phase shares: the target, the TLS setup, the request.
 pub struct ConnectionSetup {
     pub target: Target,
     tls: Option<(tokio_rustls::TlsConnector, ServerName<'static>)>,
-    request: http::Request<Full<Bytes>>,
+    method: http::Method,
+    request: Vec<u8>,
     pub connect_timeout: Duration,
 }
 
@@ -37,35 +41,23 @@ impl ConnectionSetup {
         } else {
             None
         };
-        let mut builder = http::Request::builder()
-            .method(plan.request.method.clone())
-            .uri(target.path_and_query.as_str())
-            .header(http::header::HOST, target.authority.as_str());
-        for (name, value) in &plan.request.headers {
-            builder = builder.header(name, value);
-        }
-        let request = builder
-            .body(Full::new(plan.request.body.clone()))
-            .map_err(|e| format!("cannot build the request: {e}"))?;
+        let request = http1::encode_request(
+            &plan.request.method,
+            &target.path_and_query,
+            &target.authority,
+            &plan.request.headers,
+            &plan.request.body,
+        );
         Ok(Self {
             target,
             tls,
+            method: plan.request.method.clone(),
             request,
             connect_timeout: plan.connect_timeout,
         })
     }
 
-    /// A fresh copy of the request (headers and body are reference-counted).
-    fn request(&self) -> http::Request<Full<Bytes>> {
-        let mut req = http::Request::new(self.request.body().clone());
-        *req.method_mut() = self.request.method().clone();
-        *req.uri_mut() = self.request.uri().clone();
-        *req.headers_mut() = self.request.headers().clone();
-        req
-    }
-
-    /// Opens a connection and completes the HTTP/1.1 (and TLS) handshake. The connection's
-    /// I/O runs as a local task on the current thread.
+    /// Opens a connection (and completes the TLS handshake).
     pub async fn connect(&self) -> Result<Connection, ErrorKind> {
         let tcp = tokio::time::timeout(self.connect_timeout, TcpStream::connect(self.target.addr))
             .await
@@ -76,8 +68,8 @@ impl ConnectionSetup {
                 _ => ErrorKind::ConnectOther,
             })?;
         let _ = tcp.set_nodelay(true);
-        match &self.tls {
-            None => handshake(tcp).await,
+        let stream = match &self.tls {
+            None => Stream::Plain(tcp),
             Some((connector, name)) => {
                 let tls = tokio::time::timeout(
                     self.connect_timeout,
@@ -86,127 +78,171 @@ impl ConnectionSetup {
                 .await
                 .map_err(|_| ErrorKind::ConnectTimeout)?
                 .map_err(|_| ErrorKind::Tls)?;
-                handshake(tls).await
+                Stream::Tls(Box::new(tls))
             }
+        };
+        Ok(Connection {
+            stream,
+            buf: vec![0; READ_BUFFER],
+            start: 0,
+            end: 0,
+            reader: ResponseReader::new(&self.method),
+            reusable: true,
+        })
+    }
+}
+
+/// The socket, plain or TLS (an enum rather than a trait object: no dynamic call per read).
+enum Stream {
+    Plain(TcpStream),
+    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
+}
+
+impl AsyncRead for Stream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
         }
     }
 }
 
-async fn handshake<S>(io: S) -> Result<Connection, ErrorKind>
-where
-    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + 'static,
-{
-    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io))
-        .await
-        .map_err(|e| classify(&e))?;
-    Ok(Connection {
-        sender,
-        io: Some(Box::pin(conn)),
-    })
+impl AsyncWrite for Stream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_flush(cx),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
+    }
 }
 
-/// hyper's connection state machine (the socket I/O), type-erased over plain TCP and TLS.
-type ConnectionIo = Pin<Box<dyn Future<Output = hyper::Result<()>>>>;
-
-/// An open keep-alive connection. Its I/O is driven inside the task that sends the request
-/// rather than in a task of its own: one task and no cross-task wake-up per request, which
-/// is a large share of a load generator's own CPU.
+/// An open keep-alive connection with its read buffer (`buf[start..end]` is unread).
 pub struct Connection {
-    sender: SendRequest<Full<Bytes>>,
-    /// `None` once hyper has finished the connection (closed by either side).
-    io: Option<ConnectionIo>,
-}
-
-/// A complete response: its status and body size.
-pub struct Response {
-    pub status: u16,
-    pub body_bytes: u64,
+    stream: Stream,
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+    reader: ResponseReader,
+    /// False once the server said it closes, or closed: the next request needs a new one.
+    reusable: bool,
 }
 
 impl Connection {
-    /// Waits until the connection can take a request; false if the target closed it
-    /// (e.g. after its keep-alive limit), which is not an error.
+    /// False if the connection cannot take another request: the server asked to close it
+    /// (e.g. at its keep-alive limit) or has closed it while idle. Not an error.
     pub async fn ready(&mut self) -> bool {
-        if self.sender.is_closed() {
+        if !self.reusable {
             return false;
         }
-        let sender = &mut self.sender;
-        matches!(
-            drive(&mut self.io, poll_fn(|cx| sender.poll_ready(cx))).await,
-            Ok(Ok(()))
-        )
+        // A close (or anything else) that arrived while idle. The runtime's readiness flag
+        // is checked first, so this makes no system call unless the socket has news.
+        let mut cx = Context::from_waker(Waker::noop());
+        self.make_room();
+        let mut spare = ReadBuf::new(&mut self.buf[self.end..]);
+        match Pin::new(&mut self.stream).poll_read(&mut cx, &mut spare) {
+            Poll::Pending => true,
+            Poll::Ready(Ok(())) if spare.filled().is_empty() => {
+                self.reusable = false;
+                false
+            }
+            Poll::Ready(Ok(())) => {
+                // Unasked-for bytes: kept, they will be read as the next response.
+                self.end += spare.filled().len();
+                true
+            }
+            Poll::Ready(Err(_)) => {
+                self.reusable = false;
+                false
+            }
+        }
     }
 
-    /// Sends the request and reads the whole response body.
+    /// Sends the request and reads the whole response.
     pub async fn send(&mut self, setup: &ConnectionSetup) -> Result<Response, ErrorKind> {
-        let response = drive(&mut self.io, self.sender.send_request(setup.request()))
-            .await?
-            .map_err(|e| classify(&e))?;
-        let status = response.status().as_u16();
-        let mut body = response.into_body();
-        let mut body_bytes = 0u64;
-        while let Some(frame) = drive(&mut self.io, body.frame()).await? {
-            let frame = frame.map_err(|e| classify(&e))?;
-            if let Some(data) = frame.data_ref() {
-                body_bytes += data.len() as u64;
+        self.stream
+            .write_all(&setup.request)
+            .await
+            .map_err(|e| classify_io(&e))?;
+        if matches!(self.stream, Stream::Tls(_)) {
+            self.stream.flush().await.map_err(|e| classify_io(&e))?;
+        }
+        self.reader.reset();
+        loop {
+            let progress = self.reader.advance(&self.buf[self.start..self.end]);
+            let progress = progress.inspect_err(|_| self.reusable = false)?;
+            self.start += progress.consumed;
+            if progress.complete {
+                let response = self.reader.response();
+                self.reusable &= response.keep_alive;
+                return Ok(response);
             }
-        }
-        Ok(Response { status, body_bytes })
-    }
-}
-
-/// Polls `work` and, while it waits, the connection's I/O that will complete it. A failed
-/// connection fails the work; a finished one leaves `work` to finish from what was read.
-async fn drive<F: Future>(io: &mut Option<ConnectionIo>, work: F) -> Result<F::Output, ErrorKind> {
-    let mut work = pin!(work);
-    poll_fn(|cx| {
-        if let Poll::Ready(out) = work.as_mut().poll(cx) {
-            return Poll::Ready(Ok(out));
-        }
-        if let Some(conn) = io.as_mut() {
-            if let Poll::Ready(result) = conn.as_mut().poll(cx) {
-                *io = None;
-                if let Err(e) = result {
-                    return Poll::Ready(Err(classify(&e)));
+            self.make_room();
+            let n = match self.stream.read(&mut self.buf[self.end..]).await {
+                Ok(n) => n,
+                Err(e) => {
+                    self.reusable = false;
+                    return Err(classify_io(&e));
                 }
+            };
+            if n == 0 {
+                self.reusable = false;
+                return self.reader.end_of_input();
             }
-            // The I/O may have completed the work just now.
-            if let Poll::Ready(out) = work.as_mut().poll(cx) {
-                return Poll::Ready(Ok(out));
-            }
+            self.end += n;
         }
-        Poll::Pending
-    })
-    .await
+    }
+
+    /// Makes space after `end`: drops what was read, then grows up to the largest head.
+    fn make_room(&mut self) {
+        if self.start == self.end {
+            (self.start, self.end) = (0, 0);
+        }
+        if self.end < self.buf.len() {
+            return;
+        }
+        if self.start > 0 {
+            self.buf.copy_within(self.start..self.end, 0);
+            (self.start, self.end) = (0, self.end - self.start);
+        } else if self.buf.len() < http1::MAX_HEAD + READ_BUFFER {
+            self.buf.resize(self.buf.len() * 2, 0);
+        }
+    }
 }
 
-/// Maps a hyper error to what a user should read.
-fn classify(e: &hyper::Error) -> ErrorKind {
-    if e.is_parse() || e.is_parse_status() || e.is_parse_too_large() {
-        return ErrorKind::BadResponse;
+/// Maps a socket or TLS error to what a user should read.
+fn classify_io(e: &std::io::Error) -> ErrorKind {
+    match e.kind() {
+        std::io::ErrorKind::ConnectionReset
+        | std::io::ErrorKind::ConnectionAborted
+        | std::io::ErrorKind::BrokenPipe
+        | std::io::ErrorKind::UnexpectedEof => ErrorKind::Reset,
+        std::io::ErrorKind::TimedOut => ErrorKind::Timeout,
+        // rustls reports its failures as invalid data.
+        std::io::ErrorKind::InvalidData => ErrorKind::Tls,
+        _ => ErrorKind::Other,
     }
-    if e.is_timeout() {
-        return ErrorKind::Timeout;
-    }
-    if e.is_incomplete_message() || e.is_canceled() || e.is_closed() {
-        return ErrorKind::Reset;
-    }
-    let mut source = std::error::Error::source(e);
-    while let Some(err) = source {
-        if let Some(io) = err.downcast_ref::<std::io::Error>() {
-            return match io.kind() {
-                std::io::ErrorKind::ConnectionReset
-                | std::io::ErrorKind::ConnectionAborted
-                | std::io::ErrorKind::BrokenPipe
-                | std::io::ErrorKind::UnexpectedEof => ErrorKind::Reset,
-                std::io::ErrorKind::TimedOut => ErrorKind::Timeout,
-                std::io::ErrorKind::InvalidData => ErrorKind::Tls,
-                _ => ErrorKind::Other,
-            };
-        }
-        source = err.source();
-    }
-    ErrorKind::Other
 }
 
 fn tls_config(insecure: bool) -> rustls::ClientConfig {

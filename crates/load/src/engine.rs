@@ -7,10 +7,13 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
+use std::future::{poll_fn, Future};
+use std::pin::{pin, Pin};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
+use std::task::Poll;
 
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -116,7 +119,11 @@ struct PhaseShared {
 
 impl PhaseShared {
     fn should_stop(&self) -> bool {
-        self.stopped.load(Ordering::Relaxed) || Instant::now() >= self.deadline
+        self.should_stop_at(Instant::now())
+    }
+
+    fn should_stop_at(&self, now: Instant) -> bool {
+        self.stopped.load(Ordering::Relaxed) || now >= self.deadline
     }
 }
 
@@ -542,25 +549,95 @@ async fn ensure_connected(
     Ok(())
 }
 
-/// Sends one request on `conn` and records the outcome against `intended`.
-async fn send_and_record(state: &WorkerLocal, conn: &mut Option<Connection>, intended: Instant) {
-    if let Err(kind) = ensure_connected(state, conn).await {
-        state.recorder.borrow_mut().error(Instant::now(), kind);
-        return;
+/// A connection slot of one task: the connection (reopened when lost) and its request timer.
+struct Slot {
+    conn: Option<Connection>,
+    timer: RequestTimer,
+}
+
+impl Slot {
+    fn new(timeout: Duration) -> Self {
+        Self {
+            conn: None,
+            timer: RequestTimer::new(timeout),
+        }
     }
-    let Some(c) = conn.as_mut() else { return };
+}
+
+/// The per-request timeout, armed lazily: its timer is moved only when it fires before the
+/// current request's deadline, about once per timeout period rather than once per request
+/// (a timer-wheel insert and remove per request was a visible share of kiln's own CPU).
+struct RequestTimer {
+    timeout: Duration,
+    sleep: Pin<Box<tokio::time::Sleep>>,
+    armed_for: Instant,
+}
+
+impl RequestTimer {
+    fn new(timeout: Duration) -> Self {
+        let far = Instant::now() + timeout;
+        Self {
+            timeout,
+            sleep: Box::pin(tokio::time::sleep_until(far.into())),
+            armed_for: far,
+        }
+    }
+
+    /// Runs `work` until it finishes (`Some`) or `timeout` after `start` has passed (`None`).
+    async fn run<F: Future>(&mut self, start: Instant, work: F) -> Option<F::Output> {
+        let deadline = start + self.timeout;
+        if self.armed_for > deadline {
+            self.rearm(deadline);
+        }
+        let mut work = pin!(work);
+        poll_fn(|cx| {
+            if let Poll::Ready(out) = work.as_mut().poll(cx) {
+                return Poll::Ready(Some(out));
+            }
+            while self.sleep.as_mut().poll(cx).is_ready() {
+                if Instant::now() >= deadline {
+                    return Poll::Ready(None);
+                }
+                self.rearm(deadline);
+            }
+            Poll::Pending
+        })
+        .await
+    }
+
+    fn rearm(&mut self, deadline: Instant) {
+        self.sleep.as_mut().reset(deadline.into());
+        self.armed_for = deadline;
+    }
+}
+
+/// Sends one request and records the outcome against `intended` (the open model's
+/// scheduled time; `None` in the closed model, where it is the send time). Returns when the
+/// request ended.
+async fn send_and_record(
+    state: &WorkerLocal,
+    slot: &mut Slot,
+    intended: Option<Instant>,
+) -> Instant {
+    let conn = &mut slot.conn;
+    if let Err(kind) = ensure_connected(state, conn).await {
+        let now = Instant::now();
+        state.recorder.borrow_mut().error(now, kind);
+        return now;
+    }
+    let Some(c) = conn.as_mut() else {
+        return Instant::now();
+    };
     let sent = Instant::now();
     state.recorder.borrow_mut().sent(sent);
     state.in_flight.set(state.in_flight.get() + 1);
-    let outcome = tokio::time::timeout(state.plan.timeout, c.send(&state.setup))
-        .await
-        .ok();
+    let outcome = slot.timer.run(sent, c.send(&state.setup)).await;
     state.in_flight.set(state.in_flight.get() - 1);
     let done = Instant::now();
     let mut rec = state.recorder.borrow_mut();
     match outcome.unwrap_or(Err(ErrorKind::Timeout)) {
         Ok(response) => rec.response(
-            intended.min(sent),
+            intended.map_or(sent, |i| i.min(sent)),
             sent,
             done,
             response.status,
@@ -572,6 +649,7 @@ async fn send_and_record(state: &WorkerLocal, conn: &mut Option<Connection>, int
             *conn = None;
         }
     }
+    done
 }
 
 async fn closed_connection(state: Rc<WorkerLocal>, global: usize, mut stop: watch::Receiver<bool>) {
@@ -592,21 +670,25 @@ async fn closed_connection(state: Rc<WorkerLocal>, global: usize, mut stop: watc
     {
         return;
     }
-    let mut conn: Option<Connection> = None;
-    while !state.shared.should_stop() {
-        let had_connection = conn.is_some();
-        send_and_record(&state, &mut conn, Instant::now()).await;
-        let failed_to_connect = conn.is_none() && !had_connection;
+    let mut slot = Slot::new(state.plan.timeout);
+    let mut stop_now = state.shared.should_stop();
+    while !stop_now {
+        let had_connection = slot.conn.is_some();
+        let done = send_and_record(&state, &mut slot, None).await;
+        let failed_to_connect = slot.conn.is_none() && !had_connection;
         let pause = if failed_to_connect {
             RECONNECT_BACKOFF.max(think_time)
         } else {
             think_time
         };
-        if !pause.is_zero() && !sleep_or_stop(pause, &mut stop).await {
-            break;
-        }
+        // Back to back, the end of one request is the clock reading for the next check.
+        stop_now = if pause.is_zero() {
+            state.shared.should_stop_at(done)
+        } else {
+            !sleep_or_stop(pause, &mut stop).await || state.shared.should_stop()
+        };
     }
-    if conn.is_some() {
+    if slot.conn.is_some() {
         state.recorder.borrow_mut().connections -= 1;
     }
 }
@@ -617,9 +699,9 @@ async fn open_connection(state: Rc<WorkerLocal>, mut stop: watch::Receiver<bool>
     let Some(arrivals) = state.shared.arrivals.clone() else {
         return;
     };
-    let mut conn: Option<Connection> = None;
+    let mut slot = Slot::new(state.plan.timeout);
     // Connect before the first arrival so it is not charged for the handshake.
-    let _ = ensure_connected(&state, &mut conn).await;
+    let _ = ensure_connected(&state, &mut slot.conn).await;
     loop {
         let next = tokio::select! {
             next = arrivals.recv() => next.ok(),
@@ -631,10 +713,10 @@ async fn open_connection(state: Rc<WorkerLocal>, mut stop: watch::Receiver<bool>
             state.shared.unsent.fetch_add(1, Ordering::Relaxed);
             break;
         }
-        send_and_record(&state, &mut conn, intended).await;
+        send_and_record(&state, &mut slot, Some(intended)).await;
         state.shared.idle.fetch_add(1, Ordering::Relaxed);
     }
-    if conn.is_some() {
+    if slot.conn.is_some() {
         state.recorder.borrow_mut().connections -= 1;
     }
     state.shared.connection_tasks.fetch_sub(1, Ordering::SeqCst);

@@ -1,13 +1,14 @@
 //! kiln's HTTP load engine.
 //!
 //! `plan` says what to send and how (closed or open model), `schedule` computes when each
-//! open-model request is due, `connection` talks HTTP/1.1 (and TLS) over hyper, `recorder`
+//! open-model request is due, `connection` keeps a connection (TCP or TLS) and `http1` speaks HTTP/1.1 on it, `recorder`
 //! fills per-second records on each generator thread, and `engine` runs a phase and merges
 //! the threads' seconds. Latency in the open model counts from the scheduled send time, so a
 //! stalled target cannot hide its stall (no coordinated omission).
 
 mod connection;
 mod engine;
+mod http1;
 pub mod plan;
 mod recorder;
 pub mod schedule;
