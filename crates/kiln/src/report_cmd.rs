@@ -11,8 +11,11 @@ use crate::{profile_cmd, queries_cmd, summary};
 pub fn run(args: ReportArgs) -> Result<u8> {
     let dir = RunDir::open(&args.run_dir)
         .with_context(|| format!("cannot read the run in {}", args.run_dir.display()))?;
-    let lines: Vec<LoadRecordLine> = dir.read_json_lines(LOAD_SECONDS_PART)?;
-    let phases = PhaseSummary::from_lines(&lines);
+    // Line by line: a long run's seconds are never all in memory at once.
+    let mut phases = Vec::new();
+    for line in dir.json_lines::<LoadRecordLine>(LOAD_SECONDS_PART)? {
+        PhaseSummary::add_line(&mut phases, &line?);
+    }
     let resources: Vec<ResourceSecond> = dir.read_json_lines(RESOURCES_PART)?;
     let profile = json_part(&dir, profile_cmd::SUMMARY_PART)?;
     let queries = json_part(&dir, queries_cmd::QUERIES_PART)?;

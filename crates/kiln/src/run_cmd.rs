@@ -280,18 +280,24 @@ pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut LiveOutput) -> Resul
 /// The run's per-second histograms as an HdrHistogram interval log (`latency.hlog`), for
 /// HistogramLogAnalyzer, hdr-plot and HistogramLogProcessor.
 fn write_latency_log(dir: &mut RunDir) -> Result<()> {
-    let lines: Vec<LoadRecordLine> = dir.read_json_lines(LOAD_SECONDS_PART)?;
-    let seconds: Vec<&kiln_record::SecondRecord> = lines
-        .iter()
-        .filter_map(|l| match l {
-            LoadRecordLine::Second(s) => Some(s.as_ref()),
+    // The seconds are read back one at a time (each holds its histograms) and the log is
+    // written as it is made: memory stays flat however long the run was.
+    let lines = dir.json_lines::<LoadRecordLine>(LOAD_SECONDS_PART)?;
+    let mut read_error = None;
+    let seconds = lines
+        .map_while(|line| line.map_err(|e| read_error = Some(e)).ok())
+        .filter_map(|line| match line {
+            LoadRecordLine::Second(s) => Some(*s),
             LoadRecordLine::PhaseEnd(_) => None,
-        })
-        .collect();
-    let mut log = Vec::new();
-    kiln_record::write_hlog(&mut log, &seconds).context("cannot write the latency log")?;
-    dir.write_file_part(HLOG_PART, "latency.hlog", 1, &log)?;
-    Ok(())
+        });
+    dir.write_file_part_with(HLOG_PART, "latency.hlog", 1, |out| {
+        kiln_record::write_hlog(out, seconds)
+    })
+    .context("cannot write the latency log")?;
+    match read_error {
+        Some(e) => Err(e.into()),
+        None => Ok(()),
+    }
 }
 
 /// Waits for the last spans, stops the receiver and writes the DB-call analysis.

@@ -219,23 +219,29 @@ impl PhaseSummary {
     ) -> Vec<PhaseSummary> {
         let mut phases: Vec<PhaseSummary> = Vec::new();
         for line in lines {
-            let name = match line {
-                LoadRecordLine::Second(s) => &s.phase,
-                LoadRecordLine::PhaseEnd(e) => &e.phase,
-            };
-            let at = match phases.iter().position(|p| &p.phase == name) {
-                Some(i) => i,
-                None => {
-                    phases.push(PhaseSummary::new(name));
-                    phases.len() - 1
-                }
-            };
-            match line {
-                LoadRecordLine::Second(s) => phases[at].add_second(s),
-                LoadRecordLine::PhaseEnd(e) => phases[at].set_end(e),
-            }
+            Self::add_line(&mut phases, line);
         }
         phases
+    }
+
+    /// Adds one record line to the phase it belongs to (a new one at the end if it is the
+    /// first line of its phase).
+    pub fn add_line(phases: &mut Vec<PhaseSummary>, line: &LoadRecordLine) {
+        let name = match line {
+            LoadRecordLine::Second(s) => &s.phase,
+            LoadRecordLine::PhaseEnd(e) => &e.phase,
+        };
+        let at = match phases.iter().position(|p| &p.phase == name) {
+            Some(i) => i,
+            None => {
+                phases.push(PhaseSummary::new(name));
+                phases.len() - 1
+            }
+        };
+        match line {
+            LoadRecordLine::Second(s) => phases[at].add_second(s),
+            LoadRecordLine::PhaseEnd(e) => phases[at].set_end(e),
+        }
     }
 
     pub fn responses(&self) -> u64 {
@@ -328,13 +334,17 @@ impl PhaseSummary {
 /// `HistogramLogWriter` writes and HistogramLogAnalyzer, hdr-plot and `HistogramLogProcessor`
 /// read): one `latency` line per second and, in an open model, one `service` line; values in
 /// microseconds, timestamps in seconds since the first second began.
-pub fn write_hlog(out: &mut impl std::io::Write, seconds: &[&SecondRecord]) -> std::io::Result<()> {
+pub fn write_hlog<S: std::borrow::Borrow<SecondRecord>>(
+    out: &mut impl std::io::Write,
+    seconds: impl IntoIterator<Item = S>,
+) -> std::io::Result<()> {
     use hdrhistogram::serialization::interval_log::{IntervalLogWriterBuilder, Tag};
     use hdrhistogram::serialization::V2DeflateSerializer;
     use std::time::{Duration, UNIX_EPOCH};
+    let mut seconds = seconds.into_iter().peekable();
     let base_ms = seconds
-        .first()
-        .map_or(0, |s| s.unix_ms.saturating_sub(1000));
+        .peek()
+        .map_or(0, |s| s.borrow().unix_ms.saturating_sub(1000));
     let base = UNIX_EPOCH + Duration::from_millis(base_ms);
     let mut serializer = V2DeflateSerializer::new();
     let mut writer = IntervalLogWriterBuilder::new()
@@ -345,6 +355,7 @@ pub fn write_hlog(out: &mut impl std::io::Write, seconds: &[&SecondRecord]) -> s
         .begin_log_with(out, &mut serializer)?;
     let fail = |e| std::io::Error::other(format!("{e:?}"));
     for s in seconds {
+        let s = s.borrow();
         let start = Duration::from_millis(s.unix_ms.saturating_sub(1000).saturating_sub(base_ms));
         let tag = |t| Tag::new(t);
         writer

@@ -181,9 +181,26 @@ impl RunDir {
         schema_version: u32,
         contents: &[u8],
     ) -> Result<PathBuf, RecordError> {
+        self.write_file_part_with(kind, file_name, schema_version, |out| {
+            out.write_all(contents)
+        })
+    }
+
+    /// As `write_file_part`, with the contents written by `write` as they are made.
+    pub fn write_file_part_with(
+        &mut self,
+        kind: &str,
+        file_name: &str,
+        schema_version: u32,
+        write: impl FnOnce(&mut BufWriter<File>) -> std::io::Result<()>,
+    ) -> Result<PathBuf, RecordError> {
         let file = self.path.join(file_name);
         let tmp = self.path.join(format!(".{file_name}.tmp"));
-        fs::write(&tmp, contents).map_err(io_err("write", &tmp))?;
+        let mut out = BufWriter::new(File::create(&tmp).map_err(io_err("write", &tmp))?);
+        write(&mut out)
+            .and_then(|()| out.flush())
+            .map_err(io_err("write", &tmp))?;
+        drop(out);
         fs::rename(&tmp, &file).map_err(io_err("replace", &file))?;
         self.list_part(kind, file_name, schema_version)?;
         Ok(file)
@@ -209,33 +226,73 @@ impl RunDir {
     /// Reads every line of a JSON-lines part. A torn last line (the writer was killed
     /// mid-write) is skipped; any other bad line is an error naming its line number.
     pub fn read_json_lines<T: DeserializeOwned>(&self, kind: &str) -> Result<Vec<T>, RecordError> {
+        self.json_lines(kind)?.collect()
+    }
+
+    /// The lines of a JSON-lines part, read one at a time as the iterator is pulled, so a
+    /// long run's seconds (each with its histograms) are never all in memory. Bad lines as
+    /// in `read_json_lines`.
+    pub fn json_lines<T: DeserializeOwned>(&self, kind: &str) -> Result<JsonLines<T>, RecordError> {
         let Some(part) = self.manifest.part(kind) else {
-            return Ok(Vec::new());
+            return Ok(JsonLines {
+                path: PathBuf::new(),
+                lines: None,
+                bad: None,
+                _type: std::marker::PhantomData,
+            });
         };
-        let file = self.path.join(&part.path);
-        let reader = BufReader::new(File::open(&file).map_err(io_err("read", &file))?);
-        let lines: Vec<String> = reader
-            .lines()
-            .collect::<Result<_, _>>()
-            .map_err(io_err("read", &file))?;
-        let last = lines.len().saturating_sub(1);
-        let mut out = Vec::with_capacity(lines.len());
-        for (i, line) in lines.iter().enumerate() {
+        let path = self.path.join(&part.path);
+        let reader = BufReader::new(File::open(&path).map_err(io_err("read", &path))?);
+        Ok(JsonLines {
+            path,
+            lines: Some(reader.lines().enumerate()),
+            bad: None,
+            _type: std::marker::PhantomData,
+        })
+    }
+}
+
+/// See [`RunDir::json_lines`].
+pub struct JsonLines<T> {
+    path: PathBuf,
+    lines: Option<std::iter::Enumerate<std::io::Lines<BufReader<File>>>>,
+    /// A line that did not parse: an error only once another line follows it.
+    bad: Option<RecordError>,
+    _type: std::marker::PhantomData<T>,
+}
+
+impl<T: DeserializeOwned> Iterator for JsonLines<T> {
+    type Item = Result<T, RecordError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let lines = self.lines.as_mut()?;
+        for (i, line) in lines.by_ref() {
+            let line = match line {
+                Ok(line) => line,
+                Err(e) => {
+                    self.lines = None;
+                    return Some(Err(io_err("read", &self.path)(e)));
+                }
+            };
             if line.trim().is_empty() {
                 continue;
             }
-            match serde_json::from_str(line) {
-                Ok(v) => out.push(v),
-                Err(_) if i == last => break,
+            if let Some(e) = self.bad.take() {
+                self.lines = None;
+                return Some(Err(e));
+            }
+            match serde_json::from_str(&line) {
+                Ok(v) => return Some(Ok(v)),
                 Err(e) => {
-                    return Err(RecordError::Malformed {
-                        path: file,
+                    self.bad = Some(RecordError::Malformed {
+                        path: self.path.clone(),
                         detail: format!("line {}: {e}", i + 1),
                     })
                 }
             }
         }
-        Ok(out)
+        self.lines = None;
+        None
     }
 }
 
@@ -292,6 +349,15 @@ mod tests {
         assert_eq!(back.effective_status(), RunStatus::Interrupted);
         let nums: Vec<u32> = back.read_json_lines("nums").unwrap();
         assert_eq!(nums, vec![1, 2]);
+        // Once a line follows it, the torn one is corruption, named by its line number.
+        fs::OpenOptions::new()
+            .append(true)
+            .open(path.join("nums.jsonl"))
+            .unwrap()
+            .write_all(b"\n3\n")
+            .unwrap();
+        let err = back.read_json_lines::<u32>("nums").unwrap_err().to_string();
+        assert!(err.contains("line 3"), "{err}");
         dir.finish(RunStatus::Complete, None).unwrap();
         assert_eq!(
             RunDir::open(&path).unwrap().manifest.status,
