@@ -10,11 +10,14 @@
 pub mod cgroup;
 pub mod counters;
 pub mod doctor;
+mod netlink;
 pub mod procfs;
 pub mod rates;
 pub mod sampler;
 pub mod sock_diag;
 pub mod sockets;
+pub mod taskstats;
+pub mod threads;
 
 pub use cgroup::{CgroupReading, CgroupSecond};
 pub use doctor::{Check, Doctor, Verdict};

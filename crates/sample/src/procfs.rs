@@ -203,6 +203,11 @@ impl ProcFs {
         Some(text)
     }
 
+    /// A path under the root.
+    pub(crate) fn path(&self, rel: &str) -> PathBuf {
+        self.root.join(rel)
+    }
+
     /// A file under the root, as text (for the other readers of this crate).
     pub(crate) fn read_file(&self, rel: &str) -> Option<String> {
         self.read(rel)
@@ -265,6 +270,11 @@ impl ProcFs {
     /// The process as a whole (all its threads' times summed by the kernel).
     pub fn process(&self, pid: i32) -> Option<TaskStat> {
         self.task(&format!("proc/{pid}"))
+    }
+
+    /// The process's state letter (R, S, D, Z ...) from its `stat` alone.
+    pub fn state(&self, pid: i32) -> Option<char> {
+        parse_task_stat(&self.read(&format!("proc/{pid}/stat"))?).map(|t| t.state)
     }
 
     /// The process that owns a socket listening on TCP `port`, if one is visible.

@@ -11,6 +11,7 @@ use crate::counters::Pressure;
 use crate::procfs::{HostStat, KernelReading, ProcFs, TaskStat};
 use crate::rates::{host_cpu_split, task_rates, CpuSplit, TaskRates};
 use crate::sockets::SocketSummary;
+use crate::threads::ThreadReader;
 
 /// The part kind (and file stem) of the sampler's per-second records in a run directory.
 pub const RESOURCES_PART: &str = "resources";
@@ -185,6 +186,7 @@ pub struct Sampler {
     started: Instant,
     previous: Option<Reading>,
     page_kib: u64,
+    threads: Option<ThreadReader>,
 }
 
 impl Sampler {
@@ -195,19 +197,23 @@ impl Sampler {
             started: Instant::now(),
             previous: None,
             page_kib: page_size_kib(),
+            threads: pid.map(ThreadReader::new),
         };
         sampler.previous = Some(sampler.read());
         sampler
     }
 
-    fn read(&self) -> Reading {
+    fn read(&mut self) -> Reading {
         Reading {
             at: Instant::now(),
             cgroup: self.pid.and_then(|p| self.proc.cgroup(p)),
             kernel: self.proc.kernel_reading(),
             host: self.proc.host_stat(),
             process: self.pid.and_then(|p| self.proc.process(p)),
-            threads: self.pid.map(|p| self.proc.threads(p)).unwrap_or_default(),
+            threads: match &mut self.threads {
+                Some(reader) => reader.read(&self.proc),
+                None => Vec::new(),
+            },
         }
     }
 
@@ -216,8 +222,8 @@ impl Sampler {
     pub fn target_alive(&self) -> bool {
         self.pid.is_none_or(|p| {
             self.proc
-                .process(p)
-                .is_some_and(|t| !matches!(t.state, 'Z' | 'X'))
+                .state(p)
+                .is_some_and(|state| !matches!(state, 'Z' | 'X'))
         })
     }
 
@@ -298,7 +304,9 @@ impl Sampler {
                     .threads
                     .iter()
                     .filter_map(|t| {
-                        let before = a.threads.iter().find(|x| x.id == t.id)?;
+                        // Both readings list threads by id.
+                        let i = a.threads.binary_search_by_key(&t.id, |x| x.id).ok()?;
+                        let before = &a.threads[i];
                         task_rates(before, t, secs, USER_HZ)
                     })
                     .collect();

@@ -6,14 +6,16 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use kiln_sample::threads::ThreadReader;
 use kiln_sample::{task_rates, ProcFs, TaskStat};
 use kiln_targets::{ensure, named_loop, timing_attempts};
 
 const USER_HZ: f64 = 100.0;
 
-fn thread_named(proc: &ProcFs, name: &str) -> TaskStat {
-    let pid = std::process::id() as i32;
-    proc.threads(pid)
+/// The named thread as the sampler reads it (kept files, skipped when idle, taskstats).
+fn thread_named(reader: &mut ThreadReader, name: &str) -> TaskStat {
+    reader
+        .read(&ProcFs::default())
         .into_iter()
         .find(|t| t.name == name)
         .unwrap_or_else(|| panic!("no thread named {name}"))
@@ -28,11 +30,11 @@ fn start(name: &str, work: impl Fn() + Send + 'static) -> Arc<AtomicBool> {
 
 /// Samples the named thread over 2 s.
 fn measure(name: &str) -> kiln_sample::TaskRates {
-    let proc = ProcFs::default();
-    let before = thread_named(&proc, name);
+    let mut reader = ThreadReader::new(std::process::id() as i32);
+    let before = thread_named(&mut reader, name);
     let t0 = Instant::now();
     thread::sleep(Duration::from_secs(2));
-    let after = thread_named(&proc, name);
+    let after = thread_named(&mut reader, name);
     task_rates(&before, &after, t0.elapsed().as_secs_f64(), USER_HZ).unwrap()
 }
 
@@ -84,6 +86,42 @@ fn a_thread_sleeping_10ms_switches_out_about_100_times_a_second() {
         Ok(())
     });
     stop.store(true, Ordering::Relaxed);
+}
+
+#[test]
+fn a_parked_thread_shows_nothing_and_a_woken_one_its_wake_ups() {
+    use std::io::{Read, Write};
+    // Blocked in read() on a socket: the reader skips it (it never ran) and must still
+    // report it. (Not an mpsc channel: its receiver may park more than once per message.)
+    let (mut wake, mut parked) = std::os::unix::net::UnixStream::pair().unwrap();
+    let handle = thread::Builder::new()
+        .name("parked".into())
+        .spawn(move || {
+            let mut byte = [0u8; 1];
+            while parked.read(&mut byte).is_ok_and(|n| n == 1) {}
+        })
+        .unwrap();
+    thread::sleep(Duration::from_millis(50));
+    let mut reader = ThreadReader::new(std::process::id() as i32);
+    let a = thread_named(&mut reader, "parked");
+    thread::sleep(Duration::from_millis(300));
+    let b = thread_named(&mut reader, "parked");
+    assert_eq!(
+        (a.utime, a.stime, a.voluntary_switches, a.state),
+        (b.utime, b.stime, b.voluntary_switches, b.state),
+        "a thread that never ran has the same figures"
+    );
+    // Each message wakes it once and it blocks again: one voluntary switch per message.
+    for _ in 0..50 {
+        wake.write_all(b"x").unwrap();
+        thread::sleep(Duration::from_millis(2));
+    }
+    thread::sleep(Duration::from_millis(50));
+    let c = thread_named(&mut reader, "parked");
+    let woken = c.voluntary_switches.unwrap() - b.voluntary_switches.unwrap();
+    assert_eq!(woken, 50, "{b:?} -> {c:?}");
+    drop(wake);
+    handle.join().unwrap();
 }
 
 #[test]
