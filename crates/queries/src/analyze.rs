@@ -15,7 +15,9 @@
 //! Findings get ids that stay the same across runs and small code edits: a hash of the
 //! kind, route, fingerprint and the call site's functions (not its line numbers).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+use foldhash::{HashMap, HashMapExt};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};

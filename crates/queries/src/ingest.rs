@@ -3,8 +3,8 @@
 //! an SDK POSTs to `/v1/traces`). Bad input loses only itself: a line that is not JSON, a
 //! span with a wrong type or a bad id is counted and described, and the rest is kept.
 
+use foldhash::HashMap;
 use std::borrow::Cow;
-use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 use std::sync::Arc;

@@ -2,8 +2,8 @@
 //! analysis reads, whatever wire format (OTLP/JSON, OTLP/protobuf) and whichever generation
 //! of the semantic conventions (stable `db.query.text` or legacy `db.statement`) they came in.
 
+use foldhash::HashMap;
 use std::borrow::Cow;
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use serde::Serialize;

@@ -4,7 +4,7 @@
 //! Exported as collapsed stacks, speedscope JSON (by calls and by time) and the nested JSON
 //! the HTML treemap draws.
 
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt};
 use std::fmt::Write as _;
 use std::sync::Arc;
 
