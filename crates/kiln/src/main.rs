@@ -18,11 +18,6 @@ mod watch_cmd;
 
 use std::process::ExitCode;
 
-/// mimalloc instead of glibc's malloc: `kiln queries` allocates per span and per attribute,
-/// and glibc's allocator was a tenth of its CPU.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 use clap::Parser;
 use kiln_load::StopSignal;
 
