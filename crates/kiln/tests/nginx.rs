@@ -101,29 +101,7 @@ http {{
 fn requests_kiln_counts_are_the_lines_nginx_logged() {
     let nginx = start_nginx();
     let url = format!("http://127.0.0.1:{}/", nginx.port);
-    let out_dir = nginx.dir.path().join("run");
-    let out = Command::new(env!("CARGO_BIN_EXE_kiln"))
-        .args([
-            "run",
-            &url,
-            "-c",
-            "8",
-            "-d",
-            "2s",
-            "--json",
-            "--out",
-            out_dir.to_str().unwrap(),
-        ])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let run: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let run = kiln_json(&url, "8", "2s", &[]);
     std::thread::sleep(Duration::from_millis(200));
     let log = std::fs::read_to_string(nginx.dir.path().join("access.log")).unwrap();
     let logged = log
@@ -147,11 +125,21 @@ fn requests_kiln_counts_are_the_lines_nginx_logged() {
     );
 }
 
-/// Runs kiln with `args` after the URL and returns its JSON summary.
-fn kiln_json(url: &str, args: &[&str]) -> serde_json::Value {
+/// Runs kiln on `connections` for `duration` with `args` after the URL and returns its JSON
+/// summary.
+fn kiln_json(url: &str, connections: &str, duration: &str, args: &[&str]) -> serde_json::Value {
     let out_dir = tempfile::tempdir().unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_kiln"))
-        .args(["run", url, "-c", "4", "-d", "1s", "--json", "--out"])
+        .args([
+            "run",
+            url,
+            "-c",
+            connections,
+            "-d",
+            duration,
+            "--json",
+            "--out",
+        ])
         .arg(out_dir.path().join("run"))
         .args(args)
         .stdin(Stdio::null())
@@ -194,7 +182,7 @@ fn every_framing_nginx_uses_is_read_to_the_byte() {
     let base = format!("http://127.0.0.1:{}", nginx.port);
     let total = |run: &serde_json::Value, key: &str| run["total"][key].as_u64().unwrap();
 
-    let plain = kiln_json(&format!("{base}/file.txt"), &[]);
+    let plain = kiln_json(&format!("{base}/file.txt"), "4", "1s", &[]);
     let n = total(&plain, "requests");
     assert!(n > 100 && plain["total"]["failed"] == 0, "{plain}");
     assert_eq!(total(&plain, "body_bytes"), n * text.len() as u64);
@@ -205,6 +193,8 @@ fn every_framing_nginx_uses_is_read_to_the_byte() {
     assert!(gz.len() < text.len() / 2 && gz.starts_with(&[0x1f, 0x8b]));
     let chunked = kiln_json(
         &format!("{base}/file.txt"),
+        "4",
+        "1s",
         &["-H", "Accept-Encoding: gzip"],
     );
     let n = total(&chunked, "requests");
@@ -212,20 +202,20 @@ fn every_framing_nginx_uses_is_read_to_the_byte() {
     assert_eq!(total(&chunked, "body_bytes"), n * gz.len() as u64);
 
     // HEAD carries a Content-Length but no body: nothing to wait for.
-    let head = kiln_json(&format!("{base}/file.txt"), &["-m", "HEAD"]);
+    let head = kiln_json(&format!("{base}/file.txt"), "4", "1s", &["-m", "HEAD"]);
     assert!(
         total(&head, "requests") > 100 && head["total"]["failed"] == 0,
         "{head}"
     );
     assert_eq!(total(&head, "body_bytes"), 0);
 
-    let empty = kiln_json(&format!("{base}/nothing"), &[]);
+    let empty = kiln_json(&format!("{base}/nothing"), "4", "1s", &[]);
     let n = total(&empty, "requests");
     assert!(n > 100 && empty["total"]["failed"] == 0, "{empty}");
     assert_eq!(empty["total"]["status"]["204"].as_u64(), Some(n));
 
     // Connection: close on every response: a new connection per request, and no errors.
-    let closing = kiln_json(&format!("{base}/closing"), &[]);
+    let closing = kiln_json(&format!("{base}/closing"), "4", "1s", &[]);
     let n = total(&closing, "requests");
     assert!(n > 20 && closing["total"]["failed"] == 0, "{closing}");
     assert_eq!(total(&closing, "body_bytes"), n * 4);
