@@ -56,7 +56,9 @@ impl KeptFile {
         loop {
             let n = file.read_at(&mut chunk, buf.len() as u64).ok()?;
             buf.extend_from_slice(&chunk[..n]);
-            if n == 0 || buf.len() > 1 << 20 {
+            // procfs hands out all it has up to the size asked: a short read is the end,
+            // and asking again to see 0 would double the system calls.
+            if n < chunk.len() || buf.len() > 1 << 20 {
                 break;
             }
         }
