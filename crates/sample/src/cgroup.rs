@@ -84,6 +84,11 @@ fn limit(text: &str) -> Option<u64> {
 impl ProcFs {
     /// The cgroup of `pid` and its figures now.
     pub fn cgroup(&self, pid: i32) -> Option<CgroupReading> {
+        self.cgroup_of(&pid.to_string())
+    }
+
+    /// As `cgroup`, for a /proc entry name (`self` included).
+    pub(crate) fn cgroup_of(&self, pid: &str) -> Option<CgroupReading> {
         let text = self.read_file(&format!("proc/{pid}/cgroup"))?;
         // v1 lines name their controllers ("4:cpu,cpuacct:/path"); the v2 line has none.
         let v1 = |controller: &str| {

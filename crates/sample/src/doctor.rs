@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::cgroup::stat_value;
 use crate::counters::{parse_interrupts, parse_meminfo};
+use crate::procfs::ProcFs;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -498,41 +498,44 @@ impl Doctor {
         }
     }
 
-    /// The cgroup v2 directory of `pid`, from proc/PID/cgroup (`0::/path`).
-    fn cgroup_dir(&self, pid: &str) -> Result<String, String> {
-        let rel = format!("proc/{pid}/cgroup");
-        let text = self.read(&rel)?;
-        text.lines()
-            .find_map(|l| l.strip_prefix("0::"))
-            .map(|p| format!("sys/fs/cgroup{}", p.trim_end_matches('/')))
-            .ok_or_else(|| format!("{rel}: no cgroup v2 entry (0::/...)"))
-    }
-
+    /// The CPU quota of `pid`'s cgroup, v1 (`cpu.cfs_quota_us`, hybrid hosts included) or v2
+    /// (`cpu.max`), read as the sampler reads it.
     fn cgroup_cpu(&self, id: &'static str, pid: &str) -> Check {
         let why = "a CPU quota throttles the process for the rest of each period once used up: latency steps of up to the period (100 ms) at moderate load";
-        let dir = match self.cgroup_dir(pid) {
-            Ok(d) => d,
-            Err(e) => return unknown(id, e, why),
+        let Some(group) = ProcFs::new(&self.root).cgroup_of(pid) else {
+            return unknown(
+                id,
+                format!("proc/{pid}/cgroup: unreadable or no cgroup entry"),
+                why,
+            );
         };
-        let max = match self.read(&format!("{dir}/cpu.max")) {
-            Ok(m) => m,
-            Err(_) => {
-                return check(id, Verdict::Ok, format!("{dir}/cpu.max absent: no CPU quota at this level (the root cgroup or no cpu controller)"), why, "")
-            }
+        let (quota_file, no_quota) = match group.version {
+            1 => (
+                format!(
+                    "/sys/fs/cgroup/cpu{}/cpu.cfs_quota_us",
+                    group.path.trim_end_matches('/')
+                ),
+                "-1",
+            ),
+            _ => (
+                format!("/sys/fs/cgroup{}/cpu.max", group.path.trim_end_matches('/')),
+                "max",
+            ),
         };
-        let stat = self.read(&format!("{dir}/cpu.stat")).unwrap_or_default();
-        let throttled = stat_value(&stat, "nr_throttled").unwrap_or(0);
-        let throttled_us = stat_value(&stat, "throttled_usec").unwrap_or(0);
-        let evidence = format!("{dir}/cpu.max = {max}; cpu.stat nr_throttled {throttled}, throttled_usec {throttled_us}");
-        let mut parts = max.split_whitespace();
-        let quota = parts.next().unwrap_or("max");
-        let period = parts.next().unwrap_or("100000");
-        if quota == "max" {
+        let throttled = group.nr_throttled.unwrap_or(0);
+        let throttled_ms = group.throttled_us.unwrap_or(0) as f64 / 1000.0;
+        let Some(cores) = group.quota_cpus else {
+            let evidence = format!(
+                "cgroup v{} {}: no CPU quota ({quota_file} absent or unlimited)",
+                group.version, group.path
+            );
             return check(id, Verdict::Ok, evidence, why, "");
-        }
-        let cores = quota.parse::<f64>().unwrap_or(0.0)
-            / period.parse::<f64>().unwrap_or(100_000.0).max(1.0);
-        let fix = format!("raise or remove the quota: echo max > /{dir}/cpu.max (containers: --cpus, Kubernetes: resources.limits.cpu); quota now {cores:.2} CPUs");
+        };
+        let evidence = format!(
+            "cgroup v{} {}: quota {cores:.2} CPUs; nr_throttled {throttled}, throttled {throttled_ms:.0} ms",
+            group.version, group.path
+        );
+        let fix = format!("raise or remove the quota: echo {no_quota} > {quota_file} (containers: --cpus, Kubernetes: resources.limits.cpu); quota now {cores:.2} CPUs");
         let verdict = if throttled > 0 {
             Verdict::Bad
         } else {
@@ -623,6 +626,7 @@ mod tests {
             .file("sys/class/net/lo/queues/rx-0/rps_cpus", "00\n")
             .file("proc/self/limits", "Limit                     Soft Limit           Hard Limit           Units\nMax open files            1024                 4096                 files\n")
             .file("proc/self/cgroup", "0::/kiln.slice\n")
+            .file("sys/fs/cgroup/cgroup.controllers", "cpu memory\n")
             .file("sys/fs/cgroup/kiln.slice/cpu.max", "50000 100000\n")
             .file("sys/fs/cgroup/kiln.slice/cpu.stat", "usage_usec 10\nnr_periods 50\nnr_throttled 7\nthrottled_usec 350000\n")
             .file("proc/42/limits", "Max open files            unlimited            unlimited            files\n")
@@ -714,7 +718,7 @@ mod tests {
                 "quota now 0.50 CPUs",
             ),
             ("open-files-target", Verdict::Ok, "soft unlimited", ""),
-            ("cgroup-cpu-target", Verdict::Ok, "absent", ""),
+            ("cgroup-cpu-target", Verdict::Ok, "no CPU quota", ""),
         ];
         assert_eq!(checks.len(), expect.len());
         for (id, verdict, evidence, fix) in expect {
@@ -751,6 +755,7 @@ mod tests {
                 "performance\n",
             )
             .file("proc/self/cgroup", "0::/\n")
+            .file("sys/fs/cgroup/cgroup.controllers", "cpu memory\n")
             .file("sys/fs/cgroup/cpu.max", "max 100000\n");
         let checks = tree.doctor(true, None).run();
         for id in [
@@ -773,6 +778,41 @@ mod tests {
             );
             assert!(find(&checks, id).fix.is_empty());
         }
+    }
+
+    #[test]
+    fn a_cgroup_v1_quota_on_a_hybrid_host_is_found() {
+        // The cpu controller on v1 (like this machine), the unified hierarchy empty.
+        let tree = Tree::new()
+            .file(
+                "proc/self/cgroup",
+                "4:memory:/\n2:cpu,cpuacct:/docker/abc\n0::/\n",
+            )
+            .file(
+                "sys/fs/cgroup/cpu,cpuacct/docker/abc/cpu.cfs_quota_us",
+                "150000\n",
+            )
+            .file(
+                "sys/fs/cgroup/cpu,cpuacct/docker/abc/cpu.cfs_period_us",
+                "100000\n",
+            )
+            .file(
+                "sys/fs/cgroup/cpu,cpuacct/docker/abc/cpu.stat",
+                "nr_periods 90\nnr_throttled 0\nthrottled_time 0\n",
+            );
+        let c = tree.doctor(false, None).run();
+        let c = find(&c, "cgroup-cpu-shell");
+        assert_eq!(c.verdict, Verdict::Warn, "{c:?}");
+        assert!(
+            c.evidence
+                .contains("cgroup v1 /docker/abc: quota 1.50 CPUs"),
+            "{c:?}"
+        );
+        assert!(
+            c.fix
+                .contains("echo -1 > /sys/fs/cgroup/cpu/docker/abc/cpu.cfs_quota_us"),
+            "{c:?}"
+        );
     }
 
     #[test]
