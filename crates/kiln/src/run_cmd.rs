@@ -21,7 +21,6 @@ use crate::thresholds::{self, Threshold};
 
 /// Exit codes, documented in `kiln --help`.
 pub const EXIT_INTERRUPTED: u8 = 3;
-pub const HLOG_PART: &str = "latency-hlog";
 pub const EXIT_CTRL_C: u8 = 130;
 /// As k6's ThresholdsHaveFailed.
 pub const EXIT_THRESHOLDS_FAILED: u8 = 99;
@@ -276,6 +275,9 @@ pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut LiveOutput) -> Resul
         interrupted_by_user,
     })
 }
+
+/// The run record's part holding `latency.hlog`.
+pub const HLOG_PART: &str = "latency-hlog";
 
 /// The run's per-second histograms as an HdrHistogram interval log (`latency.hlog`), for
 /// HistogramLogAnalyzer, hdr-plot and HistogramLogProcessor.

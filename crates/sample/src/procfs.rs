@@ -394,18 +394,14 @@ impl ProcFs {
         summary
     }
 
-    /// Every thread of the process; threads that exit while being read are skipped.
-    pub fn threads(&self, pid: i32) -> Vec<TaskStat> {
-        let Ok(entries) = fs::read_dir(self.root.join(format!("proc/{pid}/task"))) else {
-            return Vec::new();
-        };
-        let mut threads: Vec<TaskStat> = entries
-            .filter_map(|e| e.ok())
-            .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()))
-            .filter_map(|tid| self.task(&format!("proc/{pid}/task/{tid}")))
+    /// The ids of the process's threads, sorted; None when the process cannot be listed.
+    pub fn thread_ids(&self, pid: i32) -> Option<Vec<i32>> {
+        let entries = fs::read_dir(self.root.join(format!("proc/{pid}/task"))).ok()?;
+        let mut ids: Vec<i32> = entries
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
             .collect();
-        threads.sort_by_key(|t| t.id);
-        threads
+        ids.sort_unstable();
+        Some(ids)
     }
 }
 
@@ -500,7 +496,10 @@ procs_blocked 1\n";
         assert!(!host.per_cpu.is_empty());
         let me = proc.process(std::process::id() as i32).expect("own stat");
         assert!(me.voluntary_switches.is_some());
-        assert!(!proc.threads(std::process::id() as i32).is_empty());
+        let pid = std::process::id() as i32;
+        assert!(!crate::threads::ThreadReader::new(pid)
+            .read(&proc)
+            .is_empty());
     }
 
     #[test]
