@@ -16,6 +16,7 @@ mod target_process;
 mod thresholds;
 mod watch_cmd;
 
+use std::io::Write as _;
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -23,7 +24,8 @@ use kiln_load::StopSignal;
 
 use crate::cli::{Cli, Command};
 
-/// Ctrl-C (or SIGTERM) once stops the run gracefully and keeps its record; twice exits now.
+/// Ctrl-C, SIGTERM or SIGHUP once stops the run gracefully and keeps its record, named for
+/// the signal; twice exits now.
 fn watch_for_interrupts(stop: StopSignal) {
     let _ = std::thread::Builder::new()
         .name("kiln-signals".into())
@@ -36,24 +38,28 @@ fn watch_for_interrupts(stop: StopSignal) {
             };
             rt.block_on(async move {
                 use tokio::signal::unix::{signal, SignalKind};
-                let (Ok(mut int), Ok(mut term)) = (
+                let (Ok(mut int), Ok(mut term), Ok(mut hup)) = (
                     signal(SignalKind::interrupt()),
                     signal(SignalKind::terminate()),
+                    signal(SignalKind::hangup()),
                 ) else {
                     return;
                 };
                 for round in 0.. {
-                    tokio::select! {
-                        _ = int.recv() => {}
-                        _ = term.recv() => {}
-                    }
+                    let (signo, name) = tokio::select! {
+                        _ = int.recv() => (libc::SIGINT, "Ctrl-C"),
+                        _ = term.recv() => (libc::SIGTERM, "SIGTERM"),
+                        _ = hup.recv() => (libc::SIGHUP, "SIGHUP"),
+                    };
                     if round > 0 {
-                        std::process::exit(run_cmd::EXIT_CTRL_C as i32);
+                        std::process::exit(run_cmd::signal_exit_code(signo).into());
                     }
-                    eprintln!(
-                        "\nkiln: Ctrl-C: finishing the run record (Ctrl-C again to quit now)"
+                    // A closed terminal (SIGHUP) cannot take the message: ignore the error.
+                    let _ = writeln!(
+                        std::io::stderr(),
+                        "\nkiln: {name}: finishing the run record ({name} again to quit now)"
                     );
-                    stop.stop("interrupted by Ctrl-C");
+                    stop.interrupt(signo, &format!("interrupted by {name}"));
                 }
             });
         });

@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 
 use crate::cli::{ProfileAction, ProfileArgs, ProfileCallGraph, ProfileEvent, ProfileOutput};
 use crate::format::safe_text;
-use crate::run_cmd::{EXIT_CTRL_C, EXIT_INTERRUPTED};
+use crate::run_cmd::{signal_exit_code, EXIT_INTERRUPTED};
 use crate::target_process;
 
 pub const FOLDED_PART: &str = "profile-folded";
@@ -218,9 +218,12 @@ fn record(args: &ProfileArgs, stop: &StopSignal) -> Result<u8> {
         args.output.top,
         extra.clone(),
     )?;
-    let interrupted = stop.reason().is_some();
-    let (status, reason, code) = if interrupted {
-        (RunStatus::Interrupted, stop.reason(), EXIT_CTRL_C)
+    let (status, reason, code) = if let Some(signal) = stop.interrupted_by() {
+        (
+            RunStatus::Interrupted,
+            stop.reason(),
+            signal_exit_code(signal),
+        )
     } else if profiled.target_exited {
         (
             RunStatus::Interrupted,

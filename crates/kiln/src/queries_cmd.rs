@@ -20,7 +20,7 @@ use serde_json::{json, Value};
 
 use crate::cli::{FailOn, QueriesArgs, QueryAnalysisArgs, TrieFrames};
 use crate::format::safe_text;
-use crate::run_cmd::{EXIT_CTRL_C, EXIT_THRESHOLDS_FAILED};
+use crate::run_cmd::{signal_exit_code, EXIT_INTERRUPTED, EXIT_THRESHOLDS_FAILED};
 
 pub const QUERIES_PART: &str = "queries";
 pub const TRIE_CALLS_PART: &str = "db-trie-calls";
@@ -464,7 +464,8 @@ pub fn run(args: QueriesArgs, stop: &StopSignal) -> Result<u8> {
         );
     }
     Ok(if status == RunStatus::Interrupted {
-        EXIT_CTRL_C
+        stop.interrupted_by()
+            .map_or(EXIT_INTERRUPTED, signal_exit_code)
     } else if gate(&report.analysis, args.analysis.fail_on) {
         EXIT_THRESHOLDS_FAILED
     } else {

@@ -21,7 +21,12 @@ use crate::thresholds::{self, Threshold};
 
 /// Exit codes, documented in `kiln --help`.
 pub const EXIT_INTERRUPTED: u8 = 3;
-pub const EXIT_CTRL_C: u8 = 130;
+
+/// A run stopped by a signal exits as shells report it: 128 + the signal (Ctrl-C 130,
+/// SIGTERM 143, SIGHUP 129).
+pub fn signal_exit_code(signal: i32) -> u8 {
+    128u8.saturating_add(u8::try_from(signal).unwrap_or(0))
+}
 /// As k6's ThresholdsHaveFailed.
 pub const EXIT_THRESHOLDS_FAILED: u8 = 99;
 
@@ -71,7 +76,7 @@ pub fn build_plan(args: &RunArgs) -> Result<LoadPlan> {
             parse_duration(&args.duration)?,
         ),
     };
-    let plan = LoadPlan {
+    let mut plan = LoadPlan {
         target,
         request,
         model,
@@ -85,6 +90,9 @@ pub fn build_plan(args: &RunArgs) -> Result<LoadPlan> {
         dead_after: parse_duration(&args.dead_after)?,
     };
     plan.validate()?;
+    if let Some(note) = kiln_load::limits::fit_max_connections(&mut plan) {
+        eprintln!("kiln: {note}");
+    }
     for t in &args.thresholds {
         Threshold::parse(t)?;
     }
@@ -157,7 +165,8 @@ pub struct RunOutcome {
     pub queries: Option<serde_json::Value>,
     /// `--fail-on` met by a DB-call finding.
     pub queries_gate_failed: bool,
-    pub interrupted_by_user: bool,
+    /// The signal that stopped the run, if one did.
+    pub interrupted_by: Option<i32>,
 }
 
 /// Receiving the target's traces beside the load.
@@ -195,7 +204,9 @@ pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut LiveOutput) -> Resul
         otlp,
     } = spec;
     kiln_load::preflight(plan)?;
-    let command: Vec<String> = std::env::args().collect();
+    let command: Vec<String> = std::env::args()
+        .map(|a| kiln_load::plan::redact_password(&a))
+        .collect();
     let mut dir = RunDir::create(out_dir, name, command, plan_record)
         .with_context(|| format!("cannot create the run directory {}", out_dir.display()))?;
     let mut writer = dir.add_json_lines_part(LOAD_SECONDS_PART, "load-seconds.jsonl", 1)?;
@@ -206,6 +217,7 @@ pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut LiveOutput) -> Resul
         Some(pid) => Some(ResourceWatcher::start(
             dir.add_json_lines_part(RESOURCES_PART, "resources.jsonl", 1)?,
             pid,
+            stop.clone(),
         )?),
         None => None,
     };
@@ -260,7 +272,7 @@ pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut LiveOutput) -> Resul
         return Err(e.into());
     }
     write_latency_log(&mut dir)?;
-    let interrupted_by_user = stop.is_stopped();
+    let interrupted_by = stop.interrupted_by();
     match early {
         Some(reason) => dir.finish(RunStatus::Interrupted, Some(reason))?,
         None => dir.finish(RunStatus::Complete, None)?,
@@ -272,7 +284,7 @@ pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut LiveOutput) -> Resul
         profile,
         queries,
         queries_gate_failed,
-        interrupted_by_user,
+        interrupted_by,
     })
 }
 
@@ -402,14 +414,15 @@ impl ProfileWatcher {
     }
 }
 
-/// The sampler on its own thread beside the load, writing one line a second.
+/// The sampler on its own thread beside the load, writing one line a second. The watched
+/// process exiting stops the load: what follows would no longer be about it.
 struct ResourceWatcher {
     done: Arc<AtomicBool>,
     thread: std::thread::JoinHandle<Vec<ResourceSecond>>,
 }
 
 impl ResourceWatcher {
-    fn start(mut writer: JsonLinesWriter, pid: i32) -> Result<Self> {
+    fn start(mut writer: JsonLinesWriter, pid: i32, load: StopSignal) -> Result<Self> {
         let done = Arc::new(AtomicBool::new(false));
         let flag = done.clone();
         let thread = std::thread::Builder::new()
@@ -421,10 +434,13 @@ impl ResourceWatcher {
                     flag.load(Ordering::SeqCst)
                         .then(|| "load ended".to_string())
                 };
-                sampler.run_every(Duration::from_secs(1), None, &stop, &mut |s| {
+                let ended = sampler.run_every(Duration::from_secs(1), None, &stop, &mut |s| {
                     let _ = writer.write(&s);
                     samples.push(s);
                 });
+                if let Some(reason) = ended.filter(|_| !flag.load(Ordering::SeqCst)) {
+                    load.stop(&format!("the watched {reason}"));
+                }
                 samples
             })?;
         Ok(Self { done, thread })
@@ -481,8 +497,9 @@ pub fn print_outcome(outcome: &RunOutcome, json: bool) -> Result<u8> {
             EXIT_THRESHOLDS_FAILED
         }
         RunStatus::Complete => 0,
-        _ if outcome.interrupted_by_user => EXIT_CTRL_C,
-        _ => EXIT_INTERRUPTED,
+        _ => outcome
+            .interrupted_by
+            .map_or(EXIT_INTERRUPTED, signal_exit_code),
     })
 }
 

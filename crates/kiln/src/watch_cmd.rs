@@ -13,7 +13,7 @@ use serde_json::json;
 
 use crate::cli::WatchArgs;
 use crate::format::{self, safe_text};
-use crate::run_cmd::EXIT_INTERRUPTED;
+use crate::run_cmd::{signal_exit_code, EXIT_INTERRUPTED};
 use crate::{resources_summary, target_process};
 
 fn one_line(s: &ResourceSecond) -> String {
@@ -113,5 +113,9 @@ pub fn run(args: WatchArgs, stop: &StopSignal) -> Result<u8> {
         );
         println!("Sampler    kiln's own CPU {own_pct:.2}% of one core");
     }
-    Ok(if ended.is_some() { EXIT_INTERRUPTED } else { 0 })
+    Ok(match (stop.interrupted_by(), &ended) {
+        (Some(signal), _) => signal_exit_code(signal),
+        (None, Some(_)) => EXIT_INTERRUPTED,
+        (None, None) => 0,
+    })
 }

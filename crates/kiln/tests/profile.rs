@@ -473,3 +473,67 @@ fn profile_without_a_process_to_watch_is_refused() {
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("--profile needs the process"), "{stderr}");
 }
+
+/// The children of `pid` named `comm`, from /proc.
+fn children_named(pid: u32, comm: &str) -> Vec<i32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(child) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{child}/stat")) else {
+            continue;
+        };
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+            continue;
+        };
+        let ppid = stat[close + 2..].split(' ').nth(1).unwrap_or("");
+        if &stat[open + 1..close] == comm && ppid == pid.to_string() {
+            found.push(child);
+        }
+    }
+    found
+}
+
+#[test]
+fn perf_stops_when_kiln_is_killed_mid_profile() {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let mut target = std::process::Command::new("sleep")
+        .arg("120")
+        .spawn()
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let mut kiln_process = std::process::Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(["profile", "--pid", &target.id().to_string(), "-d", "120s"])
+        .arg("--out")
+        .arg(&out)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let perf = loop {
+        if let Some(&p) = children_named(kiln_process.id(), "perf").first() {
+            break p;
+        }
+        assert!(Instant::now() < deadline, "perf never started");
+        thread::sleep(Duration::from_millis(50));
+    };
+    // As the OOM killer would: no chance for kiln to clean up.
+    kiln_process.kill().unwrap();
+    kiln_process.wait().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    // The orphan is re-parented (to init or a subreaper) and reaped there once it exits.
+    while std::fs::read_to_string(format!("/proc/{perf}/stat"))
+        .is_ok_and(|s| !s[s.rfind(')').unwrap()..].starts_with(") Z"))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "perf {perf} still runs 15 s after kiln was killed"
+        );
+        thread::sleep(Duration::from_millis(100));
+    }
+    let _ = target.kill();
+    let _ = target.wait();
+}

@@ -17,6 +17,14 @@ use crate::plan::{LoadPlan, Target};
 
 pub use crate::http1::Response;
 
+/// A socket that could not be made for want of kiln's own resources.
+fn is_local_shortage(e: &std::io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM | libc::EADDRNOTAVAIL)
+    )
+}
+
 /// Bytes read from the socket at a time; a response head may grow the buffer to
 /// `http1::MAX_HEAD`.
 const READ_BUFFER: usize = 16 * 1024;
@@ -28,6 +36,9 @@ pub struct ConnectionSetup {
     method: http::Method,
     request: Vec<u8>,
     pub connect_timeout: Duration,
+    /// The first failure of kiln's own resources (no descriptor, no memory, no local port)
+    /// while connecting: not the target's fault, so never counted as one of its requests.
+    local_failure: std::sync::Mutex<Option<String>>,
 }
 
 impl ConnectionSetup {
@@ -41,11 +52,21 @@ impl ConnectionSetup {
         } else {
             None
         };
+        // The URL's user:password becomes Basic auth unless the user set Authorization.
+        let mut headers = plan.request.headers.clone();
+        if let Some(auth) = &target.basic_auth {
+            if !headers
+                .iter()
+                .any(|(n, _)| n == http::header::AUTHORIZATION)
+            {
+                headers.push((http::header::AUTHORIZATION, auth.clone()));
+            }
+        }
         let request = http1::encode_request(
             &plan.request.method,
             &target.path_and_query,
             &target.authority,
-            &plan.request.headers,
+            &headers,
             &plan.request.body,
         );
         Ok(Self {
@@ -54,7 +75,27 @@ impl ConnectionSetup {
             method: plan.request.method.clone(),
             request,
             connect_timeout: plan.connect_timeout,
+            local_failure: std::sync::Mutex::new(None),
         })
+    }
+
+    /// kiln's own shortage that stopped a connection, if one did (see `local_failure`).
+    pub fn local_failure(&self) -> Option<String> {
+        self.local_failure.lock().ok().and_then(|f| f.clone())
+    }
+
+    fn note_local_failure(&self, e: &std::io::Error) {
+        if let Ok(mut f) = self.local_failure.lock() {
+            f.get_or_insert_with(|| {
+                let nofile = crate::limits::open_files_limit()
+                    .map(|(soft, _)| format!("; kiln may open {soft} files"))
+                    .unwrap_or_default();
+                format!(
+                    "kiln could not open a connection: {e}{nofile} (lower -c/--max-connections, \
+                     or raise the limit: ulimit -n)"
+                )
+            });
+        }
     }
 
     /// Opens a connection (and completes the TLS handshake).
@@ -65,7 +106,12 @@ impl ConnectionSetup {
             .map_err(|e| match e.kind() {
                 std::io::ErrorKind::ConnectionRefused => ErrorKind::ConnectRefused,
                 std::io::ErrorKind::TimedOut => ErrorKind::ConnectTimeout,
-                _ => ErrorKind::ConnectOther,
+                _ => {
+                    if is_local_shortage(&e) {
+                        self.note_local_failure(&e);
+                    }
+                    ErrorKind::ConnectOther
+                }
             })?;
         let _ = tcp.set_nodelay(true);
         let stream = match &self.tls {

@@ -49,6 +49,8 @@ pub struct PhaseSpec {
 pub struct StopSignal {
     flag: Arc<AtomicBool>,
     reason: Arc<Mutex<Option<String>>>,
+    /// The signal that stopped the run (SIGINT, SIGTERM, SIGHUP), 0 when none did.
+    signal: Arc<std::sync::atomic::AtomicI32>,
 }
 
 impl StopSignal {
@@ -62,6 +64,22 @@ impl StopSignal {
             r.get_or_insert_with(|| reason.to_string());
         }
         self.flag.store(true, Ordering::SeqCst);
+    }
+
+    /// Stops because the user (or the system) sent `signal`.
+    pub fn interrupt(&self, signal: i32, reason: &str) {
+        let _ = self
+            .signal
+            .compare_exchange(0, signal, Ordering::SeqCst, Ordering::SeqCst);
+        self.stop(reason);
+    }
+
+    /// The signal that interrupted the run, if one did (a stop for another reason is not one).
+    pub fn interrupted_by(&self) -> Option<i32> {
+        match self.signal.load(Ordering::SeqCst) {
+            0 => None,
+            s => Some(s),
+        }
     }
 
     pub fn is_stopped(&self) -> bool {
@@ -87,6 +105,7 @@ pub enum LoadError {
 /// Opens one connection before any load, so a wrong port or a dead host is one clear error
 /// instead of a run full of failures.
 pub fn preflight(plan: &LoadPlan) -> Result<(), LoadError> {
+    crate::limits::check_open_files(plan).map_err(LoadError::Setup)?;
     let setup = ConnectionSetup::new(plan).map_err(LoadError::Setup)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -106,6 +125,9 @@ struct PhaseShared {
     t0: Instant,
     deadline: Instant,
     stopped: AtomicBool,
+    /// Stopped early (Ctrl-C, a dead target, a watched process gone): requests in flight are
+    /// cut and counted as abandoned instead of waited for.
+    stopped_early: AtomicBool,
     /// Connection tasks (open model) currently waiting for an arrival.
     idle: AtomicUsize,
     /// Connection tasks (open model) running, against `max_connections`.
@@ -161,6 +183,7 @@ pub fn run_phase(
         t0,
         deadline: t0 + plan.duration,
         stopped: AtomicBool::new(false),
+        stopped_early: AtomicBool::new(false),
         idle: AtomicUsize::new(0),
         connection_tasks: AtomicUsize::new(0),
         unsent: AtomicU64::new(0),
@@ -216,8 +239,14 @@ pub fn run_phase(
     loop {
         let now = Instant::now();
         if stopped_at.is_none() {
-            let early = stop.reason().or_else(|| collector.dead_reason.clone());
+            let early = stop
+                .reason()
+                .or_else(|| setup.local_failure())
+                .or_else(|| collector.dead_reason.clone());
             if early.is_some() || now >= shared.deadline {
+                shared
+                    .stopped_early
+                    .store(early.is_some(), Ordering::SeqCst);
                 stop_reason = early;
                 stopped_at = Some(now.min(shared.deadline));
                 shared.stopped.store(true, Ordering::SeqCst);
@@ -285,6 +314,8 @@ struct Collector {
     /// The first second after the last one that had a response.
     quiet_since: u32,
     errors_while_quiet: BTreeMap<ErrorKind, u64>,
+    /// Requests sent and not yet ended (answered or failed), as of the last emitted second.
+    outstanding: u64,
     dead_reason: Option<String>,
 }
 
@@ -303,6 +334,7 @@ impl Collector {
             dead_after_s: dead_after.as_secs().max(1) as u32,
             quiet_since: 0,
             errors_while_quiet: BTreeMap::new(),
+            outstanding: 0,
             dead_reason: None,
         }
     }
@@ -355,7 +387,10 @@ impl Collector {
         }
     }
 
+    /// The target is dead when nothing answered for `dead_after` seconds while requests failed
+    /// or waited: a target that accepts and never answers is as dead as one that refuses.
     fn watch_for_dead_target(&mut self, s: &SecondRecord) {
+        self.outstanding = (self.outstanding + s.sent).saturating_sub(s.requests);
         if s.responses() > 0 {
             self.quiet_since = s.second + 1;
             self.errors_while_quiet.clear();
@@ -366,14 +401,17 @@ impl Collector {
         }
         let quiet = (s.second + 1).saturating_sub(self.quiet_since);
         if quiet >= self.dead_after_s
-            && !self.errors_while_quiet.is_empty()
+            && (!self.errors_while_quiet.is_empty() || self.outstanding > 0)
             && self.dead_reason.is_none()
         {
-            let errors: Vec<String> = self
+            let mut errors: Vec<String> = self
                 .errors_while_quiet
                 .iter()
                 .map(|(k, n)| format!("{n} {}", k.label()))
                 .collect();
+            if self.outstanding > 0 {
+                errors.push(format!("{} waiting for an answer", self.outstanding));
+            }
             self.dead_reason = Some(format!(
                 "the target stopped answering: no response for {quiet} s ({})",
                 errors.join(", ")
@@ -495,7 +533,13 @@ fn run_worker(
                 }
             }
         }
-        let drain = state.plan.timeout.min(MAX_DRAIN);
+        // At the planned end, requests in flight are waited for (up to their timeout); when
+        // the run was stopped early they are cut now and counted as abandoned.
+        let drain = if state.shared.stopped_early.load(Ordering::SeqCst) {
+            Duration::ZERO
+        } else {
+            state.plan.timeout.min(MAX_DRAIN)
+        };
         let _ =
             tokio::time::timeout(drain, async { while tasks.join_next().await.is_some() {} }).await;
         tasks.abort_all();
@@ -622,7 +666,12 @@ async fn send_and_record(
     let conn = &mut slot.conn;
     if let Err(kind) = ensure_connected(state, conn).await {
         let now = Instant::now();
-        state.recorder.borrow_mut().error(now, kind);
+        // kiln's own shortage is not the target's failure: the phase stops, nothing counted.
+        if state.setup.local_failure().is_none() {
+            state.recorder.borrow_mut().error(now, kind);
+        } else if intended.is_some() {
+            state.shared.unsent.fetch_add(1, Ordering::Relaxed);
+        }
         return now;
     }
     let Some(c) = conn.as_mut() else {
@@ -757,6 +806,7 @@ mod tests {
             t0,
             deadline: t0 + duration,
             stopped: AtomicBool::new(false),
+            stopped_early: AtomicBool::new(false),
             idle: AtomicUsize::new(0),
             connection_tasks: AtomicUsize::new(0),
             unsent: AtomicU64::new(0),
@@ -765,6 +815,52 @@ mod tests {
             grow: vec![Notify::new()],
         };
         (shared, tx)
+    }
+
+    /// Feeds seconds of (sent, ended, responses, errors) to a collector with --dead-after 5s.
+    fn dead_after_5s(seconds: &[(u64, u64, u64, u64)]) -> Option<String> {
+        let mut c = Collector::new(1, Duration::from_secs(5), 0);
+        for (i, &(sent, ended, responses, errors)) in seconds.iter().enumerate() {
+            let mut s = SecondRecord {
+                second: i as u32,
+                sent,
+                requests: ended,
+                ..Default::default()
+            };
+            if responses > 0 {
+                s.status.insert(200, responses);
+            }
+            if errors > 0 {
+                s.errors.insert(ErrorKind::Timeout, errors);
+            }
+            c.watch_for_dead_target(&s);
+        }
+        c.dead_reason
+    }
+
+    #[test]
+    fn a_target_that_accepts_and_never_answers_is_dead_after_the_quiet_time() {
+        // 10 connections send at once and nothing comes back, not even a timeout yet.
+        let mut seconds = vec![(10, 0, 0, 0)];
+        seconds.extend([(0, 0, 0, 0); 4]);
+        let reason = dead_after_5s(&seconds).expect("dead after 5 quiet seconds");
+        assert!(reason.contains("10 waiting for an answer"), "{reason}");
+        // Four quiet seconds are not five.
+        assert_eq!(dead_after_5s(&seconds[..4]), None);
+    }
+
+    #[test]
+    fn a_target_that_answers_is_never_dead_and_idle_is_not_dead() {
+        // Answers every second.
+        assert_eq!(dead_after_5s(&[(10, 10, 10, 0); 12]), None);
+        // Nothing sent and nothing waiting (think time, a ramp): quiet but not dead.
+        let mut seconds = vec![(3, 3, 3, 0)];
+        seconds.extend([(0, 0, 0, 0); 10]);
+        assert_eq!(dead_after_5s(&seconds), None);
+        // A stall after answers: the requests sent before it wait, so it is dead.
+        let mut seconds = vec![(3, 2, 2, 0)];
+        seconds.extend([(0, 0, 0, 0); 5]);
+        assert!(dead_after_5s(&seconds).is_some());
     }
 
     fn steady(rate: f64, secs: u64) -> ArrivalSchedule {

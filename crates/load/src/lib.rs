@@ -9,6 +9,7 @@
 mod connection;
 mod engine;
 mod http1;
+pub mod limits;
 pub mod plan;
 mod recorder;
 pub mod schedule;

@@ -28,18 +28,31 @@ pub enum PlanError {
     OutOfRange { what: &'static str, why: String },
 }
 
+/// The longest duration kiln takes (about 31 years): anything longer is a typo, and would
+/// overflow the clock when added to now.
+pub const MAX_DURATION: Duration = Duration::from_secs(1_000_000_000);
+
 /// Parses `500ms`, `30s`, `3m`, `1h`, `1m30s`; a bare number means seconds.
 pub fn parse_duration(text: &str) -> Result<Duration, PlanError> {
     let t = text.trim();
-    if let Ok(secs) = t.parse::<f64>() {
-        if (0.0..1e9).contains(&secs) {
-            return Ok(Duration::from_secs_f64(secs));
-        }
-    }
-    humantime::parse_duration(t).map_err(|e| PlanError::BadDuration {
+    let bad = |why: String| PlanError::BadDuration {
         text: text.to_string(),
-        why: e.to_string(),
-    })
+        why,
+    };
+    let parsed = match t.parse::<f64>() {
+        Ok(secs) if secs.is_finite() && secs >= 0.0 => {
+            Duration::try_from_secs_f64(secs).map_err(|e| bad(e.to_string()))?
+        }
+        Ok(_) => return Err(bad("not a positive number of seconds".into())),
+        Err(_) => humantime::parse_duration(t).map_err(|e| bad(e.to_string()))?,
+    };
+    if parsed > MAX_DURATION {
+        return Err(bad(format!(
+            "longer than {} s (about 31 years)",
+            MAX_DURATION.as_secs()
+        )));
+    }
+    Ok(parsed)
 }
 
 /// The URL under load, resolved once before the run.
@@ -51,8 +64,10 @@ pub struct Target {
     pub port: u16,
     /// Path and query, as sent in the request line.
     pub path_and_query: String,
-    /// The `Host` header value.
+    /// The `Host` header value (host and port, never the URL's user and password).
     pub authority: String,
+    /// `Authorization: Basic ...` from the URL's `user:password@`, as curl sends it.
+    pub basic_auth: Option<HeaderValue>,
     pub addr: SocketAddr,
 }
 
@@ -82,12 +97,36 @@ impl Target {
         if host.is_empty() {
             return Err(bad("no host"));
         }
-        let port = authority.port_u16().unwrap_or(if tls { 443 } else { 80 });
-        let path_and_query = uri
-            .path_and_query()
-            .map(|p| p.as_str().to_string())
-            .filter(|p| !p.is_empty())
-            .unwrap_or_else(|| "/".to_string());
+        // A port that is not a number in 1..=65535 is a typo (`:80800`): refuse it rather than
+        // load the scheme's default port, which may be some other service.
+        let port = match port_text(authority.as_str()) {
+            None => {
+                if tls {
+                    443
+                } else {
+                    80
+                }
+            }
+            Some(p) => match p.parse::<u16>() {
+                Ok(n) if n > 0 => n,
+                _ => return Err(bad(&format!("port '{p}' is not a number from 1 to 65535"))),
+            },
+        };
+        // The request line's target always starts with `/` (RFC 9112 3.2.1):
+        // `http://host?q=1` asks for `/?q=1`.
+        let path_and_query = match uri.path_and_query().map(|p| p.as_str()) {
+            None | Some("") => "/".to_string(),
+            Some(p) if p.starts_with('/') => p.to_string(),
+            Some(p) => format!("/{p}"),
+        };
+        let (userinfo, host_port) = match authority.as_str().rsplit_once('@') {
+            Some((userinfo, host_port)) => (Some(userinfo), host_port),
+            None => (None, authority.as_str()),
+        };
+        let basic_auth = userinfo
+            .map(basic_auth_header)
+            .transpose()
+            .map_err(|e| bad(&e))?;
         let addr = (host.as_str(), port)
             .to_socket_addrs()
             .map_err(|e| PlanError::Resolve {
@@ -99,16 +138,60 @@ impl Target {
                 host: host.clone(),
                 why: "no addresses".into(),
             })?;
+        // The URL as shown and recorded: a password never reaches run.json or the terminal.
+        let shown_url = redact_password(url.trim());
         Ok(Self {
-            url: url.trim().to_string(),
+            url: shown_url,
             tls,
             host,
             port,
             path_and_query,
-            authority: authority.as_str().to_string(),
+            authority: host_port.to_string(),
+            basic_auth,
             addr,
         })
     }
+}
+
+/// The port written in an authority (`user@host:port`, `[::1]:port`), if any. `http`'s own
+/// parser says "no port" for one that does not fit in 16 bits, which would load port 80.
+fn port_text(authority: &str) -> Option<&str> {
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, hp)| hp);
+    let after_host = match host_port.rfind(']') {
+        Some(end) => &host_port[end + 1..],
+        None => host_port,
+    };
+    after_host.rsplit_once(':').map(|(_, port)| port)
+}
+
+/// `scheme://user:password@host...` with the password replaced by `***`; any other text as
+/// it is. For URLs shown or recorded (the summary, run.json's plan and command line).
+pub fn redact_password(text: &str) -> String {
+    let Some(scheme_end) = text.find("://") else {
+        return text.to_string();
+    };
+    let rest = &text[scheme_end + 3..];
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let Some(at) = rest[..authority_end].rfind('@') else {
+        return text.to_string();
+    };
+    match rest[..at].split_once(':') {
+        Some((user, _)) => format!("{}{user}:***{}", &text[..scheme_end + 3], &rest[at..]),
+        None => text.to_string(),
+    }
+}
+
+/// `user:password` (percent-encoded, as in a URL) as a Basic `Authorization` value.
+fn basic_auth_header(userinfo: &str) -> Result<HeaderValue, String> {
+    use base64::Engine as _;
+    let decoded = percent_encoding::percent_decode_str(userinfo).collect::<Vec<u8>>();
+    let mut value = b"Basic ".to_vec();
+    value.extend_from_slice(
+        base64::engine::general_purpose::STANDARD
+            .encode(&decoded)
+            .as_bytes(),
+    );
+    HeaderValue::from_bytes(&value).map_err(|e| format!("user and password: {e}"))
 }
 
 /// The request every connection sends.
@@ -378,6 +461,60 @@ mod tests {
                 "{bad}: {err}"
             );
         }
+    }
+
+    #[test]
+    fn a_port_out_of_range_is_refused_not_taken_for_the_default() {
+        // `:99999` once loaded port 80 while the summary said 99999.
+        for bad in [
+            "http://127.0.0.1:99999/",
+            "http://127.0.0.1:80800/",
+            "http://127.0.0.1:0/",
+        ] {
+            let err = Target::parse(bad).unwrap_err().to_string();
+            assert!(err.contains("1 to 65535"), "{bad}: {err}");
+        }
+        assert_eq!(
+            Target::parse("http://127.0.0.1:65535/").unwrap().port,
+            65535
+        );
+    }
+
+    #[test]
+    fn a_query_without_a_path_asks_for_the_root() {
+        let t = Target::parse("http://127.0.0.1?q=1").unwrap();
+        assert_eq!(t.path_and_query, "/?q=1");
+        assert_eq!(t.authority, "127.0.0.1");
+    }
+
+    #[test]
+    fn user_and_password_become_basic_auth_and_never_the_host_header() {
+        let t = Target::parse("http://al%40ice:p%3Ass@127.0.0.1:8080/x").unwrap();
+        assert_eq!(t.authority, "127.0.0.1:8080");
+        // base64("al@ice:p:ss")
+        assert_eq!(t.basic_auth.unwrap(), "Basic YWxAaWNlOnA6c3M=");
+        assert_eq!(t.url, "http://al%40ice:***@127.0.0.1:8080/x");
+        assert!(Target::parse("http://127.0.0.1/")
+            .unwrap()
+            .basic_auth
+            .is_none());
+        assert_eq!(redact_password("-c"), "-c");
+        assert_eq!(redact_password("http://u@h/x:y@z"), "http://u@h/x:y@z");
+        assert_eq!(
+            redact_password("https://u:p@[::1]:9/"),
+            "https://u:***@[::1]:9/"
+        );
+    }
+
+    #[test]
+    fn durations_that_would_overflow_the_clock_are_refused() {
+        for bad in ["500000000000y", "1e300", "inf", "NaN", "40years"] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+        assert_eq!(
+            parse_duration("1000000000").unwrap(),
+            Duration::from_secs(1_000_000_000)
+        );
     }
 
     #[test]

@@ -193,6 +193,7 @@ impl Recording {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(File::create(&stderr).map_err(|e| ProfileError::io(&stderr, e))?);
+        stop_when_parent_dies(&mut cmd);
         let child = cmd
             .spawn()
             .map_err(|e| ProfileError::PerfMissing(format!("{}: {e}", options.perf.display())))?;
@@ -271,6 +272,42 @@ impl Recording {
     }
 }
 
+impl Drop for Recording {
+    /// A recording dropped without `stop` (an error or a panic in kiln) stops perf, so that no
+    /// `perf record -a` goes on filling the run directory.
+    fn drop(&mut self) {
+        if self.running() {
+            // SAFETY: kill(2) on our own child's pid; no memory is involved.
+            unsafe {
+                libc::kill(self.child.id() as i32, libc::SIGINT);
+            }
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// perf is told by the kernel to stop (SIGTERM: it writes its data and exits) when the thread
+/// that started it ends, however kiln ends: SIGKILL, the OOM killer, a panic. The thread that
+/// starts a recording holds it until `stop`, so it never ends while perf should run.
+fn stop_when_parent_dies(cmd: &mut Command) {
+    use std::os::unix::process::CommandExt as _;
+    // SAFETY: getpid is async-signal-safe; it is read before the fork.
+    let parent = unsafe { libc::getpid() };
+    // SAFETY: only async-signal-safe calls (prctl, getppid, kill) between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // kiln died between fork and prctl: nobody is left to stop perf.
+            if libc::getppid() != parent {
+                libc::kill(libc::getpid(), libc::SIGTERM);
+            }
+            Ok(())
+        });
+    }
+}
+
 /// What perf record's error output means for the user.
 fn explain_refusal(said: &str, pids: &[i32], paranoid: Option<i32>) -> ProfileError {
     if said.contains("perf_event_paranoid") || said.contains("Permission denied") {
@@ -308,6 +345,7 @@ pub fn collapse_recorded(
     } else {
         command.arg("script");
     }
+    stop_when_parent_dies(&mut command);
     let mut child = command
         .arg("-i")
         .arg(data)

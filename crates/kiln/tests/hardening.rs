@@ -1,0 +1,313 @@
+//! What an adversarial pass found (issue 12), each reproduced: a wrong port, credentials in
+//! the Host header, a target that never answers, signals, a watched process that exits, too
+//! few file descriptors. Each test is the reproduction; it failed before its fix.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::os::unix::process::CommandExt as _;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{json_of, json_with_exit, kiln, manifest};
+use kiln_targets::{Behavior, TargetServer};
+
+/// `kiln` with the open-files limit set to `files` (soft and hard), as `ulimit -n` would.
+fn kiln_with_open_files(files: u64, args: &[&str]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_kiln"));
+    cmd.args(args).stdin(Stdio::null());
+    // SAFETY: setrlimit is async-signal-safe; nothing else runs between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            let limit = libc::rlimit {
+                rlim_cur: files as libc::rlim_t,
+                rlim_max: files as libc::rlim_t,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    cmd.output().expect("kiln runs")
+}
+
+/// `kiln run URL ARGS --json --out DIR` started in the background.
+fn spawn_run(url: &str, args: &[&str], dir: &Path) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .arg("run")
+        .arg(url)
+        .args(args)
+        .args(["--json", "--out", dir.to_str().unwrap()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn signal(child: &std::process::Child, signal: i32) {
+    // SAFETY: kill(2) of a child this test started.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, signal) }, 0);
+}
+
+#[test]
+fn a_port_that_does_not_fit_is_refused_instead_of_loading_port_80() {
+    for url in ["http://127.0.0.1:99999/", "http://127.0.0.1:80800/x"] {
+        let out = kiln(&["run", url, "-d", "1s"]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{url}: {stderr}");
+        assert!(stderr.contains("1 to 65535"), "{url}: {stderr}");
+    }
+}
+
+#[test]
+fn durations_too_long_for_the_clock_are_refused_not_panicked_on() {
+    let target = TargetServer::start(Behavior::default()).unwrap();
+    let url = target.url("/");
+    for flag in ["-d", "--warmup", "--timeout"] {
+        let out = kiln(&["run", &url, flag, "500000000000y"]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{flag}: {stderr}");
+        assert!(stderr.contains("bad duration"), "{flag}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{flag}: {stderr}");
+    }
+    assert_eq!(target.answered(), 0);
+}
+
+/// A one-connection HTTP server that answers every request with 200 and keeps the request
+/// heads it read.
+fn recording_server() -> (String, std::thread::JoinHandle<Vec<String>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let handle = std::thread::spawn(move || {
+        let mut heads = Vec::new();
+        listener.set_nonblocking(false).unwrap();
+        // kiln's preflight connection, then the run's one connection.
+        for _ in 0..2 {
+            let Ok((mut stream, _)) = listener.accept() else {
+                break;
+            };
+            stream
+                .set_read_timeout(Some(Duration::from_secs(5)))
+                .unwrap();
+            let mut buf = Vec::new();
+            let mut chunk = [0u8; 4096];
+            while let Ok(n) = stream.read(&mut chunk) {
+                if n == 0 {
+                    break;
+                }
+                buf.extend_from_slice(&chunk[..n]);
+                while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                    heads.push(String::from_utf8_lossy(&buf[..end]).to_string());
+                    buf.drain(..end + 4);
+                    let _ = stream.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n");
+                }
+                if heads.len() >= 3 {
+                    return heads;
+                }
+            }
+        }
+        heads
+    });
+    (format!("127.0.0.1:{port}"), handle)
+}
+
+#[test]
+fn credentials_in_the_url_become_basic_auth_and_a_bare_query_asks_for_the_root() {
+    let (addr, server) = recording_server();
+    let url = format!("http://al%40ice:s3cret@{addr}?q=1");
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("r");
+    let out = kiln(&[
+        "run",
+        &url,
+        "-c",
+        "1",
+        "-t",
+        "1",
+        "-d",
+        "1s",
+        "--json",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    let heads = server.join().unwrap();
+    assert!(
+        !heads.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let head = heads[0].to_ascii_lowercase();
+    assert!(head.starts_with("get /?q=1 http/1.1\r\n"), "{head}");
+    assert!(head.contains(&format!("\r\nhost: {addr}\r\n")), "{head}");
+    // base64("al@ice:s3cret")
+    assert!(
+        heads[0].contains("authorization: Basic YWxAaWNlOnMzY3JldA=="),
+        "{head}"
+    );
+    // The password is in neither the summary nor the run record.
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!stdout.contains("s3cret"), "{stdout}");
+    let record = std::fs::read_to_string(dir.join("run.json")).unwrap();
+    assert!(!record.contains("s3cret"), "{record}");
+}
+
+#[test]
+fn a_target_that_accepts_and_never_answers_is_dead_without_waiting_for_timeouts() {
+    let target = TargetServer::start(Behavior {
+        hang_after: Some(0),
+        ..Default::default()
+    })
+    .unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("r");
+    let started = Instant::now();
+    // The default --timeout (10 s) is longer than --dead-after: no request ever fails.
+    let out = kiln(&[
+        "run",
+        &target.url("/"),
+        "-c",
+        "4",
+        "-d",
+        "60s",
+        "--dead-after",
+        "2s",
+        "--json",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    let run = json_with_exit(&out, 3);
+    let reason = run["status_reason"].as_str().unwrap();
+    assert!(reason.contains("stopped answering"), "{reason}");
+    assert!(reason.contains("waiting for an answer"), "{reason}");
+    // Cut, not timed out: the requests in flight are abandoned, none counted as a timeout.
+    let phase = &run["phases"][0];
+    assert_eq!(phase["abandoned"].as_u64(), Some(4), "{phase}");
+    assert_eq!(phase["failed"].as_u64(), Some(0), "{phase}");
+    assert!(
+        started.elapsed() < Duration::from_secs(9),
+        "waited {:?}: the 10 s timeouts were waited for",
+        started.elapsed()
+    );
+    assert_eq!(manifest(&dir)["status"], "interrupted");
+}
+
+#[test]
+fn ctrl_c_cuts_requests_in_flight_to_a_stalled_target_and_counts_them_abandoned() {
+    let target = TargetServer::start(Behavior {
+        hang_after: Some(50),
+        ..Default::default()
+    })
+    .unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("r");
+    let child = spawn_run(
+        &target.url("/"),
+        &["--rate", "100", "-d", "60s", "--dead-after", "60s"],
+        &dir,
+    );
+    std::thread::sleep(Duration::from_millis(2500));
+    let stopped = Instant::now();
+    signal(&child, libc::SIGINT);
+    let out = child.wait_with_output().unwrap();
+    let waited = stopped.elapsed();
+    let run = json_with_exit(&out, 130);
+    let total = &run["total"];
+    assert_eq!(total["requests"].as_u64(), Some(50), "{total}");
+    assert_eq!(total["failed"].as_u64(), Some(0), "{total}");
+    assert!(total["abandoned"].as_u64().unwrap() > 0, "{total}");
+    assert!(
+        waited < Duration::from_secs(6),
+        "waited {waited:?} for requests that would time out after 10 s"
+    );
+}
+
+#[test]
+fn sigterm_and_sighup_stop_the_run_named_for_themselves() {
+    let target = TargetServer::start(Behavior::default()).unwrap();
+    for (signo, name, code) in [
+        (libc::SIGTERM, "SIGTERM", 143),
+        (libc::SIGHUP, "SIGHUP", 129),
+    ] {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("r");
+        let child = spawn_run(&target.url("/"), &["--rate", "100", "-d", "60s"], &dir);
+        std::thread::sleep(Duration::from_millis(1500));
+        signal(&child, signo);
+        let out = child.wait_with_output().unwrap();
+        let run = json_with_exit(&out, code);
+        assert_eq!(run["status"], "interrupted", "{name}");
+        assert_eq!(run["status_reason"], format!("interrupted by {name}"));
+        assert_eq!(manifest(&dir)["status"], "interrupted", "{name}");
+    }
+}
+
+#[test]
+fn a_watched_process_that_exits_ends_the_run_as_interrupted_with_exit_3() {
+    let target = TargetServer::start(Behavior::default()).unwrap();
+    let mut watched = Command::new("sleep").arg("2").spawn().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("r");
+    let pid = watched.id().to_string();
+    let reaper = std::thread::spawn(move || watched.wait());
+    let out = kiln(&[
+        "run",
+        &target.url("/"),
+        "--rate",
+        "50",
+        "-d",
+        "60s",
+        "--watch-pid",
+        &pid,
+        "--json",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    let _ = reaper.join();
+    let run = json_with_exit(&out, 3);
+    let reason = run["status_reason"].as_str().unwrap();
+    assert!(
+        reason.contains(&format!("process {pid} exited")),
+        "{reason}"
+    );
+    assert!(run["total"]["duration_s"].as_f64().unwrap() < 30.0);
+}
+
+#[test]
+fn too_few_file_descriptors_is_an_error_before_any_load() {
+    let target = TargetServer::start(Behavior::default()).unwrap();
+    let out = kiln_with_open_files(300, &["run", &target.url("/"), "-c", "5000", "-d", "2s"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("-c 5000 needs about"), "{stderr}");
+    assert!(stderr.contains("ulimit"), "{stderr}");
+    assert_eq!(target.answered(), 0);
+
+    // The open model's default cap (1000 connections) is lowered to fit, and said so.
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("r");
+    let out = kiln_with_open_files(
+        600,
+        &[
+            "run",
+            &target.url("/"),
+            "--rate",
+            "50",
+            "-d",
+            "1s",
+            "--json",
+            "--out",
+            dir.to_str().unwrap(),
+        ],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--max-connections lowered from 1000 to 344"),
+        "{stderr}"
+    );
+    let run = json_of(&out);
+    assert_eq!(run["status"], "complete", "{stderr}");
+}

@@ -1,0 +1,104 @@
+//! kiln's own limits: the open-files limit every connection counts against. A load that
+//! needs more descriptors than kiln may open is refused before it starts, never run into.
+
+use crate::plan::{LoadPlan, Model};
+
+/// Descriptors kept for everything that is not a connection: the run record's files, the
+/// sampler's /proc files, perf's pipes, the OTLP receiver's connections.
+pub const RESERVED_FILES: u64 = 256;
+
+/// The open-files limit (soft, hard).
+pub fn open_files_limit() -> Option<(u64, u64)> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into the struct we own.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        return None;
+    }
+    Some((limit.rlim_cur, limit.rlim_max))
+}
+
+/// Raises the soft open-files limit to the hard one (as wrk, oha and k6 users are told to do
+/// by hand); returns the soft limit in force after.
+pub fn raise_open_files_limit() -> Option<u64> {
+    let (soft, hard) = open_files_limit()?;
+    if soft < hard {
+        let limit = libc::rlimit {
+            rlim_cur: hard,
+            rlim_max: hard,
+        };
+        // SAFETY: setrlimit reads the struct we own; raising soft up to hard needs no privilege.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) } == 0 {
+            return Some(hard);
+        }
+    }
+    Some(soft)
+}
+
+/// Connections the plan may hold open at once.
+pub fn connections_needed(plan: &LoadPlan) -> u64 {
+    match &plan.model {
+        Model::Closed { connections, .. } => *connections as u64,
+        Model::Open {
+            max_connections, ..
+        } => *max_connections as u64,
+    }
+}
+
+/// Lowers an open model's `--max-connections` to what the open-files limit allows (after
+/// raising it); the note to show when it did. What cannot be sent for want of connections is
+/// then counted as unsent, as any other shortage of connections.
+pub fn fit_max_connections(plan: &mut LoadPlan) -> Option<String> {
+    let soft = raise_open_files_limit()?;
+    let room = soft.saturating_sub(RESERVED_FILES) as usize;
+    match &mut plan.model {
+        Model::Open {
+            connections,
+            max_connections,
+            ..
+        } if *max_connections > room && room >= *connections => {
+            let note = format!(
+                "--max-connections lowered from {max_connections} to {room}: kiln may open \
+                 {soft} files (raise it with ulimit -n)"
+            );
+            *max_connections = room;
+            Some(note)
+        }
+        _ => None,
+    }
+}
+
+/// Raises the soft limit and checks the plan fits in it, with the way out when it does not.
+pub fn check_open_files(plan: &LoadPlan) -> Result<(), String> {
+    let Some(soft) = raise_open_files_limit() else {
+        return Ok(());
+    };
+    let needed = connections_needed(plan);
+    if needed + RESERVED_FILES > soft {
+        let flag = match plan.model {
+            Model::Closed { .. } => "-c",
+            Model::Open { .. } => "--max-connections",
+        };
+        return Err(format!(
+            "{flag} {needed} needs about {} open files and kiln may open {soft} (its hard \
+             limit): lower {flag} to at most {}, or raise the limit (ulimit -Hn / LimitNOFILE)",
+            needed + RESERVED_FILES,
+            soft.saturating_sub(RESERVED_FILES)
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_soft_limit_is_raised_to_the_hard_one() {
+        let (_, hard) = open_files_limit().unwrap();
+        assert_eq!(raise_open_files_limit(), Some(hard));
+        assert_eq!(open_files_limit().unwrap().0, hard);
+    }
+}
