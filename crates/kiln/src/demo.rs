@@ -7,12 +7,11 @@
 //! database calls as OpenTelemetry traces to kiln: one request in ten shows an N+1 of
 //! `DB_ITEMS` queries from one loop, which the open run's DB-call analysis finds.
 
-use std::path::Path;
 use std::time::Duration;
 
 use anyhow::Result;
 use kiln_load::{LoadPlan, Model, PhaseSpec, RateStage, RequestSpec, StopSignal, Target};
-use kiln_record::default_run_dir_name;
+use kiln_record::RunLocation;
 use kiln_targets::traced::Traces;
 use kiln_targets::{Behavior, Stall, TargetServer};
 
@@ -122,7 +121,10 @@ pub fn run(args: DemoArgs, stop: &StopSignal) -> Result<u8> {
             },
             Duration::ZERO,
         )];
-        let out = args.runs_dir.join(default_run_dir_name(name));
+        let out = RunLocation::Fresh {
+            parent: args.runs_dir.clone(),
+            name: name.to_string(),
+        };
         let mut live = LiveOutput::new(false, 1);
         // The embedded target runs in this process, so kiln watches itself (its own load
         // threads included) to show the resource view.
@@ -130,7 +132,7 @@ pub fn run(args: DemoArgs, stop: &StopSignal) -> Result<u8> {
             plan: &plan,
             plan_record: plan.to_record(),
             phases: &phases,
-            out_dir: Path::new(&out),
+            out,
             name,
             watch_pid: Some(std::process::id() as i32),
             profile_hz,

@@ -35,7 +35,7 @@ pub fn run(args: DoctorArgs) -> Result<u8> {
         0
     };
     if args.json {
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(&json!({
                 "root": args.root, "pid": target, "worst": worst, "checks": checks
@@ -44,17 +44,17 @@ pub fn run(args: DoctorArgs) -> Result<u8> {
         return Ok(code);
     }
     for c in &checks {
-        println!("[{}]...{}", c.id, c.verdict.label().to_uppercase());
+        outln!("[{}]...{}", c.id, c.verdict.label().to_uppercase());
         if c.verdict != Verdict::Ok {
-            println!("    evidence  {}", safe_text(&c.evidence));
-            println!("    why       {}", c.why);
+            outln!("    evidence  {}", safe_text(&c.evidence));
+            outln!("    why       {}", c.why);
             if !c.fix.is_empty() {
-                println!("    fix       {}", safe_text(&c.fix));
+                outln!("    fix       {}", safe_text(&c.fix));
             }
         }
     }
     let count = |v: Verdict| checks.iter().filter(|c| c.verdict == v).count();
-    println!(
+    outln!(
         "\n{} ok, {} warn, {} bad, {} unknown. kiln doctor changes nothing; the fixes are for you to run.",
         count(Verdict::Ok),
         count(Verdict::Warn),

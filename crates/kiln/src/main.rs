@@ -1,6 +1,8 @@
 //! The `kiln` binary: parses the command line, wires the crates together, prints.
 //! Errors become one line on stderr and a non-zero exit code, never a panic trace.
 
+#[macro_use]
+mod stdout;
 mod cli;
 mod demo;
 mod doctor_cmd;

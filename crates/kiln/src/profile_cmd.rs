@@ -11,7 +11,7 @@ use kiln_profile::{
     profile_processes, speedscope_json, svg, CallGraph, Event, FlameStyle, Folded, FoldedDiff,
     FunctionShare, ProfileSummary, Profiled, RecordOptions,
 };
-use kiln_record::{default_run_dir_name, RunDir, RunStatus};
+use kiln_record::{RunDir, RunLocation, RunStatus};
 use kiln_sample::ProcFs;
 use serde_json::{json, Value};
 
@@ -38,12 +38,11 @@ pub fn run(args: ProfileArgs, stop: &StopSignal) -> Result<u8> {
 }
 
 fn create_dir(output: &ProfileOutput, name: &str, plan: Value) -> Result<RunDir> {
-    let out = output
-        .out
-        .clone()
-        .unwrap_or_else(|| PathBuf::from("runs").join(default_run_dir_name(name)));
-    RunDir::create(&out, name, std::env::args().collect(), plan)
-        .with_context(|| format!("cannot create the run directory {}", out.display()))
+    crate::run_cmd::create_run_dir(
+        &RunLocation::from_flag(output.out.as_deref(), name),
+        name,
+        plan,
+    )
 }
 
 /// The files of one profile in a run directory, and its summary.
@@ -240,10 +239,10 @@ fn record(args: &ProfileArgs, stop: &StopSignal) -> Result<u8> {
         if let (Some(obj), Value::Object(extra)) = (out.as_object_mut(), extra) {
             obj.extend(extra);
         }
-        println!("{}", serde_json::to_string_pretty(&out)?);
+        outln!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(code);
     }
-    println!(
+    outln!(
         "Profile    {title}, {:.1} s, {} stacks{}",
         profiled.duration.as_secs_f64(),
         serde_json::to_value(profiled.call_graph)?
@@ -251,14 +250,14 @@ fn record(args: &ProfileArgs, stop: &StopSignal) -> Result<u8> {
             .unwrap_or(""),
         reason.map_or_else(String::new, |r| format!(" — {}", safe_text(&r)))
     );
-    print!("{}", summary_text(&written.summary, event.count_name()));
+    out!("{}", summary_text(&written.summary, event.count_name()));
     for done in &profiled.jit.done {
-        println!("JIT        {}", safe_text(done));
+        outln!("JIT        {}", safe_text(done));
     }
     for advice in &profiled.jit.advice {
-        println!("Advice     {}", safe_text(advice));
+        outln!("Advice     {}", safe_text(advice));
     }
-    print!("{}", files_text(&written, &dir));
+    out!("{}", files_text(&written, &dir));
     Ok(code)
 }
 
@@ -323,7 +322,7 @@ fn import(file: &Path, output: &ProfileOutput) -> Result<u8> {
     )?;
     dir.finish(RunStatus::Complete, None)?;
     if output.json {
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(&json!({"run_dir": dir.path(), "source": source,
             "summary": written.summary, "flame": written.flame, "folded": written.folded,
@@ -331,7 +330,7 @@ fn import(file: &Path, output: &ProfileOutput) -> Result<u8> {
         );
         return Ok(0);
     }
-    println!(
+    outln!(
         "Imported   {} ({}{})",
         safe_text(&file.display().to_string()),
         serde_json::to_value(imported.format)?
@@ -341,8 +340,8 @@ fn import(file: &Path, output: &ProfileOutput) -> Result<u8> {
             .value
             .map_or_else(String::new, |v| format!(", counts are {v}"))
     );
-    print!("{}", summary_text(&written.summary, &count_name));
-    print!("{}", files_text(&written, &dir));
+    out!("{}", summary_text(&written.summary, &count_name));
+    out!("{}", files_text(&written, &dir));
     Ok(0)
 }
 
@@ -378,7 +377,7 @@ fn diff(before_path: &Path, after_path: &Path, output: &ProfileOutput) -> Result
     )?;
     dir.finish(RunStatus::Complete, None)?;
     if output.json {
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(&json!({"run_dir": dir.path(), "flame": flame,
             "folded": folded, "before_samples": diff.before_total, "after_samples": diff.after_total,
@@ -386,13 +385,14 @@ fn diff(before_path: &Path, after_path: &Path, output: &ProfileOutput) -> Result
         );
         return Ok(0);
     }
-    println!(
+    outln!(
         "Diff       {} samples before, {} after (before scaled to after)",
-        diff.before_total, diff.after_total
+        diff.before_total,
+        diff.after_total
     );
     for (i, c) in changes.iter().enumerate() {
         let head = if i == 0 { "Self share" } else { "" };
-        println!(
+        outln!(
             "{head:<11}{:>6.1}% -> {:>5.1}%  ({:+.1})  {}",
             c.before_pct,
             c.after_pct,
@@ -400,7 +400,7 @@ fn diff(before_path: &Path, after_path: &Path, output: &ProfileOutput) -> Result
             safe_text(&c.name)
         );
     }
-    println!(
+    outln!(
         "Flame      {}\nFiles      {} (stack before after)\nRun        {}",
         flame.display(),
         folded.display(),

@@ -15,12 +15,14 @@ use kiln_queries::receiver::{Receiver, JSON_RECORD, PROTOBUF_RECORD};
 use kiln_queries::stack::Frame;
 use kiln_queries::trie::{Frames, StackTrie};
 use kiln_queries::{html, Ingest};
-use kiln_record::{default_run_dir_name, RunDir, RunStatus};
+use kiln_record::{RunDir, RunLocation, RunStatus};
 use serde_json::{json, Value};
 
 use crate::cli::{FailOn, QueriesArgs, QueryAnalysisArgs, TrieFrames};
 use crate::format::safe_text;
-use crate::run_cmd::{signal_exit_code, EXIT_INTERRUPTED, EXIT_THRESHOLDS_FAILED};
+use crate::run_cmd::{
+    create_run_dir, or_fail, signal_exit_code, EXIT_INTERRUPTED, EXIT_THRESHOLDS_FAILED,
+};
 
 pub const QUERIES_PART: &str = "queries";
 pub const TRIE_CALLS_PART: &str = "db-trie-calls";
@@ -377,14 +379,10 @@ pub fn run(args: QueriesArgs, stop: &StopSignal) -> Result<u8> {
     read_files(&mut ingest, &args.files)?;
     let read = reading.elapsed();
     let receiver = args.listen.as_deref().map(start_receiver).transpose()?;
-    let out = args
-        .out
-        .clone()
-        .unwrap_or_else(|| PathBuf::from("runs").join(default_run_dir_name("queries")));
+    let out = RunLocation::from_flag(args.out.as_deref(), "queries");
     let plan = json!({"files": args.files, "listen": args.listen, "duration": args.duration,
         "route": args.analysis.route, "n_plus_one": args.analysis.n_plus_one, "slow_ms": args.analysis.slow_ms});
-    let mut dir = RunDir::create(&out, "queries", std::env::args().collect(), plan)
-        .with_context(|| format!("cannot create the run directory {}", out.display()))?;
+    let mut dir = create_run_dir(&out, "queries", plan)?;
     let mut status = RunStatus::Complete;
     let mut reason = None;
     if let Some(receiver) = receiver {
@@ -429,7 +427,8 @@ pub fn run(args: QueriesArgs, stop: &StopSignal) -> Result<u8> {
             eprintln!();
         }
         let received = receiver.stop();
-        list_recorded(&mut dir, &received.recorded)?;
+        let listed = list_recorded(&mut dir, &received.recorded);
+        or_fail(&mut dir, listed)?;
         if let Some(e) = &received.record_error {
             eprintln!("kiln: warning: the received spans were not all recorded: {e}");
         }
@@ -439,13 +438,14 @@ pub fn run(args: QueriesArgs, stop: &StopSignal) -> Result<u8> {
             reason = stop.reason();
         }
     }
-    let report = write_report(&mut dir, &ingest, &args.analysis, "kiln queries", read)?;
+    let written = write_report(&mut dir, &ingest, &args.analysis, "kiln queries", read);
+    let report = or_fail(&mut dir, written)?;
     // Freeing a million spans one by one costs more than the analysis did; the process ends
     // right after this, and the OS takes the memory back at once.
     std::mem::forget(ingest);
     dir.finish(status, reason)?;
     if args.json {
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(
                 &json!({"run_dir": dir.path(), "status": status.as_str(),
@@ -453,8 +453,8 @@ pub fn run(args: QueriesArgs, stop: &StopSignal) -> Result<u8> {
             )?
         );
     } else {
-        print!("{}", report_text(&report.record, 10));
-        println!(
+        out!("{}", report_text(&report.record, 10));
+        outln!(
             "\nReport     {}\nFiles      {} (collapsed: calls), {} (speedscope: calls and time)\nRun        {} ({})",
             report.html.display(),
             report.files[1].display(),

@@ -6,7 +6,7 @@ use kiln_record::{LoadRecordLine, PhaseSummary, RunDir, LOAD_SECONDS_PART};
 use kiln_sample::{ResourceSecond, RESOURCES_PART};
 
 use crate::cli::ReportArgs;
-use crate::{profile_cmd, queries_cmd, summary};
+use crate::{profile_cmd, queries_cmd, run_cmd, summary};
 
 pub fn run(args: ReportArgs) -> Result<u8> {
     let dir = RunDir::open(&args.run_dir)
@@ -30,18 +30,20 @@ pub fn run(args: ReportArgs) -> Result<u8> {
         queries: queries.as_ref(),
     };
     summary::print(&view, args.json)?;
-    Ok(0)
+    // As `kiln run` and k6: a failed threshold is exit 99, also when the run is read again.
+    Ok(if run_cmd::thresholds_failed(&dir.manifest, &phases) {
+        run_cmd::EXIT_THRESHOLDS_FAILED
+    } else {
+        0
+    })
 }
 
 /// A whole-file JSON part of the run, when it has one.
 fn json_part(dir: &RunDir, kind: &str) -> Result<Option<serde_json::Value>> {
-    let Some(part) = dir.manifest.part(kind) else {
+    let Some((path, bytes)) = dir.read_part(kind)? else {
         return Ok(None);
     };
-    let path = dir.path().join(&part.path);
-    let text = std::fs::read_to_string(&path)
-        .with_context(|| format!("cannot read {}", path.display()))?;
-    Ok(Some(serde_json::from_str(&text).with_context(|| {
+    Ok(Some(serde_json::from_slice(&bytes).with_context(|| {
         format!("{} is not JSON", path.display())
     })?))
 }

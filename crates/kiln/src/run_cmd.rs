@@ -1,13 +1,13 @@
 //! `kiln run`: flags -> plan -> phases (warm-up, measured runs) -> run directory and summary.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use kiln_load::plan::{parse_duration, parse_stages};
 use kiln_load::{LoadPlan, Model, PhaseSpec, RequestSpec, StopSignal, Target};
 use kiln_record::{
-    default_run_dir_name, JsonLinesWriter, LoadRecordLine, PhaseSummary, RunDir, RunStatus,
+    JsonLinesWriter, LoadRecordLine, PhaseSummary, RunDir, RunLocation, RunStatus,
     LOAD_SECONDS_PART,
 };
 use kiln_sample::{ProcFs, ResourceSecond, Sampler, RESOURCES_PART};
@@ -38,6 +38,38 @@ fn read_body(arg: &str) -> Result<Vec<u8>> {
         }
         None => Ok(arg.as_bytes().to_vec()),
     }
+}
+
+/// Creates a run directory: `out` when given, else a fresh one under `runs/` named for the
+/// time and `name`. The command line is recorded with any URL password redacted.
+pub fn create_run_dir(
+    location: &RunLocation,
+    name: &str,
+    plan: serde_json::Value,
+) -> Result<RunDir> {
+    let command: Vec<String> = std::env::args()
+        .map(|a| kiln_load::plan::redact_password(&a))
+        .collect();
+    RunDir::create(location, name, command, plan).with_context(|| match location {
+        RunLocation::Named(path) => format!("cannot create the run directory {}", path.display()),
+        RunLocation::Fresh { parent, .. } => {
+            format!("cannot create a run directory in {}", parent.display())
+        }
+    })
+}
+
+/// On an error after the run directory exists, marks the run `failed` with the reason, so
+/// no record is left `running` by an error kiln saw (a full disk, an unwritable --html).
+pub fn or_fail<T>(dir: &mut RunDir, result: Result<T>) -> Result<T> {
+    if let Err(e) = &result {
+        let reason = e
+            .chain()
+            .map(|c| c.to_string())
+            .collect::<Vec<_>>()
+            .join(": ");
+        let _ = dir.finish(RunStatus::Failed, Some(reason));
+    }
+    result
 }
 
 /// Turns flags into a validated plan (resolving the host once).
@@ -182,7 +214,7 @@ pub struct RunSpec<'a> {
     /// The plan as written to `run.json` (with what the engine does not know, e.g. thresholds).
     pub plan_record: serde_json::Value,
     pub phases: &'a [(PhaseSpec, Duration)],
-    pub out_dir: &'a Path,
+    pub out: RunLocation,
     pub name: &'a str,
     /// A process to sample beside the load.
     pub watch_pid: Option<i32>,
@@ -197,18 +229,14 @@ pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut LiveOutput) -> Resul
         plan,
         plan_record,
         phases: phase_list,
-        out_dir,
+        out,
         name,
         watch_pid,
         profile_hz,
         otlp,
     } = spec;
     kiln_load::preflight(plan)?;
-    let command: Vec<String> = std::env::args()
-        .map(|a| kiln_load::plan::redact_password(&a))
-        .collect();
-    let mut dir = RunDir::create(out_dir, name, command, plan_record)
-        .with_context(|| format!("cannot create the run directory {}", out_dir.display()))?;
+    let mut dir = create_run_dir(&out, name, plan_record)?;
     let mut writer = dir.add_json_lines_part(LOAD_SECONDS_PART, "load-seconds.jsonl", 1)?;
     if let Some(o) = &otlp {
         o.receiver.record_to(dir.path());
@@ -236,7 +264,7 @@ pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut LiveOutput) -> Resul
         }
         let mut summary = PhaseSummary::new(&spec.name);
         live.start_phase(&spec.name, phase_plan.duration.as_secs());
-        let end = kiln_load::run_phase(&phase_plan, spec, stop, &mut |second| {
+        let ran = kiln_load::run_phase(&phase_plan, spec, stop, &mut |second| {
             summary.add_second(second);
             live.second(second);
             if write_error.is_none() {
@@ -245,9 +273,11 @@ pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut LiveOutput) -> Resul
                     stop.stop("cannot write the run record");
                 }
             }
-        })?;
+        });
+        let end = or_fail(&mut dir, ran.map_err(Into::into))?;
         live.end_phase(&end);
-        writer.write(&LoadRecordLine::PhaseEnd(end.clone()))?;
+        let wrote = writer.write(&LoadRecordLine::PhaseEnd(end.clone()));
+        or_fail(&mut dir, wrote.map_err(Into::into))?;
         summary.set_end(&end);
         phases.push(summary);
         if let Some(reason) = end.stopped_early {
@@ -262,7 +292,8 @@ pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut LiveOutput) -> Resul
     };
     let (queries, queries_gate_failed) = match otlp {
         Some(o) => {
-            let (record, gate) = finish_queries(o, &mut dir, stop)?;
+            let finished = finish_queries(o, &mut dir, stop);
+            let (record, gate) = or_fail(&mut dir, finished)?;
             (Some(record), gate)
         }
         None => (None, false),
@@ -271,7 +302,8 @@ pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut LiveOutput) -> Resul
         dir.finish(RunStatus::Failed, Some(e.to_string()))?;
         return Err(e.into());
     }
-    write_latency_log(&mut dir)?;
+    let wrote = write_latency_log(&mut dir);
+    or_fail(&mut dir, wrote)?;
     let interrupted_by = stop.interrupted_by();
     match early {
         Some(reason) => dir.finish(RunStatus::Interrupted, Some(reason))?,
@@ -471,6 +503,15 @@ fn name_from_url(plan: &LoadPlan) -> String {
     )
 }
 
+/// Whether a `--threshold` recorded in the plan fails on the measured phases.
+pub fn thresholds_failed(manifest: &kiln_record::RunManifest, phases: &[PhaseSummary]) -> bool {
+    summary::measured_total(phases).is_some_and(|total| {
+        thresholds::check_all(&manifest.plan, &total)
+            .iter()
+            .any(|t| !t.ok)
+    })
+}
+
 /// Prints the outcome and returns the exit code.
 pub fn print_outcome(outcome: &RunOutcome, json: bool) -> Result<u8> {
     let dir_text = outcome.dir.path().display().to_string();
@@ -485,13 +526,7 @@ pub fn print_outcome(outcome: &RunOutcome, json: bool) -> Result<u8> {
         queries: outcome.queries.as_ref(),
     };
     summary::print(&view, json)?;
-    let failed_thresholds = summary::measured_total(&outcome.phases)
-        .map(|total| {
-            thresholds::check_all(&manifest.plan, &total)
-                .iter()
-                .any(|t| !t.ok)
-        })
-        .unwrap_or(false);
+    let failed_thresholds = thresholds_failed(manifest, &outcome.phases);
     Ok(match outcome.dir.effective_status() {
         RunStatus::Complete if failed_thresholds || outcome.queries_gate_failed => {
             EXIT_THRESHOLDS_FAILED
@@ -508,10 +543,7 @@ pub fn run(args: RunArgs, stop: &StopSignal) -> Result<u8> {
     let phase_list = phases(&args)?;
     let interval = parse_duration(&args.interval)?;
     let name = args.name.clone().unwrap_or_else(|| name_from_url(&plan));
-    let out_dir = args
-        .out
-        .clone()
-        .unwrap_or_else(|| PathBuf::from("runs").join(default_run_dir_name(&name)));
+    let out = RunLocation::from_flag(args.out.as_deref(), &name);
     let mut live = LiveOutput::new(args.quiet, interval.as_secs() as u32);
     let mut plan_record = plan.to_record();
     plan_record["thresholds"] = serde_json::json!(args.thresholds);
@@ -556,7 +588,7 @@ pub fn run(args: RunArgs, stop: &StopSignal) -> Result<u8> {
         plan: &plan,
         plan_record,
         phases: &phase_list,
-        out_dir: &out_dir,
+        out,
         name: &name,
         watch_pid,
         profile_hz: args.profile.then_some(args.profile_frequency),

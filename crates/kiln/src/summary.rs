@@ -159,9 +159,9 @@ pub struct RunView<'a> {
 
 pub fn print(view: &RunView, json: bool) -> serde_json::Result<()> {
     if json {
-        println!("{}", serde_json::to_string_pretty(&render_json(view))?);
+        outln!("{}", serde_json::to_string_pretty(&render_json(view))?);
     } else {
-        print!("{}", render_text(view));
+        out!("{}", render_text(view));
     }
     Ok(())
 }
@@ -237,6 +237,9 @@ pub fn render_text(view: &RunView) -> String {
         safe_text(plan["method"].as_str().unwrap_or("GET")),
         safe_text(plan["url"].as_str().unwrap_or("?"))
     );
+    for warning in kiln_record::record_warnings(manifest.status, phases) {
+        let _ = writeln!(out, "Warning    {}", safe_text(&warning));
+    }
     let _ = writeln!(out, "Workload   {}", workload_line(plan));
     let _ = writeln!(out, "Run        {} ({status}{reason})", safe_text(dir));
 
@@ -482,6 +485,7 @@ pub fn render_json(view: &RunView) -> Value {
         "started_at": manifest.started_at,
         "ended_at": manifest.ended_at,
         "plan": manifest.plan,
+        "warnings": kiln_record::record_warnings(manifest.status, phases),
         "phases": phases.iter().map(phase_json).collect::<Vec<_>>(),
         "total": total.as_ref().map(phase_json),
         "across_runs": if across.is_empty() { Value::Null } else { Value::Object(across) },

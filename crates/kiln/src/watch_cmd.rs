@@ -1,19 +1,18 @@
 //! `kiln watch --pid P | --port P`: the sampler on its own. A compact line per sample on
 //! stderr, every sample in the run directory (`resources.jsonl`), a summary at the end.
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use kiln_load::plan::parse_duration;
 use kiln_load::{SelfUsage, StopSignal};
-use kiln_record::{default_run_dir_name, RunDir, RunStatus};
+use kiln_record::{RunLocation, RunStatus};
 use kiln_sample::{ProcFs, ResourceSecond, Sampler, RESOURCES_PART};
 use serde_json::json;
 
 use crate::cli::WatchArgs;
 use crate::format::{self, safe_text};
-use crate::run_cmd::{signal_exit_code, EXIT_INTERRUPTED};
+use crate::run_cmd::{create_run_dir, signal_exit_code, EXIT_INTERRUPTED};
 use crate::{resources_summary, target_process};
 
 fn one_line(s: &ResourceSecond) -> String {
@@ -60,18 +59,11 @@ pub fn run(args: WatchArgs, stop: &StopSignal) -> Result<u8> {
     if interval < Duration::from_millis(100) {
         bail!("--interval is out of range: at least 100ms");
     }
-    let out = args.out.clone().unwrap_or_else(|| {
-        PathBuf::from("runs").join(default_run_dir_name(&format!("watch-{pid}")))
-    });
+    let name = format!("watch-{pid}");
+    let out = RunLocation::from_flag(args.out.as_deref(), &name);
     let plan = json!({"watch": {"pid": pid, "port": args.port, "duration_s": duration.as_secs_f64(),
                       "interval_s": interval.as_secs_f64()}});
-    let mut dir = RunDir::create(
-        &out,
-        &format!("watch-{pid}"),
-        std::env::args().collect(),
-        plan,
-    )
-    .with_context(|| format!("cannot create the run directory {}", out.display()))?;
+    let mut dir = create_run_dir(&out, &name, plan)?;
     let mut writer = dir.add_json_lines_part(RESOURCES_PART, "resources.jsonl", 1)?;
 
     let usage_before = SelfUsage::now();
@@ -84,7 +76,7 @@ pub fn run(args: WatchArgs, stop: &StopSignal) -> Result<u8> {
             write_error.get_or_insert(e);
         }
         if args.json {
-            println!("{}", serde_json::to_string(&sample).unwrap_or_default());
+            outln!("{}", serde_json::to_string(&sample).unwrap_or_default());
         } else {
             eprintln!("{}", one_line(&sample));
         }
@@ -102,16 +94,16 @@ pub fn run(args: WatchArgs, stop: &StopSignal) -> Result<u8> {
         None => dir.finish(RunStatus::Complete, None)?,
     }
     if !args.json {
-        print!(
+        out!(
             "\n{}",
             resources_summary::to_text(&samples, &format!("the watch of process {pid}"))
         );
-        println!(
+        outln!(
             "Run        {} ({})",
             dir.path().display(),
             dir.manifest.status.as_str()
         );
-        println!("Sampler    kiln's own CPU {own_pct:.2}% of one core");
+        outln!("Sampler    kiln's own CPU {own_pct:.2}% of one core");
     }
     Ok(match (stop.interrupted_by(), &ended) {
         (Some(signal), _) => signal_exit_code(signal),

@@ -348,7 +348,9 @@ fn thresholds_gate_the_exit_code_like_k6_and_report_rechecks_them() {
     assert_eq!(results[0]["ok"], false);
     assert!(results[0]["actual"].as_f64().unwrap() >= 5_000.0);
     assert_eq!(results[1]["ok"], true);
-    let report = json_of(&kiln(&["report", dir.to_str().unwrap(), "--json"]));
+    let reported = kiln(&["report", dir.to_str().unwrap(), "--json"]);
+    // Read again, a failed threshold fails again (it exited 0 before).
+    let report = json_with_exit(&reported, 99);
     assert_eq!(report["thresholds"], run["thresholds"]);
 
     let bad = kiln(&["run", &url, "--threshold", "p99<soon"]);

@@ -311,3 +311,159 @@ fn too_few_file_descriptors_is_an_error_before_any_load() {
     let run = json_of(&out);
     assert_eq!(run["status"], "complete", "{stderr}");
 }
+
+/// A short complete run of the default target in `dir`.
+fn short_run(dir: &Path) -> TargetServer {
+    let target = TargetServer::start(Behavior::default()).unwrap();
+    let out = kiln(&[
+        "run",
+        &target.url("/"),
+        "--rate",
+        "50",
+        "-d",
+        "3s",
+        "-q",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0));
+    target
+}
+
+#[test]
+fn report_on_a_closed_or_full_stdout_exits_without_a_panic() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("r");
+    let _target = short_run(&dir);
+    // A reader that went away: `kiln report DIR | true`.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(["report", dir.to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(out.status.code(), Some(141), "{stderr}");
+    // A full disk.
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(["report", dir.to_str().unwrap()])
+        .stdout(full)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("cannot write to standard output"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_complete_record_cut_in_half_or_with_a_second_twice_is_reported_with_warnings() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("r");
+    let _target = short_run(&dir);
+    let seconds = dir.join("load-seconds.jsonl");
+    let text = std::fs::read_to_string(&seconds).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let whole = json_of(&kiln(&["report", dir.to_str().unwrap(), "--json"]));
+    assert_eq!(whole["warnings"], serde_json::json!([]));
+    // The first second written twice: counted once, and said.
+    let twice = format!("{}\n{}\n", lines[0], text);
+    std::fs::write(&seconds, twice).unwrap();
+    let report = json_of(&kiln(&["report", dir.to_str().unwrap(), "--json"]));
+    assert_eq!(report["total"]["requests"], whole["total"]["requests"]);
+    assert!(report["warnings"][0]
+        .as_str()
+        .unwrap()
+        .contains("recorded again"));
+    // Cut after its first second, though run.json says complete.
+    std::fs::write(&seconds, format!("{}\n", lines[0])).unwrap();
+    let out = kiln(&["report", dir.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("Warning    run.json says complete"), "{text}");
+}
+
+#[test]
+fn a_run_json_pointing_outside_the_run_is_refused_by_report() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("r");
+    let _target = short_run(&dir);
+    let manifest_path = dir.join("run.json");
+    let text = std::fs::read_to_string(&manifest_path).unwrap();
+    for hostile in ["/dev/zero", "../../../../etc/passwd"] {
+        let changed = text.replace("\"load-seconds.jsonl\"", &format!("\"{hostile}\""));
+        assert_ne!(changed, text);
+        std::fs::write(&manifest_path, changed).unwrap();
+        let out = kiln(&["report", dir.to_str().unwrap()]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{hostile}: {stderr}");
+        assert!(
+            stderr.contains("inside the run directory"),
+            "{hostile}: {stderr}"
+        );
+    }
+}
+
+#[test]
+fn two_runs_in_the_same_second_get_two_directories() {
+    let target = TargetServer::start(Behavior::default()).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let spawn = || {
+        Command::new(env!("CARGO_BIN_EXE_kiln"))
+            .args([
+                "run",
+                &target.url("/"),
+                "-d",
+                "1s",
+                "-c",
+                "1",
+                "--name",
+                "same",
+                "-q",
+            ])
+            .current_dir(tmp.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let (a, b) = (spawn(), spawn());
+    for child in [a, b] {
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let runs = std::fs::read_dir(tmp.path().join("runs")).unwrap().count();
+    assert_eq!(runs, 2);
+}
+
+#[test]
+fn queries_with_an_unwritable_html_marks_the_run_failed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let spans = tmp.path().join("spans.json");
+    std::fs::write(&spans, r#"{"resourceSpans":[]}"#).unwrap();
+    let dir = tmp.path().join("q");
+    let out = kiln(&[
+        "queries",
+        spans.to_str().unwrap(),
+        "--html",
+        "/proc/no/such/dir/out.html",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(manifest(&dir)["status"], "failed");
+}

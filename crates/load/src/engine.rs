@@ -100,6 +100,8 @@ pub enum LoadError {
     Unreachable { addr: String, kind: &'static str },
     #[error("cannot start a load thread: {0}")]
     Thread(std::io::Error),
+    #[error("a load thread failed ({0}); the phase's numbers are incomplete")]
+    Panicked(String),
 }
 
 /// Opens one connection before any load, so a wrong port or a dead host is one clear error
@@ -277,8 +279,15 @@ pub fn run_phase(
         let _ = pacer.join();
     }
     collector.emit_ready(&shared.scheduled, on_second);
+    // A worker that panicked took its requests with it: the phase cannot be reported whole.
+    let mut panicked = None;
     for handle in handles {
-        let _ = handle.join();
+        if let Err(payload) = handle.join() {
+            panicked.get_or_insert_with(|| panic_message(payload.as_ref()));
+        }
+    }
+    if let Some(message) = panicked {
+        return Err(LoadError::Panicked(message));
     }
     let left_in_queue = shared.arrivals.as_ref().map_or(0, |q| q.len() as u64);
     let usage = SelfUsage::now().since(&usage_before);
@@ -296,6 +305,15 @@ pub fn run_phase(
         kiln_max_rss_kib: usage.max_rss_kib,
         stopped_early: stop_reason,
     })
+}
+
+/// The text a panic carried, when it carried one.
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "panic".into())
 }
 
 /// Merges the workers' seconds; a second is handed out once every worker has sent it or

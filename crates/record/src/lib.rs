@@ -13,7 +13,10 @@ mod run_dir;
 pub use error::RecordError;
 pub use histogram::{LatencyHistogram, LatencyStats, MAX_LATENCY_US};
 pub use load::{
-    write_hlog, ErrorKind, LoadRecordLine, PhaseEnd, PhaseSummary, SecondRecord, LOAD_SECONDS_PART,
+    record_warnings, write_hlog, ErrorKind, LoadRecordLine, PhaseEnd, PhaseSummary, SecondRecord,
+    LOAD_SECONDS_PART,
 };
 pub use manifest::{PartRef, RunManifest, RunStatus, SCHEMA_VERSION};
-pub use run_dir::{default_run_dir_name, now_rfc3339, JsonLinesWriter, RunDir, MANIFEST_FILE};
+pub use run_dir::{
+    default_run_dir_name, now_rfc3339, JsonLinesWriter, RunDir, RunLocation, MANIFEST_FILE,
+};

@@ -99,17 +99,20 @@ pub struct SecondRecord {
 impl SecondRecord {
     /// Adds another worker's record of the same second (histograms merge exactly).
     pub fn merge(&mut self, other: &SecondRecord) {
-        self.requests += other.requests;
-        self.sent += other.sent;
-        self.scheduled += other.scheduled;
+        // Saturating: a corrupt record's huge count must not wrap into a small one.
+        self.requests = self.requests.saturating_add(other.requests);
+        self.sent = self.sent.saturating_add(other.sent);
+        self.scheduled = self.scheduled.saturating_add(other.scheduled);
         for (code, n) in &other.status {
-            *self.status.entry(*code).or_default() += n;
+            let count = self.status.entry(*code).or_default();
+            *count = count.saturating_add(*n);
         }
         for (kind, n) in &other.errors {
-            *self.errors.entry(*kind).or_default() += n;
+            let count = self.errors.entry(*kind).or_default();
+            *count = count.saturating_add(*n);
         }
-        self.body_bytes += other.body_bytes;
-        self.connections += other.connections;
+        self.body_bytes = self.body_bytes.saturating_add(other.body_bytes);
+        self.connections = self.connections.saturating_add(other.connections);
         self.latency.merge(&other.latency);
         if let Some(service) = &other.service {
             self.service
@@ -131,11 +134,25 @@ impl SecondRecord {
     }
 
     pub fn responses(&self) -> u64 {
-        self.status.values().sum()
+        self.status.values().fold(0, |a, n| a.saturating_add(*n))
     }
 
     pub fn error_count(&self) -> u64 {
-        self.errors.values().sum()
+        self.errors.values().fold(0, |a, n| a.saturating_add(*n))
+    }
+
+    /// Whether adding `other` to this record would overflow a count.
+    pub fn overflows_with(&self, other: &SecondRecord) -> bool {
+        let sum = |a: u64, b: u64| a.checked_add(b).is_none();
+        sum(self.requests, other.requests)
+            || sum(self.sent, other.sent)
+            || sum(self.scheduled, other.scheduled)
+            || sum(self.body_bytes, other.body_bytes)
+            || sum(self.responses(), other.responses())
+            || sum(self.error_count(), other.error_count())
+            || other.responses() == u64::MAX
+            || other.error_count() == u64::MAX
+            || sum(self.latency.count(), other.latency.count())
     }
 }
 
@@ -187,6 +204,9 @@ pub struct PhaseSummary {
     pub last_unix_ms: Option<u64>,
     /// The phase-end line, absent when the run was killed mid-phase.
     pub end: Option<PhaseEnd>,
+    /// Lines left out because they cannot be true (a second recorded twice, counts that
+    /// overflow): a corrupted record, said rather than summed.
+    pub anomalies: Vec<String>,
 }
 
 impl PhaseSummary {
@@ -199,7 +219,24 @@ impl PhaseSummary {
     }
 
     pub fn add_second(&mut self, s: &SecondRecord) {
-        self.seconds = self.seconds.max(s.second + 1);
+        // Seconds are written in order, once each: another copy of one is corruption.
+        if s.second < self.seconds {
+            self.anomalies.push(format!(
+                "second {} of phase {} is recorded again after second {}: left out",
+                s.second,
+                self.phase,
+                self.seconds - 1
+            ));
+            return;
+        }
+        if self.totals.overflows_with(s) {
+            self.anomalies.push(format!(
+                "second {} of phase {} has counts too large to add (corrupt): left out",
+                s.second, self.phase
+            ));
+            return;
+        }
+        self.seconds = self.seconds.max(s.second.saturating_add(1));
         if s.unix_ms > 0 {
             self.first_unix_ms = Some(self.first_unix_ms.map_or(s.unix_ms, |f| f.min(s.unix_ms)));
             self.last_unix_ms = Some(self.last_unix_ms.map_or(s.unix_ms, |l| l.max(s.unix_ms)));
@@ -245,11 +282,11 @@ impl PhaseSummary {
     }
 
     pub fn responses(&self) -> u64 {
-        self.totals.status.values().sum()
+        self.totals.responses()
     }
 
     pub fn error_count(&self) -> u64 {
-        self.totals.errors.values().sum()
+        self.totals.error_count()
     }
 
     /// Non-2xx/3xx responses plus requests without a response.
@@ -259,9 +296,8 @@ impl PhaseSummary {
             .status
             .iter()
             .filter(|(code, _)| **code >= 400)
-            .map(|(_, n)| n)
-            .sum();
-        bad_status + self.error_count()
+            .fold(0, |a, (_, n)| a.saturating_add(*n));
+        bad_status.saturating_add(self.error_count())
     }
 
     /// The load window in seconds: from the phase end line, or the seconds recorded.
@@ -307,7 +343,8 @@ impl PhaseSummary {
             ..Default::default()
         };
         for p in phases {
-            out.seconds += p.seconds;
+            out.seconds = out.seconds.saturating_add(p.seconds);
+            out.anomalies.extend(p.anomalies.iter().cloned());
             out.totals.merge(&p.totals);
             out.max_connections = out.max_connections.max(p.max_connections);
             out.first_unix_ms = match (out.first_unix_ms, p.first_unix_ms) {
@@ -380,9 +417,56 @@ pub fn write_hlog<S: std::borrow::Borrow<SecondRecord>>(
     Ok(())
 }
 
+/// What a reader must be told about a load record before its numbers: lines left out as
+/// corrupt, and a run marked complete whose phases have no end line (the file was cut).
+pub fn record_warnings(status: crate::RunStatus, phases: &[PhaseSummary]) -> Vec<String> {
+    let mut warnings: Vec<String> = phases
+        .iter()
+        .flat_map(|p| p.anomalies.iter().cloned())
+        .collect();
+    if status == crate::RunStatus::Complete {
+        for p in phases.iter().filter(|p| p.end.is_none()) {
+            warnings.push(format!(
+                "run.json says complete, but phase {} has no end line: its record was cut after \
+                 {} s, and its numbers cover only that",
+                p.phase, p.seconds
+            ));
+        }
+    }
+    warnings
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_second_recorded_twice_or_with_overflowing_counts_is_left_out_and_said() {
+        let mut huge = second("run", 2, &[1_000], 200);
+        if let LoadRecordLine::Second(s) = &mut huge {
+            s.requests = u64::MAX;
+            s.status.insert(200, u64::MAX);
+        }
+        let lines = [
+            second("run", 0, &[1_000], 200),
+            second("run", 1, &[1_000], 200),
+            second("run", 1, &[1_000], 200),
+            huge,
+        ];
+        let phases = PhaseSummary::from_lines(&lines);
+        assert_eq!(phases[0].totals.requests, 2);
+        assert_eq!(phases[0].responses(), 2);
+        assert_eq!(phases[0].anomalies.len(), 2, "{:?}", phases[0].anomalies);
+        assert!(phases[0].anomalies[0].contains("second 1 of phase run is recorded again"));
+        let warnings = record_warnings(crate::RunStatus::Complete, &phases);
+        assert_eq!(warnings.len(), 3, "{warnings:?}");
+        assert!(warnings[2].contains("no end line"), "{warnings:?}");
+        // An interrupted run is expected to lack its end line.
+        assert_eq!(
+            record_warnings(crate::RunStatus::Interrupted, &phases).len(),
+            2
+        );
+    }
 
     fn second(phase: &str, s: u32, latencies: &[u64], status: u16) -> LoadRecordLine {
         let mut latency = LatencyHistogram::new();
