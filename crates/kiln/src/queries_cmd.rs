@@ -11,7 +11,7 @@ use anyhow::{bail, Context, Result};
 use kiln_load::plan::parse_duration;
 use kiln_load::StopSignal;
 use kiln_queries::analyze::{analyze, Analysis, FindingKind, Options, Severity};
-use kiln_queries::receiver::{Receiver, JSON_RECORD, PROTOBUF_RECORD};
+use kiln_queries::receiver::{Receiver, JSON_RECORD, LEGACY_RECORDS, PROTOBUF_RECORD};
 use kiln_queries::stack::Frame;
 use kiln_queries::trie::{Frames, StackTrie};
 use kiln_queries::{html, Ingest};
@@ -294,6 +294,7 @@ fn kind_title(kind: &Value) -> &'static str {
 fn files_of_dir(dir: &Path) -> Result<Vec<PathBuf>> {
     let found: Vec<PathBuf> = [JSON_RECORD, PROTOBUF_RECORD]
         .iter()
+        .chain(LEGACY_RECORDS.iter())
         .map(|f| dir.join(f))
         .filter(|p| p.exists())
         .collect();

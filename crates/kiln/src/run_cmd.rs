@@ -30,14 +30,29 @@ pub fn signal_exit_code(signal: i32) -> u8 {
 /// As k6's ThresholdsHaveFailed.
 pub const EXIT_THRESHOLDS_FAILED: u8 = 99;
 
-/// `-b TEXT` or `-b @FILE`, as curl reads it.
+/// The largest request body kiln sends (each connection holds the encoded request).
+const MAX_BODY_BYTES: u64 = 64 << 20;
+
+/// `-b TEXT` or `-b @FILE`, as curl reads it; at most `MAX_BODY_BYTES` (`@/dev/zero` would
+/// otherwise fill memory).
 fn read_body(arg: &str) -> Result<Vec<u8>> {
-    match arg.strip_prefix('@') {
-        Some(path) => {
-            std::fs::read(path).with_context(|| format!("cannot read the body file '{path}'"))
-        }
-        None => Ok(arg.as_bytes().to_vec()),
+    use std::io::Read as _;
+    let Some(path) = arg.strip_prefix('@') else {
+        return Ok(arg.as_bytes().to_vec());
+    };
+    let file =
+        std::fs::File::open(path).with_context(|| format!("cannot read the body file '{path}'"))?;
+    let mut body = Vec::new();
+    file.take(MAX_BODY_BYTES + 1)
+        .read_to_end(&mut body)
+        .with_context(|| format!("cannot read the body file '{path}'"))?;
+    if body.len() as u64 > MAX_BODY_BYTES {
+        bail!(
+            "the body file '{path}' is larger than {} MiB",
+            MAX_BODY_BYTES >> 20
+        );
     }
+    Ok(body)
 }
 
 /// Creates a run directory: `out` when given, else a fresh one under `runs/` named for the

@@ -467,3 +467,13 @@ fn queries_with_an_unwritable_html_marks_the_run_failed() {
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(manifest(&dir)["status"], "failed");
 }
+
+#[test]
+fn a_body_file_without_end_is_refused_not_read_into_memory() {
+    let target = TargetServer::start(Behavior::default()).unwrap();
+    let out = kiln(&["run", &target.url("/"), "-m", "POST", "-b", "@/dev/zero"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("larger than 64 MiB"), "{stderr}");
+    assert_eq!(target.answered(), 0);
+}

@@ -172,3 +172,47 @@ fn html_report_renders_in_chromium_and_keeps_hostile_text_as_text() {
     assert!(!dom.contains("<img src=\"x\""), "{dom}");
     assert!(dom.contains("&lt;img src=x"), "the payload shows as text");
 }
+
+#[test]
+fn an_endless_line_is_skipped_with_bounded_memory_and_the_next_lines_still_read() {
+    let tmp = tempfile::tempdir().unwrap();
+    let good = std::fs::read_to_string(spans_file(tmp.path(), 6, "ok")).unwrap();
+    // A line of 1 GiB (a sparse hole, so it costs no disk), then a good document.
+    let path = tmp.path().join("huge.jsonl");
+    {
+        use std::io::{Seek, Write};
+        let mut f = std::fs::File::create(&path).unwrap();
+        f.write_all(b"{\"resourceSpans\":[").unwrap();
+        f.seek(std::io::SeekFrom::Start(1 << 30)).unwrap();
+        f.write_all(b"\n").unwrap();
+        f.write_all(good.as_bytes()).unwrap();
+    }
+    let out_dir = tmp.path().join("q");
+    let out = kiln(&[
+        "queries",
+        path.to_str().unwrap(),
+        "--json",
+        "--out",
+        out_dir.to_str().unwrap(),
+    ]);
+    let json = json_with_exit(&out, 0);
+    let analysis = &json["analysis"];
+    assert_eq!(
+        analysis["coverage"]["db_spans"], 6,
+        "{}",
+        analysis["coverage"]
+    );
+    let problems = analysis["coverage"]["problems"].to_string();
+    assert!(problems.contains("longer than 256 MiB"), "{problems}");
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage writes into the struct we own.
+    assert_eq!(
+        unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage) },
+        0
+    );
+    let max_rss_mib = usage.ru_maxrss / 1024;
+    assert!(
+        max_rss_mib < 800,
+        "kiln queries peaked at {max_rss_mib} MiB"
+    );
+}

@@ -131,6 +131,6 @@ fn jdbc_under_the_java_agent_n_plus_one_bulk_and_repeats() {
             rounds: ROUNDS,
         },
     );
-    assert!(Path::new(&out).join("spans.otlp.delimited.pb").exists());
+    assert!(Path::new(&out).join("spans.otlp.delimited.pb.gz").exists());
     drop(pg);
 }

@@ -19,6 +19,10 @@ use crate::QueryError;
 
 /// A decompressed file or request body larger than this is refused (a gzip bomb).
 pub const MAX_DECOMPRESSED: u64 = 4 << 30;
+/// The largest JSON document read at once (one line, or one document over many lines): the
+/// receiver takes at most 256 MiB inflated per request, and parsing needs several times a
+/// document's size, so a file of one endless line cannot take the machine's memory.
+pub const MAX_DOCUMENT: usize = 256 << 20;
 /// How many problem descriptions are kept; the rest are only counted.
 const MAX_PROBLEMS_KEPT: usize = 10;
 
@@ -408,6 +412,28 @@ struct SpanParts {
     dropped_attributes: u32,
 }
 
+/// Reads past the rest of a line without keeping it; the bytes skipped.
+fn skip_line(reader: &mut impl BufRead) -> std::io::Result<u64> {
+    let mut skipped = 0u64;
+    loop {
+        let buf = reader.fill_buf()?;
+        if buf.is_empty() {
+            return Ok(skipped);
+        }
+        match memchr::memchr(b'\n', buf) {
+            Some(i) => {
+                reader.consume(i + 1);
+                return Ok(skipped + i as u64 + 1);
+            }
+            None => {
+                let n = buf.len();
+                reader.consume(n);
+                skipped += n as u64;
+            }
+        }
+    }
+}
+
 impl Ingest {
     pub fn new() -> Self {
         Self::default()
@@ -438,6 +464,15 @@ impl Ingest {
         for p in b.problems {
             self.problem(p);
         }
+    }
+
+    /// A file that could not be read to its end (a gzip stream cut when its writer was
+    /// killed): what came before is kept, and the cut is said.
+    fn stream_cut(&mut self, name: &str, e: &std::io::Error) {
+        self.coverage.rejected_lines += 1;
+        self.problem(format!(
+            "{name}: read stopped early ({e}); what came before it is kept"
+        ));
     }
 
     fn problem(&mut self, what: String) {
@@ -697,13 +732,31 @@ impl Ingest {
         let mut first = true;
         loop {
             line.clear();
-            let n = reader
+            let n = match (&mut reader)
+                .take(MAX_DOCUMENT as u64 + 1)
                 .read_until(b'\n', &mut line)
-                .map_err(|e| QueryError::io(name, e))?;
+            {
+                Ok(n) => n,
+                Err(e) => {
+                    self.stream_cut(name, &e);
+                    return Ok(());
+                }
+            };
             if n == 0 {
                 return Ok(());
             }
             number += 1;
+            if line.len() > MAX_DOCUMENT {
+                line = Vec::new();
+                let skipped = skip_line(&mut reader).map_err(|e| QueryError::io(name, e))?;
+                self.coverage.rejected_lines += 1;
+                self.problem(format!(
+                    "{name}:{number}: a line longer than {} MiB ({} MiB) was skipped",
+                    MAX_DOCUMENT >> 20,
+                    (MAX_DOCUMENT as u64 + 1 + skipped) >> 20
+                ));
+                continue;
+            }
             if line.iter().all(u8::is_ascii_whitespace) {
                 continue;
             }
@@ -722,9 +775,19 @@ impl Ingest {
                 // the rest and parse the whole.
                 Err(e) if e.is_eof() && was_first => {
                     let mut rest = text.into_owned().into_bytes();
-                    reader
+                    let room = MAX_DOCUMENT.saturating_sub(rest.len()) as u64;
+                    (&mut reader)
+                        .take(room + 1)
                         .read_to_end(&mut rest)
                         .map_err(|e| QueryError::io(name, e))?;
+                    if rest.len() > MAX_DOCUMENT {
+                        self.coverage.rejected_lines += 1;
+                        self.problem(format!(
+                            "{name}: one document larger than {} MiB: not read",
+                            MAX_DOCUMENT >> 20
+                        ));
+                        return Ok(());
+                    }
                     let whole = String::from_utf8_lossy(&rest);
                     self.add_json_text(&whole, &format!("{name} (one document)"));
                     return Ok(());
@@ -742,10 +805,9 @@ impl Ingest {
         name: &str,
     ) -> Result<(), QueryError> {
         let mut bytes = Vec::new();
-        reader
-            .take(MAX_DECOMPRESSED)
-            .read_to_end(&mut bytes)
-            .map_err(|e| QueryError::io(name, e))?;
+        if let Err(e) = reader.take(MAX_DECOMPRESSED).read_to_end(&mut bytes) {
+            self.stream_cut(name, &e);
+        }
         let mut rest = &bytes[..];
         let mut number = 0;
         while !rest.is_empty() {
@@ -776,6 +838,9 @@ impl Ingest {
         let file = std::fs::File::open(path).map_err(|e| QueryError::io(&name, e))?;
         if name.ends_with(".delimited.pb") {
             return self.add_delimited_protobuf(file, &name);
+        }
+        if name.ends_with(".delimited.pb.gz") {
+            return self.add_delimited_protobuf(GzDecoder::new(BufReader::new(file)), &name);
         }
         let mut reader = BufReader::with_capacity(1 << 20, file);
         let head = reader.fill_buf().map_err(|e| QueryError::io(&name, e))?;

@@ -9,14 +9,16 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use bytes::Bytes;
 use flate2::read::GzDecoder;
+use flate2::write::GzEncoder;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, Semaphore};
 
 use crate::{Ingest, QueryError};
 
@@ -24,26 +26,44 @@ use crate::{Ingest, QueryError};
 pub const MAX_BODY: usize = 20 << 20;
 /// A gzipped body may not inflate past this.
 const MAX_INFLATED: u64 = 256 << 20;
+/// Bodies being read at once may hold at most this much memory together: 40 half-sent
+/// 19 MB bodies once held 750 MB. A request that finds no room within `BODY_ROOM_WAIT` is
+/// told to retry (503), as OTLP exporters do.
+const BODY_BUDGET_KIB: usize = 128 << 10;
+const BODY_ROOM_WAIT: Duration = Duration::from_secs(5);
+/// A request's headers, and then its body, must arrive within these.
+const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+const BODY_TIMEOUT: Duration = Duration::from_secs(30);
+/// Connections held at once; more are closed at once (exporters keep one or a few).
+const MAX_CONNECTIONS: usize = 256;
 
-pub const JSON_RECORD: &str = "spans.otlp.jsonl";
-pub const PROTOBUF_RECORD: &str = "spans.otlp.delimited.pb";
+/// The received requests as recorded in a run directory, gzipped: what arrives compressed
+/// (a padded body can inflate 1000x) stays small on disk. Each request is flushed whole, so a
+/// run killed mid-way keeps every request it had received.
+pub const JSON_RECORD: &str = "spans.otlp.jsonl.gz";
+pub const PROTOBUF_RECORD: &str = "spans.otlp.delimited.pb.gz";
+/// The names run directories had before the records were compressed; still read.
+pub const LEGACY_RECORDS: [&str; 2] = ["spans.otlp.jsonl", "spans.otlp.delimited.pb"];
+
+type RecordWriter = GzEncoder<BufWriter<File>>;
 
 #[derive(Default)]
 struct Recorder {
-    json: Option<BufWriter<File>>,
-    protobuf: Option<BufWriter<File>>,
+    json: Option<RecordWriter>,
+    protobuf: Option<RecordWriter>,
     dir: PathBuf,
 }
 
 impl Recorder {
-    fn writer(&mut self, name: &str, json: bool) -> std::io::Result<&mut BufWriter<File>> {
+    fn writer(&mut self, name: &str, json: bool) -> std::io::Result<&mut RecordWriter> {
         let slot = if json {
             &mut self.json
         } else {
             &mut self.protobuf
         };
         if slot.is_none() {
-            *slot = Some(BufWriter::new(File::create(self.dir.join(name))?));
+            let file = BufWriter::new(File::create(self.dir.join(name))?);
+            *slot = Some(GzEncoder::new(file, flate2::Compression::fast()));
         }
         Ok(slot.as_mut().expect("just set"))
     }
@@ -112,7 +132,7 @@ impl Receiver {
         std_listener.set_nonblocking(true).map_err(bind_error)?;
         let local = std_listener.local_addr().map_err(bind_error)?;
         let state = Arc::new(Mutex::new(State::default()));
-        let (tx, mut rx) = oneshot::channel::<()>();
+        let (tx, rx) = oneshot::channel::<()>();
         let thread_state = state.clone();
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -121,29 +141,7 @@ impl Receiver {
         let thread = std::thread::Builder::new()
             .name("kiln-otlp".into())
             .spawn(move || {
-                runtime.block_on(async move {
-                    let Ok(listener) = tokio::net::TcpListener::from_std(std_listener) else {
-                        return;
-                    };
-                    loop {
-                        tokio::select! {
-                            _ = &mut rx => break,
-                            accepted = listener.accept() => {
-                                let Ok((stream, _)) = accepted else { continue };
-                                let state = thread_state.clone();
-                                tokio::spawn(async move {
-                                    let service = hyper::service::service_fn(move |req| {
-                                        let state = state.clone();
-                                        async move { Ok::<_, std::convert::Infallible>(handle(req, &state).await) }
-                                    });
-                                    let _ = hyper::server::conn::http1::Builder::new()
-                                        .serve_connection(TokioIo::new(stream), service)
-                                        .await;
-                                });
-                            }
-                        }
-                    }
-                });
+                runtime.block_on(serve(std_listener, thread_state, rx));
             })
             .map_err(bind_error)?;
         Ok(Self {
@@ -190,8 +188,8 @@ impl Receiver {
         let mut record_error = state.record_error;
         if let Some(rec) = state.recorder {
             for (w, name) in [(rec.json, JSON_RECORD), (rec.protobuf, PROTOBUF_RECORD)] {
-                if let Some(mut w) = w {
-                    if let Err(e) = w.flush() {
+                if let Some(w) = w {
+                    if let Err(e) = w.finish().and_then(|mut file| file.flush()) {
                         record_error.get_or_insert(e.to_string());
                     }
                     recorded.push(rec.dir.join(name));
@@ -205,6 +203,51 @@ impl Receiver {
             recorded,
             record_error,
         }
+    }
+}
+
+/// Accepts and serves connections until `shutdown`.
+async fn serve(
+    std_listener: std::net::TcpListener,
+    state: Arc<Mutex<State>>,
+    mut shutdown: oneshot::Receiver<()>,
+) {
+    let Ok(listener) = tokio::net::TcpListener::from_std(std_listener) else {
+        return;
+    };
+    let connections = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let bodies = Arc::new(Semaphore::new(BODY_BUDGET_KIB));
+    loop {
+        let accepted = tokio::select! {
+            _ = &mut shutdown => break,
+            accepted = listener.accept() => accepted,
+        };
+        let stream = match accepted {
+            Ok((stream, _)) => stream,
+            // Out of descriptors (EMFILE) and the like: the error repeats at once, so wait
+            // instead of spinning a core while exporters queue.
+            Err(_) => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let Ok(slot) = connections.clone().try_acquire_owned() else {
+            drop(stream);
+            continue;
+        };
+        let (state, bodies) = (state.clone(), bodies.clone());
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |req| {
+                let (state, bodies) = (state.clone(), bodies.clone());
+                async move { Ok::<_, std::convert::Infallible>(handle(req, state, bodies).await) }
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(HEADER_TIMEOUT)
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+            drop(slot);
+        });
     }
 }
 
@@ -227,7 +270,11 @@ fn reply(status: StatusCode, content_type: &str, body: impl Into<Bytes>) -> Resp
     response
 }
 
-async fn handle(req: Request<Incoming>, state: &Mutex<State>) -> Response<Full<Bytes>> {
+async fn handle(
+    req: Request<Incoming>,
+    state: Arc<Mutex<State>>,
+    bodies: Arc<Semaphore>,
+) -> Response<Full<Bytes>> {
     let reject = |status: StatusCode, why: String| {
         let mut s = state.lock().unwrap_or_else(|p| p.into_inner());
         s.rejected_requests += 1;
@@ -264,44 +311,60 @@ async fn handle(req: Request<Incoming>, state: &Mutex<State>) -> Response<Full<B
             ),
         );
     }
-    let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
-        Ok(b) => b.to_bytes(),
-        Err(e) => {
+    // Room for the body in the shared budget: its declared length, else the most it may be.
+    let declared = header(hyper::header::CONTENT_LENGTH)
+        .parse::<usize>()
+        .unwrap_or(MAX_BODY)
+        .min(MAX_BODY);
+    let kib = (declared >> 10).max(1) as u32;
+    let room = tokio::time::timeout(BODY_ROOM_WAIT, bodies.acquire_many_owned(kib)).await;
+    let Ok(Ok(_room)) = room else {
+        let mut busy = reject(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "kiln is reading other requests; retry\n".into(),
+        );
+        if let Ok(v) = "1".parse() {
+            busy.headers_mut().insert(hyper::header::RETRY_AFTER, v);
+        }
+        return busy;
+    };
+    let read = tokio::time::timeout(
+        BODY_TIMEOUT,
+        Limited::new(req.into_body(), MAX_BODY).collect(),
+    )
+    .await;
+    let wire = match read {
+        Ok(Ok(b)) => b.to_bytes(),
+        Ok(Err(e)) => {
             return reject(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 format!("body not read: {e}\n"),
             )
         }
-    };
-    let body: Vec<u8> = if gzipped {
-        let mut out = Vec::new();
-        match GzDecoder::new(&body[..])
-            .take(MAX_INFLATED)
-            .read_to_end(&mut out)
-        {
-            Ok(_) => out,
-            Err(e) => return reject(StatusCode::BAD_REQUEST, format!("bad gzip: {e}\n")),
+        Err(_) => {
+            return reject(
+                StatusCode::REQUEST_TIMEOUT,
+                format!(
+                    "the body did not arrive within {} s\n",
+                    BODY_TIMEOUT.as_secs()
+                ),
+            )
         }
-    } else {
-        body.to_vec()
+    };
+    // Inflating and parsing take a worker thread, not the thread that serves every exporter;
+    // the shared state is locked only to add what was parsed.
+    let parsed = tokio::task::spawn_blocking(move || parse_body(&wire, gzipped, json)).await;
+    let parsed = match parsed {
+        Ok(Ok(parsed)) => parsed,
+        Ok(Err(why)) => return reject(StatusCode::BAD_REQUEST, why),
+        Err(_) => return reject(StatusCode::INTERNAL_SERVER_ERROR, "parse failed\n".into()),
     };
     let mut s = state.lock().unwrap_or_else(|p| p.into_inner());
-    let accepted = if json {
-        let text = String::from_utf8_lossy(&body);
-        s.ingest.add_json_text(&text, "OTLP/JSON request")
-    } else {
-        s.ingest.add_protobuf(&body).is_ok()
-    };
-    if !accepted {
-        s.rejected_requests += 1;
-        return reply(
-            StatusCode::BAD_REQUEST,
-            "text/plain",
-            "not an OTLP trace request\n",
-        );
-    }
+    let ParsedBody { ingest, record } = parsed;
+    s.ingest.extend(ingest);
     s.requests += 1;
-    record(&mut s, json, &body);
+    write_record(&mut s, json, &record);
+    drop(s);
     if json {
         reply(StatusCode::OK, "application/json", "{}")
     } else {
@@ -309,25 +372,66 @@ async fn handle(req: Request<Incoming>, state: &Mutex<State>) -> Response<Full<B
     }
 }
 
-fn record(state: &mut State, json: bool, body: &[u8]) {
+/// One request's spans, and the bytes to record for it.
+struct ParsedBody {
+    ingest: Ingest,
+    /// JSON: the document on one line; protobuf: the request.
+    record: Vec<u8>,
+}
+
+/// Inflates and parses a request body; the reason when it is not an OTLP trace request.
+fn parse_body(wire: &[u8], gzipped: bool, json: bool) -> Result<ParsedBody, String> {
+    let mut inflated = Vec::new();
+    let body: &[u8] = if gzipped {
+        GzDecoder::new(wire)
+            .take(MAX_INFLATED)
+            .read_to_end(&mut inflated)
+            .map_err(|e| format!("bad gzip: {e}\n"))?;
+        &inflated
+    } else {
+        wire
+    };
+    let mut ingest = Ingest::new();
+    let accepted = if json {
+        let text = String::from_utf8_lossy(body);
+        ingest.add_json_text(&text, "OTLP/JSON request")
+    } else {
+        ingest.add_protobuf(body).is_ok()
+    };
+    if !accepted {
+        return Err("not an OTLP trace request\n".into());
+    }
+    let record = if json {
+        // One document per line. In valid JSON a raw line break can only be whitespace
+        // between tokens (inside strings it is escaped), so it becomes a space.
+        body.iter()
+            .map(|&b| if b == b'\n' || b == b'\r' { b' ' } else { b })
+            .collect()
+    } else {
+        body.to_vec()
+    };
+    Ok(ParsedBody { ingest, record })
+}
+
+/// Appends a request to the run's record: JSON lines, or length-delimited protobuf.
+fn write_record(state: &mut State, json: bool, body: &[u8]) {
     let Some(recorder) = state.recorder.as_mut() else {
         return;
     };
     let result = if json {
-        // one document per line
-        let line = match serde_json::from_slice::<serde_json::Value>(body) {
-            Ok(v) => v.to_string().into_bytes(),
-            Err(_) => return,
-        };
-        recorder
-            .writer(JSON_RECORD, true)
-            .and_then(|w| w.write_all(&line).and_then(|_| w.write_all(b"\n")))
+        recorder.writer(JSON_RECORD, true).and_then(|w| {
+            w.write_all(body)?;
+            w.write_all(b"\n")?;
+            w.flush()
+        })
     } else {
         let mut prefix = Vec::new();
         prost::encoding::encode_varint(body.len() as u64, &mut prefix);
-        recorder
-            .writer(PROTOBUF_RECORD, false)
-            .and_then(|w| w.write_all(&prefix).and_then(|_| w.write_all(body)))
+        recorder.writer(PROTOBUF_RECORD, false).and_then(|w| {
+            w.write_all(&prefix)?;
+            w.write_all(body)?;
+            w.flush()
+        })
     };
     if let Err(e) = result {
         state.record_error.get_or_insert(e.to_string());

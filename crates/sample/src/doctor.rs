@@ -69,9 +69,15 @@ impl Doctor {
 
     /// The trimmed contents of `rel`, or why it could not be read.
     fn read(&self, rel: &str) -> Result<String, String> {
-        fs::read_to_string(self.path(rel))
-            .map(|t| t.trim().to_string())
-            .map_err(|e| format!("{rel}: {}", e.kind().to_string().replace('_', " ")))
+        use std::io::Read as _;
+        // Settings files are short; under --root one may be a link to /dev/zero.
+        const MAX_SETTING_BYTES: u64 = 4 << 20;
+        let why = |e: std::io::Error| format!("{rel}: {}", e.kind().to_string().replace('_', " "));
+        let mut text = String::new();
+        fs::File::open(self.path(rel))
+            .and_then(|f| f.take(MAX_SETTING_BYTES).read_to_string(&mut text))
+            .map_err(why)?;
+        Ok(text.trim().to_string())
     }
 
     fn number(&self, rel: &str) -> Result<i64, String> {

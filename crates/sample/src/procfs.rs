@@ -195,11 +195,16 @@ impl ProcFs {
 
     fn read(&self, rel: &str) -> Option<String> {
         use std::io::Read;
+        /// Far above any real /proc file (the TCP table of 400k connections).
+        const MAX_PROC_FILE_BYTES: u64 = 64 << 20;
         // Not fs::read_to_string: it stats each file for a size hint, and /proc files say 0.
         // The sampler reads two files per thread every second, so the syscall counts.
-        let mut file = fs::File::open(self.root.join(rel)).ok()?;
+        // Capped: under a --root tree a file may be a link to /dev/zero.
+        let file = fs::File::open(self.root.join(rel)).ok()?;
         let mut text = String::with_capacity(4096);
-        file.read_to_string(&mut text).ok()?;
+        file.take(MAX_PROC_FILE_BYTES)
+            .read_to_string(&mut text)
+            .ok()?;
         Some(text)
     }
 

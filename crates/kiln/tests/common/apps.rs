@@ -118,6 +118,10 @@ impl Listening {
         Self { child, port }
     }
 
+    pub fn pid(&self) -> u32 {
+        self.child.0.id()
+    }
+
     pub fn endpoint(&self) -> String {
         format!("http://127.0.0.1:{}/v1/traces", self.port)
     }
