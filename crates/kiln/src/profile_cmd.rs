@@ -189,15 +189,17 @@ fn record(args: &ProfileArgs, stop: &StopSignal) -> Result<u8> {
     }
     let data = dir.path().join("perf.data");
     let stopped = || stop.reason().is_some();
-    let profiled = match profile_processes(&pids, &options, duration, &data, &stopped, &|| {}) {
+    let profiled = profile_processes(&pids, &options, duration, &data, &stopped, &|| {});
+    // perf.data is large and only perf reads it; the collapsed stacks keep what matters.
+    // Gone on every path, also when perf failed or was stopped before its first sample.
+    let _ = std::fs::remove_file(&data);
+    let profiled = match profiled {
         Ok(p) => p,
         Err(e) => {
             dir.finish(RunStatus::Failed, Some(e.to_string()))?;
             return Err(e.into());
         }
     };
-    // perf.data is large and only perf reads it; the collapsed stacks keep what matters.
-    let _ = std::fs::remove_file(&data);
     let _ = std::fs::remove_file(dir.path().join("perf-record.log"));
     let event = profiled.event;
     let title = format!(

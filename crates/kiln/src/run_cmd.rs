@@ -433,7 +433,9 @@ impl ProfileWatcher {
     /// (perf missing, forbidden) is reported and the run's other records stand.
     fn finish(self, dir: &mut RunDir) -> Option<serde_json::Value> {
         self.done.store(true, Ordering::SeqCst);
-        let profiled = match self.thread.join() {
+        let joined = self.thread.join();
+        let _ = std::fs::remove_file(dir.path().join("perf.data"));
+        let profiled = match joined {
             Ok(Ok(p)) => p,
             Ok(Err(e)) => {
                 eprintln!(
@@ -444,7 +446,6 @@ impl ProfileWatcher {
             }
             Err(_) => return None,
         };
-        let _ = std::fs::remove_file(dir.path().join("perf.data"));
         let extra = crate::profile_cmd::how_taken(&profiled, self.hz);
         let title = format!("On-CPU of pid {} during the measured load", self.pid);
         match crate::profile_cmd::write_profile(dir, &profiled.folded, &title, "samples", 10, extra)

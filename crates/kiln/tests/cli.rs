@@ -37,6 +37,10 @@ fn bad_input_gets_one_clear_line_and_a_nonzero_exit() {
         ),
         (vec!["report", "/no/such/run"], "cannot read the run"),
     ];
+    // An OS error is said once, not once per layer of context.
+    let missing = kiln(&["report", "/no/such/run"]);
+    let stderr = String::from_utf8_lossy(&missing.stderr);
+    assert_eq!(stderr.matches("os error 2").count(), 1, "{stderr}");
     for (args, expected) in cases {
         let out = kiln(&args);
         let stderr = String::from_utf8_lossy(&out.stderr);
@@ -263,7 +267,13 @@ fn https_with_a_self_signed_certificate_needs_insecure() {
     let url = target.url("/");
     let refused = kiln(&["run", &url, "-d", "1s"]);
     assert_eq!(refused.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&refused.stderr).contains("TLS"));
+    // The handshake's own reason and the flag that helps, not "TLS" alone.
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("TLS: invalid peer certificate"), "{stderr}");
+    assert!(
+        stderr.contains("-k accepts a self-signed certificate"),
+        "{stderr}"
+    );
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("r");
     let out = kiln(&[

@@ -39,6 +39,8 @@ pub struct ConnectionSetup {
     /// The first failure of kiln's own resources (no descriptor, no memory, no local port)
     /// while connecting: not the target's fault, so never counted as one of its requests.
     local_failure: std::sync::Mutex<Option<String>>,
+    /// The first TLS handshake error's text: "TLS" alone does not say what to fix.
+    tls_failure: std::sync::Mutex<Option<String>>,
 }
 
 impl ConnectionSetup {
@@ -76,7 +78,13 @@ impl ConnectionSetup {
             request,
             connect_timeout: plan.connect_timeout,
             local_failure: std::sync::Mutex::new(None),
+            tls_failure: std::sync::Mutex::new(None),
         })
+    }
+
+    /// What the first failed TLS handshake said, if one failed.
+    pub fn tls_failure(&self) -> Option<String> {
+        self.tls_failure.lock().ok().and_then(|f| f.clone())
     }
 
     /// kiln's own shortage that stopped a connection, if one did (see `local_failure`).
@@ -123,7 +131,12 @@ impl ConnectionSetup {
                 )
                 .await
                 .map_err(|_| ErrorKind::ConnectTimeout)?
-                .map_err(|_| ErrorKind::Tls)?;
+                .map_err(|e| {
+                    if let Ok(mut first) = self.tls_failure.lock() {
+                        first.get_or_insert_with(|| e.to_string());
+                    }
+                    ErrorKind::Tls
+                })?;
                 Stream::Tls(Box::new(tls))
             }
         };

@@ -97,7 +97,7 @@ pub enum LoadError {
     #[error("{0}")]
     Setup(String),
     #[error("cannot connect to {addr}: {kind}")]
-    Unreachable { addr: String, kind: &'static str },
+    Unreachable { addr: String, kind: String },
     #[error("cannot start a load thread: {0}")]
     Thread(std::io::Error),
     #[error("a load thread failed ({0}); the phase's numbers are incomplete")]
@@ -118,7 +118,17 @@ pub fn preflight(plan: &LoadPlan) -> Result<(), LoadError> {
         .block_on(&rt, async { setup.connect().await.map(drop) })
         .map_err(|kind| LoadError::Unreachable {
             addr: format!("{} ({})", plan.target.authority, plan.target.addr),
-            kind: kind.label(),
+            kind: match (kind, setup.tls_failure()) {
+                (ErrorKind::Tls, Some(why)) => {
+                    let hint = if why.contains("certificate") && !plan.insecure {
+                        " (-k accepts a self-signed certificate)"
+                    } else {
+                        ""
+                    };
+                    format!("TLS: {why}{hint}")
+                }
+                _ => kind.label().to_string(),
+            },
         })
 }
 

@@ -157,7 +157,8 @@ impl Folded {
     pub fn function_shares(&self) -> BTreeMap<String, FunctionShare> {
         let total = self.total().max(1) as f64;
         let mut shares: BTreeMap<String, FunctionShare> = BTreeMap::new();
-        let mut seen: Vec<&str> = Vec::new();
+        // A set, not a list: a stack 500k frames deep made the list's lookups quadratic.
+        let mut seen: std::collections::HashSet<&str> = std::collections::HashSet::new();
         for (stack, &count) in &self.stacks {
             seen.clear();
             let frames: Vec<&str> = stack.split(';').collect();
@@ -174,9 +175,8 @@ impl Folded {
                 if i + 1 == frames.len() {
                     share.self_samples += count;
                 }
-                if !seen.contains(&frame) {
+                if seen.insert(frame) {
                     share.total_samples += count;
-                    seen.push(frame);
                 }
             }
         }

@@ -76,14 +76,26 @@ pub struct Imported {
 /// `-o collapsed`, py-spy `--format raw`) or `perf script` text, telling them apart by content.
 pub fn import(data: &[u8]) -> Result<Imported, ProfileError> {
     if looks_binary(data) {
-        let p = pprof::import(data)?;
-        return Ok(Imported {
-            folded: p.folded,
-            format: SourceFormat::Pprof,
-            ignored_lines: 0,
-            value: Some(p.value),
-        });
+        match pprof::import(data) {
+            Ok(p) => {
+                return Ok(Imported {
+                    folded: p.folded,
+                    format: SourceFormat::Pprof,
+                    ignored_lines: 0,
+                    value: Some(p.value),
+                })
+            }
+            // Gzip is never text; anything else that is not pprof may be text with a stray
+            // control byte: read it as text, and say pprof's error only if that fails too.
+            Err(e) if pprof::looks_like_gzip(data) => return Err(e),
+            Err(e) => return import_text(data).map_err(|_| e),
+        }
     }
+    import_text(data)
+}
+
+/// `import` of text: perf script or collapsed stacks.
+fn import_text(data: &[u8]) -> Result<Imported, ProfileError> {
     let text = String::from_utf8_lossy(data);
     let text = text.as_ref();
     if looks_like_perf_script(text) {
@@ -129,10 +141,19 @@ pub fn import_file(path: &Path) -> Result<Imported, ProfileError> {
     let text_head = (!looks_binary(&head)).then(|| String::from_utf8_lossy(&head));
     match text_head.as_deref() {
         None => {
+            // pprof is read whole; a binary file larger than this is not a profile.
+            const MAX_BINARY_PROFILE: u64 = 1 << 30;
             let mut data = Vec::new();
             reader
+                .take(MAX_BINARY_PROFILE + 1)
                 .read_to_end(&mut data)
                 .map_err(|e| ProfileError::io(path, e))?;
+            if data.len() as u64 > MAX_BINARY_PROFILE {
+                return Err(ProfileError::Format(format!(
+                    "{}: a binary file over 1 GiB is not a profile kiln reads",
+                    path.display()
+                )));
+            }
             import(&data)
         }
         Some(t) if looks_like_perf_script(t) => Ok(Imported {
@@ -319,6 +340,30 @@ mod tests {
         assert_eq!(imported.folded.to_text(), "burn;hot 1\n");
         let err = import(b"\x00\x01\x02garbage").unwrap_err().to_string();
         assert!(err.contains("pprof"), "{err}");
+    }
+
+    #[test]
+    fn a_collapsed_file_with_a_control_byte_is_still_collapsed_text() {
+        // A frame name with a stray ESC byte, in a file short enough for it to be 1%.
+        let imported = import(b"main;we\x1bird 7\n").unwrap();
+        assert_eq!(imported.format, SourceFormat::Collapsed);
+        assert_eq!(imported.folded.total(), 7);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.folded");
+        std::fs::write(&path, b"main;\x01x 2\nmain;y 3\n").unwrap();
+        assert_eq!(import_file(&path).unwrap().folded.total(), 5);
+    }
+
+    #[test]
+    fn one_stack_half_a_million_frames_deep_is_summarised_in_linear_time() {
+        let frames: Vec<String> = (0..500_000).map(|i| format!("f{i}")).collect();
+        let mut folded = Folded::new();
+        folded.add(&frames, 3);
+        // Quadratic, this took minutes; the test would time out.
+        let summary = ProfileSummary::of(&folded, 5);
+        assert_eq!(summary.samples, 3);
+        assert_eq!(summary.top_self[0].name, "f499999");
+        assert_eq!(summary.top_total[0].total_samples, 3);
     }
 
     #[test]

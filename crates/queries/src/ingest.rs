@@ -284,6 +284,9 @@ fn enum_code<'de, D: Deserializer<'de>>(d: D, by_name: fn(&str) -> i64) -> Resul
 // reads; prost skips the others). Declared by hand: a build script and protoc for nine
 // messages would cost more than they save. ----
 
+/// The messages' strings are declared as bytes: prost rejects a whole request for one string
+/// that is not UTF-8, where OTLP/JSON ingest replaces the bad bytes and keeps the span; the
+/// same is done here with [`lossy`].
 pub mod proto {
     #[derive(Clone, PartialEq, prost::Message)]
     pub struct ExportTraceServiceRequest {
@@ -311,8 +314,8 @@ pub mod proto {
     }
     #[derive(Clone, PartialEq, prost::Message)]
     pub struct InstrumentationScope {
-        #[prost(string, tag = "1")]
-        pub name: String,
+        #[prost(bytes = "vec", tag = "1")]
+        pub name: Vec<u8>,
     }
     #[derive(Clone, PartialEq, prost::Message)]
     pub struct Span {
@@ -322,8 +325,8 @@ pub mod proto {
         pub span_id: Vec<u8>,
         #[prost(bytes = "vec", tag = "4")]
         pub parent_span_id: Vec<u8>,
-        #[prost(string, tag = "5")]
-        pub name: String,
+        #[prost(bytes = "vec", tag = "5")]
+        pub name: Vec<u8>,
         #[prost(int32, tag = "6")]
         pub kind: i32,
         #[prost(fixed64, tag = "7")]
@@ -344,8 +347,8 @@ pub mod proto {
     }
     #[derive(Clone, PartialEq, prost::Message)]
     pub struct KeyValue {
-        #[prost(string, tag = "1")]
-        pub key: String,
+        #[prost(bytes = "vec", tag = "1")]
+        pub key: Vec<u8>,
         #[prost(message, optional, tag = "2")]
         pub value: Option<AnyValue>,
     }
@@ -357,8 +360,8 @@ pub mod proto {
     pub mod any_value {
         #[derive(Clone, PartialEq, prost::Oneof)]
         pub enum Value {
-            #[prost(string, tag = "1")]
-            StringValue(String),
+            #[prost(bytes, tag = "1")]
+            StringValue(Vec<u8>),
             #[prost(bool, tag = "2")]
             BoolValue(bool),
             #[prost(int64, tag = "3")]
@@ -385,10 +388,15 @@ pub mod proto {
     }
 }
 
+/// Protobuf string bytes as text, invalid UTF-8 replaced.
+fn lossy(bytes: Vec<u8>) -> String {
+    String::from_utf8(bytes).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+}
+
 fn proto_value(value: proto::AnyValue) -> AttrValue<'static> {
     use proto::any_value::Value;
     match value.value {
-        Some(Value::StringValue(s)) => AttrValue::Str(Cow::Owned(s)),
+        Some(Value::StringValue(s)) => AttrValue::Str(Cow::Owned(lossy(s))),
         Some(Value::BoolValue(b)) => AttrValue::Bool(b),
         Some(Value::IntValue(i)) => AttrValue::Int(i),
         Some(Value::DoubleValue(d)) => AttrValue::Double(d),
@@ -681,7 +689,7 @@ impl Ingest {
             let attrs = rs.resource.unwrap_or_default().attributes;
             let resource = self.resource(proto_attrs(attrs));
             for ss in rs.scope_spans {
-                let scope = ss.scope.unwrap_or_default().name;
+                let scope = lossy(ss.scope.unwrap_or_default().name);
                 for span in ss.spans {
                     let parts = SpanParts {
                         trace_id: id_from_bytes(&span.trace_id, 16),
@@ -691,7 +699,7 @@ impl Ingest {
                         } else {
                             id_from_bytes(&span.parent_span_id, 8).map(Some)
                         },
-                        name: span.name,
+                        name: lossy(span.name),
                         kind: SpanKind::from_code(span.kind.into()),
                         start_ns: span.start_time_unix_nano,
                         end_ns: span.end_time_unix_nano,
@@ -894,7 +902,7 @@ fn json_attrs(attrs: Vec<KeyValueJson<'_>>) -> impl Iterator<Item = (Cow<'_, str
 fn proto_attrs(attrs: Vec<proto::KeyValue>) -> impl Iterator<Item = (String, AttrValue<'static>)> {
     attrs.into_iter().map(|kv| {
         (
-            kv.key,
+            lossy(kv.key),
             kv.value.map(proto_value).unwrap_or(AttrValue::Other),
         )
     })

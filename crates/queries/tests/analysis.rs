@@ -573,3 +573,56 @@ fn ignore_patterns_leave_calls_out_of_the_findings_only() {
         "the trie keeps them"
     );
 }
+
+#[test]
+fn a_protobuf_string_that_is_not_utf8_loses_only_its_bytes_not_the_batch() {
+    use kiln_queries::ingest::proto;
+    use prost::Message as _;
+    let kv = |key: &[u8], value: &[u8]| proto::KeyValue {
+        key: key.to_vec(),
+        value: Some(proto::AnyValue {
+            value: Some(proto::any_value::Value::StringValue(value.to_vec())),
+        }),
+    };
+    let span = |id: u8, name: &[u8], statement: &[u8]| proto::Span {
+        trace_id: vec![1; 16],
+        span_id: vec![id; 8],
+        name: name.to_vec(),
+        kind: 3,
+        start_time_unix_nano: 1_000,
+        end_time_unix_nano: 2_000,
+        attributes: vec![
+            kv(b"db.system", b"postgresql"),
+            kv(b"db.statement", statement),
+        ],
+        ..Default::default()
+    };
+    let request = proto::ExportTraceServiceRequest {
+        resource_spans: vec![proto::ResourceSpans {
+            resource: Some(proto::Resource {
+                attributes: vec![kv(b"service.name", b"svc")],
+            }),
+            scope_spans: vec![proto::ScopeSpans {
+                scope: None,
+                spans: vec![
+                    span(1, b"SELECT \xff", b"SELECT 1 WHERE x = '\xfe'"),
+                    span(2, b"SELECT", b"SELECT 2"),
+                ],
+            }],
+        }],
+    };
+    let mut ingest = Ingest::new();
+    ingest
+        .add_protobuf(&request.encode_to_vec())
+        .expect("the batch is read");
+    assert_eq!(ingest.spans.len(), 2);
+    assert_eq!(ingest.spans[0].name, "SELECT \u{fffd}");
+    let text = ingest.spans[0]
+        .db
+        .as_ref()
+        .unwrap()
+        .text
+        .as_deref()
+        .unwrap();
+    assert!(text.contains('\u{fffd}'), "{text}");
+}
