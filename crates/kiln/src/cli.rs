@@ -89,6 +89,11 @@ pub struct QueryAnalysisArgs {
     /// the findings, e.g. '*preload_associations*' or 'com.acme.cache.*'. Repeatable.
     #[arg(long = "ignore-frame")]
     pub ignore_frames: Vec<String>,
+    /// The application's own code, when kiln's rules take it for a library's: a frame whose
+    /// function starts with this (Java/.NET/Go package) or whose file path contains it
+    /// (Python, Node) is the application's, and no other is. Repeatable.
+    #[arg(long = "app-package")]
+    pub app_packages: Vec<String>,
     /// Exit with 99 when a finding is at least this severe (a CI gate).
     #[arg(long = "fail-on", value_enum)]
     pub fail_on: Option<FailOn>,

@@ -85,6 +85,7 @@ pub fn run(args: DemoArgs, stop: &StopSignal) -> Result<u8> {
         html: None,
         ignore_sql: Vec::new(),
         ignore_frames: Vec::new(),
+        app_packages: Vec::new(),
         fail_on: None,
     };
     let open = LoadPlan {

@@ -48,6 +48,8 @@ pub fn options(args: &QueryAnalysisArgs) -> Result<Options> {
         worst_requests: 10,
         ignore_sql: args.ignore_sql.clone(),
         ignore_frames: args.ignore_frames.clone(),
+        app_packages: args.app_packages.clone(),
+        window_ns: None,
     })
 }
 
@@ -68,10 +70,17 @@ pub fn write_report(
     args: &QueryAnalysisArgs,
     title: &str,
     read: Duration,
+    window_ns: Option<(u64, u64)>,
 ) -> Result<QueryReport> {
     let ms = |since: Instant| since.elapsed().as_secs_f64() * 1e3;
     let started = Instant::now();
-    let analysis = analyze(ingest, &options(args)?);
+    let analysis = analyze(
+        ingest,
+        &Options {
+            window_ns,
+            ..options(args)?
+        },
+    );
     let analysis_ms = ms(started);
     let started = Instant::now();
     let frames = match args.frames {
@@ -188,6 +197,26 @@ pub fn report_text(record: &Value, top: usize) -> String {
         for p in c["problems"].as_array().into_iter().flatten().take(3) {
             out += &format!("           {}\n", text(p));
         }
+    }
+    let with_stack = n(&a["calls_with_stack"]);
+    if with_stack > 0 {
+        let app = n(&a["calls_with_app_frame"]);
+        out += &format!(
+            "           {app} of {with_stack} stacks ({:.0}%) hold an application frame{}\n",
+            100.0 * app as f64 / with_stack as f64,
+            if app < with_stack {
+                "; for the others kiln names the nearest frame (say which code is yours: --app-package PREFIX)"
+            } else {
+                ""
+            }
+        );
+    }
+    if n(&a["requests_outside_window"]) > 0 {
+        out += &format!(
+            "Left out   {} requests ({} DB calls) that began outside the measured load (queued before kiln listened, or in the warm-up)\n",
+            n(&a["requests_outside_window"]),
+            n(&a["calls_outside_window"])
+        );
     }
     if db > 0 && n(&c["db_with_caller"]) == 0 {
         out += "           no DB span carries a stack: call sites are unknown and N+1s are grouped by parent span.\n           Python: pip install ./agents/python (kiln-otel-stacks); Java: the span-stacktrace extension with min.duration=0 (README)\n";
@@ -439,7 +468,14 @@ pub fn run(args: QueriesArgs, stop: &StopSignal) -> Result<u8> {
             reason = stop.reason();
         }
     }
-    let written = write_report(&mut dir, &ingest, &args.analysis, "kiln queries", read);
+    let written = write_report(
+        &mut dir,
+        &ingest,
+        &args.analysis,
+        "kiln queries",
+        read,
+        None,
+    );
     let report = or_fail(&mut dir, written)?;
     // Freeing a million spans one by one costs more than the analysis did; the process ends
     // right after this, and the OS takes the memory back at once.

@@ -268,6 +268,9 @@ pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut LiveOutput) -> Resul
     let mut write_error = None;
     let mut early: Option<String> = None;
     let mut profiler: Option<ProfileWatcher> = None;
+    // The measured phases' span of wall-clock time: the DB analysis covers the requests
+    // that began in it (not spans an application queued before, nor the warm-up's).
+    let mut measured_window: Option<(u64, u64)> = None;
     for (spec, duration) in phase_list {
         if let (Some(pid), Some(hz), None, true) = (watch_pid, profile_hz, &profiler, spec.measured)
         {
@@ -279,6 +282,7 @@ pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut LiveOutput) -> Resul
         }
         let mut summary = PhaseSummary::new(&spec.name);
         live.start_phase(&spec.name, phase_plan.duration.as_secs());
+        let phase_started = unix_ns_now();
         let ran = kiln_load::run_phase(&phase_plan, spec, stop, &mut |second| {
             summary.add_second(second);
             live.second(second);
@@ -290,6 +294,10 @@ pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut LiveOutput) -> Resul
             }
         });
         let end = or_fail(&mut dir, ran.map_err(Into::into))?;
+        if spec.measured {
+            let from = measured_window.map_or(phase_started, |(from, _)| from);
+            measured_window = Some((from, unix_ns_now()));
+        }
         live.end_phase(&end);
         let wrote = writer.write(&LoadRecordLine::PhaseEnd(end.clone()));
         or_fail(&mut dir, wrote.map_err(Into::into))?;
@@ -307,7 +315,7 @@ pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut LiveOutput) -> Resul
     };
     let (queries, queries_gate_failed) = match otlp {
         Some(o) => {
-            let finished = finish_queries(o, &mut dir, stop);
+            let finished = finish_queries(o, &mut dir, stop, measured_window);
             let (record, gate) = or_fail(&mut dir, finished)?;
             (Some(record), gate)
         }
@@ -333,6 +341,13 @@ pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut LiveOutput) -> Resul
         queries_gate_failed,
         interrupted_by,
     })
+}
+
+/// Now, in nanoseconds since the Unix epoch (the clock span timestamps use).
+fn unix_ns_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
 }
 
 /// The run record's part holding `latency.hlog`.
@@ -366,6 +381,7 @@ fn finish_queries(
     o: OtlpSpec,
     dir: &mut RunDir,
     stop: &StopSignal,
+    measured_window: Option<(u64, u64)>,
 ) -> Result<(serde_json::Value, bool)> {
     crate::queries_cmd::drain(&o.receiver, o.wait, stop);
     let received = o.receiver.stop();
@@ -379,6 +395,7 @@ fn finish_queries(
         o.analysis,
         "kiln run: DB calls",
         Duration::ZERO, // read as it arrived, during the run
+        measured_window,
     )?;
     let gate = crate::queries_cmd::gate(&report.analysis, o.analysis.fail_on);
     Ok((report.record, gate))

@@ -48,6 +48,14 @@ pub struct Options {
     /// left out of the findings (Prosopite's allow_stack_paths, Bullet's stacktrace_excludes:
     /// any frame, not only the application's).
     pub ignore_frames: Vec<String>,
+    /// The application's own code, when the rules guess wrong: a frame whose function
+    /// starts with one of these, or whose file path contains one, is the application's and
+    /// no other is (`--app-package com.acme.shop`, `--app-package /srv/app/`).
+    pub app_packages: Vec<String>,
+    /// Only requests whose root span started in this window (Unix ns, inclusive): the
+    /// measured phases of a run. Spans an application queued before kiln listened, or sent
+    /// during the warm-up, are left out and counted.
+    pub window_ns: Option<(u64, u64)>,
 }
 
 impl Default for Options {
@@ -60,6 +68,8 @@ impl Default for Options {
             worst_requests: 10,
             ignore_sql: Vec::new(),
             ignore_frames: Vec::new(),
+            app_packages: Vec::new(),
+            window_ns: None,
         }
     }
 }
@@ -77,9 +87,12 @@ pub struct DbCall {
     pub values: Option<u64>,
     /// Stack frames root first; empty when the span carried none.
     pub frames: Arc<Vec<Frame>>,
-    /// The call site: a hash of the application frames, or of the parent span.
+    /// The call site: a hash of the application frames (of the frames that are not
+    /// synthetic when no frame is the application's), or of the parent span.
     pub site: u64,
     pub structural: bool,
+    /// The stack holds an application frame.
+    pub app_frame: bool,
     /// Matched an --ignore-sql or --ignore-frame pattern: not in the findings.
     pub ignored: bool,
 }
@@ -155,6 +168,10 @@ pub struct Finding {
     pub site: Vec<Frame>,
     /// The group was formed by parent span, not by stack: call sites unknown.
     pub structural: bool,
+    /// The calls' stacks hold no application frame (`site` is then empty): the call site
+    /// is the nearest frame, named in the evidence.
+    #[serde(default)]
+    pub no_app_frame: bool,
     /// More than half the calls overlapped another: run concurrently.
     pub parallel: bool,
     pub evidence: String,
@@ -202,6 +219,12 @@ pub struct Analysis {
     pub db_calls: usize,
     /// Calls left out of the findings by --ignore-sql / --ignore-frame.
     pub ignored_calls: usize,
+    /// DB calls whose stack holds an application frame (of those with a stack).
+    pub calls_with_app_frame: usize,
+    pub calls_with_stack: usize,
+    /// Requests (and their DB calls) whose root started outside `Options::window_ns`.
+    pub requests_outside_window: usize,
+    pub calls_outside_window: usize,
     pub routes: Vec<RouteSummary>,
     pub findings: Vec<FindingSummary>,
     pub worst_requests: Vec<Request>,
@@ -365,13 +388,58 @@ fn hex_id(x: u128, digits: usize) -> String {
     format!("{x:0width$x}", width = digits)
 }
 
-/// Application frames, or every frame when none is the application's.
+/// The application frames of a stack (none when no frame is the application's).
 pub fn site_frames(frames: &[Frame]) -> Vec<Frame> {
-    let app: Vec<Frame> = frames.iter().filter(|f| f.app).cloned().collect();
-    if app.is_empty() {
-        frames.to_vec()
-    } else {
-        app
+    frames.iter().filter(|f| f.app).cloned().collect()
+}
+
+/// What identifies a call site: the application frames, or, when the stack holds none, its
+/// frames that are not synthetic (proxies, reflection, lambdas), so that two variants of
+/// one stack are one site.
+fn site_identity(frames: &[Frame]) -> Vec<Frame> {
+    let app = site_frames(frames);
+    if !app.is_empty() {
+        return app;
+    }
+    frames
+        .iter()
+        .filter(|f| !stack::synthetic(&f.function))
+        .cloned()
+        .collect()
+}
+
+/// A frame of the tracing instrumentation itself (the agent that made the span), or one no
+/// code was written for.
+fn instrumentation(f: &Frame) -> bool {
+    stack::synthetic(&f.function)
+        || f.function.starts_with("io.opentelemetry.")
+        || f.function.starts_with("go.opentelemetry.io/")
+        || f.function.starts_with("OpenTelemetry.")
+        || f.file.as_deref().is_some_and(|file| {
+            file.contains("/opentelemetry/instrumentation/") || file.contains("kiln_otel_stacks")
+        })
+}
+
+/// The innermost frame that is not the instrumentation's: what to name when a stack holds
+/// no application frame.
+pub fn nearest_frame(frames: &[Frame]) -> Option<&Frame> {
+    frames.iter().rev().find(|f| !instrumentation(f))
+}
+
+/// Marks frames by the user's `--app-package` list: those matching are the application's,
+/// no other is; synthetic frames never are.
+fn mark_app_frames(frames: &mut [Frame], app_packages: &[String]) {
+    if app_packages.is_empty() {
+        return;
+    }
+    for f in frames {
+        f.app = !stack::synthetic(&f.function)
+            && app_packages.iter().any(|p| {
+                f.function.starts_with(p.as_str())
+                    || f.file
+                        .as_deref()
+                        .is_some_and(|file| file.contains(p.as_str()))
+            });
     }
 }
 
@@ -396,6 +464,7 @@ pub fn analyze(ingest: &Ingest, options: &Options) -> Analysis {
     let mut cache = FingerprintCache::default();
     let mut requests: Vec<Request> = Vec::new();
     let mut request_of_root: HashMap<usize, usize> = HashMap::new();
+    let mut orphans: HashMap<u128, usize> = HashMap::new();
     let mut calls: Vec<DbCall> = Vec::new();
     // parsed stacks and their site hashes, by the interned stack text's address
     let mut stacks: HashMap<usize, (Arc<Vec<Frame>>, u64)> = HashMap::new();
@@ -421,17 +490,31 @@ pub fn analyze(ingest: &Ingest, options: &Options) -> Analysis {
             continue;
         }
         let (root, chain) = index.local_root(i);
-        let request = *request_of_root.entry(root).or_insert_with(|| {
-            requests.push(new_request(ingest, &ingest.spans[root]));
-            requests.len() - 1
-        });
+        let root_span = &ingest.spans[root];
+        // A trace whose server span was lost (never exported, dropped by a sampler): its
+        // DB calls are one request "without its server span", never a route named after
+        // whatever span is topmost (a SQL statement).
+        let orphan = root_span.parent_span_id.is_some()
+            && !matches!(root_span.kind, SpanKind::Server | SpanKind::Consumer);
+        let request = if orphan {
+            *orphans.entry(root_span.trace_id).or_insert_with(|| {
+                requests.push(orphan_request(ingest, root_span));
+                requests.len() - 1
+            })
+        } else {
+            *request_of_root.entry(root).or_insert_with(|| {
+                requests.push(new_request(ingest, root_span));
+                requests.len() - 1
+            })
+        };
         let (fp, literals) = cache.get(&db.system, text);
         let language = ingest.resources[span.resource as usize]
             .language
             .as_deref()
             .map(Language::from_sdk);
-        let with_site = |frames: Vec<Frame>| {
-            let site = hash_frames(&site_frames(&frames), true);
+        let with_site = |mut frames: Vec<Frame>| {
+            mark_app_frames(&mut frames, &options.app_packages);
+            let site = hash_frames(&site_identity(&frames), true);
             (Arc::new(frames), site)
         };
         let (frames, site) = match &db.stacktrace {
@@ -460,6 +543,7 @@ pub fn analyze(ingest: &Ingest, options: &Options) -> Analysis {
             None if fp.placeholders => None,
             None => Some(literals.unwrap_or(0)),
         };
+        let app_frame = frames.iter().any(|f| f.app);
         calls.push(DbCall {
             span: i,
             request,
@@ -470,6 +554,7 @@ pub fn analyze(ingest: &Ingest, options: &Options) -> Analysis {
             frames,
             site,
             structural,
+            app_frame,
             ignored: false,
         });
     }
@@ -495,7 +580,28 @@ pub fn analyze(ingest: &Ingest, options: &Options) -> Analysis {
         request.db_time_ns = union_ns(&mut intervals);
     }
 
+    // Requests outside the measured window are not analysed (an orphan's start is its
+    // earliest call's, since its own root span is one of them).
+    let inside = |r: &Request| {
+        options
+            .window_ns
+            .is_none_or(|(from, to)| (from..=to).contains(&r.start_ns))
+    };
+    for request in &mut requests {
+        if let Some(first) = request.calls.first() {
+            request.start_ns = request.start_ns.min(calls[*first].start_ns);
+        }
+    }
+    let outside: Vec<usize> = (0..requests.len())
+        .filter(|&r| !inside(&requests[r]))
+        .collect();
+    let calls_outside_window = outside.iter().map(|&r| requests[r].db_calls).sum();
+    let requests_total = requests_total - outside.len();
+    let with_stack: Vec<&DbCall> = calls.iter().filter(|c| !c.frames.is_empty()).collect();
+    let calls_with_app_frame = with_stack.iter().filter(|c| c.app_frame).count();
+    let calls_with_stack = with_stack.len();
     let matched: Vec<usize> = (0..requests.len())
+        .filter(|&r| inside(&requests[r]))
         .filter(|&r| {
             let id = options.request.as_deref().map(str::to_ascii_lowercase);
             options
@@ -528,6 +634,10 @@ pub fn analyze(ingest: &Ingest, options: &Options) -> Analysis {
         requests_matched: matched.len(),
         db_calls,
         ignored_calls,
+        calls_with_app_frame,
+        calls_with_stack,
+        requests_outside_window: outside.len(),
+        calls_outside_window,
         routes,
         findings: analysis_findings,
         worst_requests: worst,
@@ -558,7 +668,9 @@ fn mark_ignored(calls: &mut [DbCall], options: &Options) -> usize {
         let frame = *by_stack
             .entry(Arc::as_ptr(&call.frames))
             .or_insert_with(|| {
-                call.frames.iter().any(|f| {
+                // The instrumentation's own frames are on every stack: a pattern matching
+                // them would leave every call out, so they are not matched.
+                call.frames.iter().filter(|f| !instrumentation(f)).any(|f| {
                     options.ignore_frames.iter().any(|g| {
                         glob_match(g, &f.function)
                             || glob_match(g, &f.location())
@@ -570,6 +682,14 @@ fn mark_ignored(calls: &mut [DbCall], options: &Options) -> usize {
         count += usize::from(call.ignored);
     }
     count
+}
+
+/// The request of a trace's DB calls whose server span is missing.
+fn orphan_request(ingest: &Ingest, span: &Span) -> Request {
+    let mut request = new_request(ingest, span);
+    request.route = "(trace without its server span)".into();
+    request.id = format!("{}/-", hex_id(span.trace_id, 32));
+    request
 }
 
 fn new_request(ingest: &Ingest, span: &Span) -> Request {
@@ -632,6 +752,34 @@ fn request_findings(
         let first = *first_seen.entry(key.clone()).or_insert(order);
         groups.entry((first, key.0, key.1)).or_default().push(c);
     }
+    // The same statement with the same values from different call sites (a row loaded
+    // twice by two methods): by (statement, values) across the request.
+    let mut by_value: BTreeMap<(String, u64), Vec<usize>> = BTreeMap::new();
+    for &c in &request.calls {
+        let call = &calls[c];
+        if call.fingerprint.class == StatementClass::Housekeeping || call.ignored {
+            continue;
+        }
+        if let Some(v) = call.values {
+            by_value
+                .entry((call.fingerprint.id.clone(), v))
+                .or_default()
+                .push(c);
+        }
+    }
+    let cross_site: Vec<Vec<usize>> = by_value
+        .into_values()
+        .filter(|group| {
+            group.len() >= 2 && group.iter().any(|&c| calls[c].site != calls[group[0]].site)
+        })
+        .collect();
+    let covered: std::collections::HashSet<(&str, u64)> = cross_site
+        .iter()
+        .map(|g| {
+            let c = &calls[g[0]];
+            (c.fingerprint.id.as_str(), c.values.unwrap_or(0))
+        })
+        .collect();
     let request_db_ns = request.db_time_ns.max(1);
     let finding = |kind: FindingKind,
                    group: &[usize],
@@ -644,6 +792,12 @@ fn request_findings(
             Vec::new()
         } else {
             site_frames(&first.frames)
+        };
+        // The id follows what identifies the site: the app frames, else the stack's own.
+        let identity = if first.structural {
+            Vec::new()
+        } else {
+            site_identity(&first.frames)
         };
         let mut intervals: Vec<(u64, u64)> = group
             .iter()
@@ -667,7 +821,7 @@ fn request_findings(
             severity = escalate(severity);
         }
         Finding {
-            id: finding_id(kind, &request.route, &fp.id, &site),
+            id: finding_id(kind, &request.route, &fp.id, &identity),
             kind,
             severity,
             route: request.route.clone(),
@@ -681,6 +835,7 @@ fn request_findings(
             share_of_db_time: share.min(1.0),
             site,
             structural: first.structural,
+            no_app_frame: !first.structural && !first.app_frame,
             parallel: n > 1 && sum_ns > time_ns + time_ns / 2,
             evidence,
             fix,
@@ -690,18 +845,7 @@ fn request_findings(
         let first = &calls[group[0]];
         let fp = &first.fingerprint;
         let n = group.len();
-        let where_ = if first.structural {
-            let parent = index
-                .parent(first.span)
-                .map(|p| spans[p].name.as_str())
-                .unwrap_or("(no parent)");
-            format!("under span {parent:?} (no stacks: call site unknown)")
-        } else {
-            site_frames(&first.frames)
-                .last()
-                .map(|f| format!("from {}", f.location()))
-                .unwrap_or_default()
-        };
+        let where_ = format!("from {}", site_text(first, index));
         // slow calls, whatever the group
         for &c in &group {
             let ms = (calls[c].end_ns - calls[c].start_ns) as f64 / 1e6;
@@ -772,8 +916,10 @@ fn request_findings(
                     ));
                 }
                 let repeats = counts.values().copied().max().unwrap_or(0);
-                if repeats >= 2 {
-                    let value = counts.iter().find(|(_, &k)| k == repeats).map(|(v, _)| *v);
+                let value = counts.iter().find(|(_, &k)| k == repeats).map(|(v, _)| *v);
+                let reported_across_sites =
+                    value.is_some_and(|v| covered.contains(&(fp.id.as_str(), v)));
+                if repeats >= 2 && !reported_across_sites {
                     let dup: Vec<usize> = group
                         .iter()
                         .copied()
@@ -804,6 +950,40 @@ fn request_findings(
             }
             None => {}
         }
+    }
+    for group in &cross_site {
+        let mut sites: Vec<String> = Vec::new();
+        for &c in group {
+            let text = site_text(&calls[c], index);
+            if !sites.contains(&text) {
+                sites.push(text);
+            }
+        }
+        let mut f = finding(
+            FindingKind::Redundant,
+            group,
+            Some(1),
+            format!(
+                "the same statement with the same values ran {} times, from {} different places: {}",
+                group.len(),
+                sites.len(),
+                sites.join("; ")
+            ),
+            "load it once and pass the result on (a variable in the request, the ORM session's \
+             first-level cache by id, a request-scoped cache)"
+                .into(),
+        );
+        // One finding for the set of sites, whichever ran first.
+        let mut ids: Vec<u64> = group.iter().map(|&c| calls[c].site).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        f.id = finding_id(
+            FindingKind::Redundant,
+            &request.route,
+            &format!("{}|{ids:?}", f.fingerprint),
+            &[],
+        );
+        out.push(f);
     }
     // housekeeping round trips
     let app = request.db_calls - request.housekeeping_calls;
@@ -839,6 +1019,28 @@ fn request_findings(
         out.push(f);
     }
     out
+}
+
+/// Where a call was made, for the evidence: its innermost application frame; the nearest
+/// frame when the stack holds no application frame (said so); the parent span without one.
+fn site_text(call: &DbCall, index: &SpanIndex) -> String {
+    if call.structural {
+        let parent = index
+            .parent(call.span)
+            .map(|p| index.spans[p].name.as_str())
+            .unwrap_or("(no parent)");
+        return format!("under span {parent:?} (no stacks: call site unknown)");
+    }
+    if let Some(f) = call.frames.iter().rev().find(|f| f.app) {
+        return f.location();
+    }
+    match nearest_frame(&call.frames) {
+        Some(f) => format!(
+            "{} (no application frame in its stack: name your code with --app-package)",
+            f.label()
+        ),
+        None => "(no application frame in its stack)".into(),
+    }
 }
 
 fn loop_fix(write: bool) -> String {

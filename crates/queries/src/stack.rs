@@ -51,6 +51,7 @@ pub enum Language {
     Python,
     Go,
     Node,
+    DotNet,
     Other,
 }
 
@@ -62,6 +63,7 @@ impl Language {
             "python" => Self::Python,
             "go" => Self::Go,
             "nodejs" | "node" | "javascript" | "typescript" | "webjs" => Self::Node,
+            "dotnet" | "csharp" | "c#" | ".net" => Self::DotNet,
             _ => Self::Other,
         }
     }
@@ -70,6 +72,8 @@ impl Language {
     fn sniff(text: &str) -> Self {
         if text.contains("File \"") && text.contains(", line ") {
             Self::Python
+        } else if text.contains(":line ") || (text.contains(" in ") && text.contains(".cs")) {
+            Self::DotNet
         } else if text.contains(".go:") && text.contains('\t') {
             Self::Go
         } else if text.contains(".java:")
@@ -99,6 +103,7 @@ pub fn parse(text: &str, language: Option<Language>) -> Vec<Frame> {
     let mut frames = match language {
         Language::Python => parse_python(text),
         Language::Go => parse_go(text),
+        Language::DotNet => parse_dotnet(text),
         _ => parse_at_lines(text, language),
     };
     // Python writes the root first; the others write the leaf first.
@@ -135,13 +140,14 @@ fn parse_python(text: &str) -> Vec<Frame> {
     frames
 }
 
+/// Python: by where the file is, never by its package's name (an application's own
+/// `opentelemetry/` or `sqlalchemy_utils/` folder is still the application's).
 fn python_app(file: &str) -> bool {
     !(file.contains("site-packages")
         || file.contains("dist-packages")
         || file.starts_with('<')
         || file.contains("/lib/python")
-        || file.contains("\\lib\\python")
-        || file.contains("/opentelemetry/"))
+        || file.contains("\\lib\\python"))
 }
 
 fn parse_go(text: &str) -> Vec<Frame> {
@@ -196,6 +202,33 @@ fn go_app(function: &str, file: Option<&str>) -> bool {
     ];
     !(LIBRARY.iter().any(|p| function.starts_with(p))
         || file.is_some_and(|f| f.contains("/pkg/mod/") || f.contains("/go/src/")))
+}
+
+/// .NET's `at Ns.Cls.Method(Int32 id) in /src/File.cs:line 42` (location when built with
+/// symbols).
+fn parse_dotnet(text: &str) -> Vec<Frame> {
+    let mut frames = Vec::new();
+    for line in text.lines() {
+        let Some(rest) = line.trim().strip_prefix("at ") else {
+            continue;
+        };
+        let (call, location) = match rest.rsplit_once(" in ") {
+            Some((call, location)) => (call, Some(location)),
+            None => (rest, None),
+        };
+        let function = call.split('(').next().unwrap_or(call).trim();
+        let (file, line_no) = match location.and_then(|l| l.rsplit_once(":line ")) {
+            Some((file, n)) => (Some(file.to_string()), n.trim().parse().ok()),
+            None => (location.map(str::to_string), None),
+        };
+        frames.push(Frame {
+            app: dotnet_app(function),
+            function: function.to_string(),
+            file,
+            line: line_no,
+        });
+    }
+    frames
 }
 
 /// Java's and Node's `at ...` lines.
@@ -254,43 +287,148 @@ fn split_location(location: &str) -> (Option<String>, Option<u32>) {
     }
 }
 
-fn java_app(function: &str) -> bool {
-    const LIBRARY: &[&str] = &[
-        "java.",
-        "javax.",
-        "jakarta.",
-        "jdk.",
-        "sun.",
-        "com.sun.",
-        "io.opentelemetry.",
-        "org.h2.",
-        "org.sqlite.",
-        "org.postgresql.",
-        "com.mysql.",
-        "org.mariadb.",
-        "oracle.jdbc.",
-        "com.zaxxer.",
-        "org.hibernate.",
-        "org.springframework.",
-        "org.apache.",
-        "org.eclipse.",
-        "io.netty.",
-        "kotlin.",
-        "kotlinx.",
-        "scala.",
-        "com.fasterxml.",
-        "reactor.",
-        "io.micrometer.",
-        "org.jboss.",
-        "org.glassfish.",
-        "io.undertow.",
-        "org.jooq.",
-        "org.mybatis.",
-        "io.quarkus.",
-        "io.vertx.",
-        "net.bytebuddy.",
+/// Java packages of libraries: whole packages, never a vendor's namespace (an application
+/// may live in `org.springframework.samples.…` or `com.google.mycompany.…`).
+const JAVA_LIBRARIES: &[&str] = &[
+    "java.",
+    "javax.",
+    "jakarta.",
+    "jdk.",
+    "sun.",
+    "com.sun.",
+    "io.opentelemetry.",
+    "org.h2.",
+    "org.sqlite.",
+    "org.postgresql.",
+    "com.mysql.",
+    "org.mariadb.",
+    "oracle.jdbc.",
+    "oracle.ucp.",
+    "com.microsoft.sqlserver.",
+    "com.zaxxer.",
+    "org.hibernate.",
+    "org.apache.",
+    "org.eclipse.",
+    "io.netty.",
+    "kotlin.",
+    "kotlinx.",
+    "scala.",
+    "com.fasterxml.",
+    "reactor.",
+    "io.micrometer.",
+    "org.jboss.",
+    "org.glassfish.",
+    "io.undertow.",
+    "org.jooq.",
+    "org.mybatis.",
+    "io.quarkus.",
+    "io.vertx.",
+    "net.bytebuddy.",
+    "org.aspectj.",
+    "org.slf4j.",
+    "ch.qos.logback.",
+    "org.thymeleaf.",
+    "io.grpc.",
+    "com.google.common.",
+    "com.google.protobuf.",
+    "com.github.benmanes.caffeine.",
+    "org.flywaydb.",
+    "liquibase.",
+    "org.mongodb.",
+    "com.mongodb.",
+    "redis.clients.",
+    "io.lettuce.",
+    "org.redisson.",
+    "io.github.resilience4j.",
+    "co.elastic.apm.",
+    "datadog.trace.",
+    "org.junit.",
+    "org.springframework.aop.",
+    "org.springframework.aot.",
+    "org.springframework.beans.",
+    "org.springframework.boot.",
+    "org.springframework.cache.",
+    "org.springframework.cglib.",
+    "org.springframework.cloud.",
+    "org.springframework.context.",
+    "org.springframework.core.",
+    "org.springframework.dao.",
+    "org.springframework.data.",
+    "org.springframework.expression.",
+    "org.springframework.format.",
+    "org.springframework.http.",
+    "org.springframework.integration.",
+    "org.springframework.jdbc.",
+    "org.springframework.jms.",
+    "org.springframework.kafka.",
+    "org.springframework.amqp.",
+    "org.springframework.batch.",
+    "org.springframework.messaging.",
+    "org.springframework.orm.",
+    "org.springframework.r2dbc.",
+    "org.springframework.retry.",
+    "org.springframework.scheduling.",
+    "org.springframework.security.",
+    "org.springframework.session.",
+    "org.springframework.transaction.",
+    "org.springframework.util.",
+    "org.springframework.validation.",
+    "org.springframework.web.",
+    "org.springframework.graphql.",
+    "org.springframework.hateoas.",
+];
+
+/// Frames no code was written for: proxies, reflection accessors, lambdas' and bytecode
+/// generators' classes. They are never a call site, nor part of one (the JVM swaps a
+/// reflective accessor for a generated one after 15 calls: the same loop, another stack).
+pub fn synthetic(function: &str) -> bool {
+    const MARKS: &[&str] = &[
+        "$$Lambda",
+        "$$SpringCGLIB$$",
+        "$$EnhancerBySpringCGLIB$$",
+        "$$FastClassBySpringCGLIB$$",
+        "$HibernateProxy$",
+        "$ByteBuddy$",
+        "$MockitoMock$",
+        "_$$_jvst",
+        "CGLIB$",
+        "GeneratedMethodAccessor",
+        "GeneratedConstructorAccessor",
+        "DirectMethodHandleAccessor",
+        "NativeMethodAccessorImpl",
+        "DelegatingMethodAccessorImpl",
+        "LambdaForm$",
     ];
-    !LIBRARY.iter().any(|p| function.starts_with(p))
+    MARKS.iter().any(|m| function.contains(m))
+        || function.starts_with("$Proxy")
+        || function.contains(".$Proxy")
+}
+
+fn java_app(function: &str) -> bool {
+    !(JAVA_LIBRARIES.iter().any(|p| function.starts_with(p)) || synthetic(function))
+}
+
+/// .NET namespaces of the runtime and common libraries.
+fn dotnet_app(function: &str) -> bool {
+    const LIBRARY: &[&str] = &[
+        "System.",
+        "Microsoft.",
+        "Npgsql.",
+        "Dapper.",
+        "OpenTelemetry.",
+        "MySqlConnector.",
+        "MySql.",
+        "Oracle.",
+        "StackExchange.",
+        "Newtonsoft.",
+        "Polly.",
+        "Castle.",
+        "NHibernate.",
+        "Pomelo.",
+        "Swashbuckle.",
+        "lambda_method",
+    ];
+    !(LIBRARY.iter().any(|p| function.starts_with(p)) || function.contains("<>c"))
 }
 
 fn node_app(file: &str) -> bool {
@@ -384,6 +522,70 @@ net/http.HandlerFunc.ServeHTTP(0x0?, {0x0?, 0x0?})
     }
 
     #[test]
+    fn an_application_under_a_framework_vendors_namespace_is_the_application() {
+        let text = "\tat io.opentelemetry.javaagent.shaded.instrumentation.api.instrumenter.Instrumenter.doEnd(Instrumenter.java:325)
+\tat org.hibernate.loader.ast.internal.SingleIdLoadPlan.load(SingleIdLoadPlan.java:140)
+\tat jdk.internal.reflect.GeneratedMethodAccessor42.invoke(Unknown Source)
+\tat org.springframework.samples.petclinic.owner.OwnerController$$SpringCGLIB$$0.showOwner(<generated>)
+\tat org.springframework.samples.petclinic.owner.OwnerController.showOwner(OwnerController.java:171)
+\tat org.springframework.web.servlet.FrameworkServlet.service(FrameworkServlet.java:885)
+\tat org.apache.catalina.core.ApplicationFilterChain.doFilter(ApplicationFilterChain.java:140)";
+        let frames = parse(text, Some(Language::Java));
+        let app: Vec<String> = frames.iter().filter(|f| f.app).map(Frame::label).collect();
+        assert_eq!(app, ["org.springframework.samples.petclinic.owner.OwnerController.showOwner (OwnerController.java:171)"]);
+        for (function, is_app) in [
+            ("com.google.mycompany.billing.Invoices.load", true),
+            ("com.google.common.collect.Lists.newArrayList", false),
+            ("shop.App$$Lambda/0x0000000801234.run", false),
+            ("jdk.proxy2.$Proxy123.findById", false),
+            ("com.sun.proxy.$Proxy55.findAll", false),
+            ("shop.Owner$HibernateProxy$Xyz.getPets", false),
+            (
+                "org.springframework.data.jpa.repository.support.SimpleJpaRepository.findById",
+                false,
+            ),
+        ] {
+            assert_eq!(java_app(function), is_app, "{function}");
+        }
+    }
+
+    #[test]
+    fn python_app_folders_named_like_libraries_stay_the_apps() {
+        let text = r#"  File "/srv/app/opentelemetry/handlers.py", line 9, in load
+    x
+  File "/srv/venv/lib/python3.11/site-packages/opentelemetry/instrumentation/dbapi/__init__.py", line 500, in execute
+    y
+"#;
+        let frames = parse(text, Some(Language::Python));
+        assert!(frames[0].app);
+        assert!(!frames[1].app);
+    }
+
+    #[test]
+    fn dotnet_stack_with_line_numbers() {
+        let text = "   at Npgsql.NpgsqlCommand.ExecuteReader(CommandBehavior behavior)
+   at Shop.Data.Orders.LoadLines(Int32 orderId) in /src/Shop/Data/Orders.cs:line 42
+   at Shop.Controllers.OrdersController.Index() in /src/Shop/Controllers/OrdersController.cs:line 17
+   at lambda_method12(Closure, Object, Object[])
+   at Microsoft.AspNetCore.Mvc.Infrastructure.ActionMethodExecutor.Execute(Object x)";
+        let frames = parse(text, None);
+        assert_eq!(frames.len(), 5);
+        let app: Vec<String> = frames
+            .iter()
+            .filter(|f| f.app)
+            .map(Frame::location)
+            .collect();
+        assert_eq!(
+            app,
+            [
+                "/src/Shop/Controllers/OrdersController.cs:17",
+                "/src/Shop/Data/Orders.cs:42"
+            ]
+        );
+        assert_eq!(frames[4].function, "Npgsql.NpgsqlCommand.ExecuteReader");
+    }
+
+    #[test]
     fn garbage_gives_no_frames_and_no_panic() {
         for text in [
             "",
@@ -402,6 +604,7 @@ net/http.HandlerFunc.ServeHTTP(0x0?, {0x0?, 0x0?})
                 Language::Python,
                 Language::Go,
                 Language::Node,
+                Language::DotNet,
             ] {
                 let _ = parse(text, Some(lang));
             }

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use kiln_profile::{speedscope_json_profiles, Folded, WeightedProfile};
 use serde::Serialize;
 
-use crate::analyze::{site_frames, Analysis};
+use crate::analyze::{nearest_frame, site_frames, Analysis};
 use crate::sql::Fingerprint;
 use crate::stack::Frame;
 
@@ -107,8 +107,14 @@ impl StackTrie {
                         Frames::All => call.frames.to_vec(),
                         Frames::App => site_frames(&call.frames),
                     };
-                    if chosen.is_empty() {
+                    if call.frames.is_empty() {
                         vec!["(call site unknown: no stack on the span)".into()]
+                    } else if chosen.is_empty() {
+                        // Not 30 levels of server and filter frames: the nearest frame.
+                        let nearest = nearest_frame(&call.frames)
+                            .map(Frame::label)
+                            .unwrap_or_default();
+                        vec![format!("(no application frame) {nearest}")]
                     } else {
                         chosen.iter().map(Frame::label).collect()
                     }

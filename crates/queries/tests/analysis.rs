@@ -626,3 +626,281 @@ fn a_protobuf_string_that_is_not_utf8_loses_only_its_bytes_not_the_batch() {
         .unwrap();
     assert!(text.contains('\u{fffd}'), "{text}");
 }
+
+/// A Java stack as the span-stacktrace extension writes it (leaf first): the agent, the
+/// JDBC driver, a reflective accessor (`accessor`), Spring's proxy, then the application's
+/// frames under a Spring vendor prefix, then the server.
+fn petclinic_stack(accessor: &str, repo_line: u32, controller_line: u32) -> String {
+    format!(
+        "\tat io.opentelemetry.javaagent.shaded.instrumentation.api.instrumenter.Instrumenter.doEnd(Instrumenter.java:325)
+\tat org.postgresql.jdbc.PgPreparedStatement.executeQuery(PgPreparedStatement.java:134)
+\tat org.hibernate.sql.exec.internal.JdbcSelectExecutorStandardImpl.executeQuery(JdbcSelectExecutorStandardImpl.java:200)
+\tat {accessor}.invoke(Unknown Source)
+\tat org.springframework.samples.petclinic.owner.OwnerRepository$$SpringCGLIB$$0.findPets(<generated>)
+\tat org.springframework.samples.petclinic.owner.PetLoader.load(PetLoader.java:{repo_line})
+\tat org.springframework.samples.petclinic.owner.OwnerController.showOwners(OwnerController.java:{controller_line})
+\tat org.springframework.web.servlet.FrameworkServlet.service(FrameworkServlet.java:885)
+\tat org.apache.catalina.core.ApplicationFilterChain.doFilter(ApplicationFilterChain.java:140)
+\tat java.base/java.lang.Thread.run(Thread.java:840)"
+    )
+}
+
+#[test]
+fn an_app_under_a_vendor_prefix_is_found_at_its_line_and_jit_variants_are_one_finding() {
+    let mut traces = Vec::new();
+    // 20 requests; the JVM swaps the reflective accessor for a generated one after 15 calls.
+    for r in 0..20u128 {
+        let mut t = Trace::new(100 + r);
+        let root = t.server("/owners");
+        let accessor = if r < 15 {
+            "jdk.internal.reflect.NativeMethodAccessorImpl"
+        } else {
+            "jdk.internal.reflect.GeneratedMethodAccessor7"
+        };
+        let stack = petclinic_stack(accessor, 48, 171);
+        for pet in 0..6 {
+            t.query(
+                root,
+                &format!("SELECT * FROM pets WHERE owner_id = {pet}"),
+                Some(&stack),
+                100_000,
+            );
+        }
+        traces.push(t);
+    }
+    let a = analyze(&ingest(&document(&traces, "java")), &Options::default());
+    assert_eq!(a.findings.len(), 1, "{:#?}", a.findings);
+    let f = &a.findings[0];
+    assert_eq!(f.example.kind, FindingKind::NPlusOne);
+    assert_eq!(f.requests, 20);
+    assert!(!f.example.no_app_frame);
+    let site: Vec<String> = f.example.site.iter().map(|s| s.location()).collect();
+    assert_eq!(site, ["OwnerController.java:171", "PetLoader.java:48"]);
+    assert!(
+        f.example.evidence.ends_with("from PetLoader.java:48"),
+        "{}",
+        f.example.evidence
+    );
+    assert_eq!((a.calls_with_app_frame, a.calls_with_stack), (120, 120));
+    // The DB stack trie reaches the controller in two levels, not thirty.
+    let trie = StackTrie::build(&a, Frames::App);
+    let text = trie.text(0.0, 10);
+    assert!(text.contains("OwnerController.showOwners"), "{text}");
+    assert!(!text.contains("ApplicationFilterChain"), "{text}");
+}
+
+#[test]
+fn a_stack_without_an_application_frame_says_so_and_app_package_names_the_code() {
+    let stack = "\tat io.opentelemetry.javaagent.Instrumenter.doEnd(Instrumenter.java:325)
+\tat org.postgresql.jdbc.PgStatement.executeQuery(PgStatement.java:10)
+\tat org.springframework.jdbc.core.JdbcTemplate.query(JdbcTemplate.java:400)
+\tat org.apache.catalina.core.ApplicationFilterChain.doFilter(ApplicationFilterChain.java:140)";
+    let mut t = Trace::new(7);
+    let root = t.server("/x");
+    for i in 0..6 {
+        t.query(
+            root,
+            &format!("SELECT a FROM b WHERE id = {i}"),
+            Some(stack),
+            100_000,
+        );
+    }
+    let doc = document(&[t], "java");
+    let a = analyze(&ingest(&doc), &Options::default());
+    let f = &a.findings[0].example;
+    assert!(f.no_app_frame);
+    assert!(f.site.is_empty());
+    // The nearest frame that is not the agent's, and what to do.
+    assert!(
+        f.evidence
+            .contains("PgStatement.executeQuery (PgStatement.java:10)")
+            && f.evidence.contains("no application frame")
+            && f.evidence.contains("--app-package"),
+        "{}",
+        f.evidence
+    );
+    assert_eq!((a.calls_with_app_frame, a.calls_with_stack), (0, 6));
+    // The user says which code is theirs.
+    let a = analyze(
+        &ingest(&doc),
+        &Options {
+            app_packages: vec!["org.springframework.jdbc".into()],
+            ..Default::default()
+        },
+    );
+    let f = &a.findings[0].example;
+    assert!(!f.no_app_frame);
+    assert_eq!(
+        f.site[0].function,
+        "org.springframework.jdbc.core.JdbcTemplate.query"
+    );
+}
+
+#[test]
+fn ignoring_the_agents_frames_does_not_ignore_every_call() {
+    let mut t = Trace::new(8);
+    let root = t.server("/owners");
+    let stack = petclinic_stack("jdk.internal.reflect.NativeMethodAccessorImpl", 48, 171);
+    for i in 0..6 {
+        t.query(
+            root,
+            &format!("SELECT * FROM pets WHERE owner_id = {i}"),
+            Some(&stack),
+            100_000,
+        );
+    }
+    let doc = document(&[t], "java");
+    let a = analyze(
+        &ingest(&doc),
+        &Options {
+            ignore_frames: vec!["io.opentelemetry.*".into()],
+            ..Default::default()
+        },
+    );
+    assert_eq!(a.ignored_calls, 0);
+    assert_eq!(a.findings.len(), 1);
+    let a = analyze(
+        &ingest(&doc),
+        &Options {
+            ignore_frames: vec!["*PetLoader.load".into()],
+            ..Default::default()
+        },
+    );
+    assert_eq!(a.ignored_calls, 6);
+}
+
+#[test]
+fn the_same_row_loaded_twice_from_two_methods_is_one_redundant_finding_naming_both() {
+    let mut t = Trace::new(9);
+    let root = t.server("/owners/{id}");
+    let first = python_stack(&[
+        ("/srv/shop/views.py", 10, "owner"),
+        ("/srv/shop/repo.py", 5, "load_owner"),
+    ]);
+    let second = python_stack(&[
+        ("/srv/shop/views.py", 12, "owner"),
+        ("/srv/shop/pets.py", 30, "owner_of"),
+    ]);
+    t.query(
+        root,
+        "SELECT * FROM owners WHERE id = 7",
+        Some(&first),
+        200_000,
+    );
+    t.query(
+        root,
+        "SELECT * FROM owners WHERE id = 7",
+        Some(&second),
+        200_000,
+    );
+    // A different row from the second site is not a repeat.
+    t.query(
+        root,
+        "SELECT * FROM owners WHERE id = 8",
+        Some(&second),
+        200_000,
+    );
+    let a = analyze(&ingest(&document(&[t], "python")), &Options::default());
+    let redundant: Vec<_> = a
+        .findings
+        .iter()
+        .filter(|f| f.example.kind == FindingKind::Redundant)
+        .collect();
+    assert_eq!(redundant.len(), 1, "{:#?}", a.findings);
+    let f = &redundant[0].example;
+    assert_eq!(f.calls, 2);
+    assert!(
+        f.evidence.contains("/srv/shop/repo.py:5") && f.evidence.contains("/srv/shop/pets.py:30"),
+        "{}",
+        f.evidence
+    );
+    // The same two calls from one site is the per-site finding, once.
+    let mut t = Trace::new(10);
+    let root = t.server("/owners/{id}");
+    t.query(
+        root,
+        "SELECT * FROM owners WHERE id = 7",
+        Some(&first),
+        200_000,
+    );
+    t.query(
+        root,
+        "SELECT * FROM owners WHERE id = 7",
+        Some(&first),
+        200_000,
+    );
+    let a = analyze(&ingest(&document(&[t], "python")), &Options::default());
+    assert_eq!(a.findings.len(), 1);
+    assert!(a.findings[0]
+        .example
+        .evidence
+        .contains("ran 2 times from /srv/shop/repo.py:5"));
+}
+
+#[test]
+fn db_spans_whose_server_span_was_lost_are_one_request_per_trace_not_routes_of_sql() {
+    let mut t = Trace::new(11);
+    // The server span (id 99) was never exported.
+    let stack = python_stack(&[("/srv/shop/views.py", 23, "authors")]);
+    for i in 0..6 {
+        t.span(
+            Some(99),
+            &format!("SELECT {:032x}", 1000 + i),
+            3,
+            100_000,
+            vec![
+                attr("db.system", json!("postgresql")),
+                attr(
+                    "db.statement",
+                    json!(format!("SELECT * FROM b WHERE id = {i}")),
+                ),
+                attr("code.stacktrace", json!(stack)),
+            ],
+        );
+    }
+    let a = analyze(&ingest(&document(&[t], "python")), &Options::default());
+    assert_eq!(a.requests_total, 1);
+    assert_eq!(a.routes.len(), 1);
+    assert_eq!(a.routes[0].route, "(trace without its server span)");
+    assert_eq!(a.findings[0].example.kind, FindingKind::NPlusOne);
+    assert_eq!(a.findings[0].example.calls, 6);
+}
+
+#[test]
+fn requests_outside_the_measured_window_are_left_out_and_counted() {
+    // A request an application queued before kiln listened, one second before two others.
+    let stack = python_stack(&[("/srv/shop/views.py", 23, "authors")]);
+    let mut traces = Vec::new();
+    for (n, route) in [(1u128, "/startup"), (2, "/authors"), (3, "/authors")] {
+        let mut t = Trace::new(n);
+        t.clock += (n as u64 - 1) * 1_000_000_000;
+        let root = t.server(route);
+        for i in 0..6 {
+            t.query(
+                root,
+                &format!("SELECT * FROM b WHERE id = {i}"),
+                Some(&stack),
+                100_000,
+            );
+        }
+        traces.push(t);
+    }
+    let text = document(&traces, "python");
+    let all = analyze(&ingest(&text), &Options::default());
+    assert_eq!(all.requests_total, 3);
+    let second = 1_700_000_001_000_000_000;
+    let a = analyze(
+        &ingest(&text),
+        &Options {
+            window_ns: Some((second, u64::MAX)),
+            ..Default::default()
+        },
+    );
+    assert_eq!(a.requests_total, 2);
+    assert_eq!(a.requests_outside_window, 1);
+    assert_eq!(a.calls_outside_window, 6);
+    assert_eq!(a.db_calls, 12);
+    assert_eq!(a.routes.len(), 1);
+    assert_eq!(a.routes[0].route, "GET /authors");
+    assert_eq!(a.findings[0].requests, 2);
+}
