@@ -29,10 +29,12 @@ if [ ${#missing[@]} -gt 0 ]; then
   as_root rm -f /usr/sbin/policy-rc.d
 fi
 
-# Flask, psycopg and the OpenTelemetry SDK for the instrumented test app (target/pyenv), and
-# the OpenTelemetry Java agent with the PostgreSQL driver (target/m2)
+# Flask, psycopg and the OpenTelemetry SDK for the instrumented test app (target/pyenv), the
+# OpenTelemetry Java agent with the PostgreSQL driver (target/m2), and the Spring Boot shop's
+# libraries (target/spring-shop/lib)
 bash scripts/python-env.sh
 bash scripts/java-agent.sh
+bash scripts/spring-shop.sh
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings

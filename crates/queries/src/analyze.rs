@@ -597,9 +597,6 @@ pub fn analyze(ingest: &Ingest, options: &Options) -> Analysis {
         .collect();
     let calls_outside_window = outside.iter().map(|&r| requests[r].db_calls).sum();
     let requests_total = requests_total - outside.len();
-    let with_stack: Vec<&DbCall> = calls.iter().filter(|c| !c.frames.is_empty()).collect();
-    let calls_with_app_frame = with_stack.iter().filter(|c| c.app_frame).count();
-    let calls_with_stack = with_stack.len();
     let matched: Vec<usize> = (0..requests.len())
         .filter(|&r| inside(&requests[r]))
         .filter(|&r| {
@@ -611,6 +608,13 @@ pub fn analyze(ingest: &Ingest, options: &Options) -> Analysis {
                 && id.is_none_or(|id| requests[r].id.starts_with(&id))
         })
         .collect();
+
+    // Of the analysed requests' calls: how many stacks hold an application frame.
+    let analysed_calls = || matched.iter().flat_map(|&r| requests[r].calls.iter());
+    let calls_with_stack = analysed_calls()
+        .filter(|&&c| !calls[c].frames.is_empty())
+        .count();
+    let calls_with_app_frame = analysed_calls().filter(|&&c| calls[c].app_frame).count();
 
     let mut findings: Vec<Finding> = Vec::new();
     for &r in &matched {

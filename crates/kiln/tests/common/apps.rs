@@ -53,7 +53,13 @@ pub fn get(port: u16, path: &str) -> String {
 }
 
 pub fn wait_port(port: u16, child: &mut Child, what: &str) {
-    let deadline = Instant::now() + Duration::from_secs(60);
+    wait_port_for(port, child, what, Duration::from_secs(60));
+}
+
+/// `wait_port` with its own limit (a Spring Boot app under the agent starts slowly on a busy
+/// 2-core machine).
+pub fn wait_port_for(port: u16, child: &mut Child, what: &str, limit: Duration) {
+    let deadline = Instant::now() + limit;
     while TcpStream::connect((Ipv4Addr::LOCALHOST, port)).is_err() {
         if let Ok(Some(status)) = child.try_wait() {
             panic!("{what} exited before listening: {status}");

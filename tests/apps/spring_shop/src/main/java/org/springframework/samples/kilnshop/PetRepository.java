@@ -1,0 +1,5 @@
+package org.springframework.samples.kilnshop;
+
+import org.springframework.data.jpa.repository.JpaRepository;
+
+public interface PetRepository extends JpaRepository<Pet, Long> {}
