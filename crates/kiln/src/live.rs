@@ -95,11 +95,22 @@ impl LiveOutput {
             return;
         }
         let duration = end.duration_us as f64 / 1e6;
-        if self.window.totals.requests > 0 {
-            let secs = (duration - self.window_start as f64).max(0.0);
+        let secs = (duration - self.window_start as f64).max(0.0);
+        // A remainder under a second (requests finishing during the drain) is no window of
+        // its own: "summary + 1 in 00:00:00" would read as a rate of thousands. The `=` line
+        // holds them.
+        if self.window.totals.requests > 0 && secs >= 1.0 {
             eprintln!("{} Active: 0", jmeter_line("+", &self.window, secs));
         }
-        eprintln!("{}", jmeter_line("=", &self.total, duration));
+        if end.measured {
+            eprintln!("{}", jmeter_line("=", &self.total, duration));
+        } else {
+            // Log parsers take `summary =` for the results: a warm-up's is not one.
+            eprintln!(
+                "kiln: {} ended: {} requests in {duration:.1} s, left out of the results",
+                end.phase, self.total.totals.requests
+            );
+        }
     }
 }
 

@@ -114,6 +114,33 @@ fn a_closed_run_reports_what_the_target_counted_and_report_rebuilds_it() {
 }
 
 #[test]
+fn jmeter_lines_give_one_summary_per_measured_run_and_no_empty_window() {
+    let target = TargetServer::start(Behavior::default()).unwrap();
+    let out = kiln(&[
+        "run",
+        &target.url("/"),
+        "--rate",
+        "100",
+        "-d",
+        "3s",
+        "--warmup",
+        "1s",
+        "--interval",
+        "1s",
+    ]);
+    assert_eq!(out.status.code(), Some(0));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // The warm-up ends with its own line, not a `summary =` a log parser would take for the
+    // results; the last `summary =` is the measured run's, all of it.
+    let (warmup, run) = stderr.split_once("kiln: run started").expect("two phases");
+    assert!(!warmup.contains("summary ="), "{stderr}");
+    assert!(warmup.contains("kiln: warmup ended:"), "{stderr}");
+    let last = run.lines().rfind(|l| l.starts_with("summary =")).unwrap();
+    assert!(last.starts_with("summary =    300 in 00:00:03"), "{stderr}");
+    assert!(!stderr.contains(" in 00:00:00 "), "{stderr}");
+}
+
+#[test]
 fn warmup_and_repeats_are_reported_apart_and_merged_exactly() {
     let target = TargetServer::start(Behavior::default()).unwrap();
     let tmp = tempfile::tempdir().unwrap();

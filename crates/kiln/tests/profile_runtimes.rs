@@ -66,6 +66,9 @@ fn a_hot_java_method_is_named_in_the_profile() {
     let json = profile_pid(java.0.id(), &dir.path().join("run"), &["-d", "3s"]);
     let jit_done = json["jit"]["done"].to_string();
     assert!(jit_done.contains("Compiler.perfmap"), "{json}");
+    // The map kiln had the JVM write is gone once perf script has read it.
+    let map = format!("/tmp/perf-{}.map", java.0.id());
+    assert!(!std::path::Path::new(&map).exists(), "{map} left behind");
     let top: Vec<&str> = json["summary"]["top_self"]
         .as_array()
         .unwrap()

@@ -23,6 +23,19 @@ pub struct JitReport {
     pub done: Vec<String>,
     /// What the user should add for better stacks, with the exact flag.
     pub advice: Vec<String>,
+    /// Perf maps kiln had the runtime write (none was there before): removed once `perf
+    /// script` has read them, so /tmp does not fill with one per profiled JVM.
+    #[serde(skip)]
+    pub maps_written: Vec<PathBuf>,
+}
+
+impl JitReport {
+    /// Removes the perf maps kiln caused (see `maps_written`).
+    pub fn remove_written_maps(&mut self) {
+        for map in self.maps_written.drain(..) {
+            let _ = std::fs::remove_file(map);
+        }
+    }
 }
 
 /// The runtime of `pid`, from its executable's name.
@@ -110,6 +123,8 @@ pub fn prepare_symbols(pid: i32, report: &mut JitReport) {
     if runtime_of(pid) != Runtime::Java {
         return;
     }
+    let map = PathBuf::from(format!("/tmp/perf-{pid}.map"));
+    let existed = map.exists();
     let jcmd = jcmd_beside(pid);
     let result = Command::new(&jcmd)
         .arg(pid.to_string())
@@ -140,8 +155,10 @@ pub fn prepare_symbols(pid: i32, report: &mut JitReport) {
             jcmd.display()
         )),
     }
+    if !existed {
+        report.maps_written.push(map.clone());
+    }
     // The JVM writes the file asynchronously on some versions.
-    let map = PathBuf::from(format!("/tmp/perf-{pid}.map"));
     for _ in 0..20 {
         if map.exists() {
             break;

@@ -282,11 +282,13 @@ pub fn profile_processes(
     target_exited |= pids
         .iter()
         .all(|&p| proc.process(p).is_none_or(|t| t.state == 'Z'));
-    let (folded, sampled_s) = perf::collapse_recorded(
+    let collapsed = perf::collapse_recorded(
         &options.perf,
         &recorded.data,
         recorded.pid_filter.as_deref(),
-    )?;
+    );
+    jit_report.remove_written_maps();
+    let (folded, sampled_s) = collapsed?;
     Ok(Profiled {
         folded,
         event: options.event,

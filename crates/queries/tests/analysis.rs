@@ -904,3 +904,26 @@ fn requests_outside_the_measured_window_are_left_out_and_counted() {
     assert_eq!(a.routes[0].route, "GET /authors");
     assert_eq!(a.findings[0].requests, 2);
 }
+
+#[test]
+fn a_fast_loop_that_is_all_of_a_fast_requests_db_time_is_not_high() {
+    let stack = python_stack(&[("/srv/shop/views.py", 23, "authors")]);
+    let severity = |call_ns: u64| {
+        let mut t = Trace::new(12);
+        let root = t.server("/authors");
+        for i in 0..10 {
+            t.query(
+                root,
+                &format!("SELECT * FROM b WHERE id = {i}"),
+                Some(&stack),
+                call_ns,
+            );
+        }
+        let a = analyze(&ingest(&document(&[t], "python")), &Options::default());
+        format!("{:?}", a.findings[0].example.severity)
+    };
+    // 0.8 ms in all: medium, though it is all of the request's DB time.
+    assert_eq!(severity(80_000), "Medium");
+    // 10 ms in all and all of the DB time: high.
+    assert_eq!(severity(1_000_000), "High");
+}
