@@ -5,50 +5,21 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use common::apps::{
-    assert_shop_findings, free_port, visit_shop, wait_port, workspace, Killed, Listening, ShopTruth,
+    assert_shop_findings, free_port, java_under_agent, m2_jar, visit_shop, wait_port, workspace,
+    Killed, Listening, ShopTruth,
 };
 use kiln_targets::postgres::Postgres;
-
-fn jar(group: &str, name: &str, version: &str) -> String {
-    let path = workspace()
-        .join("target/m2")
-        .join(group.replace('.', "/"))
-        .join(name)
-        .join(version)
-        .join(format!("{name}-{version}.jar"));
-    assert!(
-        path.exists(),
-        "{} (scripts/java-agent.sh fetches it)",
-        path.display()
-    );
-    path.to_string_lossy().into_owned()
-}
 
 #[test]
 fn jdbc_under_the_java_agent_n_plus_one_bulk_and_repeats() {
     const AUTHORS: usize = 9;
     const REPEATS: usize = 3;
     const ROUNDS: usize = 2;
-    let fetched = Command::new("bash")
-        .arg(workspace().join("scripts/java-agent.sh"))
-        .status()
-        .unwrap();
-    assert!(fetched.success(), "scripts/java-agent.sh failed");
-    let agent = jar(
-        "io.opentelemetry.javaagent",
-        "opentelemetry-javaagent",
-        "2.33.1",
-    );
-    let extension = jar(
-        "io.opentelemetry.contrib",
-        "opentelemetry-span-stacktrace",
-        "1.51.0-alpha",
-    );
-    let driver = jar("org.postgresql", "postgresql", "42.7.8");
+    let driver = m2_jar("org.postgresql", "postgresql", "42.7.8");
 
     let tmp = tempfile::tempdir().unwrap();
     let source = workspace()
@@ -72,23 +43,7 @@ fn jdbc_under_the_java_agent_n_plus_one_bulk_and_repeats() {
     let out = tmp.path().join("run");
     let kiln = Listening::start(&out);
     let port = free_port();
-    let app = Command::new("java")
-        .arg(format!("-javaagent:{agent}"))
-        .arg(format!("-Dotel.javaagent.extensions={extension}"))
-        .args([
-            "-Dotel.java.experimental.span-stacktrace.min.duration=0",
-            "-Dotel.instrumentation.jdbc.experimental.capture-query-parameters=true",
-            "-Dotel.service.name=java-shop",
-            "-Dotel.exporter.otlp.protocol=http/protobuf",
-            "-Dotel.metrics.exporter=none",
-            "-Dotel.logs.exporter=none",
-            "-Dotel.bsp.schedule.delay=100",
-            "-Dotel.javaagent.logging=none",
-        ])
-        .arg(format!(
-            "-Dotel.exporter.otlp.traces.endpoint={}",
-            kiln.endpoint()
-        ))
+    let app = java_under_agent("java-shop", &kiln.endpoint())
         .arg("-cp")
         .arg(format!("{}:{driver}", classes.display()))
         .arg("App")
@@ -96,8 +51,6 @@ fn jdbc_under_the_java_agent_n_plus_one_bulk_and_repeats() {
         .arg(port.to_string())
         .arg(AUTHORS.to_string())
         .arg(REPEATS.to_string())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
         .spawn()
         .expect("java runs");
     let mut app = Killed(app);

@@ -9,34 +9,17 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
-use common::apps::{findings, free_port, get, line_of, wait_port_for, workspace, Killed};
+use common::apps::{
+    fetch, findings, free_port, get, java_under_agent, line_of, wait_port_for, workspace, Killed,
+};
 use common::{json_with_exit, kiln};
 use serde_json::Value;
 
 /// Owners the app seeds; the owner list makes one pets query per owner.
 const OWNERS: u64 = 10;
-
-fn jar(group: &str, name: &str, version: &str) -> String {
-    let path = workspace()
-        .join("target/m2")
-        .join(group.replace('.', "/"))
-        .join(name)
-        .join(version)
-        .join(format!("{name}-{version}.jar"));
-    assert!(path.exists(), "{} (scripts/java-agent.sh)", path.display());
-    path.to_string_lossy().into_owned()
-}
-
-fn fetch(script: &str) {
-    let status = Command::new("bash")
-        .arg(workspace().join("scripts").join(script))
-        .status()
-        .unwrap();
-    assert!(status.success(), "scripts/{script} failed");
-}
 
 /// Compiles the app with javac against the fetched libraries; its classes directory.
 fn compile(app: &Path, out: &Path, lib: &Path) -> PathBuf {
@@ -101,18 +84,7 @@ fn route<'a>(analysis: &'a Value, route: &str) -> &'a Value {
 
 #[test]
 fn spring_data_jpa_under_the_agent_loop_line_double_load_and_only_the_measured_requests() {
-    fetch("java-agent.sh");
     fetch("spring-shop.sh");
-    let agent = jar(
-        "io.opentelemetry.javaagent",
-        "opentelemetry-javaagent",
-        "2.33.1",
-    );
-    let extension = jar(
-        "io.opentelemetry.contrib",
-        "opentelemetry-span-stacktrace",
-        "1.51.0-alpha",
-    );
     let app_dir = workspace().join("tests/apps/spring_shop");
     let tmp = tempfile::tempdir().unwrap();
     let classes = compile(
@@ -122,34 +94,20 @@ fn spring_data_jpa_under_the_agent_loop_line_double_load_and_only_the_measured_r
     );
 
     let (port, otlp_port) = (free_port(), free_port());
-    let app = Command::new("java")
-        .arg(format!("-javaagent:{agent}"))
-        .arg(format!("-Dotel.javaagent.extensions={extension}"))
-        .args([
-            "-Dotel.java.experimental.span-stacktrace.min.duration=0",
-            "-Dotel.instrumentation.jdbc.experimental.capture-query-parameters=true",
-            "-Dotel.service.name=spring-shop",
-            "-Dotel.exporter.otlp.protocol=http/protobuf",
-            "-Dotel.metrics.exporter=none",
-            "-Dotel.logs.exporter=none",
-            "-Dotel.bsp.schedule.delay=100",
-            "-Dotel.javaagent.logging=none",
-        ])
-        .arg(format!(
-            "-Dotel.exporter.otlp.traces.endpoint=http://127.0.0.1:{otlp_port}/v1/traces"
-        ))
-        .arg("-cp")
-        .arg(format!(
-            "{}:{}/*",
-            classes.display(),
-            workspace().join("target/spring-shop/lib").display()
-        ))
-        .arg("org.springframework.samples.kilnshop.ShopApplication")
-        .arg(format!("--server.port={port}"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("java runs");
+    let app = java_under_agent(
+        "spring-shop",
+        &format!("http://127.0.0.1:{otlp_port}/v1/traces"),
+    )
+    .arg("-cp")
+    .arg(format!(
+        "{}:{}/*",
+        classes.display(),
+        workspace().join("target/spring-shop/lib").display()
+    ))
+    .arg("org.springframework.samples.kilnshop.ShopApplication")
+    .arg(format!("--server.port={port}"))
+    .spawn()
+    .expect("java runs");
     let mut app = Killed(app);
     wait_port_for(port, &mut app.0, "the Spring app", Duration::from_secs(240));
     // Traffic before kiln listens: the agent keeps retrying these spans' export.

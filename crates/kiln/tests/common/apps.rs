@@ -256,3 +256,62 @@ pub fn assert_shop_findings(a: &Value, t: &ShopTruth) {
         a["findings"]
     );
 }
+
+/// Runs one of scripts/ (the fetch scripts are no-ops once their files are there).
+pub fn fetch(script: &str) {
+    let status = Command::new("bash")
+        .arg(workspace().join("scripts").join(script))
+        .status()
+        .unwrap();
+    assert!(status.success(), "scripts/{script} failed");
+}
+
+/// A jar scripts/java-agent.sh (or spring-shop.sh) put in target/m2.
+pub fn m2_jar(group: &str, name: &str, version: &str) -> String {
+    let path = workspace()
+        .join("target/m2")
+        .join(group.replace('.', "/"))
+        .join(name)
+        .join(version)
+        .join(format!("{name}-{version}.jar"));
+    assert!(
+        path.exists(),
+        "{} (scripts/java-agent.sh fetches it)",
+        path.display()
+    );
+    path.to_string_lossy().into_owned()
+}
+
+/// `java` under the OpenTelemetry Java agent with the span-stacktrace extension at
+/// min.duration 0 and recorded JDBC parameters, exporting OTLP/protobuf to `endpoint` every
+/// 100 ms: the setup the README documents. The caller adds the classpath and main class.
+pub fn java_under_agent(service: &str, endpoint: &str) -> Command {
+    fetch("java-agent.sh");
+    let agent = m2_jar(
+        "io.opentelemetry.javaagent",
+        "opentelemetry-javaagent",
+        "2.33.1",
+    );
+    let extension = m2_jar(
+        "io.opentelemetry.contrib",
+        "opentelemetry-span-stacktrace",
+        "1.51.0-alpha",
+    );
+    let mut java = Command::new("java");
+    java.arg(format!("-javaagent:{agent}"))
+        .arg(format!("-Dotel.javaagent.extensions={extension}"))
+        .args([
+            "-Dotel.java.experimental.span-stacktrace.min.duration=0",
+            "-Dotel.instrumentation.jdbc.experimental.capture-query-parameters=true",
+            "-Dotel.exporter.otlp.protocol=http/protobuf",
+            "-Dotel.metrics.exporter=none",
+            "-Dotel.logs.exporter=none",
+            "-Dotel.bsp.schedule.delay=100",
+            "-Dotel.javaagent.logging=none",
+        ])
+        .arg(format!("-Dotel.service.name={service}"))
+        .arg(format!("-Dotel.exporter.otlp.traces.endpoint={endpoint}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    java
+}
