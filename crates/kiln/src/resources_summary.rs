@@ -223,7 +223,7 @@ pub fn to_text(samples: &[ResourceSecond], during: &str) -> String {
     if !m.is_null() {
         let kib = |x: &Value| {
             x.as_u64()
-                .map_or("?".to_string(), |k| format::bytes(k * 1024))
+                .map_or("?".to_string(), |k| format::bytes(k.saturating_mul(1024)))
         };
         let _ = writeln!(
             out,
@@ -247,7 +247,7 @@ pub fn to_text(samples: &[ResourceSecond], during: &str) -> String {
             pct(&p["cpu_system_mean_pct"]),
             p["voluntary_switches_per_s_mean"].as_f64().unwrap_or(0.0),
             p["involuntary_switches_per_s_mean"].as_f64().unwrap_or(0.0),
-            format::bytes(p["rss_max_kib"].as_u64().unwrap_or(0) * 1024),
+            format::bytes(p["rss_max_kib"].as_u64().unwrap_or(0).saturating_mul(1024)),
             p["threads_max"],
             match p["thread_states_max"].as_object() {
                 Some(states) if !states.is_empty() => format!(
@@ -365,4 +365,73 @@ pub fn to_text(samples: &[ResourceSecond], during: &str) -> String {
         );
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// A real second of this process, as the sampler writes it to `resources.jsonl`.
+    fn real_second() -> String {
+        let pid = std::process::id() as i32;
+        let mut sampler = kiln_sample::Sampler::new(kiln_sample::ProcFs::default(), Some(pid));
+        sampler.tick();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        serde_json::to_string(&sampler.tick()).unwrap()
+    }
+
+    /// Every number of `line` replaced, in turn, by one of `values`.
+    fn with_numbers(line: &str, values: &[u64]) -> String {
+        let mut out = String::new();
+        let mut i = 0;
+        let mut chars = line.chars().peekable();
+        let mut after_colon = false;
+        while let Some(c) = chars.next() {
+            let starts_number = c.is_ascii_digit() && after_colon;
+            if starts_number {
+                while chars
+                    .peek()
+                    .is_some_and(|d| d.is_ascii_digit() || *d == '.')
+                {
+                    chars.next();
+                }
+                out += &values[i % values.len()].to_string();
+                i += 1;
+            } else {
+                out.push(c);
+            }
+            after_colon = c == ':' || (c == ',' && after_colon) || (c == '[');
+        }
+        out
+    }
+
+    #[test]
+    fn the_mutation_keeps_a_line_readable() {
+        let line = with_numbers(&real_second(), &[1, 7]);
+        let second: ResourceSecond = serde_json::from_str(&line).unwrap();
+        assert!(second.process.is_some(), "{line}");
+        let text = to_text(&[second], "the run");
+        assert!(!text.is_empty());
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        /// What `kiln report` shows of resources.jsonl: any numbers in a real line are read or
+        /// refused, and summarised without a panic (no overflow, no division by zero).
+        #[test]
+        fn resource_seconds_with_any_numbers_summarise_without_panic(
+            values in prop::collection::vec(
+                prop_oneof![0u64..100, 0u64..u64::from(u32::MAX), any::<u64>()],
+                1..16,
+            ),
+        ) {
+            let line = with_numbers(&real_second(), &values);
+            if let Ok(second) = serde_json::from_str::<ResourceSecond>(&line) {
+                let samples = vec![second.clone(), second];
+                let _ = to_json(&samples);
+                let _ = to_text(&samples, "the run");
+            }
+        }
+    }
 }

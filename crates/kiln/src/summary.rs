@@ -356,7 +356,7 @@ pub fn render_text(view: &RunView) -> String {
             end.kiln_cpu_user_us as f64 / 1e6,
             end.kiln_cpu_system_us as f64 / 1e6,
             per_cpu,
-            format::bytes(end.kiln_max_rss_kib * 1024),
+            format::bytes(end.kiln_max_rss_kib.saturating_mul(1024)),
             end.connections_opened,
             if open {
                 format!("; worst send lag {}", format::us(total.totals.send_lag_max_us))

@@ -37,7 +37,7 @@ fn one_line(s: &ResourceSecond) -> String {
             p.rates.cpu_system_pct,
             p.rates.voluntary_switches_per_s.unwrap_or(0.0),
             p.rates.involuntary_switches_per_s.unwrap_or(0.0),
-            format::bytes(p.rss_kib * 1024),
+            format::bytes(p.rss_kib.saturating_mul(1024)),
             p.threads
         );
         if let Some(t) = p.hottest_by_cpu.first() {

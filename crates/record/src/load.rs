@@ -301,10 +301,12 @@ impl PhaseSummary {
     }
 
     /// The load window in seconds: from the phase end line, or the seconds recorded.
+    /// A phase stopped before its first request says 0 s (its ticker's empty second is no
+    /// second of load: "0 in 1.0 s" read as a second that ran).
     pub fn duration_secs(&self) -> f64 {
         match &self.end {
-            Some(end) if end.duration_us > 0 => end.duration_us as f64 / 1e6,
-            _ => self.seconds as f64,
+            Some(end) => end.duration_us as f64 / 1e6,
+            None => self.seconds as f64,
         }
     }
 
@@ -439,6 +441,20 @@ pub fn record_warnings(status: crate::RunStatus, phases: &[PhaseSummary]) -> Vec
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_phase_stopped_before_it_began_lasted_no_time() {
+        let mut lines = vec![second("run", 0, &[], 200)];
+        lines.push(LoadRecordLine::PhaseEnd(PhaseEnd {
+            phase: "run".into(),
+            measured: true,
+            duration_us: 0,
+            ..Default::default()
+        }));
+        let phases = PhaseSummary::from_lines(&lines);
+        assert_eq!(phases[0].duration_secs(), 0.0);
+        assert_eq!(phases[0].throughput(), 0.0);
+    }
 
     #[test]
     fn a_second_recorded_twice_or_with_overflowing_counts_is_left_out_and_said() {
