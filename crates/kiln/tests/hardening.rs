@@ -477,3 +477,31 @@ fn a_body_file_without_end_is_refused_not_read_into_memory() {
     assert!(stderr.contains("larger than 64 MiB"), "{stderr}");
     assert_eq!(target.answered(), 0);
 }
+
+#[test]
+fn a_load_thread_that_panics_fails_the_run_instead_of_completing_it() {
+    let target = TargetServer::start(Behavior::default()).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("r");
+    let out = Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args([
+            "run",
+            &target.url("/"),
+            "-t",
+            "2",
+            "-c",
+            "4",
+            "-d",
+            "2s",
+            "--out",
+        ])
+        .arg(&dir)
+        .env("KILN_FAULT_PANIC_LOAD_THREAD", "1")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("a load thread failed"), "{stderr}");
+    assert_eq!(manifest(&dir)["status"], "failed");
+}

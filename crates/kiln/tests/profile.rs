@@ -537,3 +537,36 @@ fn perf_stops_when_kiln_is_killed_mid_profile() {
     let _ = target.kill();
     let _ = target.wait();
 }
+
+#[test]
+fn ctrl_c_before_the_first_sample_leaves_no_perf_data() {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    // A sleeping process: no on-CPU sample will come.
+    let mut target = std::process::Command::new("sleep")
+        .arg("60")
+        .spawn()
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let kiln_process = std::process::Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(["profile", "--pid", &target.id().to_string(), "-d", "60s"])
+        .arg("--out")
+        .arg(&out)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while children_named(kiln_process.id(), "perf").is_empty() {
+        assert!(Instant::now() < deadline, "perf never started");
+        thread::sleep(Duration::from_millis(50));
+    }
+    thread::sleep(Duration::from_millis(500));
+    // SAFETY: kill(2) of the kiln this test started.
+    unsafe { libc::kill(kiln_process.id() as i32, libc::SIGINT) };
+    let _ = kiln_process.wait_with_output().unwrap();
+    assert!(out.join("run.json").exists());
+    assert!(!out.join("perf.data").exists(), "perf.data left in the run");
+    let _ = target.kill();
+    let _ = target.wait();
+}

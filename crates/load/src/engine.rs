@@ -500,6 +500,10 @@ struct WorkerLocal {
     in_flight: Cell<u64>,
 }
 
+/// Fault injection for the tests: a load thread that panics must fail the run, and no test
+/// input is known to make one panic. Set to a worker's number to panic it at its start.
+const INJECT_PANIC_ENV: &str = "KILN_FAULT_PANIC_LOAD_THREAD";
+
 fn run_worker(
     worker: usize,
     plan: &LoadPlan,
@@ -508,6 +512,9 @@ fn run_worker(
     stop_rx: watch::Receiver<bool>,
     recorder: WorkerRecorder,
 ) {
+    if std::env::var(INJECT_PANIC_ENV).is_ok_and(|w| w == worker.to_string()) {
+        panic!("fault injected by {INJECT_PANIC_ENV}");
+    }
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
