@@ -426,6 +426,42 @@ pub fn nearest_frame(frames: &[Frame]) -> Option<&Frame> {
     frames.iter().rev().find(|f| !instrumentation(f))
 }
 
+/// The application's packages per resource, learned from request handlers: the spans
+/// right under a SERVER span that name their code (Spring MVC's `OwnerController.list`).
+fn learned_packages(ingest: &Ingest, index: &SpanIndex) -> HashMap<u32, Vec<String>> {
+    let mut learned: HashMap<u32, Vec<String>> = HashMap::new();
+    for (i, span) in ingest.spans.iter().enumerate() {
+        let Some(function) = span.code_function.as_deref() else {
+            continue;
+        };
+        let handler = span.kind == SpanKind::Server
+            || index.parent(i).is_some_and(|p| {
+                ingest.spans[p].kind == SpanKind::Server
+                    && ingest.spans[p].resource == span.resource
+            });
+        if !handler {
+            continue;
+        }
+        if let Some(package) = stack::learned_java_package(function) {
+            let packages = learned.entry(span.resource).or_default();
+            if !packages.contains(&package) {
+                packages.push(package);
+            }
+        }
+    }
+    learned
+}
+
+/// Frames under a package the handlers showed to be the application's are its own, even
+/// under a vendor-wide prefix the rules take for a library (`org.apache.shop.`).
+fn mark_learned_frames(frames: &mut [Frame], packages: &[String]) {
+    for f in frames {
+        if !f.app && !stack::synthetic(&f.function) {
+            f.app = packages.iter().any(|p| f.function.starts_with(p.as_str()));
+        }
+    }
+}
+
 /// Marks frames by the user's `--app-package` list: those matching are the application's,
 /// no other is; synthetic frames never are.
 fn mark_app_frames(frames: &mut [Frame], app_packages: &[String]) {
@@ -466,8 +502,9 @@ pub fn analyze(ingest: &Ingest, options: &Options) -> Analysis {
     let mut request_of_root: HashMap<usize, usize> = HashMap::new();
     let mut orphans: HashMap<u128, usize> = HashMap::new();
     let mut calls: Vec<DbCall> = Vec::new();
-    // parsed stacks and their site hashes, by the interned stack text's address
-    let mut stacks: HashMap<usize, (Arc<Vec<Frame>>, u64)> = HashMap::new();
+    // parsed stacks and their site hashes, by the interned stack text's address and resource
+    let mut stacks: HashMap<(usize, u32), (Arc<Vec<Frame>>, u64)> = HashMap::new();
+    let learned = learned_packages(ingest, &index);
 
     // every root of a request, including those without DB calls
     for (i, span) in ingest.spans.iter().enumerate() {
@@ -513,13 +550,16 @@ pub fn analyze(ingest: &Ingest, options: &Options) -> Analysis {
             .as_deref()
             .map(Language::from_sdk);
         let with_site = |mut frames: Vec<Frame>| {
+            if let Some(packages) = learned.get(&span.resource) {
+                mark_learned_frames(&mut frames, packages);
+            }
             mark_app_frames(&mut frames, &options.app_packages);
             let site = hash_frames(&site_identity(&frames), true);
             (Arc::new(frames), site)
         };
         let (frames, site) = match &db.stacktrace {
             Some(text) => stacks
-                .entry(Arc::as_ptr(text) as *const u8 as usize)
+                .entry((Arc::as_ptr(text) as *const u8 as usize, span.resource))
                 .or_insert_with(|| with_site(stack::parse(text, language)))
                 .clone(),
             None => match (&db.code_function, &db.code_file) {

@@ -547,7 +547,7 @@ impl Ingest {
         for (key, value) in attrs {
             collector.add(key.as_ref(), value);
         }
-        let (db, http) = collector.finish(&mut self.stacks);
+        let (db, http, code_function) = collector.finish(&mut self.stacks);
         if parts.dropped_attributes > 0 {
             self.coverage.spans_dropped_attributes += 1;
         }
@@ -581,6 +581,7 @@ impl Ingest {
             dropped_attributes: parts.dropped_attributes,
             db,
             http,
+            code_function: code_function.map(String::into_boxed_str),
         });
     }
 

@@ -150,6 +150,9 @@ pub struct Span {
     pub dropped_attributes: u32,
     pub db: Option<Box<DbAttrs>>,
     pub http: Option<Box<HttpAttrs>>,
+    /// A span that is no DB call: the code it names (`code.function.name`, or the legacy
+    /// `code.namespace` + `code.function`), e.g. the handler span's controller method.
+    pub code_function: Option<Box<str>>,
 }
 
 impl Span {
@@ -183,6 +186,9 @@ pub struct AttrCollector {
     has_http: bool,
     params: Option<u64>,
     stacktrace: Option<String>,
+    /// Legacy `code.namespace` (the class or module), joined to `code.function` at the end
+    /// whatever the keys' order.
+    code_namespace: Option<String>,
 }
 
 impl AttrCollector {
@@ -223,14 +229,8 @@ impl AttrCollector {
             }
             "code.function.name" => db.code_function = short(value),
             "code.function" => fill(&mut db.code_function, value),
-            "code.namespace" => {
-                // legacy: class/module in code.namespace, method in code.function
-                if let (Some(ns), Some(f)) = (short(value), db.code_function.as_ref()) {
-                    if !f.contains('.') {
-                        db.code_function = Some(format!("{ns}.{f}"));
-                    }
-                }
-            }
+            // legacy: class/module in code.namespace, method in code.function
+            "code.namespace" => self.code_namespace = short(value),
             "code.file.path" => db.code_file = short(value),
             "code.filepath" => fill(&mut db.code_file, value),
             "code.line.number" => db.code_line = value.as_int(),
@@ -275,22 +275,33 @@ impl AttrCollector {
         }
     }
 
-    /// The span's DB and HTTP attributes; stacks are shared through `stacks`.
+    /// The span's DB and HTTP attributes, and the code it names when it is no DB call (a
+    /// handler span's `Controller.method`); stacks are shared through `stacks`.
     pub fn finish(
         self,
         stacks: &mut HashMap<u64, Arc<str>>,
-    ) -> (Option<Box<DbAttrs>>, Option<Box<HttpAttrs>>) {
+    ) -> (Option<Box<DbAttrs>>, Option<Box<HttpAttrs>>, Option<String>) {
         let mut db = self.db;
         db.params = self.params;
+        if let (Some(ns), Some(f)) = (&self.code_namespace, &db.code_function) {
+            if !f.contains('.') {
+                db.code_function = Some(format!("{ns}.{f}"));
+            }
+        }
         db.stacktrace = self.stacktrace.map(|text| {
             stacks
                 .entry(xxh3_64(text.as_bytes()))
                 .or_insert_with(|| Arc::from(text))
                 .clone()
         });
+        let code = if self.has_db_system {
+            None
+        } else {
+            db.code_function.take()
+        };
         let db = self.has_db_system.then(|| Box::new(db));
         let http = self.has_http.then(|| Box::new(self.http));
-        (db, http)
+        (db, http, code)
     }
 }
 

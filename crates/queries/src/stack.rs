@@ -404,6 +404,41 @@ pub fn synthetic(function: &str) -> bool {
         || function.contains(".$Proxy")
 }
 
+/// The application's package learned from a request handler's method (the handler span's
+/// `code.function.name`, e.g. `org.apache.shop.web.OrderController.list`): its package, one
+/// level up when deep enough (`org.apache.shop`), so the data layer beside the web layer is
+/// included. None for a framework's own handler (static resources, error pages) or a name
+/// that is no JVM method.
+pub fn learned_java_package(handler: &str) -> Option<String> {
+    // Vendor namespaces an application may live in; any other library package is a
+    // framework's handler, never the application's.
+    const VENDOR_WIDE: &[&str] = &[
+        "org.apache.",
+        "org.eclipse.",
+        "org.jboss.",
+        "org.glassfish.",
+    ];
+    let library = JAVA_LIBRARIES
+        .iter()
+        .filter(|p| !VENDOR_WIDE.contains(p))
+        .any(|p| handler.starts_with(p));
+    if library || synthetic(handler) || handler.contains(['/', ' ', '(']) {
+        return None;
+    }
+    let segments: Vec<&str> = handler.split('.').collect();
+    // package segments, class, method
+    if segments.len() < 4 || segments.iter().any(|s| s.is_empty()) {
+        return None;
+    }
+    let package = &segments[..segments.len() - 2];
+    let keep = if package.len() > 3 {
+        package.len() - 1
+    } else {
+        package.len()
+    };
+    Some(format!("{}.", package[..keep].join(".")))
+}
+
 fn java_app(function: &str) -> bool {
     !(JAVA_LIBRARIES.iter().any(|p| function.starts_with(p)) || synthetic(function))
 }
@@ -546,6 +581,28 @@ net/http.HandlerFunc.ServeHTTP(0x0?, {0x0?, 0x0?})
             ),
         ] {
             assert_eq!(java_app(function), is_app, "{function}");
+        }
+    }
+
+    #[test]
+    fn the_apps_package_is_learned_from_its_handlers_but_never_a_frameworks() {
+        for (handler, learned) in [
+            ("org.apache.shop.web.OrderController.list", Some("org.apache.shop.")),
+            ("com.acme.web.Orders.list", Some("com.acme.web.")),
+            (
+                "org.springframework.samples.petclinic.owner.OwnerController.showOwner",
+                Some("org.springframework.samples.petclinic."),
+            ),
+            (
+                "org.springframework.web.servlet.resource.ResourceHttpRequestHandler.handleRequest",
+                None,
+            ),
+            ("org.springframework.boot.autoconfigure.web.servlet.error.BasicErrorController.error", None),
+            ("Main.handle", None),
+            ("/srv/app/views.py", None),
+            ("shop.App$$Lambda/0x1.run", None),
+        ] {
+            assert_eq!(learned_java_package(handler).as_deref(), learned, "{handler}");
         }
     }
 

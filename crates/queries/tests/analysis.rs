@@ -927,3 +927,56 @@ fn a_fast_loop_that_is_all_of_a_fast_requests_db_time_is_not_high() {
     // 10 ms in all and all of the DB time: high.
     assert_eq!(severity(1_000_000), "High");
 }
+
+#[test]
+fn an_app_under_a_vendor_wide_prefix_is_learned_from_its_handler_spans() {
+    // An application in org.apache.shop: the rules take org.apache.* for Apache's libraries.
+    let stack = "\tat io.opentelemetry.javaagent.Instrumenter.doEnd(Instrumenter.java:325)
+\tat org.postgresql.jdbc.PgStatement.executeQuery(PgStatement.java:10)
+\tat org.apache.shop.data.Orders.lines(Orders.java:31)
+\tat org.apache.shop.web.OrderController.list(OrderController.java:20)
+\tat org.apache.catalina.core.ApplicationFilterChain.doFilter(ApplicationFilterChain.java:140)";
+    let build = |handler: bool| {
+        let mut t = Trace::new(13);
+        let root = t.server("/orders");
+        let parent = if handler {
+            // The handler span under the server span, as Spring MVC's instrumentation makes.
+            t.span(
+                Some(root),
+                "OrderController.list",
+                1,
+                1_000_000,
+                vec![
+                    attr("code.function", json!("list")),
+                    attr(
+                        "code.namespace",
+                        json!("org.apache.shop.web.OrderController"),
+                    ),
+                ],
+            )
+        } else {
+            root
+        };
+        for i in 0..6 {
+            t.query(
+                parent,
+                &format!("SELECT * FROM lines WHERE order_id = {i}"),
+                Some(stack),
+                100_000,
+            );
+        }
+        analyze(&ingest(&document(&[t], "java")), &Options::default())
+    };
+    let a = build(true);
+    let f = &a.findings[0].example;
+    assert!(!f.no_app_frame, "{}", f.evidence);
+    assert!(
+        f.evidence.ends_with("from Orders.java:31"),
+        "{}",
+        f.evidence
+    );
+    assert_eq!(f.site.len(), 2);
+    // Without the handler span there is nothing to learn from: said so, not guessed.
+    let a = build(false);
+    assert!(a.findings[0].example.no_app_frame);
+}
