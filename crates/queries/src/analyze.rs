@@ -426,6 +426,9 @@ pub fn nearest_frame(frames: &[Frame]) -> Option<&Frame> {
     frames.iter().rev().find(|f| !instrumentation(f))
 }
 
+/// A stack's frames and its call site's hash.
+type ParsedStack = (Arc<Vec<Frame>>, u64);
+
 /// The application's packages per resource, learned from request handlers: the spans
 /// right under a SERVER span that name their code (Spring MVC's `OwnerController.list`).
 fn learned_packages(ingest: &Ingest, index: &SpanIndex) -> HashMap<u32, Vec<String>> {
@@ -503,7 +506,7 @@ pub fn analyze(ingest: &Ingest, options: &Options) -> Analysis {
     let mut orphans: HashMap<u128, usize> = HashMap::new();
     let mut calls: Vec<DbCall> = Vec::new();
     // parsed stacks and their site hashes, by the interned stack text's address and resource
-    let mut stacks: HashMap<(usize, u32), (Arc<Vec<Frame>>, u64)> = HashMap::new();
+    let mut stacks: HashMap<(usize, u32), ParsedStack> = HashMap::new();
     let learned = learned_packages(ingest, &index);
 
     // every root of a request, including those without DB calls
