@@ -38,21 +38,36 @@ pub fn to_json(samples: &[ResourceSecond]) -> Value {
         .iter()
         .map(|p| p.rates.cpu_user_pct + p.rates.cpu_system_pct)
         .collect();
-    let mut by_thread: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    // Thread groups (a pool is one group) over the samples, so the list adds up to the
+    // process's CPU; records made before the groups were sampled list the top threads.
+    let grouped = procs.iter().any(|p| !p.cpu_by_thread_group.is_empty());
+    let mut by_group: BTreeMap<String, (f64, u64)> = BTreeMap::new();
     for p in &procs {
-        for t in &p.hottest_by_cpu {
-            by_thread
-                .entry(t.name.clone())
-                .or_default()
-                .push(t.cpu_user_pct + t.cpu_system_pct);
+        if grouped {
+            for g in &p.cpu_by_thread_group {
+                let e = by_group.entry(g.name.clone()).or_default();
+                e.0 += g.cpu_pct;
+                e.1 = e.1.max(g.threads);
+            }
+        } else {
+            for t in &p.hottest_by_cpu {
+                let e = by_group.entry(t.name.clone()).or_default();
+                e.0 += t.cpu_user_pct + t.cpu_system_pct;
+                e.1 = 1;
+            }
         }
     }
-    let mut hottest: Vec<(String, f64)> = by_thread
+    let mut hottest: Vec<(String, f64, u64)> = by_group
         .into_iter()
-        .map(|(name, v)| (name, v.iter().sum::<f64>() / samples.len() as f64))
+        .map(|(name, (sum, threads))| (name, sum / samples.len() as f64, threads))
         .collect();
-    hottest.sort_by(|a, b| b.1.total_cmp(&a.1));
-    hottest.truncate(5);
+    hottest.sort_by(|a, b| {
+        // "(other threads)" last, whatever its share
+        (a.0.starts_with('('))
+            .cmp(&b.0.starts_with('('))
+            .then(b.1.total_cmp(&a.1))
+    });
+    hottest.truncate(6);
     json!({
         "samples": samples.len(),
         "host_cpu_mean_pct": {
@@ -93,7 +108,7 @@ pub fn to_json(samples: &[ResourceSecond]) -> Value {
             "sockets": sockets_json(&procs),
             "cgroup": cgroup_json(&procs),
         })),
-        "hottest_threads": hottest.iter().map(|(n, c)| json!({"name": n, "cpu_mean_pct": c})).collect::<Vec<_>>(),
+        "hottest_threads": hottest.iter().map(|(n, c, t)| json!({"name": n, "cpu_mean_pct": c, "threads": t})).collect::<Vec<_>>(),
         "kernel": kernel_json(samples),
     })
 }
@@ -263,15 +278,19 @@ pub fn to_text(samples: &[ResourceSecond], during: &str) -> String {
             .into_iter()
             .flatten()
             .map(|t| {
+                let threads = match t["threads"].as_u64() {
+                    Some(n) if n > 1 => format!(" ({n} threads)"),
+                    _ => String::new(),
+                };
                 format!(
-                    "{} {}",
+                    "{}{threads} {}",
                     safe_text(t["name"].as_str().unwrap_or("?")),
                     pct(&t["cpu_mean_pct"])
                 )
             })
             .collect();
         if !hottest.is_empty() {
-            let _ = writeln!(out, "  hottest  {}", hottest.join(", "));
+            let _ = writeln!(out, "  threads  {}", hottest.join(", "));
         }
         let so = &p["sockets"];
         if !so.is_null() {

@@ -148,9 +148,42 @@ impl Folded {
         top_self(&self.function_shares(), n)
     }
 
-    /// Functions by total samples (anywhere on the stack), most first, at most `n`.
+    /// Functions by total samples (anywhere on the stack), most first, at most `n`; never a
+    /// pass-through frame (see `pass_through`).
     pub fn top_total(&self, n: usize) -> Vec<FunctionShare> {
-        top_total(&self.function_shares(), n)
+        let mut shares = self.function_shares();
+        for frame in self.pass_through() {
+            shares.remove(&frame);
+        }
+        top_total(&shares, n)
+    }
+
+    /// Frames that only pass their samples on: never a leaf, and always followed by the same
+    /// one callee (thread entry points, `start_thread -> JavaMain -> ...`, a server's chain of
+    /// filters). On nearly every stack, they would fill "Top total" and say nothing.
+    pub fn pass_through(&self) -> std::collections::HashSet<String> {
+        // per frame: its one callee so far, or None once it had two or was a leaf
+        let mut callee: BTreeMap<&str, Option<&str>> = BTreeMap::new();
+        for stack in self.stacks.keys() {
+            let frames: Vec<&str> = stack.split(';').collect();
+            for (i, &frame) in frames.iter().enumerate() {
+                let next = frames.get(i + 1).copied();
+                match callee.get(frame) {
+                    None => {
+                        callee.insert(frame, next);
+                    }
+                    Some(Some(one)) if Some(*one) != next => {
+                        callee.insert(frame, None);
+                    }
+                    _ => {}
+                }
+            }
+        }
+        callee
+            .into_iter()
+            .filter(|(_, one)| one.is_some())
+            .map(|(frame, _)| frame.to_string())
+            .collect()
     }
 
     /// Every function's self and total samples.
@@ -304,6 +337,20 @@ mod tests {
         assert_eq!(f.top_self(1)[0].name, "work");
         assert_eq!(f.top_total(1)[0].name, "main");
         assert!((shares["idle"].self_pct - 40.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn frames_that_only_pass_samples_on_are_not_top_total() {
+        let text = "start_thread;JavaMain;call_helper;Hot.main;Hot.spin 90\n\
+                    start_thread;JavaMain;call_helper;Hot.main;clock 7\n\
+                    start_thread;GC Thread 3\n";
+        let (f, _) = Folded::parse(text).unwrap();
+        let names: Vec<String> = f.top_total(10).into_iter().map(|s| s.name).collect();
+        // start_thread branches (JavaMain, GC); JavaMain and call_helper only pass on.
+        assert_eq!(
+            names,
+            ["start_thread", "Hot.main", "Hot.spin", "clock", "GC Thread"]
+        );
     }
 
     #[test]

@@ -205,3 +205,44 @@ mod tests {
         assert!(report.advice.is_empty());
     }
 }
+
+/// A JIT frame as the JVM's perf map names it, `long Hot.spinHot_[j]`, without its return
+/// type: `Hot.spinHot_[j]` (the `_[j]` mark stays: flame graphs colour JIT code by it).
+pub fn without_return_type(frame: &str) -> String {
+    let Some(name) = frame.strip_suffix("_[j]") else {
+        return frame.to_string();
+    };
+    match name.split_once(' ') {
+        // `type Class.method` or `type Class::method`: the second part is the method.
+        Some((_, method)) if method.contains(['.', ':']) && !method.contains(' ') => {
+            format!("{method}_[j]")
+        }
+        _ => frame.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod name_tests {
+    use super::*;
+
+    #[test]
+    fn jit_frames_lose_their_return_type_and_keep_their_mark() {
+        assert_eq!(
+            without_return_type("long Hot.spinHot_[j]"),
+            "Hot.spinHot_[j]"
+        );
+        assert_eq!(
+            without_return_type("java.lang.String[] a.B.c_[j]"),
+            "a.B.c_[j]"
+        );
+        assert_eq!(
+            without_return_type("StubRoutines _[j]"),
+            "StubRoutines _[j]"
+        );
+        assert_eq!(without_return_type("Interpreter_[j]"), "Interpreter_[j]");
+        assert_eq!(
+            without_return_type("do_syscall_64_[k]"),
+            "do_syscall_64_[k]"
+        );
+    }
+}

@@ -316,12 +316,17 @@ pub struct ProfileSummary {
 
 impl ProfileSummary {
     pub fn of(folded: &Folded, top: usize) -> Self {
-        let shares = folded.function_shares();
+        let mut shares = folded.function_shares();
+        let top_self = folded::top_self(&shares, top);
+        // Frames that only pass samples on (thread entries) are on nearly every stack.
+        for frame in folded.pass_through() {
+            shares.remove(&frame);
+        }
         Self {
             samples: folded.total(),
             distinct_stacks: folded.distinct_stacks(),
             kernel_pct: 100.0 * folded.kernel_share(),
-            top_self: folded::top_self(&shares, top),
+            top_self,
             top_total: folded::top_total(&shares, top),
         }
     }

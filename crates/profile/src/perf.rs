@@ -516,6 +516,9 @@ pub fn collapse_perf_script_timed(
             _ => frame.to_string(),
         });
     }
+    if text.contains("_[j]") {
+        folded = folded.map_frames(crate::jit::without_return_type);
+    }
     Ok((folded, window))
 }
 

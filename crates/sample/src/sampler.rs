@@ -45,6 +45,59 @@ pub struct ProcessSecond {
     /// uninterruptible wait -- usually disk or a lock in the kernel -- T stopped, Z zombie).
     #[serde(default)]
     pub thread_states: BTreeMap<String, u64>,
+    /// CPU of every thread, grouped by name with the trailing number folded (`http-nio-8080-exec-*`:
+    /// a pool is one group, whatever its size), the busiest groups first and the rest as
+    /// `(other threads)`: the groups add up to the process's CPU.
+    #[serde(default)]
+    pub cpu_by_thread_group: Vec<ThreadGroupCpu>,
+}
+
+/// A group of same-named threads and the CPU they used together.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ThreadGroupCpu {
+    pub name: String,
+    pub threads: u64,
+    /// Percent of one core.
+    pub cpu_pct: f64,
+}
+
+/// A thread name with its trailing number as `*`: a pool's threads are one group
+/// (`http-nio-8080-exec-*`), while `C1 CompilerThread*` and `C2 CompilerThread*`, or
+/// `pool-1-thread-*` and `pool-2-thread-*`, stay apart.
+pub fn thread_group_name(name: &str) -> String {
+    let stem = name.trim_end_matches(|c: char| c.is_ascii_digit());
+    if stem.len() == name.len() {
+        name.to_string()
+    } else {
+        format!("{stem}*")
+    }
+}
+
+/// Every thread's CPU by group, the busiest `TOP_THREADS` groups and the rest together.
+fn thread_groups(per_thread: &[TaskRates]) -> Vec<ThreadGroupCpu> {
+    let mut groups: BTreeMap<String, ThreadGroupCpu> = BTreeMap::new();
+    for t in per_thread {
+        let name = thread_group_name(&t.name);
+        let g = groups
+            .entry(name.clone())
+            .or_insert_with(|| ThreadGroupCpu {
+                name,
+                ..Default::default()
+            });
+        g.threads += 1;
+        g.cpu_pct += t.cpu_user_pct + t.cpu_system_pct;
+    }
+    let mut groups: Vec<ThreadGroupCpu> = groups.into_values().collect();
+    groups.sort_by(|a, b| b.cpu_pct.total_cmp(&a.cpu_pct).then(a.name.cmp(&b.name)));
+    if groups.len() > TOP_THREADS {
+        let rest = groups.split_off(TOP_THREADS);
+        groups.push(ThreadGroupCpu {
+            name: "(other threads)".into(),
+            threads: rest.iter().map(|g| g.threads).sum(),
+            cpu_pct: rest.iter().map(|g| g.cpu_pct).sum(),
+        });
+    }
+    groups
 }
 
 /// What the host and the target did during one interval. Figures that could not be read
@@ -321,6 +374,7 @@ impl Sampler {
                     t.voluntary_switches_per_s.unwrap_or(0.0)
                         + t.involuntary_switches_per_s.unwrap_or(0.0)
                 };
+                let cpu_by_thread_group = thread_groups(&per_thread);
                 per_thread.sort_by(|x, y| cpu(y).total_cmp(&cpu(x)));
                 let descriptors = self.pid.and_then(|p| self.proc.descriptors(p));
                 let hottest_by_cpu = per_thread.iter().take(TOP_THREADS).cloned().collect();
@@ -332,6 +386,7 @@ impl Sampler {
                     threads: pb.num_threads,
                     hottest_by_cpu,
                     hottest_by_switches,
+                    cpu_by_thread_group,
                     sockets: descriptors
                         .as_ref()
                         .map(|(_, inodes)| self.proc.sockets_of(inodes)),
@@ -369,4 +424,23 @@ fn unix_ms_now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
+}
+
+#[cfg(test)]
+mod group_tests {
+    use super::*;
+
+    #[test]
+    fn thread_names_fold_their_numbers() {
+        assert_eq!(
+            thread_group_name("http-nio-8080-exec-12"),
+            "http-nio-8080-exec-*"
+        );
+        assert_eq!(thread_group_name("GC Thread#3"), "GC Thread#*");
+        assert_eq!(
+            thread_group_name("C2 CompilerThread0"),
+            "C2 CompilerThread*"
+        );
+        assert_eq!(thread_group_name("main"), "main");
+    }
 }

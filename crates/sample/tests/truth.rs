@@ -410,3 +410,42 @@ fn host_memory_is_read_each_interval() {
     assert_eq!(m.total_kib, total_kib);
     assert!(m.available_kib > 0 && m.available_kib <= m.total_kib);
 }
+
+#[test]
+fn threads_of_one_pool_are_one_group_and_the_groups_add_up_to_the_process() {
+    // Three threads of one pool, numbered as pools number them.
+    let spinning: Vec<Arc<AtomicBool>> = (1..=3)
+        .map(|i| {
+            start(&format!("spin-pool-{i}"), || {
+                let until = Instant::now() + Duration::from_millis(5);
+                while Instant::now() < until {
+                    std::hint::spin_loop();
+                }
+            })
+        })
+        .collect();
+    let mut sampler = kiln_sample::Sampler::new(ProcFs::default(), Some(std::process::id() as i32));
+    sampler.tick();
+    thread::sleep(Duration::from_millis(1000));
+    let second = sampler.tick();
+    for stop in spinning {
+        stop.store(true, Ordering::Relaxed);
+    }
+    let process = second.process.expect("this process");
+    let pool = process
+        .cpu_by_thread_group
+        .iter()
+        .find(|g| g.name == "spin-pool-*")
+        .unwrap_or_else(|| panic!("{:?}", process.cpu_by_thread_group));
+    assert_eq!(pool.threads, 3);
+    assert!(pool.cpu_pct > 0.0);
+    // The groups are every thread's CPU: they add up to the process's own counters over
+    // the same interval (threads that ended in it aside), whatever else the machine runs.
+    let groups: f64 = process.cpu_by_thread_group.iter().map(|g| g.cpu_pct).sum();
+    let whole = process.rates.cpu_user_pct + process.rates.cpu_system_pct;
+    assert!(
+        (groups - whole).abs() <= 0.1 * whole + 5.0,
+        "groups {groups:.1}% vs process {whole:.1}%: {:?}",
+        process.cpu_by_thread_group
+    );
+}
