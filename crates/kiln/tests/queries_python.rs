@@ -1,7 +1,8 @@
 //! End to end with real parts: a Flask app on a real PostgreSQL, instrumented with the
 //! OpenTelemetry SDK (psycopg and Flask instrumentations, kiln's span processor for stacks),
 //! exporting OTLP/protobuf to `kiln queries --listen`. The app's DB calls are known by
-//! construction (tests/apps/python_shop/app.py); kiln must report exactly them.
+//! construction (tests/apps/python_shop/app.py); kiln must report exactly them. The app runs
+//! from a folder named like libraries (`opentelemetry/sqlalchemy/`): still the app's code.
 
 mod common;
 
@@ -91,7 +92,7 @@ fn flask_on_postgres_n_plus_one_bulk_and_repeats() {
     }
     let folded = std::fs::read_to_string(out.join("db-trie.folded")).unwrap();
     let loop_line = format!(
-        "authors (python_shop/app.py:{})",
+        "authors (sqlalchemy/app.py:{})",
         line_of(&app_file, "# N+1 LOOP")
     );
     let loop_calls: u64 = folded
@@ -162,7 +163,7 @@ fn kiln_run_receives_the_traces_of_its_own_load() {
     assert!(text.contains("N+1 queries  GET /authors"), "{text}");
     assert!(
         text.contains(&format!(
-            "at authors (python_shop/app.py:{})",
+            "at authors (sqlalchemy/app.py:{})",
             line_of(&app_file, "# N+1 LOOP")
         )),
         "{text}"

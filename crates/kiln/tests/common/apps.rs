@@ -182,11 +182,19 @@ pub fn start_python_shop(
     (app, port)
 }
 
+/// The Flask shop, run from a copy whose folders are named like libraries
+/// (`.../opentelemetry/sqlalchemy/app.py`): an application's own folders must not be taken
+/// for the libraries they are named after.
 pub fn python_shop_file() -> PathBuf {
-    workspace()
-        .join("tests/apps/python_shop/app.py")
-        .canonicalize()
-        .unwrap()
+    let source = workspace().join("tests/apps/python_shop/app.py");
+    let dir = workspace().join("target/python-shop/opentelemetry/sqlalchemy");
+    std::fs::create_dir_all(&dir).unwrap();
+    let copy = dir.join("app.py");
+    // written whole, then renamed: tests running at once never see half a file
+    let tmp = dir.join(format!(".app.py.{}", std::process::id()));
+    std::fs::copy(&source, &tmp).unwrap();
+    std::fs::rename(&tmp, &copy).unwrap();
+    copy.canonicalize().unwrap()
 }
 
 /// Each shop route, `rounds` times.
