@@ -501,3 +501,67 @@ pub fn render_json(view: &RunView) -> Value {
         "queries": view.queries,
     })
 }
+
+#[cfg(test)]
+mod record_fuzz {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Any JSON value, a few levels deep, with the keys the records use.
+    fn any_json() -> impl Strategy<Value = Value> {
+        let key = prop_oneof![
+            Just("analysis"),
+            Just("coverage"),
+            Just("findings"),
+            Just("routes"),
+            Just("site"),
+            Just("summary"),
+            Just("top_self"),
+            Just("samples"),
+            Just("calls"),
+            Just("requests"),
+            Just("db_spans"),
+            Just("calls_with_stack"),
+            Just("calls_with_app_frame"),
+            Just("evidence"),
+            Just("name"),
+            Just("line"),
+            Just("trie"),
+            Just("heaviest"),
+            Just("worst_requests"),
+            Just("requests_outside_window"),
+            Just("problems"),
+        ];
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<u64>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            any::<f64>()
+                .prop_map(|f| serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number)),
+            ".{0,12}".prop_map(Value::from),
+        ];
+        leaf.prop_recursive(4, 64, 8, move |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..6).prop_map(Value::from),
+                prop::collection::vec((key.clone(), inner), 0..8).prop_map(|kv| {
+                    Value::Object(kv.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
+                }),
+            ]
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(300))]
+        /// `profile.json` and `queries.json` as any JSON: the summary is written, never a panic.
+        #[test]
+        fn any_profile_or_queries_record_is_shown_without_panic(
+            profile in any_json(),
+            queries in any_json(),
+        ) {
+            let _ = recorded_extras("run", Some(&profile), Some(&queries));
+            let wrapped = json!({"analysis": queries, "summary": profile});
+            let _ = recorded_extras("run", Some(&wrapped), Some(&wrapped));
+        }
+    }
+}
