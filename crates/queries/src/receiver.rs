@@ -317,8 +317,7 @@ async fn handle(
         .unwrap_or(MAX_BODY)
         .min(MAX_BODY);
     let kib = (declared >> 10).max(1) as u32;
-    let room = tokio::time::timeout(BODY_ROOM_WAIT, bodies.acquire_many_owned(kib)).await;
-    let Ok(Ok(_room)) = room else {
+    let Some(_room) = room_for(&bodies, kib).await else {
         let mut busy = reject(
             StatusCode::SERVICE_UNAVAILABLE,
             "kiln is reading other requests; retry\n".into(),
@@ -369,6 +368,24 @@ async fn handle(
         reply(StatusCode::OK, "application/json", "{}")
     } else {
         reply(StatusCode::OK, "application/x-protobuf", Bytes::new())
+    }
+}
+
+/// Room for `kib` in the body budget, waiting at most `BODY_ROOM_WAIT`. Not in turn: tokio's
+/// semaphore serves waiters first come first served, so a small request from a real exporter
+/// would wait behind large half-sent ones that will never fit; here whoever fits, goes.
+async fn room_for(bodies: &Arc<Semaphore>, kib: u32) -> Option<tokio::sync::OwnedSemaphorePermit> {
+    let deadline = tokio::time::Instant::now() + BODY_ROOM_WAIT;
+    loop {
+        match bodies.clone().try_acquire_many_owned(kib) {
+            Ok(permit) => return Some(permit),
+            Err(tokio::sync::TryAcquireError::Closed) => return None,
+            Err(tokio::sync::TryAcquireError::NoPermits) => {}
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
