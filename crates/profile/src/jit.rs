@@ -212,9 +212,17 @@ pub fn without_return_type(frame: &str) -> String {
     let Some(name) = frame.strip_suffix("_[j]") else {
         return frame.to_string();
     };
+    // Only the JVM's `type package.Class.method`: Node's `LazyCompile:*fn /path/x.js:2:17`
+    // and other runtimes' names keep every part.
+    let java_type = |t: &str| {
+        !t.is_empty()
+            && t.chars()
+                .all(|c| c.is_alphanumeric() || matches!(c, '_' | '$' | '.' | '[' | ']'))
+    };
     match name.split_once(' ') {
-        // `type Class.method` or `type Class::method`: the second part is the method.
-        Some((_, method)) if method.contains(['.', ':']) && !method.contains(' ') => {
+        Some((ty, method))
+            if java_type(ty) && method.contains('.') && !method.contains([' ', '/', ':', '\\']) =>
+        {
             format!("{method}_[j]")
         }
         _ => frame.to_string(),
