@@ -116,9 +116,13 @@ fn a_closed_run_reports_what_the_target_counted_and_report_rebuilds_it() {
 #[test]
 fn jmeter_lines_give_one_summary_per_measured_run_and_no_empty_window() {
     let target = TargetServer::start(Behavior::default()).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("r");
     let out = kiln(&[
         "run",
         &target.url("/"),
+        "--out",
+        dir.to_str().unwrap(),
         "--rate",
         "100",
         "-d",
