@@ -83,17 +83,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
-            // An error whose text already holds its cause's (an OS error in a file error) is
-            // not followed by the cause again.
-            let mut text = String::new();
-            for cause in e.chain().map(|c| c.to_string()) {
-                if !text.contains(&cause) {
-                    if !text.is_empty() {
-                        text.push_str(": ");
-                    }
-                    text.push_str(&cause);
-                }
-            }
+            let text = run_cmd::error_text(&e);
             eprintln!("kiln: error: {}", format::safe_text(&text));
             ExitCode::from(1)
         }

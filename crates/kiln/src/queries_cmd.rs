@@ -20,9 +20,7 @@ use serde_json::{json, Value};
 
 use crate::cli::{FailOn, QueriesArgs, QueryAnalysisArgs, TrieFrames};
 use crate::format::safe_text;
-use crate::run_cmd::{
-    create_run_dir, or_fail, signal_exit_code, EXIT_INTERRUPTED, EXIT_THRESHOLDS_FAILED,
-};
+use crate::run_cmd::{create_run_dir, interrupted_exit_code, or_fail, EXIT_THRESHOLDS_FAILED};
 
 pub const QUERIES_PART: &str = "queries";
 pub const TRIE_CALLS_PART: &str = "db-trie-calls";
@@ -501,8 +499,7 @@ pub fn run(args: QueriesArgs, stop: &StopSignal) -> Result<u8> {
         );
     }
     Ok(if status == RunStatus::Interrupted {
-        stop.interrupted_by()
-            .map_or(EXIT_INTERRUPTED, signal_exit_code)
+        interrupted_exit_code(stop.interrupted_by())
     } else if gate(&report.analysis, args.analysis.fail_on) {
         EXIT_THRESHOLDS_FAILED
     } else {

@@ -27,6 +27,26 @@ pub const EXIT_INTERRUPTED: u8 = 3;
 pub fn signal_exit_code(signal: i32) -> u8 {
     128u8.saturating_add(u8::try_from(signal).unwrap_or(0))
 }
+
+/// The exit code of an interrupted run: the signal's when one stopped it, else 3.
+pub fn interrupted_exit_code(signal: Option<i32>) -> u8 {
+    signal.map_or(EXIT_INTERRUPTED, signal_exit_code)
+}
+
+/// An error with its causes, each said once (an I/O error's text is often already in the
+/// message of the error that wraps it).
+pub fn error_text(e: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in e.chain().map(|c| c.to_string()) {
+        if !text.contains(&cause) {
+            if !text.is_empty() {
+                text.push_str(": ");
+            }
+            text.push_str(&cause);
+        }
+    }
+    text
+}
 /// As k6's ThresholdsHaveFailed.
 pub const EXIT_THRESHOLDS_FAILED: u8 = 99;
 
@@ -77,12 +97,7 @@ pub fn create_run_dir(
 /// no record is left `running` by an error kiln saw (a full disk, an unwritable --html).
 pub fn or_fail<T>(dir: &mut RunDir, result: Result<T>) -> Result<T> {
     if let Err(e) = &result {
-        let reason = e
-            .chain()
-            .map(|c| c.to_string())
-            .collect::<Vec<_>>()
-            .join(": ");
-        let _ = dir.finish(RunStatus::Failed, Some(reason));
+        let _ = dir.finish(RunStatus::Failed, Some(error_text(e)));
     }
     result
 }
@@ -565,9 +580,7 @@ pub fn print_outcome(outcome: &RunOutcome, json: bool) -> Result<u8> {
             EXIT_THRESHOLDS_FAILED
         }
         RunStatus::Complete => 0,
-        _ => outcome
-            .interrupted_by
-            .map_or(EXIT_INTERRUPTED, signal_exit_code),
+        _ => interrupted_exit_code(outcome.interrupted_by),
     })
 }
 

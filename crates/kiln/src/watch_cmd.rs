@@ -12,7 +12,7 @@ use serde_json::json;
 
 use crate::cli::WatchArgs;
 use crate::format::{self, safe_text};
-use crate::run_cmd::{create_run_dir, signal_exit_code, EXIT_INTERRUPTED};
+use crate::run_cmd::{create_run_dir, interrupted_exit_code};
 use crate::{resources_summary, target_process};
 
 fn one_line(s: &ResourceSecond) -> String {
@@ -105,9 +105,10 @@ pub fn run(args: WatchArgs, stop: &StopSignal) -> Result<u8> {
         );
         outln!("Sampler    kiln's own CPU {own_pct:.2}% of one core");
     }
-    Ok(match (stop.interrupted_by(), &ended) {
-        (Some(signal), _) => signal_exit_code(signal),
-        (None, Some(_)) => EXIT_INTERRUPTED,
-        (None, None) => 0,
+    let signal = stop.interrupted_by();
+    Ok(if signal.is_some() || ended.is_some() {
+        interrupted_exit_code(signal)
+    } else {
+        0
     })
 }
