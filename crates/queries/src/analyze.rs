@@ -91,10 +91,15 @@ pub struct DbCall {
     /// synthetic when no frame is the application's), or of the parent span.
     pub site: u64,
     pub structural: bool,
-    /// The stack holds an application frame.
-    pub app_frame: bool,
     /// Matched an --ignore-sql or --ignore-frame pattern: not in the findings.
     pub ignored: bool,
+}
+
+impl DbCall {
+    /// Whether its stack holds an application frame.
+    pub fn has_app_frame(&self) -> bool {
+        self.frames.iter().any(|f| f.app)
+    }
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -586,7 +591,6 @@ pub fn analyze(ingest: &Ingest, options: &Options) -> Analysis {
             None if fp.placeholders => None,
             None => Some(literals.unwrap_or(0)),
         };
-        let app_frame = frames.iter().any(|f| f.app);
         calls.push(DbCall {
             span: i,
             request,
@@ -597,7 +601,6 @@ pub fn analyze(ingest: &Ingest, options: &Options) -> Analysis {
             frames,
             site,
             structural,
-            app_frame,
             ignored: false,
         });
     }
@@ -657,7 +660,9 @@ pub fn analyze(ingest: &Ingest, options: &Options) -> Analysis {
     let calls_with_stack = analysed_calls()
         .filter(|&&c| !calls[c].frames.is_empty())
         .count();
-    let calls_with_app_frame = analysed_calls().filter(|&&c| calls[c].app_frame).count();
+    let calls_with_app_frame = analysed_calls()
+        .filter(|&&c| calls[c].has_app_frame())
+        .count();
 
     let mut findings: Vec<Finding> = Vec::new();
     for &r in &matched {
@@ -884,7 +889,7 @@ fn request_findings(
             share_of_db_time: share.min(1.0),
             site,
             structural: first.structural,
-            no_app_frame: !first.structural && !first.app_frame,
+            no_app_frame: !first.structural && !first.has_app_frame(),
             parallel: n > 1 && sum_ns > time_ns + time_ns / 2,
             evidence,
             fix,
@@ -894,7 +899,7 @@ fn request_findings(
         let first = &calls[group[0]];
         let fp = &first.fingerprint;
         let n = group.len();
-        let where_ = format!("from {}", site_text(first, index));
+        let where_ = where_text(first, index);
         // slow calls, whatever the group
         for &c in &group {
             let ms = (calls[c].end_ns - calls[c].start_ns) as f64 / 1e6;
@@ -1068,6 +1073,16 @@ fn request_findings(
         out.push(f);
     }
     out
+}
+
+/// "from <site>", or "under span ..." when the call site is unknown, for the evidence.
+fn where_text(call: &DbCall, index: &SpanIndex) -> String {
+    let site = site_text(call, index);
+    if call.structural {
+        site
+    } else {
+        format!("from {site}")
+    }
 }
 
 /// Where a call was made, for the evidence: its innermost application frame; the nearest

@@ -317,6 +317,9 @@ fn without_stacks_parent_spans_group_and_sites_are_unknown() {
     let f = &analysis.findings[0].example;
     assert!(f.structural && f.site.is_empty());
     assert!(f.evidence.contains("load_orders"), "{}", f.evidence);
+    // said as before stacks were read: "under span", not "from under span"
+    assert!(f.evidence.contains(" under span "), "{}", f.evidence);
+    assert!(!f.evidence.contains("from under"), "{}", f.evidence);
     // 60 ms in the loop: high
     assert_eq!(f.severity, kiln_queries::analyze::Severity::High);
     assert_eq!(analysis.coverage.db_with_stack, 0);
