@@ -152,16 +152,21 @@ impl Folded {
     /// pass-through frame (see `pass_through`).
     pub fn top_total(&self, n: usize) -> Vec<FunctionShare> {
         let mut shares = self.function_shares();
+        self.drop_pass_through(&mut shares);
+        top_total(&shares, n)
+    }
+
+    /// `shares` without the pass-through frames (see `pass_through`).
+    pub fn drop_pass_through(&self, shares: &mut BTreeMap<String, FunctionShare>) {
         for frame in self.pass_through() {
             shares.remove(&frame);
         }
-        top_total(&shares, n)
     }
 
     /// Frames that only pass their samples on: never a leaf, and always followed by the same
     /// one callee (thread entry points, `start_thread -> JavaMain -> ...`, a server's chain of
     /// filters). On nearly every stack, they would fill "Top total" and say nothing.
-    pub fn pass_through(&self) -> std::collections::HashSet<String> {
+    fn pass_through(&self) -> std::collections::HashSet<String> {
         // per frame: its one callee so far, or None once it had two or was a leaf
         let mut callee: BTreeMap<&str, Option<&str>> = BTreeMap::new();
         for stack in self.stacks.keys() {

@@ -319,9 +319,7 @@ impl ProfileSummary {
         let mut shares = folded.function_shares();
         let top_self = folded::top_self(&shares, top);
         // Frames that only pass samples on (thread entries) are on nearly every stack.
-        for frame in folded.pass_through() {
-            shares.remove(&frame);
-        }
+        folded.drop_pass_through(&mut shares);
         Self {
             samples: folded.total(),
             distinct_stacks: folded.distinct_stacks(),
