@@ -38,9 +38,25 @@ pub struct ConnectionSetup {
     pub connect_timeout: Duration,
     /// The first failure of kiln's own resources (no descriptor, no memory, no local port)
     /// while connecting: not the target's fault, so never counted as one of its requests.
-    local_failure: std::sync::Mutex<Option<String>>,
+    local_failure: FirstText,
     /// The first TLS handshake error's text: "TLS" alone does not say what to fix.
-    tls_failure: std::sync::Mutex<Option<String>>,
+    tls_failure: FirstText,
+}
+
+/// The first of several texts noted from any connection task; later ones are dropped.
+#[derive(Default)]
+struct FirstText(std::sync::Mutex<Option<String>>);
+
+impl FirstText {
+    fn note(&self, text: impl FnOnce() -> String) {
+        if let Ok(mut first) = self.0.lock() {
+            first.get_or_insert_with(text);
+        }
+    }
+
+    fn get(&self) -> Option<String> {
+        self.0.lock().ok().and_then(|f| f.clone())
+    }
 }
 
 impl ConnectionSetup {
@@ -77,33 +93,31 @@ impl ConnectionSetup {
             method: plan.request.method.clone(),
             request,
             connect_timeout: plan.connect_timeout,
-            local_failure: std::sync::Mutex::new(None),
-            tls_failure: std::sync::Mutex::new(None),
+            local_failure: FirstText::default(),
+            tls_failure: FirstText::default(),
         })
     }
 
     /// What the first failed TLS handshake said, if one failed.
     pub fn tls_failure(&self) -> Option<String> {
-        self.tls_failure.lock().ok().and_then(|f| f.clone())
+        self.tls_failure.get()
     }
 
     /// kiln's own shortage that stopped a connection, if one did (see `local_failure`).
     pub fn local_failure(&self) -> Option<String> {
-        self.local_failure.lock().ok().and_then(|f| f.clone())
+        self.local_failure.get()
     }
 
     fn note_local_failure(&self, e: &std::io::Error) {
-        if let Ok(mut f) = self.local_failure.lock() {
-            f.get_or_insert_with(|| {
-                let nofile = crate::limits::open_files_limit()
-                    .map(|(soft, _)| format!("; kiln may open {soft} files"))
-                    .unwrap_or_default();
-                format!(
-                    "kiln could not open a connection: {e}{nofile} (lower -c/--max-connections, \
-                     or raise the limit: ulimit -n)"
-                )
-            });
-        }
+        self.local_failure.note(|| {
+            let nofile = crate::limits::open_files_limit()
+                .map(|(soft, _)| format!("; kiln may open {soft} files"))
+                .unwrap_or_default();
+            format!(
+                "kiln could not open a connection: {e}{nofile} (lower -c/--max-connections, \
+                 or raise the limit: ulimit -n)"
+            )
+        });
     }
 
     /// Opens a connection (and completes the TLS handshake).
@@ -132,9 +146,7 @@ impl ConnectionSetup {
                 .await
                 .map_err(|_| ErrorKind::ConnectTimeout)?
                 .map_err(|e| {
-                    if let Ok(mut first) = self.tls_failure.lock() {
-                        first.get_or_insert_with(|| e.to_string());
-                    }
+                    self.tls_failure.note(|| e.to_string());
                     ErrorKind::Tls
                 })?;
                 Stream::Tls(Box::new(tls))

@@ -99,7 +99,11 @@ impl Target {
         }
         // A port that is not a number in 1..=65535 is a typo (`:80800`): refuse it rather than
         // load the scheme's default port, which may be some other service.
-        let port = match port_text(authority.as_str()) {
+        let (userinfo, host_port) = match authority.as_str().rsplit_once('@') {
+            Some((userinfo, host_port)) => (Some(userinfo), host_port),
+            None => (None, authority.as_str()),
+        };
+        let port = match port_text(host_port) {
             None => {
                 if tls {
                     443
@@ -118,10 +122,6 @@ impl Target {
             None | Some("") => "/".to_string(),
             Some(p) if p.starts_with('/') => p.to_string(),
             Some(p) => format!("/{p}"),
-        };
-        let (userinfo, host_port) = match authority.as_str().rsplit_once('@') {
-            Some((userinfo, host_port)) => (Some(userinfo), host_port),
-            None => (None, authority.as_str()),
         };
         let basic_auth = userinfo
             .map(basic_auth_header)
@@ -153,10 +153,9 @@ impl Target {
     }
 }
 
-/// The port written in an authority (`user@host:port`, `[::1]:port`), if any. `http`'s own
-/// parser says "no port" for one that does not fit in 16 bits, which would load port 80.
-fn port_text(authority: &str) -> Option<&str> {
-    let host_port = authority.rsplit_once('@').map_or(authority, |(_, hp)| hp);
+/// The port written after a host (`host:port`, `[::1]:port`), if any. `http`'s own parser
+/// says "no port" for one that does not fit in 16 bits, which would load port 80.
+fn port_text(host_port: &str) -> Option<&str> {
     let after_host = match host_port.rfind(']') {
         Some(end) => &host_port[end + 1..],
         None => host_port,
