@@ -431,9 +431,8 @@ impl<T: DeserializeOwned> Iterator for JsonLines<T> {
     type Item = Result<T, RecordError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        let path = self.path.clone();
-        let malformed = |detail: String| RecordError::Malformed {
-            path: path.clone(),
+        let malformed = |path: &Path, detail: String| RecordError::Malformed {
+            path: path.to_path_buf(),
             detail,
         };
         loop {
@@ -442,13 +441,14 @@ impl<T: DeserializeOwned> Iterator for JsonLines<T> {
                 None => break,
                 Some(Err(e)) => {
                     self.lines = None;
-                    return Some(Err(io_err("read", &path)(e)));
+                    return Some(Err(io_err("read", &self.path)(e)));
                 }
                 Some(Ok(Line::TooLong(number))) => {
                     self.lines = None;
-                    return Some(Err(malformed(format!(
-                        "line {number}: longer than {MAX_LINE_BYTES} bytes"
-                    ))));
+                    return Some(Err(malformed(
+                        &self.path,
+                        format!("line {number}: longer than {MAX_LINE_BYTES} bytes"),
+                    )));
                 }
                 Some(Ok(Line::Read(number, line))) => (number, line),
             };
@@ -466,7 +466,7 @@ impl<T: DeserializeOwned> Iterator for JsonLines<T> {
                 });
             match parsed {
                 Ok(v) => return Some(Ok(v)),
-                Err(detail) => self.bad = Some(malformed(detail)),
+                Err(detail) => self.bad = Some(malformed(&self.path, detail)),
             }
         }
         self.lines = None;
