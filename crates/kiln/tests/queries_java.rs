@@ -5,12 +5,12 @@
 mod common;
 
 use std::path::Path;
-use std::process::Command;
+
 use std::time::Duration;
 
 use common::apps::{
-    assert_shop_findings, free_port, java_under_agent, m2_jar, visit_shop, wait_port, workspace,
-    Killed, Listening, ShopTruth,
+    assert_shop_findings, free_port, java_under_agent, javac, m2_jar, visit_shop, wait_port,
+    workspace, Killed, Listening, ShopTruth,
 };
 use kiln_targets::postgres::Postgres;
 
@@ -27,17 +27,7 @@ fn jdbc_under_the_java_agent_n_plus_one_bulk_and_repeats() {
         .canonicalize()
         .unwrap();
     let classes = tmp.path().join("classes");
-    let javac = Command::new("javac")
-        .arg("-d")
-        .arg(&classes)
-        .arg(&source)
-        .output()
-        .expect("javac runs");
-    assert!(
-        javac.status.success(),
-        "{}",
-        String::from_utf8_lossy(&javac.stderr)
-    );
+    javac(std::slice::from_ref(&source), None, &classes);
 
     let pg = Postgres::start().expect("PostgreSQL starts");
     let out = tmp.path().join("run");

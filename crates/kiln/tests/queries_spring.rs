@@ -9,11 +9,12 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+
 use std::time::Duration;
 
 use common::apps::{
-    fetch, findings, free_port, get, java_under_agent, line_of, wait_port_for, workspace, Killed,
+    fetch, findings, free_port, get, java_under_agent, javac, line_of, wait_port_for, workspace,
+    Killed,
 };
 use common::{json_with_exit, kiln};
 use serde_json::Value;
@@ -29,19 +30,7 @@ fn compile(app: &Path, out: &Path, lib: &Path) -> PathBuf {
             .map(|e| e.unwrap().path())
             .collect();
     let classes = out.join("classes");
-    let javac = Command::new("javac")
-        .arg("-cp")
-        .arg(format!("{}/*", lib.display()))
-        .arg("-d")
-        .arg(&classes)
-        .args(&sources)
-        .output()
-        .expect("javac runs");
-    assert!(
-        javac.status.success(),
-        "{}",
-        String::from_utf8_lossy(&javac.stderr)
-    );
+    javac(&sources, Some(&format!("{}/*", lib.display())), &classes);
     std::fs::copy(
         app.join("src/main/resources/application.properties"),
         classes.join("application.properties"),

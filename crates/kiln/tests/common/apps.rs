@@ -290,6 +290,25 @@ pub fn m2_jar(group: &str, name: &str, version: &str) -> String {
     path.to_string_lossy().into_owned()
 }
 
+/// Compiles `sources` with javac (against `classpath` when given) into `classes`.
+pub fn javac(sources: &[PathBuf], classpath: Option<&str>, classes: &Path) {
+    let mut javac = Command::new("javac");
+    if let Some(cp) = classpath {
+        javac.arg("-cp").arg(cp);
+    }
+    let out = javac
+        .arg("-d")
+        .arg(classes)
+        .args(sources)
+        .output()
+        .expect("javac runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// `java` under the OpenTelemetry Java agent with the span-stacktrace extension at
 /// min.duration 0 and recorded JDBC parameters, exporting OTLP/protobuf to `endpoint` every
 /// 100 ms: the setup the README documents. The caller adds the classpath and main class.
