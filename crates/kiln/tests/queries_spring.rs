@@ -9,7 +9,6 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-
 use std::time::Duration;
 
 use common::apps::{
