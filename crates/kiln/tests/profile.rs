@@ -495,19 +495,17 @@ fn children_named(pid: u32, comm: &str) -> Vec<i32> {
     found
 }
 
-#[test]
-fn perf_stops_when_kiln_is_killed_mid_profile() {
-    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let mut target = std::process::Command::new("sleep")
+/// A sleeping process (no on-CPU sample will come), `kiln profile` of it for two minutes
+/// writing to `out`, and the perf that kiln started, once it runs.
+fn profiling_a_sleeper(out: &std::path::Path) -> (std::process::Child, std::process::Child, i32) {
+    let target = std::process::Command::new("sleep")
         .arg("120")
         .spawn()
         .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("run");
-    let mut kiln_process = std::process::Command::new(env!("CARGO_BIN_EXE_kiln"))
+    let kiln_process = std::process::Command::new(env!("CARGO_BIN_EXE_kiln"))
         .args(["profile", "--pid", &target.id().to_string(), "-d", "120s"])
         .arg("--out")
-        .arg(&out)
+        .arg(out)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
@@ -520,6 +518,14 @@ fn perf_stops_when_kiln_is_killed_mid_profile() {
         assert!(Instant::now() < deadline, "perf never started");
         thread::sleep(Duration::from_millis(50));
     };
+    (target, kiln_process, perf)
+}
+
+#[test]
+fn perf_stops_when_kiln_is_killed_mid_profile() {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let (mut target, mut kiln_process, perf) = profiling_a_sleeper(&dir.path().join("run"));
     // As the OOM killer would: no chance for kiln to clean up.
     kiln_process.kill().unwrap();
     kiln_process.wait().unwrap();
@@ -541,30 +547,13 @@ fn perf_stops_when_kiln_is_killed_mid_profile() {
 #[test]
 fn ctrl_c_before_the_first_sample_leaves_no_perf_data() {
     let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    // A sleeping process: no on-CPU sample will come.
-    let mut target = std::process::Command::new("sleep")
-        .arg("60")
-        .spawn()
-        .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("run");
-    let kiln_process = std::process::Command::new(env!("CARGO_BIN_EXE_kiln"))
-        .args(["profile", "--pid", &target.id().to_string(), "-d", "60s"])
-        .arg("--out")
-        .arg(&out)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while children_named(kiln_process.id(), "perf").is_empty() {
-        assert!(Instant::now() < deadline, "perf never started");
-        thread::sleep(Duration::from_millis(50));
-    }
+    let (mut target, mut kiln_process, _) = profiling_a_sleeper(&out);
     thread::sleep(Duration::from_millis(500));
     // SAFETY: kill(2) of the kiln this test started.
     unsafe { libc::kill(kiln_process.id() as i32, libc::SIGINT) };
-    let _ = kiln_process.wait_with_output().unwrap();
+    kiln_process.wait().unwrap();
     assert!(out.join("run.json").exists());
     assert!(!out.join("perf.data").exists(), "perf.data left in the run");
     let _ = target.kill();
