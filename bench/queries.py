@@ -18,6 +18,9 @@ Tools, in one run on this machine:
 
 Reports CPU seconds (user + system), wall time and peak RSS; spans per CPU-second.
 Usage: python3 bench/queries.py [--quick]   (results: bench/out/queries-<time>.json)
+       python3 bench/queries.py --baseline OLD_KILN   the "many" file only, OLD_KILN and this
+                      kiln interleaved, three rounds (a before/after of a change, on one file in
+                      one run, since this VM's speed drifts between runs)
 """
 import json, os, random, shutil, subprocess, sys, tempfile, time
 
@@ -158,8 +161,23 @@ def run_kiln(path, tmp, name):
             "db_calls": report["analysis"]["db_calls"], "cost_ms": report["cost_ms"]}
 
 
+def baseline(old_kiln):
+    """The "many" workload with `old_kiln` and this kiln, interleaved, three rounds."""
+    with tempfile.TemporaryDirectory() as tmp:
+        many = os.path.join(tmp, "many.jsonl")
+        spans, _ = write_many(many, os.path.join(tmp, "slow.log"), os.path.join(tmp, "events.json"))
+        for round_ in range(1, 4):
+            for name, binary in (("before", old_kiln), ("after", KILN)):
+                out_dir = os.path.join(tmp, f"{name}-{round_}")
+                _, cpu, rss, _ = measured([binary, "queries", many, "--json", "--out", out_dir])
+                print(f"round {round_} {name}: {cpu:.2f} CPU-s, {spans / cpu:.0f} spans/CPU-s, "
+                      f"RSS {rss / 1024:.0f} MiB", flush=True)
+
+
 def main():
     sh(["cargo", "build", "--release", "-q", "-p", "kiln"], cwd=ROOT)
+    if "--baseline" in sys.argv:
+        return baseline(sys.argv[sys.argv.index("--baseline") + 1])
     os.makedirs(OUT, exist_ok=True)
     results = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "quick": QUICK, "nproc": os.cpu_count()}
     with tempfile.TemporaryDirectory() as tmp:

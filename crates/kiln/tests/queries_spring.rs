@@ -174,6 +174,25 @@ fn spring_data_jpa_under_the_agent_loop_line_double_load_and_only_the_measured_r
         a["findings"]
     );
 
+    // What the README says the record costs: the spans as received, gzipped on disk.
+    let record = tmp.path().join("list/spans.otlp.delimited.pb.gz");
+    let on_disk = std::fs::metadata(&record).unwrap().len();
+    let mut received = Vec::new();
+    std::io::Read::read_to_end(
+        &mut flate2::read::GzDecoder::new(std::fs::File::open(&record).unwrap()),
+        &mut received,
+    )
+    .unwrap();
+    println!(
+        "recorded spans: {} bytes as received, {on_disk} bytes on disk",
+        received.len()
+    );
+    assert!(
+        on_disk * 5 < received.len() as u64,
+        "{on_disk} of {}",
+        received.len()
+    );
+
     // The owner page: the same row loaded by two classes, one redundant finding naming both.
     let run = load_with_traces(
         &format!("http://127.0.0.1:{port}/owners/3"),
