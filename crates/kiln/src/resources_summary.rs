@@ -148,6 +148,12 @@ fn sockets_json(procs: &[&kiln_sample::ProcessSecond]) -> Value {
     })
 }
 
+/// The sum of counters read from a record, or None when any sample lacks the counter.
+/// Saturating: a record is untrusted input and a corrupt counter must not panic the reader.
+fn saturating_total(mut counts: impl Iterator<Item = Option<u64>>) -> Option<u64> {
+    counts.try_fold(0u64, |acc, n| Some(acc.saturating_add(n?)))
+}
+
 /// The target's control group over the samples: its own CPU, quota, throttling and memory.
 fn cgroup_json(procs: &[&kiln_sample::ProcessSecond]) -> Value {
     let groups: Vec<&kiln_sample::CgroupSecond> =
@@ -156,7 +162,7 @@ fn cgroup_json(procs: &[&kiln_sample::ProcessSecond]) -> Value {
         return Value::Null;
     };
     let sum = |f: fn(&kiln_sample::CgroupSecond) -> Option<u64>| -> Option<u64> {
-        groups.iter().map(|g| f(g)).sum()
+        saturating_total(groups.iter().map(|g| f(g)))
     };
     json!({
         "path": last.path,
@@ -179,7 +185,7 @@ fn kernel_json(samples: &[ResourceSecond]) -> Value {
         return Value::Null;
     }
     let total = |f: fn(&kiln_sample::KernelSecond) -> Option<u64>| -> Option<u64> {
-        kernels.iter().map(|k| f(k)).sum()
+        saturating_total(kernels.iter().map(|k| f(k)))
     };
     // per-CPU counts summed over the samples
     let per_cpu = |f: fn(&kiln_sample::KernelSecond) -> &Vec<u64>| {
@@ -189,7 +195,7 @@ fn kernel_json(samples: &[ResourceSecond]) -> Value {
                 sums.resize(f(k).len(), 0);
             }
             for (sum, n) in sums.iter_mut().zip(f(k)) {
-                *sum += n;
+                *sum = sum.saturating_add(*n);
             }
         }
         sums
