@@ -23,6 +23,9 @@ pub enum Command {
     Run(Box<RunArgs>),
     /// Print the summary of a recorded run again, from its run directory.
     Report(ReportArgs),
+    /// What is wrong in a recorded run: the bottlenecks with their evidence, cause and fix,
+    /// ranked (as at the end of kiln run).
+    Findings(FindingsArgs),
     /// Start an embedded target, load it, and show what kiln reports.
     Demo(DemoArgs),
     /// Watch what the host and a process do, once a second, without load.
@@ -116,6 +119,25 @@ pub enum FailOn {
     Low,
     Medium,
     High,
+}
+
+impl FailOn {
+    pub fn severity(self) -> kiln_findings::Severity {
+        match self {
+            Self::Low => kiln_findings::Severity::Low,
+            Self::Medium => kiln_findings::Severity::Medium,
+            Self::High => kiln_findings::Severity::High,
+        }
+    }
+
+    /// The same for the DB-call analysis alone (`kiln queries`).
+    pub fn query_severity(self) -> kiln_queries::analyze::Severity {
+        match self {
+            Self::Low => kiln_queries::analyze::Severity::Low,
+            Self::Medium => kiln_queries::analyze::Severity::Medium,
+            Self::High => kiln_queries::analyze::Severity::High,
+        }
+    }
 }
 
 #[derive(Args, Debug)]
@@ -376,6 +398,22 @@ pub struct RunArgs {
     /// No live progress.
     #[arg(short = 'q', long = "quiet")]
     pub quiet: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct FindingsArgs {
+    /// A run directory (holding run.json): old, copied or interrupted runs are judged too.
+    pub run_dir: PathBuf,
+    /// Print the findings as JSON on stdout.
+    #[arg(long = "json")]
+    pub json: bool,
+    /// Exit with 99 when a finding is at least this severe (a CI gate).
+    #[arg(long = "fail-on", value_enum)]
+    pub fail_on: Option<FailOn>,
+    /// Judge the record again with this kiln's rules instead of reading the findings it
+    /// recorded.
+    #[arg(long = "rejudge")]
+    pub rejudge: bool,
 }
 
 #[derive(Args, Debug)]

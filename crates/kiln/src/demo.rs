@@ -18,7 +18,8 @@ use kiln_targets::{Behavior, Stall, TargetServer};
 use crate::cli::{DemoArgs, QueryAnalysisArgs, TrieFrames};
 use crate::format;
 use crate::live::LiveOutput;
-use crate::run_cmd::{execute, print_outcome, OtlpSpec, RunSpec};
+use crate::run_cmd::print_outcome;
+use kiln_runner::{execute, OtlpSpec, RunSpec};
 
 /// Each answer takes 2 ms: 0.3 ms of CPU in `burn_cpu_for_request`, then 1.7 ms asleep.
 const SERVICE: Duration = Duration::from_millis(2);
@@ -76,7 +77,7 @@ pub fn run(args: DemoArgs, stop: &StopSignal) -> Result<u8> {
 
     let mut code = 0;
     let mut p99s = Vec::new();
-    let analysis = QueryAnalysisArgs {
+    let analysis = crate::queries_cmd::settings(&QueryAnalysisArgs {
         route: None,
         request: None,
         n_plus_one: 5,
@@ -87,7 +88,7 @@ pub fn run(args: DemoArgs, stop: &StopSignal) -> Result<u8> {
         ignore_frames: Vec::new(),
         app_packages: Vec::new(),
         fail_on: None,
-    };
+    })?;
     let open = LoadPlan {
         model: Model::Open {
             stages: RateStage::steady(500.0, duration),
@@ -145,7 +146,7 @@ pub fn run(args: DemoArgs, stop: &StopSignal) -> Result<u8> {
                     Some(OtlpSpec {
                         receiver,
                         wait: Duration::from_secs(3),
-                        analysis: &analysis,
+                        settings: &analysis,
                     })
                 }
                 (_, r) => {
@@ -161,7 +162,7 @@ pub fn run(args: DemoArgs, stop: &StopSignal) -> Result<u8> {
                 .first()
                 .map_or(0, |p| p.totals.latency.quantile_us(0.99)),
         );
-        code = code.max(print_outcome(&outcome, args.json)?);
+        code = code.max(print_outcome(&outcome, args.json, None)?);
         if stop.is_stopped() {
             return Ok(code);
         }

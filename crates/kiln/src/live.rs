@@ -33,7 +33,23 @@ impl LiveOutput {
         }
     }
 
-    pub fn start_phase(&mut self, phase: &str, planned_s: u64) {
+    fn print_window(&mut self, now_s: u32, active: u64) {
+        let secs = now_s - self.window_start;
+        eprintln!(
+            "{} Active: {active}",
+            jmeter_line("+", &self.window, secs as f64)
+        );
+        if self.window_start > 0 {
+            eprintln!("{}", jmeter_line("=", &self.total, now_s as f64));
+        }
+        self.window = PhaseSummary::new(&self.phase);
+        self.window_start = now_s;
+    }
+}
+
+/// The live lines follow the run's phases and seconds.
+impl kiln_runner::Progress for LiveOutput {
+    fn start_phase(&mut self, phase: &str, planned_s: u64) {
         self.phase = phase.to_string();
         self.planned_s = planned_s;
         self.window = PhaseSummary::new(phase);
@@ -44,7 +60,7 @@ impl LiveOutput {
         }
     }
 
-    pub fn second(&mut self, s: &SecondRecord) {
+    fn second(&mut self, s: &SecondRecord) {
         self.window.add_second(s);
         self.total.add_second(s);
         if self.quiet {
@@ -71,22 +87,9 @@ impl LiveOutput {
         }
     }
 
-    fn print_window(&mut self, now_s: u32, active: u64) {
-        let secs = now_s - self.window_start;
-        eprintln!(
-            "{} Active: {active}",
-            jmeter_line("+", &self.window, secs as f64)
-        );
-        if self.window_start > 0 {
-            eprintln!("{}", jmeter_line("=", &self.total, now_s as f64));
-        }
-        self.window = PhaseSummary::new(&self.phase);
-        self.window_start = now_s;
-    }
-
     /// Prints what the last lines have not covered, over the phase's real duration (which
     /// includes draining the requests still in flight at the end).
-    pub fn end_phase(&mut self, end: &PhaseEnd) {
+    fn end_phase(&mut self, end: &PhaseEnd) {
         if self.quiet {
             return;
         }

@@ -6,6 +6,7 @@ mod stdout;
 mod cli;
 mod demo;
 mod doctor_cmd;
+mod findings_cmd;
 mod format;
 mod live;
 mod profile_cmd;
@@ -74,6 +75,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Run(args) => run_cmd::run(*args, &stop),
         Command::Report(args) => report_cmd::run(args),
+        Command::Findings(args) => findings_cmd::run(args),
         Command::Demo(args) => demo::run(args, &stop),
         Command::Watch(args) => watch_cmd::run(args, &stop),
         Command::Profile(args) => profile_cmd::run(args, &stop),

@@ -2,16 +2,19 @@
 //! (`import`), and of the difference between two (`diff`). Each writes a run directory:
 //! collapsed stacks, an interactive SVG, a speedscope file and the summary as JSON.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 use kiln_load::plan::parse_duration;
 use kiln_load::StopSignal;
 use kiln_profile::{
-    profile_processes, speedscope_json, svg, CallGraph, Event, FlameStyle, Folded, FoldedDiff,
-    FunctionShare, ProfileSummary, Profiled, RecordOptions,
+    profile_processes, CallGraph, Event, FlameStyle, FoldedDiff, FunctionShare, ProfileSummary,
+    RecordOptions,
 };
 use kiln_record::{RunDir, RunLocation, RunStatus};
+use kiln_runner::profile_parts::{
+    how_taken, write_profile, WrittenProfile, FLAME_PART, FOLDED_PART, SUMMARY_PART,
+};
 use kiln_sample::ProcFs;
 use serde_json::{json, Value};
 
@@ -19,11 +22,6 @@ use crate::cli::{ProfileAction, ProfileArgs, ProfileCallGraph, ProfileEvent, Pro
 use crate::format::safe_text;
 use crate::run_cmd::{signal_exit_code, EXIT_INTERRUPTED};
 use crate::target_process;
-
-pub const FOLDED_PART: &str = "profile-folded";
-pub const FLAME_PART: &str = "profile-flame";
-pub const SPEEDSCOPE_PART: &str = "profile-speedscope";
-pub const SUMMARY_PART: &str = "profile-summary";
 
 pub fn run(args: ProfileArgs, stop: &StopSignal) -> Result<u8> {
     match args.action {
@@ -43,73 +41,6 @@ fn create_dir(output: &ProfileOutput, name: &str, plan: Value) -> Result<RunDir>
         name,
         plan,
     )
-}
-
-/// The files of one profile in a run directory, and its summary.
-pub struct WrittenProfile {
-    pub summary: ProfileSummary,
-    /// What `profile.json` holds: the summary and how the profile was taken.
-    pub record: Value,
-    pub flame: PathBuf,
-    pub folded: PathBuf,
-    pub speedscope: PathBuf,
-}
-
-/// Writes collapsed stacks, the flame graph, the speedscope file and the summary (with
-/// `extra` fields about how the profile was taken) into `dir`.
-pub fn write_profile(
-    dir: &mut RunDir,
-    folded: &Folded,
-    title: &str,
-    count_name: &str,
-    top: usize,
-    extra: Value,
-) -> Result<WrittenProfile> {
-    let summary = ProfileSummary::of(folded, top);
-    let folded_path = dir.write_file_part(
-        FOLDED_PART,
-        "profile.folded",
-        1,
-        folded.to_text().as_bytes(),
-    )?;
-    let style = FlameStyle {
-        title,
-        count_name,
-        ..FlameStyle::default()
-    };
-    let flame = dir.write_file_part(FLAME_PART, "flame.svg", 1, &svg(folded, &style)?)?;
-    let speedscope = dir.write_file_part(
-        SPEEDSCOPE_PART,
-        "profile.speedscope.json",
-        1,
-        speedscope_json(folded, title).as_bytes(),
-    )?;
-    let mut record = json!({ "summary": summary, "count_name": count_name });
-    if let (Some(obj), Value::Object(extra)) = (record.as_object_mut(), extra) {
-        obj.extend(extra);
-    }
-    dir.write_file_part(
-        SUMMARY_PART,
-        "profile.json",
-        1,
-        serde_json::to_string_pretty(&record)?.as_bytes(),
-    )?;
-    Ok(WrittenProfile {
-        summary,
-        record,
-        flame,
-        folded: folded_path,
-        speedscope,
-    })
-}
-
-/// How a perf profile was taken, for `profile.json` beside its summary.
-pub fn how_taken(profiled: &Profiled, frequency_hz: u32) -> Value {
-    json!({"event": profiled.event, "pids": profiled.pids,
-        "duration_s": profiled.duration.as_secs_f64(), "sampled_s": profiled.sampled_s,
-        "frequency_hz": frequency_hz,
-        "call_graph": profiled.call_graph, "perf_cpu_pct": profiled.perf_cpu_pct,
-        "target_exited": profiled.target_exited, "jit": profiled.jit})
 }
 
 fn share_rows(

@@ -10,35 +10,29 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use kiln_load::plan::parse_duration;
 use kiln_load::StopSignal;
-use kiln_queries::analyze::{analyze, Analysis, FindingKind, Options, Severity};
+use kiln_queries::analyze::{FindingKind, Options};
 use kiln_queries::receiver::{Receiver, JSON_RECORD, LEGACY_RECORDS, PROTOBUF_RECORD};
 use kiln_queries::stack::Frame;
-use kiln_queries::trie::{Frames, StackTrie};
-use kiln_queries::{html, Ingest};
-use kiln_record::{RunDir, RunLocation, RunStatus};
+use kiln_queries::trie::Frames;
+use kiln_queries::Ingest;
+use kiln_record::{RunLocation, RunStatus};
+use kiln_runner::query_parts::{gate, list_recorded, write_report};
+use kiln_runner::QuerySettings;
 use serde_json::{json, Value};
 
 use crate::cli::{FailOn, QueriesArgs, QueryAnalysisArgs, TrieFrames};
 use crate::format::safe_text;
 use crate::run_cmd::{create_run_dir, interrupted_exit_code, or_fail, EXIT_THRESHOLDS_FAILED};
 
-pub const QUERIES_PART: &str = "queries";
-pub const TRIE_CALLS_PART: &str = "db-trie-calls";
-pub const TRIE_TIME_PART: &str = "db-trie-time";
-pub const TRIE_SPEEDSCOPE_PART: &str = "db-trie-speedscope";
-pub const HTML_PART: &str = "queries-html";
-pub const SPANS_JSON_PART: &str = "otlp-json";
-pub const SPANS_PROTOBUF_PART: &str = "otlp-protobuf";
-
-/// The analysis options from the flags.
-pub fn options(args: &QueryAnalysisArgs) -> Result<Options> {
+/// How spans are analysed, from the flags.
+pub fn settings(args: &QueryAnalysisArgs) -> Result<QuerySettings> {
     if !(args.slow_ms.is_finite() && args.slow_ms > 0.0) {
         bail!(
             "--slow-ms must be a positive number of milliseconds, not {}",
             args.slow_ms
         );
     }
-    Ok(Options {
+    let options = Options {
         n_plus_one_min: args.n_plus_one as usize,
         slow_ms: args.slow_ms,
         route: args.route.clone(),
@@ -48,107 +42,16 @@ pub fn options(args: &QueryAnalysisArgs) -> Result<Options> {
         ignore_frames: args.ignore_frames.clone(),
         app_packages: args.app_packages.clone(),
         window_ns: None,
-    })
-}
-
-/// The analysis written into a run directory.
-pub struct QueryReport {
-    pub analysis: Analysis,
-    /// What queries.json holds: the analysis and the trie's heaviest paths.
-    pub record: Value,
-    pub html: PathBuf,
-    pub files: Vec<PathBuf>,
-}
-
-/// Analyses `ingest`, writes queries.json, the trie's collapsed stacks and speedscope file and
-/// the HTML report into `dir` (and the HTML also to `--html`).
-pub fn write_report(
-    dir: &mut RunDir,
-    ingest: &Ingest,
-    args: &QueryAnalysisArgs,
-    title: &str,
-    read: Duration,
-    window_ns: Option<(u64, u64)>,
-) -> Result<QueryReport> {
-    let ms = |since: Instant| since.elapsed().as_secs_f64() * 1e3;
-    let started = Instant::now();
-    let analysis = analyze(
-        ingest,
-        &Options {
-            window_ns,
-            ..options(args)?
+    };
+    Ok(QuerySettings {
+        options,
+        frames: match args.frames {
+            TrieFrames::App => Frames::App,
+            TrieFrames::All => Frames::All,
         },
-    );
-    let analysis_ms = ms(started);
-    let started = Instant::now();
-    let frames = match args.frames {
-        TrieFrames::App => Frames::App,
-        TrieFrames::All => Frames::All,
-    };
-    let trie = StackTrie::build(&analysis, frames);
-    let (calls, time) = trie.folded();
-    let trie_ms = ms(started);
-    let started = Instant::now();
-    let page = html::render(&analysis, &trie, title);
-    let speedscope = trie.speedscope(title);
-    let outputs_ms = ms(started);
-    // kiln's own cost, per stage (reading includes parsing; analysis includes fingerprints)
-    let record = json!({"analysis": &analysis, "trie": {"calls": trie.calls(), "nodes": trie.node_count(),
-        "frames": format!("{:?}", args.frames).to_lowercase(), "heaviest": trie.text(0.05, 30)},
-        "html": "queries.html",
-        "cost_ms": {"read": read.as_secs_f64() * 1e3, "analysis": analysis_ms, "trie": trie_ms,
-            "html_and_speedscope": outputs_ms}});
-    let files = vec![
-        dir.write_file_part(
-            QUERIES_PART,
-            "queries.json",
-            1,
-            serde_json::to_string_pretty(&record)?.as_bytes(),
-        )?,
-        dir.write_file_part(
-            TRIE_CALLS_PART,
-            "db-trie.folded",
-            1,
-            calls.to_text().as_bytes(),
-        )?,
-        dir.write_file_part(
-            TRIE_TIME_PART,
-            "db-trie-time-us.folded",
-            1,
-            time.to_text().as_bytes(),
-        )?,
-        dir.write_file_part(
-            TRIE_SPEEDSCOPE_PART,
-            "db-trie.speedscope.json",
-            1,
-            speedscope.as_bytes(),
-        )?,
-    ];
-    let html_path = dir.write_file_part(HTML_PART, "queries.html", 1, page.as_bytes())?;
-    if let Some(extra) = &args.html {
-        std::fs::write(extra, &page)
-            .with_context(|| format!("cannot write {}", extra.display()))?;
-    }
-    Ok(QueryReport {
-        analysis,
-        record,
-        html: html_path,
-        files,
+        html: args.html.clone(),
+        fail_on: args.fail_on.map(FailOn::query_severity),
     })
-}
-
-/// Exit code 99 when `--fail-on` is met.
-pub fn gate(analysis: &Analysis, fail_on: Option<FailOn>) -> bool {
-    let Some(fail_on) = fail_on else { return false };
-    let threshold = match fail_on {
-        FailOn::Low => Severity::Low,
-        FailOn::Medium => Severity::Medium,
-        FailOn::High => Severity::High,
-    };
-    analysis
-        .findings
-        .iter()
-        .any(|f| f.example.severity >= threshold)
 }
 
 /// The terminal report, from a queries.json record (so `kiln report` prints the same).
@@ -362,45 +265,11 @@ pub fn start_receiver(addr: &str) -> Result<Receiver> {
     Ok(receiver)
 }
 
-/// Waits for spans still in the application's export queue after the load: up to `wait`,
-/// or until a request that came after the load is followed by a second of quiet.
-pub fn drain(receiver: &Receiver, wait: Duration, stop: &StopSignal) {
-    let load_end = Instant::now();
-    let before = receiver.stats().requests;
-    let mut last = (before, Instant::now());
-    while load_end.elapsed() < wait && !stop.is_stopped() {
-        std::thread::sleep(Duration::from_millis(100));
-        let now = receiver.stats().requests;
-        if now != last.0 {
-            last = (now, Instant::now());
-        } else if now > before && last.1.elapsed() >= Duration::from_secs(1) {
-            break;
-        }
-    }
-}
-
-/// Lists the receiver's recorded files as parts.
-pub fn list_recorded(dir: &mut RunDir, recorded: &[PathBuf]) -> Result<()> {
-    for path in recorded {
-        let name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let kind = if name == JSON_RECORD {
-            SPANS_JSON_PART
-        } else {
-            SPANS_PROTOBUF_PART
-        };
-        dir.list_part(kind, &name, 1)?;
-    }
-    Ok(())
-}
-
 pub fn run(args: QueriesArgs, stop: &StopSignal) -> Result<u8> {
     if args.files.is_empty() && args.listen.is_none() {
         bail!("give span files to analyse, or --listen to receive them (see kiln queries --help)");
     }
-    options(&args.analysis)?;
+    let settings = settings(&args.analysis)?;
     let duration = args.duration.as_deref().map(parse_duration).transpose()?;
     let mut ingest = Ingest::new();
     let reading = Instant::now();
@@ -466,14 +335,7 @@ pub fn run(args: QueriesArgs, stop: &StopSignal) -> Result<u8> {
             reason = stop.reason();
         }
     }
-    let written = write_report(
-        &mut dir,
-        &ingest,
-        &args.analysis,
-        "kiln queries",
-        read,
-        None,
-    );
+    let written = write_report(&mut dir, &ingest, &settings, "kiln queries", read, None);
     let report = or_fail(&mut dir, written)?;
     // Freeing a million spans one by one costs more than the analysis did; the process ends
     // right after this, and the OS takes the memory back at once.
@@ -500,7 +362,7 @@ pub fn run(args: QueriesArgs, stop: &StopSignal) -> Result<u8> {
     }
     Ok(if status == RunStatus::Interrupted {
         interrupted_exit_code(stop.interrupted_by())
-    } else if gate(&report.analysis, args.analysis.fail_on) {
+    } else if gate(&report.analysis, settings.fail_on) {
         EXIT_THRESHOLDS_FAILED
     } else {
         0

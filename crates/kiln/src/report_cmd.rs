@@ -1,12 +1,13 @@
 //! `kiln report RUN_DIR`: the summary again, rebuilt from the run directory alone.
 
 use anyhow::{Context, Result};
+use kiln_record::parts::{PROFILE_SUMMARY_PART, QUERIES_PART};
 use kiln_record::{LoadRecordLine, PhaseSummary, RunDir, LOAD_SECONDS_PART};
 
 use kiln_sample::{ResourceSecond, RESOURCES_PART};
 
 use crate::cli::ReportArgs;
-use crate::{profile_cmd, queries_cmd, run_cmd, summary};
+use crate::{run_cmd, summary};
 
 pub fn run(args: ReportArgs) -> Result<u8> {
     let dir = RunDir::open(&args.run_dir)
@@ -17,8 +18,13 @@ pub fn run(args: ReportArgs) -> Result<u8> {
         PhaseSummary::add_line(&mut phases, &line?);
     }
     let resources: Vec<ResourceSecond> = dir.read_json_lines(RESOURCES_PART)?;
-    let profile = json_part(&dir, profile_cmd::SUMMARY_PART)?;
-    let queries = json_part(&dir, queries_cmd::QUERIES_PART)?;
+    let profile = json_part(&dir, PROFILE_SUMMARY_PART)?;
+    let queries = json_part(&dir, QUERIES_PART)?;
+    // as recorded; judged again when the record has none (an older or interrupted run)
+    let findings = match kiln_findings::read(&dir) {
+        Ok(Some(recorded)) => recorded,
+        _ => kiln_findings::judge_dir(&dir),
+    };
     let dir_text = args.run_dir.display().to_string();
     let view = summary::RunView {
         dir: &dir_text,
@@ -28,6 +34,7 @@ pub fn run(args: ReportArgs) -> Result<u8> {
         resources: &resources,
         profile: profile.as_ref(),
         queries: queries.as_ref(),
+        findings: Some(&findings),
     };
     summary::print(&view, args.json)?;
     // As `kiln run` and k6: a failed threshold is exit 99, also when the run is read again.

@@ -13,12 +13,7 @@ use kiln_sample::ResourceSecond;
 
 /// The phases a summary is about: the measured ones, merged when there are several.
 pub fn measured_total(phases: &[PhaseSummary]) -> Option<PhaseSummary> {
-    let measured: Vec<&PhaseSummary> = phases.iter().filter(|p| p.measured).collect();
-    match measured.len() {
-        0 => None,
-        1 => Some(measured[0].clone()),
-        _ => Some(PhaseSummary::merged("all runs", &measured)),
-    }
+    PhaseSummary::measured_total(phases)
 }
 
 fn is_open_model(manifest: &RunManifest) -> bool {
@@ -155,6 +150,8 @@ pub struct RunView<'a> {
     pub profile: Option<&'a Value>,
     /// The DB-call analysis (`queries.json`) when the run received traces.
     pub queries: Option<&'a Value>,
+    /// The findings over the whole record: what is wrong, ranked.
+    pub findings: Option<&'a kiln_findings::Report>,
 }
 
 pub fn print(view: &RunView, json: bool) -> serde_json::Result<()> {
@@ -216,6 +213,7 @@ pub fn render_text(view: &RunView) -> String {
         resources,
         profile,
         queries,
+        findings,
     } = *view;
     let mut out = String::new();
     let plan = &manifest.plan;
@@ -386,6 +384,10 @@ pub fn render_text(view: &RunView) -> String {
             t.actual_text
         );
     }
+    if let Some(findings) = findings {
+        out += "\n";
+        out += &kiln_findings::to_text(findings);
+    }
     out
 }
 
@@ -499,6 +501,7 @@ pub fn render_json(view: &RunView) -> Value {
             .unwrap_or_default(),
         "profile": view.profile,
         "queries": view.queries,
+        "findings": view.findings,
     })
 }
 

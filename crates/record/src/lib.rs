@@ -8,7 +8,9 @@ mod error;
 mod histogram;
 mod load;
 mod manifest;
+pub mod parts;
 mod run_dir;
+pub mod text;
 
 pub use error::RecordError;
 pub use histogram::{LatencyHistogram, LatencyStats, MAX_LATENCY_US};

@@ -250,6 +250,16 @@ impl PhaseSummary {
         self.end = Some(end.clone());
     }
 
+    /// The phases a summary is about: the measured ones, merged when there are several.
+    pub fn measured_total(phases: &[PhaseSummary]) -> Option<PhaseSummary> {
+        let measured: Vec<&PhaseSummary> = phases.iter().filter(|p| p.measured).collect();
+        match measured.len() {
+            0 => None,
+            1 => Some(measured[0].clone()),
+            _ => Some(PhaseSummary::merged("all runs", &measured)),
+        }
+    }
+
     /// Groups record lines into phases, in the order they first appear.
     pub fn from_lines<'a>(
         lines: impl IntoIterator<Item = &'a LoadRecordLine>,

@@ -1,0 +1,194 @@
+//! kiln's findings: rules over a run record (the load's seconds, the resources, the profile,
+//! the DB-call analysis, the plan) that say what is wrong, with its evidence, its likely
+//! cause, the fix to try and what it costs. A rule reads only the record: it runs no load and
+//! reads no /proc, so a copied, old or interrupted run is judged as the live one was.
+//!
+//! Each rule lives in [`rules`] beside its tests on fixture records; [`judge`] runs them all
+//! and ranks what fired. A rule that lacks what it needs says so ([`Unjudged`]) instead of
+//! staying silent, so a missing instrument is visible.
+
+pub mod record;
+pub mod rules;
+mod text;
+
+use serde::{Deserialize, Serialize};
+
+pub use record::RunRecord;
+pub use text::to_text;
+
+use kiln_record::parts::FINDINGS_PART;
+use kiln_record::{RecordError, RunDir};
+
+/// The version of `findings.json`.
+pub const FINDINGS_VERSION: u32 = 1;
+
+/// How much a finding matters; `--fail-on` compares with it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Severity {
+    Low,
+    Medium,
+    High,
+}
+
+impl Severity {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Low => "low",
+            Self::Medium => "medium",
+            Self::High => "high",
+        }
+    }
+}
+
+/// What a finding costs, by which findings are ranked: a share of something the user pays.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Impact {
+    /// 0..1.
+    pub share: f64,
+    /// Of what: "the target's CPU", "requests", "latency", "DB time"...
+    pub of: String,
+}
+
+/// A span of wall-clock time a finding is about (ms since the Unix epoch).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Window {
+    pub from_unix_ms: u64,
+    pub to_unix_ms: u64,
+}
+
+/// One problem kiln names.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Finding {
+    /// Stable: the same problem gets the same id on the next run (the rule, and for problems
+    /// that can occur more than once, a hash of what tells them apart).
+    pub id: String,
+    /// The rule that fired, e.g. `cpu.system-above-user`.
+    pub rule: String,
+    pub severity: Severity,
+    /// One line in the user's words.
+    pub title: String,
+    /// The numbers behind it, each with its unit, one per line.
+    pub evidence: Vec<String>,
+    /// The time the evidence covers, when it is a window of the run.
+    pub window: Option<Window>,
+    /// The likely cause.
+    pub cause: String,
+    /// The fix to try: the setting, flag or code change.
+    pub fix: String,
+    pub impact: Impact,
+    /// The evidence as data (series, frames, statements), for the report and scripts.
+    #[serde(default)]
+    pub data: serde_json::Value,
+}
+
+/// A rule that could not judge this record, and why (no profile, too few samples...).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Unjudged {
+    pub rule: String,
+    pub reason: String,
+}
+
+/// Every rule's verdict on one record.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    pub version: u32,
+    /// Ranked: most severe first, then by impact.
+    pub findings: Vec<Finding>,
+    /// The rules that judged the record (whether or not they found something).
+    pub judged: Vec<String>,
+    pub unjudged: Vec<Unjudged>,
+    /// What could not be read from the record (a damaged part); the rules judged the rest.
+    #[serde(default)]
+    pub read_problems: Vec<String>,
+}
+
+impl Report {
+    /// Whether a finding is at least this severe (`--fail-on`).
+    pub fn any_at_least(&self, severity: Severity) -> bool {
+        self.findings.iter().any(|f| f.severity >= severity)
+    }
+}
+
+/// What one rule says about one record.
+#[derive(Debug)]
+pub enum Verdict {
+    Found(Vec<Finding>),
+    Clear,
+    Unjudged(String),
+}
+
+/// Runs every rule over `record` and ranks what they found.
+pub fn judge(record: &RunRecord) -> Report {
+    let mut report = Report {
+        version: FINDINGS_VERSION,
+        read_problems: record.problems.clone(),
+        ..Report::default()
+    };
+    for rule in rules::ALL {
+        match (rule.judge)(record) {
+            Verdict::Found(found) => {
+                report.findings.extend(found);
+                report.judged.push(rule.id.to_string());
+            }
+            Verdict::Clear => report.judged.push(rule.id.to_string()),
+            Verdict::Unjudged(reason) => report.unjudged.push(Unjudged {
+                rule: rule.id.to_string(),
+                reason,
+            }),
+        }
+    }
+    rank(&mut report.findings);
+    report
+}
+
+/// Most severe first; among equals the larger impact first; ties by id, so the order is stable.
+fn rank(findings: &mut [Finding]) {
+    findings.sort_by(|a, b| {
+        b.severity
+            .cmp(&a.severity)
+            .then(b.impact.share.total_cmp(&a.impact.share))
+            .then(a.id.cmp(&b.id))
+    });
+}
+
+/// Reads the record in `dir` and judges it.
+pub fn judge_dir(dir: &RunDir) -> Report {
+    judge(&RunRecord::read(dir))
+}
+
+/// Writes `findings.json` into the run directory.
+pub fn write(dir: &mut RunDir, report: &Report) -> Result<std::path::PathBuf, RecordError> {
+    let text = serde_json::to_string_pretty(report).map_err(|e| RecordError::Malformed {
+        path: dir.path().join("findings.json"),
+        detail: e.to_string(),
+    })?;
+    dir.write_file_part(
+        FINDINGS_PART,
+        "findings.json",
+        FINDINGS_VERSION,
+        text.as_bytes(),
+    )
+}
+
+/// The findings a run recorded, when it recorded them in a version this kiln reads.
+pub fn read(dir: &RunDir) -> Result<Option<Report>, RecordError> {
+    let Some((path, bytes)) = dir.read_part(FINDINGS_PART)? else {
+        return Ok(None);
+    };
+    let report: Report = serde_json::from_slice(&bytes).map_err(|e| RecordError::Malformed {
+        path,
+        detail: e.to_string(),
+    })?;
+    Ok((report.version == FINDINGS_VERSION).then_some(report))
+}
+
+/// A stable id for one problem of a rule: the rule, and a short hash of what tells this
+/// occurrence apart from others of the same rule (a peer address, a frame, a statement).
+pub fn finding_id(rule: &str, key: &str) -> String {
+    if key.is_empty() {
+        return rule.to_string();
+    }
+    let hash = xxhash_rust::xxh3::xxh3_64(key.as_bytes());
+    format!("{rule}:{:08x}", hash >> 32)
+}

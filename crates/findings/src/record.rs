@@ -1,0 +1,230 @@
+//! What the rules read: one run record, loaded from its directory part by part. A part that
+//! is missing leaves its field empty (the rules that need it say they cannot judge); a part
+//! that cannot be read is named in `problems` and the rest is still judged.
+
+use kiln_profile::Folded;
+use kiln_record::parts::{PROFILE_FOLDED_PART, PROFILE_SUMMARY_PART, QUERIES_PART};
+use kiln_record::{
+    LoadRecordLine, PhaseSummary, RunDir, RunManifest, RunStatus, SecondRecord, LOAD_SECONDS_PART,
+};
+use kiln_sample::{ResourceSecond, RESOURCES_PART};
+use serde_json::Value;
+
+use crate::Window;
+
+/// One measured second of load, reduced to what the rules look at (a long run's seconds
+/// with their histograms would not all fit in memory at once).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LoadPoint {
+    /// The end of the second, ms since the Unix epoch.
+    pub unix_ms: u64,
+    pub requests: u64,
+    pub failed: u64,
+    pub p50_us: u64,
+    pub p99_us: u64,
+    pub max_us: u64,
+    pub scheduled: u64,
+    pub sent: u64,
+    pub send_lag_max_us: u64,
+}
+
+impl LoadPoint {
+    pub fn of(s: &SecondRecord) -> Self {
+        let bad_status: u64 = s
+            .status
+            .iter()
+            .filter(|(code, _)| **code >= 400)
+            .fold(0u64, |a, (_, n)| a.saturating_add(*n));
+        Self {
+            unix_ms: s.unix_ms,
+            requests: s.requests,
+            failed: bad_status.saturating_add(s.error_count()),
+            p50_us: s.latency.quantile_us(0.5),
+            p99_us: s.latency.quantile_us(0.99),
+            max_us: s.latency.max_us(),
+            scheduled: s.scheduled,
+            sent: s.sent,
+            send_lag_max_us: s.send_lag_max_us,
+        }
+    }
+}
+
+/// The profile of the run: its collapsed stacks and `profile.json`.
+#[derive(Clone, Debug, Default)]
+pub struct Profile {
+    pub folded: Folded,
+    /// `profile.json`: the summary and how the profile was taken.
+    pub record: Value,
+}
+
+/// A run record as the rules see it.
+#[derive(Clone, Debug)]
+pub struct RunRecord {
+    pub manifest: RunManifest,
+    pub status: RunStatus,
+    pub phases: Vec<PhaseSummary>,
+    /// The measured phases' seconds, in the order recorded.
+    pub seconds: Vec<LoadPoint>,
+    /// The sampler's seconds that overlap the measured load (all of them without load).
+    pub resources: Vec<ResourceSecond>,
+    pub profile: Option<Profile>,
+    /// `queries.json`: the DB-call analysis.
+    pub queries: Option<Value>,
+    /// Parts that could not be read.
+    pub problems: Vec<String>,
+}
+
+impl RunRecord {
+    /// A record with nothing in it but its manifest (for building records in tests).
+    pub fn empty(manifest: RunManifest) -> Self {
+        Self {
+            status: manifest.status,
+            manifest,
+            phases: Vec::new(),
+            seconds: Vec::new(),
+            resources: Vec::new(),
+            profile: None,
+            queries: None,
+            problems: Vec::new(),
+        }
+    }
+
+    /// Reads every part the rules use; what cannot be read is said in `problems`.
+    pub fn read(dir: &RunDir) -> Self {
+        let mut record = Self::empty(dir.manifest.clone());
+        record.status = dir.effective_status();
+        record.read_load(dir);
+        let window = record.window();
+        match dir.json_lines::<ResourceSecond>(RESOURCES_PART) {
+            Ok(lines) => {
+                for line in lines {
+                    match line {
+                        Ok(s) if window.is_none_or(|w| overlaps(&s, w)) => record.resources.push(s),
+                        Ok(_) => {}
+                        Err(e) => {
+                            record.problems.push(e.to_string());
+                            break;
+                        }
+                    }
+                }
+            }
+            Err(e) => record.problems.push(e.to_string()),
+        }
+        record.profile = record.read_profile(dir);
+        record.queries = record.json_part(dir, QUERIES_PART);
+        record
+    }
+
+    fn read_load(&mut self, dir: &RunDir) {
+        let lines = match dir.json_lines::<LoadRecordLine>(LOAD_SECONDS_PART) {
+            Ok(lines) => lines,
+            Err(e) => return self.problems.push(e.to_string()),
+        };
+        // Which phases are measured is known from each second's phase name until its end
+        // line says otherwise; the points of a phase later found unmeasured are dropped.
+        let mut points: Vec<(String, LoadPoint)> = Vec::new();
+        for line in lines {
+            match line {
+                Ok(line) => {
+                    if let LoadRecordLine::Second(s) = &line {
+                        points.push((s.phase.clone(), LoadPoint::of(s)));
+                    }
+                    PhaseSummary::add_line(&mut self.phases, &line);
+                }
+                Err(e) => {
+                    self.problems.push(e.to_string());
+                    break;
+                }
+            }
+        }
+        let measured: Vec<&str> = self
+            .phases
+            .iter()
+            .filter(|p| p.measured)
+            .map(|p| p.phase.as_str())
+            .collect();
+        self.seconds = points
+            .into_iter()
+            .filter(|(phase, _)| measured.contains(&phase.as_str()))
+            .map(|(_, p)| p)
+            .collect();
+    }
+
+    fn read_profile(&mut self, dir: &RunDir) -> Option<Profile> {
+        let record = self.json_part(dir, PROFILE_SUMMARY_PART)?;
+        let (path, bytes) = match dir.read_part(PROFILE_FOLDED_PART) {
+            Ok(Some(found)) => found,
+            Ok(None) => return None,
+            Err(e) => {
+                self.problems.push(e.to_string());
+                return None;
+            }
+        };
+        match Folded::parse(&String::from_utf8_lossy(&bytes)) {
+            Ok((folded, _)) => Some(Profile { folded, record }),
+            Err(e) => {
+                self.problems.push(format!("{}: {e}", path.display()));
+                None
+            }
+        }
+    }
+
+    fn json_part(&mut self, dir: &RunDir, kind: &str) -> Option<Value> {
+        match dir.read_part(kind) {
+            Ok(Some((path, bytes))) => match serde_json::from_slice(&bytes) {
+                Ok(v) => Some(v),
+                Err(e) => {
+                    self.problems
+                        .push(format!("{} is not JSON: {e}", path.display()));
+                    None
+                }
+            },
+            Ok(None) => None,
+            Err(e) => {
+                self.problems.push(e.to_string());
+                None
+            }
+        }
+    }
+
+    /// The measured phases merged.
+    pub fn measured(&self) -> Option<PhaseSummary> {
+        PhaseSummary::measured_total(&self.phases)
+    }
+
+    /// The measured load's wall-clock window.
+    pub fn window(&self) -> Option<Window> {
+        let measured = self.phases.iter().filter(|p| p.measured);
+        let from = measured.clone().filter_map(|p| p.first_unix_ms).min()?;
+        let to = measured.filter_map(|p| p.last_unix_ms).max()?;
+        // a second's time is its end: the window opens a second before the first one
+        Some(Window {
+            from_unix_ms: from.saturating_sub(1000),
+            to_unix_ms: to,
+        })
+    }
+
+    /// The window the resources cover (the load's, or the sampler's own without load).
+    pub fn resource_window(&self) -> Option<Window> {
+        self.window().or_else(|| {
+            let first = self.resources.first()?;
+            let last = self.resources.last()?;
+            Some(Window {
+                from_unix_ms: first.unix_ms.saturating_sub(1000),
+                to_unix_ms: last.unix_ms,
+            })
+        })
+    }
+
+    /// Whether the run loaded with an open model (a rate), where latency counts from the
+    /// intended send.
+    pub fn open_model(&self) -> bool {
+        self.manifest.plan["workload"]["model"] == "open"
+    }
+}
+
+/// A sample covers the second before its time; it belongs to the window when that second
+/// overlaps it by more than half.
+fn overlaps(s: &ResourceSecond, w: Window) -> bool {
+    s.unix_ms > w.from_unix_ms + 500 && s.unix_ms <= w.to_unix_ms + 500
+}

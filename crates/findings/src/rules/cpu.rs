@@ -1,0 +1,606 @@
+//! Rules over the target's and the host's CPU: kernel time above user time (and what the
+//! kernel was doing), a CPU quota that throttled the target, interrupts on one or two cores.
+
+use kiln_profile::Folded;
+use kiln_sample::ResourceSecond;
+use serde_json::json;
+
+use super::{mean, Draft, Rule, NO_PROCESS};
+use crate::{RunRecord, Severity, Verdict, Window};
+
+/// Fewer seconds of samples than this and a mean is one burst.
+const MIN_SECONDS: usize = 5;
+
+fn process_seconds(run: &RunRecord) -> Result<Vec<&ResourceSecond>, Verdict> {
+    let seconds: Vec<&ResourceSecond> = run
+        .resources
+        .iter()
+        .filter(|s| s.process.is_some())
+        .collect();
+    if seconds.is_empty() {
+        return Err(Verdict::Unjudged(NO_PROCESS.into()));
+    }
+    if seconds.len() < MIN_SECONDS {
+        return Err(Verdict::Unjudged(format!(
+            "{} seconds of the target's samples are too few (at least {MIN_SECONDS})",
+            seconds.len()
+        )));
+    }
+    Ok(seconds)
+}
+
+fn window_of(seconds: &[&ResourceSecond]) -> Option<Window> {
+    Some(Window {
+        from_unix_ms: seconds.first()?.unix_ms.saturating_sub(1000),
+        to_unix_ms: seconds.last()?.unix_ms,
+    })
+}
+
+pub const SYSTEM_ABOVE_USER: Rule = Rule {
+    id: "cpu.system-above-user",
+    judge: system_above_user,
+};
+
+/// What the kernel does for a process, told by the kernel frames of its samples.
+struct KernelWork {
+    name: &'static str,
+    frames: &'static [&'static str],
+    cause: &'static str,
+    fix: &'static str,
+}
+
+/// In order: the first that matches a sample's kernel frames takes it.
+const KERNEL_WORK: &[KernelWork] = &[
+    KernelWork {
+        name: "memory compaction",
+        frames: &[
+            "compact_zone",
+            "isolate_migratepages",
+            "compaction_alloc",
+            "khugepaged",
+        ],
+        cause: "the kernel compacts memory to make huge pages for the process's faults",
+        fix: "set /sys/kernel/mm/transparent_hugepage/defrag to defer+madvise (or madvise), \
+              or transparent huge pages to madvise; pre-touch the heap at start \
+              (-XX:+AlwaysPreTouch for a JVM)",
+    },
+    KernelWork {
+        name: "page faults",
+        frames: &[
+            "page_fault",
+            "handle_mm_fault",
+            "do_anonymous_page",
+            "clear_page",
+            "do_huge_pmd_anonymous_page",
+            "__do_munmap",
+            "unmap_page_range",
+            "zap_pte_range",
+        ],
+        cause: "memory is mapped, touched for the first time and unmapped again, over and \
+                over: each new page costs a fault and zeroing",
+        fix: "keep memory instead of mapping it per request: reuse buffers and pools; with \
+              glibc malloc, blocks above 128 KiB are mmap'ed and returned on free \
+              (raise MALLOC_MMAP_THRESHOLD_ and MALLOC_TRIM_THRESHOLD_, or use jemalloc); a \
+              JVM can pre-touch its heap (-XX:+AlwaysPreTouch)",
+    },
+    KernelWork {
+        name: "lock waits (futex)",
+        frames: &["futex_"],
+        cause: "threads go to the kernel to wait for and wake each other on contended locks",
+        fix: "find the contended lock (the lock findings, a thread dump); hold it shorter, \
+              shard it, or use a lock-free structure",
+    },
+    KernelWork {
+        name: "clock reads",
+        frames: &[
+            "clock_gettime",
+            "gettimeofday",
+            "read_hpet",
+            "pvclock_clocksource_read",
+        ],
+        cause: "time reads enter the kernel instead of staying in the vDSO",
+        fix: "check /sys/devices/system/clocksource/clocksource0/current_clocksource (tsc \
+              keeps reads in user space); read the clock less often in hot loops",
+    },
+    KernelWork {
+        name: "the network stack",
+        frames: &[
+            "tcp_",
+            "inet_",
+            "ip_",
+            "__netif",
+            "net_rx",
+            "sock_",
+            "skb_",
+            "__dev_queue_xmit",
+        ],
+        cause: "the kernel sends and receives many small packets for the process",
+        fix: "write responses in fewer, larger writes; keep connections alive; batch small \
+              messages",
+    },
+    KernelWork {
+        name: "file I/O",
+        frames: &[
+            "vfs_read",
+            "vfs_write",
+            "ext4_",
+            "xfs_",
+            "filemap_",
+            "do_fsync",
+        ],
+        cause: "the process reads and writes files in small pieces or syncs them often",
+        fix: "buffer writes, avoid fsync per request, cache what is read",
+    },
+];
+
+/// Kernel samples by the work they do (leaf in the kernel), with the top kernel frames.
+fn kernel_work(folded: &Folded) -> (u64, Vec<(&'static KernelWork, u64)>) {
+    let mut kernel_samples = 0u64;
+    let mut by_work: Vec<(&KernelWork, u64)> = KERNEL_WORK.iter().map(|w| (w, 0)).collect();
+    for (stack, count) in folded.lines() {
+        if !stack
+            .rsplit(';')
+            .next()
+            .is_some_and(|leaf| leaf.ends_with("_[k]"))
+        {
+            continue;
+        }
+        kernel_samples += count;
+        let kernel_frames: Vec<&str> = stack.split(';').filter(|f| f.ends_with("_[k]")).collect();
+        if let Some(slot) = by_work.iter_mut().find(|(w, _)| {
+            w.frames
+                .iter()
+                .any(|p| kernel_frames.iter().any(|f| f.contains(p)))
+        }) {
+            slot.1 += count;
+        }
+    }
+    by_work.retain(|(_, n)| *n > 0);
+    by_work.sort_by_key(|w| std::cmp::Reverse(w.1));
+    (kernel_samples, by_work)
+}
+
+/// The target spends more of its CPU in the kernel than in its own code.
+fn system_above_user(run: &RunRecord) -> Verdict {
+    let seconds = match process_seconds(run) {
+        Ok(s) => s,
+        Err(v) => return v,
+    };
+    let rates = || {
+        seconds
+            .iter()
+            .filter_map(|s| s.process.as_ref())
+            .map(|p| &p.rates)
+    };
+    let user: f64 = rates()
+        .map(|r| r.cpu_user_pct)
+        .filter(|v| v.is_finite())
+        .sum();
+    let system: f64 = rates()
+        .map(|r| r.cpu_system_pct)
+        .filter(|v| v.is_finite())
+        .sum();
+    let n = seconds.len() as f64;
+    // a nearly idle process's split says nothing about where its time goes
+    if (user + system) / n < 10.0 || system <= user {
+        return Verdict::Clear;
+    }
+    let share = system / (user + system);
+    let above = rates()
+        .filter(|r| r.cpu_system_pct > r.cpu_user_pct)
+        .count();
+    let mut evidence = vec![
+        format!(
+            "the target used {:.0}% of a core in the kernel and {:.0}% in its own code \
+             (mean over {} s): {:.0}% of its CPU is system time",
+            system / n,
+            user / n,
+            seconds.len(),
+            100.0 * share
+        ),
+        format!("system above user in {above} of {} seconds", seconds.len()),
+    ];
+    let kernel = |f: fn(&kiln_sample::KernelSecond) -> Option<u64>| -> u64 {
+        seconds
+            .iter()
+            .filter_map(|s| s.kernel.as_ref().and_then(f))
+            .fold(0u64, u64::saturating_add)
+    };
+    let (thp, compact) = (kernel(|k| k.thp_fault_alloc), kernel(|k| k.compact_stall));
+    if thp > 0 || compact > 0 {
+        evidence.push(format!(
+            "host: {thp} huge-page faults, {compact} compaction stalls"
+        ));
+    }
+    let mut data = json!({"user_pct_mean": user / n, "system_pct_mean": system / n,
+        "seconds": seconds.len(), "thp_fault_alloc": thp, "compact_stall": compact});
+    let (cause, fix) = match &run.profile {
+        Some(p) => {
+            let (kernel_samples, work) = kernel_work(&p.folded);
+            let total = p.folded.total().max(1) as f64;
+            for (w, count) in work.iter().take(3) {
+                evidence.push(format!(
+                    "{:.0}% of the profile's samples in the kernel doing {}",
+                    100.0 * *count as f64 / total,
+                    w.name
+                ));
+            }
+            data["kernel_samples"] = json!(kernel_samples);
+            data["kernel_work"] = work
+                .iter()
+                .map(|(w, n)| json!({"work": w.name, "samples": n}))
+                .collect();
+            match work.first() {
+                Some((w, _)) => (w.cause.to_string(), w.fix.to_string()),
+                None => (
+                    "the profile's kernel frames do not point at one kind of work".into(),
+                    "read the kernel frames (marked _[k]) in the flame graph".into(),
+                ),
+            }
+        }
+        None => (
+            "unknown without a profile: page faults, lock waits, system calls or the network \
+             stack"
+                .into(),
+            "run again with --profile: the kernel frames say which".into(),
+        ),
+    };
+    Verdict::Found(vec![Draft {
+        rule: SYSTEM_ABOVE_USER.id,
+        key: "",
+        severity: if share >= 2.0 / 3.0 {
+            Severity::High
+        } else {
+            Severity::Medium
+        },
+        title: format!(
+            "The target spends {:.0}% of its CPU in the kernel (system time above user time)",
+            100.0 * share
+        ),
+        evidence,
+        window: window_of(&seconds),
+        cause,
+        fix,
+        impact: (share, "the target's CPU"),
+        data,
+    }
+    .finish()])
+}
+
+pub const CGROUP_THROTTLED: Rule = Rule {
+    id: "cpu.cgroup-throttled",
+    judge: cgroup_throttled,
+};
+
+/// The kernel's default CFS period: 10 periods a second.
+const PERIODS_PER_SECOND: f64 = 10.0;
+
+/// The target's control group ran out of its CPU quota in many periods.
+fn cgroup_throttled(run: &RunRecord) -> Verdict {
+    let seconds = match process_seconds(run) {
+        Ok(s) => s,
+        Err(v) => return v,
+    };
+    let groups: Vec<_> = seconds
+        .iter()
+        .filter_map(|s| s.process.as_ref()?.cgroup.as_ref())
+        .collect();
+    let Some(quota) = groups.iter().rev().find_map(|g| g.quota_cpus) else {
+        return Verdict::Clear; // no quota, nothing to throttle
+    };
+    let throttled_periods = groups
+        .iter()
+        .filter_map(|g| g.throttled_periods)
+        .fold(0u64, u64::saturating_add);
+    let throttled_ms: f64 = groups
+        .iter()
+        .filter_map(|g| g.throttled_ms)
+        .filter(|v| v.is_finite())
+        .sum();
+    let share = throttled_periods as f64 / (PERIODS_PER_SECOND * groups.len().max(1) as f64);
+    if share < 0.05 {
+        return Verdict::Clear;
+    }
+    let throttled_seconds = groups
+        .iter()
+        .filter(|g| g.throttled_periods.unwrap_or(0) > 0)
+        .count();
+    let used = mean(groups.iter().filter_map(|g| g.cpu_pct));
+    let mut evidence = vec![
+        format!(
+            "CPU quota {quota:.2} CPUs; throttled in {throttled_periods} of about {:.0} \
+             100 ms periods ({:.0}%)",
+            PERIODS_PER_SECOND * groups.len() as f64,
+            100.0 * share
+        ),
+        format!(
+            "throttled in {throttled_seconds} of {} seconds, {throttled_ms:.0} ms in all",
+            groups.len()
+        ),
+    ];
+    if let Some(used) = used {
+        evidence.push(format!("the group used {used:.0}% of a core on average"));
+    }
+    Verdict::Found(vec![Draft {
+        rule: CGROUP_THROTTLED.id,
+        key: "",
+        severity: if share >= 0.25 {
+            Severity::High
+        } else {
+            Severity::Medium
+        },
+        title: format!(
+            "The CPU quota throttled the target in {:.0}% of scheduling periods",
+            100.0 * share
+        ),
+        evidence,
+        window: window_of(&seconds),
+        cause: "the target's threads use up the control group's CPU quota early in a 100 ms \
+                period and wait, runnable, for the next one: latency grows in steps of up to \
+                100 ms"
+            .into(),
+        fix: format!(
+            "raise or remove the CPU limit (cpu.max; resources.limits.cpu in Kubernetes); size \
+             thread pools to the quota ({quota:.2} CPUs: GOMAXPROCS, \
+             -XX:ActiveProcessorCount); allow bursts with cpu.max.burst"
+        ),
+        impact: (share, "scheduling periods"),
+        data: json!({"quota_cpus": quota, "throttled_periods": throttled_periods,
+            "throttled_ms": throttled_ms, "seconds": groups.len()}),
+    }
+    .finish()])
+}
+
+pub const IRQ_HOTSPOT: Rule = Rule {
+    id: "cpu.irq-hotspot",
+    judge: irq_hotspot,
+};
+
+/// One or two cores busy with interrupts while the others have room.
+fn irq_hotspot(run: &RunRecord) -> Verdict {
+    let seconds: Vec<&ResourceSecond> = run
+        .resources
+        .iter()
+        .filter(|s| s.host_cpu_per_core.len() >= 2)
+        .collect();
+    if seconds.len() < MIN_SECONDS {
+        return Verdict::Unjudged(if run.resources.is_empty() {
+            "no host samples (run with --watch-port or --watch-pid)".into()
+        } else {
+            "too few samples of each core's CPU".into()
+        });
+    }
+    // per core: mean busy and mean interrupt (hard + soft) percent
+    let mut cores: std::collections::BTreeMap<u32, (f64, f64, usize)> = Default::default();
+    for s in &seconds {
+        for (core, split) in &s.host_cpu_per_core {
+            let busy = 100.0 - split.idle - split.iowait;
+            let irq = split.irq + split.softirq;
+            if busy.is_finite() && irq.is_finite() {
+                let e = cores.entry(*core).or_default();
+                *e = (e.0 + busy, e.1 + irq, e.2 + 1);
+            }
+        }
+    }
+    let cores: Vec<(u32, f64, f64)> = cores
+        .into_iter()
+        .filter(|(_, (_, _, n))| *n > 0)
+        .map(|(c, (b, i, n))| (c, b / n as f64, i / n as f64))
+        .collect();
+    let Some(&(hot, hot_busy, hot_irq)) = cores.iter().max_by(|a, b| a.2.total_cmp(&b.2)) else {
+        return Verdict::Clear;
+    };
+    let others = mean(cores.iter().filter(|c| c.0 != hot).map(|c| c.1)).unwrap_or(100.0);
+    if !(hot_irq >= 30.0 && hot_busy >= 90.0 && others < 60.0) {
+        return Verdict::Clear;
+    }
+    let mut evidence = vec![
+        format!("CPU {hot}: {hot_busy:.0}% busy, {hot_irq:.0}% of it in interrupts"),
+        format!("the other cores: {others:.0}% busy on average"),
+    ];
+    let net_rx: Vec<u64> =
+        seconds
+            .iter()
+            .filter_map(|s| s.kernel.as_ref())
+            .fold(Vec::new(), |mut sums, k| {
+                if sums.len() < k.net_rx_per_cpu.len() {
+                    sums.resize(k.net_rx_per_cpu.len(), 0);
+                }
+                for (sum, n) in sums.iter_mut().zip(&k.net_rx_per_cpu) {
+                    *sum = sum.saturating_add(*n);
+                }
+                sums
+            });
+    let all_rx = net_rx.iter().fold(0u64, |a, n| a.saturating_add(*n));
+    if let Some(on_hot) = net_rx.get(hot as usize).filter(|_| all_rx > 0) {
+        evidence.push(format!(
+            "{:.0}% of network receive softirqs ran on CPU {hot}",
+            100.0 * *on_hot as f64 / all_rx as f64
+        ));
+    }
+    Verdict::Found(vec![Draft {
+        rule: IRQ_HOTSPOT.id,
+        key: "",
+        severity: Severity::High,
+        title: format!("Interrupts saturate CPU {hot} while the other cores have room"),
+        evidence,
+        window: window_of(&seconds),
+        cause: "the network card's interrupts and receive processing all land on one core \
+                (one receive queue, or all queues' interrupts pinned together)"
+            .into(),
+        fix: "spread receive processing: more receive queues (RSS, ethtool -L), RPS/RFS \
+              (/sys/class/net/IFACE/queues/rx-*/rps_cpus), irqbalance or IRQ affinity \
+              (/proc/irq/N/smp_affinity_list)"
+            .into(),
+        impact: (hot_irq / 100.0, "one core"),
+        data: json!({"cpu": hot, "busy_pct": hot_busy, "irq_pct": hot_irq,
+            "others_busy_pct": others}),
+    }
+    .finish()])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rules::fixtures::{profiled_run, resource_run};
+    use kiln_sample::{CgroupSecond, CpuSplit, ProcessSecond, TaskRates};
+
+    fn process(user: f64, system: f64) -> ResourceSecond {
+        ResourceSecond {
+            process: Some(ProcessSecond {
+                rates: TaskRates {
+                    cpu_user_pct: user,
+                    cpu_system_pct: system,
+                    ..Default::default()
+                },
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn system_above_user_fires_with_the_kernel_work_from_the_profile() {
+        let mut run = resource_run(vec![process(30.0, 70.0); 10]);
+        let profile = profiled_run(
+            "app;main;handle;asm_exc_page_fault_[k];exc_page_fault_[k];handle_mm_fault_[k];clear_page_erms_[k] 60\n\
+             app;main;handle;entry_SYSCALL_64_[k];__x64_sys_futex_[k];futex_wait_[k] 10\n\
+             app;main;handle;work 30\n",
+        );
+        run.profile = profile.profile;
+        let Verdict::Found(found) = system_above_user(&run) else {
+            panic!("no finding");
+        };
+        let f = &found[0];
+        assert_eq!(f.severity, Severity::High, "70% system");
+        assert!(
+            f.title.contains("70% of its CPU in the kernel"),
+            "{}",
+            f.title
+        );
+        assert!(
+            f.evidence[2].contains("60% of the profile's samples in the kernel doing page faults"),
+            "{f:?}"
+        );
+        assert!(
+            f.cause.contains("touched for the first time"),
+            "{}",
+            f.cause
+        );
+        assert!((f.impact.share - 0.7).abs() < 1e-9);
+    }
+
+    #[test]
+    fn system_above_user_stays_quiet_for_user_bound_or_idle_targets() {
+        assert!(matches!(
+            system_above_user(&resource_run(vec![process(80.0, 20.0); 10])),
+            Verdict::Clear
+        ));
+        // 2% of a core: its split means nothing
+        assert!(matches!(
+            system_above_user(&resource_run(vec![process(0.5, 1.5); 10])),
+            Verdict::Clear
+        ));
+        assert!(matches!(
+            system_above_user(&resource_run(vec![process(10.0, 90.0); 3])),
+            Verdict::Unjudged(r) if r.contains("too few")
+        ));
+        assert!(matches!(
+            system_above_user(&resource_run(vec![ResourceSecond::default(); 10])),
+            Verdict::Unjudged(r) if r.contains("--watch-port")
+        ));
+    }
+
+    fn throttled(periods: u64) -> ResourceSecond {
+        let mut s = process(100.0, 5.0);
+        s.process.as_mut().unwrap().cgroup = Some(CgroupSecond {
+            quota_cpus: Some(1.0),
+            throttled_periods: Some(periods),
+            throttled_ms: Some(periods as f64 * 20.0),
+            cpu_pct: Some(100.0),
+            ..Default::default()
+        });
+        s
+    }
+
+    #[test]
+    fn a_throttled_quota_fires_and_an_unthrottled_one_does_not() {
+        let Verdict::Found(found) = cgroup_throttled(&resource_run(vec![throttled(4); 10])) else {
+            panic!("no finding");
+        };
+        assert!(
+            found[0].title.contains("in 40% of scheduling periods"),
+            "{:?}",
+            found[0]
+        );
+        assert_eq!(found[0].severity, Severity::High);
+        assert!(matches!(
+            cgroup_throttled(&resource_run(vec![throttled(0); 10])),
+            Verdict::Clear
+        ));
+        // no quota at all
+        assert!(matches!(
+            cgroup_throttled(&resource_run(vec![process(100.0, 5.0); 10])),
+            Verdict::Clear
+        ));
+    }
+
+    fn cores(splits: &[(f64, f64)]) -> ResourceSecond {
+        ResourceSecond {
+            host_cpu_per_core: splits
+                .iter()
+                .enumerate()
+                .map(|(i, (idle, softirq))| {
+                    (
+                        i as u32,
+                        CpuSplit {
+                            idle: *idle,
+                            softirq: *softirq,
+                            user: 100.0 - idle - softirq,
+                            ..Default::default()
+                        },
+                    )
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn one_core_hot_with_interrupts_fires_and_spread_interrupts_do_not() {
+        let hot = resource_run(vec![
+            cores(&[
+                (2.0, 60.0),
+                (70.0, 1.0),
+                (75.0, 1.0),
+                (80.0, 0.0)
+            ]);
+            10
+        ]);
+        let Verdict::Found(found) = irq_hotspot(&hot) else {
+            panic!("no finding");
+        };
+        assert!(found[0].title.contains("CPU 0"), "{:?}", found[0]);
+        let spread = resource_run(vec![
+            cores(&[
+                (50.0, 15.0),
+                (50.0, 15.0),
+                (55.0, 14.0),
+                (50.0, 15.0)
+            ]);
+            10
+        ]);
+        assert!(matches!(irq_hotspot(&spread), Verdict::Clear));
+        // all cores busy: the host is saturated, not one core
+        let busy = resource_run(vec![
+            cores(&[
+                (2.0, 40.0),
+                (3.0, 5.0),
+                (2.0, 5.0),
+                (1.0, 5.0)
+            ]);
+            10
+        ]);
+        assert!(matches!(irq_hotspot(&busy), Verdict::Clear));
+    }
+}

@@ -1,0 +1,108 @@
+//! Run records built in memory for the rules' tests: a load whose every number is known by
+//! construction, resources a second at a time, profiles as collapsed-stack text.
+
+use std::collections::BTreeMap;
+
+use kiln_profile::Folded;
+use kiln_record::{ErrorKind, PhaseEnd, PhaseSummary, RunManifest, RunStatus, SecondRecord};
+use kiln_sample::ResourceSecond;
+use serde_json::json;
+
+use crate::record::{LoadPoint, Profile};
+use crate::RunRecord;
+
+/// The wall clock of the fixtures' first second (2026-11-23 10:00:00 UTC).
+pub const T0_MS: u64 = 1_795_428_000_000;
+
+/// One second of load.
+#[derive(Clone, Debug, Default)]
+pub struct Second {
+    pub status: BTreeMap<u16, u64>,
+    pub errors: BTreeMap<ErrorKind, u64>,
+    /// (latency in µs, responses)
+    pub latencies: Vec<(u64, u64)>,
+}
+
+impl Second {
+    /// `n` responses, 200 OK, each 2 ms.
+    pub fn ok(n: u64) -> Self {
+        Self::latencies(&[(2_000, n)])
+    }
+
+    /// 200 OK responses with these latencies.
+    pub fn latencies(latencies: &[(u64, u64)]) -> Self {
+        Self {
+            status: BTreeMap::from([(200, latencies.iter().map(|(_, n)| n).sum())]),
+            errors: BTreeMap::new(),
+            latencies: latencies.to_vec(),
+        }
+    }
+}
+
+pub fn manifest() -> RunManifest {
+    serde_json::from_value(json!({
+        "schema_version": 1, "kiln_version": "test", "id": "fixture", "name": "fixture",
+        "plan": {"workload": {"model": "open"}, "threads": 1},
+        "started_at": "2026-11-23T10:00:00Z", "status": "complete"
+    }))
+    .expect("a valid manifest")
+}
+
+/// A complete run of one measured phase with these seconds.
+pub fn load_run(seconds: &[Second]) -> RunRecord {
+    let mut run = RunRecord::empty(manifest());
+    run.status = RunStatus::Complete;
+    let mut phase = PhaseSummary::new("run");
+    for (i, s) in seconds.iter().enumerate() {
+        let mut record = SecondRecord {
+            phase: "run".into(),
+            second: i as u32,
+            unix_ms: T0_MS + 1000 * (i as u64 + 1),
+            status: s.status.clone(),
+            errors: s.errors.clone(),
+            ..Default::default()
+        };
+        for (us, n) in &s.latencies {
+            record.latency.record_n_us(*us, *n);
+        }
+        record.requests = s.status.values().chain(s.errors.values()).sum();
+        record.sent = record.requests;
+        record.scheduled = record.requests;
+        phase.add_second(&record);
+        run.seconds.push(LoadPoint::of(&record));
+    }
+    phase.set_end(&PhaseEnd {
+        phase: "run".into(),
+        measured: true,
+        duration_us: seconds.len() as u64 * 1_000_000,
+        ..Default::default()
+    });
+    run.phases.push(phase);
+    run
+}
+
+/// A run with resources only (as `kiln watch` records), one sample a second.
+pub fn resource_run(samples: Vec<ResourceSecond>) -> RunRecord {
+    let mut run = RunRecord::empty(manifest());
+    run.resources = samples
+        .into_iter()
+        .enumerate()
+        .map(|(i, mut s)| {
+            s.second = i as u32;
+            s.unix_ms = T0_MS + 1000 * (i as u64 + 1);
+            s.interval_s = 1.0;
+            s
+        })
+        .collect();
+    run
+}
+
+/// A run with a profile of these collapsed stacks (`frame;frame;leaf count` lines).
+pub fn profiled_run(folded: &str) -> RunRecord {
+    let mut run = RunRecord::empty(manifest());
+    run.profile = Some(Profile {
+        folded: Folded::parse(folded).expect("valid collapsed stacks").0,
+        record: json!({"event": "cpu-clock"}),
+    });
+    run
+}

@@ -1,0 +1,86 @@
+//! The rules, one small unit each beside its tests. A rule is a function from the record to a
+//! [`Verdict`]; [`ALL`] lists them in the order their verdicts are reported.
+
+mod cpu;
+mod db;
+mod latency;
+mod profile;
+mod sockets;
+
+#[cfg(test)]
+pub(crate) mod fixtures;
+
+use crate::{finding_id, Finding, Impact, RunRecord, Severity, Verdict, Window};
+
+/// One rule: its id (the `rule` of what it finds) and its judgement.
+pub struct Rule {
+    pub id: &'static str,
+    pub judge: fn(&RunRecord) -> Verdict,
+}
+
+pub const ALL: &[Rule] = &[
+    latency::ERRORS,
+    latency::RATE_NOT_REACHED,
+    latency::TAIL_HEAVY,
+    cpu::SYSTEM_ABOVE_USER,
+    cpu::CGROUP_THROTTLED,
+    cpu::IRQ_HOTSPOT,
+    sockets::LISTEN_OVERFLOW,
+    sockets::SEND_QUEUE_GROWTH,
+    profile::CATEGORIES_RULE,
+    db::DB_CALLS,
+];
+
+/// The parts of a finding every rule fills in.
+pub(crate) struct Draft<'a> {
+    pub rule: &'a str,
+    /// What tells this occurrence apart from others of the rule ("" when there is one).
+    pub key: &'a str,
+    pub severity: Severity,
+    pub title: String,
+    pub evidence: Vec<String>,
+    pub window: Option<Window>,
+    pub cause: String,
+    pub fix: String,
+    pub impact: (f64, &'a str),
+    pub data: serde_json::Value,
+}
+
+impl Draft<'_> {
+    pub fn finish(self) -> Finding {
+        Finding {
+            id: finding_id(self.rule, self.key),
+            rule: self.rule.to_string(),
+            severity: self.severity,
+            title: self.title,
+            evidence: self.evidence,
+            window: self.window,
+            cause: self.cause,
+            fix: self.fix,
+            impact: Impact {
+                share: if self.impact.0.is_finite() {
+                    self.impact.0.clamp(0.0, 1.0)
+                } else {
+                    0.0
+                },
+                of: self.impact.1.to_string(),
+            },
+            data: self.data,
+        }
+    }
+}
+
+/// The mean of some values, None for none (or only non-finite ones).
+pub(crate) fn mean(values: impl IntoIterator<Item = f64>) -> Option<f64> {
+    let (sum, n) = values
+        .into_iter()
+        .filter(|v| v.is_finite())
+        .fold((0.0, 0usize), |(s, n), v| (s + v, n + 1));
+    (n > 0).then(|| sum / n as f64)
+}
+
+pub(crate) use kiln_record::text::{bytes, us as duration_us};
+
+/// The message a rule gives when no process was watched.
+pub(crate) const NO_PROCESS: &str =
+    "no process was watched (run with --watch-port PORT or --watch-pid PID)";

@@ -1,0 +1,502 @@
+//! Where the CPU goes, by category of frames across runtimes (JVM, Go, Python, Node, Rust,
+//! native, the kernel): each category whose share of on-CPU samples passes its threshold is a
+//! finding with its heaviest frames and the callers that lead into it. Frames match by name
+//! (after perf's `_[k]`/`_[j]` marks); the tables follow async-profiler's classifier and
+//! Sentry's frame categories.
+
+use std::collections::HashMap;
+
+use kiln_profile::Folded;
+use kiln_record::text::safe_text;
+use serde_json::json;
+
+use super::{Draft, Rule};
+use crate::{RunRecord, Severity, Verdict};
+
+/// Fewer samples than this and a share is noise.
+const MIN_SAMPLES: u64 = 200;
+
+struct Category {
+    rule: &'static str,
+    /// What the samples do, for the title: "builds exceptions".
+    doing: &'static str,
+    /// A frame containing one of these is in the category.
+    frames: &'static [&'static str],
+    /// Samples in this category are not counted in these (its frames lie inside them).
+    takes_from: &'static [&'static str],
+    threshold: f64,
+    cause: &'static str,
+    fix: &'static str,
+}
+
+const CATEGORIES: &[Category] = &[
+    Category {
+        rule: "cpu.log-location",
+        doing: "captures the caller's location for log events",
+        frames: &[
+            "StackLocatorUtil",
+            "StackLocator.calcLocation",
+            "StackLocator.getStackTraceElement",
+            "Log4jLogEvent.getSource",
+            "LogEvent.getSource",
+            "logback.classic.spi.CallerData",
+            "LoggingEvent.getCallerData",
+            "findCaller",
+        ],
+        takes_from: &["cpu.exceptions", "cpu.logging"],
+        threshold: 0.02,
+        cause: "the logging pattern or configuration asks for the caller's class, method or \
+                line: every event walks the stack to find it (log4j2: location is several \
+                times slower, and 30-100x slower with async loggers)",
+        fix: "set includeLocation=\"false\" on the loggers and appenders, and drop %C %F %L %l \
+              %M (and logback's %caller) from the patterns",
+    },
+    Category {
+        rule: "cpu.exceptions",
+        doing: "builds exceptions and walks stacks",
+        frames: &[
+            "Throwable.fillInStackTrace",
+            "JVM_FillInStackTrace",
+            "java_lang_Throwable::fill_in_stack_trace",
+            "Throwable.<init>",
+            "StackWalker",
+            "java_lang_StackTraceElement",
+            "Backtrace::capture",
+            "Backtrace::force_capture",
+            "Backtrace::create",
+            "_Unwind_Backtrace",
+            "backtrace::backtrace",
+            "runtime.gopanic",
+            "runtime.Callers",
+            "traceback.extract_stack",
+        ],
+        takes_from: &[],
+        threshold: 0.05,
+        cause: "exceptions (or stack traces) are made for ordinary control flow: each one \
+                captures the whole stack",
+        fix: "return a status or an Optional instead of throwing for expected outcomes; if an \
+              exception must be thrown often, reuse a preallocated one or override \
+              fillInStackTrace (writableStackTrace=false); capture backtraces only on errors",
+    },
+    Category {
+        rule: "cpu.json",
+        doing: "parses and writes JSON",
+        frames: &[
+            "com.fasterxml.jackson.",
+            "com.google.gson.",
+            "org.json.",
+            "serde_json::",
+            "encoding/json.",
+            "json/decoder.py",
+            "json/encoder.py",
+            "simdjson",
+            "JSON.parse",
+            "JSON.stringify",
+            "JsonParse",
+            "orjson",
+            "ujson",
+        ],
+        takes_from: &[],
+        threshold: 0.10,
+        cause: "the same documents are parsed or written again and again, or they are larger \
+                than the request needs",
+        fix: "parse once and keep the result (cache parsed configuration and templates); reuse \
+              mappers and readers; send smaller payloads; stream large ones",
+    },
+    Category {
+        rule: "cpu.regex",
+        doing: "runs regular expressions",
+        frames: &[
+            "java.util.regex.",
+            "regex::",
+            "regex_automata::",
+            "regexp.",
+            "sre_",
+            "_sre.",
+            "pcre",
+            "RegExp",
+        ],
+        takes_from: &[],
+        threshold: 0.10,
+        cause: "regular expressions run on every request, or are compiled each time \
+                (String.split, String.replaceAll and matches compile their pattern on every \
+                call in Java)",
+        fix: "compile patterns once and keep them; use plain string functions where a pattern \
+              is not needed; check patterns for backtracking",
+    },
+    Category {
+        rule: "cpu.reflection",
+        doing: "calls through reflection",
+        frames: &[
+            "java.lang.reflect.",
+            "jdk.internal.reflect.",
+            "sun.reflect.",
+            "reflect.Value.",
+        ],
+        takes_from: &[],
+        threshold: 0.10,
+        cause: "code looks up and invokes methods or fields reflectively on the hot path",
+        fix: "cache the looked-up Method/Field or use MethodHandles; generate code at build \
+              time instead of reflecting per call",
+    },
+    Category {
+        rule: "cpu.logging",
+        doing: "formats and writes logs",
+        frames: &[
+            "org.apache.logging.log4j.",
+            "ch.qos.logback.",
+            "java.util.logging.",
+            "logging/__init__.py",
+            "tracing_subscriber::",
+            "log4rs::",
+            "env_logger::",
+            "go.uber.org/zap",
+        ],
+        takes_from: &[],
+        threshold: 0.10,
+        cause: "every request writes log events, formatted and written on the request thread",
+        fix: "log less on the hot path (levels, sampling); use asynchronous appenders; avoid \
+              building messages that are not written (parameterized messages)",
+    },
+    Category {
+        rule: "cpu.clock-syscall",
+        doing: "reads the clock through system calls",
+        frames: &[
+            "__x64_sys_clock_gettime",
+            "__do_sys_clock_gettime",
+            "__arm64_sys_clock_gettime",
+            "posix_get_monotonic",
+            "posix_clock_realtime_get",
+            "__x64_sys_gettimeofday",
+            "read_hpet",
+            "pvclock_clocksource_read",
+            "acpi_pm_read",
+        ],
+        takes_from: &[],
+        threshold: 0.03,
+        cause: "clock reads enter the kernel instead of staying in the vDSO: the clocksource \
+                cannot be read from user space (xen, hpet, acpi_pm), or the code calls \
+                syscall(SYS_clock_gettime) directly",
+        fix: "use the tsc clocksource where it is stable \
+              (/sys/devices/system/clocksource/clocksource0/current_clocksource); call \
+              clock_gettime through libc, not syscall(); read the clock less often",
+    },
+    Category {
+        rule: "cpu.page-faults",
+        doing: "handles page faults",
+        frames: &[
+            "page_fault",
+            "handle_mm_fault",
+            "do_anonymous_page",
+            "clear_page_erms",
+            "clear_page_rep",
+        ],
+        takes_from: &[],
+        threshold: 0.10,
+        cause: "memory is mapped and touched for the first time on the hot path (large \
+                allocations freed back to the kernel and mapped again)",
+        fix: "reuse buffers; keep freed memory in the allocator (MALLOC_MMAP_THRESHOLD_, \
+              MALLOC_TRIM_THRESHOLD_, jemalloc); pre-touch a JVM heap (-XX:+AlwaysPreTouch)",
+    },
+    Category {
+        rule: "cpu.lock-spin",
+        doing: "spins and waits on contended locks",
+        frames: &[
+            "native_queued_spin_lock_slowpath",
+            "__x64_sys_futex",
+            "futex_wait",
+            "__lll_lock_wait",
+            "ObjectMonitor::enter",
+            "ObjectSynchronizer::",
+            "parking_lot::raw_mutex",
+            "futex::Mutex::lock_contended",
+            "runtime.lock2",
+        ],
+        takes_from: &[],
+        threshold: 0.10,
+        cause: "threads contend for the same lock: they spin and call into the kernel to wait \
+                and wake each other",
+        fix: "find the lock (the callers below); hold it for less time, split it (per-key or \
+              striped locks), or replace it with a concurrent structure",
+    },
+    Category {
+        rule: "cpu.gc",
+        doing: "collects garbage",
+        frames: &[
+            "GC Thread",
+            "G1 Conc",
+            "G1 Refine",
+            "G1 Main Marker",
+            "G1 Service",
+            "GCTaskThread",
+            "ZThread",
+            "Shenandoah",
+            "runtime.gcBgMarkWorker",
+            "runtime.gcDrain",
+            "runtime.gcAssistAlloc",
+            "gc_collect_main",
+        ],
+        takes_from: &[],
+        threshold: 0.10,
+        cause: "the program allocates fast enough that collecting garbage takes a large share \
+                of the CPU",
+        fix: "allocate less per request (reuse objects, avoid boxing and temporary \
+              collections); give the heap more room (-Xmx, GOGC/GOMEMLIMIT)",
+    },
+    Category {
+        rule: "cpu.jit",
+        doing: "compiles code (JIT)",
+        frames: &[
+            "C2 CompilerThre",
+            "C1 CompilerThre",
+            "CompileBroker::compiler_thread_loop",
+        ],
+        takes_from: &[],
+        threshold: 0.10,
+        cause: "the JIT compiler was still busy: the measured load began before warm-up ended, \
+                or code keeps being deoptimized and recompiled",
+        fix: "warm up longer before measuring (--warmup); if it persists, look for \
+              deoptimization (-XX:+PrintCompilation shows 'made not entrant')",
+    },
+    Category {
+        rule: "cpu.allocation",
+        doing: "allocates and frees memory",
+        frames: &[
+            "malloc",
+            "_int_free",
+            "cfree",
+            "__libc_free",
+            "je_",
+            "tcmalloc",
+            "OptoRuntime::new_",
+            "MemAllocator::",
+            "runtime.mallocgc",
+        ],
+        takes_from: &[],
+        threshold: 0.15,
+        cause: "the hot path allocates and frees many objects",
+        fix: "allocate less per request: reuse buffers, preallocate collections, avoid \
+              temporary strings",
+    },
+];
+
+pub const CATEGORIES_RULE: Rule = Rule {
+    id: "cpu.categories",
+    judge: categories,
+};
+
+fn strip_mark(frame: &str) -> &str {
+    frame
+        .strip_suffix("_[k]")
+        .or_else(|| frame.strip_suffix("_[j]"))
+        .or_else(|| frame.strip_suffix("_[i]"))
+        .unwrap_or(frame)
+}
+
+/// The index of the first frame (root first) in the category, if any.
+fn first_match(frames: &[&str], category: &Category) -> Option<usize> {
+    frames
+        .iter()
+        .position(|f| category.frames.iter().any(|p| strip_mark(f).contains(p)))
+}
+
+/// Samples per category, with the matched frames and their callers.
+struct Tally {
+    samples: u64,
+    frames: HashMap<String, u64>,
+    callers: HashMap<String, u64>,
+}
+
+fn tally(folded: &Folded) -> Vec<Tally> {
+    let mut tallies: Vec<Tally> = CATEGORIES
+        .iter()
+        .map(|_| Tally {
+            samples: 0,
+            frames: HashMap::new(),
+            callers: HashMap::new(),
+        })
+        .collect();
+    for (stack, count) in folded.lines() {
+        let frames: Vec<&str> = stack.split(';').collect();
+        let matched: Vec<Option<usize>> =
+            CATEGORIES.iter().map(|c| first_match(&frames, c)).collect();
+        for (i, category) in CATEGORIES.iter().enumerate() {
+            let Some(at) = matched[i] else { continue };
+            // a sample of a category that lies inside another counts only there
+            let inside = CATEGORIES.iter().enumerate().any(|(j, other)| {
+                matched[j].is_some() && other.takes_from.contains(&category.rule)
+            });
+            if inside {
+                continue;
+            }
+            let t = &mut tallies[i];
+            t.samples += count;
+            *t.frames
+                .entry(strip_mark(frames[at]).to_string())
+                .or_default() += count;
+            if let Some(caller) = frames[..at].iter().rev().find(|f| !is_runtime_glue(f)) {
+                *t.callers.entry(strip_mark(caller).to_string()).or_default() += count;
+            }
+        }
+    }
+    tallies
+}
+
+/// Frames that only pass calls on (interpreter loops, stubs): not a caller anyone wrote.
+fn is_runtime_glue(frame: &str) -> bool {
+    let f = strip_mark(frame);
+    f.starts_with("Interpreter") || f.starts_with("StubRoutines") || f == "[unknown]"
+}
+
+fn top(map: &HashMap<String, u64>, total: u64, n: usize) -> Vec<(String, f64)> {
+    let mut v: Vec<(&String, &u64)> = map.iter().collect();
+    v.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+    v.into_iter()
+        .take(n)
+        .map(|(f, c)| (f.clone(), *c as f64 / total.max(1) as f64))
+        .collect()
+}
+
+/// Each category of frames whose share of the profile passes its threshold.
+fn categories(run: &RunRecord) -> Verdict {
+    let Some(profile) = &run.profile else {
+        return Verdict::Unjudged("the run was not profiled (add --profile)".into());
+    };
+    let total = profile.folded.total();
+    if total < MIN_SAMPLES {
+        return Verdict::Unjudged(format!(
+            "{total} samples are too few to judge where the CPU goes (at least {MIN_SAMPLES})"
+        ));
+    }
+    let mut found = Vec::new();
+    for (category, t) in CATEGORIES.iter().zip(tally(&profile.folded)) {
+        let share = t.samples as f64 / total as f64;
+        if share < category.threshold {
+            continue;
+        }
+        let frames = top(&t.frames, total, 3);
+        let callers = top(&t.callers, total, 3);
+        let mut evidence = vec![format!(
+            "{:.1}% of {total} on-CPU samples (threshold {:.0}%)",
+            100.0 * share,
+            100.0 * category.threshold
+        )];
+        evidence.extend(
+            frames
+                .iter()
+                .map(|(f, s)| format!("{:5.1}%  in {}", 100.0 * s, safe_text(f))),
+        );
+        evidence.extend(
+            callers
+                .iter()
+                .map(|(f, s)| format!("{:5.1}%  called from {}", 100.0 * s, safe_text(f))),
+        );
+        let severity = if share >= 0.30 {
+            Severity::High
+        } else if share >= 2.0 * category.threshold {
+            Severity::Medium
+        } else {
+            Severity::Low
+        };
+        found.push(
+            Draft {
+                rule: category.rule,
+                key: "",
+                severity,
+                title: format!(
+                    "{:.0}% of the target's CPU {}",
+                    100.0 * share,
+                    category.doing
+                ),
+                evidence,
+                window: run.window(),
+                cause: category.cause.into(),
+                fix: category.fix.into(),
+                impact: (share, "the target's CPU"),
+                data: json!({"samples": t.samples, "total": total,
+                    "frames": frames, "callers": callers}),
+            }
+            .finish(),
+        );
+    }
+    Verdict::Found(found)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rules::fixtures::profiled_run;
+
+    fn found(folded: &str) -> Vec<crate::Finding> {
+        match categories(&profiled_run(folded)) {
+            Verdict::Found(f) => f,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn exceptions_for_control_flow_fire_with_the_thrower() {
+        let f = found(
+            "java;Worker.run_[j];Shop.find_[j];java.lang.Throwable.<init>_[j];java.lang.Throwable.fillInStackTrace_[j];java_lang_Throwable::fill_in_stack_trace 40\n\
+             java;Worker.run_[j];Shop.render_[j] 160\n",
+        );
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!(f[0].rule, "cpu.exceptions");
+        assert!(
+            f[0].title
+                .starts_with("20% of the target's CPU builds exceptions"),
+            "{:?}",
+            f[0]
+        );
+        assert!(
+            f[0].evidence
+                .iter()
+                .any(|e| e.contains("called from Shop.find")),
+            "{:?}",
+            f[0]
+        );
+        assert_eq!(
+            f[0].severity,
+            Severity::Medium,
+            "20% is 4x the 5% threshold"
+        );
+    }
+
+    #[test]
+    fn log_location_is_named_for_itself_not_as_exceptions() {
+        let f = found(
+            "java;Worker.run_[j];org.apache.logging.log4j.core.impl.Log4jLogEvent.getSource_[j];org.apache.logging.log4j.util.StackLocatorUtil.calcLocation_[j];java.lang.StackWalker.walk_[j] 30\n\
+             java;Worker.run_[j];Shop.render_[j] 170\n",
+        );
+        let rules: Vec<&str> = f.iter().map(|f| f.rule.as_str()).collect();
+        assert_eq!(rules, ["cpu.log-location"], "{f:?}");
+    }
+
+    #[test]
+    fn kernel_clock_reads_fire_and_vdso_reads_do_not() {
+        let f = found(
+            "app;handler;syscall;entry_SYSCALL_64_[k];do_syscall_64_[k];__x64_sys_clock_gettime_[k];ktime_get_ts64_[k] 20\n\
+             app;handler;work 180\n",
+        );
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].rule, "cpu.clock-syscall");
+        assert!(
+            found("app;handler;clock_gettime;__vdso_clock_gettime 20\napp;handler;work 180\n")
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn a_plain_profile_gives_nothing_and_a_tiny_one_cannot_judge() {
+        assert!(
+            found("app;main;handler;compute 500\napp;main;handler;serialize_row 300\n").is_empty()
+        );
+        assert!(matches!(
+            categories(&profiled_run("app;main 50\n")),
+            Verdict::Unjudged(r) if r.contains("50 samples")
+        ));
+        let mut none = profiled_run("app;main 50\n");
+        none.profile = None;
+        assert!(matches!(categories(&none), Verdict::Unjudged(r) if r.contains("--profile")));
+    }
+}

@@ -1,0 +1,299 @@
+//! Rules over sockets and the kernel's TCP counters: an accept queue that overflowed, data
+//! queueing toward a peer that does not read it.
+
+use kiln_record::text::safe_text;
+use kiln_sample::ResourceSecond;
+use serde_json::json;
+
+use super::{bytes, Draft, Rule, NO_PROCESS};
+use crate::{RunRecord, Severity, Verdict, Window};
+
+pub const LISTEN_OVERFLOW: Rule = Rule {
+    id: "kernel.listen-overflow",
+    judge: listen_overflow,
+};
+
+/// The kernel dropped connections because an accept queue was full.
+fn listen_overflow(run: &RunRecord) -> Verdict {
+    let kernels: Vec<(&ResourceSecond, u64, u64)> = run
+        .resources
+        .iter()
+        .filter_map(|s| {
+            let k = s.kernel.as_ref()?;
+            Some((s, k.listen_overflows?, k.listen_drops.unwrap_or(0)))
+        })
+        .collect();
+    if kernels.is_empty() {
+        return Verdict::Unjudged(
+            "no kernel TCP counters sampled (run with --watch-port or --watch-pid)".into(),
+        );
+    }
+    let overflows = kernels.iter().fold(0u64, |a, k| a.saturating_add(k.1));
+    let drops = kernels.iter().fold(0u64, |a, k| a.saturating_add(k.2));
+    if overflows == 0 && drops == 0 {
+        return Verdict::Clear;
+    }
+    let hit: Vec<&ResourceSecond> = kernels
+        .iter()
+        .filter(|k| k.1 > 0 || k.2 > 0)
+        .map(|k| k.0)
+        .collect();
+    let mut evidence = vec![format!(
+        "{overflows} accept-queue overflows and {drops} dropped connection attempts \
+             (the whole host's TcpExt counters), in {} of {} seconds",
+        hit.len(),
+        kernels.len()
+    )];
+    // the target's own listening socket at its fullest
+    let fullest = run
+        .resources
+        .iter()
+        .filter_map(|s| s.process.as_ref()?.sockets.as_ref())
+        .flat_map(|s| s.listen_backlog.iter())
+        .max_by_key(|(_, queued, _)| *queued);
+    if let Some((addr, queued, limit)) = fullest {
+        evidence.push(format!(
+            "the target's accept queue on {} held up to {queued} of {limit} connections",
+            safe_text(addr)
+        ));
+    }
+    let requests = run.measured().map_or(0, |m| m.totals.requests);
+    let share = if requests > 0 {
+        drops as f64 / requests as f64
+    } else {
+        0.0
+    };
+    Verdict::Found(vec![Draft {
+        rule: LISTEN_OVERFLOW.id,
+        key: "",
+        severity: if share >= 0.01 {
+            Severity::High
+        } else {
+            Severity::Medium
+        },
+        title: format!("The accept queue overflowed {overflows} times: connections were dropped"),
+        evidence,
+        window: Some(Window {
+            from_unix_ms: hit.first().map_or(0, |s| s.unix_ms.saturating_sub(1000)),
+            to_unix_ms: hit.last().map_or(0, |s| s.unix_ms),
+        }),
+        cause: "connections arrived faster than the target accepted them; the kernel dropped \
+                them and clients retried after 1 s, then 3 s (latency spikes of a second and \
+                more)"
+            .into(),
+        fix: "raise the listen backlog (the backlog argument of listen(): Tomcat's acceptCount, \
+              nginx's listen ... backlog=) and net.core.somaxconn, which caps it; accept faster \
+              (more acceptor threads, less work on the accepting thread)"
+            .into(),
+        impact: (share, "requests"),
+        data: json!({"listen_overflows": overflows, "listen_drops": drops}),
+    }
+    .finish()])
+}
+
+pub const SEND_QUEUE_GROWTH: Rule = Rule {
+    id: "sockets.send-queue-growth",
+    judge: send_queue_growth,
+};
+
+/// A Send-Q this large toward one peer is a peer that does not read.
+const LARGE_SEND_Q: u64 = 1 << 20;
+/// Growing this many seconds in a row, to at least `GROWN_SEND_Q`, is a peer falling behind.
+const GROWING_SECONDS: usize = 10;
+const GROWN_SEND_Q: u64 = 64 << 10;
+
+/// Data queues in the target's sockets toward one peer: the peer is not draining it.
+fn send_queue_growth(run: &RunRecord) -> Verdict {
+    let queues: Vec<(&ResourceSecond, Option<&(String, u64)>)> = run
+        .resources
+        .iter()
+        .filter_map(|s| {
+            let sockets = s.process.as_ref()?.sockets.as_ref()?;
+            Some((s, sockets.max_send_q.as_ref()))
+        })
+        .collect();
+    if queues.is_empty() {
+        return Verdict::Unjudged(if run.resources.is_empty() {
+            NO_PROCESS.into()
+        } else {
+            "the target's sockets were not sampled".into()
+        });
+    }
+    // the longest run of seconds with the same peer's queue never shrinking
+    let mut best: Option<(usize, usize)> = None; // (start, end) indices, inclusive
+    let mut start = 0;
+    for i in 1..=queues.len() {
+        let continues = i < queues.len()
+            && matches!((queues[i - 1].1, queues[i].1),
+                (Some((a, qa)), Some((b, qb))) if a == b && qb >= qa && *qb > 0);
+        if !continues {
+            if best.is_none_or(|(s, e)| i - 1 - start > e - s) && queues[start].1.is_some() {
+                best = Some((start, i - 1));
+            }
+            start = i;
+        }
+    }
+    let largest = queues
+        .iter()
+        .filter_map(|(s, q)| q.map(|q| (s, q)))
+        .max_by_key(|(_, (_, n))| *n);
+    let growing = best.filter(|(s, e)| {
+        e - s + 1 >= GROWING_SECONDS && queues[*e].1.is_some_and(|(_, n)| *n >= GROWN_SEND_Q)
+    });
+    let (peer, peak, from, to) = match (growing, largest) {
+        (Some((s, e)), _) => {
+            let (peer, peak) = queues[e].1.expect("a growing run ends on a queue");
+            (peer, *peak, queues[s].0, queues[e].0)
+        }
+        (None, Some((s, (peer, peak)))) if *peak >= LARGE_SEND_Q => (peer, *peak, *s, *s),
+        _ => return Verdict::Clear,
+    };
+    let start_q = queues
+        .iter()
+        .find(|(s, _)| s.unix_ms == from.unix_ms)
+        .and_then(|(_, q)| q.map(|(_, n)| *n))
+        .unwrap_or(0);
+    let seconds = ((to.unix_ms - from.unix_ms) / 1000 + 1) as usize;
+    let peer_text = safe_text(peer);
+    let evidence = vec![
+        format!(
+            "unsent data toward {peer_text} grew from {} to {} over {seconds} s",
+            bytes(start_q),
+            bytes(peak)
+        ),
+        format!(
+            "the largest Send-Q of the target's connections, sampled each second: {} at its \
+             peak",
+            bytes(largest.map_or(peak, |(_, (_, n))| *n))
+        ),
+    ];
+    Verdict::Found(vec![Draft {
+        rule: SEND_QUEUE_GROWTH.id,
+        key: peer,
+        severity: if peak >= 4 * LARGE_SEND_Q {
+            Severity::High
+        } else {
+            Severity::Medium
+        },
+        title: format!("Data piles up toward {peer_text}: the peer does not read it"),
+        evidence,
+        window: Some(Window {
+            from_unix_ms: from.unix_ms.saturating_sub(1000),
+            to_unix_ms: to.unix_ms,
+        }),
+        cause: format!(
+            "{peer_text} reads slower than the target writes (a log or metrics server that \
+             cannot keep up, a slow client); once the socket buffer is full the target's \
+             writes block, or its own queue toward it grows"
+        ),
+        fix: format!(
+            "make {peer_text} keep up, or make the target's writes to it asynchronous with a \
+             bounded queue and a drop policy (an async appender that discards when full) and a \
+             write timeout"
+        ),
+        impact: (seconds as f64 / queues.len() as f64, "the sampled seconds"),
+        data: json!({"peer": peer, "send_q_bytes": peak, "from_bytes": start_q,
+            "seconds": seconds}),
+    }
+    .finish()])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rules::fixtures::resource_run;
+    use kiln_sample::{KernelSecond, ProcessSecond, SocketSummary};
+
+    fn sockets(max_send_q: Option<(&str, u64)>) -> ResourceSecond {
+        ResourceSecond {
+            process: Some(ProcessSecond {
+                sockets: Some(SocketSummary {
+                    max_send_q: max_send_q.map(|(a, n)| (a.to_string(), n)),
+                    listen_backlog: vec![("127.0.0.1:8080".into(), 128, 128)],
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            kernel: Some(KernelSecond {
+                listen_overflows: Some(0),
+                listen_drops: Some(0),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_send_queue_growing_toward_one_peer_fires() {
+        let samples = (0..15)
+            .map(|i| sockets(Some(("127.0.0.1:5140", 20_000 * (i + 1)))))
+            .collect();
+        let Verdict::Found(found) = send_queue_growth(&resource_run(samples)) else {
+            panic!("no finding");
+        };
+        let f = &found[0];
+        assert!(f.title.contains("127.0.0.1:5140"), "{f:?}");
+        assert!(f.evidence[0].contains("over 15 s"), "{f:?}");
+        // the same peer gives the same id on another run
+        assert_eq!(
+            f.id,
+            crate::finding_id("sockets.send-queue-growth", "127.0.0.1:5140")
+        );
+    }
+
+    #[test]
+    fn small_or_changing_send_queues_do_not_fire() {
+        // a client's responses in flight: small, up and down
+        let samples = (0..30)
+            .map(|i| sockets(Some(("127.0.0.1:40000", [4_000, 9_000, 2_000][i % 3]))))
+            .collect();
+        assert!(matches!(
+            send_queue_growth(&resource_run(samples)),
+            Verdict::Clear
+        ));
+        // the largest queue moves between peers
+        let samples = (0..30)
+            .map(|i| {
+                sockets(Some((
+                    ["127.0.0.1:1", "127.0.0.1:2"][i % 2],
+                    100_000 + i as u64,
+                )))
+            })
+            .collect();
+        assert!(matches!(
+            send_queue_growth(&resource_run(samples)),
+            Verdict::Clear
+        ));
+        assert!(matches!(
+            send_queue_growth(&resource_run(vec![sockets(None); 10])),
+            Verdict::Clear
+        ));
+    }
+
+    #[test]
+    fn accept_queue_overflows_fire_and_a_quiet_kernel_does_not() {
+        assert!(matches!(
+            listen_overflow(&resource_run(vec![sockets(None); 10])),
+            Verdict::Clear
+        ));
+        let mut samples = vec![sockets(None); 10];
+        samples[4].kernel = Some(KernelSecond {
+            listen_overflows: Some(37),
+            listen_drops: Some(37),
+            ..Default::default()
+        });
+        let Verdict::Found(found) = listen_overflow(&resource_run(samples)) else {
+            panic!("no finding");
+        };
+        assert!(
+            found[0].title.contains("overflowed 37 times"),
+            "{:?}",
+            found[0]
+        );
+        assert!(
+            found[0].evidence[1].contains("up to 128 of 128"),
+            "{:?}",
+            found[0]
+        );
+    }
+}

@@ -1,0 +1,61 @@
+//! The findings as the terminal shows them: ranked, each with its evidence, cause and fix,
+//! then one line for each rule that could not judge.
+
+use std::fmt::Write as _;
+
+use kiln_record::text::safe_text;
+
+use crate::{Report, Severity};
+
+/// The findings section of a run's summary. Outside text in a finding (frames, statements,
+/// addresses) was made safe when the finding was built; it is made safe again here, since a
+/// findings.json may come from anywhere.
+pub fn to_text(report: &Report) -> String {
+    let mut out = String::new();
+    let count = |s: Severity| report.findings.iter().filter(|f| f.severity == s).count();
+    if report.findings.is_empty() {
+        out += "Findings   none";
+    } else {
+        let _ = write!(
+            out,
+            "Findings   {} ({} high, {} medium, {} low), most costly first",
+            report.findings.len(),
+            count(Severity::High),
+            count(Severity::Medium),
+            count(Severity::Low)
+        );
+    }
+    let _ = writeln!(
+        out,
+        "; {} rules judged, {} could not",
+        report.judged.len(),
+        report.unjudged.len()
+    );
+    for (i, f) in report.findings.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "{:>3}. {:<6} {}  [{}]",
+            i + 1,
+            f.severity.as_str().to_uppercase(),
+            safe_text(&f.title),
+            safe_text(&f.id)
+        );
+        for e in &f.evidence {
+            let _ = writeln!(out, "            {}", safe_text(e));
+        }
+        let _ = writeln!(out, "       cause  {}", safe_text(&f.cause));
+        let _ = writeln!(out, "       fix    {}", safe_text(&f.fix));
+    }
+    for u in &report.unjudged {
+        let _ = writeln!(
+            out,
+            "  not judged  {}: {}",
+            safe_text(&u.rule),
+            safe_text(&u.reason)
+        );
+    }
+    for p in &report.read_problems {
+        let _ = writeln!(out, "  unreadable  {}", safe_text(p));
+    }
+    out
+}

@@ -1,0 +1,29 @@
+//! `kiln findings RUN_DIR`: what is wrong in a recorded run, ranked, from the record alone.
+
+use anyhow::{Context, Result};
+use kiln_record::RunDir;
+
+use crate::cli::FindingsArgs;
+use crate::run_cmd::EXIT_THRESHOLDS_FAILED;
+
+pub fn run(args: FindingsArgs) -> Result<u8> {
+    let dir = RunDir::open(&args.run_dir)
+        .with_context(|| format!("cannot read the run in {}", args.run_dir.display()))?;
+    // The findings the run recorded, unless asked to judge again or it recorded none (an
+    // older kiln, a run killed before the end) or one this kiln does not read.
+    let recorded = if args.rejudge {
+        None
+    } else {
+        kiln_findings::read(&dir).unwrap_or(None)
+    };
+    let report = recorded.unwrap_or_else(|| kiln_findings::judge_dir(&dir));
+    if args.json {
+        outln!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        out!("{}", kiln_findings::to_text(&report));
+    }
+    let failed = args
+        .fail_on
+        .is_some_and(|f| report.any_at_least(f.severity()));
+    Ok(if failed { EXIT_THRESHOLDS_FAILED } else { 0 })
+}

@@ -1,0 +1,15 @@
+//! The kinds of parts a run directory lists, named once for their writers and their readers
+//! (the load's and the sampler's parts are named beside their line types).
+
+/// Collapsed stacks of the profile (`profile.folded`).
+pub const PROFILE_FOLDED_PART: &str = "profile-folded";
+/// The profile as an interactive flame graph (`flame.svg`).
+pub const PROFILE_FLAME_PART: &str = "profile-flame";
+/// The profile for speedscope (`profile.speedscope.json`).
+pub const PROFILE_SPEEDSCOPE_PART: &str = "profile-speedscope";
+/// The profile's summary and how it was taken (`profile.json`).
+pub const PROFILE_SUMMARY_PART: &str = "profile-summary";
+/// The DB-call analysis (`queries.json`).
+pub const QUERIES_PART: &str = "queries";
+/// The findings over the whole record (`findings.json`).
+pub const FINDINGS_PART: &str = "findings";

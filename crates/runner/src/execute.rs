@@ -1,0 +1,355 @@
+//! One run: the load's phases, with the sampler, the profiler and the trace receiver beside
+//! them, streamed into a run directory; then the record's derived parts (the latency log, the
+//! DB-call analysis, the findings) and its final status.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use kiln_load::{LoadPlan, PhaseSpec, StopSignal};
+use kiln_record::{
+    JsonLinesWriter, LoadRecordLine, PhaseEnd, PhaseSummary, RunDir, RunLocation, RunStatus,
+    SecondRecord, LOAD_SECONDS_PART,
+};
+use kiln_sample::{ProcFs, ResourceSecond, Sampler, RESOURCES_PART};
+
+use crate::dir::{create_run_dir, or_fail};
+use crate::profile_parts;
+use crate::query_parts::{self, QuerySettings};
+
+/// What a run shows while it goes (the terminal's live lines; nothing in tests).
+pub trait Progress {
+    fn start_phase(&mut self, _name: &str, _seconds: u64) {}
+    fn second(&mut self, _second: &SecondRecord) {}
+    fn end_phase(&mut self, _end: &PhaseEnd) {}
+}
+
+/// Shows nothing.
+pub struct Silent;
+impl Progress for Silent {}
+
+/// A finished (or stopped) run: where it is, how it ended, what it measured.
+pub struct RunOutcome {
+    pub dir: RunDir,
+    pub phases: Vec<PhaseSummary>,
+    /// The sampler's seconds, when a process was watched.
+    pub resources: Vec<ResourceSecond>,
+    /// The profile's record (`profile.json`), when the run was profiled.
+    pub profile: Option<serde_json::Value>,
+    /// The DB-call analysis (`queries.json`), when traces were received.
+    pub queries: Option<serde_json::Value>,
+    /// `--fail-on` met by a DB-call finding.
+    pub queries_gate_failed: bool,
+    /// The signal that stopped the run, if one did.
+    pub interrupted_by: Option<i32>,
+    /// The findings over the whole record (`findings.json`).
+    pub findings: kiln_findings::Report,
+    /// What went wrong beside the run without ending it (a profile perf could not take,
+    /// spans that could not all be recorded), for the user to read.
+    pub warnings: Vec<String>,
+}
+
+/// Receiving the target's traces beside the load.
+pub struct OtlpSpec<'a> {
+    pub receiver: kiln_queries::receiver::Receiver,
+    pub wait: Duration,
+    pub settings: &'a QuerySettings,
+}
+
+/// What one `execute` runs and where it records it.
+pub struct RunSpec<'a> {
+    pub plan: &'a LoadPlan,
+    /// The plan as written to `run.json` (with what the engine does not know, e.g. thresholds).
+    pub plan_record: serde_json::Value,
+    pub phases: &'a [(PhaseSpec, Duration)],
+    pub out: RunLocation,
+    pub name: &'a str,
+    /// A process to sample beside the load.
+    pub watch_pid: Option<i32>,
+    /// Profile the watched process over the measured phases at this frequency.
+    pub profile_hz: Option<u32>,
+    pub otlp: Option<OtlpSpec<'a>>,
+}
+
+/// Runs every phase, streaming each second to the run directory.
+pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut dyn Progress) -> Result<RunOutcome> {
+    let RunSpec {
+        plan,
+        plan_record,
+        phases: phase_list,
+        out,
+        name,
+        watch_pid,
+        profile_hz,
+        otlp,
+    } = spec;
+    kiln_load::preflight(plan)?;
+    let mut dir = create_run_dir(&out, name, plan_record)?;
+    let mut writer = dir.add_json_lines_part(LOAD_SECONDS_PART, "load-seconds.jsonl", 1)?;
+    if let Some(o) = &otlp {
+        o.receiver.record_to(dir.path());
+    }
+    let watcher = match watch_pid {
+        Some(pid) => Some(ResourceWatcher::start(
+            dir.add_json_lines_part(RESOURCES_PART, "resources.jsonl", 1)?,
+            pid,
+            stop.clone(),
+        )?),
+        None => None,
+    };
+    let mut phases = Vec::new();
+    let mut warnings = Vec::new();
+    let mut write_error = None;
+    let mut early: Option<String> = None;
+    let mut profiler: Option<ProfileWatcher> = None;
+    // The measured phases' span of wall-clock time: the DB analysis covers the requests
+    // that began in it (not spans an application queued before, nor the warm-up's).
+    let mut measured_window: Option<(u64, u64)> = None;
+    for (spec, duration) in phase_list {
+        if let (Some(pid), Some(hz), None, true) = (watch_pid, profile_hz, &profiler, spec.measured)
+        {
+            profiler = Some(ProfileWatcher::start(pid, hz, dir.path())?);
+        }
+        let mut phase_plan = plan.clone();
+        if !duration.is_zero() {
+            phase_plan.duration = *duration;
+        }
+        let mut summary = PhaseSummary::new(&spec.name);
+        live.start_phase(&spec.name, phase_plan.duration.as_secs());
+        let phase_started = unix_ns_now();
+        let ran = kiln_load::run_phase(&phase_plan, spec, stop, &mut |second| {
+            summary.add_second(second);
+            live.second(second);
+            if write_error.is_none() {
+                if let Err(e) = writer.write(&LoadRecordLine::Second(Box::new(second.clone()))) {
+                    write_error = Some(e);
+                    stop.stop("cannot write the run record");
+                }
+            }
+        });
+        let end = or_fail(&mut dir, ran.map_err(Into::into))?;
+        if spec.measured {
+            let from = measured_window.map_or(phase_started, |(from, _)| from);
+            measured_window = Some((from, unix_ns_now()));
+        }
+        live.end_phase(&end);
+        let wrote = writer.write(&LoadRecordLine::PhaseEnd(end.clone()));
+        or_fail(&mut dir, wrote.map_err(Into::into))?;
+        summary.set_end(&end);
+        phases.push(summary);
+        if let Some(reason) = end.stopped_early {
+            early = Some(reason);
+            break;
+        }
+    }
+    let resources = watcher.map(ResourceWatcher::finish).unwrap_or_default();
+    let profile = match profiler {
+        Some(p) => p.finish(&mut dir, &mut warnings),
+        None => None,
+    };
+    let (queries, queries_gate_failed) = match otlp {
+        Some(o) => {
+            let finished = finish_queries(o, &mut dir, stop, measured_window, &mut warnings);
+            let (record, gate) = or_fail(&mut dir, finished)?;
+            (Some(record), gate)
+        }
+        None => (None, false),
+    };
+    if let Some(e) = write_error {
+        dir.finish(RunStatus::Failed, Some(e.to_string()))?;
+        return Err(e.into());
+    }
+    let wrote = write_latency_log(&mut dir);
+    or_fail(&mut dir, wrote)?;
+    let interrupted_by = stop.interrupted_by();
+    match early {
+        Some(reason) => dir.finish(RunStatus::Interrupted, Some(reason))?,
+        None => dir.finish(RunStatus::Complete, None)?,
+    }
+    // Judged from the record as written, as `kiln findings` would judge a copy of it.
+    let findings = kiln_findings::judge_dir(&dir);
+    if let Err(e) = kiln_findings::write(&mut dir, &findings) {
+        warnings.push(format!("the findings were not recorded: {e}"));
+    }
+    Ok(RunOutcome {
+        dir,
+        phases,
+        resources,
+        profile,
+        queries,
+        queries_gate_failed,
+        interrupted_by,
+        findings,
+        warnings,
+    })
+}
+
+/// Now, in nanoseconds since the Unix epoch (the clock span timestamps use).
+fn unix_ns_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// The run record's part holding `latency.hlog`.
+pub const HLOG_PART: &str = "latency-hlog";
+
+/// The run's per-second histograms as an HdrHistogram interval log (`latency.hlog`), for
+/// HistogramLogAnalyzer, hdr-plot and HistogramLogProcessor.
+fn write_latency_log(dir: &mut RunDir) -> Result<()> {
+    // The seconds are read back one at a time (each holds its histograms) and the log is
+    // written as it is made: memory stays flat however long the run was.
+    let lines = dir.json_lines::<LoadRecordLine>(LOAD_SECONDS_PART)?;
+    let mut read_error = None;
+    let seconds = lines
+        .map_while(|line| line.map_err(|e| read_error = Some(e)).ok())
+        .filter_map(|line| match line {
+            LoadRecordLine::Second(s) => Some(*s),
+            LoadRecordLine::PhaseEnd(_) => None,
+        });
+    dir.write_file_part_with(HLOG_PART, "latency.hlog", 1, |out| {
+        kiln_record::write_hlog(out, seconds)
+    })
+    .context("cannot write the latency log")?;
+    match read_error {
+        Some(e) => Err(e.into()),
+        None => Ok(()),
+    }
+}
+
+/// Waits for the last spans, stops the receiver and writes the DB-call analysis.
+fn finish_queries(
+    o: OtlpSpec,
+    dir: &mut RunDir,
+    stop: &StopSignal,
+    measured_window: Option<(u64, u64)>,
+    warnings: &mut Vec<String>,
+) -> Result<(serde_json::Value, bool)> {
+    query_parts::drain(&o.receiver, o.wait, stop);
+    let received = o.receiver.stop();
+    query_parts::list_recorded(dir, &received.recorded)?;
+    if let Some(e) = &received.record_error {
+        warnings.push(format!("the received spans were not all recorded: {e}"));
+    }
+    let report = query_parts::write_report(
+        dir,
+        &received.ingest,
+        o.settings,
+        "kiln run: DB calls",
+        Duration::ZERO, // read as it arrived, during the run
+        measured_window,
+    )?;
+    let gate = query_parts::gate(&report.analysis, o.settings.fail_on);
+    Ok((report.record, gate))
+}
+
+/// perf on the watched process over the measured phases, on its own thread.
+struct ProfileWatcher {
+    done: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<Result<kiln_profile::Profiled, kiln_profile::ProfileError>>,
+    pid: i32,
+    hz: u32,
+}
+
+impl ProfileWatcher {
+    fn start(pid: i32, hz: u32, dir: &Path) -> Result<Self> {
+        let done = Arc::new(AtomicBool::new(false));
+        let flag = done.clone();
+        let pids = ProcFs::default().process_tree(pid);
+        let data = dir.join("perf.data");
+        let options = kiln_profile::RecordOptions {
+            frequency_hz: hz,
+            ..Default::default()
+        };
+        let (attached_tx, attached_rx) = std::sync::mpsc::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("kiln-profiler".into())
+            .spawn(move || {
+                // Bounded by the load, which ends first; a day is only a backstop.
+                kiln_profile::profile_processes(
+                    &pids,
+                    &options,
+                    Duration::from_secs(86_400),
+                    &data,
+                    &|| flag.load(Ordering::SeqCst),
+                    &|| {
+                        let _ = attached_tx.send(());
+                    },
+                )
+            })?;
+        // The phase opens new connections, and the target new threads for them: perf must be
+        // attached first to follow them. If perf fails, the channel closes and the load goes on.
+        let _ = attached_rx.recv_timeout(Duration::from_secs(10));
+        Ok(Self {
+            done,
+            thread,
+            pid,
+            hz,
+        })
+    }
+
+    /// Stops perf and writes the profile into the run directory. A profile that failed
+    /// (perf missing, forbidden) is reported and the run's other records stand.
+    fn finish(self, dir: &mut RunDir, warnings: &mut Vec<String>) -> Option<serde_json::Value> {
+        self.done.store(true, Ordering::SeqCst);
+        let joined = self.thread.join();
+        let _ = std::fs::remove_file(dir.path().join("perf.data"));
+        let profiled = match joined {
+            Ok(Ok(p)) => p,
+            Ok(Err(e)) => {
+                warnings.push(format!("--profile: {e}"));
+                return None;
+            }
+            Err(_) => return None,
+        };
+        let extra = profile_parts::how_taken(&profiled, self.hz);
+        let title = format!("On-CPU of pid {} during the measured load", self.pid);
+        match profile_parts::write_profile(dir, &profiled.folded, &title, "samples", 10, extra) {
+            Ok(written) => Some(written.record),
+            Err(e) => {
+                warnings.push(format!("--profile: {e}"));
+                None
+            }
+        }
+    }
+}
+
+/// The sampler on its own thread beside the load, writing one line a second. The watched
+/// process exiting stops the load: what follows would no longer be about it.
+struct ResourceWatcher {
+    done: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<Vec<ResourceSecond>>,
+}
+
+impl ResourceWatcher {
+    fn start(mut writer: JsonLinesWriter, pid: i32, load: StopSignal) -> Result<Self> {
+        let done = Arc::new(AtomicBool::new(false));
+        let flag = done.clone();
+        let thread = std::thread::Builder::new()
+            .name("kiln-sampler".into())
+            .spawn(move || {
+                let mut sampler = Sampler::new(ProcFs::default(), Some(pid));
+                let mut samples = Vec::new();
+                let stop = || {
+                    flag.load(Ordering::SeqCst)
+                        .then(|| "load ended".to_string())
+                };
+                let ended = sampler.run_every(Duration::from_secs(1), None, &stop, &mut |s| {
+                    let _ = writer.write(&s);
+                    samples.push(s);
+                });
+                if let Some(reason) = ended.filter(|_| !flag.load(Ordering::SeqCst)) {
+                    load.stop(&format!("the watched {reason}"));
+                }
+                samples
+            })?;
+        Ok(Self { done, thread })
+    }
+
+    fn finish(self) -> Vec<ResourceSecond> {
+        self.done.store(true, Ordering::SeqCst);
+        self.thread.join().unwrap_or_default()
+    }
+}

@@ -1,0 +1,13 @@
+//! kiln's run orchestration, shared by `kiln run` and `kiln demo`: the load's phases with the
+//! sampler, the profiler and the OTLP receiver beside them, written into one run directory
+//! with its derived parts (latency log, DB-call analysis, findings). It prints nothing: the
+//! binary shows progress through [`Progress`] and reads the [`RunOutcome`].
+
+pub mod dir;
+pub mod execute;
+pub mod profile_parts;
+pub mod query_parts;
+
+pub use dir::{create_run_dir, error_text, or_fail};
+pub use execute::{execute, OtlpSpec, Progress, RunOutcome, RunSpec, Silent, HLOG_PART};
+pub use query_parts::QuerySettings;
