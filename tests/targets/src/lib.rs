@@ -5,6 +5,7 @@
 //! distribution a client should see. They count what they answered, so a load tool's request
 //! count can be checked against the server's. Never for production use: no limits at all.
 
+pub mod planted;
 pub mod postgres;
 mod timing;
 pub mod traced;
@@ -45,6 +46,9 @@ pub struct Behavior {
     pub tls: bool,
     /// Report (simulated) database calls as OpenTelemetry traces, for the demo.
     pub traces: Option<traced::Traces>,
+    /// Problems planted for the findings' tests (page faults, clock system calls, a peer
+    /// that does not read).
+    pub planted: planted::Planted,
 }
 
 impl Default for Behavior {
@@ -59,6 +63,7 @@ impl Default for Behavior {
             body: b"hello from kiln-targets\n".to_vec(),
             tls: false,
             traces: None,
+            planted: planted::Planted::default(),
         }
     }
 }
@@ -75,6 +80,7 @@ struct Shared {
     /// Microseconds from reading each request to having written its answer.
     handling_us: Mutex<Vec<u64>>,
     exporter: Option<Arc<traced::Exporter>>,
+    planted: planted::PlantedState,
 }
 
 /// A running target on 127.0.0.1. Stops when dropped.
@@ -99,8 +105,10 @@ impl TargetServer {
             None
         };
         let exporter = behavior.traces.clone().map(traced::Exporter::start);
+        let planted = planted::PlantedState::start(behavior.planted.clone())?;
         let shared = Arc::new(Shared {
             exporter,
+            planted,
             behavior,
             tls,
             started: Instant::now(),
@@ -304,6 +312,7 @@ fn serve_connection<S: Read + Write>(
         if !behavior.cpu_per_request.is_zero() {
             burn_cpu_for_request(behavior.cpu_per_request);
         }
+        shared.planted.on_request();
         if let Some(exporter) = &shared.exporter {
             exporter.request(nth, behavior.service_time);
         }

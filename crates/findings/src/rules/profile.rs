@@ -342,10 +342,14 @@ fn tally(folded: &Folded) -> Vec<Tally> {
     tallies
 }
 
-/// Frames that only pass calls on (interpreter loops, stubs): not a caller anyone wrote.
+/// Frames that only pass calls on (the kernel's entry, libc's syscall(), interpreter loops,
+/// stubs): not the caller anyone wrote.
 fn is_runtime_glue(frame: &str) -> bool {
     let f = strip_mark(frame);
-    f.starts_with("Interpreter") || f.starts_with("StubRoutines") || f == "[unknown]"
+    frame.ends_with("_[k]")
+        || f.starts_with("Interpreter")
+        || f.starts_with("StubRoutines")
+        || matches!(f, "[unknown]" | "syscall" | "__syscall")
 }
 
 fn top(map: &HashMap<String, u64>, total: u64, n: usize) -> Vec<(String, f64)> {
@@ -480,6 +484,14 @@ mod tests {
         );
         assert_eq!(f.len(), 1);
         assert_eq!(f[0].rule, "cpu.clock-syscall");
+        // the caller is the code that asked, not the kernel's entry or libc's syscall()
+        assert!(
+            f[0].evidence
+                .iter()
+                .any(|e| e.ends_with("called from handler")),
+            "{:?}",
+            f[0]
+        );
         assert!(
             found("app;handler;clock_gettime;__vdso_clock_gettime 20\napp;handler;work 180\n")
                 .is_empty()

@@ -1,0 +1,256 @@
+//! Findings end to end: a target with a problem planted by construction, loaded, watched and
+//! profiled by `kiln run`, must get the finding with the right evidence; the same target
+//! with the problem fixed must not. The target runs in its own process (this test binary
+//! started again as `as_target`), so what kiln sees of it is the target's alone.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use kiln_targets::planted::Planted;
+use kiln_targets::{Behavior, TargetServer};
+use serde_json::Value;
+
+const TARGET_ENV: &str = "KILN_FINDINGS_TARGET";
+
+/// The target's behaviour by name; `fixed` is the same target with its problem fixed.
+fn behavior(name: &str, log_peer: Option<SocketAddr>) -> Behavior {
+    let planted = match name {
+        "page-faults" | "page-faults-fixed" => Planted {
+            fresh_memory: 4 << 20,
+            reuse_memory: name.ends_with("fixed"),
+            ..Default::default()
+        },
+        "clock-syscall" | "clock-syscall-fixed" => Planted {
+            clock_reads: 3000,
+            clock_via_vdso: name.ends_with("fixed"),
+            ..Default::default()
+        },
+        "log-peer" => Planted {
+            log_peer: log_peer.map(|a| (a, 4096)),
+            ..Default::default()
+        },
+        other => panic!("no target {other}"),
+    };
+    Behavior {
+        planted,
+        ..Default::default()
+    }
+}
+
+/// Not a test of its own: the target process the tests below start.
+#[test]
+fn as_target() {
+    let Ok(name) = std::env::var(TARGET_ENV) else {
+        return;
+    };
+    let peer = std::env::var("KILN_FINDINGS_PEER")
+        .ok()
+        .and_then(|a| a.parse().ok());
+    let server = TargetServer::start(behavior(&name, peer)).expect("the target starts");
+    // straight to the process's stdout: the test harness may capture println!
+    let mut stdout = std::io::stdout();
+    writeln!(stdout, "listening on {}", server.addr()).unwrap();
+    stdout.flush().unwrap();
+    // serves until the test kills it; a day is a backstop for a test that died first
+    std::thread::sleep(Duration::from_secs(86_400));
+}
+
+struct Target {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl Target {
+    fn start(name: &str, peer: Option<SocketAddr>) -> Self {
+        let mut cmd = Command::new(std::env::current_exe().unwrap());
+        cmd.args(["--exact", "as_target", "--nocapture", "--test-threads=1"])
+            .env(TARGET_ENV, name)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        if let Some(peer) = peer {
+            cmd.env("KILN_FINDINGS_PEER", peer.to_string());
+        }
+        let mut child = cmd.spawn().expect("the test binary starts as a target");
+        let stdout = child.stdout.take().unwrap();
+        let mut lines = BufReader::new(stdout).lines();
+        let addr = lines
+            .by_ref()
+            .map_while(Result::ok)
+            // the harness may print "test as_target ... " on the same line first
+            .find_map(|l| {
+                l.split("listening on ")
+                    .nth(1)
+                    .map(|a| a.trim().parse().unwrap())
+            })
+            .expect("the target says where it listens");
+        // keep reading its output so it never blocks on a full pipe
+        std::thread::spawn(move || lines.for_each(drop));
+        Self { child, addr }
+    }
+}
+
+impl Drop for Target {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `kiln run` against the target, watching and profiling it; returns the findings.
+fn run_and_judge(target: &Target, out: &Path, extra: &[&str]) -> Value {
+    let url = format!("http://{}/", target.addr);
+    let pid = target.child.id().to_string();
+    let mut args = vec![
+        "run",
+        &url,
+        "--watch-pid",
+        &pid,
+        "--profile",
+        "-d",
+        "7s",
+        "--json",
+        "--quiet",
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    let run = common::kiln(&args);
+    let v = common::json_with_exit(&run, 0);
+    assert_eq!(v["status"], "complete");
+    // `kiln findings` reads the same back from the record
+    let again = common::kiln(&["findings", out.to_str().unwrap(), "--json"]);
+    let recorded = common::json_with_exit(&again, 0);
+    assert_eq!(
+        recorded, v["findings"],
+        "kiln findings shows what kiln run found"
+    );
+    v["findings"].clone()
+}
+
+fn finding<'a>(findings: &'a Value, rule: &str) -> Option<&'a Value> {
+    findings["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["rule"] == rule)
+}
+
+fn rules(findings: &Value) -> Vec<String> {
+    findings["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["rule"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn page_faults_make_system_time_above_user_and_reused_memory_does_not() {
+    let tmp = tempfile::tempdir().unwrap();
+    let target = Target::start("page-faults", None);
+    let f = run_and_judge(&target, &tmp.path().join("faults"), &["-c", "2"]);
+    let sys = finding(&f, "cpu.system-above-user")
+        .unwrap_or_else(|| panic!("system above user not found: {:#}", f));
+    assert!(
+        sys["cause"]
+            .as_str()
+            .unwrap()
+            .contains("touched for the first time"),
+        "the kernel work is page faults: {sys:#}"
+    );
+    let faults = finding(&f, "cpu.page-faults").unwrap_or_else(|| panic!("{f:#}"));
+    assert!(
+        faults["evidence"]
+            .to_string()
+            .contains("touch_fresh_mapping"),
+        "the caller that faults is named: {faults:#}"
+    );
+    drop(target);
+
+    let fixed = Target::start("page-faults-fixed", None);
+    let f = run_and_judge(&fixed, &tmp.path().join("fixed"), &["-c", "2"]);
+    let found = rules(&f);
+    assert!(
+        !found
+            .iter()
+            .any(|r| r == "cpu.system-above-user" || r == "cpu.page-faults"),
+        "the fixed target has no page-fault finding: {f:#}"
+    );
+    assert!(
+        f["judged"].to_string().contains("cpu.system-above-user"),
+        "the rule judged the fixed run: {f:#}"
+    );
+}
+
+#[test]
+fn clock_reads_through_syscall_are_found_and_vdso_reads_are_not() {
+    let tmp = tempfile::tempdir().unwrap();
+    let target = Target::start("clock-syscall", None);
+    let f = run_and_judge(&target, &tmp.path().join("syscall"), &["-c", "2"]);
+    let clock = finding(&f, "cpu.clock-syscall").unwrap_or_else(|| panic!("{f:#}"));
+    assert!(
+        clock["evidence"].to_string().contains("read_clock"),
+        "the caller is named: {clock:#}"
+    );
+    drop(target);
+    let fixed = Target::start("clock-syscall-fixed", None);
+    let f = run_and_judge(&fixed, &tmp.path().join("vdso"), &["-c", "2"]);
+    assert!(
+        finding(&f, "cpu.clock-syscall").is_none(),
+        "vDSO reads are no finding: {f:#}"
+    );
+}
+
+/// A log server that accepts and then reads everything, or nothing.
+fn log_server(reads: bool) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let Ok((mut conn, _)) = listener.accept() else {
+            return;
+        };
+        if reads {
+            let mut buf = vec![0u8; 1 << 16];
+            while matches!(conn.read(&mut buf), Ok(n) if n > 0) {}
+        } else {
+            // holds the connection open, unread, until the test ends
+            std::thread::sleep(Duration::from_secs(600));
+            drop(conn);
+        }
+    });
+    addr
+}
+
+#[test]
+fn a_peer_that_does_not_read_is_named_and_one_that_reads_is_not() {
+    let tmp = tempfile::tempdir().unwrap();
+    let stuck = log_server(false);
+    let target = Target::start("log-peer", Some(stuck));
+    let f = run_and_judge(
+        &target,
+        &tmp.path().join("stuck"),
+        &["--rate", "400", "-c", "2"],
+    );
+    let q = finding(&f, "sockets.send-queue-growth").unwrap_or_else(|| panic!("{f:#}"));
+    assert!(
+        q["title"].as_str().unwrap().contains(&stuck.to_string()),
+        "the peer is named: {q:#}"
+    );
+    drop(target);
+    let reading = log_server(true);
+    let target = Target::start("log-peer", Some(reading));
+    let f = run_and_judge(
+        &target,
+        &tmp.path().join("reading"),
+        &["--rate", "400", "-c", "2"],
+    );
+    assert!(
+        finding(&f, "sockets.send-queue-growth").is_none(),
+        "a peer that reads is no finding: {f:#}"
+    );
+}

@@ -1,0 +1,128 @@
+//! Problems planted in a target for the findings' end-to-end tests, each with its fix: the
+//! same work done the way that does not cost what the finding names.
+
+use std::io::Write;
+use std::net::{SocketAddr, TcpStream};
+use std::sync::Mutex;
+
+/// Per-request work with a known cost in the kernel or in a peer.
+#[derive(Clone, Debug, Default)]
+pub struct Planted {
+    /// Bytes of memory mapped, touched page by page and unmapped on every request (as a
+    /// large buffer the allocator returns to the kernel on free): system time in page faults.
+    pub fresh_memory: usize,
+    /// The fix: the same bytes written into one buffer kept for the thread's life.
+    pub reuse_memory: bool,
+    /// Clock reads per request through the system call (`syscall(SYS_clock_gettime)`).
+    pub clock_reads: u32,
+    /// The fix: the same reads through libc, which stays in the vDSO.
+    pub clock_via_vdso: bool,
+    /// A peer each request writes this many bytes to without waiting for it (a log server).
+    pub log_peer: Option<(SocketAddr, usize)>,
+}
+
+/// The planted work's state in a running target.
+pub struct PlantedState {
+    planted: Planted,
+    log: Option<Mutex<TcpStream>>,
+}
+
+impl PlantedState {
+    pub fn start(planted: Planted) -> std::io::Result<Self> {
+        let log = match planted.log_peer {
+            Some((addr, _)) => {
+                let stream = TcpStream::connect(addr)?;
+                // a full socket buffer drops the line: the request never waits on the peer
+                stream.set_nonblocking(true)?;
+                Some(Mutex::new(stream))
+            }
+            None => None,
+        };
+        Ok(Self { planted, log })
+    }
+
+    /// Does the request's planted work.
+    pub fn on_request(&self) {
+        let p = &self.planted;
+        if p.fresh_memory > 0 {
+            if p.reuse_memory {
+                touch_kept_buffer(p.fresh_memory);
+            } else {
+                touch_fresh_mapping(p.fresh_memory);
+            }
+        }
+        if p.clock_reads > 0 {
+            read_clock(p.clock_reads, p.clock_via_vdso);
+        }
+        if let (Some(log), Some((_, bytes))) = (&self.log, p.log_peer) {
+            let line = vec![b'x'; bytes];
+            if let Ok(mut stream) = log.lock() {
+                let _ = stream.write(&line);
+            }
+        }
+    }
+}
+
+const PAGE: usize = 4096;
+
+/// mmap, write one byte per page (each a fault and a zeroed page), munmap.
+#[inline(never)]
+fn touch_fresh_mapping(bytes: usize) {
+    // SAFETY: an anonymous private mapping of `bytes`, written only inside its bounds and
+    // unmapped before return.
+    unsafe {
+        let ptr = libc::mmap(
+            std::ptr::null_mut(),
+            bytes,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        );
+        if ptr == libc::MAP_FAILED {
+            return;
+        }
+        let base = ptr as *mut u8;
+        for offset in (0..bytes).step_by(PAGE) {
+            std::ptr::write_volatile(base.add(offset), 1);
+        }
+        libc::munmap(ptr, bytes);
+    }
+}
+
+thread_local! {
+    static KEPT: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The fix: the same bytes written into a buffer the thread keeps (faulted in once).
+#[inline(never)]
+fn touch_kept_buffer(bytes: usize) {
+    KEPT.with(|kept| {
+        let mut kept = kept.borrow_mut();
+        if kept.len() < bytes {
+            kept.resize(bytes, 0);
+        }
+        kept[..bytes].fill(1);
+        std::hint::black_box(&kept[..bytes]);
+    });
+}
+
+/// Reads the monotonic clock `n` times, through the system call or through libc (vDSO).
+#[inline(never)]
+fn read_clock(n: u32, via_vdso: bool) {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    for _ in 0..n {
+        // SAFETY: `ts` is a valid timespec for the kernel or libc to fill.
+        unsafe {
+            if via_vdso {
+                libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts);
+            } else {
+                libc::syscall(libc::SYS_clock_gettime, libc::CLOCK_MONOTONIC, &mut ts);
+            }
+        }
+        std::hint::black_box(&ts);
+    }
+}
