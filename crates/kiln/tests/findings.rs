@@ -11,11 +11,14 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use kiln_targets::planted::Planted;
+use kiln_targets::planted::{Planted, WallStall};
 use kiln_targets::{Behavior, TargetServer};
 use serde_json::Value;
 
 const TARGET_ENV: &str = "KILN_FINDINGS_TARGET";
+/// The planted stall's period: 5 s, so that 35 s of load hold 7 cycles (3 are the least
+/// kiln judges, and few cycles are weak evidence against chance).
+const STALL_PERIOD_S: u64 = 5;
 
 /// The target's behaviour by name; `fixed` is the same target with its problem fixed.
 fn behavior(name: &str, log_peer: Option<SocketAddr>) -> Behavior {
@@ -32,6 +35,14 @@ fn behavior(name: &str, log_peer: Option<SocketAddr>) -> Behavior {
         },
         "log-peer" => Planted {
             log_peer: log_peer.map(|a| (a, 4096)),
+            ..Default::default()
+        },
+        "periodic-stall" | "random-stall" => Planted {
+            wall_stall: Some(WallStall {
+                period_s: STALL_PERIOD_S,
+                length: Duration::from_millis(400),
+                random: name == "random-stall",
+            }),
             ..Default::default()
         },
         other => panic!("no target {other}"),
@@ -101,8 +112,12 @@ impl Drop for Target {
     }
 }
 
-/// `kiln run` against the target, watching and profiling it; returns the findings.
+/// `kiln run` against the target for 7 s, watching and profiling it; returns the findings.
 fn run_and_judge(target: &Target, out: &Path, extra: &[&str]) -> Value {
+    run_for(target, out, "7s", extra)
+}
+
+fn run_for(target: &Target, out: &Path, duration: &str, extra: &[&str]) -> Value {
     let url = format!("http://{}/", target.addr);
     let pid = target.child.id().to_string();
     let mut args = vec![
@@ -112,7 +127,7 @@ fn run_and_judge(target: &Target, out: &Path, extra: &[&str]) -> Value {
         &pid,
         "--profile",
         "-d",
-        "7s",
+        duration,
         "--json",
         "--quiet",
         "--out",
@@ -252,5 +267,41 @@ fn a_peer_that_does_not_read_is_named_and_one_that_reads_is_not() {
     assert!(
         finding(&f, "sockets.send-queue-growth").is_none(),
         "a peer that reads is no finding: {f:#}"
+    );
+}
+
+/// The two stall targets run side by side (the test takes as long as one run).
+#[test]
+fn stalls_at_a_wall_clock_phase_are_periodic_and_random_stalls_are_not() {
+    let tmp = tempfile::tempdir().unwrap();
+    let periodic = Target::start("periodic-stall", None);
+    let random = Target::start("random-stall", None);
+    let (periodic_out, random_out) = (tmp.path().join("periodic"), tmp.path().join("random"));
+    let load = ["--rate", "50", "-c", "4", "--max-connections", "50"];
+    let (f, g) = std::thread::scope(|s| {
+        let a = s.spawn(|| run_for(&periodic, &periodic_out, "35s", &load));
+        let b = s.spawn(|| run_for(&random, &random_out, "35s", &load));
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    let p = finding(&f, "latency.periodic-spikes").unwrap_or_else(|| panic!("{f:#}"));
+    assert_eq!(p["data"]["period_s"], STALL_PERIOD_S, "{p:#}");
+    // the 400 ms stall at wall second 0 of each cycle ends in second 0, or in the record
+    // that ends in second 1 when kiln's seconds began early in a wall second
+    let phase = p["data"]["phase_s"].as_u64().unwrap();
+    assert!(phase <= 1, "the stall is at second 0 of each cycle: {p:#}");
+    assert!(
+        p["title"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("ending at seconds {phase}, {}", phase + 5)),
+        "{p:#}"
+    );
+    assert!(
+        finding(&g, "latency.periodic-spikes").is_none(),
+        "random stalls at the same rate are no period: {g:#}"
+    );
+    assert!(
+        g["judged"].to_string().contains("latency.periodic-spikes"),
+        "{g:#}"
     );
 }

@@ -19,6 +19,46 @@ pub struct Planted {
     pub clock_via_vdso: bool,
     /// A peer each request writes this many bytes to without waiting for it (a log server).
     pub log_peer: Option<(SocketAddr, usize)>,
+    /// Requests wait out a stall at the start of some wall-clock seconds (a cache expiring).
+    pub wall_stall: Option<WallStall>,
+}
+
+/// A stall of `length` at the start of a wall-clock second: every `period_s` seconds at
+/// phase 0 (second 0, `period_s`, ... of the Unix clock), or, with `random`, in seconds
+/// drawn at random at the same rate (the control: no period to find).
+#[derive(Clone, Copy, Debug)]
+pub struct WallStall {
+    pub period_s: u64,
+    pub length: std::time::Duration,
+    pub random: bool,
+}
+
+impl WallStall {
+    /// Whether this wall-clock second stalls.
+    pub fn stalls(&self, unix_second: u64) -> bool {
+        let period = self.period_s.max(1);
+        if self.random {
+            // a fixed hash of the second: the same second stalls in every process
+            let mut x = unix_second.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0xD1B5_4A32_D192_ED03;
+            x ^= x >> 31;
+            x = x.wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            x ^= x >> 29;
+            x.is_multiple_of(period)
+        } else {
+            unix_second.is_multiple_of(period)
+        }
+    }
+
+    /// Sleeps out the stall when now is inside one.
+    fn wait(&self) {
+        let Ok(now) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) else {
+            return;
+        };
+        let into_second = std::time::Duration::from_nanos(now.subsec_nanos().into());
+        if self.stalls(now.as_secs()) && into_second < self.length {
+            std::thread::sleep(self.length - into_second);
+        }
+    }
 }
 
 /// The planted work's state in a running target.
@@ -53,6 +93,9 @@ impl PlantedState {
         }
         if p.clock_reads > 0 {
             read_clock(p.clock_reads, p.clock_via_vdso);
+        }
+        if let Some(stall) = p.wall_stall {
+            stall.wait();
         }
         if let (Some(log), Some((_, bytes))) = (&self.log, p.log_peer) {
             let line = vec![b'x'; bytes];

@@ -4,6 +4,7 @@
 mod cpu;
 mod db;
 mod latency;
+mod periodic;
 mod profile;
 mod sockets;
 
@@ -22,6 +23,7 @@ pub const ALL: &[Rule] = &[
     latency::ERRORS,
     latency::RATE_NOT_REACHED,
     latency::TAIL_HEAVY,
+    periodic::PERIODIC_SPIKES,
     cpu::SYSTEM_ABOVE_USER,
     cpu::CGROUP_THROTTLED,
     cpu::IRQ_HOTSPOT,

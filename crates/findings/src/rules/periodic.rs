@@ -1,0 +1,433 @@
+//! Latency spikes that come back at a fixed period and wall-clock phase ("seconds 0-10 of
+//! every minute"): a cache expiring, a cron job, a flush. Seconds whose worst latency is far
+//! above the run's usual are folded on the wall clock for each candidate period; a period
+//! whose spikes fall on the same phase in nearly every cycle is tested against chance by
+//! placing the same number of spikes at random (a permutation test, with a fixed seed so the
+//! verdict is the same on every reading of the record).
+
+use serde_json::json;
+
+use super::{duration_us, Draft, Rule};
+use crate::{RunRecord, Severity, Verdict};
+
+pub const PERIODIC_SPIKES: Rule = Rule {
+    id: "latency.periodic-spikes",
+    judge: periodic_spikes,
+};
+
+/// A second is a spike when its worst latency is this many times the run's median worst.
+const SPIKE_FACTOR: f64 = 5.0;
+/// ...and at least this share of the run's worst second.
+const LARGEST_SHARE: f64 = 0.25;
+/// At least this many cycles of a period must be seen.
+const MIN_CYCLES: usize = 3;
+/// The share of cycles that must spike at the phase.
+const MIN_HIT_SHARE: f64 = 0.8;
+const SHUFFLES: usize = 200;
+/// The chance that random spikes fold as well, above which the period is not believed.
+const MAX_P_VALUE: f64 = 0.01;
+
+/// The spiking seconds of a series: offsets (ascending) into `len` seconds that start at
+/// wall-clock second `start`.
+struct Spikes<'a> {
+    at: &'a [usize],
+    len: usize,
+    start: u64,
+}
+
+/// How spikes fold on one period at its best phase.
+struct Folded {
+    phase: usize,
+    /// The share of the phase's cycles that spiked on it or the second after.
+    share: f64,
+    cycles: usize,
+    /// The share of all spikes that fell on the phase or the second after.
+    precision: f64,
+    /// How sharply the spikes fold: `share` times the share of spikes on the phase (those
+    /// one second late count half). The permutation test compares this.
+    score: f64,
+}
+
+impl Spikes<'_> {
+    /// Folds on `period`: for each phase, its cycles, the cycles hit (a spike on it or the
+    /// next second, as stalls straddle second boundaries) and the spikes exactly on it; the
+    /// phase that folds most sharply (`score`) is the best. O(spikes + period), so the
+    /// permutation test can afford every period.
+    fn fold(&self, period: usize) -> Folded {
+        let p = period as u64;
+        let phase_of = |t: usize| ((self.start + t as u64) % p) as usize;
+        let mut hits = vec![0usize; period];
+        let mut last_cycle = vec![u64::MAX; period];
+        let mut exact = vec![0usize; period];
+        for &t in self.at {
+            exact[phase_of(t)] += 1;
+            // a spike at t hits the cycle of second t, and of second t-1 (its next second)
+            for second in [Some(t), t.checked_sub(1)].into_iter().flatten() {
+                let (phase, cycle) = (phase_of(second), (self.start + second as u64) / p);
+                if last_cycle[phase] != cycle {
+                    last_cycle[phase] = cycle;
+                    hits[phase] += 1;
+                }
+            }
+        }
+        let cycles_of = |phase: usize| {
+            let first = (phase + period - phase_of(0)) % period;
+            if first >= self.len {
+                0
+            } else {
+                (self.len - 1 - first) / period + 1
+            }
+        };
+        let count = self.at.len().max(1) as f64;
+        let mut best = Folded {
+            phase: 0,
+            share: 0.0,
+            cycles: 0,
+            precision: 0.0,
+            score: -1.0,
+        };
+        for phase in 0..period {
+            let cycles = cycles_of(phase);
+            if cycles < MIN_CYCLES {
+                continue;
+            }
+            let share = hits[phase] as f64 / cycles as f64;
+            let (on, late) = (exact[phase], exact[(phase + 1) % period]);
+            let score = share * (on as f64 + 0.5 * late as f64) / count;
+            // the phase the spikes fall on, not the one before it whose "next second" they are
+            if score > best.score {
+                best = Folded {
+                    phase,
+                    share,
+                    cycles,
+                    precision: (on + late) as f64 / count,
+                    score,
+                };
+            }
+        }
+        best.score = best.score.max(0.0);
+        best
+    }
+
+    /// The periods searched: at least `MIN_CYCLES` cycles, and fewer spiking seconds than
+    /// half the seconds (all-spike is no period).
+    fn periods(&self) -> impl Iterator<Item = usize> + '_ {
+        (2..=(self.len / MIN_CYCLES).min(MAX_PERIOD)).filter(|p| self.at.len() * *p <= self.len * 2)
+    }
+
+    /// The smallest period on whose phase most cycles spike and most spikes fall.
+    fn best_period(&self) -> Option<(usize, Folded)> {
+        self.periods().find_map(|period| {
+            let f = self.fold(period);
+            (f.share >= MIN_HIT_SHARE && f.precision >= MIN_HIT_SHARE).then_some((period, f))
+        })
+    }
+
+    /// The sharpest fold over all periods searched.
+    fn max_score(&self) -> f64 {
+        self.periods()
+            .map(|p| self.fold(p).score)
+            .fold(0.0, f64::max)
+    }
+
+    /// The share of random placements of as many spikes that fold at least as sharply on
+    /// some period (every period is searched in each, so searching many is paid for).
+    fn chance(&self, observed: f64) -> f64 {
+        let mut seconds: Vec<usize> = (0..self.len).collect();
+        let mut rng = Shuffle(0x9E37_79B9_7F4A_7C15);
+        let mut folded = 0;
+        for _ in 0..SHUFFLES {
+            // the first `n` of a partial Fisher-Yates shuffle: n seconds drawn at random
+            let n = self.at.len();
+            for i in 0..n {
+                let j = i + rng.below(self.len - i);
+                seconds.swap(i, j);
+            }
+            let mut at = seconds[..n].to_vec();
+            at.sort_unstable();
+            let placed = Spikes {
+                at: &at,
+                len: self.len,
+                start: self.start,
+            };
+            if placed.max_score() >= observed - 1e-9 {
+                folded += 1;
+            }
+        }
+        folded as f64 / SHUFFLES as f64
+    }
+}
+
+/// Periods longer than this are not searched (ten minutes: a run would need half an hour).
+const MAX_PERIOD: usize = 600;
+
+/// A small deterministic generator for the permutation test (xorshift64*).
+struct Shuffle(u64);
+impl Shuffle {
+    fn below(&mut self, n: usize) -> usize {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        (self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) % n.max(1) as u64) as usize
+    }
+}
+
+/// Shorter runs are not searched: periods up to 10 s need 30 s.
+const MIN_SECONDS: usize = 30;
+
+/// Runs longer than this are not searched for periods (the series is a day of seconds).
+const MAX_SECONDS: usize = 24 * 3600;
+
+fn periodic_spikes(run: &RunRecord) -> Verdict {
+    // The worst latency of each second. A record covers the second before its end
+    // (unix_ms), which is not aligned with the wall clock, and holds latencies by when the
+    // requests ended: it is labelled with the wall second its end falls in, so the phase is
+    // when the slow requests ended, to within a second.
+    let points: Vec<(u64, u64)> = run
+        .seconds
+        .iter()
+        .filter(|s| s.requests > 0 && s.unix_ms > 0)
+        .map(|s| ((s.unix_ms - 1) / 1000, s.max_us))
+        .collect();
+    let (Some(first), Some(last)) = (
+        points.iter().map(|p| p.0).min(),
+        points.iter().map(|p| p.0).max(),
+    ) else {
+        return Verdict::Unjudged("the record holds no measured load".into());
+    };
+    let len = (last - first + 1) as usize;
+    if len > MAX_SECONDS {
+        return Verdict::Unjudged(format!(
+            "{len} s of load are more than this rule searches ({MAX_SECONDS} s)"
+        ));
+    }
+    if len < MIN_SECONDS {
+        return Verdict::Unjudged(format!(
+            "{len} s of load are too short to see a period come back {MIN_CYCLES} times \
+             (at least {MIN_SECONDS} s; a 60 s period needs {} s)",
+            60 * MIN_CYCLES
+        ));
+    }
+    let mut worst = vec![0u64; len];
+    for (t, max) in &points {
+        let i = (t - first) as usize;
+        worst[i] = worst[i].max(*max);
+    }
+    let mut sorted: Vec<u64> = points.iter().map(|p| p.1).collect();
+    sorted.sort_unstable();
+    let median = sorted[sorted.len() / 2].max(1);
+    // far above the usual, and among the run's largest: scheduling noise on a busy machine
+    // (a few milliseconds) is not a spike beside a stall
+    let largest = sorted.last().copied().unwrap_or(0);
+    let threshold = (SPIKE_FACTOR * median as f64).max(LARGEST_SHARE * largest as f64);
+    let spikes: Vec<bool> = worst.iter().map(|w| *w as f64 >= threshold).collect();
+    let at: Vec<usize> = (0..len).filter(|t| spikes[*t]).collect();
+    let spike_count = at.len();
+    if spike_count < MIN_CYCLES {
+        return Verdict::Clear;
+    }
+    let series = Spikes {
+        at: &at,
+        len,
+        start: first,
+    };
+    let Some((period, folded)) = series.best_period() else {
+        return Verdict::Clear;
+    };
+    let (phase, share, cycles) = (folded.phase, folded.share, folded.cycles);
+    let p_value = series.chance(series.max_score());
+    if p_value > MAX_P_VALUE {
+        return Verdict::Clear;
+    }
+    let at_phase: Vec<u64> = (0..len)
+        .filter(|t| {
+            let k = (first + *t as u64) % period as u64;
+            (k == phase as u64 || k == (phase as u64 + 1) % period as u64) && spikes[*t]
+        })
+        .map(|t| worst[t])
+        .collect();
+    let mut at = at_phase.clone();
+    at.sort_unstable();
+    let spike_median = at.get(at.len() / 2).copied().unwrap_or(0);
+    let when = if 60 % period == 0 {
+        let mut seconds: Vec<String> = (0..60 / period)
+            .map(|k| (phase + k * period).to_string())
+            .collect();
+        if seconds.len() > 4 {
+            seconds.truncate(3);
+            seconds.push("…".into());
+        }
+        format!(
+            "ending at second{} {} of every minute (UTC, to within a second)",
+            if seconds.len() > 1 { "s" } else { "" },
+            seconds.join(", ")
+        )
+    } else {
+        format!(
+            "ending at wall-clock second {phase} of each {period}-second cycle (UTC, to within \
+             a second)"
+        )
+    };
+    Verdict::Found(vec![Draft {
+        rule: PERIODIC_SPIKES.id,
+        key: &period.to_string(),
+        severity: Severity::High,
+        title: format!("Latency spikes every {period} s, {when}"),
+        evidence: vec![
+            format!(
+                "worst latency {} in spiking seconds against {} in a usual second",
+                duration_us(spike_median),
+                duration_us(median)
+            ),
+            format!(
+                "{} of {cycles} cycles spiked at that phase; {spike_count} spiking seconds \
+                 in {len} s",
+                (share * cycles as f64).round()
+            ),
+            format!(
+                "random spikes at the same rate line up this well in {:.1}% of {SHUFFLES} \
+                 shuffles",
+                100.0 * p_value
+            ),
+        ],
+        window: run.window(),
+        cause: "something runs on a timer at that moment: a cache expiring, a scheduled job, \
+                a flush or log rotation, a garbage collection triggered by either"
+            .into(),
+        fix: "find what is scheduled at that phase (cron, cache time-to-live, metrics flush) \
+              and spread it out: jittered expiry, refresh ahead of expiry, smaller batches"
+            .into(),
+        impact: (spike_count as f64 / len as f64, "seconds of the run"),
+        data: json!({"period_s": period, "phase_s": phase, "cycles": cycles,
+            "hit_share": share, "p_value": p_value, "median_worst_us": median,
+            "spike_worst_us": spike_median}),
+    }
+    .finish()])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rules::fixtures::{load_run, Second, T0_MS};
+
+    /// 180 s of load at 2 ms; seconds for which `spike` says so have a 400 ms request.
+    fn run_with(spike: impl Fn(u64) -> bool) -> RunRecord {
+        // T0_MS is a whole minute: the first second of the run is wall second 0 of a minute
+        assert_eq!(T0_MS % 60_000, 0);
+        let seconds: Vec<Second> = (0..180u64)
+            .map(|t| {
+                if spike(t) {
+                    Second::latencies(&[(2_000, 99), (400_000, 1)])
+                } else {
+                    Second::ok(100)
+                }
+            })
+            .collect();
+        load_run(&seconds)
+    }
+
+    #[test]
+    fn spikes_at_the_start_of_every_minute_are_found_with_period_and_phase() {
+        let run = run_with(|t| t % 60 < 2);
+        let Verdict::Found(found) = periodic_spikes(&run) else {
+            panic!("no finding");
+        };
+        let f = &found[0];
+        assert!(
+            f.title
+                .contains("every 60 s, ending at second 0 of every minute"),
+            "{}",
+            f.title
+        );
+        assert!(f.evidence[1].starts_with("3 of 3 cycles"), "{f:?}");
+    }
+
+    #[test]
+    fn a_ten_second_period_at_phase_seven_is_found() {
+        let run = run_with(|t| t % 10 == 7);
+        let Verdict::Found(found) = periodic_spikes(&run) else {
+            panic!("no finding");
+        };
+        assert!(
+            found[0]
+                .title
+                .contains("every 10 s, ending at seconds 7, 17, 27"),
+            "{}",
+            found[0].title
+        );
+    }
+
+    #[test]
+    fn the_phase_is_where_the_spikes_are_even_when_an_edge_cycle_misses() {
+        // spikes at seconds 5, 10, ... 30 of a 35 s run whose first second is wall second 3:
+        // phase 0 has a cycle at the run's last second that did not spike, the phase before
+        // it none; the spikes are on phase 0
+        let mut run = run_with(|_| false);
+        run.seconds.truncate(35);
+        for (t, s) in run.seconds.iter_mut().enumerate() {
+            s.unix_ms += 3_000;
+            if (t + 3) % 5 == 0 && t + 3 < 35 {
+                s.max_us = 400_000;
+            }
+        }
+        let Verdict::Found(found) = periodic_spikes(&run) else {
+            panic!("no finding");
+        };
+        assert_eq!(found[0].data["phase_s"], 0, "{:?}", found[0]);
+        assert_eq!(found[0].data["period_s"], 5, "{:?}", found[0]);
+    }
+
+    #[test]
+    fn the_phase_is_right_to_within_a_second_wherever_in_a_second_the_run_began() {
+        // a 400 ms stall at the start of every 5th wall second ends at X.4 s: it is in the
+        // record that ends after X.4, whichever that is with the run's offset in the second
+        for offset_ms in [50u64, 350, 450, 950] {
+            let mut run = run_with(|_| false);
+            for s in run.seconds.iter_mut() {
+                s.unix_ms += offset_ms;
+                let end_ms = s.unix_ms - T0_MS;
+                // the record (end - 1 s, end] holds the end (X s + 400 ms) of exactly one
+                // wall second X's stall
+                let x = (end_ms - 400) / 1000;
+                if x.is_multiple_of(5) {
+                    s.max_us = 400_000;
+                }
+            }
+            let Verdict::Found(found) = periodic_spikes(&run) else {
+                panic!("offset {offset_ms}: no finding");
+            };
+            // the stall ends in wall second 0, or in second 1 in the record that ends there
+            let phase = found[0].data["phase_s"].as_u64().unwrap();
+            assert!(phase <= 1, "offset {offset_ms}: {:?}", found[0]);
+            assert_eq!(found[0].data["period_s"], 5, "offset {offset_ms}");
+        }
+    }
+
+    #[test]
+    fn random_spikes_at_the_same_rate_are_no_period() {
+        // 18 spikes in 180 s, placed by a generator unrelated to any period: try several
+        for seed in 1..=20u64 {
+            let mut rng = Shuffle(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+            let mut at = std::collections::BTreeSet::new();
+            while at.len() < 18 {
+                at.insert(rng.below(180) as u64);
+            }
+            let run = run_with(|t| at.contains(&t));
+            assert!(
+                matches!(periodic_spikes(&run), Verdict::Clear),
+                "seed {seed}: {at:?} {:?}",
+                periodic_spikes(&run)
+            );
+        }
+    }
+
+    #[test]
+    fn a_flat_run_is_clear_and_a_short_one_cannot_judge() {
+        assert!(matches!(
+            periodic_spikes(&run_with(|_| false)),
+            Verdict::Clear
+        ));
+        let short = load_run(&vec![Second::ok(100); 4]);
+        assert!(matches!(periodic_spikes(&short), Verdict::Unjudged(r) if r.contains("too short")));
+    }
+}
