@@ -192,3 +192,79 @@ pub fn finding_id(rule: &str, key: &str) -> String {
     let hash = xxhash_rust::xxh3::xxh3_64(key.as_bytes());
     format!("{rule}:{:08x}", hash >> 32)
 }
+
+#[cfg(test)]
+mod any_record {
+    //! A record is untrusted input: whatever numbers its parts hold, every rule judges it
+    //! without a panic (no overflow, no division by zero, no out-of-range index).
+    use super::*;
+    use crate::record::LoadPoint;
+    use crate::rules::fixtures::{load_run, profiled_run, Second};
+    use kiln_sample::{
+        CgroupSecond, CpuSplit, KernelSecond, ProcessSecond, ResourceSecond, SocketSummary,
+        TaskRates,
+    };
+    use proptest::prelude::*;
+
+    fn number() -> impl Strategy<Value = u64> {
+        prop_oneof![0u64..100, 0u64..u64::from(u32::MAX), any::<u64>()]
+    }
+
+    fn float() -> impl Strategy<Value = f64> {
+        prop_oneof![0.0..200.0f64, any::<f64>()]
+    }
+
+    prop_compose! {
+        fn resource_second()(n in prop::collection::vec(number(), 8),
+                             f in prop::collection::vec(float(), 6)) -> ResourceSecond {
+            let split = CpuSplit { user: f[0], system: f[1], idle: f[2], softirq: f[3], irq: f[4],
+                ..Default::default() };
+            ResourceSecond {
+                unix_ms: n[0],
+                host_cpu_per_core: vec![(0, split), (n[1] as u32 % 4, split)],
+                process: Some(ProcessSecond {
+                    rates: TaskRates { cpu_user_pct: f[0], cpu_system_pct: f[5], ..Default::default() },
+                    sockets: Some(SocketSummary {
+                        max_send_q: Some(("127.0.0.1:1".into(), n[2])),
+                        listen_backlog: vec![("127.0.0.1:2".into(), n[3], n[4])],
+                        ..Default::default()
+                    }),
+                    cgroup: Some(CgroupSecond {
+                        quota_cpus: Some(f[1]), throttled_periods: Some(n[5]),
+                        throttled_ms: Some(f[2]), cpu_pct: Some(f[3]), ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+                kernel: Some(KernelSecond {
+                    listen_overflows: Some(n[6]), listen_drops: Some(n[7]),
+                    net_rx_per_cpu: vec![n[1], n[2]], thp_fault_alloc: Some(n[3]),
+                    compact_stall: Some(n[4]), ..Default::default()
+                }),
+                ..Default::default()
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(128))]
+        #[test]
+        fn any_numbers_are_judged_without_a_panic(
+            resources in prop::collection::vec(resource_second(), 0..12),
+            points in prop::collection::vec((number(), number(), number()), 0..40),
+            status in prop::collection::vec((400u16..=u16::MAX, number()), 0..3),
+        ) {
+            let mut second = Second::ok(10);
+            second.status.extend(status);
+            let mut run = load_run(&vec![second; 3]);
+            run.resources = resources;
+            run.seconds = points
+                .into_iter()
+                .map(|(unix_ms, max_us, requests)| LoadPoint { unix_ms, max_us, requests,
+                    ..Default::default() })
+                .collect();
+            run.profile = profiled_run("a;b_[k];page_fault_[k] 300\na;syscall;__x64_sys_clock_gettime_[k] 7\n").profile;
+            let report = judge(&run);
+            let _ = to_text(&report);
+        }
+    }
+}

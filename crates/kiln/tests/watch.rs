@@ -195,7 +195,12 @@ fn a_load_run_records_the_watched_process_beside_its_seconds() {
         .collect();
     assert_eq!(
         parts,
-        ["load-seconds.jsonl", "resources.jsonl", "latency.hlog"]
+        [
+            "load-seconds.jsonl",
+            "resources.jsonl",
+            "latency.hlog",
+            "findings.json"
+        ]
     );
     let report = json_with_exit(&kiln(&["report", dir.to_str().unwrap(), "--json"]), 0);
     assert_eq!(

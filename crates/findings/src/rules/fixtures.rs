@@ -65,7 +65,8 @@ pub fn load_run(seconds: &[Second]) -> RunRecord {
         for (us, n) in &s.latencies {
             record.latency.record_n_us(*us, *n);
         }
-        record.requests = s.status.values().chain(s.errors.values()).sum();
+        record.requests =
+            (s.status.values().chain(s.errors.values())).fold(0u64, |a, n| a.saturating_add(*n));
         record.sent = record.requests;
         record.scheduled = record.requests;
         phase.add_second(&record);

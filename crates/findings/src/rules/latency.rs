@@ -88,8 +88,10 @@ fn failing_window(failing: &[&LoadPoint]) -> Option<Window> {
 /// The cause and fix for the most common kind of failure.
 fn error_cause(total: &PhaseSummary) -> (String, String) {
     let worst_error = total.totals.errors.iter().max_by_key(|(_, n)| **n);
-    let server_errors: u64 = total.totals.status.range(500..).map(|(_, n)| *n).sum();
-    let client_errors: u64 = total.totals.status.range(400..500).map(|(_, n)| *n).sum();
+    let count = |codes: std::ops::RangeInclusive<u16>| {
+        (total.totals.status.range(codes)).fold(0u64, |a, (_, n)| a.saturating_add(*n))
+    };
+    let (server_errors, client_errors) = (count(500..=u16::MAX), count(400..=499));
     let errors = worst_error.map_or(0, |(_, n)| *n);
     if errors >= server_errors.max(client_errors) {
         if let Some((kind, _)) = worst_error {
@@ -157,12 +159,12 @@ fn rate_not_reached(run: &RunRecord) -> Verdict {
         .filter(|p| p.measured)
         .filter_map(|p| p.end.as_ref())
         .collect();
-    let unsent: u64 = ends.iter().map(|e| e.unsent).sum();
+    let unsent = ends.iter().fold(0u64, |a, e| a.saturating_add(e.unsent));
     let scheduled = total.totals.scheduled;
     let duration_s = total.duration_secs();
     let kiln_cpu_s: f64 = ends
         .iter()
-        .map(|e| (e.kiln_cpu_user_us + e.kiln_cpu_system_us) as f64 / 1e6)
+        .map(|e| (e.kiln_cpu_user_us as f64 + e.kiln_cpu_system_us as f64) / 1e6)
         .sum();
     let threads = run.manifest.plan["threads"].as_u64().unwrap_or(0).max(1) as f64;
     let kiln_cores = if duration_s > 0.0 {

@@ -153,7 +153,7 @@ fn send_queue_growth(run: &RunRecord) -> Verdict {
         .find(|(s, _)| s.unix_ms == from.unix_ms)
         .and_then(|(_, q)| q.map(|(_, n)| *n))
         .unwrap_or(0);
-    let seconds = ((to.unix_ms - from.unix_ms) / 1000 + 1) as usize;
+    let seconds = (to.unix_ms.saturating_sub(from.unix_ms) / 1000 + 1) as usize;
     let peer_text = safe_text(peer);
     let evidence = vec![
         format!(
