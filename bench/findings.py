@@ -24,8 +24,9 @@ ROUNDS = 3 if QUICK else 7
 
 
 def main():
-    sh(["cargo", "build", "-q", "--release", "-p", "kiln", "-p", "kiln-findings",
-        "--example", "synthetic_record"], cwd=ROOT)
+    sh(["cargo", "build", "-q", "--release", "-p", "kiln"], cwd=ROOT)
+    sh(["cargo", "build", "-q", "--release", "-p", "kiln-findings", "--example",
+        "synthetic_record"], cwd=ROOT)
     example = os.path.join(ROOT, "target", "release", "examples", "synthetic_record")
     tmp = tempfile.mkdtemp(prefix="kiln-bench-findings-")
     try:
