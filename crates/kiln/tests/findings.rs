@@ -305,3 +305,103 @@ fn stalls_at_a_wall_clock_phase_are_periodic_and_random_stalls_are_not() {
         "{g:#}"
     );
 }
+
+/// The Java service of tests/apps/java_logs (real log4j2 from Maven Central), planted or fixed,
+/// on its own port.
+fn java_log_shop(
+    classes: &Path,
+    classpath: &str,
+    mode: &str,
+    config: &str,
+) -> (common::apps::Killed, u16) {
+    let port = common::apps::free_port();
+    let app = common::apps::workspace().join("tests/apps/java_logs");
+    let mut child = Command::new("java")
+        .arg("-XX:+PreserveFramePointer")
+        // the JDK's server answers in two writes: without this, Nagle and delayed ACKs add 40 ms
+        .arg("-Dsun.net.httpserver.nodelay=true")
+        .arg(format!(
+            "-Dlog4j2.configurationFile={}",
+            app.join(config).display()
+        ))
+        .arg("-cp")
+        .arg(format!("{}:{classpath}", classes.display()))
+        .args(["LogShop", &port.to_string(), mode])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("java starts");
+    common::apps::wait_port(port, &mut child, "LogShop");
+    (common::apps::Killed(child), port)
+}
+
+fn run_java(port: u16, pid: u32, out: &Path) -> Value {
+    let url = format!("http://127.0.0.1:{port}/");
+    let pid = pid.to_string();
+    let run = common::kiln(&[
+        "run",
+        &url,
+        "--watch-pid",
+        &pid,
+        "--profile",
+        "-c",
+        "2",
+        "--warmup",
+        "5s",
+        "-d",
+        "6s",
+        "--json",
+        "--quiet",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    common::json_with_exit(&run, 0)["findings"].clone()
+}
+
+#[test]
+fn java_exceptions_for_control_flow_and_log4j2_location_are_found_and_their_fixes_are_not() {
+    common::apps::fetch("java-agent.sh");
+    let log4j = |name: &str| common::apps::m2_jar("org.apache.logging.log4j", name, "2.24.3");
+    let classpath = format!("{}:{}", log4j("log4j-api"), log4j("log4j-core"));
+    let tmp = tempfile::tempdir().unwrap();
+    let classes = tmp.path().join("classes");
+    common::apps::javac(
+        &[common::apps::workspace().join("tests/apps/java_logs/LogShop.java")],
+        Some(&classpath),
+        &classes,
+    );
+
+    let (app, port) = java_log_shop(&classes, &classpath, "planted", "log4j2-location.xml");
+    let f = run_java(port, app.0.id(), &tmp.path().join("planted"));
+    drop(app);
+    let location = finding(&f, "cpu.log-location").unwrap_or_else(|| panic!("{f:#}"));
+    assert!(
+        location["evidence"]
+            .to_string()
+            .contains("StackLocatorUtil"),
+        "log4j2's location capture is named: {location:#}"
+    );
+    assert!(location["fix"]
+        .as_str()
+        .unwrap()
+        .contains("includeLocation"));
+    let exceptions = finding(&f, "cpu.exceptions").unwrap_or_else(|| panic!("{f:#}"));
+    let evidence = exceptions["evidence"].to_string();
+    assert!(evidence.contains("fillInStackTrace"), "{exceptions:#}");
+    assert!(
+        evidence.contains("called from LogShop."),
+        "the code that throws is named, not the exception's constructor: {exceptions:#}"
+    );
+
+    let (app, port) = java_log_shop(&classes, &classpath, "fixed", "log4j2-plain.xml");
+    let f = run_java(port, app.0.id(), &tmp.path().join("fixed"));
+    drop(app);
+    let found = rules(&f);
+    assert!(
+        !found
+            .iter()
+            .any(|r| r == "cpu.log-location" || r == "cpu.exceptions"),
+        "the fixed service has neither: {f:#}"
+    );
+    assert!(f["judged"].to_string().contains("cpu.categories"), "{f:#}");
+}

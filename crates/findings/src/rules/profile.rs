@@ -24,6 +24,8 @@ struct Category {
     frames: &'static [&'static str],
     /// Samples in this category are not counted in these (its frames lie inside them).
     takes_from: &'static [&'static str],
+    /// Frames passed over when naming the caller (an exception's own constructors).
+    not_callers: &'static [&'static str],
     threshold: f64,
     cause: &'static str,
     fix: &'static str,
@@ -44,6 +46,7 @@ const CATEGORIES: &[Category] = &[
             "findCaller",
         ],
         takes_from: &["cpu.exceptions", "cpu.logging"],
+        not_callers: &[],
         threshold: 0.02,
         cause: "the logging pattern or configuration asks for the caller's class, method or \
                 line: every event walks the stack to find it (log4j2: location is several \
@@ -71,6 +74,7 @@ const CATEGORIES: &[Category] = &[
             "traceback.extract_stack",
         ],
         takes_from: &[],
+        not_callers: &[".<init>"],
         threshold: 0.05,
         cause: "exceptions (or stack traces) are made for ordinary control flow: each one \
                 captures the whole stack",
@@ -97,6 +101,7 @@ const CATEGORIES: &[Category] = &[
             "ujson",
         ],
         takes_from: &[],
+        not_callers: &[],
         threshold: 0.10,
         cause: "the same documents are parsed or written again and again, or they are larger \
                 than the request needs",
@@ -117,6 +122,7 @@ const CATEGORIES: &[Category] = &[
             "RegExp",
         ],
         takes_from: &[],
+        not_callers: &[],
         threshold: 0.10,
         cause: "regular expressions run on every request, or are compiled each time \
                 (String.split, String.replaceAll and matches compile their pattern on every \
@@ -134,6 +140,7 @@ const CATEGORIES: &[Category] = &[
             "reflect.Value.",
         ],
         takes_from: &[],
+        not_callers: &[],
         threshold: 0.10,
         cause: "code looks up and invokes methods or fields reflectively on the hot path",
         fix: "cache the looked-up Method/Field or use MethodHandles; generate code at build \
@@ -153,6 +160,7 @@ const CATEGORIES: &[Category] = &[
             "go.uber.org/zap",
         ],
         takes_from: &[],
+        not_callers: &[],
         threshold: 0.10,
         cause: "every request writes log events, formatted and written on the request thread",
         fix: "log less on the hot path (levels, sampling); use asynchronous appenders; avoid \
@@ -173,6 +181,7 @@ const CATEGORIES: &[Category] = &[
             "acpi_pm_read",
         ],
         takes_from: &[],
+        not_callers: &[],
         threshold: 0.03,
         cause: "clock reads enter the kernel instead of staying in the vDSO: the clocksource \
                 cannot be read from user space (xen, hpet, acpi_pm), or the code calls \
@@ -192,6 +201,7 @@ const CATEGORIES: &[Category] = &[
             "clear_page_rep",
         ],
         takes_from: &[],
+        not_callers: &[],
         threshold: 0.10,
         cause: "memory is mapped and touched for the first time on the hot path (large \
                 allocations freed back to the kernel and mapped again)",
@@ -213,6 +223,7 @@ const CATEGORIES: &[Category] = &[
             "runtime.lock2",
         ],
         takes_from: &[],
+        not_callers: &[],
         threshold: 0.10,
         cause: "threads contend for the same lock: they spin and call into the kernel to wait \
                 and wake each other",
@@ -237,6 +248,7 @@ const CATEGORIES: &[Category] = &[
             "gc_collect_main",
         ],
         takes_from: &[],
+        not_callers: &[],
         threshold: 0.10,
         cause: "the program allocates fast enough that collecting garbage takes a large share \
                 of the CPU",
@@ -252,6 +264,7 @@ const CATEGORIES: &[Category] = &[
             "CompileBroker::compiler_thread_loop",
         ],
         takes_from: &[],
+        not_callers: &[],
         threshold: 0.10,
         cause: "the JIT compiler was still busy: the measured load began before warm-up ended, \
                 or code keeps being deoptimized and recompiled",
@@ -273,6 +286,7 @@ const CATEGORIES: &[Category] = &[
             "runtime.mallocgc",
         ],
         takes_from: &[],
+        not_callers: &[],
         threshold: 0.15,
         cause: "the hot path allocates and frees many objects",
         fix: "allocate less per request: reuse buffers, preallocate collections, avoid \
@@ -334,7 +348,14 @@ fn tally(folded: &Folded) -> Vec<Tally> {
             *t.frames
                 .entry(strip_mark(frames[at]).to_string())
                 .or_default() += count;
-            if let Some(caller) = frames[..at].iter().rev().find(|f| !is_runtime_glue(f)) {
+            let caller = frames[..at].iter().rev().find(|f| {
+                !is_runtime_glue(f)
+                    && !category
+                        .not_callers
+                        .iter()
+                        .any(|n| strip_mark(f).ends_with(n))
+            });
+            if let Some(caller) = caller {
                 *t.callers.entry(strip_mark(caller).to_string()).or_default() += count;
             }
         }
