@@ -138,8 +138,31 @@ pub fn judge(record: &RunRecord) -> Report {
             }),
         }
     }
+    relate(&mut report.findings);
     rank(&mut report.findings);
     report
+}
+
+/// Findings that one explains: a heavy tail made by periodic spikes is said to be their
+/// effect, and ranked below them, rather than standing as a second problem.
+fn relate(findings: &mut [Finding]) {
+    let Some(periodic) = findings
+        .iter()
+        .find(|f| f.rule == "latency.periodic-spikes")
+        .map(|f| f.id.clone())
+    else {
+        return;
+    };
+    for f in findings
+        .iter_mut()
+        .filter(|f| f.rule == "latency.tail-heavy")
+    {
+        f.severity = Severity::Low;
+        f.evidence.push(format!(
+            "the periodic latency spikes ({periodic}) make at least part of this tail: fix them \
+             first"
+        ));
+    }
 }
 
 /// Most severe first; among equals the larger impact first; ties by id, so the order is stable.
@@ -191,6 +214,55 @@ pub fn finding_id(rule: &str, key: &str) -> String {
     }
     let hash = xxhash_rust::xxh3::xxh3_64(key.as_bytes());
     format!("{rule}:{:08x}", hash >> 32)
+}
+
+#[cfg(test)]
+mod related {
+    use super::*;
+    use crate::rules::fixtures::{load_run, Second};
+
+    #[test]
+    fn a_tail_made_by_periodic_spikes_is_said_to_be_their_effect() {
+        // 180 s at 2 ms with one 400 ms request in every 10th second: both rules fire
+        let seconds: Vec<Second> = (0..180)
+            .map(|t| {
+                if t % 10 == 0 {
+                    Second::latencies(&[(2_000, 80), (400_000, 20)])
+                } else {
+                    Second::ok(100)
+                }
+            })
+            .collect();
+        let report = judge(&load_run(&seconds));
+        let rules: Vec<&str> = report.findings.iter().map(|f| f.rule.as_str()).collect();
+        assert_eq!(
+            rules,
+            ["latency.periodic-spikes", "latency.tail-heavy"],
+            "{report:?}"
+        );
+        let tail = &report.findings[1];
+        assert_eq!(tail.severity, Severity::Low);
+        assert!(tail
+            .evidence
+            .last()
+            .unwrap()
+            .contains("periodic latency spikes"));
+        // a tail with no period behind it stands as its own finding
+        let steady = judge(&load_run(&vec![
+            Second::latencies(&[
+                (2_000, 98),
+                (40_000, 2)
+            ]);
+            180
+        ]));
+        let tail = steady
+            .findings
+            .iter()
+            .find(|f| f.rule == "latency.tail-heavy")
+            .unwrap();
+        assert_eq!(tail.severity, Severity::High, "{tail:?}");
+        assert!(!tail.evidence.iter().any(|e| e.contains("periodic")));
+    }
 }
 
 #[cfg(test)]
