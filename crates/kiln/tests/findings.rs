@@ -45,6 +45,20 @@ fn behavior(name: &str, log_peer: Option<SocketAddr>) -> Behavior {
             }),
             ..Default::default()
         },
+        // requests that wait 20 ms (a lock, a downstream call), and the same target busy on
+        // the CPU for 4 ms instead
+        "waiting" => {
+            return Behavior {
+                service_time: Duration::from_millis(20),
+                ..Default::default()
+            }
+        }
+        "cpu-bound" => {
+            return Behavior {
+                cpu_per_request: Duration::from_millis(4),
+                ..Default::default()
+            }
+        }
         other => panic!("no target {other}"),
     };
     Behavior {
@@ -375,10 +389,12 @@ fn java_exceptions_for_control_flow_and_log4j2_location_are_found_and_their_fixe
     let f = run_java(port, app.0.id(), &tmp.path().join("planted"));
     drop(app);
     let location = finding(&f, "cpu.log-location").unwrap_or_else(|| panic!("{f:#}"));
+    // StackLocatorUtil when the JIT left its frame; log4j2's logger above the stack walk when
+    // it inlined it
     assert!(
         location["evidence"]
             .to_string()
-            .contains("StackLocatorUtil"),
+            .contains("org.apache.logging.log4j."),
         "log4j2's location capture is named: {location:#}"
     );
     assert!(location["fix"]
@@ -404,4 +420,25 @@ fn java_exceptions_for_control_flow_and_log4j2_location_are_found_and_their_fixe
         "the fixed service has neither: {f:#}"
     );
     assert!(f["judged"].to_string().contains("cpu.categories"), "{f:#}");
+}
+
+#[test]
+fn requests_that_wait_are_told_from_requests_that_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let target = Target::start("waiting", None);
+    let f = run_and_judge(&target, &tmp.path().join("waiting"), &["-c", "4"]);
+    let w = finding(&f, "cpu.waiting-not-running").unwrap_or_else(|| panic!("{f:#}"));
+    let p50 = w["data"]["p50_us"].as_f64().unwrap();
+    assert!((20_000.0..40_000.0).contains(&p50), "the 20 ms wait: {w:#}");
+    drop(target);
+    let target = Target::start("cpu-bound", None);
+    let f = run_and_judge(&target, &tmp.path().join("cpu-bound"), &["-c", "2"]);
+    assert!(
+        finding(&f, "cpu.waiting-not-running").is_none(),
+        "a target busy on its CPU is not waiting: {f:#}"
+    );
+    assert!(
+        f["judged"].to_string().contains("cpu.waiting-not-running"),
+        "{f:#}"
+    );
 }

@@ -604,3 +604,127 @@ mod tests {
         assert!(matches!(irq_hotspot(&busy), Verdict::Clear));
     }
 }
+
+pub const WAITING_NOT_RUNNING: Rule = Rule {
+    id: "cpu.waiting-not-running",
+    judge: waiting_not_running,
+};
+
+/// A request that takes at least this many times its CPU is mostly waiting.
+const WAITING_FACTOR: f64 = 10.0;
+
+/// Requests spend most of their time off the target's CPU while the host has CPU to spare:
+/// the target is not CPU-bound; it waits on something else.
+fn waiting_not_running(run: &RunRecord) -> Verdict {
+    let seconds = match process_seconds(run) {
+        Ok(s) => s,
+        Err(v) => return v,
+    };
+    let Some(total) = run.measured() else {
+        return Verdict::Unjudged("the record holds no measured load".into());
+    };
+    let throughput = total.throughput();
+    let cores = mean(seconds.iter().filter_map(|s| {
+        let r = &s.process.as_ref()?.rates;
+        Some((r.cpu_user_pct + r.cpu_system_pct) / 100.0)
+    }));
+    let host_idle = mean(seconds.iter().filter_map(|s| s.host_cpu.map(|c| c.idle)));
+    let (Some(cores), true) = (cores, throughput >= 1.0) else {
+        return Verdict::Unjudged("too few requests or CPU samples to divide".into());
+    };
+    // the target's own time per request: service time where the model measures it apart
+    let h = total
+        .totals
+        .service
+        .as_ref()
+        .unwrap_or(&total.totals.latency);
+    let p50_us = h.quantile_us(0.5) as f64;
+    let cpu_us = cores * 1e6 / throughput;
+    let spare = host_idle.is_none_or(|idle| idle >= 20.0);
+    if p50_us < 1000.0 || p50_us < WAITING_FACTOR * cpu_us || !spare {
+        return Verdict::Clear;
+    }
+    let waiting = 1.0 - cpu_us / p50_us;
+    Verdict::Found(vec![Draft {
+        rule: WAITING_NOT_RUNNING.id,
+        key: "",
+        severity: Severity::Low,
+        title: format!(
+            "Requests wait, not run: {:.0}% of a request's time is off the target's CPU",
+            100.0 * waiting
+        ),
+        evidence: vec![
+            format!(
+                "a request takes {} (p50) and about {} of the target's CPU ({:.0}% of a core at \
+                 {throughput:.0} requests/s)",
+                super::duration_us(p50_us as u64),
+                super::duration_us(cpu_us.round() as u64),
+                100.0 * cores
+            ),
+            host_idle.map_or("the host's idle time was not sampled".into(), |idle| {
+                format!("the host was {idle:.0}% idle: CPU is not what requests wait for")
+            }),
+        ],
+        window: window_of(&seconds),
+        cause: "the target's threads wait for something other than the CPU: a lock, a pool, \
+                the disk or a downstream call such as the database"
+            .into(),
+        fix: "see where they wait: kiln profile --pid PID --event cswitch shows the stacks the \
+              threads leave the CPU from, and kiln run --otlp-listen the time spent in queries; \
+              shorten or remove the lock, size the pool to the concurrency"
+            .into(),
+        impact: (waiting, "latency"),
+        data: json!({"p50_us": p50_us, "cpu_per_request_us": cpu_us, "cores": cores,
+            "throughput_rps": throughput, "host_idle_pct": host_idle}),
+    }
+    .finish()])
+}
+
+#[cfg(test)]
+mod waiting_tests {
+    use super::*;
+    use crate::rules::fixtures::{load_run, Second};
+    use kiln_sample::{CpuSplit, ProcessSecond, TaskRates};
+
+    fn with_target_cpu(mut run: RunRecord, cpu_pct: f64) -> RunRecord {
+        let second = ResourceSecond {
+            host_cpu: Some(CpuSplit {
+                idle: 70.0,
+                ..Default::default()
+            }),
+            process: Some(ProcessSecond {
+                rates: TaskRates {
+                    cpu_user_pct: cpu_pct,
+                    ..Default::default()
+                },
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        run.resources = vec![second; 10];
+        run
+    }
+
+    #[test]
+    fn requests_that_mostly_wait_fire_and_cpu_bound_ones_do_not() {
+        // 100 requests/s at 20 ms each, on 5% of a core: 0.5 ms of CPU per request
+        let waiting = with_target_cpu(
+            load_run(&vec![Second::latencies(&[(20_000, 100)]); 10]),
+            5.0,
+        );
+        let Verdict::Found(found) = waiting_not_running(&waiting) else {
+            panic!("no finding");
+        };
+        assert!(
+            found[0].title.contains("98% of a request's time"),
+            "{:?}",
+            found[0]
+        );
+        // the same latency with 180% of a core: 18 ms of CPU per request
+        let busy = with_target_cpu(
+            load_run(&vec![Second::latencies(&[(20_000, 100)]); 10]),
+            180.0,
+        );
+        assert!(matches!(waiting_not_running(&busy), Verdict::Clear));
+    }
+}

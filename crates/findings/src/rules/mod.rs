@@ -27,6 +27,7 @@ pub const ALL: &[Rule] = &[
     cpu::SYSTEM_ABOVE_USER,
     cpu::CGROUP_THROTTLED,
     cpu::IRQ_HOTSPOT,
+    cpu::WAITING_NOT_RUNNING,
     sockets::LISTEN_OVERFLOW,
     sockets::SEND_QUEUE_GROWTH,
     profile::CATEGORIES_RULE,

@@ -26,6 +26,9 @@ struct Category {
     takes_from: &'static [&'static str],
     /// Frames passed over when naming the caller (an exception's own constructors).
     not_callers: &'static [&'static str],
+    /// Also in the category: a sample with one of the first frames above one of the second
+    /// (a logger walking the stack, when the JIT has inlined the frames that name it).
+    enclosing: Option<(&'static [&'static str], &'static [&'static str])>,
     threshold: f64,
     cause: &'static str,
     fix: &'static str,
@@ -47,6 +50,17 @@ const CATEGORIES: &[Category] = &[
         ],
         takes_from: &["cpu.exceptions", "cpu.logging"],
         not_callers: &[],
+        enclosing: Some((
+            &["org.apache.logging.log4j.", "ch.qos.logback."],
+            &[
+                "StackWalk",
+                "StackStreamFactory",
+                "fill_in_stack_trace",
+                "FillInStackTrace",
+                "StackTraceElement",
+                "Throwable.getStackTrace",
+            ],
+        )),
         threshold: 0.02,
         cause: "the logging pattern or configuration asks for the caller's class, method or \
                 line: every event walks the stack to find it (log4j2: location is several \
@@ -75,6 +89,7 @@ const CATEGORIES: &[Category] = &[
         ],
         takes_from: &[],
         not_callers: &[".<init>"],
+        enclosing: None,
         threshold: 0.05,
         cause: "exceptions (or stack traces) are made for ordinary control flow: each one \
                 captures the whole stack",
@@ -102,6 +117,7 @@ const CATEGORIES: &[Category] = &[
         ],
         takes_from: &[],
         not_callers: &[],
+        enclosing: None,
         threshold: 0.10,
         cause: "the same documents are parsed or written again and again, or they are larger \
                 than the request needs",
@@ -123,6 +139,7 @@ const CATEGORIES: &[Category] = &[
         ],
         takes_from: &[],
         not_callers: &[],
+        enclosing: None,
         threshold: 0.10,
         cause: "regular expressions run on every request, or are compiled each time \
                 (String.split, String.replaceAll and matches compile their pattern on every \
@@ -141,6 +158,7 @@ const CATEGORIES: &[Category] = &[
         ],
         takes_from: &[],
         not_callers: &[],
+        enclosing: None,
         threshold: 0.10,
         cause: "code looks up and invokes methods or fields reflectively on the hot path",
         fix: "cache the looked-up Method/Field or use MethodHandles; generate code at build \
@@ -161,6 +179,7 @@ const CATEGORIES: &[Category] = &[
         ],
         takes_from: &[],
         not_callers: &[],
+        enclosing: None,
         threshold: 0.10,
         cause: "every request writes log events, formatted and written on the request thread",
         fix: "log less on the hot path (levels, sampling); use asynchronous appenders; avoid \
@@ -182,6 +201,7 @@ const CATEGORIES: &[Category] = &[
         ],
         takes_from: &[],
         not_callers: &[],
+        enclosing: None,
         threshold: 0.03,
         cause: "clock reads enter the kernel instead of staying in the vDSO: the clocksource \
                 cannot be read from user space (xen, hpet, acpi_pm), or the code calls \
@@ -202,6 +222,7 @@ const CATEGORIES: &[Category] = &[
         ],
         takes_from: &[],
         not_callers: &[],
+        enclosing: None,
         threshold: 0.10,
         cause: "memory is mapped and touched for the first time on the hot path (large \
                 allocations freed back to the kernel and mapped again)",
@@ -224,6 +245,7 @@ const CATEGORIES: &[Category] = &[
         ],
         takes_from: &[],
         not_callers: &[],
+        enclosing: None,
         threshold: 0.10,
         cause: "threads contend for the same lock: they spin and call into the kernel to wait \
                 and wake each other",
@@ -249,6 +271,7 @@ const CATEGORIES: &[Category] = &[
         ],
         takes_from: &[],
         not_callers: &[],
+        enclosing: None,
         threshold: 0.10,
         cause: "the program allocates fast enough that collecting garbage takes a large share \
                 of the CPU",
@@ -265,6 +288,7 @@ const CATEGORIES: &[Category] = &[
         ],
         takes_from: &[],
         not_callers: &[],
+        enclosing: None,
         threshold: 0.10,
         cause: "the JIT compiler was still busy: the measured load began before warm-up ended, \
                 or code keeps being deoptimized and recompiled",
@@ -287,6 +311,7 @@ const CATEGORIES: &[Category] = &[
         ],
         takes_from: &[],
         not_callers: &[],
+        enclosing: None,
         threshold: 0.15,
         cause: "the hot path allocates and frees many objects",
         fix: "allocate less per request: reuse buffers, preallocate collections, avoid \
@@ -309,9 +334,15 @@ fn strip_mark(frame: &str) -> &str {
 
 /// The index of the first frame (root first) in the category, if any.
 fn first_match(frames: &[&str], category: &Category) -> Option<usize> {
+    let has = |f: &str, names: &[&str]| names.iter().any(|p| strip_mark(f).contains(p));
     frames
         .iter()
-        .position(|f| category.frames.iter().any(|p| strip_mark(f).contains(p)))
+        .position(|f| has(f, category.frames))
+        .or_else(|| {
+            let (outer, inner) = category.enclosing?;
+            let at = frames.iter().position(|f| has(f, outer))?;
+            frames[at + 1..].iter().any(|f| has(f, inner)).then_some(at)
+        })
 }
 
 /// Samples per category, with the matched frames and their callers.
@@ -495,6 +526,26 @@ mod tests {
         );
         let rules: Vec<&str> = f.iter().map(|f| f.rule.as_str()).collect();
         assert_eq!(rules, ["cpu.log-location"], "{f:?}");
+        // the JIT inlined the frames that name it: a log4j2 frame above the stack walk
+        let f = found(
+            "java;Worker.run_[j];Shop.handle_[j];org.apache.logging.log4j.spi.AbstractLogger.logIfEnabled_[j];java.lang.StackStreamFactory$AbstractStackWalker.callStackWalk_[j];StackWalk::fetchFirstBatch 30\n\
+             java;Worker.run_[j];Shop.find_[j];java.lang.Throwable.fillInStackTrace_[j];java_lang_Throwable::fill_in_stack_trace 20\n\
+             java;Worker.run_[j];Shop.render_[j] 150\n",
+        );
+        let rules: Vec<&str> = f.iter().map(|f| f.rule.as_str()).collect();
+        assert_eq!(rules, ["cpu.log-location", "cpu.exceptions"], "{f:?}");
+        assert!(
+            f[0].evidence
+                .iter()
+                .any(|e| e.ends_with("called from Shop.handle")),
+            "{:?}",
+            f[0]
+        );
+        assert!(
+            f[1].title.starts_with("10%"),
+            "only the exceptions outside logging: {:?}",
+            f[1]
+        );
     }
 
     #[test]
