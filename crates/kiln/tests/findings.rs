@@ -59,6 +59,21 @@ fn behavior(name: &str, log_peer: Option<SocketAddr>) -> Behavior {
                 ..Default::default()
             }
         }
+        // every 10th request reset instead of answered, and the same target answering all
+        "resets" => {
+            return Behavior {
+                reset_every: Some(10),
+                ..Default::default()
+            }
+        }
+        "answers" => return Behavior::default(),
+        // 50 ms per request: 4 connections serve 80 requests/s at most
+        "slow" => {
+            return Behavior {
+                service_time: Duration::from_millis(50),
+                ..Default::default()
+            }
+        }
         other => panic!("no target {other}"),
     };
     Behavior {
@@ -441,4 +456,93 @@ fn requests_that_wait_are_told_from_requests_that_run() {
         f["judged"].to_string().contains("cpu.waiting-not-running"),
         "{f:#}"
     );
+}
+
+#[test]
+fn failed_requests_are_found_by_kind_and_a_target_that_answers_all_has_none() {
+    let tmp = tempfile::tempdir().unwrap();
+    let target = Target::start("resets", None);
+    let f = run_and_judge(&target, &tmp.path().join("resets"), &["-c", "2"]);
+    let e = finding(&f, "load.errors").unwrap_or_else(|| panic!("{f:#}"));
+    let share = e["impact"]["share"].as_f64().unwrap();
+    assert!((0.08..0.12).contains(&share), "every 10th request: {e:#}");
+    assert_eq!(e["severity"], "high", "{e:#}");
+    assert!(
+        e["evidence"]
+            .to_string()
+            .contains("no response: connection reset/closed"),
+        "{e:#}"
+    );
+    drop(target);
+    let target = Target::start("answers", None);
+    let f = run_and_judge(&target, &tmp.path().join("answers"), &["-c", "2"]);
+    assert!(finding(&f, "load.errors").is_none(), "{f:#}");
+}
+
+#[test]
+fn a_rate_above_what_the_target_serves_is_found_and_one_below_is_not() {
+    let tmp = tempfile::tempdir().unwrap();
+    let target = Target::start("slow", None);
+    let cap = ["--max-connections", "4", "-c", "4"];
+    let over = [&["--rate", "300"][..], &cap[..]].concat();
+    let f = run_and_judge(&target, &tmp.path().join("over"), &over);
+    let r = finding(&f, "load.rate-not-reached").unwrap_or_else(|| panic!("{f:#}"));
+    // 4 connections at 50 ms serve at most 80 of the 300 arrivals a second
+    let share = r["impact"]["share"].as_f64().unwrap();
+    assert!(share > 0.6, "about 73% never sent: {r:#}");
+    assert!(r["title"]
+        .as_str()
+        .unwrap()
+        .contains("could not take the offered rate"));
+    let under = [&["--rate", "40"][..], &cap[..]].concat();
+    let f = run_and_judge(&target, &tmp.path().join("under"), &under);
+    assert!(finding(&f, "load.rate-not-reached").is_none(), "{f:#}");
+}
+
+/// A cgroup v1 cpu hierarchy group with a quota, removed when dropped.
+struct CpuQuota(std::path::PathBuf);
+
+impl CpuQuota {
+    /// A group allowed `cpus` of CPU time per 100 ms period, holding process `pid`.
+    fn new(pid: u32, cpus: f64) -> Self {
+        let root = Path::new("/sys/fs/cgroup/cpu");
+        let dir = root.join(format!("kiln-findings-{pid}"));
+        std::fs::create_dir(&dir).expect("a cgroup v1 cpu group (as root) for the quota test");
+        std::fs::write(dir.join("cpu.cfs_period_us"), "100000").unwrap();
+        std::fs::write(
+            dir.join("cpu.cfs_quota_us"),
+            format!("{}", (cpus * 100_000.0) as u64),
+        )
+        .unwrap();
+        std::fs::write(dir.join("cgroup.procs"), pid.to_string()).unwrap();
+        Self(dir)
+    }
+}
+
+impl Drop for CpuQuota {
+    fn drop(&mut self) {
+        // the target is killed first; its group can then go
+        for _ in 0..50 {
+            if std::fs::remove_dir(&self.0).is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+#[test]
+fn a_cpu_quota_that_throttles_is_found_and_the_same_target_without_it_is_not() {
+    let tmp = tempfile::tempdir().unwrap();
+    let target = Target::start("cpu-bound", None);
+    let quota = CpuQuota::new(target.child.id(), 0.2);
+    let f = run_and_judge(&target, &tmp.path().join("quota"), &["-c", "2"]);
+    drop(target);
+    drop(quota);
+    let t = finding(&f, "cpu.cgroup-throttled").unwrap_or_else(|| panic!("{f:#}"));
+    assert_eq!(t["data"]["quota_cpus"], 0.2, "{t:#}");
+    assert!(t["impact"]["share"].as_f64().unwrap() > 0.5, "{t:#}");
+    let target = Target::start("cpu-bound", None);
+    let f = run_and_judge(&target, &tmp.path().join("free"), &["-c", "2"]);
+    assert!(finding(&f, "cpu.cgroup-throttled").is_none(), "{f:#}");
 }

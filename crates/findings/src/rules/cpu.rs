@@ -613,8 +613,8 @@ pub const WAITING_NOT_RUNNING: Rule = Rule {
 /// A request that takes at least this many times its CPU is mostly waiting.
 const WAITING_FACTOR: f64 = 10.0;
 
-/// Requests spend most of their time off the target's CPU while the host has CPU to spare:
-/// the target is not CPU-bound; it waits on something else.
+/// Requests spend most of their time off the target's CPU: the target is not CPU-bound; it
+/// waits on something else (or, on a busy host, for a CPU: the evidence says which).
 fn waiting_not_running(run: &RunRecord) -> Verdict {
     let seconds = match process_seconds(run) {
         Ok(s) => s,
@@ -640,8 +640,7 @@ fn waiting_not_running(run: &RunRecord) -> Verdict {
         .unwrap_or(&total.totals.latency);
     let p50_us = h.quantile_us(0.5) as f64;
     let cpu_us = cores * 1e6 / throughput;
-    let spare = host_idle.is_none_or(|idle| idle >= 20.0);
-    if p50_us < 1000.0 || p50_us < WAITING_FACTOR * cpu_us || !spare {
+    if p50_us < 1000.0 || p50_us < WAITING_FACTOR * cpu_us {
         return Verdict::Clear;
     }
     let waiting = 1.0 - cpu_us / p50_us;
@@ -661,9 +660,16 @@ fn waiting_not_running(run: &RunRecord) -> Verdict {
                 super::duration_us(cpu_us.round() as u64),
                 100.0 * cores
             ),
-            host_idle.map_or("the host's idle time was not sampled".into(), |idle| {
-                format!("the host was {idle:.0}% idle: CPU is not what requests wait for")
-            }),
+            match host_idle {
+                Some(idle) if idle >= 20.0 => {
+                    format!("the host was {idle:.0}% idle: CPU is not what requests wait for")
+                }
+                // a busy host (a neighbour, kiln itself) makes runnable threads wait too
+                Some(idle) => format!(
+                    "the host was busy ({idle:.0}% idle): part of the wait may be for a CPU"
+                ),
+                None => "the host's idle time was not sampled".into(),
+            },
         ],
         window: window_of(&seconds),
         cause: "the target's threads wait for something other than the CPU: a lock, a pool, \
