@@ -196,14 +196,14 @@ pub fn write(dir: &mut RunDir, report: &Report) -> Result<std::path::PathBuf, Re
 
 /// The findings a run recorded, when it recorded them in a version this kiln reads.
 pub fn read(dir: &RunDir) -> Result<Option<Report>, RecordError> {
-    let Some((path, bytes)) = dir.read_part(FINDINGS_PART)? else {
-        return Ok(None);
-    };
-    let report: Report = serde_json::from_slice(&bytes).map_err(|e| RecordError::Malformed {
-        path,
-        detail: e.to_string(),
-    })?;
-    Ok((report.version == FINDINGS_VERSION).then_some(report))
+    let report: Option<Report> = dir.read_json_part(FINDINGS_PART)?;
+    Ok(report.filter(|r| r.version == FINDINGS_VERSION))
+}
+
+/// The findings a run recorded; judged now when it recorded none this kiln reads (an older
+/// kiln, a run killed before the end, a damaged findings.json).
+pub fn recorded_or_judged(dir: &RunDir) -> Report {
+    read(dir).ok().flatten().unwrap_or_else(|| judge_dir(dir))
 }
 
 /// A stable id for one problem of a rule: the rule, and a short hash of what tells this

@@ -170,21 +170,10 @@ impl RunRecord {
     }
 
     fn json_part(&mut self, dir: &RunDir, kind: &str) -> Option<Value> {
-        match dir.read_part(kind) {
-            Ok(Some((path, bytes))) => match serde_json::from_slice(&bytes) {
-                Ok(v) => Some(v),
-                Err(e) => {
-                    self.problems
-                        .push(format!("{} is not JSON: {e}", path.display()));
-                    None
-                }
-            },
-            Ok(None) => None,
-            Err(e) => {
-                self.problems.push(e.to_string());
-                None
-            }
-        }
+        dir.read_json_part(kind).unwrap_or_else(|e| {
+            self.problems.push(e.to_string());
+            None
+        })
     }
 
     /// The measured phases merged.

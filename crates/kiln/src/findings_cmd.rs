@@ -9,14 +9,11 @@ use crate::run_cmd::EXIT_THRESHOLDS_FAILED;
 pub fn run(args: FindingsArgs) -> Result<u8> {
     let dir = RunDir::open(&args.run_dir)
         .with_context(|| format!("cannot read the run in {}", args.run_dir.display()))?;
-    // The findings the run recorded, unless asked to judge again or it recorded none (an
-    // older kiln, a run killed before the end) or one this kiln does not read.
-    let recorded = if args.rejudge {
-        None
+    let report = if args.rejudge {
+        kiln_findings::judge_dir(&dir)
     } else {
-        kiln_findings::read(&dir).unwrap_or(None)
+        kiln_findings::recorded_or_judged(&dir)
     };
-    let report = recorded.unwrap_or_else(|| kiln_findings::judge_dir(&dir));
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&report)?);
     } else {

@@ -18,13 +18,9 @@ pub fn run(args: ReportArgs) -> Result<u8> {
         PhaseSummary::add_line(&mut phases, &line?);
     }
     let resources: Vec<ResourceSecond> = dir.read_json_lines(RESOURCES_PART)?;
-    let profile = json_part(&dir, PROFILE_SUMMARY_PART)?;
-    let queries = json_part(&dir, QUERIES_PART)?;
-    // as recorded; judged again when the record has none (an older or interrupted run)
-    let findings = match kiln_findings::read(&dir) {
-        Ok(Some(recorded)) => recorded,
-        _ => kiln_findings::judge_dir(&dir),
-    };
+    let profile: Option<serde_json::Value> = dir.read_json_part(PROFILE_SUMMARY_PART)?;
+    let queries: Option<serde_json::Value> = dir.read_json_part(QUERIES_PART)?;
+    let findings = kiln_findings::recorded_or_judged(&dir);
     let dir_text = args.run_dir.display().to_string();
     let view = summary::RunView {
         dir: &dir_text,
@@ -43,14 +39,4 @@ pub fn run(args: ReportArgs) -> Result<u8> {
     } else {
         0
     })
-}
-
-/// A whole-file JSON part of the run, when it has one.
-fn json_part(dir: &RunDir, kind: &str) -> Result<Option<serde_json::Value>> {
-    let Some((path, bytes)) = dir.read_part(kind)? else {
-        return Ok(None);
-    };
-    Ok(Some(serde_json::from_slice(&bytes).with_context(|| {
-        format!("{} is not JSON", path.display())
-    })?))
 }

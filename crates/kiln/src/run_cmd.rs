@@ -192,7 +192,7 @@ fn name_from_url(plan: &LoadPlan) -> String {
 
 /// Whether a `--threshold` recorded in the plan fails on the measured phases.
 pub fn thresholds_failed(manifest: &kiln_record::RunManifest, phases: &[PhaseSummary]) -> bool {
-    summary::measured_total(phases).is_some_and(|total| {
+    PhaseSummary::measured_total(phases).is_some_and(|total| {
         thresholds::check_all(&manifest.plan, &total)
             .iter()
             .any(|t| !t.ok)

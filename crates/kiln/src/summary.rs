@@ -11,11 +11,6 @@ use crate::{profile_cmd, resources_summary, thresholds};
 use kiln_profile::ProfileSummary;
 use kiln_sample::ResourceSecond;
 
-/// The phases a summary is about: the measured ones, merged when there are several.
-pub fn measured_total(phases: &[PhaseSummary]) -> Option<PhaseSummary> {
-    PhaseSummary::measured_total(phases)
-}
-
 fn is_open_model(manifest: &RunManifest) -> bool {
     manifest.plan["workload"]["model"] == "open"
 }
@@ -280,7 +275,7 @@ pub fn render_text(view: &RunView) -> String {
         let _ = writeln!(out, "  (the figures below merge all measured runs exactly)");
     }
 
-    let Some(total) = measured_total(phases) else {
+    let Some(total) = PhaseSummary::measured_total(phases) else {
         let _ = writeln!(out, "\nNo measured results were recorded.");
         out += &recorded_extras(dir, profile, queries);
         return out;
@@ -461,7 +456,7 @@ fn profile_text(dir: &str, profile: &Value) -> String {
 
 pub fn render_json(view: &RunView) -> Value {
     let (manifest, phases) = (view.manifest, view.phases);
-    let total = measured_total(phases);
+    let total = PhaseSummary::measured_total(phases);
     let measured: Vec<&PhaseSummary> = phases.iter().filter(|p| p.measured).collect();
     let across: serde_json::Map<String, Value> = if measured.len() > 1 {
         across_runs(&measured)

@@ -356,6 +356,22 @@ impl RunDir {
         Ok(Some((path, bytes)))
     }
 
+    /// A whole-file JSON part (profile.json, queries.json, findings.json), if the run has it.
+    pub fn read_json_part<T: DeserializeOwned>(
+        &self,
+        kind: &str,
+    ) -> Result<Option<T>, RecordError> {
+        let Some((path, bytes)) = self.read_part(kind)? else {
+            return Ok(None);
+        };
+        serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|e| RecordError::Malformed {
+                path,
+                detail: format!("not JSON: {e}"),
+            })
+    }
+
     /// Reads every line of a JSON-lines part. A torn last line (the writer was killed
     /// mid-write) is skipped; any other bad line is an error naming its line number.
     pub fn read_json_lines<T: DeserializeOwned>(&self, kind: &str) -> Result<Vec<T>, RecordError> {
