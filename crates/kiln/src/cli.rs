@@ -26,6 +26,9 @@ pub enum Command {
     /// What is wrong in a recorded run: the bottlenecks with their evidence, cause and fix,
     /// ranked (as at the end of kiln run).
     Findings(FindingsArgs),
+    /// Did a change help? Two recorded runs side by side: each percentile, throughput and
+    /// error rate with the change, its 95% interval and a verdict; findings fixed and new.
+    Compare(CompareArgs),
     /// Start an embedded target, load it, and show what kiln reports.
     Demo(DemoArgs),
     /// Watch what the host and a process do, once a second, without load.
@@ -339,6 +342,15 @@ pub struct RunArgs {
     #[arg(long = "repeat", default_value_t = 1)]
     pub repeat: u32,
 
+    /// Compare this run with a base run (a run directory) once it is recorded, as
+    /// `kiln compare BASE THIS` does.
+    #[arg(long = "compare", value_name = "BASE_RUN")]
+    pub compare: Option<PathBuf>,
+
+    /// With --compare: exit with 99 when a figure regressed against the base.
+    #[arg(long = "fail-on-regression", requires = "compare")]
+    pub fail_on_regression: bool,
+
     /// Stop the run as interrupted when the target gave no response at all for this long.
     #[arg(long = "dead-after", default_value = "5s")]
     pub dead_after: String,
@@ -414,6 +426,48 @@ pub struct FindingsArgs {
     /// recorded.
     #[arg(long = "rejudge")]
     pub rejudge: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct CompareArgs {
+    /// The run before the change (a run directory; --repeat N runs give the best intervals).
+    pub base: PathBuf,
+    /// The run after the change.
+    pub new: PathBuf,
+    /// Print the comparison as JSON on stdout.
+    #[arg(long = "json")]
+    pub json: bool,
+    #[command(flatten)]
+    pub method: CompareMethod,
+}
+
+/// How `kiln compare` (and `kiln run --compare`) computes intervals and verdicts.
+#[derive(Args, Debug, Clone)]
+pub struct CompareMethod {
+    /// Bootstrap resamples for the intervals.
+    #[arg(long = "resamples", default_value_t = 2000, value_parser = clap::value_parser!(u32).range(100..=100_000))]
+    pub resamples: u32,
+    /// The resampling seed: the same records and seed give the same table.
+    #[arg(long = "seed", default_value_t = 1)]
+    pub seed: u64,
+    /// Confidence of the intervals, held by all of them together (0.5 to 0.999).
+    #[arg(long = "confidence", default_value_t = 0.95)]
+    pub confidence: f64,
+    /// Exit with 99 when a figure regressed (a CI gate).
+    #[arg(long = "fail-on-regression")]
+    pub fail_on_regression: bool,
+}
+
+impl Default for CompareMethod {
+    fn default() -> Self {
+        let options = kiln_compare::Options::default();
+        Self {
+            resamples: options.resamples,
+            seed: options.seed,
+            confidence: options.confidence,
+            fail_on_regression: false,
+        }
+    }
 }
 
 #[derive(Args, Debug)]

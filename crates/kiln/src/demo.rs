@@ -162,7 +162,7 @@ pub fn run(args: DemoArgs, stop: &StopSignal) -> Result<u8> {
                 .first()
                 .map_or(0, |p| p.totals.latency.quantile_us(0.99)),
         );
-        code = code.max(print_outcome(&outcome, args.json, None)?);
+        code = code.max(print_outcome(&outcome, args.json, None, None)?);
         if stop.is_stopped() {
             return Ok(code);
         }

@@ -4,6 +4,7 @@
 #[macro_use]
 mod stdout;
 mod cli;
+mod compare_cmd;
 mod demo;
 mod doctor_cmd;
 mod findings_cmd;
@@ -76,6 +77,7 @@ fn main() -> ExitCode {
         Command::Run(args) => run_cmd::run(*args, &stop),
         Command::Report(args) => report_cmd::run(args),
         Command::Findings(args) => findings_cmd::run(args),
+        Command::Compare(args) => compare_cmd::run(args),
         Command::Demo(args) => demo::run(args, &stop),
         Command::Watch(args) => watch_cmd::run(args, &stop),
         Command::Profile(args) => profile_cmd::run(args, &stop),

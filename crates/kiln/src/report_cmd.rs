@@ -31,6 +31,7 @@ pub fn run(args: ReportArgs) -> Result<u8> {
         profile: profile.as_ref(),
         queries: queries.as_ref(),
         findings: Some(&findings),
+        compare: None,
     };
     summary::print(&view, args.json)?;
     // As `kiln run` and k6: a failed threshold is exit 99, also when the run is read again.

@@ -11,7 +11,7 @@ use kiln_sample::ProcFs;
 
 pub use kiln_runner::{create_run_dir, error_text, or_fail};
 
-use crate::cli::{FailOn, RunArgs};
+use crate::cli::{CompareMethod, FailOn, RunArgs};
 use crate::live::LiveOutput;
 use crate::summary;
 use crate::thresholds::{self, Threshold};
@@ -199,9 +199,20 @@ pub fn thresholds_failed(manifest: &kiln_record::RunManifest, phases: &[PhaseSum
     })
 }
 
+/// `kiln run --compare BASE`: the base run and how to compare with it.
+pub struct CompareWith {
+    pub base: std::path::PathBuf,
+    pub method: CompareMethod,
+}
+
 /// Prints the outcome and returns the exit code: 99 when a threshold failed or a finding
 /// is at least as severe as `fail_on`.
-pub fn print_outcome(outcome: &RunOutcome, json: bool, fail_on: Option<FailOn>) -> Result<u8> {
+pub fn print_outcome(
+    outcome: &RunOutcome,
+    json: bool,
+    fail_on: Option<FailOn>,
+    compare: Option<&CompareWith>,
+) -> Result<u8> {
     for warning in &outcome.warnings {
         eprintln!("kiln: warning: {}", crate::format::safe_text(warning));
     }
@@ -216,13 +227,31 @@ pub fn print_outcome(outcome: &RunOutcome, json: bool, fail_on: Option<FailOn>) 
         profile: outcome.profile.as_ref(),
         queries: outcome.queries.as_ref(),
         findings: Some(&outcome.findings),
+        compare: None,
+    };
+    // A run compared with a base: the comparison is part of the summary (and of its JSON).
+    let comparison = match compare {
+        Some(with) => Some(crate::compare_cmd::compare(
+            &with.base,
+            outcome.dir.path(),
+            &with.method,
+        )?),
+        None => None,
+    };
+    let view = summary::RunView {
+        compare: comparison.as_ref(),
+        ..view
     };
     summary::print(&view, json)?;
+    let regressed = match (compare, &comparison) {
+        (Some(with), Some(c)) => crate::compare_cmd::exit_code(c, &with.method) != 0,
+        _ => false,
+    };
     let failed_thresholds = thresholds_failed(manifest, &outcome.phases);
     let failed_findings = fail_on.is_some_and(|f| outcome.findings.any_at_least(f.severity()));
     Ok(match outcome.dir.effective_status() {
         RunStatus::Complete
-            if failed_thresholds || failed_findings || outcome.queries_gate_failed =>
+            if failed_thresholds || failed_findings || outcome.queries_gate_failed || regressed =>
         {
             EXIT_THRESHOLDS_FAILED
         }
@@ -292,5 +321,12 @@ pub fn run(args: RunArgs, stop: &StopSignal) -> Result<u8> {
         otlp,
     };
     let outcome = execute(spec, stop, &mut live)?;
-    print_outcome(&outcome, args.json, args.queries.fail_on)
+    let compare = args.compare.clone().map(|base| CompareWith {
+        base,
+        method: CompareMethod {
+            fail_on_regression: args.fail_on_regression,
+            ..CompareMethod::default()
+        },
+    });
+    print_outcome(&outcome, args.json, args.queries.fail_on, compare.as_ref())
 }

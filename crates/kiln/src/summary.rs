@@ -147,6 +147,8 @@ pub struct RunView<'a> {
     pub queries: Option<&'a Value>,
     /// The findings over the whole record: what is wrong, ranked.
     pub findings: Option<&'a kiln_findings::Report>,
+    /// `kiln run --compare BASE`: this run against the base.
+    pub compare: Option<&'a kiln_compare::Comparison>,
 }
 
 pub fn print(view: &RunView, json: bool) -> serde_json::Result<()> {
@@ -209,6 +211,7 @@ pub fn render_text(view: &RunView) -> String {
         profile,
         queries,
         findings,
+        compare,
     } = *view;
     let mut out = String::new();
     let plan = &manifest.plan;
@@ -383,6 +386,10 @@ pub fn render_text(view: &RunView) -> String {
         out += "\n";
         out += &kiln_findings::to_text(findings);
     }
+    if let Some(compare) = compare {
+        out += "\nCompared with the base run:\n";
+        out += &kiln_compare::to_text(compare);
+    }
     out
 }
 
@@ -497,6 +504,7 @@ pub fn render_json(view: &RunView) -> Value {
         "profile": view.profile,
         "queries": view.queries,
         "findings": view.findings,
+        "compare": view.compare,
     })
 }
 

@@ -1,0 +1,618 @@
+//! `kiln compare BASE NEW`: did a change help, by how much, and how sure is that.
+//!
+//! The method (researched in `report-compare-findings.md` §1): the unit of replication is a
+//! repeat (`--repeat N` phases), not a request or a second, since requests and seconds are
+//! correlated. Each figure's change gets a 95% interval from a two-level bootstrap (repeats,
+//! then circular blocks of seconds, seeded so the same records give the same table), and a
+//! verdict in criterion's way: improved or regressed only when the whole interval lies
+//! outside a noise band; `~` otherwise. Beside it, benchstat's Mann-Whitney p over the
+//! repeats' own figures, with its small-sample warnings.
+//!
+//! It reads run records only (either side may be old, copied or interrupted).
+
+mod bootstrap;
+mod rank;
+mod sample;
+mod text;
+
+use std::collections::BTreeSet;
+
+use kiln_findings::Report;
+use kiln_record::{RunDir, RunStatus};
+use serde::Serialize;
+
+use bootstrap::{block_seconds, Estimate, Grid, GridSide, Resampler};
+pub use rank::{mann_whitney_p, smallest_p};
+pub use sample::{Repeat, Second, Side};
+pub use text::to_text;
+
+/// The version of the JSON `kiln compare --json` prints.
+pub const COMPARE_VERSION: u32 = 1;
+
+/// How the comparison is computed.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Bootstrap resamples.
+    pub resamples: u32,
+    pub seed: u64,
+    /// The interval's confidence, 0..1.
+    pub confidence: f64,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            resamples: 2000,
+            seed: 1,
+            confidence: 0.95,
+        }
+    }
+}
+
+/// Better when lower (latency, errors) or higher (throughput).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Better {
+    Lower,
+    Higher,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    Improved,
+    Regressed,
+    /// No change outside the noise band that the interval supports.
+    #[serde(rename = "~")]
+    Same,
+    /// Not judged: too few requests for the figure, or a figure without an interval.
+    #[serde(rename = "n/a")]
+    NotJudged,
+}
+
+impl Verdict {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Improved => "improved",
+            Self::Regressed => "regressed",
+            Self::Same => "~",
+            Self::NotJudged => "n/a",
+        }
+    }
+}
+
+/// One compared figure.
+#[derive(Clone, Debug, Serialize)]
+pub struct Row {
+    /// `p50`, `p99.9`, `max`, `throughput`, `error rate`...
+    pub metric: String,
+    /// `us`, `req/s`, `%`, `ms CPU/req`.
+    pub unit: String,
+    pub base: f64,
+    pub new: f64,
+    /// Relative change (NEW/BASE - 1), or for shares (`%`) the difference in points.
+    pub change: f64,
+    /// Whether `change` is relative (a ratio) or a difference in the unit's points.
+    pub relative: bool,
+    /// The interval of `change`; `None` when the figure has none (say why in `note`).
+    pub interval: Option<[f64; 2]>,
+    /// The noise band: a change inside `±band` is no change.
+    pub band: f64,
+    pub better: Better,
+    pub verdict: Verdict,
+    /// Mann-Whitney p over the repeats' own figures, when both sides have two or more.
+    pub p_value: Option<f64>,
+    pub note: Option<String>,
+}
+
+/// A finding and what became of it.
+#[derive(Clone, Debug, Serialize)]
+pub struct FindingChange {
+    pub id: String,
+    pub rule: String,
+    pub severity: String,
+    pub title: String,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct FindingsChange {
+    /// In BASE, judged and not found in NEW.
+    pub fixed: Vec<FindingChange>,
+    /// In NEW, not in BASE.
+    pub new: Vec<FindingChange>,
+    pub unchanged: Vec<FindingChange>,
+    /// In BASE, but NEW could not judge it (no profile, too few samples...).
+    pub not_judged_in_new: Vec<FindingChange>,
+}
+
+/// One side as the table's header shows it.
+#[derive(Clone, Debug, Serialize)]
+pub struct SideSummary {
+    pub dir: String,
+    pub name: String,
+    pub id: String,
+    pub status: String,
+    pub started_at: String,
+    pub repeats: usize,
+    pub seconds: usize,
+    pub requests: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Comparison {
+    pub version: u32,
+    pub base: SideSummary,
+    pub new: SideSummary,
+    /// Said before the table: what could make the comparison unfair.
+    pub hygiene: Vec<String>,
+    pub rows: Vec<Row>,
+    /// The target's CPU per request and its system share (one figure per run: no interval).
+    pub resources: Vec<Row>,
+    pub findings: FindingsChange,
+    /// Small-sample and method notes, said after the table.
+    pub warnings: Vec<String>,
+    pub resamples: u32,
+    pub seed: u64,
+    /// The intervals hold together at this confidence (each at 1 - (1 - confidence)/k).
+    pub confidence: f64,
+    /// k: the figures whose intervals hold together.
+    pub figures_judged: usize,
+}
+
+#[derive(Debug)]
+pub struct CompareError(pub String);
+
+impl std::fmt::Display for CompareError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for CompareError {}
+
+/// The latency figures compared: (label, quantile, noise band).
+const PERCENTILES: [(&str, f64, f64); 5] = [
+    ("p50", 0.5, 0.02),
+    ("p90", 0.9, 0.03),
+    ("p95", 0.95, 0.03),
+    ("p99", 0.99, 0.05),
+    ("p99.9", 0.999, 0.10),
+];
+/// Below this a latency change is timer noise, whatever its share.
+const LATENCY_FLOOR_US: f64 = 10.0;
+/// A percentile is judged only with this many requests above it on each side.
+const TAIL_REQUESTS: f64 = 20.0;
+const THROUGHPUT_BAND: f64 = 0.02;
+/// Error rates are compared in percentage points.
+const ERROR_BAND_POINTS: f64 = 0.1;
+
+/// Compares two run directories.
+pub fn compare(base: &RunDir, new: &RunDir, options: &Options) -> Result<Comparison, CompareError> {
+    let base_side = Side::read(base);
+    let new_side = Side::read(new);
+    for (label, side) in [("BASE", &base_side), ("NEW", &new_side)] {
+        if side.repeats.is_empty() {
+            let why = side
+                .problems
+                .first()
+                .map_or(String::new(), |p| format!(": {p}"));
+            return Err(CompareError(format!(
+                "{label} ({}) has no measured seconds of load to compare{why}",
+                side.dir
+            )));
+        }
+    }
+    let base_findings = kiln_findings::recorded_or_judged(base);
+    let new_findings = kiln_findings::recorded_or_judged(new);
+    Ok(compare_sides(
+        &base_side,
+        &new_side,
+        (&base_findings, &new_findings),
+        options,
+    ))
+}
+
+/// Compares two sides already read (tests build them directly).
+pub fn compare_sides(
+    base: &Side,
+    new: &Side,
+    findings: (&Report, &Report),
+    options: &Options,
+) -> Comparison {
+    let grid = Grid::of(&[base, new]);
+    let on_grid = [
+        GridSide::new(&grid, &base.repeats),
+        GridSide::new(&grid, &new.repeats),
+    ];
+    let mut quantiles: Vec<f64> = PERCENTILES.iter().map(|p| p.1).collect();
+    quantiles.push(1.0);
+    let mut resamplers = [
+        Resampler::new(&grid, &on_grid[0]),
+        Resampler::new(&grid, &on_grid[1]),
+    ];
+    let points = [resamplers[0].all(&quantiles), resamplers[1].all(&quantiles)];
+    let per_repeat: [Vec<Estimate>; 2] = [0, 1].map(|i| {
+        let count = [base, new][i].repeats.len();
+        (0..count)
+            .map(|r| resamplers[i].repeat(r, &quantiles))
+            .collect()
+    });
+    let mut rng = fastrand::Rng::with_seed(options.seed);
+    let draws: Vec<[Estimate; 2]> = (0..options.resamples.max(1))
+        .map(|_| {
+            [
+                resamplers[0].resample(&mut rng, &quantiles),
+                resamplers[1].resample(&mut rng, &quantiles),
+            ]
+        })
+        .collect();
+    let requests = [base.requests(), new.requests()];
+    let tail_enough =
+        |q: f64| (TAIL_REQUESTS / (1.0 - q)).ceil() as u64 <= requests[0].min(requests[1]);
+    // Simultaneous intervals (Bonferroni): each of the k figures judged gets the interval at
+    // 1 - (1 - confidence)/k, so that all k hold together at `confidence` and a comparison of
+    // two run sets of one target says "no change" that often, not 1 - k(1 - confidence).
+    let judged = 2 + PERCENTILES.iter().filter(|p| tail_enough(p.1)).count();
+    let tail = (1.0 - options.confidence.clamp(0.5, 0.9999)) / 2.0 / judged as f64;
+    let interval = |change: &dyn Fn(&Estimate, &Estimate) -> f64| -> [f64; 2] {
+        let mut changes: Vec<f64> = draws.iter().map(|[b, n]| change(b, n)).collect();
+        changes.sort_by(f64::total_cmp);
+        let at = |q: f64| {
+            changes[((q * (changes.len() - 1) as f64).round() as usize).min(changes.len() - 1)]
+        };
+        [at(tail), at(1.0 - tail)]
+    };
+    let p_of = |figure: &dyn Fn(&Estimate) -> f64| -> Option<f64> {
+        let [a, b] = [0, 1].map(|i| per_repeat[i].iter().map(figure).collect::<Vec<f64>>());
+        (a.len() >= 2 && b.len() >= 2)
+            .then(|| mann_whitney_p(&a, &b))
+            .flatten()
+    };
+
+    let mut rows = Vec::new();
+    for (i, (label, q, band)) in PERCENTILES.iter().enumerate() {
+        let (b, n) = (
+            points[0].quantiles_us[i] as f64,
+            points[1].quantiles_us[i] as f64,
+        );
+        let needed = (TAIL_REQUESTS / (1.0 - q)).ceil() as u64;
+        let mut row = Row {
+            metric: label.to_string(),
+            unit: "us".into(),
+            base: b,
+            new: n,
+            change: ratio_change(b, n),
+            relative: true,
+            interval: None,
+            band: band.max(if b > 0.0 { LATENCY_FLOOR_US / b } else { 0.0 }),
+            better: Better::Lower,
+            verdict: Verdict::NotJudged,
+            p_value: p_of(&|e: &Estimate| e.quantiles_us[i] as f64),
+            note: None,
+        };
+        if !tail_enough(*q) {
+            row.note = Some(format!(
+                "too few requests for {label}: {needed} on each side give it {TAIL_REQUESTS} above it"
+            ));
+        } else {
+            row.interval = Some(interval(&|bs, ns| {
+                ratio_change(bs.quantiles_us[i] as f64, ns.quantiles_us[i] as f64)
+            }));
+            row.verdict = verdict(&row);
+        }
+        rows.push(row);
+    }
+    let last = quantiles.len() - 1;
+    let (b, n) = (
+        points[0].quantiles_us[last] as f64,
+        points[1].quantiles_us[last] as f64,
+    );
+    rows.push(Row {
+        metric: "max".into(),
+        unit: "us".into(),
+        base: b,
+        new: n,
+        change: ratio_change(b, n),
+        relative: true,
+        interval: None,
+        band: 0.0,
+        better: Better::Lower,
+        verdict: Verdict::NotJudged,
+        p_value: p_of(&|e: &Estimate| e.quantiles_us[last] as f64),
+        note: Some("one request decides the maximum: no interval".into()),
+    });
+    // requests per whole second (a phase's last second is cut by the end of its load)
+    let throughputs = [points[0].per_second, points[1].per_second];
+    let mut row = Row {
+        metric: "throughput".into(),
+        unit: "req/s".into(),
+        base: throughputs[0],
+        new: throughputs[1],
+        change: ratio_change(throughputs[0], throughputs[1]),
+        relative: true,
+        interval: Some(interval(&|bs, ns| {
+            ratio_change(bs.per_second, ns.per_second)
+        })),
+        band: THROUGHPUT_BAND,
+        better: Better::Higher,
+        verdict: Verdict::NotJudged,
+        p_value: p_of(&|e: &Estimate| e.per_second),
+        note: None,
+    };
+    row.verdict = verdict(&row);
+    rows.push(row);
+    let mut row = Row {
+        metric: "error rate".into(),
+        unit: "%".into(),
+        base: 100.0 * points[0].failed_ratio,
+        new: 100.0 * points[1].failed_ratio,
+        change: 100.0 * (points[1].failed_ratio - points[0].failed_ratio),
+        relative: false,
+        interval: Some(interval(&|bs, ns| {
+            100.0 * (ns.failed_ratio - bs.failed_ratio)
+        })),
+        band: ERROR_BAND_POINTS,
+        better: Better::Lower,
+        verdict: Verdict::NotJudged,
+        p_value: p_of(&|e: &Estimate| e.failed_ratio),
+        note: None,
+    };
+    row.verdict = verdict(&row);
+    rows.push(row);
+
+    Comparison {
+        version: COMPARE_VERSION,
+        base: summary(base),
+        new: summary(new),
+        hygiene: hygiene(base, new),
+        rows,
+        resources: resource_rows(base, new),
+        findings: findings_change(findings.0, findings.1),
+        warnings: warnings(base, new),
+        resamples: options.resamples.max(1),
+        seed: options.seed,
+        confidence: options.confidence,
+        figures_judged: judged,
+    }
+}
+
+fn ratio_change(base: f64, new: f64) -> f64 {
+    if base > 0.0 {
+        new / base - 1.0
+    } else if new > 0.0 {
+        f64::INFINITY
+    } else {
+        0.0
+    }
+}
+
+/// Criterion's rule: a verdict only when the whole interval is outside the noise band.
+fn verdict(row: &Row) -> Verdict {
+    let Some([lo, hi]) = row.interval else {
+        return Verdict::NotJudged;
+    };
+    let (up, down) = if lo > row.band {
+        (true, false)
+    } else if hi < -row.band {
+        (false, true)
+    } else {
+        return Verdict::Same;
+    };
+    match (row.better, up, down) {
+        (Better::Lower, true, _) | (Better::Higher, _, true) => Verdict::Regressed,
+        _ => Verdict::Improved,
+    }
+}
+
+fn summary(side: &Side) -> SideSummary {
+    let m = &side.record.manifest;
+    SideSummary {
+        dir: side.dir.clone(),
+        name: m.name.clone(),
+        id: m.id.clone(),
+        status: side.record.status.as_str().into(),
+        started_at: m.started_at.clone(),
+        repeats: side.repeats.len(),
+        seconds: side.seconds(),
+        requests: side.requests(),
+    }
+}
+
+/// What could make the comparison unfair, said before the table.
+fn hygiene(base: &Side, new: &Side) -> Vec<String> {
+    let mut lines = Vec::new();
+    let (bm, nm) = (&base.record.manifest, &new.record.manifest);
+    let differing = plan_differences(&bm.plan, &nm.plan);
+    if differing.is_empty() {
+        lines.push("same plan".to_string());
+    } else {
+        lines.push(format!("the plans differ: {}", differing.join("; ")));
+    }
+    if bm.kiln_version == nm.kiln_version {
+        lines.push(format!("same kiln ({})", bm.kiln_version));
+    } else {
+        lines.push(format!(
+            "different kiln versions: {} and {}",
+            bm.kiln_version, nm.kiln_version
+        ));
+    }
+    for (label, side) in [("BASE", base), ("NEW", new)] {
+        if side.record.status != RunStatus::Complete {
+            lines.push(format!(
+                "{label} is {}: its finished seconds are compared",
+                side.record.status.as_str()
+            ));
+        }
+        let unsent: u64 = side
+            .record
+            .phases
+            .iter()
+            .filter(|p| p.measured)
+            .map(|p| p.unsent())
+            .sum();
+        if unsent > 0 {
+            lines.push(format!(
+                "{label}: {unsent} scheduled requests were never sent (every connection busy): \
+                 the target fell behind the offered rate there"
+            ));
+        }
+    }
+    match (base.record.window(), new.record.window()) {
+        (Some(b), Some(n)) if b.to_unix_ms <= n.from_unix_ms + 1000 => lines.push(
+            "not interleaved: BASE ran before NEW, so a drift of the machine between them \
+             counts as a change (run them alternately to rule it out)"
+                .into(),
+        ),
+        (Some(b), Some(n)) if n.to_unix_ms <= b.from_unix_ms + 1000 => lines.push(
+            "not interleaved: NEW ran before BASE, so a drift of the machine between them \
+             counts as a change"
+                .into(),
+        ),
+        _ => {}
+    }
+    lines
+}
+
+/// The plan's top-level settings that differ, as `key: BASE -> NEW`.
+fn plan_differences(base: &serde_json::Value, new: &serde_json::Value) -> Vec<String> {
+    let (Some(b), Some(n)) = (base.as_object(), new.as_object()) else {
+        return if base == new {
+            Vec::new()
+        } else {
+            vec!["(not comparable)".into()]
+        };
+    };
+    let keys: BTreeSet<&String> = b.keys().chain(n.keys()).collect();
+    keys.into_iter()
+        .filter(|k| b.get(k.as_str()) != n.get(k.as_str()))
+        .map(|k| {
+            let show = |v: Option<&serde_json::Value>| {
+                v.map_or("(none)".to_string(), |v| {
+                    let text = v.to_string();
+                    if text.chars().count() > 40 {
+                        format!("{}...", text.chars().take(40).collect::<String>())
+                    } else {
+                        text
+                    }
+                })
+            };
+            format!(
+                "{k}: {} -> {}",
+                show(b.get(k.as_str())),
+                show(n.get(k.as_str()))
+            )
+        })
+        .collect()
+}
+
+/// The target's CPU per request and its system share over each side's measured window.
+fn resource_rows(base: &Side, new: &Side) -> Vec<Row> {
+    let cpu = |side: &Side| -> Option<(f64, f64)> {
+        let (mut user, mut system) = (0.0, 0.0);
+        for s in &side.record.resources {
+            let p = s.process.as_ref()?;
+            user += p.rates.cpu_user_pct / 100.0 * s.interval_s;
+            system += p.rates.cpu_system_pct / 100.0 * s.interval_s;
+        }
+        (user + system > 0.0).then_some((user, system))
+    };
+    let (Some((bu, bs)), Some((nu, ns))) = (cpu(base), cpu(new)) else {
+        return Vec::new();
+    };
+    let (br, nr) = (base.requests().max(1) as f64, new.requests().max(1) as f64);
+    let row = |metric: &str, unit: &str, b: f64, n: f64, relative: bool| Row {
+        metric: metric.into(),
+        unit: unit.into(),
+        base: b,
+        new: n,
+        change: if relative { ratio_change(b, n) } else { n - b },
+        relative,
+        interval: None,
+        band: 0.0,
+        better: Better::Lower,
+        verdict: Verdict::NotJudged,
+        p_value: None,
+        note: Some("one figure per run (the sampler's seconds): no interval".into()),
+    };
+    vec![
+        row(
+            "target CPU per request",
+            "ms",
+            1000.0 * (bu + bs) / br,
+            1000.0 * (nu + ns) / nr,
+            true,
+        ),
+        row(
+            "target system share",
+            "%",
+            100.0 * bs / (bu + bs),
+            100.0 * ns / (nu + ns),
+            false,
+        ),
+    ]
+}
+
+fn findings_change(base: &Report, new: &Report) -> FindingsChange {
+    let change = |f: &kiln_findings::Finding| FindingChange {
+        id: f.id.clone(),
+        rule: f.rule.clone(),
+        severity: f.severity.as_str().into(),
+        title: f.title.clone(),
+    };
+    let in_new: BTreeSet<&str> = new.findings.iter().map(|f| f.id.as_str()).collect();
+    let in_base: BTreeSet<&str> = base.findings.iter().map(|f| f.id.as_str()).collect();
+    let mut out = FindingsChange::default();
+    for f in &base.findings {
+        if in_new.contains(f.id.as_str()) {
+            out.unchanged.push(change(f));
+        } else if new.judged.contains(&f.rule) {
+            out.fixed.push(change(f));
+        } else {
+            out.not_judged_in_new.push(change(f));
+        }
+    }
+    out.new = new
+        .findings
+        .iter()
+        .filter(|f| !in_base.contains(f.id.as_str()))
+        .map(change)
+        .collect();
+    out
+}
+
+fn warnings(base: &Side, new: &Side) -> Vec<String> {
+    let mut out = Vec::new();
+    let (rb, rn) = (base.repeats.len(), new.repeats.len());
+    if rb == 1 || rn == 1 {
+        out.push(
+            "one run on a side: the intervals cover the variation between seconds, not \
+             between runs (restarts, JIT, placement); --repeat 5 on both sides covers it"
+                .into(),
+        );
+    } else if rb < 5 || rn < 5 {
+        out.push(format!(
+            "{rb} vs {rn} repeats: the rank test cannot go below p={:.3} (benchstat's warning); \
+             the verdicts come from the bootstrap intervals",
+            smallest_p(rb, rn)
+        ));
+    }
+    let shortest = base
+        .repeats
+        .iter()
+        .chain(&new.repeats)
+        .map(|r| r.seconds.len())
+        .min()
+        .unwrap_or(0);
+    if shortest < 20 {
+        out.push(format!(
+            "a repeat of {shortest} s: blocks of {} s are few, so its interval is rough (30 s or more per repeat is better)",
+            block_seconds(shortest)
+        ));
+    }
+    for (label, side) in [("BASE", base), ("NEW", new)] {
+        for p in &side.problems {
+            out.push(format!("{label}: {p}"));
+        }
+    }
+    out
+}

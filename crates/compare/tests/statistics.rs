@@ -1,0 +1,197 @@
+//! The comparison's statistics against records whose truth is known by construction: run
+//! sets drawn from one process must not differ (the false-positive rate is measured, not
+//! assumed), and a stall that shrinks must show in p99 and not in p50.
+//!
+//! The synthetic process has what real runs have: a service time with a slow tail, a
+//! per-run offset (restarts, placement), and stalls that last several seconds (so seconds
+//! are correlated and a per-request test would be overconfident).
+
+use kiln_compare::{compare_sides, Options, Repeat, Second, Side, Verdict};
+use kiln_findings::{Report, RunRecord};
+use kiln_record::{LatencyHistogram, RunManifest, RunStatus, SecondRecord};
+
+struct Process {
+    base_us: f64,
+    /// Run-to-run spread of the service time (a fraction).
+    run_spread: f64,
+    /// Share of requests in the slow tail, and how slow.
+    tail_share: f64,
+    tail_us: f64,
+    /// A stall regime: entered with this chance per second, lasting 1-5 seconds, in which
+    /// every request takes this much longer.
+    stall_chance: f64,
+    stall_us: f64,
+    rate: u64,
+}
+
+impl Process {
+    fn run(&self, rng: &mut fastrand::Rng, seconds: usize) -> Repeat {
+        let offset = 1.0 + self.run_spread * (2.0 * rng.f64() - 1.0);
+        let mut stall_left = 0;
+        let seconds = (0..seconds)
+            .map(|_| {
+                if stall_left == 0 && rng.f64() < self.stall_chance {
+                    stall_left = rng.usize(1..=5);
+                }
+                let stalled = stall_left > 0;
+                stall_left = stall_left.saturating_sub(1);
+                let mut h = LatencyHistogram::new();
+                for _ in 0..self.rate {
+                    // exponential around the base, like a queue's service
+                    let mut us = self.base_us * offset * (0.5 - 0.5 * (1.0 - rng.f64()).ln());
+                    if rng.f64() < self.tail_share {
+                        us += self.tail_us * (0.8 + 0.4 * rng.f64());
+                    }
+                    if stalled {
+                        us += self.stall_us * rng.f64();
+                    }
+                    h.record_us(us as u64);
+                }
+                Second::of(&SecondRecord {
+                    requests: self.rate,
+                    latency: h,
+                    ..Default::default()
+                })
+            })
+            .collect();
+        Repeat {
+            phase: "run".into(),
+            seconds,
+        }
+    }
+
+    fn side(&self, rng: &mut fastrand::Rng, repeats: usize, seconds: usize) -> Side {
+        let mut repeats: Vec<Repeat> = (0..repeats).map(|_| self.run(rng, seconds)).collect();
+        for (i, r) in repeats.iter_mut().enumerate() {
+            r.phase = format!("run {}", i + 1);
+        }
+        Side {
+            dir: "synthetic".into(),
+            record: RunRecord::empty(RunManifest {
+                schema_version: 1,
+                kiln_version: "test".into(),
+                id: "synthetic".into(),
+                name: "synthetic".into(),
+                command: vec![],
+                plan: serde_json::json!({"rate": self.rate}),
+                started_at: String::new(),
+                ended_at: None,
+                status: RunStatus::Complete,
+                status_reason: None,
+                parts: vec![],
+            }),
+            repeats,
+            problems: vec![],
+        }
+    }
+}
+
+fn service() -> Process {
+    Process {
+        base_us: 2000.0,
+        run_spread: 0.01,
+        tail_share: 0.02,
+        tail_us: 100_000.0,
+        stall_chance: 0.03,
+        stall_us: 20_000.0,
+        rate: 200,
+    }
+}
+
+fn options() -> Options {
+    Options {
+        resamples: 1000,
+        ..Options::default()
+    }
+}
+
+#[test]
+fn run_sets_of_one_process_show_no_change_in_at_least_19_of_20_trials() {
+    let empty = Report::default();
+    let mut rng = fastrand::Rng::with_seed(20261123);
+    let mut false_positives = Vec::new();
+    for trial in 0..20 {
+        let a = service().side(&mut rng, 3, 30);
+        let b = service().side(&mut rng, 3, 30);
+        let c = compare_sides(&a, &b, (&empty, &empty), &options());
+        let judged: Vec<String> = c
+            .rows
+            .iter()
+            .filter(|r| matches!(r.verdict, Verdict::Improved | Verdict::Regressed))
+            .map(|r| format!("{} {} {:?}", r.metric, r.verdict.as_str(), r.interval))
+            .collect();
+        if !judged.is_empty() {
+            false_positives.push(format!("trial {trial}: {}", judged.join(", ")));
+        }
+    }
+    assert!(false_positives.len() <= 1, "{false_positives:#?}");
+}
+
+#[test]
+fn a_stall_that_shrinks_improves_p99_and_leaves_p50_alone() {
+    let empty = Report::default();
+    let mut rng = fastrand::Rng::with_seed(7);
+    let before = service().side(&mut rng, 3, 30);
+    let after = Process {
+        tail_us: 50_000.0,
+        ..service()
+    }
+    .side(&mut rng, 3, 30);
+    let c = compare_sides(&before, &after, (&empty, &empty), &options());
+    let row = |m: &str| c.rows.iter().find(|r| r.metric == m).unwrap();
+    let p99 = row("p99");
+    assert_eq!(p99.verdict, Verdict::Improved, "{p99:?}");
+    let [lo, hi] = p99.interval.unwrap();
+    assert!(lo < hi && hi < 0.0, "{p99:?}");
+    // the truth: the tail halves
+    assert!((p99.change + 0.5).abs() < 0.1, "{p99:?}");
+    assert_eq!(row("p50").verdict, Verdict::Same, "{:?}", row("p50"));
+    assert_eq!(row("throughput").verdict, Verdict::Same);
+    // and the other way round it is a regression
+    let back = compare_sides(&after, &before, (&empty, &empty), &options());
+    let p99 = back.rows.iter().find(|r| r.metric == "p99").unwrap();
+    assert_eq!(p99.verdict, Verdict::Regressed, "{p99:?}");
+}
+
+#[test]
+fn the_same_records_and_seed_give_the_same_table() {
+    let empty = Report::default();
+    let mut rng = fastrand::Rng::with_seed(3);
+    let a = service().side(&mut rng, 2, 20);
+    let b = service().side(&mut rng, 2, 20);
+    let one = compare_sides(&a, &b, (&empty, &empty), &options());
+    let two = compare_sides(&a, &b, (&empty, &empty), &options());
+    assert_eq!(
+        serde_json::to_string(&one).unwrap(),
+        serde_json::to_string(&two).unwrap()
+    );
+    // two repeats a side: benchstat's small-sample warning is given
+    assert!(
+        one.warnings
+            .iter()
+            .any(|w| w.contains("cannot go below p=0.333")),
+        "{:?}",
+        one.warnings
+    );
+}
+
+#[test]
+fn a_thin_tail_gets_no_verdict() {
+    let empty = Report::default();
+    let mut rng = fastrand::Rng::with_seed(5);
+    let thin = Process {
+        rate: 20,
+        ..service()
+    };
+    let a = thin.side(&mut rng, 1, 30);
+    let b = thin.side(&mut rng, 1, 30);
+    let c = compare_sides(&a, &b, (&empty, &empty), &options());
+    // 600 requests a side: enough for p95 (400), not for p99 (2000) or p99.9
+    let row = |m: &str| c.rows.iter().find(|r| r.metric == m).unwrap();
+    assert_ne!(row("p95").verdict, Verdict::NotJudged);
+    for m in ["p99", "p99.9"] {
+        assert_eq!(row(m).verdict, Verdict::NotJudged);
+        assert!(row(m).note.as_deref().unwrap().contains("too few requests"));
+    }
+    assert!(c.warnings.iter().any(|w| w.contains("one run on a side")));
+}
