@@ -477,6 +477,10 @@ pub struct ReportArgs {
     /// Print the summary as JSON on stdout.
     #[arg(long = "json")]
     pub json: bool,
+    /// (Re)build the HTML report: into FILE, or into report.html in the run directory.
+    #[arg(long = "html", value_name = "FILE")]
+    #[allow(clippy::option_option)]
+    pub html: Option<Option<PathBuf>>,
 }
 
 #[derive(Args, Debug)]

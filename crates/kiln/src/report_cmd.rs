@@ -10,8 +10,22 @@ use crate::cli::ReportArgs;
 use crate::{run_cmd, summary};
 
 pub fn run(args: ReportArgs) -> Result<u8> {
-    let dir = RunDir::open(&args.run_dir)
+    let mut dir = RunDir::open(&args.run_dir)
         .with_context(|| format!("cannot read the run in {}", args.run_dir.display()))?;
+    if let Some(file) = &args.html {
+        let path = match file {
+            None => kiln_report::write(&mut dir).with_context(|| {
+                format!("cannot write the report into {}", args.run_dir.display())
+            })?,
+            Some(file) => {
+                std::fs::write(file, kiln_report::render(&dir))
+                    .with_context(|| format!("cannot write {}", file.display()))?;
+                file.clone()
+            }
+        };
+        outln!("{}", crate::format::safe_text(&path.display().to_string()));
+        return Ok(0);
+    }
     // Line by line: a long run's seconds are never all in memory at once.
     let mut phases = Vec::new();
     for line in dir.json_lines::<LoadRecordLine>(LOAD_SECONDS_PART)? {

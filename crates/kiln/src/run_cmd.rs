@@ -243,6 +243,9 @@ pub fn print_outcome(
         ..view
     };
     summary::print(&view, json)?;
+    if let (Some(report), false) = (&outcome.report, json) {
+        outln!("Report     {}", crate::format::safe_text(&report.display().to_string()));
+    }
     let regressed = match (compare, &comparison) {
         (Some(with), Some(c)) => crate::compare_cmd::exit_code(c, &with.method) != 0,
         _ => false,

@@ -11,31 +11,7 @@ use std::fmt::Write as _;
 use crate::analyze::{Analysis, Severity};
 use crate::trie::StackTrie;
 
-/// Escapes text for HTML element content and attribute values.
-pub fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c if c.is_control() && c != '\n' && c != '\t' => out.push('\u{FFFD}'),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
-/// JSON that is safe inside a `<script>` element.
-pub fn script_json(json: &str) -> String {
-    json.replace('<', "\\u003c")
-        .replace('>', "\\u003e")
-        .replace('&', "\\u0026")
-        .replace('\u{2028}', "\\u2028")
-        .replace('\u{2029}', "\\u2029")
-}
+pub use kiln_record::text::{html_escape as escape, script_json};
 
 const STYLE: &str = r#"
 body{font:14px/1.4 system-ui,sans-serif;margin:0;color:#1d2330;background:#fafafa}

@@ -46,6 +46,8 @@ pub struct RunOutcome {
     pub interrupted_by: Option<i32>,
     /// The findings over the whole record (`findings.json`).
     pub findings: kiln_findings::Report,
+    /// `report.html`, when it could be written.
+    pub report: Option<std::path::PathBuf>,
     /// What went wrong beside the run without ending it (a profile perf could not take,
     /// spans that could not all be recorded), for the user to read.
     pub warnings: Vec<String>,
@@ -173,7 +175,15 @@ pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut dyn Progress) -> Res
     if let Err(e) = kiln_findings::write(&mut dir, &findings) {
         warnings.push(format!("the findings were not recorded: {e}"));
     }
+    let report = match kiln_report::write(&mut dir) {
+        Ok(path) => Some(path),
+        Err(e) => {
+            warnings.push(format!("the HTML report was not written: {e}"));
+            None
+        }
+    };
     Ok(RunOutcome {
+        report,
         dir,
         phases,
         resources,

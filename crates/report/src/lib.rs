@@ -1,0 +1,536 @@
+//! The run as one self-contained HTML page (`report.html`): the verdict and findings first,
+//! then latency, throughput and errors over time, the resources on the same time axis, the
+//! percentile distribution, the profile, and the command and plan that made the run.
+//!
+//! Charts are drawn by uPlot (1.6.32, MIT, 51 KB; vendored unchanged in `vendor/uplot`), the
+//! library vegeta's plots moved to: canvas time series with synchronised cursors that stay
+//! fast with hours of seconds, where SVG drawn here would be a chart library of our own.
+//!
+//! Untrusted text stays text. Everything from the outside (URLs, headers, SQL, frames,
+//! finding evidence) is HTML-escaped where the page is built, or travels in a JSON block
+//! (with `<`, `>`, `&` and U+2028/9 escaped) that the page's one script reads and turns into
+//! chart data only. A Content-Security-Policy allows that script (by a nonce) and inline
+//! styles, and nothing else: no other script, no request to anywhere.
+//!
+//! It reads the run record only (old, copied or interrupted runs too).
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+use base64::Engine as _;
+use kiln_findings::{Finding, Report};
+use kiln_record::parts::PROFILE_FLAME_PART;
+use kiln_record::text::{html_escape as esc, script_json, us};
+use kiln_record::{
+    LatencyHistogram, LoadRecordLine, PhaseSummary, RecordError, RunDir, LOAD_SECONDS_PART,
+};
+use kiln_sample::{ResourceSecond, RESOURCES_PART};
+use serde_json::{json, Value};
+
+/// The part kind and file name of the report.
+pub const REPORT_HTML_PART: &str = "report-html";
+pub const REPORT_HTML_FILE: &str = "report.html";
+
+const UPLOT_JS: &str = include_str!("../vendor/uplot/uPlot.iife.min.js");
+const UPLOT_CSS: &str = include_str!("../vendor/uplot/uPlot.min.css");
+const PAGE_JS: &str = include_str!("page.js");
+/// A flame graph larger than this is linked, not embedded (the page must stay light).
+const MAX_EMBEDDED_FLAME: usize = 4 << 20;
+
+/// Builds the page for a run directory.
+pub fn render(dir: &RunDir) -> String {
+    let load = Load::read(dir);
+    let resources = read_resources(dir);
+    let findings = kiln_findings::recorded_or_judged(dir);
+    let data = json!({
+        "seconds": load.series,
+        "phases": load.phase_spans,
+        "resources": resources,
+        "distribution": load.distribution(),
+    });
+    let nonce = format!("{:016x}{:016x}", fastrand::u64(..), fastrand::u64(..));
+    let m = &dir.manifest;
+    let mut html = String::with_capacity(256 * 1024);
+    let _ = write!(
+        html,
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
+<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; \
+script-src 'nonce-{nonce}'; style-src 'unsafe-inline'; img-src data:; \
+base-uri 'none'; form-action 'none'\">\
+<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
+<title>kiln report: {}</title><style>{UPLOT_CSS}{STYLE}</style></head><body>",
+        esc(&m.name)
+    );
+    let _ = write!(
+        html,
+        "<header><h1>kiln report: {}</h1><div class=\"sub\">{} &middot; {} &middot; started {} \
+&middot; kiln {}</div></header>",
+        esc(&m.name),
+        esc(&m.id),
+        esc(dir.effective_status().as_str()),
+        esc(&m.started_at),
+        esc(&m.kiln_version)
+    );
+    html += &nav();
+    html += &verdict_section(&findings, &load);
+    html += &findings_section(&findings);
+    html += &load_section(&load);
+    html += "<section id=\"resources\"><h2>Resources</h2>";
+    if resources.is_null() {
+        html += "<p class=\"muted\">The sampler recorded nothing in this run.</p>";
+    } else {
+        html += "<div class=\"chart\" id=\"chart-host-cpu\"></div>\
+<div class=\"chart\" id=\"chart-target-cpu\"></div>\
+<div class=\"chart\" id=\"chart-target-switches\"></div>\
+<div class=\"chart\" id=\"chart-target-memory\"></div>\
+<div class=\"chart\" id=\"chart-sockets\"></div>";
+    }
+    html += "</section>";
+    html += &profile_section(dir);
+    html += &queries_section(dir);
+    html += &command_section(dir);
+    let _ = write!(
+        html,
+        "<script type=\"application/json\" id=\"kiln-data\">{}</script>\
+<script nonce=\"{nonce}\">{UPLOT_JS}</script><script nonce=\"{nonce}\">{PAGE_JS}</script>\
+</body></html>",
+        script_json(&data.to_string())
+    );
+    html
+}
+
+/// Writes `report.html` into the run directory (listed in its manifest).
+pub fn write(dir: &mut RunDir) -> Result<PathBuf, RecordError> {
+    let html = render(dir);
+    dir.write_file_part(REPORT_HTML_PART, REPORT_HTML_FILE, 1, html.as_bytes())
+}
+
+const STYLE: &str = r#"
+body{font:14px/1.45 system-ui,sans-serif;margin:0;color:#1d2330;background:#fafafa}
+header{padding:12px 24px;background:#1d2330;color:#fff}
+header h1{font-size:19px;margin:0}
+.sub{color:#c9d1d9;font-size:13px}
+nav{padding:6px 24px;background:#eef1f5;font-size:13px;position:sticky;top:0;z-index:5}
+nav a{margin-right:14px;color:#0b57d0}
+section{padding:6px 24px}
+h2{font-size:17px;margin:18px 0 8px}
+table{border-collapse:collapse;background:#fff;margin:6px 0}
+th,td{border:1px solid #ddd;padding:4px 8px;text-align:left;vertical-align:top}
+td.n,th.n{text-align:right;font-variant-numeric:tabular-nums}
+code,pre{font:12px/1.35 ui-monospace,monospace;white-space:pre-wrap;word-break:break-word}
+.finding{background:#fff;border:1px solid #ddd;border-left:5px solid #888;margin:8px 0;padding:6px 12px}
+.finding.high{border-left-color:#b00020}.finding.medium{border-left-color:#d97706}.finding.low{border-left-color:#888}
+.sev{font-weight:bold;text-transform:uppercase;font-size:12px;margin-right:6px}
+.high .sev{color:#b00020}.medium .sev{color:#b35c00}.low .sev{color:#555}
+.finding ul{margin:4px 0 4px 18px;padding:0}
+.verdict{font-size:16px;background:#fff;border:1px solid #ddd;padding:10px 14px}
+.muted{color:#666}
+.chart{margin:10px 0;background:#fff}
+img.flame{max-width:100%;border:1px solid #ddd;background:#fff}
+"#;
+
+fn nav() -> String {
+    let links = [
+        ("verdict", "Verdict"),
+        ("findings", "Findings"),
+        ("load", "Load"),
+        ("resources", "Resources"),
+        ("profile", "Profile"),
+        ("queries", "DB calls"),
+        ("command", "Command"),
+    ];
+    let mut out = String::from("<nav>");
+    for (id, label) in links {
+        let _ = write!(out, "<a href=\"#{id}\">{label}</a>");
+    }
+    out + "</nav>"
+}
+
+fn verdict_section(findings: &Report, load: &Load) -> String {
+    let mut out = String::from("<section id=\"verdict\"><h2>Verdict</h2><div class=\"verdict\">");
+    match findings.findings.first() {
+        Some(top) => {
+            let _ = write!(
+                out,
+                "{} finding{}; the first to fix: <b>{}</b>",
+                findings.findings.len(),
+                if findings.findings.len() == 1 { "" } else { "s" },
+                esc(&top.title)
+            );
+        }
+        None => out += "No findings: no rule saw a problem in this record.",
+    }
+    if let Some(total) = PhaseSummary::measured_total(&load.phases) {
+        let stats = total.latency_stats();
+        let _ = write!(
+            out,
+            "<div class=\"muted\">{} requests, {:.1}/s, {:.2}% failed; p50 {}, p99 {}, max {}</div>",
+            total.totals.requests,
+            total.throughput(),
+            100.0 * total.failed_ratio(),
+            us(stats.p50_us),
+            us(stats.p99_us),
+            us(stats.max_us)
+        );
+    }
+    out + "</div></section>"
+}
+
+fn findings_section(report: &Report) -> String {
+    let mut out = String::from("<section id=\"findings\"><h2>Findings</h2>");
+    if report.findings.is_empty() {
+        out += "<p class=\"muted\">None.</p>";
+    }
+    for f in &report.findings {
+        out += &finding_card(f);
+    }
+    if !report.unjudged.is_empty() {
+        out += "<details><summary>Rules that could not judge this run</summary><ul>";
+        for u in &report.unjudged {
+            let _ = write!(out, "<li><code>{}</code>: {}</li>", esc(&u.rule), esc(&u.reason));
+        }
+        out += "</ul></details>";
+    }
+    out + "</section>"
+}
+
+fn finding_card(f: &Finding) -> String {
+    let sev = f.severity.as_str();
+    let mut out = format!(
+        "<div class=\"finding {sev}\" id=\"finding-{}\"><div><span class=\"sev\">{sev}</span>\
+<b>{}</b> <span class=\"muted\">{} &middot; {:.0}% of {}</span></div><ul>",
+        esc(&f.id),
+        esc(&f.title),
+        esc(&f.rule),
+        100.0 * f.impact.share,
+        esc(&f.impact.of)
+    );
+    for e in &f.evidence {
+        let _ = write!(out, "<li>{}</li>", esc(e));
+    }
+    let _ = write!(
+        out,
+        "</ul><div><b>Cause:</b> {}</div><div><b>Fix:</b> {}</div></div>",
+        esc(&f.cause),
+        esc(&f.fix)
+    );
+    out
+}
+
+fn load_section(load: &Load) -> String {
+    let mut out = String::from(
+        "<section id=\"load\"><h2>Load</h2>\
+<div class=\"chart\" id=\"chart-latency\"></div><div class=\"chart\" id=\"chart-throughput\"></div>\
+<div class=\"chart\" id=\"chart-distribution\"></div>\
+<table><tr><th>phase</th><th class=\"n\">requests</th><th class=\"n\">per second</th>\
+<th class=\"n\">failed</th><th class=\"n\">p50</th><th class=\"n\">p90</th><th class=\"n\">p99</th>\
+<th class=\"n\">p99.9</th><th class=\"n\">max</th></tr>",
+    );
+    let measured_total = PhaseSummary::measured_total(&load.phases);
+    let all = load.phases.iter().chain(
+        measured_total
+            .iter()
+            .filter(|_| load.phases.iter().filter(|p| p.measured).count() > 1),
+    );
+    for p in all {
+        let s = p.latency_stats();
+        let h = &p.totals.latency;
+        let _ = write!(
+            out,
+            "<tr><td>{}{}</td><td class=\"n\">{}</td><td class=\"n\">{:.1}</td><td class=\"n\">{}</td>\
+<td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td></tr>",
+            esc(&p.phase),
+            if p.measured { "" } else { " (not measured)" },
+            p.totals.requests,
+            p.throughput(),
+            p.failed(),
+            us(s.p50_us),
+            us(h.quantile_us(0.9)),
+            us(s.p99_us),
+            us(h.quantile_us(0.999)),
+            us(s.max_us)
+        );
+    }
+    out += "</table>";
+    if let Some(total) = &measured_total {
+        out += "<table><tr><th>answer</th><th class=\"n\">count</th></tr>";
+        for (code, n) in &total.totals.status {
+            let _ = write!(out, "<tr><td>HTTP {code}</td><td class=\"n\">{n}</td></tr>");
+        }
+        for (kind, n) in &total.totals.errors {
+            let _ = write!(
+                out,
+                "<tr><td>error: {}</td><td class=\"n\">{n}</td></tr>",
+                esc(kind.label())
+            );
+        }
+        out += "</table>";
+    }
+    for a in load.phases.iter().flat_map(|p| &p.anomalies) {
+        let _ = write!(out, "<p class=\"muted\">{}</p>", esc(a));
+    }
+    for p in &load.problems {
+        let _ = write!(out, "<p class=\"muted\">{}</p>", esc(p));
+    }
+    out + "</section>"
+}
+
+fn profile_section(dir: &RunDir) -> String {
+    let mut out = String::from("<section id=\"profile\"><h2>Profile</h2>");
+    match dir.read_part(PROFILE_FLAME_PART) {
+        Ok(Some((path, svg))) if svg.len() <= MAX_EMBEDDED_FLAME => {
+            // As an image the flame graph's own script does not run here; the interactive
+            // file is beside this page.
+            let _ = write!(
+                out,
+                "<p class=\"muted\">On-CPU flame graph; searchable and zoomable in <code>{}</code> \
+beside this report.</p><img class=\"flame\" alt=\"flame graph\" src=\"data:image/svg+xml;base64,{}\">",
+                esc(&file_name(&path)),
+                base64::engine::general_purpose::STANDARD.encode(&svg)
+            );
+        }
+        Ok(Some((path, _))) => {
+            let _ = write!(
+                out,
+                "<p>The flame graph is large: open <code>{}</code> beside this report.</p>",
+                esc(&file_name(&path))
+            );
+        }
+        Ok(None) => out += "<p class=\"muted\">No profile in this run (kiln run --profile).</p>",
+        Err(e) => {
+            let _ = write!(out, "<p class=\"muted\">{}</p>", esc(&e.to_string()));
+        }
+    }
+    out + "</section>"
+}
+
+fn queries_section(dir: &RunDir) -> String {
+    let mut out = String::from("<section id=\"queries\"><h2>DB calls</h2>");
+    match dir.read_json_part::<Value>(kiln_record::parts::QUERIES_PART) {
+        Ok(Some(q)) => {
+            let summary = &q["summary"];
+            let _ = write!(
+                out,
+                "<p>{} requests with DB calls, {} statements; the DB findings are above. \
+The DB stack trie and every statement: <code>queries.html</code> beside this report.</p>",
+                esc(&summary["requests"].to_string()),
+                esc(&summary["calls"].to_string()),
+            );
+        }
+        Ok(None) => out += "<p class=\"muted\">No traces in this run (kiln run --otlp-listen).</p>",
+        Err(e) => {
+            let _ = write!(out, "<p class=\"muted\">{}</p>", esc(&e.to_string()));
+        }
+    }
+    out + "</section>"
+}
+
+fn command_section(dir: &RunDir) -> String {
+    let m = &dir.manifest;
+    let plan = serde_json::to_string_pretty(&m.plan).unwrap_or_default();
+    format!(
+        "<section id=\"command\"><h2>Command and plan</h2><pre>{}</pre>\
+<details><summary>Plan as kiln understood it</summary><pre>{}</pre></details>\
+<p class=\"muted\">Run directory: {}</p></section>",
+        esc(&m.command.join(" ")),
+        esc(&plan),
+        esc(&dir.path().display().to_string())
+    )
+}
+
+fn file_name(path: &std::path::Path) -> String {
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+/// The load part as the page shows it: series per second (all phases, on one clock), the
+/// phases, and a histogram per measured phase for the distribution.
+#[derive(Default)]
+struct Load {
+    series: Value,
+    phase_spans: Vec<Value>,
+    phases: Vec<PhaseSummary>,
+    problems: Vec<String>,
+}
+
+impl Load {
+    fn read(dir: &RunDir) -> Self {
+        let mut load = Load::default();
+        let mut cols: [Vec<Value>; 8] = Default::default();
+        let mut any_service = false;
+        let mut last_phase: Option<String> = None;
+        match dir.json_lines::<LoadRecordLine>(LOAD_SECONDS_PART) {
+            Ok(lines) => {
+                for line in lines {
+                    let line = match line {
+                        Ok(line) => line,
+                        Err(e) => {
+                            load.problems.push(e.to_string());
+                            break;
+                        }
+                    };
+                    if let LoadRecordLine::Second(s) = &line {
+                        // a gap between phases: the lines break there instead of joining
+                        // one repeat's end to the next one's start
+                        if last_phase.as_ref().is_some_and(|p| *p != s.phase) {
+                            let t = cols[0].last().and_then(Value::as_f64).unwrap_or(0.0);
+                            cols[0].push(json!(t + 0.5));
+                            cols[1..].iter_mut().for_each(|c| c.push(Value::Null));
+                        }
+                        last_phase = Some(s.phase.clone());
+                        let ms = |h: &LatencyHistogram, q: f64| {
+                            if h.is_empty() {
+                                Value::Null
+                            } else {
+                                json!(h.quantile_us(q) as f64 / 1000.0)
+                            }
+                        };
+                        let failed = s
+                            .status
+                            .iter()
+                            .filter(|(c, _)| **c >= 400)
+                            .fold(0u64, |a, (_, n)| a.saturating_add(*n))
+                            .saturating_add(s.error_count());
+                        cols[0].push(json!(s.unix_ms as f64 / 1000.0));
+                        cols[1].push(ms(&s.latency, 0.5));
+                        cols[2].push(ms(&s.latency, 0.9));
+                        cols[3].push(ms(&s.latency, 0.99));
+                        cols[4].push(ms(&s.latency, 1.0));
+                        cols[5].push(json!(s.requests));
+                        cols[6].push(json!(failed));
+                        cols[7].push(s.service.as_ref().map_or(Value::Null, |h| ms(h, 0.99)));
+                        any_service |= s.service.is_some();
+                    }
+                    PhaseSummary::add_line(&mut load.phases, &line);
+                }
+            }
+            Err(e) => load.problems.push(e.to_string()),
+        }
+        let [t, p50, p90, p99, max, requests, failed, service] = cols;
+        load.series = json!({
+            "t": t, "p50": p50, "p90": p90, "p99": p99, "max": max,
+            "requests": requests, "failed": failed,
+            "service_p99": if any_service { json!(service) } else { Value::Null },
+        });
+        load.phase_spans = load
+            .phases
+            .iter()
+            .map(|p| {
+                json!({
+                    "name": p.phase,
+                    "measured": p.measured,
+                    // a second's time is its end
+                    "from": p.first_unix_ms.map(|ms| ms.saturating_sub(1000) as f64 / 1000.0),
+                    "to": p.last_unix_ms.map(|ms| ms as f64 / 1000.0),
+                })
+            })
+            .collect();
+        load
+    }
+
+    /// Latency at percentiles from 0 to 99.999 (x = 1/(1-q), HdrHistogram's plot), for all
+    /// measured phases together and each repeat.
+    fn distribution(&self) -> Value {
+        let measured: Vec<&PhaseSummary> = self.phases.iter().filter(|p| p.measured).collect();
+        let Some(total) = PhaseSummary::measured_total(&self.phases) else {
+            return Value::Null;
+        };
+        let steps: Vec<f64> = (0..=50).map(|i| 1.0 - 10f64.powf(-(i as f64) / 10.0)).collect();
+        let curve = |h: &LatencyHistogram| -> Vec<f64> {
+            steps
+                .iter()
+                .map(|q| h.quantile_us(*q) as f64 / 1000.0)
+                .collect()
+        };
+        let mut names = vec!["all measured".to_string()];
+        let mut series = vec![curve(&total.totals.latency)];
+        if measured.len() > 1 {
+            for p in &measured {
+                names.push(p.phase.clone());
+                series.push(curve(&p.totals.latency));
+            }
+        }
+        json!({
+            "x": steps.iter().map(|q| 1.0 / (1.0 - q)).collect::<Vec<f64>>(),
+            "names": names,
+            "series": series,
+        })
+    }
+}
+
+/// The sampler's series, one column per figure (null where a second lacks it).
+fn read_resources(dir: &RunDir) -> Value {
+    let Ok(lines) = dir.json_lines::<ResourceSecond>(RESOURCES_PART) else {
+        return Value::Null;
+    };
+    let mut cols: Vec<Vec<Value>> = vec![Vec::new(); 16];
+    let mut any_process = false;
+    for s in lines.map_while(Result::ok) {
+        let cpu = s.host_cpu.as_ref();
+        let host = |f: fn(&kiln_sample::CpuSplit) -> f64| cpu.map_or(Value::Null, |c| json!(f(c)));
+        let p = s.process.as_ref();
+        any_process |= p.is_some();
+        let proc = |f: &dyn Fn(&kiln_sample::ProcessSecond) -> Option<f64>| {
+            p.and_then(f).map_or(Value::Null, |v| json!(v))
+        };
+        let row = [
+            json!(s.unix_ms as f64 / 1000.0),
+            host(|c| c.user + c.nice),
+            host(|c| c.system),
+            host(|c| c.irq),
+            host(|c| c.softirq),
+            host(|c| c.steal),
+            host(|c| c.iowait),
+            proc(&|p| Some(p.rates.cpu_user_pct)),
+            proc(&|p| Some(p.rates.cpu_system_pct)),
+            proc(&|p| Some(p.rss_kib as f64 / 1024.0)),
+            proc(&|p| Some(p.threads as f64)),
+            proc(&|p| p.open_fds.map(|n| n as f64)),
+            proc(&|p| p.rates.voluntary_switches_per_s),
+            proc(&|p| p.rates.involuntary_switches_per_s),
+            proc(&|p| {
+                p.sockets
+                    .as_ref()
+                    .and_then(|s| s.max_send_q.as_ref().map(|(_, n)| *n as f64))
+            }),
+            proc(&|p| {
+                p.sockets
+                    .as_ref()
+                    .and_then(|s| s.max_recv_q.as_ref().map(|(_, n)| *n as f64))
+            }),
+        ];
+        for (col, v) in cols.iter_mut().zip(row) {
+            col.push(v);
+        }
+    }
+    if cols[0].is_empty() {
+        return Value::Null;
+    }
+    let names = [
+        "t",
+        "host_user",
+        "host_system",
+        "host_irq",
+        "host_softirq",
+        "host_steal",
+        "host_iowait",
+        "target_user",
+        "target_system",
+        "rss_mib",
+        "threads",
+        "fds",
+        "voluntary",
+        "involuntary",
+        "send_q",
+        "recv_q",
+    ];
+    let mut out = serde_json::Map::new();
+    for (name, col) in names.iter().zip(cols) {
+        out.insert(name.to_string(), json!(col));
+    }
+    if !any_process {
+        out.insert("target_user".into(), Value::Null);
+    }
+    Value::Object(out)
+}

@@ -1,0 +1,121 @@
+// kiln report: draws the charts from the JSON data block with uPlot. It only reads that
+// block and sets textContent and attributes: it builds no HTML from data, and loads nothing.
+(function () {
+  "use strict";
+  var data = JSON.parse(document.getElementById("kiln-data").textContent);
+  var charts = [];
+  var width = function () {
+    return Math.max(400, Math.min(1200, document.body.clientWidth - 60));
+  };
+  var colors = ["#1f6feb", "#d97706", "#b00020", "#444", "#2da44e", "#8250df", "#cf222e", "#0a7a7a"];
+
+  // Phases other than the measured ones (warm-up) are shaded.
+  function phaseBands(u) {
+    var ctx = u.ctx;
+    (data.phases || []).forEach(function (p) {
+      if (p.measured) return;
+      var x0 = u.valToPos(p.from, "x", true), x1 = u.valToPos(p.to, "x", true);
+      ctx.save();
+      ctx.fillStyle = "rgba(120,120,120,0.12)";
+      ctx.fillRect(x0, u.bbox.top, Math.max(1, x1 - x0), u.bbox.height);
+      ctx.restore();
+    });
+  }
+
+  // Zooming one time chart zooms them all.
+  var syncing = false;
+  function zoomTogether(u, key) {
+    if (key !== "x" || syncing || !u.timeChart) return;
+    syncing = true;
+    charts.forEach(function (other) {
+      if (other !== u && other.timeChart) {
+        other.setScale("x", { min: u.scales.x.min, max: u.scales.x.max });
+      }
+    });
+    syncing = false;
+  }
+
+  function check(el, u) {
+    var sums = {};
+    u.series.forEach(function (s, i) {
+      if (i === 0) return;
+      var total = 0;
+      (u.data[i] || []).forEach(function (v) { if (v != null) total += v; });
+      sums[s.label] = Math.round(total * 1000) / 1000;
+    });
+    el.setAttribute("data-check", JSON.stringify({ points: u.data[0].length, sums: sums }));
+  }
+
+  function timeChart(id, title, series, columns, units) {
+    var el = document.getElementById(id);
+    if (!el || !columns[0] || columns[0].length === 0) return;
+    var opts = {
+      title: title,
+      width: width(),
+      height: 260,
+      cursor: { sync: { key: "kiln" } },
+      scales: { x: { time: true } },
+      series: [{}].concat(series.map(function (s, i) {
+        return { label: s, stroke: colors[i % colors.length], width: 1.5, spanGaps: false };
+      })),
+      axes: [{}, { label: units, size: 70 }],
+      hooks: { drawClear: [phaseBands], setScale: [zoomTogether] }
+    };
+    var u = new uPlot(opts, columns, el);
+    u.timeChart = true;
+    charts.push(u);
+    check(el, u);
+  }
+
+  var s = data.seconds;
+  timeChart("chart-latency", "Latency per second (ms)",
+    ["p50", "p90", "p99", "max"].concat(s.service_p99 ? ["service p99"] : []),
+    [s.t, s.p50, s.p90, s.p99, s.max].concat(s.service_p99 ? [s.service_p99] : []), "ms");
+  timeChart("chart-throughput", "Requests and failures per second",
+    ["requests/s", "failed/s"], [s.t, s.requests, s.failed], "per second");
+
+  var r = data.resources;
+  if (r && r.t.length) {
+    timeChart("chart-host-cpu", "Host CPU (% of all cores)",
+      ["user", "system", "irq", "softirq", "steal", "iowait"],
+      [r.t, r.host_user, r.host_system, r.host_irq, r.host_softirq, r.host_steal, r.host_iowait], "%");
+    if (r.target_user) {
+      timeChart("chart-target-cpu", "Target CPU (% of one core)",
+        ["user", "system"], [r.t, r.target_user, r.target_system], "% of a core");
+      timeChart("chart-target-memory", "Target memory and threads",
+        ["RSS MiB", "threads", "open fds"], [r.t, r.rss_mib, r.threads, r.fds], "count / MiB");
+      timeChart("chart-target-switches", "Target context switches per second",
+        ["voluntary", "involuntary"], [r.t, r.voluntary, r.involuntary], "per second");
+      timeChart("chart-sockets", "Target sockets (largest queues, bytes)",
+        ["Send-Q", "Recv-Q"], [r.t, r.send_q, r.recv_q], "bytes");
+    }
+  }
+
+  // The percentile distribution, HdrHistogram style: x is 1/(1-q) on a log axis.
+  var d = data.distribution;
+  if (d && d.x.length) {
+    var el = document.getElementById("chart-distribution");
+    var opts = {
+      title: "Latency by percentile (ms)",
+      width: width(),
+      height: 300,
+      scales: { x: { time: false, distr: 3 }, y: { distr: 3 } },
+      series: [{ label: "percentile", value: function (u, v) { return v == null ? "" : (100 - 100 / v).toFixed(3) + "%"; } }]
+        .concat(d.names.map(function (n, i) {
+          return { label: n, stroke: colors[i % colors.length], width: i === 0 ? 2.5 : 1.2 };
+        })),
+      axes: [{
+        label: "percentile",
+        splits: function () { return [1, 10, 100, 1e3, 1e4, 1e5]; },
+        values: function (u, ticks) {
+          var names = { 1: "0%", 10: "90%", 100: "99%", 1000: "99.9%", 10000: "99.99%", 100000: "99.999%" };
+          return ticks.map(function (v) { return names[v] || ""; });
+        }
+      }, { label: "ms", size: 70 }]
+    };
+    var u = new uPlot(opts, [d.x].concat(d.series), el);
+    charts.push(u);
+    check(el, u);
+  }
+  document.body.setAttribute("data-charts", String(charts.length));
+})();
