@@ -244,7 +244,10 @@ pub fn print_outcome(
     };
     summary::print(&view, json)?;
     if let (Some(report), false) = (&outcome.report, json) {
-        outln!("Report     {}", crate::format::safe_text(&report.display().to_string()));
+        outln!(
+            "Report     {}",
+            crate::format::safe_text(&report.display().to_string())
+        );
     }
     let regressed = match (compare, &comparison) {
         (Some(with), Some(c)) => crate::compare_cmd::exit_code(c, &with.method) != 0,

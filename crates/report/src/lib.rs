@@ -154,7 +154,11 @@ fn verdict_section(findings: &Report, load: &Load) -> String {
                 out,
                 "{} finding{}; the first to fix: <b>{}</b>",
                 findings.findings.len(),
-                if findings.findings.len() == 1 { "" } else { "s" },
+                if findings.findings.len() == 1 {
+                    ""
+                } else {
+                    "s"
+                },
                 esc(&top.title)
             );
         }
@@ -187,7 +191,12 @@ fn findings_section(report: &Report) -> String {
     if !report.unjudged.is_empty() {
         out += "<details><summary>Rules that could not judge this run</summary><ul>";
         for u in &report.unjudged {
-            let _ = write!(out, "<li><code>{}</code>: {}</li>", esc(&u.rule), esc(&u.reason));
+            let _ = write!(
+                out,
+                "<li><code>{}</code>: {}</li>",
+                esc(&u.rule),
+                esc(&u.reason)
+            );
         }
         out += "</ul></details>";
     }
@@ -436,7 +445,9 @@ impl Load {
         let Some(total) = PhaseSummary::measured_total(&self.phases) else {
             return Value::Null;
         };
-        let steps: Vec<f64> = (0..=50).map(|i| 1.0 - 10f64.powf(-(i as f64) / 10.0)).collect();
+        let steps: Vec<f64> = (0..=50)
+            .map(|i| 1.0 - 10f64.powf(-(i as f64) / 10.0))
+            .collect();
         let curve = |h: &LatencyHistogram| -> Vec<f64> {
             steps
                 .iter()

@@ -118,4 +118,14 @@
     check(el, u);
   }
   document.body.setAttribute("data-charts", String(charts.length));
+  // Where each section is, for tests that look at a screenshot of each one (measured once
+  // uPlot has laid its charts out, which it does after this script).
+  setTimeout(function () {
+    var layout = {};
+    Array.prototype.forEach.call(document.querySelectorAll("section"), function (sec) {
+      var box = sec.getBoundingClientRect();
+      layout[sec.id] = [Math.round(box.top + window.scrollY), Math.round(box.height)];
+    });
+    document.body.setAttribute("data-layout", JSON.stringify(layout));
+  }, 200);
 })();

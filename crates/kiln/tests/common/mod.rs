@@ -57,3 +57,53 @@ pub fn profile_pid(pid: u32, out: &Path, args: &[&str]) -> Value {
     json_with_exit(&kiln(&all), 0)
 }
 pub mod apps;
+
+/// Headless Chromium (Debian's package; scripts/test.sh installs it).
+pub fn chromium() -> &'static str {
+    ["chromium", "chromium-browser", "google-chrome"]
+        .into_iter()
+        .find(|b| {
+            Command::new(b)
+                .arg("--version")
+                .output()
+                .is_ok_and(|o| o.status.success())
+        })
+        .expect("Chromium is installed (scripts/test.sh installs it)")
+}
+
+fn headless(page: &Path, window: &str, action: &str) -> Output {
+    Command::new(chromium())
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            window,
+            "--virtual-time-budget=5000",
+            action,
+        ])
+        .arg(format!("file://{}", page.display()))
+        .stdin(Stdio::null())
+        .output()
+        .expect("chromium runs")
+}
+
+/// The page's DOM after its scripts ran.
+pub fn dump_dom(page: &Path) -> String {
+    String::from_utf8_lossy(&headless(page, "--window-size=1300,900", "--dump-dom").stdout)
+        .into_owned()
+}
+
+/// A PNG screenshot of the page in a window `width` x `height`.
+pub fn screenshot(page: &Path, png: &Path, width: u32, height: u32) {
+    let out = headless(
+        page,
+        &format!("--window-size={width},{height}"),
+        &format!("--screenshot={}", png.display()),
+    );
+    assert!(
+        png.exists(),
+        "no screenshot: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

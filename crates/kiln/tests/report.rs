@@ -1,0 +1,279 @@
+//! report.html in headless Chromium: every section drawn (a screenshot of each is not blank),
+//! the charts hold the run's own numbers (read back from the DOM and checked against the
+//! record), and hostile text in the record never runs or loads anything.
+
+mod common;
+
+use std::io::Read;
+use std::net::TcpListener;
+use std::path::Path;
+use std::time::Duration;
+
+use common::{dump_dom, kiln, screenshot};
+use kiln_targets::{Behavior, TargetServer};
+use serde_json::Value;
+
+/// `data-NAME='...'` of the first element that has it, as JSON (Chromium writes attribute
+/// values with `&quot;`).
+fn data_attr(dom: &str, name: &str) -> Vec<Value> {
+    let marker = format!("{name}=\"");
+    dom.match_indices(&marker)
+        .map(|(at, _)| {
+            let rest = &dom[at + marker.len()..];
+            let end = rest.find('"').unwrap();
+            let text = rest[..end].replace("&quot;", "\"").replace("&amp;", "&");
+            serde_json::from_str(&text).unwrap_or(Value::String(text))
+        })
+        .collect()
+}
+
+/// Every second of the load part (all phases), as the record wrote it.
+fn seconds(dir: &Path) -> Vec<Value> {
+    std::fs::read_to_string(dir.join("load-seconds.jsonl"))
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter_map(|v| v.get("second").cloned())
+        .collect()
+}
+
+/// Counts pixels unlike the page's background in a band of the screenshot.
+fn drawn_pixels(png: &Path, top: u32, height: u32) -> usize {
+    let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(png).unwrap()));
+    let mut reader = decoder.read_info().unwrap();
+    let mut buf = vec![0; reader.output_buffer_size()];
+    let info = reader.next_frame(&mut buf).unwrap();
+    let channels = info.color_type.samples();
+    let (w, h) = (info.width as usize, info.height as usize);
+    let background = [0xfa, 0xfa, 0xfa];
+    let mut drawn = 0;
+    for y in (top as usize)..((top + height) as usize).min(h) {
+        for x in 0..w {
+            let at = (y * w + x) * channels;
+            let px = &buf[at..at + 3];
+            if px != background && px != [0xff, 0xff, 0xff] {
+                drawn += 1;
+            }
+        }
+    }
+    drawn
+}
+
+#[test]
+fn every_section_is_drawn_and_the_charts_hold_the_runs_numbers() {
+    let tmp = tempfile::tempdir().unwrap();
+    let target = TargetServer::start(Behavior {
+        service_time: Duration::from_millis(1),
+        ..Behavior::default()
+    })
+    .unwrap();
+    let dir = tmp.path().join("run");
+    // the target lives in this test process: kiln watches it
+    let pid = std::process::id().to_string();
+    let out = kiln(&[
+        "run",
+        &target.url("/"),
+        "--rate",
+        "200",
+        "-d",
+        "3s",
+        "--warmup",
+        "1s",
+        "--repeat",
+        "2",
+        "--watch-pid",
+        &pid,
+        "-q",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("report.html"), "{stdout}");
+    let page = dir.join("report.html");
+    let manifest = common::manifest(&dir);
+    assert!(
+        manifest.to_string().contains("\"report-html\""),
+        "{manifest}"
+    );
+
+    let dom = dump_dom(&page);
+    let charts: Vec<Value> = data_attr(&dom, "data-check");
+    // latency, throughput, distribution; host CPU; the target's CPU, switches, memory, sockets
+    assert_eq!(charts.len(), 8, "{dom}");
+    let series = |label: &str| -> f64 {
+        charts
+            .iter()
+            .find_map(|c| c["sums"][label].as_f64())
+            .unwrap_or_else(|| panic!("no series {label}: {charts:?}"))
+    };
+    // the throughput chart adds up to every request of the record (warm-up included)
+    let seconds = seconds(&dir);
+    let requests: u64 = seconds
+        .iter()
+        .map(|s| s["requests"].as_u64().unwrap())
+        .sum();
+    assert!(requests > 700, "{requests}");
+    assert_eq!(series("requests/s") as u64, requests);
+    // and the p99 line is the record's own per-second p99
+    let p99_ms: f64 = seconds
+        .iter()
+        .filter(|s| s["requests"].as_u64().unwrap() > 0)
+        .map(|s| s["latency_p50_p90_p99_max_us"][2].as_f64().unwrap() / 1000.0)
+        .sum();
+    assert!(
+        (series("p99") - p99_ms).abs() < 0.01,
+        "{} vs {p99_ms}",
+        series("p99")
+    );
+    // the resources: as many seconds as the sampler wrote
+    let sampled = std::fs::read_to_string(dir.join("resources.jsonl"))
+        .unwrap()
+        .lines()
+        .count();
+    let host = charts
+        .iter()
+        .find(|c| c["sums"].get("steal").is_some())
+        .unwrap();
+    assert_eq!(host["points"].as_u64().unwrap() as usize, sampled);
+
+    // a screenshot of each section has something drawn in it
+    let layout = data_attr(&dom, "data-layout").remove(0);
+    let bottom = layout
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|v| v[0].as_u64().unwrap() + v[1].as_u64().unwrap())
+        .max()
+        .unwrap();
+    let png = tmp.path().join("page.png");
+    screenshot(&page, &png, 1300, bottom as u32 + 50);
+    for (section, at) in layout.as_object().unwrap() {
+        let (top, height) = (
+            at[0].as_u64().unwrap() as u32,
+            at[1].as_u64().unwrap() as u32,
+        );
+        let drawn = drawn_pixels(&png, top, height);
+        assert!(
+            drawn > 500,
+            "section {section} looks blank ({drawn} pixels drawn) in {layout}"
+        );
+    }
+    // the charts are the biggest part: far more is drawn there than in a text section
+    let load = &layout["load"];
+    let drawn = drawn_pixels(
+        &png,
+        load[0].as_u64().unwrap() as u32,
+        load[1].as_u64().unwrap() as u32,
+    );
+    assert!(
+        drawn > 20_000,
+        "the load charts look empty ({drawn} pixels)"
+    );
+
+    // kiln report --html rebuilds the page from the directory, and writes elsewhere too
+    let copy = tmp.path().join("copy.html");
+    let out = kiln(&[
+        "report",
+        dir.to_str().unwrap(),
+        "--html",
+        copy.to_str().unwrap(),
+    ]);
+    assert!(out.status.success());
+    let rebuilt = std::fs::read_to_string(&copy).unwrap();
+    assert!(rebuilt.contains("kiln report"), "{rebuilt}");
+}
+
+#[test]
+fn hostile_text_in_the_record_stays_text_and_loads_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    // anything the page loads or runs calls home here
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let home = format!("http://{}/", listener.local_addr().unwrap());
+    let payloads = [
+        format!("</script><script>fetch('{home}s');document.title='PWNED'</script>"),
+        format!("\"><img src=\"{home}i\" onerror=\"document.title='PWNED'\">"),
+        format!("javascript:fetch('{home}j')"),
+        "\u{2028}\u{2029}</style><style>body{display:none}</style>".to_string(),
+        format!("<link rel=stylesheet href=\"{home}c\"><iframe src=\"{home}f\"></iframe>"),
+    ];
+    let all = payloads.join(" ");
+
+    let target = TargetServer::start(Behavior::default()).unwrap();
+    let dir = tmp.path().join("run");
+    let header = format!("X-Payload: {}", payloads[1]);
+    let out = kiln(&[
+        "run",
+        &target.url("/search?q=%3C/script%3E%3Cscript%3Ealert(1)%3C/script%3E"),
+        "--rate",
+        "50",
+        "-d",
+        "1s",
+        "-H",
+        &header,
+        "--name",
+        &payloads[0],
+        "-q",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // a record handed over by someone else: every text field the page shows is hostile
+    let findings_path = dir.join("findings.json");
+    let mut findings: Value =
+        serde_json::from_str(&std::fs::read_to_string(&findings_path).unwrap()).unwrap();
+    findings["findings"] = serde_json::json!([{
+        "id": all, "rule": all, "severity": "high", "title": all,
+        "evidence": payloads, "window": null, "cause": all, "fix": all,
+        "impact": {"share": 0.5, "of": all}, "data": {"frames": payloads}
+    }]);
+    findings["unjudged"] = serde_json::json!([{"rule": all, "reason": all}]);
+    std::fs::write(&findings_path, findings.to_string()).unwrap();
+    let run_json = dir.join("run.json");
+    let mut manifest: Value =
+        serde_json::from_str(&std::fs::read_to_string(&run_json).unwrap()).unwrap();
+    manifest["command"] = serde_json::json!(payloads);
+    manifest["id"] = Value::String(all.clone());
+    std::fs::write(&run_json, manifest.to_string()).unwrap();
+
+    let out = kiln(&["report", dir.to_str().unwrap(), "--html"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let page = dir.join("report.html");
+    let dom = dump_dom(&page);
+    screenshot(&page, &tmp.path().join("p.png"), 1200, 2000);
+
+    assert!(
+        dom.contains("data-charts=\"3\""),
+        "the page's own script ran: {dom}"
+    );
+    assert!(!dom.contains("PWNED</title>"), "{dom}");
+    assert!(!dom.contains("<img src=\"http"), "{dom}");
+    assert!(!dom.contains("<iframe"), "{dom}");
+    assert!(!dom.contains("<link rel"), "{dom}");
+    assert!(
+        dom.contains("&lt;/script&gt;&lt;script&gt;fetch("),
+        "shown as text: {dom}"
+    );
+    std::thread::sleep(Duration::from_millis(200));
+    match listener.accept() {
+        Ok((mut s, _)) => {
+            let mut request = String::new();
+            let _ = s.read_to_string(&mut request);
+            panic!("the page called out: {request}");
+        }
+        Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::WouldBlock),
+    }
+}
