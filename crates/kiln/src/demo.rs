@@ -77,6 +77,7 @@ pub fn run(args: DemoArgs, stop: &StopSignal) -> Result<u8> {
 
     let mut code = 0;
     let mut p99s = Vec::new();
+    let mut reports: Vec<std::path::PathBuf> = Vec::new();
     let analysis = crate::queries_cmd::settings(&QueryAnalysisArgs {
         route: None,
         request: None,
@@ -162,11 +163,19 @@ pub fn run(args: DemoArgs, stop: &StopSignal) -> Result<u8> {
                 .first()
                 .map_or(0, |p| p.totals.latency.quantile_us(0.99)),
         );
+        reports.extend(outcome.report.clone());
         code = code.max(print_outcome(&outcome, args.json, None, None)?);
         if stop.is_stopped() {
             return Ok(code);
         }
         eprintln!();
+    }
+    // the pages come first: they hold everything the text above says, and more
+    for report in &reports {
+        eprintln!(
+            "Report: {}",
+            format::safe_text(&report.display().to_string())
+        );
     }
     eprintln!(
         "The same target: the closed model reports p99 {}, the open model p99 {}.\n\

@@ -79,4 +79,25 @@ fn the_demo_shows_the_pause_the_closed_model_hides_and_the_hot_function() {
         stderr.contains("The same target: the closed model reports p99"),
         "{stderr}"
     );
+    // the closing lines start with the two runs' pages, which exist
+    let closing = &stderr[stderr
+        .rfind("Report: ")
+        .map_or(0, |last| stderr[..last].rfind("Report: ").unwrap_or(last))..];
+    let pages: Vec<&str> = closing
+        .lines()
+        .filter_map(|l| l.strip_prefix("Report: "))
+        .collect();
+    assert_eq!(pages.len(), 2, "{stderr}");
+    for page in pages {
+        assert!(page.ends_with("report.html"), "{page}");
+        assert!(std::path::Path::new(page).exists(), "{page}");
+    }
+    assert!(
+        closing
+            .lines()
+            .nth(2)
+            .unwrap()
+            .starts_with("The same target"),
+        "{closing}"
+    );
 }
