@@ -64,6 +64,8 @@ fn every_section_is_drawn_and_the_charts_hold_the_runs_numbers() {
     let tmp = tempfile::tempdir().unwrap();
     let target = TargetServer::start(Behavior {
         service_time: Duration::from_millis(1),
+        // a known hot function for the flame graph
+        cpu_per_request: Duration::from_micros(500),
         ..Behavior::default()
     })
     .unwrap();
@@ -83,6 +85,9 @@ fn every_section_is_drawn_and_the_charts_hold_the_runs_numbers() {
         "2",
         "--watch-pid",
         &pid,
+        "--profile",
+        "--profile-frequency",
+        "499",
         "-q",
         "--out",
         dir.to_str().unwrap(),
@@ -103,8 +108,9 @@ fn every_section_is_drawn_and_the_charts_hold_the_runs_numbers() {
 
     let dom = dump_dom(&page);
     let charts: Vec<Value> = data_attr(&dom, "data-check");
-    // latency, throughput, distribution; host CPU; the target's CPU, switches, memory, sockets
-    assert_eq!(charts.len(), 8, "{dom}");
+    // latency, throughput, distribution; host CPU; the target's CPU, switches, memory,
+    // sockets; the flame graph
+    assert_eq!(charts.len(), 9, "{dom}");
     let series = |label: &str| -> f64 {
         charts
             .iter()
@@ -140,6 +146,37 @@ fn every_section_is_drawn_and_the_charts_hold_the_runs_numbers() {
         .find(|c| c["sums"].get("steal").is_some())
         .unwrap();
     assert_eq!(host["points"].as_u64().unwrap() as usize, sampled);
+
+    // the flame graph holds every sample of the profile, and its search finds the hot
+    // function with the share the profile's table gives it
+    let flame = charts
+        .iter()
+        .find(|c| c.get("frames").is_some())
+        .unwrap_or_else(|| panic!("no flame graph: {dom}"));
+    assert_eq!(flame["root"], flame["total"]);
+    assert!(flame["frames"].as_u64().unwrap() > 10, "{flame}");
+    let hot = "kiln_targets::burn_cpu_for_request";
+    let row_start = dom
+        .find(&format!("<code>{hot}</code>"))
+        .unwrap_or_else(|| panic!("{hot} not in the profile table: {dom}"));
+    let table_total: f64 = dom[row_start..]
+        .split("<td class=\"n\">")
+        .nth(2)
+        .and_then(|cell| cell.split('%').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap();
+    let searched = common::dump_dom_at(&page, &format!("#search={hot}"));
+    let matched: f64 = searched
+        .split("matched: ")
+        .nth(1)
+        .and_then(|t| t.split('%').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no match share: {searched}"));
+    assert!(matched > 5.0, "{matched}");
+    assert!(
+        (matched - table_total).abs() < 0.6,
+        "{matched} vs {table_total}"
+    );
 
     // a screenshot of each section has something drawn in it
     let layout = data_attr(&dom, "data-layout").remove(0);
@@ -242,6 +279,16 @@ fn hostile_text_in_the_record_stays_text_and_loads_nothing() {
     let mut manifest: Value =
         serde_json::from_str(&std::fs::read_to_string(&run_json).unwrap()).unwrap();
     manifest["command"] = serde_json::json!(payloads);
+    // and a profile whose frames are the payloads
+    let folded: String = payloads
+        .iter()
+        .map(|p| format!("main;{} 100\n", p.replace(';', ":").replace('\n', " ")))
+        .collect();
+    std::fs::write(dir.join("profile.folded"), folded).unwrap();
+    manifest["parts"]
+        .as_array_mut()
+        .unwrap()
+        .push(serde_json::json!({"kind": "profile-folded", "path": "profile.folded", "schema_version": 1}));
     manifest["id"] = Value::String(all.clone());
     std::fs::write(&run_json, manifest.to_string()).unwrap();
 

@@ -17,9 +17,11 @@
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
-use base64::Engine as _;
+mod flame;
+
 use kiln_findings::{Finding, Report};
-use kiln_record::parts::PROFILE_FLAME_PART;
+use kiln_profile::Folded;
+use kiln_record::parts::PROFILE_FOLDED_PART;
 use kiln_record::text::{html_escape as esc, script_json, us};
 use kiln_record::{
     LatencyHistogram, LoadRecordLine, PhaseSummary, RecordError, RunDir, LOAD_SECONDS_PART,
@@ -34,15 +36,15 @@ pub const REPORT_HTML_FILE: &str = "report.html";
 const UPLOT_JS: &str = include_str!("../vendor/uplot/uPlot.iife.min.js");
 const UPLOT_CSS: &str = include_str!("../vendor/uplot/uPlot.min.css");
 const PAGE_JS: &str = include_str!("page.js");
-/// A flame graph larger than this is linked, not embedded (the page must stay light).
-const MAX_EMBEDDED_FLAME: usize = 4 << 20;
 
 /// Builds the page for a run directory.
 pub fn render(dir: &RunDir) -> String {
     let load = Load::read(dir);
     let resources = read_resources(dir);
     let findings = kiln_findings::recorded_or_judged(dir);
+    let (profile_html, flame) = profile_section(dir);
     let data = json!({
+        "flame": flame,
         "seconds": load.series,
         "phases": load.phase_spans,
         "resources": resources,
@@ -86,7 +88,7 @@ base-uri 'none'; form-action 'none'\">\
 <div class=\"chart\" id=\"chart-sockets\"></div>";
     }
     html += "</section>";
-    html += &profile_section(dir);
+    html += &profile_html;
     html += &queries_section(dir);
     html += &command_section(dir);
     let _ = write!(
@@ -126,7 +128,11 @@ code,pre{font:12px/1.35 ui-monospace,monospace;white-space:pre-wrap;word-break:b
 .verdict{font-size:16px;background:#fff;border:1px solid #ddd;padding:10px 14px}
 .muted{color:#666}
 .chart{margin:10px 0;background:#fff}
-img.flame{max-width:100%;border:1px solid #ddd;background:#fff}
+#flame{position:relative;background:#fff;border:1px solid #ddd;overflow:hidden}
+.fr{position:absolute;height:15px;box-sizing:border-box;border:1px solid #fff;font:11px/13px ui-monospace,monospace;
+  overflow:hidden;white-space:nowrap;padding:0 2px;cursor:pointer;color:#111}
+.fr.hit{background:#e040fb !important}
+.flame-tools{margin:6px 0}
 "#;
 
 fn nav() -> String {
@@ -284,33 +290,50 @@ fn load_section(load: &Load) -> String {
     out + "</section>"
 }
 
-fn profile_section(dir: &RunDir) -> String {
+/// The profile's section, and its flame graph's data for the page's script.
+fn profile_section(dir: &RunDir) -> (String, Value) {
     let mut out = String::from("<section id=\"profile\"><h2>Profile</h2>");
-    match dir.read_part(PROFILE_FLAME_PART) {
-        Ok(Some((path, svg))) if svg.len() <= MAX_EMBEDDED_FLAME => {
-            // As an image the flame graph's own script does not run here; the interactive
-            // file is beside this page.
-            let _ = write!(
-                out,
-                "<p class=\"muted\">On-CPU flame graph; searchable and zoomable in <code>{}</code> \
-beside this report.</p><img class=\"flame\" alt=\"flame graph\" src=\"data:image/svg+xml;base64,{}\">",
-                esc(&file_name(&path)),
-                base64::engine::general_purpose::STANDARD.encode(&svg)
-            );
+    let folded = match dir.read_part(PROFILE_FOLDED_PART) {
+        Ok(Some((_, bytes))) => match Folded::parse_reader(bytes.as_slice()) {
+            Ok((folded, _)) => Some(folded),
+            Err(e) => {
+                let _ = write!(out, "<p class=\"muted\">{}</p>", esc(&e.to_string()));
+                None
+            }
+        },
+        Ok(None) => {
+            out += "<p class=\"muted\">No profile in this run (kiln run --profile).</p>";
+            None
         }
-        Ok(Some((path, _))) => {
-            let _ = write!(
-                out,
-                "<p>The flame graph is large: open <code>{}</code> beside this report.</p>",
-                esc(&file_name(&path))
-            );
-        }
-        Ok(None) => out += "<p class=\"muted\">No profile in this run (kiln run --profile).</p>",
         Err(e) => {
             let _ = write!(out, "<p class=\"muted\">{}</p>", esc(&e.to_string()));
+            None
         }
+    };
+    let Some(folded) = folded else {
+        return (out + "</section>", Value::Null);
+    };
+    let _ = write!(
+        out,
+        "<p class=\"muted\">On-CPU flame graph, {} samples: click a frame to zoom, search to \
+highlight (the match's share is shown). The same as an SVG: <code>flame.svg</code>; for \
+speedscope: <code>profile.speedscope.json</code>.</p>\
+<div class=\"flame-tools\"><input id=\"flame-search\" type=\"search\" placeholder=\"search frames (regular expression)\" size=\"40\"> \
+<button id=\"flame-reset\" type=\"button\">reset zoom</button> <span id=\"flame-match\" class=\"muted\"></span></div>\
+<div id=\"flame\"></div><table><tr><th>function (self)</th><th class=\"n\">self</th><th class=\"n\">total</th></tr>",
+        folded.total()
+    );
+    for f in folded.top_self(12) {
+        let _ = write!(
+            out,
+            "<tr><td><code>{}</code></td><td class=\"n\">{:.1}%</td><td class=\"n\">{:.1}%</td></tr>",
+            esc(&f.name),
+            f.self_pct,
+            f.total_pct
+        );
     }
-    out + "</section>"
+    out += "</table></section>";
+    (out, flame::flame_data(&folded))
 }
 
 fn queries_section(dir: &RunDir) -> String {
@@ -345,12 +368,6 @@ fn command_section(dir: &RunDir) -> String {
         esc(&plan),
         esc(&dir.path().display().to_string())
     )
-}
-
-fn file_name(path: &std::path::Path) -> String {
-    path.file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default()
 }
 
 /// The load part as the page shows it: series per second (all phases, on one clock), the

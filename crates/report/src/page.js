@@ -117,6 +117,89 @@
     charts.push(u);
     check(el, u);
   }
+
+  // The flame graph: frames as boxes (root at the bottom), laid out from the preorder list.
+  // Click zooms to a frame; the search highlights frames whose name matches and says their
+  // share of all samples (a frame inside another match counted once).
+  var f = data.flame;
+  if (f) {
+    var box = document.getElementById("flame");
+    var n = f.name.length, x = new Array(n), parent = new Array(n), maxDepth = 0;
+    var cursor = [], path = [];
+    for (var i = 0; i < n; i++) {
+      var d = f.depth[i];
+      x[i] = d === 0 ? 0 : cursor[d];
+      cursor[d] = x[i] + f.samples[i];
+      cursor[d + 1] = x[i];
+      path[d] = i;
+      parent[i] = d === 0 ? -1 : path[d - 1];
+      if (d > maxDepth) maxDepth = d;
+    }
+    var rowH = 16, zoom = 0, pattern = null;
+    var hue = function (name) {
+      var h = 0;
+      for (var k = 0; k < name.length && k < 40; k++) h = (h * 31 + name.charCodeAt(k)) >>> 0;
+      return h;
+    };
+    var within = function (i, root) {
+      for (var p = i; p !== -1; p = parent[p]) if (p === root) return true;
+      return false;
+    };
+    var draw = function () {
+      box.textContent = "";
+      box.style.height = ((maxDepth + 1) * rowH + 4) + "px";
+      var w = box.clientWidth, from = x[zoom], span = f.samples[zoom], drawn = 0;
+      var matched = 0, matchedUnder = -1;
+      for (var i = 0; i < n; i++) {
+        var name = f.names[f.name[i]];
+        var isHit = pattern !== null && pattern.test(name);
+        if (isHit && !(matchedUnder !== -1 && within(i, matchedUnder))) {
+          matched += f.samples[i];
+          matchedUnder = i;
+        }
+        var inZoom = within(i, zoom) || within(zoom, i);
+        if (!inZoom) continue;
+        var left = within(zoom, i) && i !== zoom ? 0 : (x[i] - from) / span * w;
+        var width = within(zoom, i) ? w : f.samples[i] / span * w;
+        if (width < 1) continue;
+        var el = document.createElement("div");
+        el.className = isHit ? "fr hit" : "fr";
+        el.style.left = left + "px";
+        el.style.width = width + "px";
+        el.style.top = ((maxDepth - f.depth[i]) * rowH) + "px";
+        var kernel = /_\[k\]$/.test(name);
+        el.style.background = kernel ? "hsl(25,85%," + (62 + hue(name) % 12) + "%)"
+          : "hsl(" + (hue(name) % 50) + ",80%," + (64 + hue(name) % 14) + "%)";
+        el.textContent = name;
+        el.title = name + "\n" + f.samples[i] + " samples, " + (100 * f.samples[i] / f.total).toFixed(2) + "%";
+        el.setAttribute("data-i", String(i));
+        box.appendChild(el);
+        drawn++;
+      }
+      box.setAttribute("data-check", JSON.stringify({ frames: drawn, root: f.samples[0], total: f.total }));
+      var m = document.getElementById("flame-match");
+      m.textContent = pattern === null ? "" : "matched: " + (100 * matched / f.total).toFixed(2) + "% of samples";
+    };
+    box.addEventListener("click", function (ev) {
+      var i = ev.target.getAttribute && ev.target.getAttribute("data-i");
+      if (i !== null && i !== undefined) { zoom = Number(i); draw(); }
+    });
+    document.getElementById("flame-reset").addEventListener("click", function () { zoom = 0; draw(); });
+    document.getElementById("flame-search").addEventListener("input", function (ev) {
+      var text = ev.target.value;
+      try { pattern = text ? new RegExp(text) : null; } catch (e) { pattern = null; }
+      draw();
+    });
+    // a search in the address (#search=...) is applied on load, for links from findings
+    var asked = /[#&]search=([^&]*)/.exec(location.hash);
+    if (asked) {
+      var term = decodeURIComponent(asked[1]);
+      document.getElementById("flame-search").value = term;
+      try { pattern = new RegExp(term); } catch (e) { pattern = null; }
+    }
+    draw();
+  }
+
   document.body.setAttribute("data-charts", String(charts.length));
   // Where each section is, for tests that look at a screenshot of each one (measured once
   // uPlot has laid its charts out, which it does after this script).

@@ -71,7 +71,7 @@ pub fn chromium() -> &'static str {
         .expect("Chromium is installed (scripts/test.sh installs it)")
 }
 
-fn headless(page: &Path, window: &str, action: &str) -> Output {
+fn headless(page: &Path, fragment: &str, window: &str, action: &str) -> Output {
     Command::new(chromium())
         .args([
             "--headless",
@@ -82,7 +82,7 @@ fn headless(page: &Path, window: &str, action: &str) -> Output {
             "--virtual-time-budget=5000",
             action,
         ])
-        .arg(format!("file://{}", page.display()))
+        .arg(format!("file://{}{fragment}", page.display()))
         .stdin(Stdio::null())
         .output()
         .expect("chromium runs")
@@ -90,14 +90,22 @@ fn headless(page: &Path, window: &str, action: &str) -> Output {
 
 /// The page's DOM after its scripts ran.
 pub fn dump_dom(page: &Path) -> String {
-    String::from_utf8_lossy(&headless(page, "--window-size=1300,900", "--dump-dom").stdout)
-        .into_owned()
+    dump_dom_at(page, "")
+}
+
+/// As `dump_dom`, with a fragment (`#search=...`) in the page's address.
+pub fn dump_dom_at(page: &Path, fragment: &str) -> String {
+    String::from_utf8_lossy(
+        &headless(page, fragment, "--window-size=1300,900", "--dump-dom").stdout,
+    )
+    .into_owned()
 }
 
 /// A PNG screenshot of the page in a window `width` x `height`.
 pub fn screenshot(page: &Path, png: &Path, width: u32, height: u32) {
     let out = headless(
         page,
+        "",
         &format!("--window-size={width},{height}"),
         &format!("--screenshot={}", png.display()),
     );
