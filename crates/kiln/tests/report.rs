@@ -270,8 +270,9 @@ fn hostile_text_in_the_record_stays_text_and_loads_nothing() {
         serde_json::from_str(&std::fs::read_to_string(&findings_path).unwrap()).unwrap();
     findings["findings"] = serde_json::json!([{
         "id": all, "rule": all, "severity": "high", "title": all,
-        "evidence": payloads, "window": null, "cause": all, "fix": all,
-        "impact": {"share": 0.5, "of": all}, "data": {"frames": payloads}
+        "evidence": payloads, "window": {"from_unix_ms": 1, "to_unix_ms": 2}, "cause": all,
+        "fix": all, "impact": {"share": 0.5, "of": all},
+        "data": {"frames": payloads.iter().map(|p| serde_json::json!([p, 0.5])).collect::<Vec<_>>()}
     }]);
     findings["unjudged"] = serde_json::json!([{"rule": all, "reason": all}]);
     std::fs::write(&findings_path, findings.to_string()).unwrap();
@@ -310,6 +311,9 @@ fn hostile_text_in_the_record_stays_text_and_loads_nothing() {
     assert!(!dom.contains("<img src=\"http"), "{dom}");
     assert!(!dom.contains("<iframe"), "{dom}");
     assert!(!dom.contains("<link rel"), "{dom}");
+    // the finding's link to its frame is an address within the page, whatever the frame
+    assert!(dom.contains("href=\"#search=%3C%2Fscript%3E"), "{dom}");
+    assert!(!dom.contains("href=\"javascript"), "{dom}");
     assert!(
         dom.contains("&lt;/script&gt;&lt;script&gt;fetch("),
         "shown as text: {dom}"

@@ -133,6 +133,7 @@ code,pre{font:12px/1.35 ui-monospace,monospace;white-space:pre-wrap;word-break:b
   overflow:hidden;white-space:nowrap;padding:0 2px;cursor:pointer;color:#111}
 .fr.hit{background:#e040fb !important}
 .flame-tools{margin:6px 0}
+.links{margin-top:4px;font-size:13px}.links a{color:#0b57d0}
 "#;
 
 fn nav() -> String {
@@ -225,10 +226,63 @@ fn finding_card(f: &Finding) -> String {
     }
     let _ = write!(
         out,
-        "</ul><div><b>Cause:</b> {}</div><div><b>Fix:</b> {}</div></div>",
+        "</ul><div><b>Cause:</b> {}</div><div><b>Fix:</b> {}</div>{}</div>",
         esc(&f.cause),
-        esc(&f.fix)
+        esc(&f.fix),
+        finding_links(f)
     );
+    out
+}
+
+/// Links from a finding to what it cites: its frames in the flame graph, its time window
+/// in the charts, its statements in the DB section.
+fn finding_links(f: &Finding) -> String {
+    let mut links = Vec::new();
+    if let Some(frame) = f.data["frames"][0][0].as_str() {
+        links.push(format!(
+            "<a href=\"#search={}\">find {} in the flame graph</a>",
+            percent_encode(&regex_escape(frame)),
+            esc(frame)
+        ));
+    }
+    if let Some(w) = &f.window {
+        links.push(format!(
+            "<a href=\"#window={}-{}\">show its time in the charts</a>",
+            w.from_unix_ms, w.to_unix_ms
+        ));
+    }
+    if f.rule.starts_with("db.") {
+        links.push("<a href=\"#queries\">see the DB calls</a>".to_string());
+    }
+    if links.is_empty() {
+        String::new()
+    } else {
+        format!("<div class=\"links\">{}</div>", links.join(" &middot; "))
+    }
+}
+
+/// A frame name as a regular expression matching itself.
+fn regex_escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if "\\^$.|?*+()[]{}".contains(c) {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// Everything but unreserved characters percent-encoded (UTF-8), for a URL fragment.
+fn percent_encode(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() * 3);
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+            out.push(b as char);
+        } else {
+            let _ = write!(out, "%{b:02X}");
+        }
+    }
     out
 }
 
@@ -561,4 +615,22 @@ fn read_resources(dir: &RunDir) -> Value {
         out.insert("target_user".into(), Value::Null);
     }
     Value::Object(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_frame_becomes_a_search_link_that_matches_only_itself() {
+        let frame = "Foo::bar<T>(int[], \"x\") [k]";
+        let escaped = regex_escape(frame);
+        assert_eq!(escaped, "Foo::bar<T>\\(int\\[\\], \"x\"\\) \\[k\\]");
+        let link = percent_encode(&escaped);
+        assert!(link
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.~%".contains(&b)));
+        assert!(link.starts_with("Foo%3A%3Abar%3CT%3E%5C%28int"), "{link}");
+        assert_eq!(percent_encode("é"), "%C3%A9");
+    }
 }

@@ -121,7 +121,7 @@
   // The flame graph: frames as boxes (root at the bottom), laid out from the preorder list.
   // Click zooms to a frame; the search highlights frames whose name matches and says their
   // share of all samples (a frame inside another match counted once).
-  var f = data.flame;
+  var f = data.flame, flameSearch = null;
   if (f) {
     var box = document.getElementById("flame");
     var n = f.name.length, x = new Array(n), parent = new Array(n), maxDepth = 0;
@@ -190,16 +190,33 @@
       try { pattern = text ? new RegExp(text) : null; } catch (e) { pattern = null; }
       draw();
     });
-    // a search in the address (#search=...) is applied on load, for links from findings
-    var asked = /[#&]search=([^&]*)/.exec(location.hash);
-    if (asked) {
-      var term = decodeURIComponent(asked[1]);
+    flameSearch = function (term) {
       document.getElementById("flame-search").value = term;
       try { pattern = new RegExp(term); } catch (e) { pattern = null; }
-    }
+      zoom = 0;
+      draw();
+    };
     draw();
   }
 
+  // Links from findings: #search=REGEX shows frames in the flame graph, #window=FROM-TO
+  // (ms since the epoch) zooms the time charts to a window. Applied on load and on click.
+  function applyHash() {
+    var search = /^#search=(.*)$/.exec(location.hash);
+    if (search && flameSearch) {
+      flameSearch(decodeURIComponent(search[1]));
+      document.getElementById("profile").scrollIntoView();
+    }
+    var win = /^#window=(\d+)-(\d+)$/.exec(location.hash);
+    if (win) {
+      charts.forEach(function (u) {
+        if (u.timeChart) u.setScale("x", { min: Number(win[1]) / 1000 - 1, max: Number(win[2]) / 1000 });
+      });
+      document.getElementById("load").scrollIntoView();
+    }
+  }
+  window.addEventListener("hashchange", applyHash);
+  applyHash();
   document.body.setAttribute("data-charts", String(charts.length));
   // Where each section is, for tests that look at a screenshot of each one (measured once
   // uPlot has laid its charts out, which it does after this script).
