@@ -88,10 +88,16 @@ fn the_demo_shows_the_pause_the_closed_model_hides_and_the_hot_function() {
         .filter_map(|l| l.strip_prefix("Report: "))
         .collect();
     assert_eq!(pages.len(), 2, "{stderr}");
-    for page in pages {
+    for page in &pages {
         assert!(page.ends_with("report.html"), "{page}");
         assert!(std::path::Path::new(page).exists(), "{page}");
     }
+    // the traced run's page shows its DB calls: the route and the DB stack trie's treemap,
+    // rebuilt from the record's collapsed exports
+    let dom = common::dump_dom(std::path::Path::new(pages[1]));
+    let route = f["example"]["route"].as_str().unwrap_or("GET /orders/{id}");
+    assert!(dom.contains(&format!("<td>{route}</td>")), "{dom}");
+    assert!(dom.matches("class=\"cell\"").count() >= 3, "{dom}");
     assert!(
         closing
             .lines()

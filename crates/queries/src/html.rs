@@ -24,6 +24,13 @@ th,td{border:1px solid #ddd;padding:4px 8px;text-align:left;vertical-align:top}
 td.n{text-align:right;font-variant-numeric:tabular-nums}
 code,pre{font:12px/1.35 ui-monospace,monospace;white-space:pre-wrap;word-break:break-word}
 .sev-high{color:#b00020;font-weight:bold}.sev-medium{color:#b35c00;font-weight:bold}.sev-low{color:#555}
+.muted{color:#666}
+"#;
+
+/// Squarified treemap (Bruls, Huizing, van Wijk) over the trie's nested arrays
+/// `[name, calls, time_us, children]`; click zooms in, the breadcrumb zooms out.
+/// The treemap's style (its ids and classes), for any page that shows it.
+pub const TREEMAP_STYLE: &str = r#"
 #crumbs{margin:6px 0;font-size:13px}
 #crumbs a{cursor:pointer;color:#0b57d0;text-decoration:underline}
 #map{position:relative;height:560px;background:#fff;border:1px solid #ccc;overflow:hidden}
@@ -32,12 +39,10 @@ code,pre{font:12px/1.35 ui-monospace,monospace;white-space:pre-wrap;word-break:b
 .cell:hover{outline:2px solid #1d2330;z-index:2}
 #tip{position:fixed;pointer-events:none;background:#1d2330;color:#fff;padding:6px 8px;font-size:12px;
   max-width:560px;display:none;z-index:9;white-space:pre-wrap}
-.muted{color:#666}
 "#;
 
-/// Squarified treemap (Bruls, Huizing, van Wijk) over the trie's nested arrays
-/// `[name, calls, time_us, children]`; click zooms in, the breadcrumb zooms out.
-const SCRIPT: &str = r#"
+/// The treemap's script: reads `#trie-data` and draws into `#map`, with text only.
+pub const TREEMAP_SCRIPT: &str = r#"
 (function(){
 var data=JSON.parse(document.getElementById('trie-data').textContent);
 var map=document.getElementById('map'),crumbs=document.getElementById('crumbs'),tip=document.getElementById('tip');
@@ -89,6 +94,19 @@ window.addEventListener('resize',draw);draw();
 })();
 "#;
 
+/// The DB stack trie's treemap: its heading, controls, box and data (the script draws it).
+pub fn treemap(trie: &StackTrie) -> String {
+    let tree = serde_json::to_string(&trie.tree()).unwrap_or_else(|_| "[\"all\",0,0,[]]".into());
+    format!(
+        "<h2>DB stack trie</h2><p class=\"muted\">Each box is a route, a frame of the calling code or a statement, \
+         sized by the DB calls below it. Click to zoom in; the path above zooms out. \
+         Weight: <button id=\"by-calls\">calls</button> <button id=\"by-time\">DB time</button> \
+         (<span id=\"map-total\"></span>)</p><div id=\"crumbs\"></div><div id=\"map\"></div><div id=\"tip\"></div>\
+         <script type=\"application/json\" id=\"trie-data\">{}</script>",
+        script_json(&tree)
+    )
+}
+
 fn severity_class(severity: Severity) -> &'static str {
     match severity {
         Severity::High => "sev-high",
@@ -103,7 +121,7 @@ pub fn render(analysis: &Analysis, trie: &StackTrie, title: &str) -> String {
     let c = &analysis.coverage;
     let _ = write!(
         out,
-        "<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>{t}</title><style>{STYLE}</style></head><body>\
+        "<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>{t}</title><style>{STYLE}{TREEMAP_STYLE}</style></head><body>\
          <header><h1>{t}</h1><div class=\"muted\">kiln queries</div></header><section>\
          <p>{} spans read: {} DB calls, {} with query text, {} with a stack or caller frame, {} rejected. \
          {} requests in {} routes.</p>",
@@ -171,15 +189,10 @@ pub fn render(analysis: &Analysis, trie: &StackTrie, title: &str) -> String {
         );
     }
     out.push_str("</table>");
-    let tree = serde_json::to_string(&trie.tree()).unwrap_or_else(|_| "[\"all\",0,0,[]]".into());
+    out.push_str(&treemap(trie));
     let _ = write!(
         out,
-        "<h2>DB stack trie</h2><p class=\"muted\">Each box is a route, a frame of the calling code or a statement, \
-         sized by the DB calls below it. Click to zoom in; the path above zooms out. \
-         Weight: <button id=\"by-calls\">calls</button> <button id=\"by-time\">DB time</button> \
-         (<span id=\"map-total\"></span>)</p><div id=\"crumbs\"></div><div id=\"map\"></div><div id=\"tip\"></div>\
-         </section><script type=\"application/json\" id=\"trie-data\">{}</script><script>{SCRIPT}</script></body></html>",
-        script_json(&tree)
+        "</section><script>{TREEMAP_SCRIPT}</script></body></html>"
     );
     out
 }

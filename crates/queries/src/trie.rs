@@ -67,8 +67,12 @@ impl StackTrie {
     }
 
     fn add(&mut self, path: &[&str], time_ns: u64) {
+        self.add_n(path, 1, time_ns);
+    }
+
+    fn add_n(&mut self, path: &[&str], calls: u64, time_ns: u64) {
         let mut node = 0;
-        self.nodes[0].calls += 1;
+        self.nodes[0].calls += calls;
         self.nodes[0].time_ns += time_ns;
         for &name in path {
             let next = match self.nodes[node].children.get(name) {
@@ -85,10 +89,27 @@ impl StackTrie {
                     n
                 }
             };
-            self.nodes[next].calls += 1;
+            self.nodes[next].calls += calls;
             self.nodes[next].time_ns += time_ns;
             node = next;
         }
+    }
+
+    /// The trie again from its two collapsed exports (`folded()`: calls, and DB time in
+    /// microseconds), as a run record keeps it.
+    pub fn from_folded(calls: &Folded, time_us: &Folded) -> Self {
+        let mut trie = Self::new();
+        for (stack, n) in calls.lines() {
+            trie.add_n(&stack.split(';').collect::<Vec<_>>(), n, 0);
+        }
+        for (stack, us) in time_us.lines() {
+            trie.add_n(
+                &stack.split(';').collect::<Vec<_>>(),
+                0,
+                us.saturating_mul(1000),
+            );
+        }
+        trie
     }
 
     /// The trie of the calls of the requests the analysis selected (route, request id).

@@ -408,6 +408,12 @@ fn trie_weights_calls_along_their_stacks() {
     assert!(text.contains("views.py:23"), "{text}");
     let speedscope: Value = serde_json::from_str(&trie.speedscope("shop")).unwrap();
     assert_eq!(speedscope["profiles"].as_array().unwrap().len(), 2);
+    // a record keeps the trie as its two collapsed exports: they give the same tree back
+    let again = StackTrie::from_folded(&calls, &time);
+    assert_eq!(
+        serde_json::to_value(again.tree()).unwrap(),
+        serde_json::to_value(trie.tree()).unwrap()
+    );
 }
 
 #[test]

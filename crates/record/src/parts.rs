@@ -11,5 +11,8 @@ pub const PROFILE_SPEEDSCOPE_PART: &str = "profile-speedscope";
 pub const PROFILE_SUMMARY_PART: &str = "profile-summary";
 /// The DB-call analysis (`queries.json`).
 pub const QUERIES_PART: &str = "queries";
+/// The DB stack trie's calls and DB time (microseconds) as collapsed stacks.
+pub const TRIE_CALLS_PART: &str = "db-trie-calls";
+pub const TRIE_TIME_PART: &str = "db-trie-time";
 /// The findings over the whole record (`findings.json`).
 pub const FINDINGS_PART: &str = "findings";

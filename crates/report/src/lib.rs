@@ -21,7 +21,8 @@ mod flame;
 
 use kiln_findings::{Finding, Report};
 use kiln_profile::Folded;
-use kiln_record::parts::PROFILE_FOLDED_PART;
+use kiln_queries::trie::StackTrie;
+use kiln_record::parts::{PROFILE_FOLDED_PART, QUERIES_PART, TRIE_CALLS_PART, TRIE_TIME_PART};
 use kiln_record::text::{html_escape as esc, script_json, us};
 use kiln_record::{
     LatencyHistogram, LoadRecordLine, PhaseSummary, RecordError, RunDir, LOAD_SECONDS_PART,
@@ -60,8 +61,9 @@ pub fn render(dir: &RunDir) -> String {
 script-src 'nonce-{nonce}'; style-src 'unsafe-inline'; img-src data:; \
 base-uri 'none'; form-action 'none'\">\
 <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
-<title>kiln report: {}</title><style>{UPLOT_CSS}{STYLE}</style></head><body>",
-        esc(&m.name)
+<title>kiln report: {}</title><style>{UPLOT_CSS}{STYLE}{}</style></head><body>",
+        esc(&m.name),
+        kiln_queries::html::TREEMAP_STYLE
     );
     let _ = write!(
         html,
@@ -89,12 +91,21 @@ base-uri 'none'; form-action 'none'\">\
     }
     html += "</section>";
     html += &profile_html;
-    html += &queries_section(dir);
+    let (queries_html, has_map) = queries_section(dir);
+    html += &queries_html;
+    let treemap_script = if has_map {
+        format!(
+            "<script nonce=\"{nonce}\">{}</script>",
+            kiln_queries::html::TREEMAP_SCRIPT
+        )
+    } else {
+        String::new()
+    };
     html += &command_section(dir);
     let _ = write!(
         html,
         "<script type=\"application/json\" id=\"kiln-data\">{}</script>\
-<script nonce=\"{nonce}\">{UPLOT_JS}</script><script nonce=\"{nonce}\">{PAGE_JS}</script>\
+<script nonce=\"{nonce}\">{UPLOT_JS}</script><script nonce=\"{nonce}\">{PAGE_JS}</script>{treemap_script}\
 </body></html>",
         script_json(&data.to_string())
     );
@@ -390,25 +401,78 @@ speedscope: <code>profile.speedscope.json</code>.</p>\
     (out, flame::flame_data(&folded))
 }
 
-fn queries_section(dir: &RunDir) -> String {
+/// The DB section, and whether it holds the treemap (whose script the page then needs).
+fn queries_section(dir: &RunDir) -> (String, bool) {
     let mut out = String::from("<section id=\"queries\"><h2>DB calls</h2>");
-    match dir.read_json_part::<Value>(kiln_record::parts::QUERIES_PART) {
-        Ok(Some(q)) => {
-            let summary = &q["summary"];
-            let _ = write!(
-                out,
-                "<p>{} requests with DB calls, {} statements; the DB findings are above. \
-The DB stack trie and every statement: <code>queries.html</code> beside this report.</p>",
-                esc(&summary["requests"].to_string()),
-                esc(&summary["calls"].to_string()),
+    let q = match dir.read_json_part::<Value>(QUERIES_PART) {
+        Ok(Some(q)) => q,
+        Ok(None) => {
+            let none = "<p class=\"muted\">No traces in this run (kiln run --otlp-listen).</p>";
+            return (format!("{out}{none}</section>"), false);
+        }
+        Err(e) => {
+            let problem = esc(&e.to_string());
+            return (
+                format!("{out}<p class=\"muted\">{problem}</p></section>"),
+                false,
             );
         }
-        Ok(None) => out += "<p class=\"muted\">No traces in this run (kiln run --otlp-listen).</p>",
-        Err(e) => {
-            let _ = write!(out, "<p class=\"muted\">{}</p>", esc(&e.to_string()));
-        }
+    };
+    let a = &q["analysis"];
+    let c = &a["coverage"];
+    let n = |v: &Value| v.as_u64().unwrap_or(0);
+    let _ = write!(
+        out,
+        "<p>{} DB calls in {} requests over {} routes ({} with query text, {} with a stack). \
+The DB findings are with the others above; every statement: <code>queries.html</code> beside this \
+report.</p><table><tr><th>route</th><th class=\"n\">requests</th><th class=\"n\">DB calls per request p50</th>\
+<th class=\"n\">p95</th><th class=\"n\">max</th><th class=\"n\">DB ms p50</th><th class=\"n\">p95</th>\
+<th>most frequent statements</th></tr>",
+        n(&c["db_spans"]),
+        n(&a["requests_matched"]),
+        a["routes"].as_array().map_or(0, Vec::len),
+        n(&c["db_with_text"]),
+        n(&c["db_with_caller"]),
+    );
+    for r in a["routes"].as_array().into_iter().flatten().take(50) {
+        let top: Vec<String> = r["top_queries"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|t| {
+                format!(
+                    "{}× {}",
+                    n(&t["calls"]),
+                    esc(t["shape"].as_str().unwrap_or(""))
+                )
+            })
+            .collect();
+        let f = |v: &Value| v.as_f64().unwrap_or(0.0);
+        let _ = write!(
+            out,
+            "<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>\
+<td class=\"n\">{}</td><td class=\"n\">{:.1}</td><td class=\"n\">{:.1}</td><td><pre>{}</pre></td></tr>",
+            esc(r["route"].as_str().unwrap_or("")),
+            n(&r["requests"]),
+            n(&r["calls_median"]),
+            n(&r["calls_p95"]),
+            n(&r["calls_max"]),
+            f(&r["db_time_median_ms"]),
+            f(&r["db_time_p95_ms"]),
+            top.join("\n")
+        );
     }
-    out + "</section>"
+    out += "</table>";
+    let folded = |kind: &str| -> Option<Folded> {
+        let (_, bytes) = dir.read_part(kind).ok()??;
+        Folded::parse_reader(bytes.as_slice()).ok().map(|(f, _)| f)
+    };
+    let mut has_map = false;
+    if let (Some(calls), Some(time)) = (folded(TRIE_CALLS_PART), folded(TRIE_TIME_PART)) {
+        out += &kiln_queries::html::treemap(&StackTrie::from_folded(&calls, &time));
+        has_map = true;
+    }
+    (out + "</section>", has_map)
 }
 
 fn command_section(dir: &RunDir) -> String {

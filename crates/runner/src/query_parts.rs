@@ -13,9 +13,7 @@ use kiln_queries::{html, Ingest};
 use kiln_record::RunDir;
 use serde_json::{json, Value};
 
-pub use kiln_record::parts::QUERIES_PART;
-pub const TRIE_CALLS_PART: &str = "db-trie-calls";
-pub const TRIE_TIME_PART: &str = "db-trie-time";
+pub use kiln_record::parts::{QUERIES_PART, TRIE_CALLS_PART, TRIE_TIME_PART};
 pub const TRIE_SPEEDSCOPE_PART: &str = "db-trie-speedscope";
 pub const HTML_PART: &str = "queries-html";
 pub const SPANS_JSON_PART: &str = "otlp-json";
