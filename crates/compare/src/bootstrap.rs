@@ -33,26 +33,41 @@ impl Grid {
     }
 }
 
-struct GridSecond {
+/// Seconds added together: a second of the record, or a block of them.
+#[derive(Default)]
+struct Chunk {
+    /// Grid index and count, by index.
     buckets: Vec<(u32, u64)>,
     requests: u64,
     failed: u64,
-    partial: bool,
+    /// The requests of whole seconds and how many whole seconds (a phase's last second is
+    /// cut by the end of its load: it counts for latency, not for the rate).
+    rate_requests: u64,
+    rate_seconds: u64,
+}
+
+/// A repeat's seconds on the grid, and its circular blocks of `block` seconds merged ahead
+/// of time (a resample then adds a few blocks instead of every second).
+struct GridRepeat {
+    seconds: Vec<Chunk>,
+    blocks: Vec<Chunk>,
 }
 
 /// One side's repeats on the grid.
 pub struct GridSide {
-    repeats: Vec<Vec<GridSecond>>,
+    repeats: Vec<GridRepeat>,
 }
 
 impl GridSide {
     pub fn new(grid: &Grid, repeats: &[Repeat]) -> Self {
+        let mut scratch = Accumulator::new(grid);
         let repeats = repeats
             .iter()
             .map(|r| {
-                r.seconds
+                let seconds: Vec<Chunk> = r
+                    .seconds
                     .iter()
-                    .map(|s| GridSecond {
+                    .map(|s| Chunk {
                         buckets: s
                             .buckets
                             .iter()
@@ -60,9 +75,21 @@ impl GridSide {
                             .collect(),
                         requests: s.requests,
                         failed: s.failed,
-                        partial: s.partial,
+                        rate_requests: if s.partial { 0 } else { s.requests },
+                        rate_seconds: u64::from(!s.partial),
                     })
-                    .collect()
+                    .collect();
+                let n = seconds.len();
+                let block = block_seconds(n);
+                let blocks = (0..n)
+                    .map(|start| {
+                        for k in 0..block {
+                            scratch.add(&seconds[(start + k) % n]);
+                        }
+                        scratch.take_chunk()
+                    })
+                    .collect();
+                GridRepeat { seconds, blocks }
             })
             .collect();
         Self { repeats }
@@ -86,9 +113,8 @@ struct Accumulator<'g> {
     total: u64,
     requests: u64,
     failed: u64,
-    /// Requests and count of the whole seconds, for the rate.
     rate_requests: u64,
-    seconds: u64,
+    rate_seconds: u64,
 }
 
 impl<'g> Accumulator<'g> {
@@ -101,11 +127,11 @@ impl<'g> Accumulator<'g> {
             requests: 0,
             failed: 0,
             rate_requests: 0,
-            seconds: 0,
+            rate_seconds: 0,
         }
     }
 
-    fn add(&mut self, s: &GridSecond) {
+    fn add(&mut self, s: &Chunk) {
         for (i, n) in &s.buckets {
             let c = &mut self.counts[*i as usize];
             if *c == 0 {
@@ -116,10 +142,8 @@ impl<'g> Accumulator<'g> {
         }
         self.requests = self.requests.saturating_add(s.requests);
         self.failed = self.failed.saturating_add(s.failed);
-        if !s.partial {
-            self.rate_requests = self.rate_requests.saturating_add(s.requests);
-            self.seconds += 1;
-        }
+        self.rate_requests = self.rate_requests.saturating_add(s.rate_requests);
+        self.rate_seconds += s.rate_seconds;
     }
 
     /// Reads the estimate and empties the accumulator for the next resample.
@@ -148,10 +172,10 @@ impl<'g> Accumulator<'g> {
         }
         let estimate = Estimate {
             quantiles_us: out,
-            per_second: if self.seconds == 0 {
+            per_second: if self.rate_seconds == 0 {
                 0.0
             } else {
-                self.rate_requests as f64 / self.seconds as f64
+                self.rate_requests as f64 / self.rate_seconds as f64
             },
             failed_ratio: if self.requests == 0 {
                 0.0
@@ -159,12 +183,36 @@ impl<'g> Accumulator<'g> {
                 self.failed as f64 / self.requests as f64
             },
         };
+        self.clear_sums();
+        estimate
+    }
+
+    /// The sums as a chunk (buckets by index), emptying the accumulator.
+    fn take_chunk(&mut self) -> Chunk {
+        self.touched.sort_unstable();
+        let buckets = self
+            .touched
+            .iter()
+            .map(|i| (*i, std::mem::take(&mut self.counts[*i as usize])))
+            .collect();
+        self.touched.clear();
+        let chunk = Chunk {
+            buckets,
+            requests: self.requests,
+            failed: self.failed,
+            rate_requests: self.rate_requests,
+            rate_seconds: self.rate_seconds,
+        };
+        self.clear_sums();
+        chunk
+    }
+
+    fn clear_sums(&mut self) {
         self.total = 0;
         self.requests = 0;
         self.failed = 0;
         self.rate_requests = 0;
-        self.seconds = 0;
-        estimate
+        self.rate_seconds = 0;
     }
 }
 
@@ -190,7 +238,7 @@ impl<'g> Resampler<'g> {
 
     /// All of the side's seconds: the point estimate.
     pub fn all(&mut self, quantiles: &[f64]) -> Estimate {
-        for s in self.side.repeats.iter().flatten() {
+        for s in self.side.repeats.iter().flat_map(|r| &r.seconds) {
             self.acc.add(s);
         }
         self.acc.take(quantiles)
@@ -198,30 +246,25 @@ impl<'g> Resampler<'g> {
 
     /// One repeat's seconds.
     pub fn repeat(&mut self, index: usize, quantiles: &[f64]) -> Estimate {
-        for s in &self.side.repeats[index] {
+        for s in &self.side.repeats[index].seconds {
             self.acc.add(s);
         }
         self.acc.take(quantiles)
     }
 
     /// One bootstrap resample: as many repeats as the side has, drawn with replacement,
-    /// each rebuilt from circular blocks of its seconds drawn with replacement.
+    /// each rebuilt from about as many seconds in circular blocks drawn with replacement.
     pub fn resample(&mut self, rng: &mut fastrand::Rng, quantiles: &[f64]) -> Estimate {
         let count = self.side.repeats.len();
         for _ in 0..count {
-            let seconds = &self.side.repeats[rng.usize(..count)];
-            let n = seconds.len();
+            let repeat = &self.side.repeats[rng.usize(..count)];
+            let n = repeat.blocks.len();
             if n == 0 {
                 continue;
             }
-            let block = block_seconds(n);
-            let mut taken = 0;
-            while taken < n {
-                let start = rng.usize(..n);
-                for k in 0..block.min(n - taken) {
-                    self.acc.add(&seconds[(start + k) % n]);
-                }
-                taken += block;
+            let draws = (n as f64 / block_seconds(n) as f64).round().max(1.0) as usize;
+            for _ in 0..draws {
+                self.acc.add(&repeat.blocks[rng.usize(..n)]);
             }
         }
         self.acc.take(quantiles)

@@ -237,15 +237,7 @@ pub fn compare_sides(
             .map(|r| resamplers[i].repeat(r, &quantiles))
             .collect()
     });
-    let mut rng = fastrand::Rng::with_seed(options.seed);
-    let draws: Vec<[Estimate; 2]> = (0..options.resamples.max(1))
-        .map(|_| {
-            [
-                resamplers[0].resample(&mut rng, &quantiles),
-                resamplers[1].resample(&mut rng, &quantiles),
-            ]
-        })
-        .collect();
+    let draws = resample_in_streams(&grid, &on_grid, &quantiles, options);
     let requests = [base.requests(), new.requests()];
     let tail_enough =
         |q: f64| (TAIL_REQUESTS / (1.0 - q)).ceil() as u64 <= requests[0].min(requests[1]);
@@ -374,6 +366,47 @@ pub fn compare_sides(
         confidence: options.confidence,
         figures_judged: judged,
     }
+}
+
+/// The bootstrap's resamples in a fixed number of streams, each with its own seed, run in
+/// parallel: the same records and seed give the same draws on any machine.
+fn resample_in_streams(
+    grid: &Grid,
+    sides: &[GridSide; 2],
+    quantiles: &[f64],
+    options: &Options,
+) -> Vec<[Estimate; 2]> {
+    const STREAMS: u64 = 8;
+    let total = u64::from(options.resamples.max(1));
+    std::thread::scope(|scope| {
+        let streams: Vec<_> = (0..STREAMS)
+            .map(|i| {
+                let count = total / STREAMS + u64::from(i < total % STREAMS);
+                scope.spawn(move || {
+                    let mut rng = fastrand::Rng::with_seed(
+                        options.seed.wrapping_mul(STREAMS).wrapping_add(i),
+                    );
+                    let mut resamplers = [
+                        Resampler::new(grid, &sides[0]),
+                        Resampler::new(grid, &sides[1]),
+                    ];
+                    (0..count)
+                        .map(|_| {
+                            [
+                                resamplers[0].resample(&mut rng, quantiles),
+                                resamplers[1].resample(&mut rng, quantiles),
+                            ]
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        streams
+            .into_iter()
+            // a stream that panicked would be a bug here: say it rather than lose draws
+            .flat_map(|s| s.join().expect("a resampling stream panicked"))
+            .collect()
+    })
 }
 
 fn ratio_change(base: f64, new: f64) -> f64 {

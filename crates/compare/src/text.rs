@@ -81,19 +81,27 @@ pub fn to_text(c: &Comparison) -> String {
             f.new.len(),
             f.unchanged.len()
         );
-        for (label, list) in [
-            ("fixed", &f.fixed),
-            ("new", &f.new),
-            ("unchanged", &f.unchanged),
-            ("not judged in NEW", &f.not_judged_in_new),
+        // what changed in full; what stayed, its first few (the JSON has them all)
+        for (label, list, most) in [
+            ("fixed", &f.fixed, usize::MAX),
+            ("new", &f.new, usize::MAX),
+            ("unchanged", &f.unchanged, 5),
+            ("not judged in NEW", &f.not_judged_in_new, 5),
         ] {
-            for item in list.iter() {
+            for item in list.iter().take(most) {
                 let _ = writeln!(
                     out,
                     "  {label:<9} {:<6} {}  [{}]",
                     item.severity,
                     safe_text(&item.title),
                     item.rule
+                );
+            }
+            if list.len() > most {
+                let _ = writeln!(
+                    out,
+                    "  {label:<9} ... and {} more (--json lists them)",
+                    list.len() - most
                 );
             }
         }

@@ -1,10 +1,12 @@
 //! Writes a large run record for the findings benchmark (bench/findings.py): SECONDS seconds of
 //! load at RATE requests/s (each second's latencies in its histograms, a stall at every 10th
 //! wall-clock second), a resource sample per second, a profile of PROFILE_SAMPLES samples over
-//! a few thousand stacks, and a DB analysis with findings.
+//! a few thousand stacks, a DB analysis with findings and the DB stack trie of 1M calls.
 //! Usage: cargo run --release -p kiln-findings --example synthetic_record -- DIR [SECONDS] [RATE]
 
-use kiln_record::parts::{PROFILE_FOLDED_PART, PROFILE_SUMMARY_PART, QUERIES_PART};
+use kiln_record::parts::{
+    PROFILE_FOLDED_PART, PROFILE_SUMMARY_PART, QUERIES_PART, TRIE_CALLS_PART, TRIE_TIME_PART,
+};
 use kiln_record::{
     LoadRecordLine, PhaseEnd, RunDir, RunLocation, RunStatus, SecondRecord, LOAD_SECONDS_PART,
 };
@@ -122,10 +124,35 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         QUERIES_PART,
         "queries.json",
         1,
-        json!({"analysis": {"requests_matched": 1_000_000, "findings": findings}})
+        json!({"analysis": {"requests_matched": 1_000_000, "findings": findings,
+            "coverage": {"db_spans": 1_000_000, "db_with_text": 1_000_000, "db_with_caller": 1_000_000},
+            "routes": (0..20).map(|i| json!({"route": format!("GET /r{i}"), "requests": 50_000,
+                "calls_median": 20, "calls_p95": 20, "calls_max": 20, "db_time_median_ms": 7.0,
+                "db_time_p95_ms": 9.0, "top_queries": [{"calls": 20, "shape": "SELECT a, b FROM t WHERE id = ?"}]}))
+                .collect::<Vec<_>>()}})
             .to_string()
             .as_bytes(),
     )?;
+    // the DB stack trie of 1,000,000 calls (the spans' analysis is bench/queries.py's; the
+    // record keeps the trie as collapsed calls and DB time): 20 routes, 100 frames deep
+    // paths of an ORM service, 2,000 distinct stacks
+    let (mut calls, mut time) = (String::new(), String::new());
+    let stacks = 2_000u64;
+    for i in 0..stacks {
+        let path = format!(
+            "GET /r{};com.acme.shop.Controller{}.handle (Controller.java:{});com.acme.shop.Repo{}.load (Repo.java:{});SQL SELECT a, b FROM t{} WHERE id = ?",
+            i % 20,
+            i % 50,
+            10 + i % 7,
+            i % 100,
+            20 + i % 13,
+            i % 300
+        );
+        calls += &format!("{path} {}\n", 1_000_000 / stacks);
+        time += &format!("{path} {}\n", 1_000_000 / stacks * 350);
+    }
+    run.write_file_part(TRIE_CALLS_PART, "db-trie-calls.folded", 1, calls.as_bytes())?;
+    run.write_file_part(TRIE_TIME_PART, "db-trie-time.folded", 1, time.as_bytes())?;
     run.finish(RunStatus::Complete, None)?;
     println!("{dir}");
     Ok(())

@@ -218,6 +218,8 @@
   window.addEventListener("hashchange", applyHash);
   applyHash();
   document.body.setAttribute("data-charts", String(charts.length));
+  // how long the page took to show, from the start of navigation (for the benchmark)
+  document.body.setAttribute("data-ready-ms", String(Math.round(performance.now())));
   // Where each section is, for tests that look at a screenshot of each one (measured once
   // uPlot has laid its charts out, which it does after this script).
   setTimeout(function () {
