@@ -125,6 +125,18 @@ pub struct FindingsChange {
     pub not_judged_in_new: Vec<FindingChange>,
 }
 
+/// A route's DB calls per request in both runs (medians over its requests).
+#[derive(Clone, Debug, Serialize)]
+pub struct RouteChange {
+    pub route: String,
+    pub base_requests: u64,
+    pub new_requests: u64,
+    pub base_calls_per_request: Option<f64>,
+    pub new_calls_per_request: Option<f64>,
+    pub base_db_ms_per_request: Option<f64>,
+    pub new_db_ms_per_request: Option<f64>,
+}
+
 /// One side as the table's header shows it.
 #[derive(Clone, Debug, Serialize)]
 pub struct SideSummary {
@@ -149,6 +161,10 @@ pub struct Comparison {
     /// The target's CPU per request and its system share (one figure per run: no interval).
     pub resources: Vec<Row>,
     pub findings: FindingsChange,
+    /// Functions whose share of the target's CPU samples moved most (both runs profiled).
+    pub profile: Vec<kiln_profile::ShareChange>,
+    /// DB calls per request, by route (both runs with traces).
+    pub db_routes: Vec<RouteChange>,
     /// Small-sample and method notes, said after the table.
     pub warnings: Vec<String>,
     pub resamples: u32,
@@ -360,6 +376,8 @@ pub fn compare_sides(
         rows,
         resources: resource_rows(base, new),
         findings: findings_change(findings.0, findings.1),
+        profile: profile_changes(base, new),
+        db_routes: db_route_changes(base, new),
         warnings: warnings(base, new),
         resamples: options.resamples.max(1),
         seed: options.seed,
@@ -583,6 +601,63 @@ fn resource_rows(base: &Side, new: &Side) -> Vec<Row> {
             false,
         ),
     ]
+}
+
+fn profile_changes(base: &Side, new: &Side) -> Vec<kiln_profile::ShareChange> {
+    match (&base.record.profile, &new.record.profile) {
+        (Some(b), Some(n)) if !b.folded.is_empty() && !n.folded.is_empty() => {
+            kiln_profile::FoldedDiff::new(&b.folded, &n.folded)
+                .biggest_self_changes(&b.folded, &n.folded, 10)
+        }
+        _ => Vec::new(),
+    }
+}
+
+fn db_route_changes(base: &Side, new: &Side) -> Vec<RouteChange> {
+    let routes = |side: &Side| -> Vec<serde_json::Value> {
+        side.record
+            .queries
+            .as_ref()
+            .and_then(|q| q["analysis"]["routes"].as_array().cloned())
+            .unwrap_or_default()
+    };
+    let (b, n) = (routes(base), routes(new));
+    if b.is_empty() || n.is_empty() {
+        return Vec::new();
+    }
+    let find = |list: &[serde_json::Value], route: &str| {
+        list.iter()
+            .find(|r| r["route"].as_str() == Some(route))
+            .cloned()
+    };
+    let names: BTreeSet<String> = b
+        .iter()
+        .chain(&n)
+        .filter_map(|r| r["route"].as_str().map(str::to_string))
+        .collect();
+    names
+        .into_iter()
+        .map(|route| {
+            let (rb, rn) = (find(&b, &route), find(&n, &route));
+            let num =
+                |r: &Option<serde_json::Value>, key: &str| r.as_ref().and_then(|r| r[key].as_f64());
+            RouteChange {
+                base_requests: rb
+                    .as_ref()
+                    .and_then(|r| r["requests"].as_u64())
+                    .unwrap_or(0),
+                new_requests: rn
+                    .as_ref()
+                    .and_then(|r| r["requests"].as_u64())
+                    .unwrap_or(0),
+                base_calls_per_request: num(&rb, "calls_median"),
+                new_calls_per_request: num(&rn, "calls_median"),
+                base_db_ms_per_request: num(&rb, "db_time_median_ms"),
+                new_db_ms_per_request: num(&rn, "db_time_median_ms"),
+                route,
+            }
+        })
+        .collect()
 }
 
 fn findings_change(base: &Report, new: &Report) -> FindingsChange {

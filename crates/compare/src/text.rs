@@ -106,6 +106,31 @@ pub fn to_text(c: &Comparison) -> String {
             }
         }
     }
+    if !c.profile.is_empty() {
+        out.push_str("\nProfile: self share of the CPU samples that moved most\n");
+        for p in &c.profile {
+            let _ = writeln!(
+                out,
+                "  {:>6.1}% -> {:>6.1}%  {}",
+                p.before_pct,
+                p.after_pct,
+                safe_text(&p.name)
+            );
+        }
+    }
+    if !c.db_routes.is_empty() {
+        out.push_str("\nDB calls per request (median), by route\n");
+        let show = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.0}"));
+        for r in c.db_routes.iter().take(20) {
+            let _ = writeln!(
+                out,
+                "  {:>6} -> {:<6} {}",
+                show(r.base_calls_per_request),
+                show(r.new_calls_per_request),
+                safe_text(&r.route)
+            );
+        }
+    }
     let improved = c
         .rows
         .iter()

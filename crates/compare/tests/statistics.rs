@@ -195,3 +195,44 @@ fn a_thin_tail_gets_no_verdict() {
     }
     assert!(c.warnings.iter().any(|w| w.contains("one run on a side")));
 }
+
+#[test]
+fn the_profiles_and_the_db_calls_per_route_are_set_side_by_side() {
+    let empty = Report::default();
+    let mut rng = fastrand::Rng::with_seed(11);
+    let mut a = service().side(&mut rng, 1, 10);
+    let mut b = service().side(&mut rng, 1, 10);
+    let profile = |hot: u64| {
+        let mut folded = kiln_profile::Folded::new();
+        folded.add(&["main", "handle", "fillInStackTrace"], hot);
+        folded.add(&["main", "handle", "work"], 100);
+        kiln_findings::record::Profile {
+            folded,
+            record: serde_json::Value::Null,
+        }
+    };
+    a.record.profile = Some(profile(300));
+    b.record.profile = Some(profile(0));
+    let queries = |calls: u64| {
+        serde_json::json!({"analysis": {"routes": [
+            {"route": "GET /owners", "requests": 40, "calls_median": calls, "db_time_median_ms": 2.5}
+        ]}})
+    };
+    a.record.queries = Some(queries(9));
+    b.record.queries = Some(queries(1));
+    let c = compare_sides(&a, &b, (&empty, &empty), &options());
+    let first = &c.profile[0];
+    assert_eq!(first.name, "fillInStackTrace");
+    assert!((first.before_pct - 75.0).abs() < 0.01, "{first:?}");
+    assert_eq!(first.after_pct, 0.0);
+    let route = &c.db_routes[0];
+    assert_eq!(route.route, "GET /owners");
+    assert_eq!(route.base_calls_per_request, Some(9.0));
+    assert_eq!(route.new_calls_per_request, Some(1.0));
+    let text = kiln_compare::to_text(&c);
+    assert!(
+        text.contains("75.0% ->    0.0%  fillInStackTrace"),
+        "{text}"
+    );
+    assert!(text.contains("9 -> 1      GET /owners"), "{text}");
+}
