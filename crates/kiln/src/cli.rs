@@ -437,6 +437,9 @@ pub struct CompareArgs {
     /// Print the comparison as JSON on stdout.
     #[arg(long = "json")]
     pub json: bool,
+    /// Also write the comparison as a page (both runs' series on one axis) to FILE.
+    #[arg(long = "html", value_name = "FILE")]
+    pub html: Option<PathBuf>,
     #[command(flatten)]
     pub method: CompareMethod,
 }

@@ -11,6 +11,15 @@ use crate::run_cmd::EXIT_THRESHOLDS_FAILED;
 
 pub fn run(args: CompareArgs) -> Result<u8> {
     let comparison = compare(&args.base, &args.new, &args.method)?;
+    if let Some(file) = &args.html {
+        let (base, new) = (RunDir::open(&args.base)?, RunDir::open(&args.new)?);
+        std::fs::write(file, kiln_report::render_compare(&base, &new, &comparison))
+            .with_context(|| format!("cannot write {}", file.display()))?;
+        eprintln!(
+            "kiln: the comparison's page: {}",
+            crate::format::safe_text(&file.display().to_string())
+        );
+    }
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&comparison)?);
     } else {

@@ -3,6 +3,8 @@
 //! 50th request is slow (2%), so p99 halves and p50 does not move; between the two runs of
 //! the first target nothing changes.
 
+mod common;
+
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
@@ -119,6 +121,39 @@ fn a_shrinking_stall_improves_p99_and_the_same_target_shows_no_change() {
     let text = String::from_utf8_lossy(&text.stdout);
     assert!(text.contains("improved"), "{text}");
     assert!(text.contains("cannot go below p=0.100"), "{text}");
+    // the comparison as a page: both runs drawn, the improved row marked, in Chromium
+    let page = tmp.path().join("compare.html");
+    let out = Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(["compare", "--html"])
+        .arg(&page)
+        .args([&a, &b])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dom = common::dump_dom(&page);
+    assert!(dom.contains("data-charts=\"3\""), "{dom}");
+    assert!(dom.contains("<tr class=\"improved\"><td>p99</td>"), "{dom}");
+    // the overlay's p99 lines: NEW's seconds sit at about half of BASE's
+    let sums = |label: &str| -> f64 {
+        let key = format!("&quot;{label}&quot;:");
+        let at = dom
+            .find(&key)
+            .unwrap_or_else(|| panic!("no {label}: {dom}"))
+            + key.len();
+        dom[at..]
+            .split(|c| c == ',' || c == '}')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let ratio = sums("NEW p99") / sums("BASE p99");
+    assert!((0.4..0.65).contains(&ratio), "{ratio}");
+
     // a regression gates CI: b -> a is p99 doubling
     let gate = Command::new(env!("CARGO_BIN_EXE_kiln"))
         .args(["compare", "--fail-on-regression"])

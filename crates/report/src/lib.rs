@@ -17,7 +17,10 @@
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
+mod compare;
 mod flame;
+
+pub use compare::render_compare;
 
 use kiln_findings::{Finding, Report};
 use kiln_profile::Folded;
@@ -51,22 +54,8 @@ pub fn render(dir: &RunDir) -> String {
         "resources": resources,
         "distribution": load.distribution(),
     });
-    let nonce = format!("{:016x}{:016x}", fastrand::u64(..), fastrand::u64(..));
     let m = &dir.manifest;
-    let mut html = String::with_capacity(256 * 1024);
-    let _ = write!(
-        html,
-        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
-<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; \
-script-src 'nonce-{nonce}'; style-src 'unsafe-inline'; img-src data:; \
-base-uri 'none'; form-action 'none'\">\
-<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
-<title>kiln report: {}</title><style>{UPLOT_CSS}{STYLE}{}</style></head><body>",
-        esc(&m.name),
-        kiln_queries::html::TREEMAP_STYLE
-    );
-    let _ = write!(
-        html,
+    let mut html = format!(
         "<header><h1>kiln report: {}</h1><div class=\"sub\">{} &middot; {} &middot; started {} \
 &middot; kiln {}</div></header>",
         esc(&m.name),
@@ -93,7 +82,15 @@ base-uri 'none'; form-action 'none'\">\
     html += &profile_html;
     let (queries_html, has_map) = queries_section(dir);
     html += &queries_html;
-    let treemap_script = if has_map {
+    html += &command_section(dir);
+    page(&format!("kiln report: {}", m.name), &html, &data, has_map)
+}
+
+/// The page around a body: the policy, the style, the data block and the scripts (the
+/// treemap's when the body has one).
+fn page(title: &str, body: &str, data: &Value, treemap: bool) -> String {
+    let nonce = format!("{:016x}{:016x}", fastrand::u64(..), fastrand::u64(..));
+    let treemap_script = if treemap {
         format!(
             "<script nonce=\"{nonce}\">{}</script>",
             kiln_queries::html::TREEMAP_SCRIPT
@@ -101,15 +98,20 @@ base-uri 'none'; form-action 'none'\">\
     } else {
         String::new()
     };
-    html += &command_section(dir);
-    let _ = write!(
-        html,
-        "<script type=\"application/json\" id=\"kiln-data\">{}</script>\
+    format!(
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
+<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; \
+script-src 'nonce-{nonce}'; style-src 'unsafe-inline'; img-src data:; \
+base-uri 'none'; form-action 'none'\">\
+<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
+<title>{}</title><style>{UPLOT_CSS}{STYLE}{}</style></head><body>{body}\
+<script type=\"application/json\" id=\"kiln-data\">{}</script>\
 <script nonce=\"{nonce}\">{UPLOT_JS}</script><script nonce=\"{nonce}\">{PAGE_JS}</script>{treemap_script}\
 </body></html>",
+        esc(title),
+        kiln_queries::html::TREEMAP_STYLE,
         script_json(&data.to_string())
-    );
-    html
+    )
 }
 
 /// Writes `report.html` into the run directory (listed in its manifest).
@@ -145,6 +147,7 @@ code,pre{font:12px/1.35 ui-monospace,monospace;white-space:pre-wrap;word-break:b
 .fr.hit{background:#e040fb !important}
 .flame-tools{margin:6px 0}
 .links{margin-top:4px;font-size:13px}.links a{color:#0b57d0}
+tr.improved td{background:#e6f4ea}tr.regressed td{background:#fde7e9}
 "#;
 
 fn nav() -> String {
@@ -493,6 +496,8 @@ fn command_section(dir: &RunDir) -> String {
 #[derive(Default)]
 struct Load {
     series: Value,
+    /// Each second's phase, p50 and p99 (ms) and requests, for the comparison's overlay.
+    points: Vec<(String, Value, Value, u64)>,
     phase_spans: Vec<Value>,
     phases: Vec<PhaseSummary>,
     problems: Vec<String>,
@@ -544,6 +549,12 @@ impl Load {
                         cols[5].push(json!(s.requests));
                         cols[6].push(json!(failed));
                         cols[7].push(s.service.as_ref().map_or(Value::Null, |h| ms(h, 0.99)));
+                        load.points.push((
+                            s.phase.clone(),
+                            ms(&s.latency, 0.5),
+                            ms(&s.latency, 0.99),
+                            s.requests,
+                        ));
                         any_service |= s.service.is_some();
                     }
                     PhaseSummary::add_line(&mut load.phases, &line);
@@ -571,6 +582,21 @@ impl Load {
             })
             .collect();
         load
+    }
+
+    /// The measured seconds, in order: (p50 ms, p99 ms, requests).
+    fn measured_points(&self) -> Vec<(Value, Value, u64)> {
+        let measured: Vec<&str> = self
+            .phases
+            .iter()
+            .filter(|p| p.measured)
+            .map(|p| p.phase.as_str())
+            .collect();
+        self.points
+            .iter()
+            .filter(|(phase, ..)| measured.contains(&phase.as_str()))
+            .map(|(_, p50, p99, n)| (p50.clone(), p99.clone(), *n))
+            .collect()
     }
 
     /// Latency at percentiles from 0 to 99.999 (x = 1/(1-q), HdrHistogram's plot), for all
@@ -603,6 +629,13 @@ impl Load {
             "series": series,
         })
     }
+}
+
+/// The percentiles of the distribution chart: 0 to 99.999, ten steps per nine.
+fn percentile_steps() -> Vec<f64> {
+    (0..=50)
+        .map(|i| 1.0 - 10f64.powf(-(i as f64) / 10.0))
+        .collect()
 }
 
 /// The sampler's series, one column per figure (null where a second lacks it).

@@ -46,7 +46,9 @@
     el.setAttribute("data-check", JSON.stringify({ points: u.data[0].length, sums: sums }));
   }
 
-  function timeChart(id, title, series, columns, units) {
+  // A chart over time (x: seconds since the epoch), or over the seconds of a run (x: 0, 1,
+  // 2 ... when `relative`, as the comparison draws two runs on one axis).
+  function timeChart(id, title, series, columns, units, relative) {
     var el = document.getElementById(id);
     if (!el || !columns[0] || columns[0].length === 0) return;
     var opts = {
@@ -54,7 +56,7 @@
       width: width(),
       height: 260,
       cursor: { sync: { key: "kiln" } },
-      scales: { x: { time: true } },
+      scales: { x: { time: !relative } },
       series: [{}].concat(series.map(function (s, i) {
         return { label: s, stroke: colors[i % colors.length], width: 1.5, spanGaps: false };
       })),
@@ -68,11 +70,22 @@
   }
 
   var s = data.seconds;
-  timeChart("chart-latency", "Latency per second (ms)",
-    ["p50", "p90", "p99", "max"].concat(s.service_p99 ? ["service p99"] : []),
-    [s.t, s.p50, s.p90, s.p99, s.max].concat(s.service_p99 ? [s.service_p99] : []), "ms");
-  timeChart("chart-throughput", "Requests and failures per second",
-    ["requests/s", "failed/s"], [s.t, s.requests, s.failed], "per second");
+  if (s) {
+    timeChart("chart-latency", "Latency per second (ms)",
+      ["p50", "p90", "p99", "max"].concat(s.service_p99 ? ["service p99"] : []),
+      [s.t, s.p50, s.p90, s.p99, s.max].concat(s.service_p99 ? [s.service_p99] : []), "ms");
+    timeChart("chart-throughput", "Requests and failures per second",
+      ["requests/s", "failed/s"], [s.t, s.requests, s.failed], "per second");
+  }
+  // The comparison: both runs' measured seconds on one axis (second 0 is each one's start).
+  var o = data.overlay;
+  if (o) {
+    timeChart("chart-overlay-latency", "Latency per second, BASE and NEW (ms)",
+      ["BASE p50", "BASE p99", "NEW p50", "NEW p99"],
+      [o.x, o.base_p50, o.base_p99, o.new_p50, o.new_p99], "ms", true);
+    timeChart("chart-overlay-throughput", "Requests per second, BASE and NEW",
+      ["BASE", "NEW"], [o.x, o.base_requests, o.new_requests], "per second", true);
+  }
 
   var r = data.resources;
   if (r && r.t.length) {
