@@ -145,7 +145,7 @@ fn a_shrinking_stall_improves_p99_and_the_same_target_shows_no_change() {
             .unwrap_or_else(|| panic!("no {label}: {dom}"))
             + key.len();
         dom[at..]
-            .split(|c| c == ',' || c == '}')
+            .split([',', '}'])
             .next()
             .unwrap()
             .parse()
