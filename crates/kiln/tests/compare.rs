@@ -144,12 +144,7 @@ fn a_shrinking_stall_improves_p99_and_the_same_target_shows_no_change() {
             .find(&key)
             .unwrap_or_else(|| panic!("no {label}: {dom}"))
             + key.len();
-        dom[at..]
-            .split([',', '}'])
-            .next()
-            .unwrap()
-            .parse()
-            .unwrap()
+        dom[at..].split([',', '}']).next().unwrap().parse().unwrap()
     };
     let ratio = sums("NEW p99") / sums("BASE p99");
     assert!((0.4..0.65).contains(&ratio), "{ratio}");

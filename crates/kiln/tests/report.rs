@@ -108,9 +108,24 @@ fn every_section_is_drawn_and_the_charts_hold_the_runs_numbers() {
 
     let dom = dump_dom(&page);
     let charts: Vec<Value> = data_attr(&dom, "data-check");
-    // latency, throughput, distribution; host CPU; the target's CPU, switches, memory,
-    // sockets; the flame graph
-    assert_eq!(charts.len(), 9, "{dom}");
+    // latency, throughput, distribution; host CPU, per core, kernel events; the target's
+    // CPU, switches, memory, threads by state (its sockets when it has queues); the flame graph
+    for label in [
+        "p99",
+        "requests/s",
+        "all measured",
+        "steal",
+        "cpu0",
+        "listen overflows",
+        "voluntary",
+        "RSS MiB",
+        "running",
+    ] {
+        assert!(
+            charts.iter().any(|c| c["sums"].get(label).is_some()),
+            "no chart has {label}: {charts:?}"
+        );
+    }
     let series = |label: &str| -> f64 {
         charts
             .iter()

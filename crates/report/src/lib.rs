@@ -76,7 +76,10 @@ pub fn render(dir: &RunDir) -> String {
 <div class=\"chart\" id=\"chart-target-cpu\"></div>\
 <div class=\"chart\" id=\"chart-target-switches\"></div>\
 <div class=\"chart\" id=\"chart-target-memory\"></div>\
-<div class=\"chart\" id=\"chart-sockets\"></div>";
+<div class=\"chart\" id=\"chart-sockets\"></div>\
+<div class=\"chart\" id=\"chart-threads\"></div>\
+<div class=\"chart\" id=\"chart-cores\"></div>\
+<div class=\"chart\" id=\"chart-kernel\"></div>";
     }
     html += "</section>";
     html += &profile_html;
@@ -643,7 +646,8 @@ fn read_resources(dir: &RunDir) -> Value {
     let Ok(lines) = dir.json_lines::<ResourceSecond>(RESOURCES_PART) else {
         return Value::Null;
     };
-    let mut cols: Vec<Vec<Value>> = vec![Vec::new(); 16];
+    let mut cols: Vec<Vec<Value>> = vec![Vec::new(); 22];
+    let mut cores: Vec<Vec<Value>> = Vec::new();
     let mut any_process = false;
     for s in lines.map_while(Result::ok) {
         let cpu = s.host_cpu.as_ref();
@@ -678,7 +682,29 @@ fn read_resources(dir: &RunDir) -> Value {
                     .as_ref()
                     .and_then(|s| s.max_recv_q.as_ref().map(|(_, n)| *n as f64))
             }),
+            proc(&|p| Some(*p.thread_states.get("R").unwrap_or(&0) as f64)),
+            proc(&|p| Some(*p.thread_states.get("S").unwrap_or(&0) as f64)),
+            proc(&|p| Some(*p.thread_states.get("D").unwrap_or(&0) as f64)),
+            proc(&|p| p.cgroup.as_ref().and_then(|c| c.throttled_ms)),
+            s.kernel
+                .as_ref()
+                .and_then(|k| k.listen_overflows)
+                .map_or(Value::Null, |n| json!(n)),
+            s.kernel
+                .as_ref()
+                .and_then(|k| k.tcp_retrans_segs)
+                .map_or(Value::Null, |n| json!(n)),
         ];
+        // each core's busy share (all but idle and iowait), a column per core
+        for (i, (_, split)) in s.host_cpu_per_core.iter().enumerate() {
+            if cores.len() <= i {
+                cores.push(vec![Value::Null; cols[0].len()]);
+            }
+            cores[i].push(json!(100.0 - split.idle - split.iowait));
+        }
+        for core in cores.iter_mut().skip(s.host_cpu_per_core.len()) {
+            core.push(Value::Null);
+        }
         for (col, v) in cols.iter_mut().zip(row) {
             col.push(v);
         }
@@ -703,6 +729,12 @@ fn read_resources(dir: &RunDir) -> Value {
         "involuntary",
         "send_q",
         "recv_q",
+        "threads_running",
+        "threads_sleeping",
+        "threads_disk_wait",
+        "throttled_ms",
+        "listen_overflows",
+        "retransmits",
     ];
     let mut out = serde_json::Map::new();
     for (name, col) in names.iter().zip(cols) {
@@ -711,6 +743,7 @@ fn read_resources(dir: &RunDir) -> Value {
     if !any_process {
         out.insert("target_user".into(), Value::Null);
     }
+    out.insert("cores".into(), json!(cores));
     Value::Object(out)
 }
 

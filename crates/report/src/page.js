@@ -51,6 +51,11 @@
   function timeChart(id, title, series, columns, units, relative) {
     var el = document.getElementById(id);
     if (!el || !columns[0] || columns[0].length === 0) return;
+    // a chart of nothing but gaps (a figure this run could not read) is left out
+    var any = columns.slice(1).some(function (c) {
+      return c && c.some(function (v) { return v != null; });
+    });
+    if (!any) { el.textContent = ""; return; }
     var opts = {
       title: title,
       width: width(),
@@ -101,7 +106,17 @@
         ["voluntary", "involuntary"], [r.t, r.voluntary, r.involuntary], "per second");
       timeChart("chart-sockets", "Target sockets (largest queues, bytes)",
         ["Send-Q", "Recv-Q"], [r.t, r.send_q, r.recv_q], "bytes");
+      timeChart("chart-threads", "Target threads by state",
+        ["running", "sleeping", "disk/lock wait (D)"],
+        [r.t, r.threads_running, r.threads_sleeping, r.threads_disk_wait], "threads");
     }
+    if (r.cores && r.cores.length) {
+      timeChart("chart-cores", "Host CPU per core (busy %)",
+        r.cores.map(function (c, i) { return "cpu" + i; }), [r.t].concat(r.cores), "%");
+    }
+    timeChart("chart-kernel", "Kernel events per second",
+      ["listen overflows", "TCP retransmits", "cgroup throttled ms"],
+      [r.t, r.listen_overflows, r.retransmits, r.throttled_ms], "per second");
   }
 
   // The percentile distribution, HdrHistogram style: x is 1/(1-q) on a log axis.
