@@ -301,6 +301,39 @@ fn hostile_text_in_the_record_stays_text_and_loads_nothing() {
         .map(|p| format!("main;{} 100\n", p.replace(';', ":").replace('\n', " ")))
         .collect();
     std::fs::write(dir.join("profile.folded"), folded).unwrap();
+    // and DB calls whose routes, statements and frames are the payloads
+    let trie: String = payloads
+        .iter()
+        .map(|p| {
+            let p = p.replace(';', ":").replace('\n', " ");
+            format!("GET /{p};{p} (app.py:1);SQL SELECT '{p}' 3\n")
+        })
+        .collect();
+    std::fs::write(dir.join("db-trie-calls.folded"), &trie).unwrap();
+    std::fs::write(dir.join("db-trie-time.folded"), &trie).unwrap();
+    let routes: Vec<Value> = payloads
+        .iter()
+        .map(|p| {
+            serde_json::json!({"route": p, "requests": 1, "calls_median": 3,
+            "top_queries": [{"calls": 3, "shape": p}]})
+        })
+        .collect();
+    std::fs::write(
+        dir.join("queries.json"),
+        serde_json::json!({"analysis": {"routes": routes, "coverage": {"db_spans": 15}}})
+            .to_string(),
+    )
+    .unwrap();
+    for (kind, path) in [
+        ("db-trie-calls", "db-trie-calls.folded"),
+        ("db-trie-time", "db-trie-time.folded"),
+        ("queries", "queries.json"),
+    ] {
+        manifest["parts"]
+            .as_array_mut()
+            .unwrap()
+            .push(serde_json::json!({"kind": kind, "path": path, "schema_version": 1}));
+    }
     manifest["parts"]
         .as_array_mut()
         .unwrap()
