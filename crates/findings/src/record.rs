@@ -137,12 +137,7 @@ impl RunRecord {
                 }
             }
         }
-        let measured: Vec<&str> = self
-            .phases
-            .iter()
-            .filter(|p| p.measured)
-            .map(|p| p.phase.as_str())
-            .collect();
+        let measured = PhaseSummary::measured_names(&self.phases);
         self.seconds = points
             .into_iter()
             .filter(|(phase, _)| measured.contains(&phase.as_str()))

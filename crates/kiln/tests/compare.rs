@@ -41,18 +41,23 @@ fn run(url: &str, out: &Path, extra: &[&str]) -> std::process::Output {
 }
 
 fn compare(base: &Path, new: &Path) -> Value {
-    let out = Command::new(env!("CARGO_BIN_EXE_kiln"))
-        .args(["compare", "--json"])
-        .arg(base)
-        .arg(new)
-        .output()
-        .unwrap();
+    let out = compare_with(base, new, &["--json"]);
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn compare_with(base: &Path, new: &Path, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .arg("compare")
+        .args(args)
+        .arg(base)
+        .arg(new)
+        .output()
+        .unwrap()
 }
 
 fn row<'a>(c: &'a Value, metric: &str) -> &'a Value {
@@ -113,22 +118,13 @@ fn a_shrinking_stall_improves_p99_and_the_same_target_shows_no_change() {
     assert!(ac["hygiene"].to_string().contains("same plan"), "{ac:#}");
 
     // the table for people: the verdict and benchstat's small-sample note
-    let text = Command::new(env!("CARGO_BIN_EXE_kiln"))
-        .arg("compare")
-        .args([&a, &b])
-        .output()
-        .unwrap();
+    let text = compare_with(&a, &b, &[]);
     let text = String::from_utf8_lossy(&text.stdout);
     assert!(text.contains("improved"), "{text}");
     assert!(text.contains("cannot go below p=0.100"), "{text}");
     // the comparison as a page: both runs drawn, the improved row marked, in Chromium
     let page = tmp.path().join("compare.html");
-    let out = Command::new(env!("CARGO_BIN_EXE_kiln"))
-        .args(["compare", "--html"])
-        .arg(&page)
-        .args([&a, &b])
-        .output()
-        .unwrap();
+    let out = compare_with(&a, &b, &["--html", page.to_str().unwrap()]);
     assert!(
         out.status.success(),
         "{}",
@@ -150,11 +146,7 @@ fn a_shrinking_stall_improves_p99_and_the_same_target_shows_no_change() {
     assert!((0.4..0.65).contains(&ratio), "{ratio}");
 
     // a regression gates CI: b -> a is p99 doubling
-    let gate = Command::new(env!("CARGO_BIN_EXE_kiln"))
-        .args(["compare", "--fail-on-regression"])
-        .args([&b, &a])
-        .output()
-        .unwrap();
+    let gate = compare_with(&b, &a, &["--fail-on-regression"]);
     assert_eq!(gate.status.code(), Some(99));
 
     // a run killed half-way (run.json still `running`, its last line cut) is compared on

@@ -250,6 +250,15 @@ impl PhaseSummary {
         self.end = Some(end.clone());
     }
 
+    /// The names of the measured phases (the warm-up left out).
+    pub fn measured_names(phases: &[PhaseSummary]) -> Vec<&str> {
+        phases
+            .iter()
+            .filter(|p| p.measured)
+            .map(|p| p.phase.as_str())
+            .collect()
+    }
+
     /// The phases a summary is about: the measured ones, merged when there are several.
     pub fn measured_total(phases: &[PhaseSummary]) -> Option<PhaseSummary> {
         let measured: Vec<&PhaseSummary> = phases.iter().filter(|p| p.measured).collect();

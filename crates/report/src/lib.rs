@@ -589,12 +589,7 @@ impl Load {
 
     /// The measured seconds, in order: (p50 ms, p99 ms, requests).
     fn measured_points(&self) -> Vec<(Value, Value, u64)> {
-        let measured: Vec<&str> = self
-            .phases
-            .iter()
-            .filter(|p| p.measured)
-            .map(|p| p.phase.as_str())
-            .collect();
+        let measured = PhaseSummary::measured_names(&self.phases);
         self.points
             .iter()
             .filter(|(phase, ..)| measured.contains(&phase.as_str()))
