@@ -376,3 +376,70 @@ fn hostile_text_in_the_record_stays_text_and_loads_nothing() {
         Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::WouldBlock),
     }
 }
+
+#[test]
+fn an_interrupted_or_damaged_record_still_gets_its_page() {
+    let tmp = tempfile::tempdir().unwrap();
+    let target = TargetServer::start(Behavior::default()).unwrap();
+    let dir = tmp.path().join("run");
+    let pid = std::process::id().to_string();
+    let out = kiln(&[
+        "run",
+        &target.url("/"),
+        "--rate",
+        "100",
+        "-d",
+        "3s",
+        "--watch-pid",
+        &pid,
+        "-q",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // killed mid-run: run.json still says running, the last line of each part is cut
+    let run_json = dir.join("run.json");
+    let manifest = std::fs::read_to_string(&run_json).unwrap();
+    std::fs::write(
+        &run_json,
+        manifest.replace("\"status\": \"complete\"", "\"status\": \"running\""),
+    )
+    .unwrap();
+    for part in ["load-seconds.jsonl", "resources.jsonl"] {
+        let bytes = std::fs::read(dir.join(part)).unwrap();
+        std::fs::write(dir.join(part), &bytes[..bytes.len() * 2 / 3]).unwrap();
+    }
+    // and damaged: absurd numbers in a resource line, a findings file that is not JSON
+    let mut resources = std::fs::read_to_string(dir.join("resources.jsonl")).unwrap();
+    resources.insert_str(
+        0,
+        "{\"second\":1,\"unix_ms\":18446744073709551615,\"interval_s\":1e308,\"host_cpu\":null,\
+\"host_cpu_per_core\":[[0,{\"user\":1e308,\"nice\":0,\"system\":-5,\"idle\":0,\"iowait\":0,\"irq\":0,\
+\"softirq\":0,\"steal\":0}]],\"host_context_switches_per_s\":null,\"run_queue\":null,\"blocked\":null,\
+\"process\":null}\n",
+    );
+    std::fs::write(dir.join("resources.jsonl"), resources).unwrap();
+    std::fs::write(dir.join("findings.json"), "{not json").unwrap();
+
+    let out = kiln(&["report", dir.to_str().unwrap(), "--html"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let page = dir.join("report.html");
+    let dom = dump_dom(&page);
+    assert!(dom.contains("interrupted"), "{dom}");
+    // the finished seconds are drawn: latency, throughput, distribution at least
+    let charts = data_attr(&dom, "data-check");
+    assert!(charts.len() >= 3, "{charts:?}");
+    let requests: f64 = charts
+        .iter()
+        .find_map(|c| c["sums"]["requests/s"].as_f64())
+        .unwrap();
+    assert!(requests > 0.0);
+}
