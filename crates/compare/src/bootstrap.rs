@@ -172,8 +172,9 @@ impl<'g> Accumulator<'g> {
         }
         let estimate = Estimate {
             quantiles_us: out,
+            // no whole second drawn (a short run's resample of its cut last second): no rate
             per_second: if self.rate_seconds == 0 {
-                0.0
+                f64::NAN
             } else {
                 self.rate_requests as f64 / self.rate_seconds as f64
             },

@@ -262,13 +262,21 @@ pub fn compare_sides(
     // two run sets of one target says "no change" that often, not 1 - k(1 - confidence).
     let judged = 2 + PERCENTILES.iter().filter(|p| tail_enough(p.1)).count();
     let tail = (1.0 - options.confidence.clamp(0.5, 0.9999)) / 2.0 / judged as f64;
-    let interval = |change: &dyn Fn(&Estimate, &Estimate) -> f64| -> [f64; 2] {
-        let mut changes: Vec<f64> = draws.iter().map(|[b, n]| change(b, n)).collect();
+    let interval = |change: &dyn Fn(&Estimate, &Estimate) -> f64| -> Option<[f64; 2]> {
+        // a draw without the figure (no whole second for a rate) is left out
+        let mut changes: Vec<f64> = draws
+            .iter()
+            .map(|[b, n]| change(b, n))
+            .filter(|c| c.is_finite())
+            .collect();
+        if changes.is_empty() {
+            return None;
+        }
         changes.sort_by(f64::total_cmp);
         let at = |q: f64| {
             changes[((q * (changes.len() - 1) as f64).round() as usize).min(changes.len() - 1)]
         };
-        [at(tail), at(1.0 - tail)]
+        Some([at(tail), at(1.0 - tail)])
     };
     let p_of = |figure: &dyn Fn(&Estimate) -> f64| -> Option<f64> {
         let [a, b] = [0, 1].map(|i| per_repeat[i].iter().map(figure).collect::<Vec<f64>>());
@@ -303,9 +311,9 @@ pub fn compare_sides(
                 "too few requests for {label}: {needed} on each side give it {TAIL_REQUESTS} above it"
             ));
         } else {
-            row.interval = Some(interval(&|bs, ns| {
+            row.interval = interval(&|bs, ns| {
                 ratio_change(bs.quantiles_us[i] as f64, ns.quantiles_us[i] as f64)
-            }));
+            });
             row.verdict = verdict(&row);
         }
         rows.push(row);
@@ -338,9 +346,7 @@ pub fn compare_sides(
         new: throughputs[1],
         change: ratio_change(throughputs[0], throughputs[1]),
         relative: true,
-        interval: Some(interval(&|bs, ns| {
-            ratio_change(bs.per_second, ns.per_second)
-        })),
+        interval: interval(&|bs, ns| ratio_change(bs.per_second, ns.per_second)),
         band: THROUGHPUT_BAND,
         better: Better::Higher,
         verdict: Verdict::NotJudged,
@@ -356,9 +362,7 @@ pub fn compare_sides(
         new: 100.0 * points[1].failed_ratio,
         change: 100.0 * (points[1].failed_ratio - points[0].failed_ratio),
         relative: false,
-        interval: Some(interval(&|bs, ns| {
-            100.0 * (ns.failed_ratio - bs.failed_ratio)
-        })),
+        interval: interval(&|bs, ns| 100.0 * (ns.failed_ratio - bs.failed_ratio)),
         band: ERROR_BAND_POINTS,
         better: Better::Lower,
         verdict: Verdict::NotJudged,

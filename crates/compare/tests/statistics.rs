@@ -236,3 +236,24 @@ fn the_profiles_and_the_db_calls_per_route_are_set_side_by_side() {
     );
     assert!(text.contains("9 -> 1      GET /owners"), "{text}");
 }
+
+#[test]
+fn a_short_runs_cut_last_second_does_not_make_a_rate_of_zero() {
+    let empty = Report::default();
+    let mut rng = fastrand::Rng::with_seed(13);
+    let short = |rng: &mut fastrand::Rng| {
+        let mut side = service().side(rng, 1, 2);
+        // the phase's last second holds the few requests that ended after the load stopped
+        let last = side.repeats[0].seconds.last_mut().unwrap();
+        last.requests = 3;
+        last.partial = true;
+        side
+    };
+    let (a, b) = (short(&mut rng), short(&mut rng));
+    let c = compare_sides(&a, &b, (&empty, &empty), &options());
+    let row = c.rows.iter().find(|r| r.metric == "throughput").unwrap();
+    assert_eq!(row.base, 200.0);
+    let [lo, hi] = row.interval.unwrap();
+    // a resample of nothing but the cut second has no rate: it is left out, not read as 0/s
+    assert!(lo > -0.5 && hi < 0.5, "{row:?}");
+}
