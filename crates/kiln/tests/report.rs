@@ -227,6 +227,26 @@ fn every_section_is_drawn_and_the_charts_hold_the_runs_numbers() {
         "the load charts look empty ({drawn} pixels)"
     );
 
+    // two profiled runs compared: the page holds the differential flame graph as an image
+    let compared = tmp.path().join("compare.html");
+    let out = kiln(&[
+        "compare",
+        dir.to_str().unwrap(),
+        dir.to_str().unwrap(),
+        "--html",
+        compared.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let page_text = std::fs::read_to_string(&compared).unwrap();
+    assert!(
+        page_text.contains("alt=\"differential flame graph\" src=\"data:image/svg+xml;base64,"),
+        "no differential flame graph"
+    );
+
     // kiln report --html rebuilds the page from the directory, and writes elsewhere too
     let copy = tmp.path().join("copy.html");
     let out = kiln(&[

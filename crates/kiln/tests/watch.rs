@@ -199,7 +199,8 @@ fn a_load_run_records_the_watched_process_beside_its_seconds() {
             "load-seconds.jsonl",
             "resources.jsonl",
             "latency.hlog",
-            "findings.json"
+            "findings.json",
+            "report.html"
         ]
     );
     let report = json_with_exit(&kiln(&["report", dir.to_str().unwrap(), "--json"]), 0);

@@ -7,7 +7,14 @@ use kiln_record::text::{html_escape as esc, us_f};
 use kiln_record::{PhaseSummary, RunDir};
 use serde_json::{json, Value};
 
-use crate::{page, Load};
+use base64::Engine as _;
+use kiln_profile::{FlameStyle, FoldedDiff};
+use kiln_record::parts::PROFILE_FOLDED_PART;
+
+use crate::{page, read_folded, Load};
+
+/// A differential flame graph larger than this is left out (the page must stay light).
+const MAX_EMBEDDED_DIFF: usize = 4 << 20;
 
 /// The comparison of `base` and `new` as one self-contained page.
 pub fn render_compare(base: &RunDir, new: &RunDir, c: &Comparison) -> String {
@@ -42,6 +49,7 @@ pub fn render_compare(base: &RunDir, new: &RunDir, c: &Comparison) -> String {
 <div class=\"chart\" id=\"chart-distribution\"></div></section>";
     body += &findings(c);
     body += &profile_and_db(c);
+    body += &diff_flame(base, new);
     let data = json!({
         "overlay": overlay(&lb, &ln),
         "distribution": distribution(&lb, &ln),
@@ -188,6 +196,37 @@ fn profile_and_db(c: &Comparison) -> String {
         out += "</table></section>";
     }
     out
+}
+
+/// The differential flame graph (NEW's stacks; red grew, blue shrank; BASE scaled to NEW's
+/// samples), as an image: an SVG shown by `<img>` runs none of its script.
+fn diff_flame(base: &RunDir, new: &RunDir) -> String {
+    let (Ok(Some(b)), Ok(Some(n))) = (
+        read_folded(base, PROFILE_FOLDED_PART),
+        read_folded(new, PROFILE_FOLDED_PART),
+    ) else {
+        return String::new();
+    };
+    let style = FlameStyle {
+        title: "Differential flame graph: NEW's stacks, red grew, blue shrank",
+        ..FlameStyle::default()
+    };
+    match FoldedDiff::new(&b, &n).svg(&style) {
+        Ok(svg) if svg.len() <= MAX_EMBEDDED_DIFF => format!(
+            "<section id=\"diff-flame\"><h2>Differential flame graph</h2>\
+<p class=\"muted\">Each frame is NEW's; its colour says how its share changed from BASE (BASE \
+scaled to NEW's samples). Interactive: kiln profile diff BASE/profile.folded NEW/profile.folded.</p>\
+<img class=\"flame\" alt=\"differential flame graph\" src=\"data:image/svg+xml;base64,{}\"></section>",
+            base64::engine::general_purpose::STANDARD.encode(&svg)
+        ),
+        Ok(_) => "<section id=\"diff-flame\"><p class=\"muted\">The differential flame graph is \
+too large to embed: kiln profile diff BASE/profile.folded NEW/profile.folded.</p></section>"
+            .into(),
+        Err(e) => format!(
+            "<section id=\"diff-flame\"><p class=\"muted\">{}</p></section>",
+            esc(&e.to_string())
+        ),
+    }
 }
 
 /// Both runs' measured seconds on one axis: second 0 is each one's first.

@@ -149,6 +149,7 @@ code,pre{font:12px/1.35 ui-monospace,monospace;white-space:pre-wrap;word-break:b
   overflow:hidden;white-space:nowrap;padding:0 2px;cursor:pointer;color:#111}
 .fr.hit{background:#e040fb !important}
 .flame-tools{margin:6px 0}
+img.flame{max-width:100%;border:1px solid #ddd;background:#fff}
 .links{margin-top:4px;font-size:13px}.links a{color:#0b57d0}
 tr.improved td{background:#e6f4ea}tr.regressed td{background:#fde7e9}
 "#;
@@ -364,20 +365,14 @@ fn load_section(load: &Load) -> String {
 /// The profile's section, and its flame graph's data for the page's script.
 fn profile_section(dir: &RunDir) -> (String, Value) {
     let mut out = String::from("<section id=\"profile\"><h2>Profile</h2>");
-    let folded = match dir.read_part(PROFILE_FOLDED_PART) {
-        Ok(Some((_, bytes))) => match Folded::parse_reader(bytes.as_slice()) {
-            Ok((folded, _)) => Some(folded),
-            Err(e) => {
-                let _ = write!(out, "<p class=\"muted\">{}</p>", esc(&e.to_string()));
-                None
-            }
-        },
+    let folded = match read_folded(dir, PROFILE_FOLDED_PART) {
+        Ok(Some(folded)) => Some(folded),
         Ok(None) => {
             out += "<p class=\"muted\">No profile in this run (kiln run --profile).</p>";
             None
         }
-        Err(e) => {
-            let _ = write!(out, "<p class=\"muted\">{}</p>", esc(&e.to_string()));
+        Err(problem) => {
+            let _ = write!(out, "<p class=\"muted\">{}</p>", esc(&problem));
             None
         }
     };
@@ -405,6 +400,18 @@ speedscope: <code>profile.speedscope.json</code>.</p>\
     }
     out += "</table></section>";
     (out, flame::flame_data(&folded))
+}
+
+/// A collapsed-stacks part of the record: `None` when the run has none, the problem in
+/// words when it cannot be read.
+fn read_folded(dir: &RunDir, kind: &str) -> Result<Option<Folded>, String> {
+    match dir.read_part(kind) {
+        Ok(Some((path, bytes))) => Folded::parse_reader(bytes.as_slice())
+            .map(|(folded, _)| Some(folded))
+            .map_err(|e| format!("{}: {e}", path.display())),
+        Ok(None) => Ok(None),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 /// The DB section, and whether it holds the treemap (whose script the page then needs).
@@ -469,10 +476,7 @@ report.</p><table><tr><th>route</th><th class=\"n\">requests</th><th class=\"n\"
         );
     }
     out += "</table>";
-    let folded = |kind: &str| -> Option<Folded> {
-        let (_, bytes) = dir.read_part(kind).ok()??;
-        Folded::parse_reader(bytes.as_slice()).ok().map(|(f, _)| f)
-    };
+    let folded = |kind: &str| read_folded(dir, kind).ok().flatten();
     let mut has_map = false;
     if let (Some(calls), Some(time)) = (folded(TRIE_CALLS_PART), folded(TRIE_TIME_PART)) {
         out += &kiln_queries::html::treemap(&StackTrie::from_folded(&calls, &time));
