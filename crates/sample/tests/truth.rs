@@ -111,7 +111,9 @@ fn a_parked_thread_shows_nothing_and_a_woken_one_its_wake_ups() {
         (b.utime, b.stime, b.voluntary_switches, b.state),
         "a thread that never ran has the same figures"
     );
-    // Each message wakes it once and it blocks again: one voluntary switch per message.
+    // Each message wakes it once and it blocks again: one voluntary switch per message, or
+    // fewer when a busy machine runs it late and two messages wait in one wake-up (it then
+    // reads the second without blocking); never more.
     for _ in 0..50 {
         wake.write_all(b"x").unwrap();
         thread::sleep(Duration::from_millis(2));
@@ -119,7 +121,7 @@ fn a_parked_thread_shows_nothing_and_a_woken_one_its_wake_ups() {
     thread::sleep(Duration::from_millis(50));
     let c = thread_named(&mut reader, "parked");
     let woken = c.voluntary_switches.unwrap() - b.voluntary_switches.unwrap();
-    assert_eq!(woken, 50, "{b:?} -> {c:?}");
+    assert!((45..=50).contains(&woken), "{woken}: {b:?} -> {c:?}");
     drop(wake);
     handle.join().unwrap();
 }
