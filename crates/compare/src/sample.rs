@@ -24,15 +24,10 @@ impl Second {
             .iter_recorded()
             .map(|v| (v.value_iterated_to(), v.count_at_value()))
             .collect();
-        let bad_status = s
-            .status
-            .iter()
-            .filter(|(code, _)| **code >= 400)
-            .fold(0u64, |a, (_, n)| a.saturating_add(*n));
         Self {
             buckets,
             requests: s.requests,
-            failed: bad_status.saturating_add(s.error_count()),
+            failed: s.failed(),
             partial: false,
         }
     }

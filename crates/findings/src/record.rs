@@ -30,15 +30,10 @@ pub struct LoadPoint {
 
 impl LoadPoint {
     pub fn of(s: &SecondRecord) -> Self {
-        let bad_status: u64 = s
-            .status
-            .iter()
-            .filter(|(code, _)| **code >= 400)
-            .fold(0u64, |a, (_, n)| a.saturating_add(*n));
         Self {
             unix_ms: s.unix_ms,
             requests: s.requests,
-            failed: bad_status.saturating_add(s.error_count()),
+            failed: s.failed(),
             p50_us: s.latency.quantile_us(0.5),
             p99_us: s.latency.quantile_us(0.99),
             max_us: s.latency.max_us(),

@@ -141,6 +141,16 @@ impl SecondRecord {
         self.errors.values().fold(0, |a, n| a.saturating_add(*n))
     }
 
+    /// Non-2xx/3xx responses plus requests without a response.
+    pub fn failed(&self) -> u64 {
+        let bad_status = self
+            .status
+            .iter()
+            .filter(|(code, _)| **code >= 400)
+            .fold(0u64, |a, (_, n)| a.saturating_add(*n));
+        bad_status.saturating_add(self.error_count())
+    }
+
     /// Whether adding `other` to this record would overflow a count.
     pub fn overflows_with(&self, other: &SecondRecord) -> bool {
         let sum = |a: u64, b: u64| a.checked_add(b).is_none();
@@ -310,13 +320,7 @@ impl PhaseSummary {
 
     /// Non-2xx/3xx responses plus requests without a response.
     pub fn failed(&self) -> u64 {
-        let bad_status: u64 = self
-            .totals
-            .status
-            .iter()
-            .filter(|(code, _)| **code >= 400)
-            .fold(0, |a, (_, n)| a.saturating_add(*n));
-        bad_status.saturating_add(self.error_count())
+        self.totals.failed()
     }
 
     /// The load window in seconds: from the phase end line, or the seconds recorded.

@@ -542,12 +542,7 @@ impl Load {
                                 json!(h.quantile_us(q) as f64 / 1000.0)
                             }
                         };
-                        let failed = s
-                            .status
-                            .iter()
-                            .filter(|(c, _)| **c >= 400)
-                            .fold(0u64, |a, (_, n)| a.saturating_add(*n))
-                            .saturating_add(s.error_count());
+                        let failed = s.failed();
                         cols[0].push(json!(s.unix_ms as f64 / 1000.0));
                         cols[1].push(ms(&s.latency, 0.5));
                         cols[2].push(ms(&s.latency, 0.9));
