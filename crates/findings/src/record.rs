@@ -7,7 +7,7 @@ use kiln_record::parts::{PROFILE_FOLDED_PART, PROFILE_SUMMARY_PART, QUERIES_PART
 use kiln_record::{
     LoadRecordLine, PhaseSummary, RunDir, RunManifest, RunStatus, SecondRecord, LOAD_SECONDS_PART,
 };
-use kiln_sample::{ResourceSecond, RESOURCES_PART};
+use kiln_sample::{DoctorRecord, ResourceSecond, DOCTOR_PART, RESOURCES_PART};
 use serde_json::Value;
 
 use crate::Window;
@@ -65,6 +65,8 @@ pub struct RunRecord {
     pub profile: Option<Profile>,
     /// `queries.json`: the DB-call analysis.
     pub queries: Option<Value>,
+    /// `doctor.json`: the host checks taken as the run started.
+    pub doctor: Option<DoctorRecord>,
     /// Parts that could not be read.
     pub problems: Vec<String>,
 }
@@ -80,6 +82,7 @@ impl RunRecord {
             resources: Vec::new(),
             profile: None,
             queries: None,
+            doctor: None,
             problems: Vec::new(),
         }
     }
@@ -107,6 +110,7 @@ impl RunRecord {
         }
         record.profile = record.read_profile(dir);
         record.queries = record.json_part(dir, QUERIES_PART);
+        record.doctor = record.json_part(dir, DOCTOR_PART);
         record
     }
 
@@ -159,7 +163,7 @@ impl RunRecord {
         }
     }
 
-    fn json_part(&mut self, dir: &RunDir, kind: &str) -> Option<Value> {
+    fn json_part<T: serde::de::DeserializeOwned>(&mut self, dir: &RunDir, kind: &str) -> Option<T> {
         dir.read_json_part(kind).unwrap_or_else(|e| {
             self.problems.push(e.to_string());
             None

@@ -107,6 +107,23 @@ fn every_section_is_drawn_and_the_charts_hold_the_runs_numbers() {
     );
 
     let dom = dump_dom(&page);
+    // the host checks the run took, as many ok and not as doctor.json says
+    let doctor: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("doctor.json")).unwrap()).unwrap();
+    let checks = doctor["checks"].as_array().unwrap();
+    let ok = checks.iter().filter(|c| c["verdict"] == "ok").count();
+    assert!(
+        dom.contains(&format!(
+            "{ok} of {} checks ok as the run started",
+            checks.len()
+        )),
+        "{dom}"
+    );
+    assert_eq!(
+        dom.matches("<tr class=\"check-").count(),
+        checks.len() - ok,
+        "every check that is not ok has its row"
+    );
     let charts: Vec<Value> = data_attr(&dom, "data-check");
     // latency, throughput, distribution; host CPU, per core, kernel events; the target's
     // CPU, switches, memory, threads by state (its sockets when it has queues); the flame graph
@@ -344,6 +361,16 @@ fn hostile_text_in_the_record_stays_text_and_loads_nothing() {
             .to_string(),
     )
     .unwrap();
+    // and host checks whose texts are the payloads (the run wrote doctor.json already)
+    let checks: Vec<Value> = payloads
+        .iter()
+        .map(|p| serde_json::json!({"id": p, "verdict": "bad", "evidence": p, "why": p, "fix": p}))
+        .collect();
+    std::fs::write(
+        dir.join("doctor.json"),
+        serde_json::json!({"pid": null, "checks": checks}).to_string(),
+    )
+    .unwrap();
     for (kind, path) in [
         ("db-trie-calls", "db-trie-calls.folded"),
         ("db-trie-time", "db-trie-time.folded"),
@@ -382,6 +409,10 @@ fn hostile_text_in_the_record_stays_text_and_loads_nothing() {
     // the finding's link to its frame is an address within the page, whatever the frame
     assert!(dom.contains("href=\"#search=%3C%2Fscript%3E"), "{dom}");
     assert!(!dom.contains("href=\"javascript"), "{dom}");
+    assert!(
+        dom.contains("<tr class=\"check-bad\"><td><code>&lt;/script&gt;"),
+        "the host checks shown, as text: {dom}"
+    );
     assert!(
         dom.contains("&lt;/script&gt;&lt;script&gt;fetch("),
         "shown as text: {dom}"

@@ -197,6 +197,7 @@ fn a_load_run_records_the_watched_process_beside_its_seconds() {
         parts,
         [
             "load-seconds.jsonl",
+            "doctor.json",
             "resources.jsonl",
             "latency.hlog",
             "findings.json",

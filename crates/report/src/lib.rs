@@ -30,7 +30,7 @@ use kiln_record::text::{html_escape as esc, script_json, us};
 use kiln_record::{
     LatencyHistogram, LoadRecordLine, PhaseSummary, RecordError, RunDir, LOAD_SECONDS_PART,
 };
-use kiln_sample::{ResourceSecond, RESOURCES_PART};
+use kiln_sample::{DoctorRecord, ResourceSecond, DOCTOR_PART, RESOURCES_PART};
 use serde_json::{json, Value};
 
 /// The part kind and file name of the report.
@@ -85,6 +85,7 @@ pub fn render(dir: &RunDir) -> String {
     html += &profile_html;
     let (queries_html, has_map) = queries_section(dir);
     html += &queries_html;
+    html += &host_section(dir);
     html += &command_section(dir);
     page(&format!("kiln report: {}", m.name), &html, &data, has_map)
 }
@@ -151,6 +152,7 @@ code,pre{font:12px/1.35 ui-monospace,monospace;white-space:pre-wrap;word-break:b
 .flame-tools{margin:6px 0}
 img.flame{max-width:100%;border:1px solid #ddd;background:#fff}
 .links{margin-top:4px;font-size:13px}.links a{color:#0b57d0}
+tr.check-bad td{background:#fde7e9}tr.check-warn td{background:#fff4e0}
 tr.improved td{background:#e6f4ea}tr.regressed td{background:#fde7e9}
 "#;
 
@@ -162,6 +164,7 @@ fn nav() -> String {
         ("resources", "Resources"),
         ("profile", "Profile"),
         ("queries", "DB calls"),
+        ("host", "Host"),
         ("command", "Command"),
     ];
     let mut out = String::from("<nav>");
@@ -483,6 +486,49 @@ report.</p><table><tr><th>route</th><th class=\"n\">requests</th><th class=\"n\"
         has_map = true;
     }
     (out + "</section>", has_map)
+}
+
+/// The doctor's checks as the run found the host: the ones that are not ok, with their
+/// evidence and fix, then the count of the rest.
+fn host_section(dir: &RunDir) -> String {
+    let mut out = String::from("<section id=\"host\"><h2>Host checks</h2>");
+    let doctor = match dir.read_json_part::<DoctorRecord>(DOCTOR_PART) {
+        Ok(Some(doctor)) => doctor,
+        Ok(None) => {
+            out +=
+                "<p class=\"muted\">This run has no host checks (runs before kiln recorded them; \
+<code>kiln doctor</code> audits the host now).</p>";
+            return out + "</section>";
+        }
+        Err(e) => {
+            let _ = write!(out, "<p class=\"muted\">{}</p>", esc(&e.to_string()));
+            return out + "</section>";
+        }
+    };
+    let not_ok = doctor.not_ok();
+    let _ = write!(
+        out,
+        "<p>{} of {} checks ok as the run started (<code>kiln doctor</code>; kiln changes nothing, \
+the fixes are for you to run).</p>",
+        doctor.checks.len() - not_ok.len(),
+        doctor.checks.len()
+    );
+    if !not_ok.is_empty() {
+        out += "<table><tr><th>check</th><th>verdict</th><th>evidence</th><th>why it matters</th><th>fix</th></tr>";
+        for c in not_ok {
+            let _ = write!(
+                out,
+                "<tr class=\"check-{v}\"><td><code>{}</code></td><td>{v}</td><td>{}</td><td>{}</td><td><code>{}</code></td></tr>",
+                esc(&c.id),
+                esc(&c.evidence),
+                esc(&c.why),
+                esc(&c.fix),
+                v = c.verdict.label()
+            );
+        }
+        out += "</table>";
+    }
+    out + "</section>"
 }
 
 fn command_section(dir: &RunDir) -> String {

@@ -13,7 +13,9 @@ use kiln_record::{
     JsonLinesWriter, LoadRecordLine, PhaseEnd, PhaseSummary, RunDir, RunLocation, RunStatus,
     SecondRecord, LOAD_SECONDS_PART,
 };
-use kiln_sample::{ProcFs, ResourceSecond, Sampler, RESOURCES_PART};
+use kiln_sample::{
+    Doctor, DoctorRecord, ProcFs, ResourceSecond, Sampler, DOCTOR_FILE, DOCTOR_PART, RESOURCES_PART,
+};
 
 use crate::dir::{create_run_dir, or_fail};
 use crate::profile_parts;
@@ -90,6 +92,18 @@ pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut dyn Progress) -> Res
     kiln_load::preflight(plan)?;
     let mut dir = create_run_dir(&out, name, plan_record)?;
     let mut writer = dir.add_json_lines_part(LOAD_SECONDS_PART, "load-seconds.jsonl", 1)?;
+    let mut warnings = Vec::new();
+    // The host as the run found it: the report shows it, the findings cite it.
+    let doctor = DoctorRecord {
+        pid: watch_pid,
+        checks: Doctor::new("/", watch_pid).run(),
+    };
+    let written = serde_json::to_vec_pretty(&doctor)
+        .map_err(anyhow::Error::from)
+        .and_then(|json| Ok(dir.write_file_part(DOCTOR_PART, DOCTOR_FILE, 1, &json)?));
+    if let Err(e) = written {
+        warnings.push(format!("the host checks were not recorded: {e:#}"));
+    }
     if let Some(o) = &otlp {
         o.receiver.record_to(dir.path());
     }
@@ -102,7 +116,6 @@ pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut dyn Progress) -> Res
         None => None,
     };
     let mut phases = Vec::new();
-    let mut warnings = Vec::new();
     let mut write_error = None;
     let mut early: Option<String> = None;
     let mut profiler: Option<ProfileWatcher> = None;

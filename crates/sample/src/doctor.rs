@@ -7,12 +7,14 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use serde::Serialize;
+use std::borrow::Cow;
+
+use serde::{Deserialize, Serialize};
 
 use crate::counters::{parse_interrupts, parse_meminfo};
 use crate::procfs::ProcFs;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Verdict {
     Ok,
@@ -32,17 +34,47 @@ impl Verdict {
     }
 }
 
-/// One check's outcome.
-#[derive(Clone, Debug, Serialize)]
+/// One check's outcome. Also what a run record's `doctor.json` holds, so the texts are
+/// owned when read back.
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Check {
-    pub id: &'static str,
+    pub id: Cow<'static, str>,
     pub verdict: Verdict,
     /// What was read: `file = value`, or why nothing could be.
     pub evidence: String,
     /// Why it matters for latency, throughput or profiling, in one sentence.
-    pub why: &'static str,
+    pub why: Cow<'static, str>,
     /// The command that would fix it (empty when there is nothing to fix).
     pub fix: String,
+}
+
+/// The run record's part that holds the doctor's checks, taken as the run starts.
+pub const DOCTOR_PART: &str = "doctor";
+pub const DOCTOR_FILE: &str = "doctor.json";
+
+/// What `doctor.json` holds: the checks, and the process audited with the host.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct DoctorRecord {
+    pub pid: Option<i32>,
+    pub checks: Vec<Check>,
+}
+
+impl DoctorRecord {
+    /// The check with this id, when it was taken.
+    pub fn check(&self, id: &str) -> Option<&Check> {
+        self.checks.iter().find(|c| c.id == id)
+    }
+
+    /// The checks that are not ok, worst first (in the doctor's order within a verdict).
+    pub fn not_ok(&self) -> Vec<&Check> {
+        let mut out: Vec<&Check> = self
+            .checks
+            .iter()
+            .filter(|c| c.verdict != Verdict::Ok)
+            .collect();
+        out.sort_by_key(|c| std::cmp::Reverse(c.verdict));
+        out
+    }
 }
 
 /// The host (or a fixture tree) to audit, and the process to audit with it.
@@ -561,10 +593,10 @@ fn check(
     fix: impl Into<String>,
 ) -> Check {
     Check {
-        id,
+        id: id.into(),
         verdict,
         evidence,
-        why,
+        why: why.into(),
         fix: if verdict == Verdict::Ok {
             String::new()
         } else {

@@ -20,7 +20,7 @@ pub mod taskstats;
 pub mod threads;
 
 pub use cgroup::{CgroupReading, CgroupSecond};
-pub use doctor::{Check, Doctor, Verdict};
+pub use doctor::{Check, Doctor, DoctorRecord, Verdict, DOCTOR_FILE, DOCTOR_PART};
 pub use procfs::{CpuTimes, HostStat, ProcFs, TaskStat};
 pub use rates::{host_cpu_split, task_rates, CpuSplit, TaskRates};
 pub use sampler::{

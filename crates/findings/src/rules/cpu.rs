@@ -5,7 +5,7 @@ use kiln_profile::Folded;
 use kiln_sample::ResourceSecond;
 use serde_json::json;
 
-use super::{mean, Draft, Rule, NO_PROCESS};
+use super::{host_checks, mean, with_host_fixes, Draft, Rule, NO_PROCESS};
 use crate::{RunRecord, Severity, Verdict, Window};
 
 /// Fewer seconds of samples than this and a mean is one burst.
@@ -321,6 +321,8 @@ fn cgroup_throttled(run: &RunRecord) -> Verdict {
     if let Some(used) = used {
         evidence.push(format!("the group used {used:.0}% of a core on average"));
     }
+    let (host_evidence, host_fixes) = host_checks(run, &["cgroup-cpu-target"]);
+    evidence.extend(host_evidence);
     Verdict::Found(vec![Draft {
         rule: CGROUP_THROTTLED.id,
         key: "",
@@ -339,10 +341,13 @@ fn cgroup_throttled(run: &RunRecord) -> Verdict {
                 period and wait, runnable, for the next one: latency grows in steps of up to \
                 100 ms"
             .into(),
-        fix: format!(
-            "raise or remove the CPU limit (cpu.max; resources.limits.cpu in Kubernetes); size \
-             thread pools to the quota ({quota:.2} CPUs: GOMAXPROCS, \
-             -XX:ActiveProcessorCount); allow bursts with cpu.max.burst"
+        fix: with_host_fixes(
+            host_fixes,
+            format!(
+                "raise or remove the CPU limit (cpu.max; resources.limits.cpu in Kubernetes); \
+                 size thread pools to the quota ({quota:.2} CPUs: GOMAXPROCS, \
+                 -XX:ActiveProcessorCount); allow bursts with cpu.max.burst"
+            ),
         ),
         impact: (share, "scheduling periods"),
         data: json!({"quota_cpus": quota, "throttled_periods": throttled_periods,
@@ -418,6 +423,8 @@ fn irq_hotspot(run: &RunRecord) -> Verdict {
             100.0 * *on_hot as f64 / all_rx as f64
         ));
     }
+    let (host_evidence, host_fixes) = host_checks(run, &["irqbalance", "nic-interrupts", "rps"]);
+    evidence.extend(host_evidence);
     Verdict::Found(vec![Draft {
         rule: IRQ_HOTSPOT.id,
         key: "",
@@ -428,10 +435,13 @@ fn irq_hotspot(run: &RunRecord) -> Verdict {
         cause: "the network card's interrupts and receive processing all land on one core \
                 (one receive queue, or all queues' interrupts pinned together)"
             .into(),
-        fix: "spread receive processing: more receive queues (RSS, ethtool -L), RPS/RFS \
-              (/sys/class/net/IFACE/queues/rx-*/rps_cpus), irqbalance or IRQ affinity \
-              (/proc/irq/N/smp_affinity_list)"
-            .into(),
+        fix: with_host_fixes(
+            host_fixes,
+            "spread receive processing: more receive queues (RSS, ethtool -L), RPS/RFS \
+             (/sys/class/net/IFACE/queues/rx-*/rps_cpus), irqbalance or IRQ affinity \
+             (/proc/irq/N/smp_affinity_list)"
+                .into(),
+        ),
         impact: (hot_irq / 100.0, "one core"),
         data: json!({"cpu": hot, "busy_pct": hot_busy, "irq_pct": hot_irq,
             "others_busy_pct": others}),
@@ -581,6 +591,64 @@ mod tests {
             panic!("no finding");
         };
         assert!(found[0].title.contains("CPU 0"), "{:?}", found[0]);
+        assert!(
+            found[0].fix.starts_with("spread receive"),
+            "{}",
+            found[0].fix
+        );
+        // the host checks taken at the run's start name this host's cause and command
+        let mut with_doctor = hot.clone();
+        let check = |id: &'static str, verdict, evidence: &str, fix: &str| kiln_sample::Check {
+            id: id.into(),
+            verdict,
+            evidence: evidence.into(),
+            why: "".into(),
+            fix: fix.into(),
+        };
+        with_doctor.doctor = Some(kiln_sample::DoctorRecord {
+            pid: None,
+            checks: vec![
+                check(
+                    "rps",
+                    kiln_sample::Verdict::Warn,
+                    "eth0: 1 rx queue, rps off",
+                    "echo f > /sys/class/net/eth0/queues/rx-0/rps_cpus",
+                ),
+                check("irqbalance", kiln_sample::Verdict::Ok, "running", ""),
+                check(
+                    "swappiness",
+                    kiln_sample::Verdict::Bad,
+                    "vm.swappiness = 100",
+                    "sysctl vm.swappiness=1",
+                ),
+            ],
+        });
+        let Verdict::Found(cited) = irq_hotspot(&with_doctor) else {
+            panic!("no finding");
+        };
+        let f = &cited[0];
+        assert!(
+            f.evidence
+                .iter()
+                .any(|e| e.contains("host check rps (warn)") && e.contains("rps off")),
+            "{:?}",
+            f.evidence
+        );
+        // only the checks about interrupts: not the ok one, not swappiness
+        assert_eq!(
+            f.evidence
+                .iter()
+                .filter(|e| e.starts_with("host check"))
+                .count(),
+            1
+        );
+        assert!(
+            f.fix
+                .starts_with("on this host: echo f > /sys/class/net/eth0/queues/rx-0/rps_cpus; "),
+            "{}",
+            f.fix
+        );
+        assert_eq!(f.id, found[0].id, "the same problem keeps its id");
         let spread = resource_run(vec![
             cores(&[
                 (50.0, 15.0),

@@ -87,3 +87,39 @@ pub(crate) use kiln_record::text::{bytes, us as duration_us};
 /// The message a rule gives when no process was watched.
 pub(crate) const NO_PROCESS: &str =
     "no process was watched (run with --watch-port PORT or --watch-pid PID)";
+
+/// What the host checks taken at the run's start say about a finding's cause: an evidence
+/// line per check among `ids` that was not ok, and their fixes (the exact commands for this
+/// host), to put before the rule's general advice.
+pub(crate) fn host_checks(run: &RunRecord, ids: &[&str]) -> (Vec<String>, Vec<String>) {
+    let Some(doctor) = &run.doctor else {
+        return (Vec::new(), Vec::new());
+    };
+    let not_ok = doctor
+        .not_ok()
+        .into_iter()
+        .filter(|c| ids.contains(&c.id.as_ref()) && c.verdict != kiln_sample::Verdict::Unknown);
+    let mut evidence = Vec::new();
+    let mut fixes = Vec::new();
+    for c in not_ok {
+        evidence.push(format!(
+            "host check {} ({}) at the run's start: {}",
+            c.id,
+            c.verdict.label(),
+            kiln_record::text::safe_text(&c.evidence)
+        ));
+        if !c.fix.is_empty() {
+            fixes.push(kiln_record::text::safe_text(&c.fix));
+        }
+    }
+    (evidence, fixes)
+}
+
+/// A rule's fix with this host's commands first.
+pub(crate) fn with_host_fixes(fixes: Vec<String>, general: String) -> String {
+    if fixes.is_empty() {
+        general
+    } else {
+        format!("on this host: {}; in general: {general}", fixes.join("; "))
+    }
+}

@@ -5,7 +5,7 @@ use kiln_record::text::safe_text;
 use kiln_sample::ResourceSecond;
 use serde_json::json;
 
-use super::{bytes, Draft, Rule, NO_PROCESS};
+use super::{bytes, host_checks, with_host_fixes, Draft, Rule, NO_PROCESS};
 use crate::{RunRecord, Severity, Verdict, Window};
 
 pub const LISTEN_OVERFLOW: Rule = Rule {
@@ -57,6 +57,8 @@ fn listen_overflow(run: &RunRecord) -> Verdict {
             safe_text(addr)
         ));
     }
+    let (host_evidence, host_fixes) = host_checks(run, &["somaxconn", "tcp-max-syn-backlog"]);
+    evidence.extend(host_evidence);
     let requests = run.measured().map_or(0, |m| m.totals.requests);
     let share = if requests > 0 {
         drops as f64 / requests as f64
@@ -81,10 +83,13 @@ fn listen_overflow(run: &RunRecord) -> Verdict {
                 them and clients retried after 1 s, then 3 s (latency spikes of a second and \
                 more)"
             .into(),
-        fix: "raise the listen backlog (the backlog argument of listen(): Tomcat's acceptCount, \
-              nginx's listen ... backlog=) and net.core.somaxconn, which caps it; accept faster \
-              (more acceptor threads, less work on the accepting thread)"
-            .into(),
+        fix: with_host_fixes(
+            host_fixes,
+            "raise the listen backlog (the backlog argument of listen(): Tomcat's acceptCount, \
+             nginx's listen ... backlog=) and net.core.somaxconn, which caps it; accept faster \
+             (more acceptor threads, less work on the accepting thread)"
+                .into(),
+        ),
         impact: (share, "requests"),
         data: json!({"listen_overflows": overflows, "listen_drops": drops}),
     }
