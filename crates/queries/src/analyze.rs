@@ -194,7 +194,9 @@ pub struct FindingSummary {
     pub time_total_ns: u64,
 }
 
-#[derive(Clone, Debug, Serialize)]
+/// Also read back from a record's `queries.json` (missing fields left empty).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct FingerprintUse {
     pub fingerprint: String,
     pub summary: String,
@@ -204,7 +206,9 @@ pub struct FingerprintUse {
     pub time_ns: u64,
 }
 
-#[derive(Clone, Debug, Serialize)]
+/// Also read back from a record's `queries.json` (missing fields left empty).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct RouteSummary {
     pub route: String,
     pub requests: usize,

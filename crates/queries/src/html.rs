@@ -8,7 +8,7 @@
 
 use std::fmt::Write as _;
 
-use crate::analyze::{Analysis, Severity};
+use crate::analyze::{Analysis, RouteSummary, Severity};
 use crate::trie::StackTrie;
 
 pub use kiln_record::text::{html_escape as escape, script_json};
@@ -107,6 +107,36 @@ pub fn treemap(trie: &StackTrie) -> String {
     )
 }
 
+/// The routes' table: DB calls and DB time per request, and the most frequent statements.
+pub fn routes_table(routes: &[RouteSummary]) -> String {
+    let mut out = String::from(
+        "<table><tr><th>route</th><th class=\"n\">requests</th><th class=\"n\">DB calls per request p50</th>\
+         <th class=\"n\">p95</th><th class=\"n\">max</th><th class=\"n\">DB ms p50</th><th class=\"n\">p95</th>\
+         <th>most frequent statements</th></tr>",
+    );
+    for r in routes {
+        let top: Vec<String> = r
+            .top_queries
+            .iter()
+            .map(|q| format!("{}× {}", q.calls, escape(&q.shape)))
+            .collect();
+        let _ = write!(
+            out,
+            "<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>\
+             <td class=\"n\">{:.1}</td><td class=\"n\">{:.1}</td><td><pre>{}</pre></td></tr>",
+            escape(&r.route),
+            r.requests,
+            r.calls_median,
+            r.calls_p95,
+            r.calls_max,
+            r.db_time_median_ms,
+            r.db_time_p95_ms,
+            top.join("\n")
+        );
+    }
+    out + "</table>"
+}
+
 fn severity_class(severity: Severity) -> &'static str {
     match severity {
         Severity::High => "sev-high",
@@ -164,31 +194,8 @@ pub fn render(analysis: &Analysis, trie: &StackTrie, title: &str) -> String {
         }
         out.push_str("</table>");
     }
-    out.push_str(
-        "<h2>Routes</h2><table><tr><th>route</th><th>requests</th><th>DB calls per request p50</th><th>p95</th>\
-         <th>max</th><th>DB ms p50</th><th>p95</th><th>most frequent statements</th></tr>",
-    );
-    for r in &analysis.routes {
-        let top: Vec<String> = r
-            .top_queries
-            .iter()
-            .map(|q| format!("{}× {}", q.calls, escape(&q.shape)))
-            .collect();
-        let _ = write!(
-            out,
-            "<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>\
-             <td class=\"n\">{:.1}</td><td class=\"n\">{:.1}</td><td><pre>{}</pre></td></tr>",
-            escape(&r.route),
-            r.requests,
-            r.calls_median,
-            r.calls_p95,
-            r.calls_max,
-            r.db_time_median_ms,
-            r.db_time_p95_ms,
-            top.join("\n")
-        );
-    }
-    out.push_str("</table>");
+    out.push_str("<h2>Routes</h2>");
+    out.push_str(&routes_table(&analysis.routes));
     out.push_str(&treemap(trie));
     let _ = write!(
         out,

@@ -12,7 +12,7 @@
 
 use std::fmt::Write as _;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use sqlparser::dialect::{Dialect, GenericDialect, MsSqlDialect, MySqlDialect};
 use sqlparser::tokenizer::{Token, Tokenizer};
 use xxhash_rust::xxh3::{xxh3_64, Xxh3};
@@ -21,7 +21,9 @@ use xxhash_rust::xxh3::{xxh3_64, Xxh3};
 pub const FINGERPRINT_VERSION: u8 = 1;
 
 /// What a statement does, as far as N+1 detection cares.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, PartialOrd, Ord)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum StatementClass {
     Read,
@@ -30,6 +32,7 @@ pub enum StatementClass {
     /// Transaction control, session settings, pings: real round trips, but not the
     /// application's queries (a JDBC driver setting can add three of them per read).
     Housekeeping,
+    #[default]
     Other,
 }
 

@@ -24,6 +24,7 @@ pub use compare::render_compare;
 
 use kiln_findings::{Finding, Report};
 use kiln_profile::Folded;
+use kiln_queries::analyze::RouteSummary;
 use kiln_queries::trie::StackTrie;
 use kiln_record::parts::{PROFILE_FOLDED_PART, QUERIES_PART, TRIE_CALLS_PART, TRIE_TIME_PART};
 use kiln_record::text::{html_escape as esc, script_json, us};
@@ -437,48 +438,30 @@ fn queries_section(dir: &RunDir) -> (String, bool) {
     let a = &q["analysis"];
     let c = &a["coverage"];
     let n = |v: &Value| v.as_u64().unwrap_or(0);
+    let routes: Result<Vec<RouteSummary>, _> = match &a["routes"] {
+        Value::Null => Ok(Vec::new()),
+        routes => serde_json::from_value(routes.clone()),
+    };
     let _ = write!(
         out,
         "<p>{} DB calls in {} requests over {} routes ({} with query text, {} with a stack). \
-The DB findings are with the others above; every statement: <code>queries.html</code> beside this \
-report.</p><table><tr><th>route</th><th class=\"n\">requests</th><th class=\"n\">DB calls per request p50</th>\
-<th class=\"n\">p95</th><th class=\"n\">max</th><th class=\"n\">DB ms p50</th><th class=\"n\">p95</th>\
-<th>most frequent statements</th></tr>",
+The DB findings are with the others above; the same as its own page: <code>queries.html</code>.</p>",
         n(&c["db_spans"]),
         n(&a["requests_matched"]),
-        a["routes"].as_array().map_or(0, Vec::len),
+        routes.as_ref().map_or(0, Vec::len),
         n(&c["db_with_text"]),
         n(&c["db_with_caller"]),
     );
-    for r in a["routes"].as_array().into_iter().flatten().take(50) {
-        let top: Vec<String> = r["top_queries"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|t| {
-                format!(
-                    "{}× {}",
-                    n(&t["calls"]),
-                    esc(t["shape"].as_str().unwrap_or(""))
-                )
-            })
-            .collect();
-        let f = |v: &Value| v.as_f64().unwrap_or(0.0);
-        let _ = write!(
-            out,
-            "<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>\
-<td class=\"n\">{}</td><td class=\"n\">{:.1}</td><td class=\"n\">{:.1}</td><td><pre>{}</pre></td></tr>",
-            esc(r["route"].as_str().unwrap_or("")),
-            n(&r["requests"]),
-            n(&r["calls_median"]),
-            n(&r["calls_p95"]),
-            n(&r["calls_max"]),
-            f(&r["db_time_median_ms"]),
-            f(&r["db_time_p95_ms"]),
-            top.join("\n")
-        );
+    match routes {
+        Ok(routes) => out += &kiln_queries::html::routes_table(&routes),
+        Err(e) => {
+            let _ = write!(
+                out,
+                "<p class=\"muted\">routes: {}</p>",
+                esc(&e.to_string())
+            );
+        }
     }
-    out += "</table>";
     let folded = |kind: &str| read_folded(dir, kind).ok().flatten();
     let mut has_map = false;
     if let (Some(calls), Some(time)) = (folded(TRIE_CALLS_PART), folded(TRIE_TIME_PART)) {
