@@ -3,7 +3,7 @@
 //! that cannot be read is named in `problems` and the rest is still judged.
 
 use kiln_profile::Folded;
-use kiln_record::parts::{PROFILE_FOLDED_PART, PROFILE_SUMMARY_PART, QUERIES_PART};
+use kiln_record::parts::{ProfileParts, OFF_CPU, ON_CPU, QUERIES_PART};
 use kiln_record::{
     LoadRecordLine, PhaseSummary, RunDir, RunManifest, RunStatus, SecondRecord, LOAD_SECONDS_PART,
 };
@@ -63,6 +63,8 @@ pub struct RunRecord {
     /// The sampler's seconds that overlap the measured load (all of them without load).
     pub resources: Vec<ResourceSecond>,
     pub profile: Option<Profile>,
+    /// Where threads left the CPU: every context switch with its stack (`--off-cpu`).
+    pub off_cpu: Option<Profile>,
     /// `queries.json`: the DB-call analysis.
     pub queries: Option<Value>,
     /// `doctor.json`: the host checks taken as the run started.
@@ -81,6 +83,7 @@ impl RunRecord {
             seconds: Vec::new(),
             resources: Vec::new(),
             profile: None,
+            off_cpu: None,
             queries: None,
             doctor: None,
             problems: Vec::new(),
@@ -108,7 +111,18 @@ impl RunRecord {
             }
             Err(e) => record.problems.push(e.to_string()),
         }
-        record.profile = record.read_profile(dir);
+        record.profile = record.read_profile(dir, ON_CPU);
+        record.off_cpu = record.read_profile(dir, OFF_CPU);
+        // `kiln profile --event cswitch` wrote its switches as the profile before they had
+        // parts of their own: they are not where the CPU went
+        if record.off_cpu.is_none()
+            && record
+                .profile
+                .as_ref()
+                .is_some_and(|p| p.record["event"] == "cswitch")
+        {
+            record.off_cpu = record.profile.take();
+        }
         record.queries = record.json_part(dir, QUERIES_PART);
         record.doctor = record.json_part(dir, DOCTOR_PART);
         record
@@ -144,9 +158,9 @@ impl RunRecord {
             .collect();
     }
 
-    fn read_profile(&mut self, dir: &RunDir) -> Option<Profile> {
-        let record = self.json_part(dir, PROFILE_SUMMARY_PART)?;
-        let (path, bytes) = match dir.read_part(PROFILE_FOLDED_PART) {
+    fn read_profile(&mut self, dir: &RunDir, parts: ProfileParts) -> Option<Profile> {
+        let record = self.json_part(dir, parts.summary.0)?;
+        let (path, bytes) = match dir.read_part(parts.folded.0) {
             Ok(Some(found)) => found,
             Ok(None) => return None,
             Err(e) => {

@@ -376,6 +376,12 @@ pub struct RunArgs {
     #[arg(long = "profile-frequency", default_value_t = 99)]
     pub profile_frequency: u32,
 
+    /// Also record where the watched process's threads leave the CPU (perf: every context
+    /// switch with its stack) over the measured runs: an off-CPU flame graph, and the
+    /// findings about locks and waits. Costs the target a little on every switch.
+    #[arg(long = "off-cpu")]
+    pub off_cpu: bool,
+
     /// Receive the target's OpenTelemetry traces (OTLP/HTTP, POST /v1/traces) during the run
     /// and analyse its DB calls: N+1 loops, repeats, the DB stack trie (as kiln queries).
     #[arg(long = "otlp-listen", value_name = "ADDR", num_args = 0..=1, default_missing_value = "127.0.0.1:4318")]

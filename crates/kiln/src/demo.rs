@@ -139,6 +139,7 @@ pub fn run(args: DemoArgs, stop: &StopSignal) -> Result<u8> {
             name,
             watch_pid: Some(std::process::id() as i32),
             profile_hz,
+            off_cpu: false,
             otlp: match (with_traces, receiver.take()) {
                 (true, Some(receiver)) => {
                     // the closed run's traces are not this run's

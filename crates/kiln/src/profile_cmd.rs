@@ -12,9 +12,7 @@ use kiln_profile::{
     RecordOptions,
 };
 use kiln_record::{RunDir, RunLocation, RunStatus};
-use kiln_runner::profile_parts::{
-    how_taken, write_profile, WrittenProfile, FLAME_PART, FOLDED_PART, SUMMARY_PART,
-};
+use kiln_runner::profile_parts::{how_taken, parts_of, write_profile, WrittenProfile, ON_CPU};
 use kiln_sample::ProcFs;
 use serde_json::{json, Value};
 
@@ -144,6 +142,7 @@ fn record(args: &ProfileArgs, stop: &StopSignal) -> Result<u8> {
     let extra = how_taken(&profiled, args.frequency);
     let written = write_profile(
         &mut dir,
+        parts_of(event),
         &profiled.folded,
         &title,
         event.count_name(),
@@ -247,6 +246,7 @@ fn import(file: &Path, output: &ProfileOutput) -> Result<u8> {
     };
     let written = write_profile(
         &mut dir,
+        ON_CPU,
         &imported.folded,
         &title,
         &count_name,
@@ -298,12 +298,18 @@ fn diff(before_path: &Path, after_path: &Path, output: &ProfileOutput) -> Result
         title: &title,
         ..FlameStyle::default()
     };
-    let flame = dir.write_file_part(FLAME_PART, "diff.svg", 1, &diff.svg(&style)?)?;
-    let folded = dir.write_file_part(FOLDED_PART, "diff.folded", 1, diff.to_text().as_bytes())?;
+    // Kinds of their own: a diff's stacks carry two counts, no reader of profiles takes them.
+    let flame = dir.write_file_part("profile-diff-flame", "diff.svg", 1, &diff.svg(&style)?)?;
+    let folded = dir.write_file_part(
+        "profile-diff-folded",
+        "diff.folded",
+        1,
+        diff.to_text().as_bytes(),
+    )?;
     let result = json!({"before_samples": diff.before_total, "after_samples": diff.after_total,
         "biggest_self_changes": changes});
     dir.write_file_part(
-        SUMMARY_PART,
+        "profile-diff-summary",
         "diff.json",
         1,
         serde_json::to_string_pretty(&result)?.as_bytes(),

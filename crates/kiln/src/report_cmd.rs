@@ -1,7 +1,7 @@
 //! `kiln report RUN_DIR`: the summary again, rebuilt from the run directory alone.
 
 use anyhow::{Context, Result};
-use kiln_record::parts::{PROFILE_SUMMARY_PART, QUERIES_PART};
+use kiln_record::parts::{OFF_CPU, ON_CPU, QUERIES_PART};
 use kiln_record::{LoadRecordLine, PhaseSummary, RunDir, LOAD_SECONDS_PART};
 
 use kiln_sample::{ResourceSecond, RESOURCES_PART};
@@ -32,7 +32,8 @@ pub fn run(args: ReportArgs) -> Result<u8> {
         PhaseSummary::add_line(&mut phases, &line?);
     }
     let resources: Vec<ResourceSecond> = dir.read_json_lines(RESOURCES_PART)?;
-    let profile: Option<serde_json::Value> = dir.read_json_part(PROFILE_SUMMARY_PART)?;
+    let profile: Option<serde_json::Value> = dir.read_json_part(ON_CPU.summary.0)?;
+    let off_cpu: Option<serde_json::Value> = dir.read_json_part(OFF_CPU.summary.0)?;
     let queries: Option<serde_json::Value> = dir.read_json_part(QUERIES_PART)?;
     let findings = kiln_findings::recorded_or_judged(&dir);
     let dir_text = args.run_dir.display().to_string();
@@ -43,6 +44,7 @@ pub fn run(args: ReportArgs) -> Result<u8> {
         phases: &phases,
         resources: &resources,
         profile: profile.as_ref(),
+        off_cpu: off_cpu.as_ref(),
         queries: queries.as_ref(),
         findings: Some(&findings),
         compare: None,

@@ -225,6 +225,7 @@ pub fn print_outcome(
         phases: &outcome.phases,
         resources: &outcome.resources,
         profile: outcome.profile.as_ref(),
+        off_cpu: outcome.off_cpu.as_ref(),
         queries: outcome.queries.as_ref(),
         findings: Some(&outcome.findings),
         compare: None,
@@ -292,6 +293,9 @@ pub fn run(args: RunArgs, stop: &StopSignal) -> Result<u8> {
     if args.profile && watch_pid.is_none() {
         bail!("--profile needs the process to profile: --watch-pid PID or --watch-port PORT");
     }
+    if args.off_cpu && watch_pid.is_none() {
+        bail!("--off-cpu needs the process to profile: --watch-pid PID or --watch-port PORT");
+    }
     if !(1..=10_000).contains(&args.profile_frequency) {
         bail!("--profile-frequency is out of range: 1 to 10000 samples per second");
     }
@@ -324,6 +328,7 @@ pub fn run(args: RunArgs, stop: &StopSignal) -> Result<u8> {
         name: &name,
         watch_pid,
         profile_hz: args.profile.then_some(args.profile_frequency),
+        off_cpu: args.off_cpu,
         otlp,
     };
     let outcome = execute(spec, stop, &mut live)?;

@@ -3,6 +3,7 @@
 
 use std::fmt::Write as _;
 
+use kiln_record::parts::{OFF_CPU, ON_CPU};
 use kiln_record::{LatencyHistogram, LatencyStats, PhaseSummary, RunManifest};
 use serde_json::{json, Value};
 
@@ -143,6 +144,8 @@ pub struct RunView<'a> {
     pub resources: &'a [ResourceSecond],
     /// The profile's record (`profile.json`) when the run was profiled.
     pub profile: Option<&'a Value>,
+    /// The off-CPU profile's record (`offcpu.json`) when one was taken.
+    pub off_cpu: Option<&'a Value>,
     /// The DB-call analysis (`queries.json`) when the run received traces.
     pub queries: Option<&'a Value>,
     /// The findings over the whole record: what is wrong, ranked.
@@ -209,6 +212,7 @@ pub fn render_text(view: &RunView) -> String {
         phases,
         resources,
         profile,
+        off_cpu,
         queries,
         findings,
         compare,
@@ -223,7 +227,7 @@ pub fn render_text(view: &RunView) -> String {
     if plan.get("url").is_none() {
         // a run without load (kiln profile, kiln queries): what it recorded
         let _ = writeln!(out, "Run        {} ({status}{reason})", safe_text(dir));
-        out += &recorded_extras(dir, profile, queries);
+        out += &recorded_extras(dir, profile, off_cpu, queries);
         return out;
     }
     let open = is_open_model(manifest);
@@ -280,7 +284,7 @@ pub fn render_text(view: &RunView) -> String {
 
     let Some(total) = PhaseSummary::measured_total(phases) else {
         let _ = writeln!(out, "\nNo measured results were recorded.");
-        out += &recorded_extras(dir, profile, queries);
+        out += &recorded_extras(dir, profile, off_cpu, queries);
         return out;
     };
     let _ = writeln!(
@@ -372,7 +376,7 @@ pub fn render_text(view: &RunView) -> String {
         &resources_summary::during(&total, resources),
         "the measured load",
     );
-    out += &recorded_extras(dir, profile, queries);
+    out += &recorded_extras(dir, profile, off_cpu, queries);
     for t in thresholds::check_all(plan, &total) {
         let _ = writeln!(
             out,
@@ -424,10 +428,18 @@ fn phase_json(p: &PhaseSummary) -> Value {
 }
 
 /// The sections of what was recorded beside the load: the profile and the DB calls.
-fn recorded_extras(dir: &str, profile: Option<&Value>, queries: Option<&Value>) -> String {
+fn recorded_extras(
+    dir: &str,
+    profile: Option<&Value>,
+    off_cpu: Option<&Value>,
+    queries: Option<&Value>,
+) -> String {
     let mut out = String::new();
     if let Some(profile) = profile {
-        out += &profile_text(dir, profile);
+        out += &profile_text(dir, profile, "Profile", ON_CPU.flame.1);
+    }
+    if let Some(off_cpu) = off_cpu {
+        out += &profile_text(dir, off_cpu, "Off-CPU", OFF_CPU.flame.1);
     }
     if let Some(queries) = queries {
         out += "DB calls (from the target's traces)\n";
@@ -437,13 +449,14 @@ fn recorded_extras(dir: &str, profile: Option<&Value>, queries: Option<&Value>) 
     out
 }
 
-/// The profile section of a run's text summary, from its `profile.json` record.
-fn profile_text(dir: &str, profile: &Value) -> String {
+/// A profile's section of a run's text summary, from its record (`profile.json`,
+/// `offcpu.json`), under a label of ten columns.
+fn profile_text(dir: &str, profile: &Value, label: &str, flame: &str) -> String {
     let Ok(summary) = serde_json::from_value::<ProfileSummary>(profile["summary"].clone()) else {
-        return "Profile    (the profile record is unreadable)\n".into();
+        return format!("{label:<10} (the profile record is unreadable)\n");
     };
     let mut out = format!(
-        "Profile    pid {} over {:.1} s of the measured load{}\n",
+        "{label:<10} pid {} over {:.1} s of the measured load{}\n",
         profile["pids"][0],
         profile["duration_s"].as_f64().unwrap_or(0.0),
         profile["perf_cpu_pct"]
@@ -457,7 +470,7 @@ fn profile_text(dir: &str, profile: &Value) -> String {
     for advice in profile["jit"]["advice"].as_array().into_iter().flatten() {
         out += &format!("Advice     {}\n", safe_text(advice.as_str().unwrap_or("")));
     }
-    out += &format!("Flame      {}\n", safe_text(&format!("{dir}/flame.svg")));
+    out += &format!("Flame      {}\n", safe_text(&format!("{dir}/{flame}")));
     out
 }
 
@@ -502,6 +515,7 @@ pub fn render_json(view: &RunView) -> Value {
             .map(|t| thresholds::check_all(&manifest.plan, t))
             .unwrap_or_default(),
         "profile": view.profile,
+        "off_cpu": view.off_cpu,
         "queries": view.queries,
         "findings": view.findings,
         "compare": view.compare,
@@ -565,9 +579,9 @@ mod record_fuzz {
             profile in any_json(),
             queries in any_json(),
         ) {
-            let _ = recorded_extras("run", Some(&profile), Some(&queries));
+            let _ = recorded_extras("run", Some(&profile), Some(&profile), Some(&queries));
             let wrapped = json!({"analysis": queries, "summary": profile});
-            let _ = recorded_extras("run", Some(&wrapped), Some(&wrapped));
+            let _ = recorded_extras("run", Some(&wrapped), Some(&wrapped), Some(&wrapped));
         }
     }
 }

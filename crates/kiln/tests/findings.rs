@@ -45,6 +45,12 @@ fn behavior(name: &str, log_peer: Option<SocketAddr>) -> Behavior {
             }),
             ..Default::default()
         },
+        // a 2 ms sleep inside a lock every request takes, and the same sleep outside it
+        "lock" | "lock-fixed" => Planted {
+            lock_hold: Duration::from_millis(2),
+            lock_outside: name.ends_with("fixed"),
+            ..Default::default()
+        },
         // requests that wait 20 ms (a lock, a downstream call), and the same target busy on
         // the CPU for 4 ms instead
         "waiting" => {
@@ -227,6 +233,52 @@ fn page_faults_make_system_time_above_user_and_reused_memory_does_not() {
     );
     assert!(
         f["judged"].to_string().contains("cpu.system-above-user"),
+        "the rule judged the fixed run: {f:#}"
+    );
+}
+
+#[test]
+fn threads_queueing_for_a_lock_are_found_and_the_lock_held_briefly_is_not() {
+    let tmp = tempfile::tempdir().unwrap();
+    // 300 requests a second arriving as independent users do (Poisson), each holding the
+    // lock 2 ms: it is busy 60% of the time, so about 60% of requests find it taken (16
+    // connections let them queue). Evenly spaced arrivals 3.3 ms apart would never meet.
+    let load = [
+        "--off-cpu",
+        "--rate",
+        "300",
+        "--arrivals",
+        "poisson",
+        "--seed",
+        "7",
+        "-c",
+        "16",
+    ];
+    let target = Target::start("lock", None);
+    let f = run_and_judge(&target, &tmp.path().join("lock"), &load);
+    let lock = finding(&f, "threads.lock-contention")
+        .unwrap_or_else(|| panic!("lock contention not found: {f:#}"));
+    assert_eq!(
+        lock["data"]["frames"][0][0], "kiln_targets::planted::update_shared_count",
+        "the code that waits is named: {lock:#}"
+    );
+    let per_request = lock["data"]["per_request"].as_f64().unwrap();
+    // by construction about 0.6 waits per request (the share of time the lock is held);
+    // a futex waiter can sleep more than once per acquisition, never less than ~once
+    assert!(
+        (0.2..3.0).contains(&per_request),
+        "{per_request} lock waits per request: {lock:#}"
+    );
+    drop(target);
+
+    let fixed = Target::start("lock-fixed", None);
+    let f = run_and_judge(&fixed, &tmp.path().join("fixed"), &load);
+    assert!(
+        finding(&f, "threads.lock-contention").is_none(),
+        "the lock held briefly is no finding: {f:#}"
+    );
+    assert!(
+        f["judged"].to_string().contains("threads.lock-contention"),
         "the rule judged the fixed run: {f:#}"
     );
 }

@@ -88,6 +88,7 @@ fn every_section_is_drawn_and_the_charts_hold_the_runs_numbers() {
         "--profile",
         "--profile-frequency",
         "499",
+        "--off-cpu",
         "-q",
         "--out",
         dir.to_str().unwrap(),
@@ -208,6 +209,39 @@ fn every_section_is_drawn_and_the_charts_hold_the_runs_numbers() {
     assert!(
         (matched - table_total).abs() < 0.6,
         "{matched} vs {table_total}"
+    );
+
+    // the off-CPU flame graph holds every switch of offcpu.folded, and its search gives the
+    // share of the switches whose stacks hold the request's sleep, as counted from the file
+    let off_cpu = charts
+        .iter()
+        .filter(|c| c.get("frames").is_some())
+        .nth(1)
+        .unwrap_or_else(|| panic!("no off-CPU flame graph: {dom}"));
+    let folded = std::fs::read_to_string(dir.join("offcpu.folded")).unwrap();
+    let count = |pick: &dyn Fn(&str) -> bool| -> u64 {
+        folded
+            .lines()
+            .filter_map(|l| l.rsplit_once(' '))
+            .filter(|(stack, _)| pick(stack))
+            .map(|(_, n)| n.parse::<u64>().unwrap())
+            .sum()
+    };
+    let switches = count(&|_| true);
+    assert_eq!(off_cpu["total"].as_u64(), Some(switches), "{off_cpu}");
+    let sleeping = count(&|stack| stack.contains("nanosleep"));
+    let searched = common::dump_dom_at(&page, "#offcpu-search=nanosleep");
+    let matched: f64 = searched
+        .split("matched: ")
+        .nth(1)
+        .and_then(|t| t.split('%').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no match share: {searched}"));
+    let expected = 100.0 * sleeping as f64 / switches as f64;
+    assert!(expected > 5.0, "{sleeping} of {switches} switches sleep");
+    assert!(
+        (matched - expected).abs() < 0.6,
+        "{matched}% matched in the page, {expected}% in offcpu.folded"
     );
 
     // a screenshot of each section has something drawn in it

@@ -16,3 +16,33 @@ pub const TRIE_CALLS_PART: &str = "db-trie-calls";
 pub const TRIE_TIME_PART: &str = "db-trie-time";
 /// The findings over the whole record (`findings.json`).
 pub const FINDINGS_PART: &str = "findings";
+
+/// The parts of one profile: which kinds, in which files.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProfileParts {
+    /// Collapsed stacks.
+    pub folded: (&'static str, &'static str),
+    /// The interactive flame graph (SVG).
+    pub flame: (&'static str, &'static str),
+    /// The profile for speedscope.
+    pub speedscope: (&'static str, &'static str),
+    /// The summary and how the profile was taken.
+    pub summary: (&'static str, &'static str),
+}
+
+/// Where the CPU went (perf's `cpu-clock` samples).
+pub const ON_CPU: ProfileParts = ProfileParts {
+    folded: (PROFILE_FOLDED_PART, "profile.folded"),
+    flame: (PROFILE_FLAME_PART, "flame.svg"),
+    speedscope: (PROFILE_SPEEDSCOPE_PART, "profile.speedscope.json"),
+    summary: (PROFILE_SUMMARY_PART, "profile.json"),
+};
+
+/// Where threads left the CPU (every `context-switches` event with its stack): blocked on
+/// a lock, a read, a sleep, or preempted.
+pub const OFF_CPU: ProfileParts = ProfileParts {
+    folded: ("offcpu-folded", "offcpu.folded"),
+    flame: ("offcpu-flame", "offcpu-flame.svg"),
+    speedscope: ("offcpu-speedscope", "offcpu.speedscope.json"),
+    summary: ("offcpu-summary", "offcpu.json"),
+};

@@ -26,7 +26,7 @@ use kiln_findings::{Finding, Report};
 use kiln_profile::Folded;
 use kiln_queries::analyze::RouteSummary;
 use kiln_queries::trie::StackTrie;
-use kiln_record::parts::{PROFILE_FOLDED_PART, QUERIES_PART, TRIE_CALLS_PART, TRIE_TIME_PART};
+use kiln_record::parts::{OFF_CPU, ON_CPU, QUERIES_PART, TRIE_CALLS_PART, TRIE_TIME_PART};
 use kiln_record::text::{html_escape as esc, script_json, us};
 use kiln_record::{
     LatencyHistogram, LoadRecordLine, PhaseSummary, RecordError, RunDir, LOAD_SECONDS_PART,
@@ -47,9 +47,14 @@ pub fn render(dir: &RunDir) -> String {
     let load = Load::read(dir);
     let resources = read_resources(dir);
     let findings = kiln_findings::recorded_or_judged(dir);
-    let (profile_html, flame) = profile_section(dir);
+    let (profile_html, flame) = profile_section(dir, ProfileKind::OnCpu);
+    let (off_cpu_html, off_cpu_flame) = profile_section(dir, ProfileKind::OffCpu);
+    let flames: Vec<Value> = [flame, off_cpu_flame]
+        .into_iter()
+        .filter(|f| !f.is_null())
+        .collect();
     let data = json!({
-        "flame": flame,
+        "flames": flames,
         "seconds": load.series,
         "phases": load.phase_spans,
         "resources": resources,
@@ -84,6 +89,7 @@ pub fn render(dir: &RunDir) -> String {
     }
     html += "</section>";
     html += &profile_html;
+    html += &off_cpu_html;
     let (queries_html, has_map) = queries_section(dir);
     html += &queries_html;
     html += &host_section(dir);
@@ -146,7 +152,7 @@ code,pre{font:12px/1.35 ui-monospace,monospace;white-space:pre-wrap;word-break:b
 .verdict{font-size:16px;background:#fff;border:1px solid #ddd;padding:10px 14px}
 .muted{color:#666}
 .chart{margin:10px 0;background:#fff}
-#flame{position:relative;background:#fff;border:1px solid #ddd;overflow:hidden}
+.flame-box{position:relative;background:#fff;border:1px solid #ddd;overflow:hidden}
 .fr{position:absolute;height:15px;box-sizing:border-box;border:1px solid #fff;font:11px/13px ui-monospace,monospace;
   overflow:hidden;white-space:nowrap;padding:0 2px;cursor:pointer;color:#111}
 .fr.hit{background:#e040fb !important}
@@ -164,6 +170,7 @@ fn nav() -> String {
         ("load", "Load"),
         ("resources", "Resources"),
         ("profile", "Profile"),
+        ("offcpu", "Off-CPU"),
         ("queries", "DB calls"),
         ("host", "Host"),
         ("command", "Command"),
@@ -261,8 +268,14 @@ fn finding_card(f: &Finding) -> String {
 fn finding_links(f: &Finding) -> String {
     let mut links = Vec::new();
     if let Some(frame) = f.data["frames"][0][0].as_str() {
+        // a finding over the off-CPU profile says so in its data
+        let (hash, which) = if f.data["profile"] == "off-cpu" {
+            ("offcpu-search", "off-CPU flame graph")
+        } else {
+            ("search", "flame graph")
+        };
         links.push(format!(
-            "<a href=\"#search={}\">find {} in the flame graph</a>",
+            "<a href=\"#{hash}={}\">find {} in the {which}</a>",
             percent_encode(&regex_escape(frame)),
             esc(frame)
         ));
@@ -366,13 +379,38 @@ fn load_section(load: &Load) -> String {
     out + "</section>"
 }
 
-/// The profile's section, and its flame graph's data for the page's script.
-fn profile_section(dir: &RunDir) -> (String, Value) {
-    let mut out = String::from("<section id=\"profile\"><h2>Profile</h2>");
-    let folded = match read_folded(dir, PROFILE_FOLDED_PART) {
+/// A profile's section (on-CPU or off-CPU), and its flame graph's data for the page's
+/// script. The section's id names its elements (`ID-search`, `ID-match`, ...).
+fn profile_section(dir: &RunDir, kind: ProfileKind) -> (String, Value) {
+    let (id, heading, parts, none, what, unit) = match kind {
+        ProfileKind::OnCpu => (
+            "profile",
+            "Profile",
+            ON_CPU,
+            "No profile in this run (kiln run --profile).",
+            "On-CPU flame graph",
+            "samples",
+        ),
+        ProfileKind::OffCpu => (
+            "offcpu",
+            "Off-CPU",
+            OFF_CPU,
+            "No off-CPU profile in this run (kiln run --off-cpu): where threads block, wait \
+and are preempted.",
+            "Off-CPU flame graph (where threads left the CPU: every context switch with its stack)",
+            "switches",
+        ),
+    };
+    let flame = if kind == ProfileKind::OnCpu {
+        "flame"
+    } else {
+        "offcpu-flame"
+    };
+    let mut out = format!("<section id=\"{id}\"><h2>{heading}</h2>");
+    let folded = match read_folded(dir, parts.folded.0) {
         Ok(Some(folded)) => Some(folded),
         Ok(None) => {
-            out += "<p class=\"muted\">No profile in this run (kiln run --profile).</p>";
+            let _ = write!(out, "<p class=\"muted\">{none}</p>");
             None
         }
         Err(problem) => {
@@ -385,13 +423,15 @@ fn profile_section(dir: &RunDir) -> (String, Value) {
     };
     let _ = write!(
         out,
-        "<p class=\"muted\">On-CPU flame graph, {} samples: click a frame to zoom, search to \
-highlight (the match's share is shown). The same as an SVG: <code>flame.svg</code>; for \
-speedscope: <code>profile.speedscope.json</code>.</p>\
-<div class=\"flame-tools\"><input id=\"flame-search\" type=\"search\" placeholder=\"search frames (regular expression)\" size=\"40\"> \
-<button id=\"flame-reset\" type=\"button\">reset zoom</button> <span id=\"flame-match\" class=\"muted\"></span></div>\
-<div id=\"flame\"></div><table><tr><th>function (self)</th><th class=\"n\">self</th><th class=\"n\">total</th></tr>",
-        folded.total()
+        "<p class=\"muted\">{what}, {} {unit}: click a frame to zoom, search to \
+highlight (the match's share is shown). The same as an SVG: <code>{}</code>; for \
+speedscope: <code>{}</code>.</p>\
+<div class=\"flame-tools\"><input id=\"{flame}-search\" type=\"search\" placeholder=\"search frames (regular expression)\" size=\"40\"> \
+<button id=\"{flame}-reset\" type=\"button\">reset zoom</button> <span id=\"{flame}-match\" class=\"muted\"></span></div>\
+<div id=\"{flame}\" class=\"flame-box\"></div><table><tr><th>function (self)</th><th class=\"n\">self</th><th class=\"n\">total</th></tr>",
+        folded.total(),
+        parts.flame.1,
+        parts.speedscope.1
     );
     for f in folded.top_self(12) {
         let _ = write!(
@@ -403,7 +443,20 @@ speedscope: <code>profile.speedscope.json</code>.</p>\
         );
     }
     out += "</table></section>";
-    (out, flame::flame_data(&folded))
+    let mut data = flame::flame_data(&folded);
+    if let Value::Object(o) = &mut data {
+        o.insert("el".into(), json!(flame));
+        o.insert("section".into(), json!(id));
+        o.insert("unit".into(), json!(unit));
+    }
+    (out, data)
+}
+
+/// Which of a run's profiles.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ProfileKind {
+    OnCpu,
+    OffCpu,
 }
 
 /// A collapsed-stacks part of the record: `None` when the run has none, the problem in
@@ -785,5 +838,34 @@ mod tests {
             .all(|b| b.is_ascii_alphanumeric() || b"-_.~%".contains(&b)));
         assert!(link.starts_with("Foo%3A%3Abar%3CT%3E%5C%28int"), "{link}");
         assert_eq!(percent_encode("é"), "%C3%A9");
+    }
+
+    #[test]
+    fn a_finding_over_the_off_cpu_profile_links_to_its_flame_graph() {
+        let finding = |data: Value| Finding {
+            id: "x".into(),
+            rule: "r".into(),
+            severity: kiln_findings::Severity::High,
+            title: "t".into(),
+            evidence: vec![],
+            window: None,
+            cause: String::new(),
+            fix: String::new(),
+            impact: kiln_findings::Impact {
+                share: 0.5,
+                of: "x".into(),
+            },
+            data,
+        };
+        let off = finding_links(&finding(
+            json!({"profile": "off-cpu", "frames": [["app::get", 0.5]]}),
+        ));
+        assert!(
+            off.contains("href=\"#offcpu-search=app%3A%3Aget\""),
+            "{off}"
+        );
+        assert!(off.contains("off-CPU flame graph"), "{off}");
+        let on = finding_links(&finding(json!({"frames": [["app::get", 0.5]]})));
+        assert!(on.contains("href=\"#search=app%3A%3Aget\""), "{on}");
     }
 }

@@ -146,12 +146,13 @@
     check(el, u);
   }
 
-  // The flame graph: frames as boxes (root at the bottom), laid out from the preorder list.
-  // Click zooms to a frame; the search highlights frames whose name matches and says their
-  // share of all samples (a frame inside another match counted once).
-  var f = data.flame, flameSearch = null;
-  if (f) {
-    var box = document.getElementById("flame");
+  // The flame graphs (on-CPU, off-CPU): frames as boxes (root at the bottom), laid out from
+  // the preorder list. Click zooms to a frame; the search highlights frames whose name
+  // matches and says their share of the whole (a frame inside another match counted once).
+  var flameSearch = {};
+  (data.flames || []).forEach(function (f) {
+    var id = f.el, box = document.getElementById(id);
+    if (!box) return;
     var n = f.name.length, x = new Array(n), parent = new Array(n), maxDepth = 0;
     var cursor = [], path = [];
     for (var i = 0; i < n; i++) {
@@ -199,41 +200,43 @@
         el.style.background = kernel ? "hsl(25,85%," + (62 + hue(name) % 12) + "%)"
           : "hsl(" + (hue(name) % 50) + ",80%," + (64 + hue(name) % 14) + "%)";
         el.textContent = name;
-        el.title = name + "\n" + f.samples[i] + " samples, " + (100 * f.samples[i] / f.total).toFixed(2) + "%";
+        el.title = name + "\n" + f.samples[i] + " " + f.unit + ", " + (100 * f.samples[i] / f.total).toFixed(2) + "%";
         el.setAttribute("data-i", String(i));
         box.appendChild(el);
         drawn++;
       }
       box.setAttribute("data-check", JSON.stringify({ frames: drawn, root: f.samples[0], total: f.total }));
-      var m = document.getElementById("flame-match");
-      m.textContent = pattern === null ? "" : "matched: " + (100 * matched / f.total).toFixed(2) + "% of samples";
+      var m = document.getElementById(id + "-match");
+      m.textContent = pattern === null ? "" : "matched: " + (100 * matched / f.total).toFixed(2) + "% of " + f.unit;
     };
     box.addEventListener("click", function (ev) {
       var i = ev.target.getAttribute && ev.target.getAttribute("data-i");
       if (i !== null && i !== undefined) { zoom = Number(i); draw(); }
     });
-    document.getElementById("flame-reset").addEventListener("click", function () { zoom = 0; draw(); });
-    document.getElementById("flame-search").addEventListener("input", function (ev) {
+    document.getElementById(id + "-reset").addEventListener("click", function () { zoom = 0; draw(); });
+    document.getElementById(id + "-search").addEventListener("input", function (ev) {
       var text = ev.target.value;
       try { pattern = text ? new RegExp(text) : null; } catch (e) { pattern = null; }
       draw();
     });
-    flameSearch = function (term) {
-      document.getElementById("flame-search").value = term;
+    flameSearch[f.section] = function (term) {
+      document.getElementById(id + "-search").value = term;
       try { pattern = new RegExp(term); } catch (e) { pattern = null; }
       zoom = 0;
       draw();
     };
     draw();
-  }
+  });
 
-  // Links from findings: #search=REGEX shows frames in the flame graph, #window=FROM-TO
+  // Links from findings: #search=REGEX shows frames in a flame graph, #window=FROM-TO
   // (ms since the epoch) zooms the time charts to a window. Applied on load and on click.
   function applyHash() {
-    var search = /^#search=(.*)$/.exec(location.hash);
-    if (search && flameSearch) {
-      flameSearch(decodeURIComponent(search[1]));
-      document.getElementById("profile").scrollIntoView();
+    // #search=REGEX for the on-CPU flame graph, #offcpu-search=REGEX for the off-CPU one
+    var search = /^#(offcpu-)?search=(.*)$/.exec(location.hash);
+    var section = search && (search[1] ? "offcpu" : "profile");
+    if (search && flameSearch[section]) {
+      flameSearch[section](decodeURIComponent(search[2]));
+      document.getElementById(section).scrollIntoView();
     }
     var win = /^#window=(\d+)-(\d+)$/.exec(location.hash);
     if (win) {

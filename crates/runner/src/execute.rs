@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use kiln_load::{LoadPlan, PhaseSpec, StopSignal};
+use kiln_profile::Event;
 use kiln_record::{
     JsonLinesWriter, LoadRecordLine, PhaseEnd, PhaseSummary, RunDir, RunLocation, RunStatus,
     SecondRecord, LOAD_SECONDS_PART,
@@ -40,6 +41,8 @@ pub struct RunOutcome {
     pub resources: Vec<ResourceSecond>,
     /// The profile's record (`profile.json`), when the run was profiled.
     pub profile: Option<serde_json::Value>,
+    /// The off-CPU profile's record (`offcpu.json`), when one was taken.
+    pub off_cpu: Option<serde_json::Value>,
     /// The DB-call analysis (`queries.json`), when traces were received.
     pub queries: Option<serde_json::Value>,
     /// `--fail-on` met by a DB-call finding.
@@ -74,6 +77,8 @@ pub struct RunSpec<'a> {
     pub watch_pid: Option<i32>,
     /// Profile the watched process over the measured phases at this frequency.
     pub profile_hz: Option<u32>,
+    /// Also record where its threads leave the CPU (every context switch, with its stack).
+    pub off_cpu: bool,
     pub otlp: Option<OtlpSpec<'a>>,
 }
 
@@ -87,6 +92,7 @@ pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut dyn Progress) -> Res
         name,
         watch_pid,
         profile_hz,
+        off_cpu,
         otlp,
     } = spec;
     kiln_load::preflight(plan)?;
@@ -118,14 +124,18 @@ pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut dyn Progress) -> Res
     let mut phases = Vec::new();
     let mut write_error = None;
     let mut early: Option<String> = None;
-    let mut profiler: Option<ProfileWatcher> = None;
+    let mut profilers: Vec<ProfileWatcher> = Vec::new();
     // The measured phases' span of wall-clock time: the DB analysis covers the requests
     // that began in it (not spans an application queued before, nor the warm-up's).
     let mut measured_window: Option<(u64, u64)> = None;
     for (spec, duration) in phase_list {
-        if let (Some(pid), Some(hz), None, true) = (watch_pid, profile_hz, &profiler, spec.measured)
-        {
-            profiler = Some(ProfileWatcher::start(pid, hz, dir.path())?);
+        if let (Some(pid), true, true) = (watch_pid, profilers.is_empty(), spec.measured) {
+            if let Some(hz) = profile_hz {
+                profilers.push(ProfileWatcher::start(pid, Event::Cpu, hz, dir.path())?);
+            }
+            if off_cpu {
+                profilers.push(ProfileWatcher::start(pid, Event::Cswitch, 0, dir.path())?);
+            }
         }
         let mut phase_plan = plan.clone();
         if !duration.is_zero() {
@@ -160,10 +170,15 @@ pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut dyn Progress) -> Res
         }
     }
     let resources = watcher.map(ResourceWatcher::finish).unwrap_or_default();
-    let profile = match profiler {
-        Some(p) => p.finish(&mut dir, &mut warnings),
-        None => None,
-    };
+    let (mut profile, mut off_cpu) = (None, None);
+    for p in profilers {
+        let event = p.event;
+        let record = p.finish(&mut dir, &mut warnings);
+        match event {
+            Event::Cpu => profile = record,
+            Event::Cswitch => off_cpu = record,
+        }
+    }
     let (queries, queries_gate_failed) = match otlp {
         Some(o) => {
             let finished = finish_queries(o, &mut dir, stop, measured_window, &mut warnings);
@@ -201,6 +216,7 @@ pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut dyn Progress) -> Res
         phases,
         resources,
         profile,
+        off_cpu,
         queries,
         queries_gate_failed,
         interrupted_by,
@@ -273,16 +289,19 @@ struct ProfileWatcher {
     done: Arc<AtomicBool>,
     thread: std::thread::JoinHandle<Result<kiln_profile::Profiled, kiln_profile::ProfileError>>,
     pid: i32,
+    event: Event,
     hz: u32,
 }
 
 impl ProfileWatcher {
-    fn start(pid: i32, hz: u32, dir: &Path) -> Result<Self> {
+    /// `hz` is the sampling frequency of on-CPU profiles (every switch is taken off-CPU).
+    fn start(pid: i32, event: Event, hz: u32, dir: &Path) -> Result<Self> {
         let done = Arc::new(AtomicBool::new(false));
         let flag = done.clone();
         let pids = ProcFs::default().process_tree(pid);
-        let data = dir.join("perf.data");
+        let data = dir.join(Self::data_file(event));
         let options = kiln_profile::RecordOptions {
+            event,
             frequency_hz: hz,
             ..Default::default()
         };
@@ -309,8 +328,17 @@ impl ProfileWatcher {
             done,
             thread,
             pid,
+            event,
             hz,
         })
+    }
+
+    /// perf's data file (two profiles can run at once; both files are removed at the end).
+    fn data_file(event: Event) -> &'static str {
+        match event {
+            Event::Cpu => "perf.data",
+            Event::Cswitch => "perf-offcpu.data",
+        }
     }
 
     /// Stops perf and writes the profile into the run directory. A profile that failed
@@ -318,21 +346,33 @@ impl ProfileWatcher {
     fn finish(self, dir: &mut RunDir, warnings: &mut Vec<String>) -> Option<serde_json::Value> {
         self.done.store(true, Ordering::SeqCst);
         let joined = self.thread.join();
-        let _ = std::fs::remove_file(dir.path().join("perf.data"));
+        let _ = std::fs::remove_file(dir.path().join(Self::data_file(self.event)));
+        let flag = match self.event {
+            Event::Cpu => "--profile",
+            Event::Cswitch => "--off-cpu",
+        };
         let profiled = match joined {
             Ok(Ok(p)) => p,
             Ok(Err(e)) => {
-                warnings.push(format!("--profile: {e}"));
+                warnings.push(format!("{flag}: {e}"));
                 return None;
             }
             Err(_) => return None,
         };
         let extra = profile_parts::how_taken(&profiled, self.hz);
-        let title = format!("On-CPU of pid {} during the measured load", self.pid);
-        match profile_parts::write_profile(dir, &profiled.folded, &title, "samples", 10, extra) {
+        let title = match self.event {
+            Event::Cpu => format!("On-CPU of pid {} during the measured load", self.pid),
+            Event::Cswitch => format!(
+                "Off-CPU of pid {} during the measured load: where threads left the CPU",
+                self.pid
+            ),
+        };
+        let parts = profile_parts::parts_of(self.event);
+        let count = self.event.count_name();
+        match profile_parts::write_profile(dir, parts, &profiled.folded, &title, count, 10, extra) {
             Ok(written) => Some(written.record),
             Err(e) => {
-                warnings.push(format!("--profile: {e}"));
+                warnings.push(format!("{flag}: {e}"));
                 None
             }
         }

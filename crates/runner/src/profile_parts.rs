@@ -4,14 +4,11 @@
 use std::path::PathBuf;
 
 use anyhow::Result;
-use kiln_profile::{speedscope_json, svg, FlameStyle, Folded, ProfileSummary, Profiled};
+use kiln_profile::{speedscope_json, svg, Event, FlameStyle, Folded, ProfileSummary, Profiled};
 use kiln_record::RunDir;
 use serde_json::{json, Value};
 
-pub use kiln_record::parts::{
-    PROFILE_FLAME_PART as FLAME_PART, PROFILE_FOLDED_PART as FOLDED_PART,
-    PROFILE_SPEEDSCOPE_PART as SPEEDSCOPE_PART, PROFILE_SUMMARY_PART as SUMMARY_PART,
-};
+pub use kiln_record::parts::{ProfileParts, OFF_CPU, ON_CPU};
 
 /// The files of one profile in a run directory, and its summary.
 pub struct WrittenProfile {
@@ -23,10 +20,19 @@ pub struct WrittenProfile {
     pub speedscope: PathBuf,
 }
 
+/// The parts a profile of this event is written to.
+pub fn parts_of(event: Event) -> ProfileParts {
+    match event {
+        Event::Cpu => ON_CPU,
+        Event::Cswitch => OFF_CPU,
+    }
+}
+
 /// Writes collapsed stacks, the flame graph, the speedscope file and the summary (with
 /// `extra` fields about how the profile was taken) into `dir`.
 pub fn write_profile(
     dir: &mut RunDir,
+    parts: ProfileParts,
     folded: &Folded,
     title: &str,
     count_name: &str,
@@ -35,8 +41,8 @@ pub fn write_profile(
 ) -> Result<WrittenProfile> {
     let summary = ProfileSummary::of(folded, top);
     let folded_path = dir.write_file_part(
-        FOLDED_PART,
-        "profile.folded",
+        parts.folded.0,
+        parts.folded.1,
         1,
         folded.to_text().as_bytes(),
     )?;
@@ -45,10 +51,10 @@ pub fn write_profile(
         count_name,
         ..FlameStyle::default()
     };
-    let flame = dir.write_file_part(FLAME_PART, "flame.svg", 1, &svg(folded, &style)?)?;
+    let flame = dir.write_file_part(parts.flame.0, parts.flame.1, 1, &svg(folded, &style)?)?;
     let speedscope = dir.write_file_part(
-        SPEEDSCOPE_PART,
-        "profile.speedscope.json",
+        parts.speedscope.0,
+        parts.speedscope.1,
         1,
         speedscope_json(folded, title).as_bytes(),
     )?;
@@ -57,8 +63,8 @@ pub fn write_profile(
         obj.extend(extra);
     }
     dir.write_file_part(
-        SUMMARY_PART,
-        "profile.json",
+        parts.summary.0,
+        parts.summary.1,
         1,
         serde_json::to_string_pretty(&record)?.as_bytes(),
     )?;

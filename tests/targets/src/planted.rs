@@ -21,6 +21,11 @@ pub struct Planted {
     pub log_peer: Option<(SocketAddr, usize)>,
     /// Requests wait out a stall at the start of some wall-clock seconds (a cache expiring).
     pub wall_stall: Option<WallStall>,
+    /// Every request takes one lock shared by all and holds it this long while it sleeps
+    /// (a slow call made inside the critical section): requests queue for the lock.
+    pub lock_hold: std::time::Duration,
+    /// The fix: the same sleep outside the lock, which is then held only to update the count.
+    pub lock_outside: bool,
 }
 
 /// A stall of `length` at the start of a wall-clock second: every `period_s` seconds at
@@ -65,6 +70,8 @@ impl WallStall {
 pub struct PlantedState {
     planted: Planted,
     log: Option<Mutex<TcpStream>>,
+    /// The lock every request takes (`lock_hold`), and what it guards.
+    shared: Mutex<u64>,
 }
 
 impl PlantedState {
@@ -78,7 +85,11 @@ impl PlantedState {
             }
             None => None,
         };
-        Ok(Self { planted, log })
+        Ok(Self {
+            planted,
+            log,
+            shared: Mutex::new(0),
+        })
     }
 
     /// Does the request's planted work.
@@ -97,6 +108,9 @@ impl PlantedState {
         if let Some(stall) = p.wall_stall {
             stall.wait();
         }
+        if !p.lock_hold.is_zero() {
+            update_shared_count(&self.shared, p.lock_hold, p.lock_outside);
+        }
         if let (Some(log), Some((_, bytes))) = (&self.log, p.log_peer) {
             let line = vec![b'x'; bytes];
             if let Ok(mut stream) = log.lock() {
@@ -104,6 +118,20 @@ impl PlantedState {
             }
         }
     }
+}
+
+/// Sleeps `hold` and counts the request in state shared by all: inside the lock (every
+/// other request waits), or, the fix, before taking it.
+#[inline(never)]
+fn update_shared_count(shared: &Mutex<u64>, hold: std::time::Duration, outside: bool) {
+    if outside {
+        std::thread::sleep(hold);
+    }
+    let mut count = shared.lock().unwrap_or_else(|e| e.into_inner());
+    if !outside {
+        std::thread::sleep(hold);
+    }
+    *count += 1;
 }
 
 const PAGE: usize = 4096;

@@ -743,9 +743,9 @@ fn waiting_not_running(run: &RunRecord) -> Verdict {
         cause: "the target's threads wait for something other than the CPU: a lock, a pool, \
                 the disk or a downstream call such as the database"
             .into(),
-        fix: "see where they wait: kiln profile --pid PID --event cswitch shows the stacks the \
-              threads leave the CPU from, and kiln run --otlp-listen the time spent in queries; \
-              shorten or remove the lock, size the pool to the concurrency"
+        fix: "see where they wait: kiln run ... --off-cpu records the stacks the threads leave \
+              the CPU from (and names a lock they queue for), kiln run --otlp-listen the time \
+              spent in queries; shorten or remove the lock, size the pool to the concurrency"
             .into(),
         impact: (waiting, "latency"),
         data: json!({"p50_us": p50_us, "cpu_per_request_us": cpu_us, "cores": cores,

@@ -4,6 +4,7 @@
 mod cpu;
 mod db;
 mod latency;
+mod offcpu;
 mod periodic;
 mod profile;
 mod sockets;
@@ -31,6 +32,7 @@ pub const ALL: &[Rule] = &[
     sockets::LISTEN_OVERFLOW,
     sockets::SEND_QUEUE_GROWTH,
     profile::CATEGORIES_RULE,
+    offcpu::LOCK_CONTENTION,
     db::DB_CALLS,
 ];
 
