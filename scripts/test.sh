@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, runnable on a fresh Debian machine: installs what the tests need
 # (nginx for the real-server test, perf for the profiler, a JDK, Node.js and Go for the profiles
-# of other runtimes, PostgreSQL, Chromium and a Python environment for the query analyzer),
+# of other runtimes, PostgreSQL, Chromium and a Python environment for the query analyzer,
+# nftables for a lossy loopback),
 # then format, lint and every test of the workspace.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,6 +20,9 @@ command -v node >/dev/null 2>&1 || missing+=(nodejs)
 ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || missing+=(postgresql)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 python3 -m venv --help >/dev/null 2>&1 || missing+=(python3-venv)
+# the retransmits finding's test: packet loss on a network namespace's own loopback
+command -v ip >/dev/null 2>&1 || missing+=(iproute2)
+command -v nft >/dev/null 2>&1 || missing+=(nftables)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "test.sh: installing ${missing[*]}"
   # policy-rc.d 101: install the package without starting its default service.

@@ -11,7 +11,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use kiln_targets::planted::{Planted, WallStall};
+use kiln_targets::planted::{Planted, WallStall, WarmUp};
 use kiln_targets::{Behavior, TargetServer};
 use serde_json::Value;
 
@@ -51,6 +51,20 @@ fn behavior(name: &str, log_peer: Option<SocketAddr>) -> Behavior {
             lock_outside: name.ends_with("fixed"),
             ..Default::default()
         },
+        // 1 ms per request plus 6 ms more at the first request, fading over 8 s (a warm-up)
+        "warming" => {
+            return Behavior {
+                service_time: Duration::from_millis(1),
+                planted: Planted {
+                    warm_up: Some(WarmUp {
+                        extra: Duration::from_millis(6),
+                        over: Duration::from_secs(8),
+                    }),
+                    ..Default::default()
+                },
+                ..Default::default()
+            }
+        }
         // requests that wait 20 ms (a lock, a downstream call), and the same target busy on
         // the CPU for 4 ms instead
         "waiting" => {
@@ -280,6 +294,41 @@ fn threads_queueing_for_a_lock_are_found_and_the_lock_held_briefly_is_not() {
     assert!(
         f["judged"].to_string().contains("threads.lock-contention"),
         "the rule judged the fixed run: {f:#}"
+    );
+}
+
+#[test]
+fn a_warm_up_inside_the_measurement_is_found_and_one_left_to_warmup_is_not() {
+    let tmp = tempfile::tempdir().unwrap();
+    // 16 s measured from the target's first request: its latency falls from 7 ms to 1 ms
+    // over the first 8 s
+    let target = Target::start("warming", None);
+    let load = ["--rate", "100", "-c", "4"];
+    let f = run_for(&target, &tmp.path().join("cold"), "16s", &load);
+    let drift = finding(&f, "latency.drift").unwrap_or_else(|| panic!("no drift: {f:#}"));
+    assert!(
+        drift["title"]
+            .as_str()
+            .unwrap()
+            .starts_with("The warm-up was not over"),
+        "{drift:#}"
+    );
+    let settled = drift["data"]["settled_after_s"].as_u64().unwrap();
+    assert!(
+        (4..=11).contains(&settled),
+        "settled after {settled} s: {drift:#}"
+    );
+    drop(target);
+
+    // the fix the finding names: the same target, measured after a warm-up of 10 s
+    let target = Target::start("warming", None);
+    let mut warmed = load.to_vec();
+    warmed.extend(["--warmup", "10s"]);
+    let f = run_for(&target, &tmp.path().join("warm"), "16s", &warmed);
+    assert!(finding(&f, "latency.drift").is_none(), "{f:#}");
+    assert!(
+        f["judged"].to_string().contains("latency.drift"),
+        "the rule judged the warm run: {f:#}"
     );
 }
 

@@ -159,6 +159,9 @@ pub struct KernelSecond {
     /// SYNs dropped at a listener, for any reason (overflows included).
     pub listen_drops: Option<u64>,
     pub tcp_retrans_segs: Option<u64>,
+    /// TCP segments sent (retransmissions not counted), for the retransmitted share.
+    #[serde(default)]
+    pub tcp_out_segs: Option<u64>,
     /// NET_RX and NET_TX softirqs per CPU: which CPUs do the network's work.
     pub net_rx_per_cpu: Vec<u64>,
     pub net_tx_per_cpu: Vec<u64>,
@@ -192,6 +195,7 @@ impl KernelSecond {
             listen_overflows: net("TcpExt.ListenOverflows"),
             listen_drops: net("TcpExt.ListenDrops"),
             tcp_retrans_segs: net("Tcp.RetransSegs"),
+            tcp_out_segs: net("Tcp.OutSegs"),
             net_rx_per_cpu: per_cpu("NET_RX"),
             net_tx_per_cpu: per_cpu("NET_TX"),
             thp_fault_alloc: vm("thp_fault_alloc"),

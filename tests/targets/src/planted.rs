@@ -26,6 +26,16 @@ pub struct Planted {
     pub lock_hold: std::time::Duration,
     /// The fix: the same sleep outside the lock, which is then held only to update the count.
     pub lock_outside: bool,
+    /// A target that warms up (a JIT, caches filling): from its first request, each request
+    /// waits `extra * (1 - t / over)` more, fading to nothing after `over`.
+    pub warm_up: Option<WarmUp>,
+}
+
+/// How a warming target's extra latency fades.
+#[derive(Clone, Copy, Debug)]
+pub struct WarmUp {
+    pub extra: std::time::Duration,
+    pub over: std::time::Duration,
 }
 
 /// A stall of `length` at the start of a wall-clock second: every `period_s` seconds at
@@ -72,6 +82,8 @@ pub struct PlantedState {
     log: Option<Mutex<TcpStream>>,
     /// The lock every request takes (`lock_hold`), and what it guards.
     shared: Mutex<u64>,
+    /// When the first request came (the warm-up's start).
+    first_request: std::sync::OnceLock<std::time::Instant>,
 }
 
 impl PlantedState {
@@ -89,6 +101,7 @@ impl PlantedState {
             planted,
             log,
             shared: Mutex::new(0),
+            first_request: std::sync::OnceLock::new(),
         })
     }
 
@@ -107,6 +120,16 @@ impl PlantedState {
         }
         if let Some(stall) = p.wall_stall {
             stall.wait();
+        }
+        if let Some(warm) = p.warm_up {
+            let since = self
+                .first_request
+                .get_or_init(std::time::Instant::now)
+                .elapsed();
+            let left = 1.0 - since.as_secs_f64() / warm.over.as_secs_f64().max(1e-3);
+            if left > 0.0 {
+                std::thread::sleep(warm.extra.mul_f64(left));
+            }
         }
         if !p.lock_hold.is_zero() {
             update_shared_count(&self.shared, p.lock_hold, p.lock_outside);

@@ -3,6 +3,7 @@
 
 mod cpu;
 mod db;
+mod drift;
 mod latency;
 mod offcpu;
 mod periodic;
@@ -24,6 +25,7 @@ pub const ALL: &[Rule] = &[
     latency::ERRORS,
     latency::RATE_NOT_REACHED,
     latency::TAIL_HEAVY,
+    drift::DRIFT,
     periodic::PERIODIC_SPIKES,
     cpu::SYSTEM_ABOVE_USER,
     cpu::CGROUP_THROTTLED,
@@ -31,6 +33,7 @@ pub const ALL: &[Rule] = &[
     cpu::WAITING_NOT_RUNNING,
     sockets::LISTEN_OVERFLOW,
     sockets::SEND_QUEUE_GROWTH,
+    sockets::RETRANSMITS,
     profile::CATEGORIES_RULE,
     offcpu::LOCK_CONTENTION,
     db::DB_CALLS,

@@ -5,7 +5,7 @@ use kiln_record::text::safe_text;
 use kiln_sample::ResourceSecond;
 use serde_json::json;
 
-use super::{bytes, host_checks, with_host_fixes, Draft, Rule, NO_PROCESS};
+use super::{bytes, duration_us, host_checks, with_host_fixes, Draft, Rule, NO_PROCESS};
 use crate::{RunRecord, Severity, Verdict, Window};
 
 pub const LISTEN_OVERFLOW: Rule = Rule {
@@ -203,6 +203,89 @@ fn send_queue_growth(run: &RunRecord) -> Verdict {
     .finish()])
 }
 
+pub const RETRANSMITS: Rule = Rule {
+    id: "kernel.retransmits",
+    judge: retransmits,
+};
+
+/// A retransmitted share of TCP segments above this is loss worth finding.
+const RETRANS_SHARE: f64 = 0.005;
+/// Fewer retransmitted segments than this are a handful of lost packets, not a problem.
+const MIN_RETRANS: u64 = 20;
+
+/// TCP segments sent again: packets are lost between the load and the target (or toward
+/// anything else the host talks to), and every loss costs its request a timeout.
+fn retransmits(run: &RunRecord) -> Verdict {
+    let counts: Vec<(&ResourceSecond, u64, u64)> = run
+        .resources
+        .iter()
+        .filter_map(|s| {
+            let k = s.kernel.as_ref()?;
+            Some((s, k.tcp_retrans_segs?, k.tcp_out_segs?))
+        })
+        .collect();
+    if counts.is_empty() {
+        return Verdict::Unjudged(
+            "no kernel TCP counters sampled (run with --watch-port or --watch-pid)".into(),
+        );
+    }
+    let retrans = counts.iter().fold(0u64, |a, c| a.saturating_add(c.1));
+    let out = counts.iter().fold(0u64, |a, c| a.saturating_add(c.2));
+    let share = retrans as f64 / out.max(1) as f64;
+    if retrans < MIN_RETRANS || share < RETRANS_SHARE {
+        return Verdict::Clear;
+    }
+    let hit: Vec<&ResourceSecond> = counts.iter().filter(|c| c.1 > 0).map(|c| c.0).collect();
+    let mut evidence = vec![
+        format!(
+            "{retrans} of {out} TCP segments sent were retransmissions ({:.2}%), the whole \
+             host's (its network namespace's) Tcp counters",
+            100.0 * share
+        ),
+        format!("retransmits in {} of {} seconds", hit.len(), counts.len()),
+    ];
+    if let Some(total) = run.measured() {
+        let h = &total.totals.latency;
+        evidence.push(format!(
+            "latency p50 {}, p99 {}, max {}: a lost segment waits for the retransmission \
+             timeout (200 ms at least on Linux)",
+            duration_us(h.quantile_us(0.5)),
+            duration_us(h.quantile_us(0.99)),
+            duration_us(h.max_us())
+        ));
+    }
+    Verdict::Found(vec![Draft {
+        rule: RETRANSMITS.id,
+        key: "",
+        severity: if share >= 0.02 {
+            Severity::High
+        } else {
+            Severity::Medium
+        },
+        title: format!(
+            "Packets are lost: {:.2}% of TCP segments were sent again",
+            100.0 * share
+        ),
+        evidence,
+        window: Some(Window {
+            from_unix_ms: hit.first().map_or(0, |s| s.unix_ms.saturating_sub(1000)),
+            to_unix_ms: hit.last().map_or(0, |s| s.unix_ms),
+        }),
+        cause: "segments are dropped on the way (a lossy link, a full NIC ring or switch \
+                buffer, a traffic policer, a firewall rule) and TCP resends them after a \
+                timeout or duplicate acknowledgements: the requests they carry wait"
+            .into(),
+        fix: "find where packets drop: ss -ti (retrans per connection: toward which peer), \
+              ip -s link and ethtool -S (NIC drops), ethtool -g (ring sizes), tc -s qdisc \
+              (queue drops), nstat -az TcpExt (the kind of loss)"
+            .into(),
+        impact: (share, "TCP segments"),
+        data: json!({"retrans_segs": retrans, "out_segs": out, "share": share,
+            "seconds": counts.len()}),
+    }
+    .finish()])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -300,5 +383,40 @@ mod tests {
             "{:?}",
             found[0]
         );
+    }
+
+    fn kernel(retrans: u64, out: u64) -> ResourceSecond {
+        ResourceSecond {
+            kernel: Some(KernelSecond {
+                tcp_retrans_segs: Some(retrans),
+                tcp_out_segs: Some(out),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn retransmitted_segments_are_found_and_a_clean_network_is_not() {
+        let lossy = resource_run(vec![kernel(30, 1000); 10]);
+        let Verdict::Found(found) = retransmits(&lossy) else {
+            panic!("no finding");
+        };
+        assert!(found[0].title.contains("3.00%"), "{}", found[0].title);
+        assert_eq!(found[0].severity, Severity::High);
+        assert!(found[0].evidence[0].starts_with("300 of 10000 TCP segments"));
+        // no loss, and a handful of retransmits in a large run
+        assert!(matches!(
+            retransmits(&resource_run(vec![kernel(0, 1000); 10])),
+            Verdict::Clear
+        ));
+        assert!(matches!(
+            retransmits(&resource_run(vec![kernel(1, 100_000); 10])),
+            Verdict::Clear
+        ));
+        assert!(matches!(
+            retransmits(&resource_run(vec![ResourceSecond::default(); 3])),
+            Verdict::Unjudged(_)
+        ));
     }
 }
