@@ -127,7 +127,16 @@ struct Target {
 
 impl Target {
     fn start(name: &str, peer: Option<SocketAddr>) -> Self {
-        let mut cmd = Command::new(std::env::current_exe().unwrap());
+        Self::start_in(name, peer, None)
+    }
+
+    /// The target in a network namespace of its own, when given.
+    fn start_in(name: &str, peer: Option<SocketAddr>, netns: Option<&Netns>) -> Self {
+        let exe = std::env::current_exe().unwrap();
+        let mut cmd = match netns {
+            Some(ns) => ns.command(exe.to_str().unwrap()),
+            None => Command::new(exe),
+        };
         cmd.args(["--exact", "as_target", "--nocapture", "--test-threads=1"])
             .env(TARGET_ENV, name)
             .stdout(Stdio::piped())
@@ -167,6 +176,17 @@ fn run_and_judge(target: &Target, out: &Path, extra: &[&str]) -> Value {
 }
 
 fn run_for(target: &Target, out: &Path, duration: &str, extra: &[&str]) -> Value {
+    run_in(None, target, out, duration, extra)
+}
+
+/// `kiln run` in a network namespace (the target's), when given.
+fn run_in(
+    netns: Option<&Netns>,
+    target: &Target,
+    out: &Path,
+    duration: &str,
+    extra: &[&str],
+) -> Value {
     let url = format!("http://{}/", target.addr);
     let pid = target.child.id().to_string();
     let mut args = vec![
@@ -183,7 +203,15 @@ fn run_for(target: &Target, out: &Path, duration: &str, extra: &[&str]) -> Value
         out.to_str().unwrap(),
     ];
     args.extend_from_slice(extra);
-    let run = common::kiln(&args);
+    let run = match netns {
+        Some(ns) => ns
+            .command(env!("CARGO_BIN_EXE_kiln"))
+            .args(&args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("kiln runs in the namespace"),
+        None => common::kiln(&args),
+    };
     let v = common::json_with_exit(&run, 0);
     assert_eq!(v["status"], "complete");
     // `kiln findings` reads the same back from the record
@@ -329,6 +357,101 @@ fn a_warm_up_inside_the_measurement_is_found_and_one_left_to_warmup_is_not() {
     assert!(
         f["judged"].to_string().contains("latency.drift"),
         "the rule judged the warm run: {f:#}"
+    );
+}
+
+/// A network namespace of its own: its own loopback (127.0.0.1) and its own TCP counters,
+/// with a share of the TCP packets on it dropped (nftables), removed when dropped.
+struct Netns {
+    name: String,
+}
+
+impl Netns {
+    fn new(drop_per_mille: u32) -> Self {
+        let name = format!("kiln-loss-{}-{drop_per_mille}", std::process::id());
+        let ns = Netns { name };
+        let setup = format!(
+            "ip link set lo up && nft add table inet loss && \
+             nft add chain inet loss input '{{ type filter hook input priority 0; }}'{}",
+            if drop_per_mille > 0 {
+                format!(
+                    " && nft add rule inet loss input meta l4proto tcp \
+                     numgen random mod 1000 '<' {drop_per_mille} drop"
+                )
+            } else {
+                String::new()
+            }
+        );
+        let ok = |out: std::process::Output| {
+            assert!(
+                out.status.success(),
+                "network namespace setup (root, iproute2 and nftables): {}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        };
+        ok(Command::new("ip")
+            .args(["netns", "add", &ns.name])
+            .output()
+            .expect("ip runs"));
+        ok(ns
+            .command("sh")
+            .args(["-c", &setup])
+            .output()
+            .expect("sh runs"));
+        ns
+    }
+
+    fn command(&self, program: &str) -> Command {
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &self.name, program]);
+        cmd
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .output();
+    }
+}
+
+#[test]
+fn packets_lost_on_the_way_are_found_and_a_clean_loopback_is_not() {
+    let tmp = tempfile::tempdir().unwrap();
+    let load = ["--rate", "200", "-c", "8"];
+    // 2% of TCP packets dropped: about 2% of the segments sent again
+    let lossy = Netns::new(20);
+    let target = Target::start_in("answers", None, Some(&lossy));
+    let f = run_in(
+        Some(&lossy),
+        &target,
+        &tmp.path().join("lossy"),
+        "7s",
+        &load,
+    );
+    let found = finding(&f, "kernel.retransmits").unwrap_or_else(|| panic!("{f:#}"));
+    let share = found["data"]["share"].as_f64().unwrap();
+    assert!(
+        (0.005..0.06).contains(&share),
+        "{share} of segments retransmitted with 2% of packets dropped: {found:#}"
+    );
+    drop(target);
+    drop(lossy);
+
+    let clean = Netns::new(0);
+    let target = Target::start_in("answers", None, Some(&clean));
+    let f = run_in(
+        Some(&clean),
+        &target,
+        &tmp.path().join("clean"),
+        "7s",
+        &load,
+    );
+    assert!(finding(&f, "kernel.retransmits").is_none(), "{f:#}");
+    assert!(
+        f["judged"].to_string().contains("kernel.retransmits"),
+        "the rule judged the clean run: {f:#}"
     );
 }
 
