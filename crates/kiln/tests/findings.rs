@@ -51,6 +51,17 @@ fn behavior(name: &str, log_peer: Option<SocketAddr>) -> Behavior {
             lock_outside: name.ends_with("fixed"),
             ..Default::default()
         },
+        // 10 ms per request served by a pool of 2 workers, and the pool sized to the load's 8
+        "pool" | "pool-fixed" => {
+            return Behavior {
+                service_time: Duration::from_millis(10),
+                planted: Planted {
+                    workers: Some(if name == "pool" { 2 } else { 8 }),
+                    ..Default::default()
+                },
+                ..Default::default()
+            }
+        }
         // 1 ms per request plus 6 ms more at the first request, fading over 8 s (a warm-up)
         "warming" => {
             return Behavior {
@@ -452,6 +463,28 @@ fn packets_lost_on_the_way_are_found_and_a_clean_loopback_is_not() {
     assert!(
         f["judged"].to_string().contains("kernel.retransmits"),
         "the rule judged the clean run: {f:#}"
+    );
+}
+
+#[test]
+fn requests_waiting_for_a_small_pool_are_found_and_a_pool_sized_to_the_load_is_not() {
+    let tmp = tempfile::tempdir().unwrap();
+    // 8 connections, each sending its next request as the last is answered
+    let load = ["-c", "8"];
+    let target = Target::start("pool", None);
+    let f = run_and_judge(&target, &tmp.path().join("small"), &load);
+    let pool = finding(&f, "threads.pool-too-small").unwrap_or_else(|| panic!("{f:#}"));
+    // by construction 6 of the 8 connections wait for one of the 2 workers
+    let unread = pool["data"]["unread_mean"].as_f64().unwrap();
+    assert!((4.0..=7.0).contains(&unread), "{unread} unread: {pool:#}");
+    drop(target);
+
+    let fixed = Target::start("pool-fixed", None);
+    let f = run_and_judge(&fixed, &tmp.path().join("sized"), &load);
+    assert!(finding(&f, "threads.pool-too-small").is_none(), "{f:#}");
+    assert!(
+        f["judged"].to_string().contains("threads.pool-too-small"),
+        "the rule judged the sized pool: {f:#}"
     );
 }
 

@@ -91,6 +91,10 @@ pub struct SocketSummary {
     pub max_send_q: Option<(String, u64)>,
     /// The connection with the most unread bytes, and how many.
     pub max_recv_q: Option<(String, u64)>,
+    /// Connections holding bytes the process has not read yet (a request waiting for a
+    /// thread to read it, when the process is a server).
+    #[serde(default)]
+    pub unread: u64,
     /// Listening sockets: address and connections waiting to be accepted.
     pub listen: Vec<(String, u64)>,
     /// Listening sockets: address, connections waiting, and the backlog limit (from
@@ -110,6 +114,9 @@ impl SocketSummary {
             }
             if out.max_send_q.as_ref().is_none_or(|(_, q)| s.send_q > *q) && s.send_q > 0 {
                 out.max_send_q = Some((s.remote.to_string(), s.send_q));
+            }
+            if s.recv_q > 0 {
+                out.unread += 1;
             }
             if out.max_recv_q.as_ref().is_none_or(|(_, q)| s.recv_q > *q) && s.recv_q > 0 {
                 out.max_recv_q = Some((s.remote.to_string(), s.recv_q));
@@ -145,6 +152,8 @@ mod tests {
         assert_eq!(s.by_state["ESTAB"], 2);
         assert_eq!(s.max_send_q, Some(("127.0.0.1:50000".into(), 65536)));
         assert_eq!(s.max_recv_q, Some(("127.0.0.1:50001".into(), 512)));
+        // one connection with unread bytes; the listener's queue is not one
+        assert_eq!(s.unread, 1);
         assert_eq!(s.listen, [("127.0.0.1:8080".into(), 3)]);
     }
 

@@ -241,6 +241,16 @@ fn serve_connection<S: Read + Write>(
     let mut buf = vec![0u8; 16 * 1024];
     let mut filled = 0usize;
     loop {
+        // With a worker pool, a request waits unread in the socket until a worker is free
+        // (the connection's readiness is seen without reading, as a poller does).
+        let _worker = if shared.planted.has_pool() {
+            if filled == 0 && raw.peek(&mut [0u8; 1])? == 0 {
+                return Ok(());
+            }
+            shared.planted.worker()
+        } else {
+            None
+        };
         // Read until one complete request head (and its body) is buffered.
         let (head_len, body_len, close) = loop {
             let mut headers = [httparse::EMPTY_HEADER; 64];

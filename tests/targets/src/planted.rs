@@ -26,6 +26,10 @@ pub struct Planted {
     pub lock_hold: std::time::Duration,
     /// The fix: the same sleep outside the lock, which is then held only to update the count.
     pub lock_outside: bool,
+    /// A pool of this many workers serves the requests: a connection with a request waits
+    /// (unread, in its socket) until a worker is free to read it, as Tomcat's NIO connector
+    /// does with its executor.
+    pub workers: Option<usize>,
     /// A target that warms up (a JIT, caches filling): from its first request, each request
     /// waits `extra * (1 - t / over)` more, fading to nothing after `over`.
     pub warm_up: Option<WarmUp>,
@@ -84,6 +88,23 @@ pub struct PlantedState {
     shared: Mutex<u64>,
     /// When the first request came (the warm-up's start).
     first_request: std::sync::OnceLock<std::time::Instant>,
+    /// Free workers of the pool (`workers`), and the signal that one was freed.
+    free_workers: Mutex<usize>,
+    worker_freed: std::sync::Condvar,
+}
+
+/// A worker of the pool, given back when dropped.
+pub struct Worker<'a>(&'a PlantedState);
+
+impl Drop for Worker<'_> {
+    fn drop(&mut self) {
+        *self
+            .0
+            .free_workers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) += 1;
+        self.0.worker_freed.notify_one();
+    }
 }
 
 impl PlantedState {
@@ -97,12 +118,34 @@ impl PlantedState {
             }
             None => None,
         };
+        let workers = planted.workers;
         Ok(Self {
+            free_workers: Mutex::new(workers.unwrap_or(0)),
+            worker_freed: std::sync::Condvar::new(),
             planted,
             log,
             shared: Mutex::new(0),
             first_request: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Whether requests are served by a pool of workers.
+    pub fn has_pool(&self) -> bool {
+        self.planted.workers.is_some()
+    }
+
+    /// Waits for a free worker of the pool (none without one).
+    pub fn worker(&self) -> Option<Worker<'_>> {
+        self.planted.workers?;
+        let mut free = self.free_workers.lock().unwrap_or_else(|e| e.into_inner());
+        while *free == 0 {
+            free = self
+                .worker_freed
+                .wait(free)
+                .unwrap_or_else(|e| e.into_inner());
+        }
+        *free -= 1;
+        Some(Worker(self))
     }
 
     /// Does the request's planted work.

@@ -1,5 +1,8 @@
 //! Rules over the target's and the host's CPU: kernel time above user time (and what the
-//! kernel was doing), a CPU quota that throttled the target, interrupts on one or two cores.
+//! kernel was doing), a CPU quota that throttled the target, interrupts on one or two cores,
+//! requests that wait rather than run, and requests waiting for a thread of a pool.
+
+use std::collections::BTreeMap;
 
 use kiln_profile::Folded;
 use kiln_sample::ResourceSecond;
@@ -673,6 +676,105 @@ mod tests {
     }
 }
 
+pub const POOL_TOO_SMALL: Rule = Rule {
+    id: "threads.pool-too-small",
+    judge: pool_too_small,
+};
+
+/// Requests sit unread in the target's connections while its CPU has room: fewer threads
+/// serve requests than the load offers at once.
+fn pool_too_small(run: &RunRecord) -> Verdict {
+    let seconds = match process_seconds(run) {
+        Ok(s) => s,
+        Err(v) => return v,
+    };
+    let sampled: Vec<(&ResourceSecond, &kiln_sample::SocketSummary)> = seconds
+        .iter()
+        .filter_map(|s| Some((*s, s.process.as_ref()?.sockets.as_ref()?)))
+        .collect();
+    if sampled.len() < MIN_SECONDS {
+        return Verdict::Unjudged("the target's sockets were not sampled".into());
+    }
+    let unread = mean(sampled.iter().map(|(_, k)| k.unread as f64)).unwrap_or(0.0);
+    let with_unread = sampled.iter().filter(|(_, k)| k.unread > 0).count();
+    if unread < 1.0 || with_unread * 2 < sampled.len() {
+        return Verdict::Clear;
+    }
+    let connections = mean(
+        sampled
+            .iter()
+            .map(|(_, k)| k.by_state.get("ESTAB").copied().unwrap_or(0) as f64),
+    )
+    .unwrap_or(0.0);
+    let cores = mean(seconds.iter().filter_map(|s| {
+        let r = &s.process.as_ref()?.rates;
+        Some((r.cpu_user_pct + r.cpu_system_pct) / 100.0)
+    }))
+    .unwrap_or(0.0);
+    let host_cores = seconds
+        .iter()
+        .map(|s| s.host_cpu_per_core.len())
+        .max()
+        .unwrap_or(0) as f64;
+    // threads busy on the CPU: more of them would not help (the CPU findings say where it goes)
+    if host_cores > 0.0 && cores >= 0.8 * host_cores {
+        return Verdict::Clear;
+    }
+    let mut evidence = vec![
+        format!(
+            "{unread:.1} of the target's {connections:.0} connections on average held a request \
+             it had not read yet (Recv-Q > 0), in {with_unread} of {} seconds",
+            sampled.len()
+        ),
+        if host_cores > 0.0 {
+            format!("the target used {cores:.2} of {host_cores:.0} cores: its CPU had room")
+        } else {
+            format!("the target used {cores:.2} cores")
+        },
+    ];
+    let states: BTreeMap<String, f64> = seconds
+        .iter()
+        .filter_map(|s| s.process.as_ref())
+        .flat_map(|p| p.thread_states.iter())
+        .fold(BTreeMap::new(), |mut m, (state, n)| {
+            *m.entry(state.clone()).or_default() += *n as f64 / seconds.len() as f64;
+            m
+        });
+    if !states.is_empty() {
+        let text: Vec<String> = states.iter().map(|(s, n)| format!("{n:.0} {s}")).collect();
+        evidence.push(format!("threads by state on average: {}", text.join(", ")));
+    }
+    let share = (unread / connections.max(1.0)).min(1.0);
+    Verdict::Found(vec![Draft {
+        rule: POOL_TOO_SMALL.id,
+        key: "",
+        severity: if share >= 0.5 {
+            Severity::High
+        } else {
+            Severity::Medium
+        },
+        title: format!(
+            "Requests wait for a free thread: {unread:.1} connections on average held a request \
+             the target had not read"
+        ),
+        evidence,
+        window: window_of(&seconds),
+        cause: "the target serves fewer requests at once than the load offers (a worker pool \
+                smaller than the concurrency): the others wait unread in their connections, \
+                while the CPU has room"
+            .into(),
+        fix: "size the pool to the offered concurrency (Tomcat server.tomcat.threads.max, \
+              Jetty/Undertow worker threads, gunicorn --workers/--threads, an executor's \
+              maximum), or make each request hold its thread less (the off-CPU profile shows \
+              where the threads wait)"
+            .into(),
+        impact: (share, "connections"),
+        data: json!({"unread_mean": unread, "connections_mean": connections,
+            "seconds_with_unread": with_unread, "seconds": sampled.len(), "cores": cores}),
+    }
+    .finish()])
+}
+
 pub const WAITING_NOT_RUNNING: Rule = Rule {
     id: "cpu.waiting-not-running",
     judge: waiting_not_running,
@@ -800,5 +902,55 @@ mod waiting_tests {
             180.0,
         );
         assert!(matches!(waiting_not_running(&busy), Verdict::Clear));
+    }
+
+    fn with_unread(unread: &[u64], cpu_pct: f64) -> RunRecord {
+        let mut run = load_run(&vec![Second::ok(100); 10]);
+        run.resources = unread
+            .iter()
+            .map(|&n| ResourceSecond {
+                host_cpu_per_core: vec![(0, CpuSplit::default()), (1, CpuSplit::default())],
+                process: Some(ProcessSecond {
+                    rates: TaskRates {
+                        cpu_user_pct: cpu_pct,
+                        ..Default::default()
+                    },
+                    sockets: Some(kiln_sample::SocketSummary {
+                        by_state: BTreeMap::from([("ESTAB".to_string(), 8)]),
+                        unread: n,
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            })
+            .collect();
+        run
+    }
+
+    #[test]
+    fn requests_unread_while_the_cpu_has_room_are_a_pool_too_small() {
+        let Verdict::Found(found) = pool_too_small(&with_unread(&[6; 10], 20.0)) else {
+            panic!("no finding");
+        };
+        assert!(
+            found[0].title.contains("6.0 connections"),
+            "{}",
+            found[0].title
+        );
+        assert!(
+            found[0].evidence[0].starts_with("6.0 of the target's 8 connections"),
+            "{:?}",
+            found[0].evidence
+        );
+        assert_eq!(found[0].severity, Severity::High);
+        // a request caught unread now and then is no queue
+        let now_and_then = with_unread(&[0, 0, 1, 0, 0, 0, 2, 0, 0, 0], 20.0);
+        assert!(matches!(pool_too_small(&now_and_then), Verdict::Clear));
+        // the same queue with every core busy: the CPU is the limit, not the pool
+        assert!(matches!(
+            pool_too_small(&with_unread(&[6; 10], 190.0)),
+            Verdict::Clear
+        ));
     }
 }

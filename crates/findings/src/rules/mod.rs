@@ -31,6 +31,7 @@ pub const ALL: &[Rule] = &[
     cpu::CGROUP_THROTTLED,
     cpu::IRQ_HOTSPOT,
     cpu::WAITING_NOT_RUNNING,
+    cpu::POOL_TOO_SMALL,
     sockets::LISTEN_OVERFLOW,
     sockets::SEND_QUEUE_GROWTH,
     sockets::RETRANSMITS,
