@@ -189,6 +189,20 @@ impl RunRecord {
         PhaseSummary::measured_total(&self.phases)
     }
 
+    /// Cores kiln itself used over the measured phases (its own CPU over their duration).
+    pub fn kiln_cores(&self) -> Option<f64> {
+        let total = self.measured()?;
+        let cpu_s: f64 = self
+            .phases
+            .iter()
+            .filter(|p| p.measured)
+            .filter_map(|p| p.end.as_ref())
+            .map(|e| (e.kiln_cpu_user_us as f64 + e.kiln_cpu_system_us as f64) / 1e6)
+            .sum();
+        let duration_s = total.duration_secs();
+        (duration_s > 0.0).then(|| cpu_s / duration_s)
+    }
+
     /// The measured load's wall-clock window.
     pub fn window(&self) -> Option<Window> {
         let measured = self.phases.iter().filter(|p| p.measured);

@@ -702,12 +702,34 @@ fn requests_that_wait_are_told_from_requests_that_run() {
     let w = finding(&f, "cpu.waiting-not-running").unwrap_or_else(|| panic!("{f:#}"));
     let p50 = w["data"]["p50_us"].as_f64().unwrap();
     assert!((20_000.0..40_000.0).contains(&p50), "the 20 ms wait: {w:#}");
+    assert!(
+        finding(&f, "cpu.saturated").is_none(),
+        "a waiting target is not CPU-bound: {f:#}"
+    );
     drop(target);
     let target = Target::start("cpu-bound", None);
     let f = run_and_judge(&target, &tmp.path().join("cpu-bound"), &["-c", "2"]);
     assert!(
         finding(&f, "cpu.waiting-not-running").is_none(),
         "a target busy on its CPU is not waiting: {f:#}"
+    );
+    // two connections that never wait keep both of the host's cores busy: the CPU is named
+    // as the bound, the target's own (it took most of the busy cores) or, when other tests
+    // of this binary or a neighbour took more, the host's
+    let named: Vec<&Value> = ["cpu.saturated", "cpu.host-busy"]
+        .iter()
+        .filter_map(|r| finding(&f, r))
+        .collect();
+    assert_eq!(named.len(), 1, "one of the CPU findings: {f:#}");
+    let d = &named[0]["data"];
+    let busy_cores =
+        d["host_cores"].as_f64().unwrap() * (1.0 - d["host_idle_pct"].as_f64().unwrap() / 100.0);
+    let target_takes_most = d["target_cores"].as_f64().unwrap() >= 0.5 * busy_cores;
+    assert_eq!(
+        named[0]["rule"] == "cpu.saturated",
+        target_takes_most,
+        "{:#}",
+        named[0]
     );
     assert!(
         f["judged"].to_string().contains("cpu.waiting-not-running"),
@@ -799,6 +821,9 @@ fn a_cpu_quota_that_throttles_is_found_and_the_same_target_without_it_is_not() {
     let t = finding(&f, "cpu.cgroup-throttled").unwrap_or_else(|| panic!("{f:#}"));
     assert_eq!(t["data"]["quota_cpus"], 0.2, "{t:#}");
     assert!(t["impact"]["share"].as_f64().unwrap() > 0.5, "{t:#}");
+    // the target is bound by its quota, and the finding says so
+    let bound = finding(&f, "cpu.saturated").unwrap_or_else(|| panic!("{f:#}"));
+    assert_eq!(bound["data"]["limit_cores"], 0.2, "{bound:#}");
     let target = Target::start("cpu-bound", None);
     let f = run_and_judge(&target, &tmp.path().join("free"), &["-c", "2"]);
     assert!(finding(&f, "cpu.cgroup-throttled").is_none(), "{f:#}");

@@ -5,10 +5,11 @@
 use std::collections::BTreeMap;
 
 use kiln_profile::Folded;
+use kiln_record::text::safe_text;
 use kiln_sample::ResourceSecond;
 use serde_json::json;
 
-use super::{host_checks, mean, with_host_fixes, Draft, Rule, NO_PROCESS};
+use super::{duration_us, host_checks, mean, with_host_fixes, Draft, Rule, NO_PROCESS};
 use crate::{RunRecord, Severity, Verdict, Window};
 
 /// Fewer seconds of samples than this and a mean is one burst.
@@ -676,6 +677,194 @@ mod tests {
     }
 }
 
+pub const SATURATED: Rule = Rule {
+    id: "cpu.saturated",
+    judge: saturated,
+};
+
+pub const HOST_BUSY: Rule = Rule {
+    id: "cpu.host-busy",
+    judge: host_busy,
+};
+
+/// The host is busy when less than this share of its CPU is idle.
+const HOST_IDLE_BELOW: f64 = 10.0;
+/// A quota is used up at this share of it.
+const QUOTA_USED: f64 = 0.85;
+
+/// What the measured seconds say about CPU: the target's cores, the host's, its idle share
+/// and the target's quota.
+struct CpuUse {
+    target_cores: f64,
+    host_cores: f64,
+    host_idle_pct: Option<f64>,
+    quota: Option<f64>,
+    seconds: usize,
+}
+
+fn cpu_use(run: &RunRecord) -> Result<(CpuUse, Option<Window>), Verdict> {
+    let seconds = process_seconds(run)?;
+    let target_cores = mean(seconds.iter().filter_map(|s| {
+        let r = &s.process.as_ref()?.rates;
+        Some((r.cpu_user_pct + r.cpu_system_pct) / 100.0)
+    }))
+    .unwrap_or(0.0);
+    let host_cores = seconds
+        .iter()
+        .map(|s| s.host_cpu_per_core.len())
+        .max()
+        .unwrap_or(0) as f64;
+    let host_idle_pct = mean(
+        seconds
+            .iter()
+            .filter_map(|s| s.host_cpu.map(|c| c.idle + c.iowait)),
+    );
+    let quota = seconds
+        .iter()
+        .rev()
+        .find_map(|s| s.process.as_ref()?.cgroup.as_ref()?.quota_cpus);
+    Ok((
+        CpuUse {
+            target_cores,
+            host_cores,
+            host_idle_pct,
+            quota,
+            seconds: seconds.len(),
+        },
+        window_of(&seconds),
+    ))
+}
+
+/// The target is CPU-bound: it used up its quota, or it is what keeps the host's cores busy.
+fn saturated(run: &RunRecord) -> Verdict {
+    let (u, window) = match cpu_use(run) {
+        Ok(u) => u,
+        Err(v) => return v,
+    };
+    let requests = run.measured().map(|m| (m.totals.requests, m.throughput()));
+    let host_busy = u.host_idle_pct.is_some_and(|i| i < HOST_IDLE_BELOW);
+    let (limit, limit_text) = match u.quota {
+        Some(q) if q < u.host_cores || u.host_cores == 0.0 => {
+            (q, format!("its CPU quota of {q:.2} CPUs"))
+        }
+        _ => (
+            u.host_cores,
+            format!("the host's {:.0} cores", u.host_cores),
+        ),
+    };
+    let quota_used = u.quota.is_some() && limit > 0.0 && u.target_cores >= QUOTA_USED * limit;
+    // on a busy host the target is the bound when it takes most of what is busy
+    let busy = 1.0 - u.host_idle_pct.unwrap_or(100.0) / 100.0;
+    let takes_most = u.host_cores > 0.0 && u.target_cores >= 0.5 * busy * u.host_cores;
+    if !(quota_used || (host_busy && takes_most)) {
+        return Verdict::Clear;
+    }
+    let mut evidence = vec![format!(
+        "the target used {:.2} cores of {limit_text} over {} seconds",
+        u.target_cores, u.seconds
+    )];
+    if let Some(idle) = u.host_idle_pct {
+        evidence.push(format!("the host's CPU was {idle:.0}% idle"));
+    }
+    let mut data = json!({"target_cores": u.target_cores, "limit_cores": limit,
+        "host_cores": u.host_cores, "host_idle_pct": u.host_idle_pct, "quota_cpus": u.quota});
+    if let Some((n, rps)) = requests.filter(|(n, _)| *n > 0) {
+        let cpu_per_request_us = u.target_cores * 1e6 / rps.max(1e-9);
+        evidence.push(format!(
+            "{} of CPU per request at {rps:.0} requests/s: {limit_text} serve about {:.0} \
+             requests/s at most",
+            duration_us(cpu_per_request_us as u64),
+            limit * 1e6 / cpu_per_request_us.max(1.0)
+        ));
+        data["cpu_per_request_us"] = json!(cpu_per_request_us);
+        data["requests"] = json!(n);
+    }
+    if let Some(profile) = &run.profile {
+        for f in profile.folded.top_self(3) {
+            evidence.push(format!(
+                "{:5.1}%  of the CPU in {}",
+                f.self_pct,
+                safe_text(&f.name)
+            ));
+        }
+    }
+    Verdict::Found(vec![Draft {
+        rule: SATURATED.id,
+        key: "",
+        severity: Severity::Medium,
+        title: format!(
+            "The target is CPU-bound: it used {:.2} cores of {limit_text}",
+            u.target_cores
+        ),
+        evidence,
+        window,
+        cause: "every request costs CPU and the target has no more of it: throughput stops \
+                rising and latency grows with the load"
+            .into(),
+        fix: "spend less CPU per request (the profile's hottest functions and the other CPU \
+              findings say where), or give it more cores (a larger quota, more replicas)"
+            .into(),
+        impact: (
+            (u.target_cores / limit.max(1e-9)).min(1.0),
+            "the target's CPU",
+        ),
+        data,
+    }
+    .finish()])
+}
+
+/// The host's CPU is busy with other work than the target's: the target competes for it.
+fn host_busy(run: &RunRecord) -> Verdict {
+    let (u, window) = match cpu_use(run) {
+        Ok(u) => u,
+        Err(v) => return v,
+    };
+    let (Some(idle), true) = (u.host_idle_pct, u.host_cores > 0.0) else {
+        return Verdict::Unjudged("the host's CPU was not sampled".into());
+    };
+    let busy_cores = (1.0 - idle / 100.0) * u.host_cores;
+    let others = (busy_cores - u.target_cores).max(0.0);
+    if idle >= HOST_IDLE_BELOW || u.target_cores >= 0.5 * busy_cores {
+        return Verdict::Clear;
+    }
+    let kiln = run.kiln_cores();
+    let mut evidence = vec![
+        format!(
+            "the host's {:.0} cores were {:.0}% busy: {busy_cores:.2} cores, the target's \
+             {:.2} of them",
+            u.host_cores,
+            100.0 - idle,
+            u.target_cores
+        ),
+        format!("{others:.2} cores went to other processes"),
+    ];
+    if let Some(k) = kiln {
+        evidence.push(format!("kiln's own load generation used {k:.2} of them"));
+    }
+    Verdict::Found(vec![Draft {
+        rule: HOST_BUSY.id,
+        key: "",
+        severity: Severity::Medium,
+        title: format!(
+            "The host's CPU is saturated by other work: the target used {:.2} of {busy_cores:.2} \
+             busy cores",
+            u.target_cores
+        ),
+        evidence,
+        window,
+        cause: "other processes (a neighbour, kiln itself on the same host, a build) keep the \
+                cores busy: the target waits for a CPU and its figures are worse than its own"
+            .into(),
+        fix: "run the load from another host (or pin kiln and the target to separate cores \
+              with taskset); stop the neighbour; kiln doctor checks the host"
+            .into(),
+        impact: ((others / u.host_cores).min(1.0), "the host's CPU"),
+        data: json!({"host_cores": u.host_cores, "host_idle_pct": idle,
+            "target_cores": u.target_cores, "other_cores": others, "kiln_cores": kiln}),
+    }
+    .finish()])
+}
+
 pub const POOL_TOO_SMALL: Rule = Rule {
     id: "threads.pool-too-small",
     judge: pool_too_small,
@@ -952,5 +1141,86 @@ mod waiting_tests {
             pool_too_small(&with_unread(&[6; 10], 190.0)),
             Verdict::Clear
         ));
+    }
+
+    fn cpu_run(idle: f64, target_pct: f64, quota: Option<f64>) -> RunRecord {
+        let mut run = load_run(&vec![Second::ok(100); 10]);
+        run.resources = vec![
+            ResourceSecond {
+                host_cpu: Some(CpuSplit {
+                    idle,
+                    ..Default::default()
+                }),
+                host_cpu_per_core: vec![(0, CpuSplit::default()), (1, CpuSplit::default())],
+                process: Some(ProcessSecond {
+                    rates: TaskRates {
+                        cpu_user_pct: target_pct,
+                        ..Default::default()
+                    },
+                    cgroup: quota.map(|q| kiln_sample::CgroupSecond {
+                        quota_cpus: Some(q),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            };
+            10
+        ];
+        run
+    }
+
+    #[test]
+    fn a_target_at_its_quota_or_filling_the_host_is_cpu_bound() {
+        let Verdict::Found(f) = saturated(&cpu_run(70.0, 48.0, Some(0.5))) else {
+            panic!("the quota used up is not found");
+        };
+        assert!(
+            f[0].title
+                .contains("0.48 cores of its CPU quota of 0.50 CPUs"),
+            "{}",
+            f[0].title
+        );
+        // 100 requests/s at 0.48 cores: 4.8 ms each, 0.5 CPUs serve about 104/s
+        assert!(
+            f[0].evidence[2].contains("about 104 requests/s"),
+            "{:?}",
+            f[0].evidence
+        );
+        let Verdict::Found(f) = saturated(&cpu_run(3.0, 180.0, None)) else {
+            panic!("the host filled by the target is not found");
+        };
+        assert!(
+            f[0].title.contains("1.80 cores of the host's 2 cores"),
+            "{}",
+            f[0].title
+        );
+        assert!(matches!(
+            host_busy(&cpu_run(3.0, 180.0, None)),
+            Verdict::Clear
+        ));
+        // a target with room, on a host with room
+        assert!(matches!(
+            saturated(&cpu_run(70.0, 20.0, None)),
+            Verdict::Clear
+        ));
+        assert!(matches!(
+            host_busy(&cpu_run(70.0, 20.0, None)),
+            Verdict::Clear
+        ));
+    }
+
+    #[test]
+    fn a_host_kept_busy_by_others_is_not_the_target_being_cpu_bound() {
+        let run = cpu_run(3.0, 30.0, None);
+        assert!(matches!(saturated(&run), Verdict::Clear));
+        let Verdict::Found(f) = host_busy(&run) else {
+            panic!("the busy host is not found");
+        };
+        assert!(
+            f[0].evidence[1].starts_with("1.64 cores went to other processes"),
+            "{:?}",
+            f[0].evidence
+        );
     }
 }

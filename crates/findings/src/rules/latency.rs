@@ -161,17 +161,8 @@ fn rate_not_reached(run: &RunRecord) -> Verdict {
         .collect();
     let unsent = ends.iter().fold(0u64, |a, e| a.saturating_add(e.unsent));
     let scheduled = total.totals.scheduled;
-    let duration_s = total.duration_secs();
-    let kiln_cpu_s: f64 = ends
-        .iter()
-        .map(|e| (e.kiln_cpu_user_us as f64 + e.kiln_cpu_system_us as f64) / 1e6)
-        .sum();
     let threads = run.manifest.plan["threads"].as_u64().unwrap_or(0).max(1) as f64;
-    let kiln_cores = if duration_s > 0.0 {
-        kiln_cpu_s / duration_s
-    } else {
-        0.0
-    };
+    let kiln_cores = run.kiln_cores().unwrap_or(0.0);
     let unsent_share = if scheduled > 0 {
         unsent as f64 / scheduled as f64
     } else {

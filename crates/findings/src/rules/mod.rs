@@ -27,6 +27,8 @@ pub const ALL: &[Rule] = &[
     latency::TAIL_HEAVY,
     drift::DRIFT,
     periodic::PERIODIC_SPIKES,
+    cpu::SATURATED,
+    cpu::HOST_BUSY,
     cpu::SYSTEM_ABOVE_USER,
     cpu::CGROUP_THROTTLED,
     cpu::IRQ_HOTSPOT,
