@@ -51,6 +51,13 @@ fn behavior(name: &str, log_peer: Option<SocketAddr>) -> Behavior {
             lock_outside: name.ends_with("fixed"),
             ..Default::default()
         },
+        // an accept backlog of 1 and an acceptor that waits 20 ms after each connection, and
+        // the same acceptor with the default backlog
+        "small-backlog" | "small-backlog-fixed" => Planted {
+            listen_backlog: (name == "small-backlog").then_some(1),
+            accept_delay: Duration::from_millis(20),
+            ..Default::default()
+        },
         // 10 ms per request served by a pool of 2 workers, and the pool sized to the load's 8
         "pool" | "pool-fixed" => {
             return Behavior {
@@ -379,7 +386,9 @@ struct Netns {
 
 impl Netns {
     fn new(drop_per_mille: u32) -> Self {
-        let name = format!("kiln-loss-{}-{drop_per_mille}", std::process::id());
+        static MADE: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let name = format!("kiln-{}-{n}", std::process::id());
         let ns = Netns { name };
         let setup = format!(
             "ip link set lo up && nft add table inet loss && \
@@ -485,6 +494,33 @@ fn requests_waiting_for_a_small_pool_are_found_and_a_pool_sized_to_the_load_is_n
     assert!(
         f["judged"].to_string().contains("threads.pool-too-small"),
         "the rule judged the sized pool: {f:#}"
+    );
+}
+
+#[test]
+fn connections_dropped_by_a_full_accept_queue_are_found_and_a_long_queue_is_not() {
+    let tmp = tempfile::tempdir().unwrap();
+    // 64 connections opened at once; each namespace has its own TCP counters, so no other
+    // test's listener is counted
+    let load = ["--rate", "200", "-c", "64"];
+    let ns = Netns::new(0);
+    let target = Target::start_in("small-backlog", None, Some(&ns));
+    let f = run_in(Some(&ns), &target, &tmp.path().join("small"), "7s", &load);
+    let overflow = finding(&f, "kernel.listen-overflow").unwrap_or_else(|| panic!("{f:#}"));
+    assert!(
+        overflow["data"]["listen_overflows"].as_u64().unwrap() > 0,
+        "{overflow:#}"
+    );
+    drop(target);
+    drop(ns);
+
+    let ns = Netns::new(0);
+    let target = Target::start_in("small-backlog-fixed", None, Some(&ns));
+    let f = run_in(Some(&ns), &target, &tmp.path().join("long"), "7s", &load);
+    assert!(finding(&f, "kernel.listen-overflow").is_none(), "{f:#}");
+    assert!(
+        f["judged"].to_string().contains("kernel.listen-overflow"),
+        "the rule judged the run: {f:#}"
     );
 }
 

@@ -97,7 +97,21 @@ impl TargetServer {
     }
 
     pub fn start_on(bind: &str, behavior: Behavior) -> io::Result<Self> {
-        let listener = TcpListener::bind(bind)?;
+        let listener = match behavior.planted.listen_backlog {
+            None => TcpListener::bind(bind)?,
+            Some(backlog) => {
+                let address: SocketAddr = bind.parse().map_err(io::Error::other)?;
+                let socket = socket2::Socket::new(
+                    socket2::Domain::for_address(address),
+                    socket2::Type::STREAM,
+                    None,
+                )?;
+                socket.set_reuse_address(true)?;
+                socket.bind(&address.into())?;
+                socket.listen(backlog)?;
+                socket.into()
+            }
+        };
         let addr = listener.local_addr()?;
         let tls = if behavior.tls {
             Some(self_signed_tls()?)
@@ -209,6 +223,9 @@ fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
         }
         let Ok(stream) = stream else { continue };
         shared.connections.fetch_add(1, Ordering::SeqCst);
+        if !shared.behavior.planted.accept_delay.is_zero() {
+            thread::sleep(shared.behavior.planted.accept_delay);
+        }
         let conn_shared = shared.clone();
         let _ = thread::Builder::new()
             .name("target-conn".into())

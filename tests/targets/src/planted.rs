@@ -26,6 +26,11 @@ pub struct Planted {
     pub lock_hold: std::time::Duration,
     /// The fix: the same sleep outside the lock, which is then held only to update the count.
     pub lock_outside: bool,
+    /// The listening socket's accept backlog (the kernel's default: net.core.somaxconn).
+    pub listen_backlog: Option<i32>,
+    /// The acceptor waits this long after each accepted connection (an acceptor thread that
+    /// also does work): connections that arrive together overflow a small backlog.
+    pub accept_delay: std::time::Duration,
     /// A pool of this many workers serves the requests: a connection with a request waits
     /// (unread, in its socket) until a worker is free to read it, as Tomcat's NIO connector
     /// does with its executor.
