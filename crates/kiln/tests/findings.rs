@@ -51,6 +51,19 @@ fn behavior(name: &str, log_peer: Option<SocketAddr>) -> Behavior {
             lock_outside: name.ends_with("fixed"),
             ..Default::default()
         },
+        // a 256 KB JSON catalogue parsed on every request, and parsed once; both burn 2 ms of
+        // CPU per request besides, so that both profiles have samples to judge
+        "json" | "json-fixed" => {
+            return Behavior {
+                cpu_per_request: Duration::from_millis(2),
+                planted: Planted {
+                    json_bytes: 256 << 10,
+                    json_parsed_once: name.ends_with("fixed"),
+                    ..Default::default()
+                },
+                ..Default::default()
+            }
+        }
         // an accept backlog of 1 and an acceptor that waits 20 ms after each connection, and
         // the same acceptor with the default backlog
         "small-backlog" | "small-backlog-fixed" => Planted {
@@ -105,6 +118,14 @@ fn behavior(name: &str, log_peer: Option<SocketAddr>) -> Behavior {
             }
         }
         "answers" => return Behavior::default(),
+        // every 50th request 100 ms slower: p99 far above p95; and the same without
+        "slow-tail" | "even" => {
+            return Behavior {
+                service_time: Duration::from_millis(1),
+                slow_every: (name == "slow-tail").then_some((50, Duration::from_millis(100))),
+                ..Default::default()
+            }
+        }
         // 50 ms per request: 4 connections serve 80 requests/s at most
         "slow" => {
             return Behavior {
@@ -521,6 +542,46 @@ fn connections_dropped_by_a_full_accept_queue_are_found_and_a_long_queue_is_not(
     assert!(
         f["judged"].to_string().contains("kernel.listen-overflow"),
         "the rule judged the run: {f:#}"
+    );
+}
+
+#[test]
+fn json_parsed_on_every_request_is_found_and_parsed_once_is_not() {
+    let tmp = tempfile::tempdir().unwrap();
+    // enough samples to judge a share by even when a parse takes 1 ms (a release build)
+    let load = ["--rate", "50", "-c", "4", "--profile-frequency", "999"];
+    let target = Target::start("json", None);
+    let f = run_and_judge(&target, &tmp.path().join("json"), &load);
+    let json = finding(&f, "cpu.json").unwrap_or_else(|| panic!("{f:#}"));
+    assert!(
+        json["evidence"].to_string().contains("parse_catalog"),
+        "the caller that parses is named: {json:#}"
+    );
+    drop(target);
+    let fixed = Target::start("json-fixed", None);
+    let f = run_and_judge(&fixed, &tmp.path().join("once"), &load);
+    assert!(finding(&f, "cpu.json").is_none(), "{f:#}");
+    assert!(f["judged"].to_string().contains("cpu.categories"), "{f:#}");
+}
+
+#[test]
+fn a_slow_fiftieth_request_makes_a_heavy_tail_and_an_even_target_does_not() {
+    let tmp = tempfile::tempdir().unwrap();
+    // 2% of requests 100 ms slower: p95 stays at the 1 ms service, p99 is the slow ones
+    let load = ["--rate", "200", "-c", "8"];
+    let target = Target::start("slow-tail", None);
+    let f = run_and_judge(&target, &tmp.path().join("tail"), &load);
+    let tail = finding(&f, "latency.tail-heavy").unwrap_or_else(|| panic!("{f:#}"));
+    let p99 = tail["data"]["p99_us"].as_f64().unwrap();
+    assert!((100_000.0..200_000.0).contains(&p99), "{tail:#}");
+    drop(target);
+    // the same 1 ms service without the slow ones
+    let even = Target::start("even", None);
+    let f = run_and_judge(&even, &tmp.path().join("even"), &load);
+    assert!(finding(&f, "latency.tail-heavy").is_none(), "{f:#}");
+    assert!(
+        f["judged"].to_string().contains("latency.tail-heavy"),
+        "{f:#}"
     );
 }
 

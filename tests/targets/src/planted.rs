@@ -26,6 +26,11 @@ pub struct Planted {
     pub lock_hold: std::time::Duration,
     /// The fix: the same sleep outside the lock, which is then held only to update the count.
     pub lock_outside: bool,
+    /// A JSON document of about this many bytes parsed on every request (configuration read
+    /// again each time).
+    pub json_bytes: usize,
+    /// The fix: the document parsed once and kept.
+    pub json_parsed_once: bool,
     /// The listening socket's accept backlog (the kernel's default: net.core.somaxconn).
     pub listen_backlog: Option<i32>,
     /// The acceptor waits this long after each accepted connection (an acceptor thread that
@@ -93,6 +98,9 @@ pub struct PlantedState {
     shared: Mutex<u64>,
     /// When the first request came (the warm-up's start).
     first_request: std::sync::OnceLock<std::time::Instant>,
+    /// The JSON document (`json_bytes`), and the fix's parsed copy.
+    json_doc: String,
+    json_parsed: std::sync::OnceLock<serde_json::Value>,
     /// Free workers of the pool (`workers`), and the signal that one was freed.
     free_workers: Mutex<usize>,
     worker_freed: std::sync::Condvar,
@@ -125,6 +133,8 @@ impl PlantedState {
         };
         let workers = planted.workers;
         Ok(Self {
+            json_doc: json_document(planted.json_bytes),
+            json_parsed: std::sync::OnceLock::new(),
             free_workers: Mutex::new(workers.unwrap_or(0)),
             worker_freed: std::sync::Condvar::new(),
             planted,
@@ -179,6 +189,17 @@ impl PlantedState {
                 std::thread::sleep(warm.extra.mul_f64(left));
             }
         }
+        if p.json_bytes > 0 {
+            let price = if p.json_parsed_once {
+                let doc = self
+                    .json_parsed
+                    .get_or_init(|| parse_catalog(&self.json_doc));
+                doc[0]["price"].as_u64()
+            } else {
+                parse_catalog(&self.json_doc)[0]["price"].as_u64()
+            };
+            std::hint::black_box(price);
+        }
         if !p.lock_hold.is_zero() {
             update_shared_count(&self.shared, p.lock_hold, p.lock_outside);
         }
@@ -189,6 +210,30 @@ impl PlantedState {
             }
         }
     }
+}
+
+/// A catalogue of items as JSON, about `bytes` long.
+fn json_document(bytes: usize) -> String {
+    let mut doc = String::from("[");
+    let mut i = 0;
+    while doc.len() < bytes {
+        if i > 0 {
+            doc.push(',');
+        }
+        doc.push_str(&format!(
+            r#"{{"sku":"item-{i}","price":{},"tags":["fresh","local"],"stock":{{"here":{},"there":{}}}}}"#,
+            100 + i % 17,
+            i % 7,
+            i % 5
+        ));
+        i += 1;
+    }
+    doc + "]"
+}
+
+#[inline(never)]
+fn parse_catalog(doc: &str) -> serde_json::Value {
+    serde_json::from_str(doc).unwrap_or_default()
 }
 
 /// Sleeps `hold` and counts the request in state shared by all: inside the lock (every
