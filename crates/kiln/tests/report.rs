@@ -37,6 +37,17 @@ fn seconds(dir: &Path) -> Vec<Value> {
         .collect()
 }
 
+/// The share a flame graph's search matched, in percent, with the page opened at `hash`.
+fn match_share(page: &std::path::Path, hash: &str) -> f64 {
+    let searched = common::dump_dom_at(page, hash);
+    searched
+        .split("matched: ")
+        .nth(1)
+        .and_then(|t| t.split('%').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no match share at {hash}: {searched}"))
+}
+
 /// Counts pixels unlike the page's background in a band of the screenshot.
 fn drawn_pixels(png: &Path, top: u32, height: u32) -> usize {
     let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(png).unwrap()));
@@ -198,13 +209,7 @@ fn every_section_is_drawn_and_the_charts_hold_the_runs_numbers() {
         .and_then(|cell| cell.split('%').next())
         .and_then(|n| n.parse().ok())
         .unwrap();
-    let searched = common::dump_dom_at(&page, &format!("#search={hot}"));
-    let matched: f64 = searched
-        .split("matched: ")
-        .nth(1)
-        .and_then(|t| t.split('%').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no match share: {searched}"));
+    let matched = match_share(&page, &format!("#search={hot}"));
     assert!(matched > 5.0, "{matched}");
     assert!(
         (matched - table_total).abs() < 0.6,
@@ -230,13 +235,7 @@ fn every_section_is_drawn_and_the_charts_hold_the_runs_numbers() {
     let switches = count(&|_| true);
     assert_eq!(off_cpu["total"].as_u64(), Some(switches), "{off_cpu}");
     let sleeping = count(&|stack| stack.contains("nanosleep"));
-    let searched = common::dump_dom_at(&page, "#offcpu-search=nanosleep");
-    let matched: f64 = searched
-        .split("matched: ")
-        .nth(1)
-        .and_then(|t| t.split('%').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no match share: {searched}"));
+    let matched = match_share(&page, "#offcpu-search=nanosleep");
     let expected = 100.0 * sleeping as f64 / switches as f64;
     assert!(expected > 5.0, "{sleeping} of {switches} switches sleep");
     assert!(

@@ -895,16 +895,17 @@ fn pool_too_small(run: &RunRecord) -> Verdict {
             .map(|(_, k)| k.by_state.get("ESTAB").copied().unwrap_or(0) as f64),
     )
     .unwrap_or(0.0);
-    let cores = mean(seconds.iter().filter_map(|s| {
-        let r = &s.process.as_ref()?.rates;
-        Some((r.cpu_user_pct + r.cpu_system_pct) / 100.0)
-    }))
-    .unwrap_or(0.0);
-    let host_cores = seconds
-        .iter()
-        .map(|s| s.host_cpu_per_core.len())
-        .max()
-        .unwrap_or(0) as f64;
+    let Ok((
+        CpuUse {
+            target_cores: cores,
+            host_cores,
+            ..
+        },
+        _,
+    )) = cpu_use(run)
+    else {
+        return Verdict::Clear;
+    };
     // threads busy on the CPU: more of them would not help (the CPU findings say where it goes)
     if host_cores > 0.0 && cores >= 0.8 * host_cores {
         return Verdict::Clear;
