@@ -78,14 +78,16 @@ def folded_of(path):
 
 
 def overhead():
-    """Throughput and p50 of a CPU-bound target with and without kiln's profiler attached."""
+    """Throughput and p50 of a CPU-bound target with and without kiln's profilers attached
+    (on-CPU at 99 Hz; off-CPU, every context switch)."""
     port = 18432
     target = subprocess.Popen([TARGET, "--port", str(port), "--cpu-us", "200"], stdout=subprocess.PIPE)
     target.stdout.readline()
-    rows = {"plain": [], "profiled": []}
+    rows = {"plain": [], "profiled": [], "off-cpu": []}
     try:
         for r in range(ROUNDS):
-            for name, extra in (("plain", []), ("profiled", ["--watch-port", str(port), "--profile"])):
+            for name, extra in (("plain", []), ("profiled", ["--watch-port", str(port), "--profile"]),
+                                ("off-cpu", ["--watch-port", str(port), "--off-cpu"])):
                 out = subprocess.run([KILN, "run", f"http://127.0.0.1:{port}/", "-c", "8", "-t", "1",
                                       "-d", "5s" if QUICK else "10s", "--json", "-q", "--out",
                                       os.path.join(tempfile.mkdtemp(), "run")] + extra,
@@ -97,7 +99,9 @@ def overhead():
         target.kill()
     med = {n: {k: sorted(x[k] for x in v)[len(v) // 2] for k in v[0]} for n, v in rows.items()}
     return {"median": med, "throughput_ratio": med["profiled"]["rps"] / med["plain"]["rps"],
-            "p50_ratio": med["profiled"]["p50_us"] / med["plain"]["p50_us"]}
+            "p50_ratio": med["profiled"]["p50_us"] / med["plain"]["p50_us"],
+            "off_cpu_throughput_ratio": med["off-cpu"]["rps"] / med["plain"]["rps"],
+            "off_cpu_p50_ratio": med["off-cpu"]["p50_us"] / med["plain"]["p50_us"]}
 
 
 def main():
