@@ -33,6 +33,14 @@ fn process_seconds(run: &RunRecord) -> Result<Vec<&ResourceSecond>, Verdict> {
     Ok(seconds)
 }
 
+/// The target's mean CPU over these seconds, in cores (user and system).
+fn target_cores(seconds: &[&ResourceSecond]) -> Option<f64> {
+    mean(seconds.iter().filter_map(|s| {
+        let r = &s.process.as_ref()?.rates;
+        Some((r.cpu_user_pct + r.cpu_system_pct) / 100.0)
+    }))
+}
+
 fn window_of(seconds: &[&ResourceSecond]) -> Option<Window> {
     Some(Window {
         from_unix_ms: seconds.first()?.unix_ms.saturating_sub(1000),
@@ -704,11 +712,7 @@ struct CpuUse {
 
 fn cpu_use(run: &RunRecord) -> Result<(CpuUse, Option<Window>), Verdict> {
     let seconds = process_seconds(run)?;
-    let target_cores = mean(seconds.iter().filter_map(|s| {
-        let r = &s.process.as_ref()?.rates;
-        Some((r.cpu_user_pct + r.cpu_system_pct) / 100.0)
-    }))
-    .unwrap_or(0.0);
+    let target_cores = target_cores(&seconds).unwrap_or(0.0);
     let host_cores = seconds
         .iter()
         .map(|s| s.host_cpu_per_core.len())
@@ -984,10 +988,7 @@ fn waiting_not_running(run: &RunRecord) -> Verdict {
         return Verdict::Unjudged("the record holds no measured load".into());
     };
     let throughput = total.throughput();
-    let cores = mean(seconds.iter().filter_map(|s| {
-        let r = &s.process.as_ref()?.rates;
-        Some((r.cpu_user_pct + r.cpu_system_pct) / 100.0)
-    }));
+    let cores = target_cores(&seconds);
     let host_idle = mean(seconds.iter().filter_map(|s| s.host_cpu.map(|c| c.idle)));
     let (Some(cores), true) = (cores, throughput >= 1.0) else {
         return Verdict::Unjudged("too few requests or CPU samples to divide".into());

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use kiln_record::text::safe_text;
 use serde_json::json;
 
+use super::profile::{strip_mark, top};
 use super::{Draft, Rule};
 use crate::{RunRecord, Severity, Verdict};
 
@@ -54,10 +55,7 @@ fn is_lock_frame(frame: &str) -> bool {
 
 /// Frames of the lock machinery itself, passed over when naming who waits.
 fn is_lock_glue(frame: &str) -> bool {
-    let f = frame
-        .strip_suffix("_[k]")
-        .or_else(|| frame.strip_suffix("_[j]"))
-        .unwrap_or(frame);
+    let f = strip_mark(frame);
     frame.ends_with("_[k]")
         || is_lock_frame(f)
         || f.contains("::sync::")
@@ -112,17 +110,9 @@ fn lock_contention(run: &RunRecord) -> Verdict {
     if share < MIN_SHARE || per_request < MIN_PER_REQUEST {
         return Verdict::Clear;
     }
-    let top = |map: &HashMap<String, u64>, n: usize| -> Vec<(String, f64)> {
-        let mut v: Vec<(&String, &u64)> = map.iter().collect();
-        v.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
-        v.into_iter()
-            .take(n)
-            .map(|(f, c)| (f.clone(), *c as f64 / total as f64))
-            .collect()
-    };
-    let callers = top(&waiters, 3);
-    let lock_frames = top(&locks, 2);
-    let thread_names = top(&threads, 3);
+    let callers = top(&waiters, total, 3);
+    let lock_frames = top(&locks, total, 2);
+    let thread_names = top(&threads, total, 3);
     let mut evidence = vec![format!(
         "{waits} of {total} context switches ({:.0}%) were threads blocking on a lock",
         100.0 * share

@@ -324,7 +324,8 @@ pub const CATEGORIES_RULE: Rule = Rule {
     judge: categories,
 };
 
-fn strip_mark(frame: &str) -> &str {
+/// A frame's name without perf's kernel, JIT or inlined mark.
+pub(super) fn strip_mark(frame: &str) -> &str {
     frame
         .strip_suffix("_[k]")
         .or_else(|| frame.strip_suffix("_[j]"))
@@ -404,7 +405,9 @@ fn is_runtime_glue(frame: &str) -> bool {
         || matches!(f, "[unknown]" | "syscall" | "__syscall")
 }
 
-fn top(map: &HashMap<String, u64>, total: u64, n: usize) -> Vec<(String, f64)> {
+/// The `n` heaviest names of a tally, with their share of `total`, heaviest first (ties by
+/// name, so the same record gives the same list).
+pub(super) fn top(map: &HashMap<String, u64>, total: u64, n: usize) -> Vec<(String, f64)> {
     let mut v: Vec<(&String, &u64)> = map.iter().collect();
     v.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
     v.into_iter()

@@ -8,6 +8,10 @@ use serde_json::json;
 use super::{bytes, duration_us, host_checks, with_host_fixes, Draft, Rule, NO_PROCESS};
 use crate::{RunRecord, Severity, Verdict, Window};
 
+/// What a rule over the kernel's TCP counters says when none were sampled.
+const NO_KERNEL_COUNTERS: &str =
+    "no kernel TCP counters sampled (run with --watch-port or --watch-pid)";
+
 pub const LISTEN_OVERFLOW: Rule = Rule {
     id: "kernel.listen-overflow",
     judge: listen_overflow,
@@ -24,9 +28,7 @@ fn listen_overflow(run: &RunRecord) -> Verdict {
         })
         .collect();
     if kernels.is_empty() {
-        return Verdict::Unjudged(
-            "no kernel TCP counters sampled (run with --watch-port or --watch-pid)".into(),
-        );
+        return Verdict::Unjudged(NO_KERNEL_COUNTERS.into());
     }
     let overflows = kernels.iter().fold(0u64, |a, k| a.saturating_add(k.1));
     let drops = kernels.iter().fold(0u64, |a, k| a.saturating_add(k.2));
@@ -225,9 +227,7 @@ fn retransmits(run: &RunRecord) -> Verdict {
         })
         .collect();
     if counts.is_empty() {
-        return Verdict::Unjudged(
-            "no kernel TCP counters sampled (run with --watch-port or --watch-pid)".into(),
-        );
+        return Verdict::Unjudged(NO_KERNEL_COUNTERS.into());
     }
     let retrans = counts.iter().fold(0u64, |a, c| a.saturating_add(c.1));
     let out = counts.iter().fold(0u64, |a, c| a.saturating_add(c.2));
