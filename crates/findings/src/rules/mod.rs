@@ -42,6 +42,20 @@ pub const ALL: &[Rule] = &[
     db::DB_CALLS,
 ];
 
+/// The rule in `ALL` whose verdict covers findings of `rule`: the categories rule judges
+/// `cpu.json`, `cpu.exceptions` and the rest of its categories, the DB rule every kind of DB
+/// finding; any other rule judges itself. A record where that rule judged and found nothing
+/// of `rule` has it fixed.
+pub fn judging_rule(rule: &str) -> &str {
+    if profile::is_category(rule) {
+        profile::CATEGORIES_RULE.id
+    } else if rule.starts_with("db.") {
+        db::DB_CALLS.id
+    } else {
+        rule
+    }
+}
+
 /// The parts of a finding every rule fills in.
 pub(crate) struct Draft<'a> {
     pub rule: &'a str,

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use kiln_record::text::safe_text;
 use serde_json::json;
 
-use super::profile::{strip_mark, top};
+use super::profile::{plain_name, strip_mark, top};
 use super::{Draft, Rule};
 use crate::{RunRecord, Severity, Verdict};
 
@@ -49,7 +49,7 @@ const LOCK_FRAMES: &[&str] = &[
 
 /// Whether a frame is one of `LOCK_FRAMES`.
 fn is_lock_frame(frame: &str) -> bool {
-    let plain: String = frame.chars().filter(|c| !matches!(c, '<' | '>')).collect();
+    let plain = plain_name(frame);
     LOCK_FRAMES.iter().any(|l| plain.contains(l))
 }
 

@@ -4,6 +4,7 @@
 //! (after perf's `_[k]`/`_[j]` marks); the tables follow async-profiler's classifier and
 //! Sentry's frame categories.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 use kiln_profile::Folded;
@@ -22,7 +23,8 @@ struct Category {
     doing: &'static str,
     /// A frame containing one of these is in the category.
     frames: &'static [&'static str],
-    /// Samples in this category are not counted in these (its frames lie inside them).
+    /// Samples in this category are not counted in these (its frames lie inside them: the
+    /// allocations a JSON parser makes are the parsing's cost, gone when it is).
     takes_from: &'static [&'static str],
     /// Frames passed over when naming the caller (an exception's own constructors).
     not_callers: &'static [&'static str],
@@ -48,7 +50,7 @@ const CATEGORIES: &[Category] = &[
             "LoggingEvent.getCallerData",
             "findCaller",
         ],
-        takes_from: &["cpu.exceptions", "cpu.logging"],
+        takes_from: &["cpu.exceptions", "cpu.logging", "cpu.allocation"],
         not_callers: &[],
         enclosing: Some((
             &["org.apache.logging.log4j.", "ch.qos.logback."],
@@ -87,7 +89,7 @@ const CATEGORIES: &[Category] = &[
             "runtime.Callers",
             "traceback.extract_stack",
         ],
-        takes_from: &[],
+        takes_from: &["cpu.allocation"],
         not_callers: &[".<init>"],
         enclosing: None,
         threshold: 0.05,
@@ -115,7 +117,7 @@ const CATEGORIES: &[Category] = &[
             "orjson",
             "ujson",
         ],
-        takes_from: &[],
+        takes_from: &["cpu.allocation"],
         not_callers: &[],
         enclosing: None,
         threshold: 0.10,
@@ -137,7 +139,7 @@ const CATEGORIES: &[Category] = &[
             "pcre",
             "RegExp",
         ],
-        takes_from: &[],
+        takes_from: &["cpu.allocation"],
         not_callers: &[],
         enclosing: None,
         threshold: 0.10,
@@ -156,7 +158,7 @@ const CATEGORIES: &[Category] = &[
             "sun.reflect.",
             "reflect.Value.",
         ],
-        takes_from: &[],
+        takes_from: &["cpu.allocation"],
         not_callers: &[],
         enclosing: None,
         threshold: 0.10,
@@ -177,7 +179,7 @@ const CATEGORIES: &[Category] = &[
             "env_logger::",
             "go.uber.org/zap",
         ],
-        takes_from: &[],
+        takes_from: &["cpu.allocation"],
         not_callers: &[],
         enclosing: None,
         threshold: 0.10,
@@ -233,14 +235,17 @@ const CATEGORIES: &[Category] = &[
         rule: "cpu.lock-spin",
         doing: "spins and waits on contended locks",
         frames: &[
+            // the contended paths only: a futex call also wakes a condition variable or
+            // parks an idle worker, which is handing work over, not fighting for a lock
             "native_queued_spin_lock_slowpath",
-            "__x64_sys_futex",
-            "futex_wait",
             "__lll_lock_wait",
+            "futex::Mutex::lock_contended",
+            "futex::RwLock::read_contended",
+            "futex::RwLock::write_contended",
             "ObjectMonitor::enter",
             "ObjectSynchronizer::",
             "parking_lot::raw_mutex",
-            "futex::Mutex::lock_contended",
+            "parking_lot::raw_rwlock",
             "runtime.lock2",
         ],
         takes_from: &[],
@@ -319,6 +324,11 @@ const CATEGORIES: &[Category] = &[
     },
 ];
 
+/// Whether `rule` is one of the categories this rule judges (`cpu.json`, `cpu.exceptions`...).
+pub(super) fn is_category(rule: &str) -> bool {
+    CATEGORIES.iter().any(|c| c.rule == rule)
+}
+
 pub const CATEGORIES_RULE: Rule = Rule {
     id: "cpu.categories",
     judge: categories,
@@ -333,9 +343,22 @@ pub(super) fn strip_mark(frame: &str) -> &str {
         .unwrap_or(frame)
 }
 
-/// The index of the first frame (root first) in the category, if any.
-fn first_match(frames: &[&str], category: &Category) -> Option<usize> {
-    let has = |f: &str, names: &[&str]| names.iter().any(|p| strip_mark(f).contains(p));
+/// A frame's name without perf's mark and without angle brackets, so a pattern written
+/// `Backtrace::create` matches Rust's `<std::backtrace::Backtrace>::create` and
+/// `<T as Trait>::f` reads as a path.
+pub(super) fn plain_name(frame: &str) -> Cow<'_, str> {
+    let f = strip_mark(frame);
+    if f.contains(['<', '>']) {
+        Cow::Owned(f.chars().filter(|c| !matches!(c, '<' | '>')).collect())
+    } else {
+        Cow::Borrowed(f)
+    }
+}
+
+/// The index of the first frame (root first) in the category, if any; `frames` are plain
+/// names (`plain_name`).
+fn first_match(frames: &[Cow<str>], category: &Category) -> Option<usize> {
+    let has = |f: &str, names: &[&str]| names.iter().any(|p| f.contains(p));
     frames
         .iter()
         .position(|f| has(f, category.frames))
@@ -364,8 +387,9 @@ fn tally(folded: &Folded) -> Vec<Tally> {
         .collect();
     for (stack, count) in folded.lines() {
         let frames: Vec<&str> = stack.split(';').collect();
+        let names: Vec<Cow<str>> = frames.iter().map(|f| plain_name(f)).collect();
         let matched: Vec<Option<usize>> =
-            CATEGORIES.iter().map(|c| first_match(&frames, c)).collect();
+            CATEGORIES.iter().map(|c| first_match(&names, c)).collect();
         for (i, category) in CATEGORIES.iter().enumerate() {
             let Some(at) = matched[i] else { continue };
             // a sample of a category that lies inside another counts only there
@@ -395,12 +419,19 @@ fn tally(folded: &Folded) -> Vec<Tally> {
     tallies
 }
 
-/// Frames that only pass calls on (the kernel's entry, libc's syscall(), interpreter loops,
-/// stubs): not the caller anyone wrote.
+/// Frames that only pass calls on (the kernel's entry, libc's syscall() and memory routines,
+/// interpreter loops, stubs, Rust's standard library around an inlined closure): not the
+/// caller anyone wrote.
 fn is_runtime_glue(frame: &str) -> bool {
     let f = strip_mark(frame);
     frame.ends_with("_[k]")
         || f.starts_with("Interpreter")
+        || ["core::", "alloc::", "std::"].iter().any(|lib| {
+            f.starts_with(lib) || f.strip_prefix('<').is_some_and(|g| g.starts_with(lib))
+        })
+        || ["__mem", "memset", "memcpy", "memmove"]
+            .iter()
+            .any(|libc| f.starts_with(libc))
         || f.starts_with("StubRoutines")
         || matches!(f, "[unknown]" | "syscall" | "__syscall")
 }
@@ -570,6 +601,86 @@ mod tests {
         assert!(
             found("app;handler;clock_gettime;__vdso_clock_gettime 20\napp;handler;work 180\n")
                 .is_empty()
+        );
+    }
+
+    #[test]
+    fn contended_locks_spin_and_condition_variables_do_not() {
+        // Rust's std mutex slow path, as perf names it (the brackets do not stop the match)
+        let f = found(
+            "app;handler;<std::sys::sync::mutex::futex::Mutex>::lock_contended;syscall;entry_SYSCALL_64_[k];__x64_sys_futex_[k] 40\n\
+             app;handler;work 160\n",
+        );
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!(f[0].rule, "cpu.lock-spin");
+        // a pool waking its idle workers and workers parking: futex calls, no contention
+        assert!(found(
+            "app;pool::spawn;<std::sys::sync::condvar::futex::Condvar>::notify_one;syscall;entry_SYSCALL_64_[k];__x64_sys_futex_[k];futex_wake_[k] 40\n\
+             app;worker::park;<std::sys::sync::condvar::futex::Condvar>::wait_optional_timeout;syscall;entry_SYSCALL_64_[k];__x64_sys_futex_[k];futex_wait_[k] 40\n\
+             app;handler;work 120\n",
+        )
+        .is_empty());
+    }
+
+    #[test]
+    fn allocations_inside_a_category_are_its_cost() {
+        // a parser's allocations are the parsing's; the rest of the allocations are too few
+        let f = found(
+            "app;handler;serde_json::de::from_str;serde_json::de::parse_object;malloc;_int_malloc 60\n\
+             app;handler;serde_json::de::from_str;serde_json::de::parse_object 20\n\
+             app;handler;malloc 10\n\
+             app;handler;work 110\n",
+        );
+        let rules: Vec<&str> = f.iter().map(|f| f.rule.as_str()).collect();
+        assert_eq!(rules, ["cpu.json"], "{f:?}");
+        assert!(
+            f[0].evidence[0].starts_with("40.0% of 200"),
+            "{:?}",
+            f[0].evidence
+        );
+    }
+
+    #[test]
+    fn rust_backtraces_are_stack_walking() {
+        let f = found(
+            "app;handler;<std::backtrace::Backtrace>::force_capture;<std::backtrace::Backtrace>::create;_Unwind_Backtrace 30\n\
+             app;handler;work 170\n",
+        );
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!(f[0].rule, "cpu.exceptions");
+        assert!(
+            f[0].evidence
+                .iter()
+                .any(|e| e.ends_with("called from handler")),
+            "{:?}",
+            f[0].evidence
+        );
+        // the closure's iterator is not who made the backtraces
+        let f = found(
+            "app;handler;<core::iter::adapters::map::Map<I,F> as core::iter::traits::iterator::Iterator>::fold;<std::backtrace::Backtrace>::force_capture 30\n\
+             app;handler;work 170\n",
+        );
+        assert!(
+            f[0].evidence
+                .iter()
+                .any(|e| e.ends_with("called from handler")),
+            "{:?}",
+            f[0].evidence
+        );
+    }
+
+    #[test]
+    fn page_faults_are_called_from_the_code_that_touched_the_memory_not_memset() {
+        let f = found(
+            "app;shop::render;__memset_avx2_unaligned_erms;asm_exc_page_fault_[k];handle_mm_fault_[k];clear_page_erms_[k] 60\n\
+             app;shop::render;work 140\n",
+        );
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!(f[0].rule, "cpu.page-faults");
+        assert_eq!(
+            f[0].data["callers"][0][0], "shop::render",
+            "{:?}",
+            f[0].data
         );
     }
 
