@@ -24,7 +24,7 @@ use serde::Serialize;
 use bootstrap::{block_seconds, Estimate, Grid, GridSide, Resampler};
 pub use rank::{mann_whitney_p, smallest_p};
 pub use sample::{Repeat, Second, Side};
-pub use text::to_text;
+pub use text::{row_line, to_text};
 
 /// The version of the JSON `kiln compare --json` prints.
 pub const COMPARE_VERSION: u32 = 1;
@@ -158,7 +158,7 @@ pub struct Comparison {
     /// Said before the table: what could make the comparison unfair.
     pub hygiene: Vec<String>,
     pub rows: Vec<Row>,
-    /// The target's CPU per request and its system share (one figure per run: no interval).
+    /// The target's CPU per request (with its interval) and its system share.
     pub resources: Vec<Row>,
     pub findings: FindingsChange,
     /// Functions whose share of the target's CPU samples moved most (both runs profiled).
@@ -260,7 +260,9 @@ pub fn compare_sides(
     // Simultaneous intervals (Bonferroni): each of the k figures judged gets the interval at
     // 1 - (1 - confidence)/k, so that all k hold together at `confidence` and a comparison of
     // two run sets of one target says "no change" that often, not 1 - k(1 - confidence).
-    let judged = 2 + PERCENTILES.iter().filter(|p| tail_enough(p.1)).count();
+    let judged = 2
+        + usize::from(cpu_comparable(base, new))
+        + PERCENTILES.iter().filter(|p| tail_enough(p.1)).count();
     let tail = (1.0 - options.confidence.clamp(0.5, 0.9999)) / 2.0 / judged as f64;
     let interval = |change: &dyn Fn(&Estimate, &Estimate) -> f64| -> Option<[f64; 2]> {
         // a draw without the figure (no whole second for a rate) is left out
@@ -378,7 +380,7 @@ pub fn compare_sides(
         new: summary(new),
         hygiene: hygiene(base, new),
         rows,
-        resources: resource_rows(base, new),
+        resources: resource_rows(base, new, options, tail),
         findings: findings_change(findings.0, findings.1),
         profile: profile_changes(base, new),
         db_routes: db_route_changes(base, new),
@@ -560,50 +562,121 @@ fn plan_differences(base: &serde_json::Value, new: &serde_json::Value) -> Vec<St
         .collect()
 }
 
-/// The target's CPU per request and its system share over each side's measured window.
-fn resource_rows(base: &Side, new: &Side) -> Vec<Row> {
-    let cpu = |side: &Side| -> Option<(f64, f64)> {
-        let (mut user, mut system) = (0.0, 0.0);
-        for s in &side.record.resources {
+/// Seconds per block when the target's CPU per request is resampled: a second's CPU and
+/// requests depend on the seconds around it (queues, GC), blocks keep that together.
+const CPU_BLOCK_SECONDS: usize = 5;
+/// CPU per request changes within this share are no change (the sampler reads clock ticks).
+const CPU_BAND: f64 = 0.05;
+
+/// Each sampled second of the target over the measured load: its CPU seconds (user, system)
+/// and the requests answered in the load second that ends nearest to it.
+fn cpu_seconds(side: &Side) -> Vec<(f64, f64, u64)> {
+    let load = &side.record.seconds;
+    side.record
+        .resources
+        .iter()
+        .filter_map(|s| {
             let p = s.process.as_ref()?;
-            user += p.rates.cpu_user_pct / 100.0 * s.interval_s;
-            system += p.rates.cpu_system_pct / 100.0 * s.interval_s;
+            let nearest = load
+                .iter()
+                .min_by_key(|l| l.unix_ms.abs_diff(s.unix_ms))
+                .filter(|l| l.unix_ms.abs_diff(s.unix_ms) <= 500)?;
+            let (user, system) = (
+                p.rates.cpu_user_pct / 100.0 * s.interval_s,
+                p.rates.cpu_system_pct / 100.0 * s.interval_s,
+            );
+            (user.is_finite() && system.is_finite() && nearest.requests > 0).then_some((
+                user,
+                system,
+                nearest.requests,
+            ))
+        })
+        .collect()
+}
+
+/// CPU per request (ms) of a moving-block resample of the seconds (circular blocks).
+fn cpu_per_request_draw(seconds: &[(f64, f64, u64)], rng: &mut fastrand::Rng) -> f64 {
+    let n = seconds.len();
+    let block = CPU_BLOCK_SECONDS.min(n).max(1);
+    let (mut cpu, mut requests) = (0.0, 0u64);
+    for _ in 0..n.div_ceil(block) {
+        let start = rng.usize(..n);
+        for k in 0..block {
+            let (u, s, r) = seconds[(start + k) % n];
+            cpu += u + s;
+            requests += r;
         }
-        (user + system > 0.0).then_some((user, system))
-    };
-    let (Some((bu, bs)), Some((nu, ns))) = (cpu(base), cpu(new)) else {
+    }
+    1000.0 * cpu / requests.max(1) as f64
+}
+
+/// Whether both sides have the target's CPU to compare (a figure judged with an interval).
+fn cpu_comparable(base: &Side, new: &Side) -> bool {
+    !cpu_seconds(base).is_empty() && !cpu_seconds(new).is_empty()
+}
+
+/// The target's CPU per request, with its interval from a block bootstrap of each side's
+/// seconds (at the same simultaneous tail as the latency figures), and its system share.
+fn resource_rows(base: &Side, new: &Side, options: &Options, tail: f64) -> Vec<Row> {
+    let (bs, ns) = (cpu_seconds(base), cpu_seconds(new));
+    if bs.is_empty() || ns.is_empty() {
         return Vec::new();
+    }
+    let totals = |s: &[(f64, f64, u64)]| {
+        s.iter().fold((0.0, 0.0, 0u64), |(u, sy, r), x| {
+            (u + x.0, sy + x.1, r.saturating_add(x.2))
+        })
     };
-    let (br, nr) = (base.requests().max(1) as f64, new.requests().max(1) as f64);
-    let row = |metric: &str, unit: &str, b: f64, n: f64, relative: bool| Row {
-        metric: metric.into(),
-        unit: unit.into(),
+    let ((bu, bsys, br), (nu, nsys, nr)) = (totals(&bs), totals(&ns));
+    let per_request = |cpu: f64, r: u64| 1000.0 * cpu / r.max(1) as f64;
+    let (b, n) = (per_request(bu + bsys, br), per_request(nu + nsys, nr));
+    let mut rng = fastrand::Rng::with_seed(options.seed ^ 0xC0FF_EE00);
+    let mut changes: Vec<f64> = (0..options.resamples.max(1))
+        .map(|_| {
+            let (db, dn) = (
+                cpu_per_request_draw(&bs, &mut rng),
+                cpu_per_request_draw(&ns, &mut rng),
+            );
+            ratio_change(db, dn)
+        })
+        .filter(|c| c.is_finite())
+        .collect();
+    changes.sort_by(f64::total_cmp);
+    let at = |q: f64| {
+        changes[((q * (changes.len() - 1) as f64).round() as usize).min(changes.len() - 1)]
+    };
+    let mut cpu = Row {
+        metric: "target CPU per request".into(),
+        unit: "ms".into(),
         base: b,
         new: n,
-        change: if relative { ratio_change(b, n) } else { n - b },
-        relative,
-        interval: None,
-        band: 0.0,
+        change: ratio_change(b, n),
+        relative: true,
+        interval: (!changes.is_empty()).then(|| [at(tail), at(1.0 - tail)]),
+        band: CPU_BAND,
         better: Better::Lower,
         verdict: Verdict::NotJudged,
         p_value: None,
-        note: Some("one figure per run (the sampler's seconds): no interval".into()),
+        note: None,
     };
+    cpu.verdict = verdict(&cpu);
+    let share = |u: f64, s: f64| 100.0 * s / (u + s).max(f64::MIN_POSITIVE);
     vec![
-        row(
-            "target CPU per request",
-            "ms",
-            1000.0 * (bu + bs) / br,
-            1000.0 * (nu + ns) / nr,
-            true,
-        ),
-        row(
-            "target system share",
-            "%",
-            100.0 * bs / (bu + bs),
-            100.0 * ns / (nu + ns),
-            false,
-        ),
+        cpu,
+        Row {
+            metric: "target system share".into(),
+            unit: "%".into(),
+            base: share(bu, bsys),
+            new: share(nu, nsys),
+            change: share(nu, nsys) - share(bu, bsys),
+            relative: false,
+            interval: None,
+            band: 0.0,
+            better: Better::Lower,
+            verdict: Verdict::NotJudged,
+            p_value: None,
+            note: Some("a split, not a cost: no verdict".into()),
+        },
     ]
 }
 
@@ -677,7 +750,11 @@ fn findings_change(base: &Report, new: &Report) -> FindingsChange {
     for f in &base.findings {
         if in_new.contains(f.id.as_str()) {
             out.unchanged.push(change(f));
-        } else if new.judged.contains(&f.rule) {
+        } else if new
+            .judged
+            .iter()
+            .any(|r| r == kiln_findings::rules::judging_rule(&f.rule))
+        {
             out.fixed.push(change(f));
         } else {
             out.not_judged_in_new.push(change(f));

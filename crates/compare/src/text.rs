@@ -58,19 +58,7 @@ pub fn to_text(c: &Comparison) -> String {
             };
             let _ = write!(verdict, " {}", superscript(mark));
         }
-        let interval = row.interval.map_or("-".to_string(), |[lo, hi]| {
-            format!("[{}, {}]", change_text(row, lo), change_text(row, hi))
-        });
-        let _ = writeln!(
-            out,
-            "{:<24} {:>11} {:>11} {:>9}  {:<20} {}",
-            row.metric,
-            value_text(row, row.base),
-            value_text(row, row.new),
-            change_text(row, row.change),
-            interval,
-            verdict.trim_end()
-        );
+        let _ = writeln!(out, "{}", row_line(row, verdict.trim_end()));
     }
     let f = &c.findings;
     if !(f.fixed.is_empty() && f.new.is_empty() && f.unchanged.is_empty()) {
@@ -157,6 +145,21 @@ pub fn to_text(c: &Comparison) -> String {
         let _ = writeln!(out, "note: {}", safe_text(w));
     }
     out
+}
+
+/// One figure's line of the table: BASE, NEW, the change and its interval, then `verdict`.
+pub fn row_line(row: &Row, verdict: &str) -> String {
+    let interval = row.interval.map_or("-".to_string(), |[lo, hi]| {
+        format!("[{}, {}]", change_text(row, lo), change_text(row, hi))
+    });
+    format!(
+        "{:<24} {:>11} {:>11} {:>9}  {:<20} {verdict}",
+        row.metric,
+        value_text(row, row.base),
+        value_text(row, row.new),
+        change_text(row, row.change),
+        interval,
+    )
 }
 
 fn value_text(row: &Row, v: f64) -> String {

@@ -257,3 +257,73 @@ fn a_short_runs_cut_last_second_does_not_make_a_rate_of_zero() {
     // a resample of nothing but the cut second has no rate: it is left out, not read as 0/s
     assert!(lo > -0.5 && hi < 0.5, "{row:?}");
 }
+
+/// A side whose target used `ms_per_request` of CPU per request (a fifth of it system time),
+/// with the sampler's per-second noise: each second's reading is off by up to `noise`.
+fn with_cpu(mut side: Side, ms_per_request: f64, noise: f64, rng: &mut fastrand::Rng) -> Side {
+    use kiln_findings::record::LoadPoint;
+    use kiln_sample::{ProcessSecond, ResourceSecond, TaskRates};
+    let t0 = 1_795_428_000_000u64;
+    let rate = 200u64;
+    for i in 0..30u64 {
+        let unix_ms = t0 + 1000 * (i + 1);
+        side.record.seconds.push(LoadPoint {
+            unix_ms,
+            requests: rate,
+            ..Default::default()
+        });
+        let cores = ms_per_request * rate as f64 / 1000.0 * (1.0 + noise * (2.0 * rng.f64() - 1.0));
+        side.record.resources.push(ResourceSecond {
+            unix_ms: unix_ms + 37, // the sampler's second ends a little off the load's
+            interval_s: 1.0,
+            process: Some(ProcessSecond {
+                rates: TaskRates {
+                    cpu_user_pct: 80.0 * cores,
+                    cpu_system_pct: 20.0 * cores,
+                    ..Default::default()
+                },
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+    }
+    side
+}
+
+#[test]
+fn cpu_per_request_gets_an_interval_and_a_verdict() {
+    let empty = Report::default();
+    let mut rng = fastrand::Rng::with_seed(11);
+    let cpu_row = |c: &kiln_compare::Comparison| {
+        c.resources
+            .iter()
+            .find(|r| r.metric == "target CPU per request")
+            .cloned()
+            .expect("a CPU row")
+    };
+    // 4 ms -> 0.4 ms per request: improved, the interval around -90%
+    let before = with_cpu(service().side(&mut rng, 1, 30), 4.0, 0.2, &mut rng);
+    let after = with_cpu(service().side(&mut rng, 1, 30), 0.4, 0.2, &mut rng);
+    let row = cpu_row(&compare_sides(
+        &before,
+        &after,
+        (&empty, &empty),
+        &options(),
+    ));
+    assert_eq!(row.verdict, Verdict::Improved, "{row:?}");
+    assert!(
+        (row.base - 4.0).abs() < 0.3 && (row.new - 0.4).abs() < 0.03,
+        "{row:?}"
+    );
+    let [lo, hi] = row.interval.unwrap();
+    assert!(lo < row.change && row.change < hi && hi < -0.85, "{row:?}");
+    // the same CPU per request with noisy seconds: no change in 19 of 20 trials
+    let mut judged = 0;
+    for _ in 0..20 {
+        let a = with_cpu(service().side(&mut rng, 1, 30), 2.0, 0.3, &mut rng);
+        let b = with_cpu(service().side(&mut rng, 1, 30), 2.0, 0.3, &mut rng);
+        let row = cpu_row(&compare_sides(&a, &b, (&empty, &empty), &options()));
+        judged += usize::from(row.verdict != Verdict::Same);
+    }
+    assert!(judged <= 1, "{judged} of 20 judged a change");
+}
