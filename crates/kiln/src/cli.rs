@@ -29,8 +29,11 @@ pub enum Command {
     /// Did a change help? Two recorded runs side by side: each percentile, throughput and
     /// error rate with the change, its 95% interval and a verdict; findings fixed and new.
     Compare(CompareArgs),
-    /// Start an embedded target, load it, and show what kiln reports.
+    /// Find, fix and prove: load a shop with planted problems, name them, load it fixed, compare.
     Demo(DemoArgs),
+    /// The demo's shop on its own (a realistic target for trying kiln and for tests).
+    #[command(hide = true)]
+    DemoShop(DemoShopArgs),
     /// Watch what the host and a process do, once a second, without load.
     Watch(WatchArgs),
     /// Flame graphs of a running process (perf), or of profiles made elsewhere.
@@ -495,13 +498,35 @@ pub struct ReportArgs {
 
 #[derive(Args, Debug)]
 pub struct DemoArgs {
-    /// Seconds each demo load lasts.
-    #[arg(long = "seconds", default_value_t = 5)]
+    /// Seconds each of the two loads lasts (the periodic-stall finding needs 30).
+    #[arg(long = "seconds", default_value_t = 30)]
     pub seconds: u64,
+    /// Requests per second, arriving as a Poisson process.
+    #[arg(long = "rate", default_value_t = 150.0)]
+    pub rate: f64,
     /// Where the demo's run directories go.
     #[arg(long = "runs-dir", default_value = "runs")]
     pub runs_dir: PathBuf,
-    /// Print the summaries as JSON on stdout.
+    /// Print the two runs' findings and the comparison as JSON on stdout.
     #[arg(long = "json")]
     pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct DemoShopArgs {
+    /// The address to listen on; the bound one is printed as "listening on ADDR".
+    #[arg(long = "listen", default_value = "127.0.0.1:0")]
+    pub listen: std::net::SocketAddr,
+    /// Fix every planted problem.
+    #[arg(long = "fixed", conflicts_with = "fix")]
+    pub fixed: bool,
+    /// Fix these problems only: n-plus-one, backtraces, json, mmap, stall, lock.
+    #[arg(long = "fix", value_delimiter = ',')]
+    pub fix: Vec<kiln_demo_shop::Problem>,
+    /// The price list expires at every multiple of this on the wall clock.
+    #[arg(long = "price-ttl", default_value = "5s", value_parser = humantime::parse_duration)]
+    pub price_ttl: std::time::Duration,
+    /// The share of requests traced, when OTEL_EXPORTER_OTLP_ENDPOINT is set.
+    #[arg(long = "trace-ratio", default_value_t = 0.2)]
+    pub trace_ratio: f64,
 }

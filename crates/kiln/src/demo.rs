@@ -1,83 +1,162 @@
-//! `kiln demo`: what kiln is for, in one command and no setup. It starts an embedded target
-//! that pauses for 100 ms every second (like a GC pause or a cache expiring on the minute),
-//! loads it the way wrk does (closed model) and the way users arrive (open model), and shows
-//! why the first hides the pause and the second does not. The second run is also profiled with
-//! perf (when it is installed and permitted): the target's hot function, which burns a known
-//! 0.3 ms of CPU per request, leads the flame graph. The target also reports its (simulated)
-//! database calls as OpenTelemetry traces to kiln: one request in ten shows an N+1 of
-//! `DB_ITEMS` queries from one loop, which the open run's DB-call analysis finds.
+//! `kiln demo`: measure, find, fix, prove -- in one command and no setup. It starts the demo
+//! shop (`kiln_demo_shop`: hyper, SQLite, the OpenTelemetry SDK) in its own process with six
+//! problems planted from the case studies, loads it with Poisson arrivals while watching it,
+//! profiling it on and off the CPU and receiving its traces; the findings name the problems.
+//! Then it starts the shop again with every fix, runs the same load, and compares the runs.
+//! It ends with the three pages to open, then a short summary.
 
-use std::time::Duration;
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
 
-use anyhow::Result;
-use kiln_load::{LoadPlan, Model, PhaseSpec, RateStage, RequestSpec, StopSignal, Target};
-use kiln_record::RunLocation;
-use kiln_targets::traced::Traces;
-use kiln_targets::{Behavior, Stall, TargetServer};
+use anyhow::{bail, Context, Result};
+use kiln_demo_shop::{Config, Problem};
+use kiln_load::{Arrivals, LoadPlan, Model, PhaseSpec, RateStage, RequestSpec, StopSignal, Target};
+use kiln_record::{RunDir, RunLocation};
+use kiln_runner::{execute, OtlpSpec, RunOutcome, RunSpec};
+use serde_json::json;
 
-use crate::cli::{DemoArgs, QueryAnalysisArgs, TrieFrames};
-use crate::format;
+use crate::cli::{CompareMethod, DemoArgs, DemoShopArgs, QueryAnalysisArgs, TrieFrames};
+use crate::format::safe_text;
 use crate::live::LiveOutput;
-use crate::run_cmd::print_outcome;
-use kiln_runner::{execute, OtlpSpec, RunSpec};
 
-/// Each answer takes 2 ms: 0.3 ms of CPU in `burn_cpu_for_request`, then 1.7 ms asleep.
-const SERVICE: Duration = Duration::from_millis(2);
-const CPU_PER_REQUEST: Duration = Duration::from_micros(300);
-/// Product queries per traced order page: the N of the target's N+1.
-const DB_ITEMS: usize = 8;
-const STALL: Stall = Stall {
-    every: Duration::from_secs(1),
-    length: Duration::from_millis(100),
-};
+/// The order the demo loads: eight lines, so eight product queries from the N+1 loop.
+const ORDER_PATH: &str = "/orders/42";
+/// How long the shop may take to start (it fills its database first).
+const SHOP_START: Duration = Duration::from_secs(20);
+/// Samples per second: enough for the fixed shop, which uses little CPU, to be judged.
+const PROFILE_HZ: u32 = 499;
+/// How long the shop's last spans may take to arrive after the load.
+const TRACES_WAIT: Duration = Duration::from_secs(2);
+
+/// `kiln demo-shop`: the shop on its own, until SIGTERM or Ctrl-C.
+pub fn serve_shop(args: DemoShopArgs) -> Result<u8> {
+    let fixed = if args.fixed {
+        Problem::ALL.to_vec()
+    } else {
+        args.fix
+    };
+    let config = Config {
+        listen: args.listen,
+        fixed,
+        price_ttl: args.price_ttl,
+        trace_ratio: args.trace_ratio.clamp(0.0, 1.0),
+    };
+    kiln_demo_shop::serve(config, |addr| {
+        // the demo (and any script) waits for this line
+        outln!("listening on {addr}");
+    })?;
+    Ok(0)
+}
+
+/// The shop in its own process, stopped (and its traces flushed) when dropped.
+pub struct ShopProcess {
+    child: Child,
+    pub addr: SocketAddr,
+}
+
+impl ShopProcess {
+    /// Starts `kiln demo-shop` with these arguments, exporting its traces to `otlp`.
+    pub fn start(args: &[&str], otlp: Option<SocketAddr>) -> Result<ShopProcess> {
+        let exe = std::env::current_exe().context("cannot find kiln's own binary")?;
+        let mut command = Command::new(exe);
+        command
+            .arg("demo-shop")
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        if let Some(addr) = otlp {
+            command.env("OTEL_EXPORTER_OTLP_ENDPOINT", format!("http://{addr}"));
+        }
+        let mut child = command.spawn().context("cannot start the demo shop")?;
+        let stdout = child.stdout.take().context("no pipe from the shop")?;
+        // the first line says where it listens; read it on a thread so a hung shop times out
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let _ = BufReader::new(stdout).read_line(&mut line);
+            let _ = tx.send(line);
+        });
+        let mut shop = ShopProcess {
+            child,
+            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+        };
+        let line = rx
+            .recv_timeout(SHOP_START)
+            .map_err(|_| anyhow::anyhow!("the demo shop did not start within {SHOP_START:?}"))?;
+        shop.addr = line
+            .trim()
+            .strip_prefix("listening on ")
+            .and_then(|a| a.parse().ok())
+            .with_context(|| format!("the demo shop did not say where it listens: {line:?}"))?;
+        Ok(shop)
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+}
+
+impl Drop for ShopProcess {
+    fn drop(&mut self) {
+        // SIGTERM: the shop sends its queued spans and exits
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// What kiln could not do on this machine, said before the runs.
+fn perf_missing() -> Option<String> {
+    let perf = kiln_profile::RecordOptions::default().perf;
+    kiln_profile::perf::perf_version(&perf)
+        .err()
+        .map(|e| e.to_string())
+}
 
 pub fn run(args: DemoArgs, stop: &StopSignal) -> Result<u8> {
-    let receiver = crate::queries_cmd::start_receiver("127.0.0.1:0")?;
-    let target = TargetServer::start(Behavior {
-        service_time: SERVICE - CPU_PER_REQUEST,
-        cpu_per_request: CPU_PER_REQUEST,
-        stall: Some(STALL),
-        traces: Some(Traces {
-            endpoint: receiver.addr(),
-            every: 10,
-            items: DB_ITEMS,
-        }),
-        ..Default::default()
-    })?;
-    let mut receiver = Some(receiver);
-    let duration = Duration::from_secs(args.seconds.clamp(1, 600));
-    let base = LoadPlan {
-        target: Target::parse(&target.url("/"))?,
-        request: RequestSpec::default(),
-        model: Model::Closed {
-            connections: 4,
-            think_time: Duration::ZERO,
-            ramp_up: Duration::ZERO,
-        },
-        duration,
-        timeout: Duration::from_secs(5),
-        connect_timeout: Duration::from_secs(2),
-        threads: 2,
-        insecure: false,
-        dead_after: Duration::from_secs(5),
-    };
+    if !(args.rate.is_finite() && args.rate > 0.0) {
+        bail!("--rate must be a positive number of requests per second");
+    }
+    let seconds = args.seconds.clamp(5, 600);
+    let duration = Duration::from_secs(seconds);
+    let no_perf = perf_missing();
     eprintln!(
-        "kiln demo: a target at {} answers in {} ({} of it on the CPU) but pauses {} every {}\n(like a GC pause).",
-        target.addr(),
-        format::us(SERVICE.as_micros() as u64),
-        format::us(CPU_PER_REQUEST.as_micros() as u64),
-        format::us(STALL.length.as_micros() as u64),
-        format::us(STALL.every.as_micros() as u64)
+        "kiln demo: a shop (HTTP, SQLite, OpenTelemetry) with {} problems planted:",
+        Problem::ALL.len()
     );
+    for p in Problem::ALL {
+        eprintln!("  - {}", p.planted());
+    }
     eprintln!(
-        "Expected at a steady arrival rate: 90% of requests at ~2 ms, p95 ~52 ms, p99 ~92 ms.\n\
-         It sends its traces to kiln: each order page makes 1 + {DB_ITEMS} (simulated) database queries,\n\
-         {DB_ITEMS} of them from one loop (an N+1).\n"
+        "kiln loads it at {} requests/s (Poisson arrivals) for {seconds} s, watching, profiling and \
+         tracing it; then restarts it with every fix and proves the fixes with a comparison.",
+        args.rate
     );
-
-    let mut code = 0;
-    let mut p99s = Vec::new();
-    let mut reports: Vec<std::path::PathBuf> = Vec::new();
+    if let Some(why) = &no_perf {
+        eprintln!(
+            "kiln demo: no profiles (perf cannot run: {}): the CPU and lock findings are skipped",
+            safe_text(why)
+        );
+    }
+    if seconds < 30 {
+        eprintln!("kiln demo: runs under 30 s are too short to find the periodic stall");
+    }
+    eprintln!();
     let analysis = crate::queries_cmd::settings(&QueryAnalysisArgs {
         route: None,
         request: None,
@@ -90,33 +169,40 @@ pub fn run(args: DemoArgs, stop: &StopSignal) -> Result<u8> {
         app_packages: Vec::new(),
         fail_on: None,
     })?;
-    let open = LoadPlan {
-        model: Model::Open {
-            stages: RateStage::steady(500.0, duration),
-            connections: 8,
-            max_connections: 200,
-            arrivals: kiln_load::Arrivals::Uniform,
-        },
-        ..base.clone()
-    };
-    for (title, plan, name, profile_hz, with_traces) in [
-        (
-            "1. Closed model, 4 connections back to back (what wrk and oha do):",
-            base,
-            "demo-closed",
-            None,
-            false,
-        ),
-        (
-            "2. Open model, 500 requests/s on a schedule (what users do), profiled with perf, \
-             with the target's traces:",
-            open,
-            "demo-open",
-            Some(99),
-            true,
-        ),
-    ] {
-        eprintln!("{title}");
+    let mut outcomes: Vec<RunOutcome> = Vec::new();
+    for (step, (name, shop_args)) in [("demo-planted", &[][..]), ("demo-fixed", &["--fixed"][..])]
+        .into_iter()
+        .enumerate()
+    {
+        eprintln!(
+            "{}. {}",
+            step + 1,
+            if step == 0 {
+                "The shop as planted"
+            } else {
+                "The shop with every fix (--fixed)"
+            }
+        );
+        let receiver = crate::queries_cmd::start_receiver("127.0.0.1:0")?;
+        let shop = ShopProcess::start(shop_args, Some(receiver.addr()))?;
+        let plan = LoadPlan {
+            target: Target::parse(&shop.url(ORDER_PATH))?,
+            request: RequestSpec::default(),
+            model: Model::Open {
+                stages: RateStage::steady(args.rate, duration),
+                connections: 16,
+                max_connections: 256,
+                arrivals: Arrivals::Poisson {
+                    seed: step as u64 + 1,
+                },
+            },
+            duration,
+            timeout: Duration::from_secs(5),
+            connect_timeout: Duration::from_secs(2),
+            threads: 1,
+            insecure: false,
+            dead_after: Duration::from_secs(5),
+        };
         let phases = [(
             PhaseSpec {
                 name: "run".into(),
@@ -124,67 +210,136 @@ pub fn run(args: DemoArgs, stop: &StopSignal) -> Result<u8> {
             },
             Duration::ZERO,
         )];
-        let out = RunLocation::Fresh {
-            parent: args.runs_dir.clone(),
-            name: name.to_string(),
-        };
-        let mut live = LiveOutput::new(false, 1);
-        // The embedded target runs in this process, so kiln watches itself (its own load
-        // threads included) to show the resource view.
         let spec = RunSpec {
             plan: &plan,
             plan_record: plan.to_record(),
             phases: &phases,
-            out,
-            name,
-            watch_pid: Some(std::process::id() as i32),
-            profile_hz,
-            off_cpu: false,
-            otlp: match (with_traces, receiver.take()) {
-                (true, Some(receiver)) => {
-                    // the closed run's traces are not this run's
-                    std::thread::sleep(std::time::Duration::from_millis(300));
-                    receiver.discard_received();
-                    Some(OtlpSpec {
-                        receiver,
-                        wait: Duration::from_secs(3),
-                        settings: &analysis,
-                    })
-                }
-                (_, r) => {
-                    receiver = r;
-                    None
-                }
+            out: RunLocation::Fresh {
+                parent: args.runs_dir.clone(),
+                name: name.to_string(),
             },
+            name,
+            watch_pid: Some(shop.pid()),
+            profile_hz: no_perf.is_none().then_some(PROFILE_HZ),
+            off_cpu: no_perf.is_none(),
+            otlp: Some(OtlpSpec {
+                receiver,
+                wait: TRACES_WAIT,
+                settings: &analysis,
+            }),
         };
+        let mut live = LiveOutput::new(true, 5);
         let outcome = execute(spec, stop, &mut live)?;
-        p99s.push(
-            outcome
-                .phases
-                .first()
-                .map_or(0, |p| p.totals.latency.quantile_us(0.99)),
-        );
-        reports.extend(outcome.report.clone());
-        code = code.max(print_outcome(&outcome, args.json, None, None)?);
-        if stop.is_stopped() {
-            return Ok(code);
+        drop(shop);
+        for w in &outcome.warnings {
+            eprintln!("   kiln: {}", safe_text(w));
+        }
+        eprintln!("   {}", run_line(&outcome));
+        for f in &outcome.findings.findings {
+            eprintln!(
+                "   {:<6} {}",
+                f.severity.as_str().to_uppercase(),
+                safe_text(&f.title)
+            );
+        }
+        if outcome.findings.findings.is_empty() {
+            eprintln!("   no findings");
         }
         eprintln!();
+        outcomes.push(outcome);
+        if stop.is_stopped() {
+            break;
+        }
     }
-    // the pages come first: they hold everything the text above says, and more
-    for report in &reports {
-        eprintln!(
-            "Report: {}",
-            format::safe_text(&report.display().to_string())
+    let [planted, fixed] = &outcomes[..] else {
+        eprintln!("kiln demo: interrupted; the run above is recorded");
+        return Ok(0);
+    };
+    let comparison = crate::compare_cmd::compare(
+        planted.dir.path(),
+        fixed.dir.path(),
+        &CompareMethod::default(),
+    )?;
+    let compare_page = fixed.dir.path().join("compare.html");
+    let (base_dir, new_dir) = (
+        RunDir::open(planted.dir.path())?,
+        RunDir::open(fixed.dir.path())?,
+    );
+    std::fs::write(
+        &compare_page,
+        kiln_report::render_compare(&base_dir, &new_dir, &comparison),
+    )
+    .with_context(|| format!("cannot write {}", compare_page.display()))?;
+
+    // the pages first: they hold everything, and more than the lines below
+    let pages: Vec<(&str, PathBuf)> = [
+        ("Planted", planted.report.clone()),
+        ("Fixed  ", fixed.report.clone()),
+        ("Compare", Some(compare_page)),
+    ]
+    .into_iter()
+    .filter_map(|(label, page)| Some((label, page?)))
+    .collect();
+    for (label, page) in &pages {
+        eprintln!("{label} {}", safe_text(&page.display().to_string()));
+    }
+    eprintln!("\n3. Fixed versus planted");
+    for row in comparison.rows.iter().chain(&comparison.resources) {
+        if ["p50", "p99", "throughput", "target CPU per request"].contains(&row.metric.as_str()) {
+            eprintln!("   {}", kiln_compare::row_line(row, row.verdict.as_str()));
+        }
+    }
+    let f = &comparison.findings;
+    eprintln!(
+        "   findings: {} fixed, {} new, {} unchanged",
+        f.fixed.len(),
+        f.new.len(),
+        f.unchanged.len()
+    );
+    eprintln!("Open the pages above, or: kiln report <run dir>, kiln compare <base> <new>");
+    if args.json {
+        let side = |o: &RunOutcome| json!({"dir": o.dir.path(), "report": o.report, "findings": o.findings});
+        outln!(
+            "{}",
+            serde_json::to_string_pretty(&json!({
+                "planted": side(planted),
+                "fixed": side(fixed),
+                "compare": comparison,
+                "compare_page": pages.last().map(|p| &p.1),
+                "skipped": no_perf.map(|why| format!("profiles: perf cannot run: {why}")),
+            }))?
         );
     }
-    eprintln!(
-        "The same target: the closed model reports p99 {}, the open model p99 {}.\n\
-         A closed-model connection waits out each pause and then sends again, so the pause is\n\
-         sampled once per connection instead of once per user who arrived during it.\n\
-         Re-read any run with: kiln report <run dir>",
-        format::us(p99s[0]),
-        format::us(p99s[1])
-    );
-    Ok(code)
+    Ok(0)
+}
+
+/// One line for a run: its directory, requests, p50/p99 and the target's CPU per request.
+fn run_line(o: &RunOutcome) -> String {
+    let Some(total) = o.phases.first().map(|p| &p.totals) else {
+        return format!(
+            "{}: no measured phase",
+            safe_text(&o.dir.path().display().to_string())
+        );
+    };
+    let cpu_s: f64 = o
+        .resources
+        .iter()
+        .filter_map(|s| {
+            let p = s.process.as_ref()?;
+            Some((p.rates.cpu_user_pct + p.rates.cpu_system_pct) / 100.0 * s.interval_s)
+        })
+        .sum();
+    let requests = total.latency.count().max(1);
+    format!(
+        "{} requests, p50 {}, p99 {}, {:.2} ms of the shop's CPU per request  ({})",
+        total.latency.count(),
+        crate::format::us(total.latency.quantile_us(0.5)),
+        crate::format::us(total.latency.quantile_us(0.99)),
+        1000.0 * cpu_s / requests as f64,
+        safe_text(&dir_name(o.dir.path()))
+    )
+}
+
+fn dir_name(path: &Path) -> String {
+    path.display().to_string()
 }

@@ -71,19 +71,30 @@ fn watch_for_interrupts(stop: StopSignal) {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let stop = StopSignal::new();
-    watch_for_interrupts(stop.clone());
+    // commands that run until stopped watch for interrupts; the demo's shop handles its own
+    // signals (it flushes its traces first)
+    let interrupts = || {
+        let stop = StopSignal::new();
+        watch_for_interrupts(stop.clone());
+        stop
+    };
     let result = match cli.command {
-        Command::Run(args) => run_cmd::run(*args, &stop),
+        Command::Run(args) => run_cmd::run(*args, &interrupts()),
         Command::Report(args) => report_cmd::run(args),
         Command::Findings(args) => findings_cmd::run(args),
         Command::Compare(args) => compare_cmd::run(args),
-        Command::Demo(args) => demo::run(args, &stop),
-        Command::Watch(args) => watch_cmd::run(args, &stop),
-        Command::Profile(args) => profile_cmd::run(args, &stop),
+        Command::Demo(args) => demo::run(args, &interrupts()),
+        Command::DemoShop(args) => demo::serve_shop(args),
+        Command::Watch(args) => watch_cmd::run(args, &interrupts()),
+        Command::Profile(args) => profile_cmd::run(args, &interrupts()),
         Command::Doctor(args) => doctor_cmd::run(args),
-        Command::Queries(args) => queries_cmd::run(args, &stop),
+        Command::Queries(args) => queries_cmd::run(args, &interrupts()),
     };
+    finish(result)
+}
+
+/// The exit code, and the error as one line.
+fn finish(result: anyhow::Result<u8>) -> ExitCode {
     match result {
         Ok(code) => ExitCode::from(code),
         Err(e) => {

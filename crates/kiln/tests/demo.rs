@@ -1,109 +1,229 @@
-//! `kiln demo`, the README's first command: the closed model hides the target's pauses, the
-//! open model shows them as the analytic distribution says, the profile finds the target's
-//! hot function, and the DB-call analysis of its traces finds its N+1.
+//! `kiln demo`, the README's first command: the shop's six planted problems are each named by
+//! a finding with its evidence, nothing else is; the fixed shop has no finding; the compare
+//! proves the fixes; the pages open in Chromium. And without perf, the demo says what it
+//! skipped and still finds what the traces and the clock show.
 
 mod common;
 
-use common::kiln;
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::sync::Mutex;
+
+use common::kiln_with_env;
 use serde_json::Value;
 
-#[test]
-fn the_demo_shows_the_pause_the_closed_model_hides_and_the_hot_function() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = kiln(&[
-        "demo",
-        "--seconds",
-        "3",
-        "--json",
-        "--runs-dir",
-        dir.path().to_str().unwrap(),
-    ]);
-    let stderr = String::from_utf8_lossy(&out.stderr);
+/// The two demos load the same two cores: one at a time.
+static ONE_DEMO: Mutex<()> = Mutex::new(());
+
+fn demo(seconds: &str, runs: &Path, env: &[(&str, &str)]) -> (Value, String) {
+    let out = kiln_with_env(
+        &[
+            "demo",
+            "--seconds",
+            seconds,
+            "--json",
+            "--runs-dir",
+            runs.to_str().unwrap(),
+        ],
+        env,
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
     assert_eq!(out.status.code(), Some(0), "{stderr}");
-    let runs: Vec<Value> = serde_json::Deserializer::from_slice(&out.stdout)
-        .into_iter::<Value>()
-        .collect::<Result<_, _>>()
-        .unwrap();
-    assert_eq!(runs.len(), 2, "{stderr}");
-    let p99_ms = |run: &Value| run["total"]["latency"]["p99_us"].as_f64().unwrap() / 1000.0;
-    // 2 ms answers, a 100 ms pause every second: at a steady rate p99 is 92 ms by
-    // construction; back-to-back connections see each pause once per connection.
-    assert!(
-        p99_ms(&runs[0]) < 30.0,
-        "closed p99 {} ms",
-        p99_ms(&runs[0])
-    );
-    assert!(
-        (75.0..110.0).contains(&p99_ms(&runs[1])),
-        "open p99 {} ms",
-        p99_ms(&runs[1])
-    );
-    assert!(runs[0]["profile"].is_null());
-    let profile = &runs[1]["profile"];
-    let top: Vec<&str> = profile["summary"]["top_self"]
+    let json: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}\n{stderr}", String::from_utf8_lossy(&out.stdout)));
+    (json, stderr)
+}
+
+fn rules(side: &Value) -> BTreeSet<String> {
+    side["findings"]["findings"]
         .as_array()
-        .unwrap_or_else(|| panic!("no profile: {stderr}"))
+        .unwrap()
         .iter()
-        .map(|f| f["name"].as_str().unwrap())
-        .collect();
-    assert!(
-        top.iter()
-            .take(3)
-            .any(|n| n.contains("burn_cpu_for_request")),
-        "the target's hot function is not among the top 3: {top:?}"
-    );
-    // the target's traces: one request in ten makes 1 + 8 DB calls, 8 from the loop
-    assert!(runs[0]["queries"].is_null());
-    let q = &runs[1]["queries"]["analysis"];
-    let findings = q["findings"]
+        .map(|f| f["rule"].as_str().unwrap().to_string())
+        .collect()
+}
+
+fn finding<'a>(side: &'a Value, rule: &str) -> &'a Value {
+    side["findings"]["findings"]
         .as_array()
-        .unwrap_or_else(|| panic!("no DB analysis: {stderr}"));
-    assert_eq!(findings.len(), 1, "{findings:#?}");
-    let f = &findings[0];
-    assert_eq!(f["kind"], "n_plus_one");
-    assert_eq!(f["calls"], 8);
-    assert_eq!(f["distinct_values"], 8);
-    let leaf = f["site"].as_array().unwrap().last().unwrap();
-    assert_eq!(
-        format!("{}:{}", leaf["file"].as_str().unwrap(), leaf["line"]),
-        kiln_targets::traced::loop_site()
-    );
-    let sent = runs[1]["total"]["requests"].as_u64().unwrap();
-    let traced = f["requests"].as_u64().unwrap();
+        .unwrap()
+        .iter()
+        .find(|f| f["rule"] == rule)
+        .unwrap_or_else(|| panic!("no {rule} finding"))
+}
+
+/// The line of the shop's N+1 loop, from its source: the query call after the marker.
+fn n_plus_one_line() -> u64 {
+    let source = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../demo-shop/src/shop.rs"),
+    )
+    .unwrap();
+    let marker = source
+        .lines()
+        .position(|l| l.contains("// the N+1: one query per line"))
+        .unwrap();
+    let call = source
+        .lines()
+        .skip(marker)
+        .position(|l| l.contains("db_call("))
+        .unwrap();
+    (marker + call + 1) as u64
+}
+
+#[test]
+fn the_demo_finds_every_planted_problem_and_proves_the_fixes() {
+    let _one = ONE_DEMO.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    // 30 s: the periodic-stall rule needs 30 seconds to see six 5-second cycles
+    let (json, stderr) = demo("30", dir.path(), &[]);
+    let (planted, fixed) = (&json["planted"], &json["fixed"]);
+
+    // every planted problem, and nothing else (the mmap shows twice: as page faults in the
+    // profile and as system time above user time in the resources)
+    let expected: BTreeSet<String> = [
+        "db.n-plus-one",
+        "cpu.exceptions",
+        "cpu.json",
+        "cpu.page-faults",
+        "cpu.system-above-user",
+        "latency.periodic-spikes",
+        "threads.lock-contention",
+    ]
+    .map(String::from)
+    .into();
+    assert_eq!(rules(planted), expected, "{stderr}");
+
+    // each with the evidence that points at the planted code
+    let n1 = &finding(planted, "db.n-plus-one")["data"]["finding"];
+    assert_eq!(n1["calls"], 8, "{n1}");
+    assert_eq!(n1["distinct_values"], 8, "{n1}");
     assert!(
-        traced.abs_diff(sent / 10) <= 1,
-        "{traced} traced of {sent} sent"
+        n1["evidence"].as_str().unwrap().ends_with(&format!(
+            "crates/demo-shop/src/shop.rs:{}",
+            n_plus_one_line()
+        )),
+        "{n1}"
     );
-    assert_eq!(q["coverage"]["db_spans"].as_u64(), Some(traced * 9));
+    let caller = |rule: &str| {
+        finding(planted, rule)["data"]["callers"][0][0]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
     assert!(
-        stderr.contains("The same target: the closed model reports p99"),
-        "{stderr}"
+        caller("cpu.json").ends_with("parse_catalog"),
+        "{}",
+        caller("cpu.json")
     );
-    // the closing lines start with the two runs' pages, which exist
-    let closing = &stderr[stderr
-        .rfind("Report: ")
-        .map_or(0, |last| stderr[..last].rfind("Report: ").unwrap_or(last))..];
+    assert!(
+        caller("cpu.exceptions").ends_with("Shop::order_page"),
+        "{}",
+        caller("cpu.exceptions")
+    );
+    assert!(
+        caller("cpu.page-faults").ends_with("Shop::render"),
+        "{}",
+        caller("cpu.page-faults")
+    );
+    let lock = &finding(planted, "threads.lock-contention")["data"];
+    assert!(
+        lock["frames"][0][0]
+            .as_str()
+            .unwrap()
+            .ends_with("Shop::record_view"),
+        "{lock}"
+    );
+    let periodic = &finding(planted, "latency.periodic-spikes")["data"];
+    assert_eq!(periodic["period_s"], 5, "{periodic}");
+    // the stall holds requests PRICE_FETCH (300 ms) at most, plus their own time
+    let spike_ms = periodic["spike_worst_us"].as_f64().unwrap() / 1000.0;
+    assert!((250.0..1000.0).contains(&spike_ms), "{periodic}");
+    let kernel = &finding(planted, "cpu.system-above-user")["data"];
+    assert_eq!(kernel["kernel_work"][0]["work"], "page faults", "{kernel}");
+
+    // the fixed shop: judged by every one of those rules, found clear
+    assert_eq!(rules(fixed), BTreeSet::new(), "{stderr}");
+    let unjudged: Vec<&str> = fixed["findings"]["unjudged"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|u| u["rule"].as_str().unwrap())
+        .collect();
+    for rule in [
+        "db.calls",
+        "cpu.categories",
+        "cpu.system-above-user",
+        "latency.periodic-spikes",
+        "threads.lock-contention",
+    ] {
+        assert!(!unjudged.contains(&rule), "{rule} not judged: {unjudged:?}");
+    }
+
+    // the compare: latency improved beyond its interval, throughput the same (the arrival
+    // rate is the same), every finding fixed
+    let compare = &json["compare"];
+    let row = |metric: &str| {
+        compare["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .chain(compare["resources"].as_array().unwrap())
+            .find(|r| r["metric"] == metric)
+            .unwrap_or_else(|| panic!("no {metric} row"))
+            .clone()
+    };
+    for metric in ["p50", "p99"] {
+        assert_eq!(row(metric)["verdict"], "improved", "{}", row(metric));
+    }
+    assert_eq!(row("throughput")["verdict"], "~", "{}", row("throughput"));
+    assert_eq!(row("target CPU per request")["verdict"], "improved");
+    let fixed_rules: BTreeSet<String> = compare["findings"]["fixed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["rule"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(fixed_rules, expected);
+
+    // the pages come first in the closing lines, then the short summary
+    let closing = &stderr[stderr.find("\nPlanted ").expect(&stderr) + 1..];
     let pages: Vec<&str> = closing
         .lines()
-        .filter_map(|l| l.strip_prefix("Report: "))
+        .take(3)
+        .map(|l| l.split_once(' ').unwrap().1.trim())
         .collect();
-    assert_eq!(pages.len(), 2, "{stderr}");
-    for page in &pages {
-        assert!(page.ends_with("report.html"), "{page}");
-        assert!(std::path::Path::new(page).exists(), "{page}");
-    }
-    // the traced run's page shows its DB calls: the route and the DB stack trie's treemap,
-    // rebuilt from the record's collapsed exports
-    let dom = common::dump_dom(std::path::Path::new(pages[1]));
-    let route = f["example"]["route"].as_str().unwrap_or("GET /orders/{id}");
-    assert!(dom.contains(&format!("<td>{route}</td>")), "{dom}");
-    assert!(dom.matches("class=\"cell\"").count() >= 3, "{dom}");
+    assert!(pages[0].ends_with("demo-planted/report.html"), "{closing}");
+    assert!(pages[1].ends_with("demo-fixed/report.html"), "{closing}");
+    assert!(pages[2].ends_with("demo-fixed/compare.html"), "{closing}");
+    assert!(closing.lines().count() < 15, "{closing}");
+    // and they open: the planted report names its findings, the compare its fixes
+    let report = common::dump_dom(Path::new(pages[0]));
     assert!(
-        closing
-            .lines()
-            .nth(2)
-            .unwrap()
-            .starts_with("The same target"),
-        "{closing}"
+        report.contains("N+1 queries in GET /orders/{id}"),
+        "planted report"
     );
+    let page = common::dump_dom(Path::new(pages[2]));
+    assert!(page.contains("handles page faults"), "compare page");
+}
+
+#[test]
+fn without_perf_the_demo_says_what_it_skipped_and_finds_the_rest() {
+    let _one = ONE_DEMO.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let (json, stderr) = demo("6", dir.path(), &[("PERF", "/nonexistent/perf")]);
+    assert!(stderr.contains("no profiles (perf cannot run:"), "{stderr}");
+    assert!(json["skipped"].as_str().unwrap().contains("perf"));
+    let planted = &json["planted"];
+    assert!(rules(planted).contains("db.n-plus-one"), "{stderr}");
+    assert!(planted["findings"]["unjudged"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|u| u["rule"] == "cpu.categories"));
+    assert!(!rules(&json["fixed"]).contains("db.n-plus-one"), "{stderr}");
+    assert!(json["compare"]["findings"]["fixed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|f| f["rule"] == "db.n-plus-one"));
 }

@@ -1,4 +1,4 @@
-//! HTTP/1.1 servers whose behaviour is known by construction, for kiln's tests and demo.
+//! HTTP/1.1 servers whose behaviour is known by construction, for kiln's tests.
 //!
 //! A thread per connection and blocking sleeps keep the timing exact (a sleep here is tens of
 //! microseconds late, not a timer-wheel millisecond), so tests can derive the latency
@@ -8,7 +8,6 @@
 pub mod planted;
 pub mod postgres;
 mod timing;
-pub mod traced;
 pub use timing::{named_loop, timing_attempts};
 
 use std::io::{self, Read, Write};
@@ -44,8 +43,6 @@ pub struct Behavior {
     pub body: Vec<u8>,
     /// Serve HTTPS with a fresh self-signed certificate for `localhost` and 127.0.0.1.
     pub tls: bool,
-    /// Report (simulated) database calls as OpenTelemetry traces, for the demo.
-    pub traces: Option<traced::Traces>,
     /// Problems planted for the findings' tests (page faults, clock system calls, a peer
     /// that does not read).
     pub planted: planted::Planted,
@@ -62,7 +59,6 @@ impl Default for Behavior {
             hang_after: None,
             body: b"hello from kiln-targets\n".to_vec(),
             tls: false,
-            traces: None,
             planted: planted::Planted::default(),
         }
     }
@@ -79,7 +75,6 @@ struct Shared {
     connections: AtomicU64,
     /// Microseconds from reading each request to having written its answer.
     handling_us: Mutex<Vec<u64>>,
-    exporter: Option<Arc<traced::Exporter>>,
     planted: planted::PlantedState,
 }
 
@@ -118,10 +113,8 @@ impl TargetServer {
         } else {
             None
         };
-        let exporter = behavior.traces.clone().map(traced::Exporter::start);
         let planted = planted::PlantedState::start(behavior.planted.clone())?;
         let shared = Arc::new(Shared {
-            exporter,
             planted,
             behavior,
             tls,
@@ -196,16 +189,6 @@ impl TargetServer {
         let _ = TcpStream::connect_timeout(&self.addr, Duration::from_millis(200));
         if let Some(handle) = self.acceptor.take() {
             let _ = handle.join();
-        }
-        if let Some(exporter) = &self.shared.exporter {
-            exporter.stop();
-        }
-    }
-
-    /// Sends the traces not yet exported now (the exporter sends every 200 ms anyway).
-    pub fn flush_traces(&self) {
-        if let Some(exporter) = &self.shared.exporter {
-            exporter.flush();
         }
     }
 }
@@ -340,9 +323,6 @@ fn serve_connection<S: Read + Write>(
             burn_cpu_for_request(behavior.cpu_per_request);
         }
         shared.planted.on_request();
-        if let Some(exporter) = &shared.exporter {
-            exporter.request(nth, behavior.service_time);
-        }
         let mut ready_at = arrived;
         if let Some(stall) = behavior.stall {
             ready_at = stall_end(shared.started, arrived, stall);

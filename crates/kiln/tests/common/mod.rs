@@ -15,6 +15,16 @@ pub fn kiln(args: &[&str]) -> Output {
         .expect("kiln runs")
 }
 
+/// Runs `kiln` with these environment variables set.
+pub fn kiln_with_env(args: &[&str], env: &[(&str, &str)]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(args)
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .output()
+        .expect("kiln runs")
+}
+
 /// The JSON kiln printed on stdout; on failure the panic shows both streams.
 pub fn json_of(out: &Output) -> Value {
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
