@@ -524,7 +524,7 @@ pub struct DemoShopArgs {
     #[arg(long = "fix", value_delimiter = ',')]
     pub fix: Vec<kiln_demo_shop::Problem>,
     /// The price list expires at every multiple of this on the wall clock.
-    #[arg(long = "price-ttl", default_value = "5s", value_parser = humantime::parse_duration)]
+    #[arg(long = "price-ttl", default_value = "3s", value_parser = humantime::parse_duration)]
     pub price_ttl: std::time::Duration,
     /// The share of requests traced, when OTEL_EXPORTER_OTLP_ENDPOINT is set.
     #[arg(long = "trace-ratio", default_value_t = 0.2)]

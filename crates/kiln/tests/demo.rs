@@ -74,7 +74,7 @@ fn n_plus_one_line() -> u64 {
 fn the_demo_finds_every_planted_problem_and_proves_the_fixes() {
     let _one = ONE_DEMO.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
-    // 30 s: the periodic-stall rule needs 30 seconds to see six 5-second cycles
+    // 30 s: the periodic-stall rule needs 30 seconds (ten cycles of the 3-second price list)
     let (json, stderr) = demo("30", dir.path(), &[]);
     let (planted, fixed) = (&json["planted"], &json["fixed"]);
 
@@ -134,7 +134,7 @@ fn the_demo_finds_every_planted_problem_and_proves_the_fixes() {
         "{lock}"
     );
     let periodic = &finding(planted, "latency.periodic-spikes")["data"];
-    assert_eq!(periodic["period_s"], 5, "{periodic}");
+    assert_eq!(periodic["period_s"], 3, "{periodic}");
     // the stall holds requests PRICE_FETCH (300 ms) at most, plus their own time
     let spike_ms = periodic["spike_worst_us"].as_f64().unwrap() / 1000.0;
     assert!((250.0..1000.0).contains(&spike_ms), "{periodic}");
