@@ -5,7 +5,7 @@
 //! Then it starts the shop again with every fix, runs the same load, and compares the runs.
 //! It ends with the three pages to open, then a short summary.
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, IsTerminal};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -228,7 +228,8 @@ pub fn run(args: DemoArgs, stop: &StopSignal) -> Result<u8> {
                 settings: &analysis,
             }),
         };
-        let mut live = LiveOutput::new(true, 5);
+        // a progress line on a terminal; in a log, nothing until the run's own line
+        let mut live = LiveOutput::new(!std::io::stderr().is_terminal(), 5);
         let outcome = execute(spec, stop, &mut live)?;
         drop(shop);
         for w in &outcome.warnings {

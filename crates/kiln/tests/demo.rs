@@ -91,7 +91,12 @@ fn the_demo_finds_every_planted_problem_and_proves_the_fixes() {
     ]
     .map(String::from)
     .into();
-    assert_eq!(rules(planted), expected, "{stderr}");
+    assert_eq!(
+        rules(planted),
+        expected,
+        "{stderr}\nnot judged: {:#}",
+        planted["findings"]["unjudged"]
+    );
 
     // each with the evidence that points at the planted code
     let n1 = &finding(planted, "db.n-plus-one")["data"]["finding"];
