@@ -105,7 +105,7 @@ fn every_request_of_the_rust_sdk_shop_reaches_the_db_analysis() {
     assert_eq!(n1[0]["calls"], 8);
     assert_eq!(n1[0]["distinct_values"], 8);
     assert_eq!(n1[0]["requests"].as_u64(), Some(sent));
-    let route = n1[0]["example"]["route"].as_str().unwrap();
+    let route = n1[0]["route"].as_str().unwrap();
     assert_eq!(route, "GET /orders/{id}");
 
     // fixed: one join per request, no DB finding
