@@ -9,7 +9,7 @@ use std::io::{BufRead, BufReader, IsTerminal};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use kiln_demo_shop::{Config, Problem};
@@ -109,16 +109,7 @@ impl ShopProcess {
 impl Drop for ShopProcess {
     fn drop(&mut self) {
         // SIGTERM: the shop sends its queued spans and exits
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        kiln_runner::child::stop_gracefully(&mut self.child, Duration::from_secs(5));
     }
 }
 

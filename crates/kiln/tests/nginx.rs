@@ -17,18 +17,7 @@ struct Nginx {
 impl Drop for Nginx {
     fn drop(&mut self) {
         // SIGTERM lets the master stop its workers; SIGKILL would orphan them.
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        kiln_runner::child::stop_gracefully(&mut self.child, Duration::from_secs(5));
     }
 }
 

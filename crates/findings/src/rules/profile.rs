@@ -517,6 +517,11 @@ mod tests {
     use super::*;
     use crate::rules::fixtures::profiled_run;
 
+    fn assert_called_from(f: &crate::Finding, caller: &str) {
+        let line = format!("called from {caller}");
+        assert!(f.evidence.iter().any(|e| e.ends_with(&line)), "{f:?}");
+    }
+
     fn found(folded: &str) -> Vec<crate::Finding> {
         match categories(&profiled_run(folded)) {
             Verdict::Found(f) => f,
@@ -591,13 +596,7 @@ mod tests {
         assert_eq!(f.len(), 1);
         assert_eq!(f[0].rule, "cpu.clock-syscall");
         // the caller is the code that asked, not the kernel's entry or libc's syscall()
-        assert!(
-            f[0].evidence
-                .iter()
-                .any(|e| e.ends_with("called from handler")),
-            "{:?}",
-            f[0]
-        );
+        assert_called_from(&f[0], "handler");
         assert!(
             found("app;handler;clock_gettime;__vdso_clock_gettime 20\napp;handler;work 180\n")
                 .is_empty()
@@ -648,25 +647,13 @@ mod tests {
         );
         assert_eq!(f.len(), 1, "{f:?}");
         assert_eq!(f[0].rule, "cpu.exceptions");
-        assert!(
-            f[0].evidence
-                .iter()
-                .any(|e| e.ends_with("called from handler")),
-            "{:?}",
-            f[0].evidence
-        );
+        assert_called_from(&f[0], "handler");
         // the closure's iterator is not who made the backtraces
         let f = found(
             "app;handler;<core::iter::adapters::map::Map<I,F> as core::iter::traits::iterator::Iterator>::fold;<std::backtrace::Backtrace>::force_capture 30\n\
              app;handler;work 170\n",
         );
-        assert!(
-            f[0].evidence
-                .iter()
-                .any(|e| e.ends_with("called from handler")),
-            "{:?}",
-            f[0].evidence
-        );
+        assert_called_from(&f[0], "handler");
     }
 
     #[test]
