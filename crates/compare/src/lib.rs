@@ -260,8 +260,10 @@ pub fn compare_sides(
     // Simultaneous intervals (Bonferroni): each of the k figures judged gets the interval at
     // 1 - (1 - confidence)/k, so that all k hold together at `confidence` and a comparison of
     // two run sets of one target says "no change" that often, not 1 - k(1 - confidence).
+    // the target's CPU per request, second by second, when both sides watched it
+    let cpu = [cpu_seconds(base), cpu_seconds(new)];
     let judged = 2
-        + usize::from(cpu_comparable(base, new))
+        + usize::from(cpu.iter().all(|c| !c.is_empty()))
         + PERCENTILES.iter().filter(|p| tail_enough(p.1)).count();
     let tail = (1.0 - options.confidence.clamp(0.5, 0.9999)) / 2.0 / judged as f64;
     let interval = |change: &dyn Fn(&Estimate, &Estimate) -> f64| -> Option<[f64; 2]> {
@@ -380,7 +382,7 @@ pub fn compare_sides(
         new: summary(new),
         hygiene: hygiene(base, new),
         rows,
-        resources: resource_rows(base, new, options, tail),
+        resources: resource_rows(&cpu, options, tail),
         findings: findings_change(findings.0, findings.1),
         profile: profile_changes(base, new),
         db_routes: db_route_changes(base, new),
@@ -577,8 +579,13 @@ fn cpu_seconds(side: &Side) -> Vec<(f64, f64, u64)> {
         .iter()
         .filter_map(|s| {
             let p = s.process.as_ref()?;
-            let nearest = load
-                .iter()
+            // the load's seconds are in time order: the nearest is at or just before the
+            // first one ending after this sample
+            let after = load.partition_point(|l| l.unix_ms <= s.unix_ms);
+            let nearest = [after.checked_sub(1), Some(after)]
+                .into_iter()
+                .flatten()
+                .filter_map(|i| load.get(i))
                 .min_by_key(|l| l.unix_ms.abs_diff(s.unix_ms))
                 .filter(|l| l.unix_ms.abs_diff(s.unix_ms) <= 500)?;
             let (user, system) = (
@@ -610,15 +617,10 @@ fn cpu_per_request_draw(seconds: &[(f64, f64, u64)], rng: &mut fastrand::Rng) ->
     1000.0 * cpu / requests.max(1) as f64
 }
 
-/// Whether both sides have the target's CPU to compare (a figure judged with an interval).
-fn cpu_comparable(base: &Side, new: &Side) -> bool {
-    !cpu_seconds(base).is_empty() && !cpu_seconds(new).is_empty()
-}
-
 /// The target's CPU per request, with its interval from a block bootstrap of each side's
 /// seconds (at the same simultaneous tail as the latency figures), and its system share.
-fn resource_rows(base: &Side, new: &Side, options: &Options, tail: f64) -> Vec<Row> {
-    let (bs, ns) = (cpu_seconds(base), cpu_seconds(new));
+fn resource_rows(cpu: &[Vec<(f64, f64, u64)>; 2], options: &Options, tail: f64) -> Vec<Row> {
+    let [bs, ns] = cpu;
     if bs.is_empty() || ns.is_empty() {
         return Vec::new();
     }
@@ -627,15 +629,15 @@ fn resource_rows(base: &Side, new: &Side, options: &Options, tail: f64) -> Vec<R
             (u + x.0, sy + x.1, r.saturating_add(x.2))
         })
     };
-    let ((bu, bsys, br), (nu, nsys, nr)) = (totals(&bs), totals(&ns));
+    let ((bu, bsys, br), (nu, nsys, nr)) = (totals(bs), totals(ns));
     let per_request = |cpu: f64, r: u64| 1000.0 * cpu / r.max(1) as f64;
     let (b, n) = (per_request(bu + bsys, br), per_request(nu + nsys, nr));
     let mut rng = fastrand::Rng::with_seed(options.seed ^ 0xC0FF_EE00);
     let mut changes: Vec<f64> = (0..options.resamples.max(1))
         .map(|_| {
             let (db, dn) = (
-                cpu_per_request_draw(&bs, &mut rng),
-                cpu_per_request_draw(&ns, &mut rng),
+                cpu_per_request_draw(bs, &mut rng),
+                cpu_per_request_draw(ns, &mut rng),
             );
             ratio_change(db, dn)
         })

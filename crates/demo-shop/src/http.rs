@@ -74,8 +74,8 @@ async fn handle(
     let answered = tokio::task::spawn_blocking(move || {
         let cx = telemetry::server_span(shop.tracer(), ORDER_ROUTE, &path);
         let (status, body) = match shop.order_page(order, &cx) {
-            Ok(page) if page.is_empty() => (StatusCode::NOT_FOUND, b"no such order\n".to_vec()),
-            Ok(page) => (StatusCode::OK, page),
+            Ok(Some(page)) => (StatusCode::OK, page),
+            Ok(None) => (StatusCode::NOT_FOUND, b"no such order\n".to_vec()),
             Err(e) => (
                 StatusCode::INTERNAL_SERVER_ERROR,
                 format!("{e:#}\n").into_bytes(),

@@ -107,9 +107,12 @@ impl Shop {
         self.tracer.as_ref()
     }
 
-    /// The page of one order, as HTML.
-    pub fn order_page(&self, order: i64, cx: &Context) -> Result<Vec<u8>> {
+    /// The page of one order, as HTML; None when there is no such order (it has no lines).
+    pub fn order_page(&self, order: i64, cx: &Context) -> Result<Option<Vec<u8>>> {
         let lines = self.order_lines(order, cx)?;
+        if lines.is_empty() {
+            return Ok(None);
+        }
         let descriptions = self.descriptions(lines.iter().map(|(p, _)| p.id))?;
         let backtraces = self.config.planted(Problem::Backtraces);
         let discounts: Vec<i64> = lines.iter().map(|(p, _)| discount(p, backtraces)).collect();
@@ -139,7 +142,7 @@ impl Shop {
             total / 100,
             total % 100
         );
-        self.render(body.as_bytes())
+        self.render(body.as_bytes()).map(Some)
     }
 
     /// The order's lines with their products.

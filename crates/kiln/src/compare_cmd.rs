@@ -12,9 +12,7 @@ use crate::run_cmd::EXIT_THRESHOLDS_FAILED;
 pub fn run(args: CompareArgs) -> Result<u8> {
     let comparison = compare(&args.base, &args.new, &args.method)?;
     if let Some(file) = &args.html {
-        let (base, new) = (RunDir::open(&args.base)?, RunDir::open(&args.new)?);
-        std::fs::write(file, kiln_report::render_compare(&base, &new, &comparison))
-            .with_context(|| format!("cannot write {}", file.display()))?;
+        write_page(&args.base, &args.new, &comparison, file)?;
         eprintln!(
             "kiln: the comparison's page: {}",
             crate::format::safe_text(&file.display().to_string())
@@ -47,6 +45,13 @@ pub fn compare(base: &Path, new: &Path, method: &CompareMethod) -> Result<Compar
         confidence: method.confidence,
     };
     Ok(kiln_compare::compare(&base_dir, &new_dir, &options)?)
+}
+
+/// The comparison's page (for `kiln compare --html` and the demo).
+pub fn write_page(base: &Path, new: &Path, comparison: &Comparison, file: &Path) -> Result<()> {
+    let (base, new) = (RunDir::open(base)?, RunDir::open(new)?);
+    std::fs::write(file, kiln_report::render_compare(&base, &new, comparison))
+        .with_context(|| format!("cannot write {}", file.display()))
 }
 
 /// 99 when asked to gate on regressions and one is found.

@@ -7,14 +7,14 @@
 
 use std::io::{BufRead, BufReader, IsTerminal};
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use kiln_demo_shop::{Config, Problem};
 use kiln_load::{Arrivals, LoadPlan, Model, PhaseSpec, RateStage, RequestSpec, StopSignal, Target};
-use kiln_record::{RunDir, RunLocation};
+use kiln_record::RunLocation;
 use kiln_runner::{execute, OtlpSpec, RunOutcome, RunSpec};
 use serde_json::json;
 
@@ -267,15 +267,12 @@ pub fn run(args: DemoArgs, stop: &StopSignal) -> Result<u8> {
         &CompareMethod::default(),
     )?;
     let compare_page = fixed.dir.path().join("compare.html");
-    let (base_dir, new_dir) = (
-        RunDir::open(planted.dir.path())?,
-        RunDir::open(fixed.dir.path())?,
-    );
-    std::fs::write(
+    crate::compare_cmd::write_page(
+        planted.dir.path(),
+        fixed.dir.path(),
+        &comparison,
         &compare_page,
-        kiln_report::render_compare(&base_dir, &new_dir, &comparison),
-    )
-    .with_context(|| format!("cannot write {}", compare_page.display()))?;
+    )?;
 
     // the pages first: they hold everything, and more than the lines below
     let pages: Vec<(&str, PathBuf)> = [
@@ -323,17 +320,16 @@ pub fn run(args: DemoArgs, stop: &StopSignal) -> Result<u8> {
 /// the comparison, over the measured seconds only).
 fn run_line(o: &RunOutcome) -> String {
     let Some(total) = o.phases.iter().find(|p| p.measured).map(|p| &p.totals) else {
-        return format!("{}: no measured phase", safe_text(&dir_name(o.dir.path())));
+        return format!(
+            "{}: no measured phase",
+            safe_text(&o.dir.path().display().to_string())
+        );
     };
     format!(
         "{} requests, p50 {}, p99 {}  ({})",
         total.latency.count(),
         crate::format::us(total.latency.quantile_us(0.5)),
         crate::format::us(total.latency.quantile_us(0.99)),
-        safe_text(&dir_name(o.dir.path()))
+        safe_text(&o.dir.path().display().to_string())
     )
-}
-
-fn dir_name(path: &Path) -> String {
-    path.display().to_string()
 }
