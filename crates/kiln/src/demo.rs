@@ -196,6 +196,7 @@ pub fn run(args: DemoArgs, stop: &StopSignal) -> Result<u8> {
             threads: 1,
             insecure: false,
             dead_after: Duration::from_secs(5),
+            workload: None,
         };
         // the shop's first seconds (threads started, connections opened, pages first
         // touched) are left out, as a user's run would leave them out

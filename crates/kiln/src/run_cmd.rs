@@ -106,6 +106,7 @@ pub fn build_plan(args: &RunArgs) -> Result<LoadPlan> {
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get())),
         insecure: args.insecure,
         dead_after: parse_duration(&args.dead_after)?,
+        workload: None,
     };
     plan.validate()?;
     if let Some(note) = kiln_load::limits::fit_max_connections(&mut plan) {

@@ -15,7 +15,7 @@ use tokio::net::TcpStream;
 use crate::http1::{self, ResponseReader};
 use crate::plan::{LoadPlan, Target};
 
-pub use crate::http1::Response;
+pub use crate::http1::{Captured, Response};
 
 /// A socket that could not be made for want of kiln's own resources.
 fn is_local_shortage(e: &std::io::Error) -> bool {
@@ -62,14 +62,6 @@ impl FirstText {
 impl ConnectionSetup {
     pub fn new(plan: &LoadPlan) -> Result<Self, String> {
         let target = plan.target.clone();
-        let tls = if target.tls {
-            let config = tls_config(plan.insecure);
-            let name = ServerName::try_from(target.host.clone())
-                .map_err(|e| format!("'{}' is not a valid TLS server name: {e}", target.host))?;
-            Some((tokio_rustls::TlsConnector::from(Arc::new(config)), name))
-        } else {
-            None
-        };
         // The URL's user:password becomes Basic auth unless the user set Authorization.
         let mut headers = plan.request.headers.clone();
         if let Some(auth) = &target.basic_auth {
@@ -87,12 +79,32 @@ impl ConnectionSetup {
             &headers,
             &plan.request.body,
         );
+        let mut setup = Self::for_origin(&target, plan.insecure, plan.connect_timeout)?;
+        setup.method = plan.request.method.clone();
+        setup.request = request;
+        Ok(setup)
+    }
+
+    /// Connections to one origin of a scenario, whose requests are built per send.
+    pub fn for_origin(
+        target: &Target,
+        insecure: bool,
+        connect_timeout: Duration,
+    ) -> Result<Self, String> {
+        let tls = if target.tls {
+            let config = tls_config(insecure);
+            let name = ServerName::try_from(target.host.clone())
+                .map_err(|e| format!("'{}' is not a valid TLS server name: {e}", target.host))?;
+            Some((tokio_rustls::TlsConnector::from(Arc::new(config)), name))
+        } else {
+            None
+        };
         Ok(Self {
-            target,
+            target: target.clone(),
             tls,
-            method: plan.request.method.clone(),
-            request,
-            connect_timeout: plan.connect_timeout,
+            method: http::Method::GET,
+            request: Vec::new(),
+            connect_timeout,
             local_failure: FirstText::default(),
             tls_failure: FirstText::default(),
         })
@@ -250,10 +262,27 @@ impl Connection {
         }
     }
 
-    /// Sends the request and reads the whole response.
+    /// Sends the phase's request and reads the whole response.
     pub async fn send(&mut self, setup: &ConnectionSetup) -> Result<Response, ErrorKind> {
+        self.exchange(&setup.request).await
+    }
+
+    /// Sends one request of a scenario (encoded by the caller) and reads the whole response,
+    /// keeping its headers and body when `capture`.
+    pub async fn send_request(
+        &mut self,
+        request: &[u8],
+        method: &http::Method,
+        capture: bool,
+    ) -> Result<(Response, Captured), ErrorKind> {
+        self.reader.reset_for(method, capture);
+        let response = self.exchange(request).await?;
+        Ok((response, self.reader.take_captured()))
+    }
+
+    async fn exchange(&mut self, request: &[u8]) -> Result<Response, ErrorKind> {
         self.stream
-            .write_all(&setup.request)
+            .write_all(request)
             .await
             .map_err(|e| classify_io(&e))?;
         if matches!(self.stream, Stream::Tls(_)) {

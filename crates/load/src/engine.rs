@@ -24,7 +24,8 @@ use tokio::task::JoinSet;
 
 use crate::connection::{Connection, ConnectionSetup};
 use crate::plan::{LoadPlan, Model};
-use crate::recorder::{WorkerMsg, WorkerRecorder};
+use crate::recorder::{NamedOutcome, WorkerMsg, WorkerRecorder};
+use crate::scenario::{self, VuState, Workload};
 use crate::schedule::ArrivalSchedule;
 use crate::self_usage::SelfUsage;
 
@@ -108,16 +109,39 @@ pub enum LoadError {
 /// instead of a run full of failures.
 pub fn preflight(plan: &LoadPlan) -> Result<(), LoadError> {
     crate::limits::check_open_files(plan).map_err(LoadError::Setup)?;
-    let setup = ConnectionSetup::new(plan).map_err(LoadError::Setup)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(LoadError::Thread)?;
+    let mut setups = vec![ConnectionSetup::new(plan).map_err(LoadError::Setup)?];
+    // A plan's other origins, each checked the same way.
+    setups.extend(origin_setups(plan).map_err(LoadError::Setup)?.into_iter().skip(1));
+    for setup in &setups {
+        preflight_one(plan, setup, &rt)?;
+    }
+    Ok(())
+}
+
+/// One connection to each origin of a plan's workload (none without one).
+fn origin_setups(plan: &LoadPlan) -> Result<Vec<ConnectionSetup>, String> {
+    plan.workload.as_ref().map_or(Ok(Vec::new()), |w| {
+        w.origins
+            .iter()
+            .map(|t| ConnectionSetup::for_origin(t, plan.insecure, plan.connect_timeout))
+            .collect()
+    })
+}
+
+fn preflight_one(
+    plan: &LoadPlan,
+    setup: &ConnectionSetup,
+    rt: &tokio::runtime::Runtime,
+) -> Result<(), LoadError> {
     let local = tokio::task::LocalSet::new();
     local
-        .block_on(&rt, async { setup.connect().await.map(drop) })
+        .block_on(rt, async { setup.connect().await.map(drop) })
         .map_err(|kind| LoadError::Unreachable {
-            addr: format!("{} ({})", plan.target.authority, plan.target.addr),
+            addr: format!("{} ({})", setup.target.authority, setup.target.addr),
             kind: match (kind, setup.tls_failure()) {
                 (ErrorKind::Tls, Some(why)) => {
                     let hint = if why.contains("certificate") && !plan.insecure {
@@ -149,6 +173,14 @@ struct PhaseShared {
     /// The open model's queue of intended send times.
     arrivals: Option<async_channel::Receiver<Instant>>,
     grow: Vec<Notify>,
+    /// The plan's own end came before the deadline: its iterations are done, or its data
+    /// ran out (`at_end: stop`). Not an early stop.
+    finished: AtomicBool,
+    /// Iterations begun (against a closed plan's `iterations`), and VUs made (their ids).
+    iterations_begun: AtomicU64,
+    vus_made: AtomicU64,
+    /// Why a plan's workload could not go on (a data file that became unreadable).
+    workload_failure: Mutex<Option<String>>,
 }
 
 impl PhaseShared {
@@ -158,6 +190,39 @@ impl PhaseShared {
 
     fn should_stop_at(&self, now: Instant) -> bool {
         self.stopped.load(Ordering::Relaxed) || now >= self.deadline
+    }
+
+    fn finish(&self) {
+        self.finished.store(true, Ordering::SeqCst);
+    }
+
+    fn fail(&self, why: String) {
+        if let Ok(mut f) = self.workload_failure.lock() {
+            f.get_or_insert(why);
+        }
+    }
+
+    fn workload_failure(&self) -> Option<String> {
+        self.workload_failure.lock().ok().and_then(|f| f.clone())
+    }
+
+    /// Takes one of a closed plan's iterations; false when they are all taken.
+    fn take_iteration(&self, workload: &Workload) -> bool {
+        match workload.iterations {
+            None => true,
+            Some(n) => self.iterations_begun.fetch_add(1, Ordering::SeqCst) < n,
+        }
+    }
+
+    /// A seed for VUs' generators that differs from run to run.
+    fn t0_seed(&self) -> u64 {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64)
+    }
+
+    fn new_vu_id(&self) -> u64 {
+        self.vus_made.fetch_add(1, Ordering::SeqCst) + 1
     }
 }
 
@@ -171,6 +236,7 @@ pub fn run_phase(
     on_second: &mut dyn FnMut(&SecondRecord),
 ) -> Result<PhaseEnd, LoadError> {
     let setup = Arc::new(ConnectionSetup::new(plan).map_err(LoadError::Setup)?);
+    let origins = Arc::new(origin_setups(plan).map_err(LoadError::Setup)?);
     let usage_before = SelfUsage::now();
     let threads = plan.threads;
     let open = matches!(plan.model, Model::Open { .. });
@@ -202,15 +268,20 @@ pub fn run_phase(
         scheduled: AtomicU64::new(0),
         arrivals: arrivals_rx,
         grow: (0..threads).map(|_| Notify::new()).collect(),
+        finished: AtomicBool::new(false),
+        iterations_begun: AtomicU64::new(0),
+        vus_made: AtomicU64::new(0),
+        workload_failure: Mutex::new(None),
     });
     let (stop_tx, stop_rx) = watch::channel(false);
     let (to_collector, from_workers) = mpsc::channel();
 
     let mut handles = Vec::new();
     for worker in 0..threads {
-        let (shared, setup, plan, stop_rx, tx) = (
+        let (shared, setup, origins, plan, stop_rx, tx) = (
             shared.clone(),
             setup.clone(),
+            origins.clone(),
             plan.clone(),
             stop_rx.clone(),
             to_collector.clone(),
@@ -219,8 +290,12 @@ pub fn run_phase(
         let handle = thread::Builder::new()
             .name(format!("kiln-load-{worker}"))
             .spawn(move || {
-                let recorder = WorkerRecorder::new(worker, &name, shared.t0, open, tx);
-                run_worker(worker, &plan, shared, setup, stop_rx, recorder)
+                let mut recorder = WorkerRecorder::new(worker, &name, shared.t0, open, tx);
+                if let Some(w) = &plan.workload {
+                    recorder = recorder.with_names(w.names.clone());
+                }
+                let connections = Connections { setup, origins };
+                run_worker(worker, &plan, shared, connections, stop_rx, recorder)
             })
             .map_err(LoadError::Thread)?;
         handles.push(handle);
@@ -254,8 +329,11 @@ pub fn run_phase(
             let early = stop
                 .reason()
                 .or_else(|| setup.local_failure())
+                .or_else(|| origins.iter().find_map(ConnectionSetup::local_failure))
+                .or_else(|| shared.workload_failure())
                 .or_else(|| collector.dead_reason.clone());
-            if early.is_some() || now >= shared.deadline {
+            let finished = shared.finished.load(Ordering::SeqCst);
+            if early.is_some() || finished || now >= shared.deadline {
                 shared
                     .stopped_early
                     .store(early.is_some(), Ordering::SeqCst);
@@ -491,10 +569,17 @@ fn sleep_until(due: Instant, shared: &PhaseShared) -> bool {
     }
 }
 
+/// The phase's connection setups: the plain request's, and a plan's origins'.
+struct Connections {
+    setup: Arc<ConnectionSetup>,
+    origins: Arc<Vec<ConnectionSetup>>,
+}
+
 /// Worker-local state shared by the connection tasks of one thread.
 struct WorkerLocal {
     plan: LoadPlan,
     setup: Arc<ConnectionSetup>,
+    origins: Arc<Vec<ConnectionSetup>>,
     shared: Arc<PhaseShared>,
     recorder: RefCell<WorkerRecorder>,
     in_flight: Cell<u64>,
@@ -508,7 +593,7 @@ fn run_worker(
     worker: usize,
     plan: &LoadPlan,
     shared: Arc<PhaseShared>,
-    setup: Arc<ConnectionSetup>,
+    connections: Connections,
     stop_rx: watch::Receiver<bool>,
     recorder: WorkerRecorder,
 ) {
@@ -528,7 +613,8 @@ fn run_worker(
     let local = tokio::task::LocalSet::new();
     let worker_state = Rc::new(WorkerLocal {
         plan: plan.clone(),
-        setup,
+        setup: connections.setup,
+        origins: connections.origins,
         shared: shared.clone(),
         recorder: RefCell::new(recorder),
         in_flight: Cell::new(0),
@@ -611,6 +697,7 @@ async fn sleep_or_stop(d: Duration, stop: &mut watch::Receiver<bool>) -> bool {
 /// Connects, counting a failure as one failed request.
 async fn ensure_connected(
     state: &WorkerLocal,
+    setup: &ConnectionSetup,
     conn: &mut Option<Connection>,
 ) -> Result<(), ErrorKind> {
     if let Some(c) = conn {
@@ -620,7 +707,7 @@ async fn ensure_connected(
         *conn = None;
         state.recorder.borrow_mut().connections -= 1;
     }
-    let c = state.setup.connect().await?;
+    let c = setup.connect().await?;
     let mut rec = state.recorder.borrow_mut();
     rec.connections += 1;
     rec.connections_opened += 1;
@@ -699,7 +786,7 @@ async fn send_and_record(
     intended: Option<Instant>,
 ) -> Instant {
     let conn = &mut slot.conn;
-    if let Err(kind) = ensure_connected(state, conn).await {
+    if let Err(kind) = ensure_connected(state, &state.setup, conn).await {
         let now = Instant::now();
         // kiln's own shortage is not the target's failure: the phase stops, nothing counted.
         if state.setup.local_failure().is_none() {
@@ -754,6 +841,9 @@ async fn closed_connection(state: Rc<WorkerLocal>, global: usize, mut stop: watc
     {
         return;
     }
+    if let Some(workload) = state.plan.workload.clone() {
+        return closed_vu(state, workload, stop).await;
+    }
     let mut slot = Slot::new(state.plan.timeout);
     let mut stop_now = state.shared.should_stop();
     while !stop_now {
@@ -783,9 +873,12 @@ async fn open_connection(state: Rc<WorkerLocal>, mut stop: watch::Receiver<bool>
     let Some(arrivals) = state.shared.arrivals.clone() else {
         return;
     };
+    if let Some(workload) = state.plan.workload.clone() {
+        return open_vu(state, workload, arrivals, stop).await;
+    }
     let mut slot = Slot::new(state.plan.timeout);
     // Connect before the first arrival so it is not charged for the handshake.
-    let _ = ensure_connected(&state, &mut slot.conn).await;
+    let _ = ensure_connected(&state, &state.setup, &mut slot.conn).await;
     loop {
         let next = tokio::select! {
             next = arrivals.recv() => next.ok(),
@@ -804,6 +897,257 @@ async fn open_connection(state: Rc<WorkerLocal>, mut stop: watch::Receiver<bool>
         state.recorder.borrow_mut().connections -= 1;
     }
     state.shared.connection_tasks.fetch_sub(1, Ordering::SeqCst);
+}
+
+/// A plan's virtual user: its own state, one connection per origin, its request timer.
+struct Vu {
+    state: VuState,
+    conns: Vec<Option<Connection>>,
+    timer: RequestTimer,
+}
+
+impl Vu {
+    fn new(state: &WorkerLocal, workload: &Workload) -> Self {
+        let id = state.shared.new_vu_id();
+        Self {
+            state: VuState::new(id, workload, state.shared.t0_seed()),
+            conns: workload.origins.iter().map(|_| None).collect(),
+            timer: RequestTimer::new(state.plan.timeout),
+        }
+    }
+
+    /// Closes the VU's connections in the gauge.
+    fn close(self, state: &WorkerLocal) {
+        let open = self.conns.iter().filter(|c| c.is_some()).count() as u64;
+        state.recorder.borrow_mut().connections -= open;
+    }
+}
+
+/// How an iteration ended.
+enum IterationEnd {
+    /// Every step ran (or the iteration was cut short by a failed request or extraction,
+    /// which is counted where it happened).
+    Done { connect_failed: bool },
+    /// The scenario's data has no more rows.
+    DataEnded,
+    /// The phase stopped during the iteration.
+    Stopped,
+    Failed(String),
+}
+
+/// Closed model with a plan: a VU runs iterations back to back until the phase ends, its
+/// iterations are all taken, or its data runs out.
+async fn closed_vu(state: Rc<WorkerLocal>, workload: Arc<Workload>, mut stop: watch::Receiver<bool>) {
+    let mut vu = Vu::new(&state, &workload);
+    while !state.shared.should_stop() {
+        if !state.shared.take_iteration(&workload) {
+            state.shared.finish();
+            break;
+        }
+        match run_iteration(&state, &workload, &mut vu, None, &mut stop).await {
+            IterationEnd::Done { connect_failed } => {
+                if connect_failed && !sleep_or_stop(RECONNECT_BACKOFF, &mut stop).await {
+                    break;
+                }
+            }
+            IterationEnd::DataEnded => {
+                state.shared.finish();
+                break;
+            }
+            IterationEnd::Stopped => break,
+            IterationEnd::Failed(why) => {
+                state.shared.fail(why);
+                break;
+            }
+        }
+    }
+    vu.close(&state);
+}
+
+/// Open model with a plan: each arrival starts one iteration on this VU; its first request's
+/// latency counts from the arrival's scheduled time.
+async fn open_vu(
+    state: Rc<WorkerLocal>,
+    workload: Arc<Workload>,
+    arrivals: async_channel::Receiver<Instant>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut vu = Vu::new(&state, &workload);
+    // Connect before the first arrival so it is not charged for the handshake.
+    if let (Some(setup), Some(conn)) = (state.origins.first(), vu.conns.first_mut()) {
+        let _ = ensure_connected(&state, setup, conn).await;
+    }
+    loop {
+        let next = tokio::select! {
+            next = arrivals.recv() => next.ok(),
+            _ = stop.wait_for(|s| *s) => None,
+        };
+        state.shared.idle.fetch_sub(1, Ordering::Relaxed);
+        let Some(intended) = next else { break };
+        if state.shared.should_stop() {
+            state.shared.unsent.fetch_add(1, Ordering::Relaxed);
+            break;
+        }
+        match run_iteration(&state, &workload, &mut vu, Some(intended), &mut stop).await {
+            IterationEnd::Done { .. } => {}
+            IterationEnd::DataEnded => {
+                state.shared.unsent.fetch_add(1, Ordering::Relaxed);
+                state.shared.finish();
+                break;
+            }
+            IterationEnd::Stopped => break,
+            IterationEnd::Failed(why) => {
+                state.shared.fail(why);
+                break;
+            }
+        }
+        state.shared.idle.fetch_add(1, Ordering::Relaxed);
+    }
+    vu.close(&state);
+    state.shared.connection_tasks.fetch_sub(1, Ordering::SeqCst);
+}
+
+/// One iteration: a scenario picked by weight, a row of its data, its steps in order.
+async fn run_iteration(
+    state: &WorkerLocal,
+    workload: &Workload,
+    vu: &mut Vu,
+    intended: Option<Instant>,
+    stop: &mut watch::Receiver<bool>,
+) -> IterationEnd {
+    let scenario = workload.pick(&mut vu.state.rng);
+    let mut values = match vu.state.start_iteration(workload, scenario) {
+        Ok(Some(values)) => values,
+        Ok(None) => return IterationEnd::DataEnded,
+        Err(why) => return IterationEnd::Failed(why),
+    };
+    let mut first = intended;
+    let mut connect_failed = false;
+    for step in &scenario.steps {
+        if state.shared.should_stop() {
+            return IterationEnd::Stopped;
+        }
+        match run_step(state, workload, vu, step, &mut values, first.take()).await {
+            StepEnd::Next => {}
+            StepEnd::CutShort { connect } => {
+                connect_failed = connect;
+                break;
+            }
+        }
+        let pause = step.think.sample(&mut vu.state.rng);
+        if !pause.is_zero() && !sleep_or_stop(pause, stop).await {
+            return IterationEnd::Stopped;
+        }
+    }
+    vu.state.iteration += 1;
+    state.recorder.borrow_mut().iteration(Instant::now());
+    IterationEnd::Done { connect_failed }
+}
+
+enum StepEnd {
+    Next,
+    /// The iteration cannot go on: no response, a variable not extracted, a request that
+    /// could not be rendered. `connect`: it was the connection that failed.
+    CutShort { connect: bool },
+}
+
+/// Sends one step and records it in the totals and under its name.
+async fn run_step(
+    state: &WorkerLocal,
+    workload: &Workload,
+    vu: &mut Vu,
+    step: &scenario::Step,
+    values: &mut [Option<String>],
+    intended: Option<Instant>,
+) -> StepEnd {
+    let origin = &workload.origins[step.origin];
+    let rendered = {
+        let mut cx = crate::template::RenderContext {
+            values,
+            vu: vu.state.id,
+            iteration: vu.state.iteration,
+            rng: &mut vu.state.rng,
+        };
+        scenario::render_request(step, origin, &vu.state.jars[step.origin], &mut cx)
+    };
+    let Ok(rendered) = rendered else {
+        state
+            .recorder
+            .borrow_mut()
+            .not_sent(step.name, Instant::now());
+        return StepEnd::CutShort { connect: false };
+    };
+    let setup = &state.origins[step.origin];
+    let conn = &mut vu.conns[step.origin];
+    if let Err(kind) = ensure_connected(state, setup, conn).await {
+        let now = Instant::now();
+        if setup.local_failure().is_none() {
+            let mut rec = state.recorder.borrow_mut();
+            rec.error(now, kind);
+            rec.named(step.name, failed_outcome(kind));
+        } else if intended.is_some() {
+            state.shared.unsent.fetch_add(1, Ordering::Relaxed);
+        }
+        return StepEnd::CutShort { connect: true };
+    }
+    let Some(c) = conn.as_mut() else {
+        return StepEnd::CutShort { connect: true };
+    };
+    let sent = Instant::now();
+    state.recorder.borrow_mut().sent(sent);
+    state.in_flight.set(state.in_flight.get() + 1);
+    let outcome = vu
+        .timer
+        .run(sent, c.send_request(&rendered.bytes, &step.method, true))
+        .await;
+    state.in_flight.set(state.in_flight.get() - 1);
+    let done = Instant::now();
+    let start = intended.map_or(sent, |i| i.min(sent));
+    match outcome.unwrap_or(Err(ErrorKind::Timeout)) {
+        Ok((response, captured)) => {
+            let set = vu.state.jars[step.origin].take_response(&captured);
+            let checked = scenario::run_checks(step, response.status, &captured);
+            let extracted = scenario::run_extractions(step, &captured, &set, values);
+            let extract_failed = u64::from(extracted.is_err());
+            let bad_status = !step.checks_status() && response.status >= 400;
+            let mut rec = state.recorder.borrow_mut();
+            rec.response(start, sent, done, response.status, response.body_bytes);
+            rec.named(
+                step.name,
+                NamedOutcome {
+                    result: Ok(response.status),
+                    failed: bad_status || checked.failed > 0 || extract_failed > 0,
+                    checks: checked.run + extract_failed,
+                    checks_failed: checked.failed + extract_failed,
+                    body_bytes: response.body_bytes,
+                    latency_us: Some(done.saturating_duration_since(start).as_micros() as u64),
+                },
+            );
+            if extract_failed > 0 {
+                return StepEnd::CutShort { connect: false };
+            }
+            StepEnd::Next
+        }
+        Err(kind) => {
+            let mut rec = state.recorder.borrow_mut();
+            rec.error(done, kind);
+            rec.named(step.name, failed_outcome(kind));
+            rec.connections -= 1;
+            *conn = None;
+            StepEnd::CutShort { connect: false }
+        }
+    }
+}
+
+fn failed_outcome(kind: ErrorKind) -> NamedOutcome {
+    NamedOutcome {
+        result: Err(kind),
+        failed: true,
+        checks: 0,
+        checks_failed: 0,
+        body_bytes: 0,
+        latency_us: None,
+    }
 }
 
 /// Spawns one more open-model connection unless the cap is reached; false when it is.
@@ -848,6 +1192,10 @@ mod tests {
             scheduled: AtomicU64::new(0),
             arrivals: Some(rx),
             grow: vec![Notify::new()],
+            finished: AtomicBool::new(false),
+            iterations_begun: AtomicU64::new(0),
+            vus_made: AtomicU64::new(0),
+            workload_failure: Mutex::new(None),
         };
         (shared, tx)
     }

@@ -19,6 +19,37 @@ pub const MAX_HEAD: usize = 64 * 1024;
 const MAX_HEADERS: usize = 100;
 /// A chunk-size line (with extensions) longer than this is a bad response.
 const MAX_CHUNK_LINE: usize = 4096;
+/// Body bytes kept for a scenario's extractions and checks; the rest is counted, not kept.
+pub const MAX_CAPTURED_BODY: usize = 4 * 1024 * 1024;
+
+/// A response's headers and body, kept only when a scenario reads them (extractions,
+/// checks, cookies); a plain load run keeps nothing.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Captured {
+    /// Header names in lower case, values as sent.
+    pub headers: Vec<(String, Vec<u8>)>,
+    pub body: Vec<u8>,
+    /// The body was longer than [`MAX_CAPTURED_BODY`]; `body` is its start.
+    pub body_truncated: bool,
+}
+
+impl Captured {
+    /// The first value of a header, by case-insensitive name.
+    pub fn header(&self, name: &str) -> Option<&[u8]> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_slice())
+    }
+
+    fn keep(&mut self, bytes: &[u8]) {
+        let room = MAX_CAPTURED_BODY.saturating_sub(self.body.len());
+        if bytes.len() > room {
+            self.body_truncated = true;
+        }
+        self.body.extend_from_slice(&bytes[..bytes.len().min(room)]);
+    }
+}
 
 /// The request bytes every connection of a phase sends.
 pub fn encode_request(
@@ -88,6 +119,8 @@ pub struct ResponseReader {
     state: State,
     head_request: bool,
     response: Response,
+    /// Headers and body kept for a scenario; `None` on the plain load path.
+    captured: Option<Box<Captured>>,
 }
 
 /// The outcome of [`ResponseReader::advance`]: how many input bytes were used, and whether
@@ -109,7 +142,20 @@ impl ResponseReader {
                 body_bytes: 0,
                 keep_alive: true,
             },
+            captured: None,
         }
+    }
+
+    /// Starts over for a response to `method`, keeping its headers and body when `capture`.
+    pub fn reset_for(&mut self, method: &Method, capture: bool) {
+        self.reset();
+        self.head_request = *method == Method::HEAD;
+        self.captured = capture.then(Box::default);
+    }
+
+    /// The kept headers and body of the last response (empty unless asked for).
+    pub fn take_captured(&mut self) -> Captured {
+        self.captured.take().map(|c| *c).unwrap_or_default()
     }
 
     /// Starts over for the next response on the same connection.
@@ -141,6 +187,7 @@ impl ResponseReader {
                 }
                 State::UntilClose => {
                     self.response.body_bytes += rest.len() as u64;
+                    self.keep(rest);
                     rest.len()
                 }
                 _ if rest.is_empty() => 0,
@@ -148,6 +195,7 @@ impl ResponseReader {
                 State::Length(left) => {
                     let n = left.min(rest.len() as u64);
                     self.response.body_bytes += n;
+                    self.keep(&rest[..n as usize]);
                     self.state = if n == left {
                         State::Done
                     } else {
@@ -170,6 +218,7 @@ impl ResponseReader {
                 State::ChunkData(left) => {
                     let n = left.min(rest.len() as u64);
                     self.response.body_bytes += n;
+                    self.keep(&rest[..n as usize]);
                     self.state = if n == left {
                         State::ChunkEnd
                     } else {
@@ -207,6 +256,12 @@ impl ResponseReader {
         }
     }
 
+    fn keep(&mut self, bytes: &[u8]) {
+        if let Some(c) = &mut self.captured {
+            c.keep(bytes);
+        }
+    }
+
     /// The connection was closed: the response ends here if its body runs until the close.
     pub fn end_of_input(&mut self) -> Result<Response, ErrorKind> {
         match self.state {
@@ -236,6 +291,13 @@ impl ResponseReader {
         // switch protocols, which a load test of HTTP cannot follow.
         if (100..200).contains(&status) && status != 101 {
             return Ok(len);
+        }
+        if let Some(c) = &mut self.captured {
+            c.headers = parsed
+                .headers
+                .iter()
+                .map(|h| (h.name.to_ascii_lowercase(), trim(h.value).to_vec()))
+                .collect();
         }
         let mut content_length: Option<u64> = None;
         let mut chunked = false;

@@ -8,13 +8,17 @@
 
 mod connection;
 mod engine;
+pub mod feeder;
 mod http1;
 pub mod limits;
 pub mod plan;
 mod recorder;
+pub mod scenario;
 pub mod schedule;
 mod self_usage;
+pub mod template;
 
 pub use engine::{preflight, run_phase, LoadError, PhaseSpec, StopSignal};
 pub use plan::{Arrivals, LoadPlan, Model, PlanError, RateStage, RequestSpec, Target};
+pub use connection::Captured;
 pub use self_usage::SelfUsage;

@@ -354,6 +354,9 @@ pub struct LoadPlan {
     /// Stop the run as interrupted when no response at all came for this long while
     /// requests failed.
     pub dead_after: Duration,
+    /// A plan's scenarios: each VU (closed) or arrival (open) runs iterations of these
+    /// instead of sending `request` to `target`.
+    pub workload: Option<std::sync::Arc<crate::scenario::Workload>>,
 }
 
 impl LoadPlan {

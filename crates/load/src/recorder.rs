@@ -5,7 +5,19 @@
 use std::sync::mpsc::Sender;
 use std::time::Instant;
 
-use kiln_record::{ErrorKind, LatencyHistogram, SecondRecord};
+use std::sync::Arc;
+
+use kiln_record::{ErrorKind, LatencyHistogram, NameSecond, SecondRecord};
+
+/// One named request's outcome, for [`WorkerRecorder::named`].
+pub(crate) struct NamedOutcome {
+    pub result: Result<u16, ErrorKind>,
+    pub failed: bool,
+    pub checks: u64,
+    pub checks_failed: u64,
+    pub body_bytes: u64,
+    pub latency_us: Option<u64>,
+}
 
 /// What a worker thread tells the collector.
 pub(crate) enum WorkerMsg {
@@ -29,6 +41,9 @@ pub(crate) struct WorkerRecorder {
     t0: Instant,
     open_model: bool,
     current: SecondRecord,
+    /// A plan's request names, and this second's figures for each (same order).
+    names: Arc<[String]>,
+    by_name: Vec<NameSecond>,
     to_collector: Sender<WorkerMsg>,
     /// Live TCP connections of this worker (a gauge copied into each second).
     pub connections: u64,
@@ -50,6 +65,8 @@ impl WorkerRecorder {
             t0,
             open_model,
             current: SecondRecord::default(),
+            names: Arc::from(Vec::new()),
+            by_name: Vec::new(),
             to_collector,
             connections: 0,
             connections_opened: 0,
@@ -57,6 +74,13 @@ impl WorkerRecorder {
         };
         rec.current = rec.empty_second(0);
         rec
+    }
+
+    /// Records figures per request name too (a plan's steps).
+    pub fn with_names(mut self, names: Arc<[String]>) -> Self {
+        self.by_name = vec![NameSecond::default(); names.len()];
+        self.names = names;
+        self
     }
 
     fn empty_second(&self, second: u32) -> SecondRecord {
@@ -84,6 +108,12 @@ impl WorkerRecorder {
     fn send_current(&mut self, next: SecondRecord) {
         let mut done = std::mem::replace(&mut self.current, next);
         done.connections = self.connections;
+        for (i, figures) in self.by_name.iter_mut().enumerate() {
+            if figures.requests > 0 || figures.checks > 0 {
+                done.names
+                    .insert(self.names[i].clone(), std::mem::take(figures));
+            }
+        }
         // The collector outlives the workers; if it is gone there is no one to tell.
         let _ = self.to_collector.send(WorkerMsg::Second {
             worker: self.worker,
@@ -127,6 +157,47 @@ impl WorkerRecorder {
         self.last_done = Some(done);
         self.current.requests += 1;
         *self.current.errors.entry(kind).or_default() += 1;
+    }
+
+    /// A plan's request, after `response` or `error` has counted it in the totals.
+    /// `status` is `None` for a request without a response.
+    pub fn named(&mut self, name: usize, outcome: NamedOutcome) {
+        let s = &mut self.current;
+        s.checks += outcome.checks;
+        s.checks_failed += outcome.checks_failed;
+        let Some(n) = self.by_name.get_mut(name) else {
+            return;
+        };
+        n.requests += 1;
+        n.failed += u64::from(outcome.failed);
+        match outcome.result {
+            Ok(status) => *n.status.entry(status).or_default() += 1,
+            Err(kind) => *n.errors.entry(kind).or_default() += 1,
+        }
+        n.checks += outcome.checks;
+        n.checks_failed += outcome.checks_failed;
+        n.body_bytes += outcome.body_bytes;
+        if let Some(us) = outcome.latency_us {
+            n.latency.record_us(us);
+        }
+    }
+
+    /// A plan's request that could not be made (a variable unset, a header value that is
+    /// not one): a failed check under its name, nothing sent.
+    pub fn not_sent(&mut self, name: usize, at: Instant) {
+        self.roll_to(at);
+        self.current.checks += 1;
+        self.current.checks_failed += 1;
+        if let Some(n) = self.by_name.get_mut(name) {
+            n.checks += 1;
+            n.checks_failed += 1;
+        }
+    }
+
+    /// A plan's iteration ended.
+    pub fn iteration(&mut self, at: Instant) {
+        self.roll_to(at);
+        self.current.iterations += 1;
     }
 
     /// Sends the last (partial) second and says the worker is done.

@@ -38,6 +38,7 @@ fn plan(target: &TargetServer, model: Model, secs: u64) -> LoadPlan {
         threads: 2,
         insecure: false,
         dead_after: Duration::from_secs(5),
+        workload: None,
     }
 }
 

@@ -15,7 +15,7 @@ pub mod text;
 pub use error::RecordError;
 pub use histogram::{LatencyHistogram, LatencyStats, MAX_LATENCY_US};
 pub use load::{
-    record_warnings, write_hlog, ErrorKind, LoadRecordLine, PhaseEnd, PhaseSummary, SecondRecord,
+    record_warnings, write_hlog, ErrorKind, LoadRecordLine, PhaseEnd, PhaseSummary, SecondRecord, NameSecond,
     LOAD_SECONDS_PART,
 };
 pub use manifest::{PartRef, RunManifest, RunStatus, SCHEMA_VERSION};

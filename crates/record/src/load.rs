@@ -94,6 +94,64 @@ pub struct SecondRecord {
     /// microseconds (derived; the histogram is the record).
     #[serde(default)]
     pub latency_p50_p90_p99_max_us: [u64; 4],
+    /// A plan's scenario iterations that ended this second.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub iterations: u64,
+    /// A plan's checks run and failed this second (over all requests).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub checks: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub checks_failed: u64,
+    /// A plan's figures per request name (a step's `name`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub names: BTreeMap<String, NameSecond>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// One request name's figures in one second: JMeter's aggregate-report row, kept whole.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct NameSecond {
+    /// Requests with this name that ended this second.
+    pub requests: u64,
+    /// Ended without a response, with a status of 400 or above (unless the step's own
+    /// status check accepts it), or with a failed check: JMeter's "Error %".
+    pub failed: u64,
+    #[serde(default)]
+    pub status: BTreeMap<u16, u64>,
+    #[serde(default)]
+    pub errors: BTreeMap<ErrorKind, u64>,
+    #[serde(default)]
+    pub checks: u64,
+    #[serde(default)]
+    pub checks_failed: u64,
+    #[serde(default)]
+    pub body_bytes: u64,
+    /// Counted as the whole run's latency is (the first request of an open-model iteration
+    /// from its scheduled time).
+    pub latency: LatencyHistogram,
+}
+
+impl NameSecond {
+    pub fn merge(&mut self, other: &NameSecond) {
+        self.requests = self.requests.saturating_add(other.requests);
+        self.failed = self.failed.saturating_add(other.failed);
+        add_counts(&mut self.status, &other.status);
+        add_counts(&mut self.errors, &other.errors);
+        self.checks = self.checks.saturating_add(other.checks);
+        self.checks_failed = self.checks_failed.saturating_add(other.checks_failed);
+        self.body_bytes = self.body_bytes.saturating_add(other.body_bytes);
+        self.latency.merge(&other.latency);
+    }
+}
+
+fn add_counts<K: Ord + Copy>(into: &mut BTreeMap<K, u64>, from: &BTreeMap<K, u64>) {
+    for (k, n) in from {
+        let count = into.entry(*k).or_default();
+        *count = count.saturating_add(*n);
+    }
 }
 
 impl SecondRecord {
@@ -103,13 +161,18 @@ impl SecondRecord {
         self.requests = self.requests.saturating_add(other.requests);
         self.sent = self.sent.saturating_add(other.sent);
         self.scheduled = self.scheduled.saturating_add(other.scheduled);
-        for (code, n) in &other.status {
-            let count = self.status.entry(*code).or_default();
-            *count = count.saturating_add(*n);
-        }
-        for (kind, n) in &other.errors {
-            let count = self.errors.entry(*kind).or_default();
-            *count = count.saturating_add(*n);
+        add_counts(&mut self.status, &other.status);
+        add_counts(&mut self.errors, &other.errors);
+        self.iterations = self.iterations.saturating_add(other.iterations);
+        self.checks = self.checks.saturating_add(other.checks);
+        self.checks_failed = self.checks_failed.saturating_add(other.checks_failed);
+        for (name, figures) in &other.names {
+            match self.names.get_mut(name) {
+                Some(mine) => mine.merge(figures),
+                None => {
+                    self.names.insert(name.clone(), figures.clone());
+                }
+            }
         }
         self.body_bytes = self.body_bytes.saturating_add(other.body_bytes);
         self.connections = self.connections.saturating_add(other.connections);

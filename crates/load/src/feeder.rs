@@ -1,0 +1,566 @@
+//! Data feeders: CSV and JSON-lines files whose rows become a scenario's variables, with
+//! JMeter's choices (CSV Data Set Config): shared by all VUs or one sequence per VU,
+//! sequential or random, recycled or stopping at the end.
+//!
+//! Files are read where they lie, never loaded: a cursor is a byte offset, each row is read
+//! with `pread` from there, so memory does not grow with the file (a 1 GB file costs what a
+//! 10-line one does). Random order is a shuffle through a window of rows: every row is used
+//! once per pass, as in a shuffled deck, with a bounded window instead of the whole file.
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+/// The longest row kiln reads; a longer one is an error (a file with no line ends).
+pub const MAX_ROW: usize = 1024 * 1024;
+/// Rows held by a random-order feeder's shuffle window.
+pub const SHUFFLE_WINDOW: usize = 4096;
+const FIRST_READ: usize = 4096;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DataFormat {
+    Csv,
+    JsonLines,
+}
+
+impl DataFormat {
+    /// `.jsonl` and `.ndjson` are JSON lines; anything else is CSV.
+    pub fn from_path(path: &Path) -> Self {
+        match path.extension().and_then(|e| e.to_str()) {
+            Some("jsonl" | "ndjson") => DataFormat::JsonLines,
+            _ => DataFormat::Csv,
+        }
+    }
+}
+
+/// Who reads from one sequence of rows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Share {
+    /// One sequence for all VUs: each row goes to one iteration (JMeter "All threads").
+    All,
+    /// Each VU reads the file from its start on its own (JMeter "Current thread").
+    Vu,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Order {
+    Sequential,
+    Random,
+}
+
+/// What happens after the last row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AtEnd {
+    /// Start again from the first row.
+    Recycle,
+    /// No more iterations take data: the load ends when the data does.
+    Stop,
+}
+
+pub type Row = Vec<String>;
+
+/// Where one sequence stands: the next row's byte offset and the passes completed.
+#[derive(Clone, Copy, Debug)]
+struct Cursor {
+    offset: u64,
+    passes: u64,
+}
+
+/// A VU's own place in a `share: vu` feeder (nothing until it first reads).
+#[derive(Debug, Default)]
+pub struct VuCursor(Option<Cursor>);
+
+struct SharedState {
+    cursor: Cursor,
+    /// Random order: rows drawn from here at random and replaced from the file.
+    window: Vec<Row>,
+    /// `at_end: stop` and the last row has been handed out.
+    ended: bool,
+}
+
+pub struct Feeder {
+    pub name: String,
+    pub path: PathBuf,
+    pub columns: Vec<String>,
+    pub share: Share,
+    pub order: Order,
+    pub at_end: AtEnd,
+    format: DataFormat,
+    file: File,
+    data_start: u64,
+    len: u64,
+    shared: Mutex<SharedState>,
+}
+
+impl std::fmt::Debug for Feeder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Feeder")
+            .field("name", &self.name)
+            .field("path", &self.path)
+            .field("columns", &self.columns)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Feeder {
+    /// Opens a data file. Its columns are `columns` when given (the file has no header row),
+    /// else the CSV's first row or the first JSON line's keys.
+    pub fn open(
+        name: &str,
+        path: &Path,
+        columns: Option<Vec<String>>,
+        share: Share,
+        order: Order,
+        at_end: AtEnd,
+    ) -> Result<Self, String> {
+        if share == Share::Vu && order == Order::Random {
+            return Err("order: random draws from one shuffled sequence for all VUs; \
+                        use share: all with it"
+                .into());
+        }
+        let file = File::open(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+        let len = file
+            .metadata()
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?
+            .len();
+        let format = DataFormat::from_path(path);
+        let mut feeder = Self {
+            name: name.to_string(),
+            path: path.to_path_buf(),
+            columns: Vec::new(),
+            share,
+            order,
+            at_end,
+            format,
+            file,
+            data_start: 0,
+            len,
+            shared: Mutex::new(SharedState {
+                cursor: Cursor {
+                    offset: 0,
+                    passes: 0,
+                },
+                window: Vec::new(),
+                ended: false,
+            }),
+        };
+        let first = feeder.read_at(0)?;
+        let Some((first_row, after_first)) = first else {
+            return Err(format!("{} has no rows", path.display()));
+        };
+        feeder.columns = match (columns, format) {
+            (Some(c), _) => c,
+            (None, DataFormat::Csv) => {
+                feeder.data_start = after_first;
+                first_row
+            }
+            (None, DataFormat::JsonLines) => feeder.json_keys(0)?,
+        };
+        if feeder.columns.is_empty() {
+            return Err(format!("{} names no columns", path.display()));
+        }
+        if feeder.read_at(feeder.data_start)?.is_none() {
+            return Err(format!(
+                "{} has a header row and no data rows",
+                path.display()
+            ));
+        }
+        if let Ok(mut s) = feeder.shared.lock() {
+            s.cursor.offset = feeder.data_start;
+        }
+        Ok(feeder)
+    }
+
+    /// The next row for a VU, or `None` when the data has ended (`at_end: stop`).
+    pub fn next(&self, vu: &mut VuCursor, rng: &mut fastrand::Rng) -> Result<Option<Row>, String> {
+        match self.share {
+            Share::Vu => {
+                let cursor = vu.0.get_or_insert(Cursor {
+                    offset: self.data_start,
+                    passes: 0,
+                });
+                if self.at_end == AtEnd::Stop && cursor.passes > 0 {
+                    return Ok(None);
+                }
+                self.next_in(cursor)
+            }
+            Share::All => {
+                let mut state = self
+                    .shared
+                    .lock()
+                    .map_err(|_| "a data feeder's lock was poisoned".to_string())?;
+                if state.ended && state.window.is_empty() {
+                    return Ok(None);
+                }
+                let row = match self.order {
+                    Order::Sequential => self.next_in(&mut state.cursor)?,
+                    Order::Random => self.draw(&mut state, rng)?,
+                };
+                if row.is_none() {
+                    state.ended = true;
+                }
+                Ok(row)
+            }
+        }
+    }
+
+    /// Passes completed by the shared sequence (for tests and the summary).
+    pub fn passes(&self) -> u64 {
+        self.shared.lock().map_or(0, |s| s.cursor.passes)
+    }
+
+    fn next_in(&self, cursor: &mut Cursor) -> Result<Option<Row>, String> {
+        if let Some(row) = self.read_next(cursor)? {
+            return Ok(Some(row));
+        }
+        if !self.end_pass(cursor) {
+            return Ok(None);
+        }
+        match self.read_next(cursor)? {
+            Some(row) => Ok(Some(row)),
+            None => Err(format!("{} has no data rows any more", self.path.display())),
+        }
+    }
+
+    /// The row at the cursor, moving past it; `None` at the end of the file.
+    fn read_next(&self, cursor: &mut Cursor) -> Result<Option<Row>, String> {
+        Ok(self.read_at(cursor.offset)?.map(|(row, next)| {
+            cursor.offset = next;
+            row
+        }))
+    }
+
+    /// Counts a finished pass and rewinds when recycling; false when the data has ended.
+    fn end_pass(&self, cursor: &mut Cursor) -> bool {
+        cursor.passes += 1;
+        cursor.offset = self.data_start;
+        self.at_end == AtEnd::Recycle
+    }
+
+    /// Random order: when the window is empty, fills it with the next rows of the current
+    /// pass (up to the window's size, never past the pass's end) and hands them out in a
+    /// random order. Each row is used exactly once per pass.
+    fn draw(
+        &self,
+        state: &mut SharedState,
+        rng: &mut fastrand::Rng,
+    ) -> Result<Option<Row>, String> {
+        // Two tries: a window that starts exactly at a pass's end fills from the next one.
+        for _ in 0..2 {
+            if !state.window.is_empty() {
+                break;
+            }
+            while state.window.len() < SHUFFLE_WINDOW {
+                match self.read_next(&mut state.cursor)? {
+                    Some(row) => state.window.push(row),
+                    None => {
+                        if !self.end_pass(&mut state.cursor) {
+                            state.ended = true;
+                        }
+                        break;
+                    }
+                }
+            }
+            if state.ended {
+                break;
+            }
+        }
+        if state.window.is_empty() {
+            return Ok(None);
+        }
+        let i = rng.usize(..state.window.len());
+        Ok(Some(state.window.swap_remove(i)))
+    }
+
+    /// Reads the row that starts at `offset`: the row and the offset after it, or `None` at
+    /// the end of the file.
+    fn read_at(&self, offset: u64) -> Result<Option<(Row, u64)>, String> {
+        let mut size = FIRST_READ;
+        loop {
+            let want = size.min((self.len.saturating_sub(offset)) as usize);
+            if want == 0 {
+                return Ok(None);
+            }
+            let mut buf = vec![0u8; want];
+            let got = self.pread(&mut buf, offset)?;
+            buf.truncate(got);
+            let at_file_end = offset + got as u64 >= self.len;
+            match self.parse_row(&buf, at_file_end, offset)? {
+                Parsed::Row(row, used) => return Ok(Some((row, offset + used as u64))),
+                Parsed::Blank(used) if at_file_end && used == buf.len() => return Ok(None),
+                Parsed::Blank(_) | Parsed::NeedMore if size >= MAX_ROW => {
+                    return Err(format!(
+                        "{}: the row at byte {offset} is longer than {MAX_ROW} bytes",
+                        self.path.display()
+                    ))
+                }
+                Parsed::Blank(_) | Parsed::NeedMore => size *= 4,
+            }
+        }
+    }
+
+    fn pread(&self, buf: &mut [u8], offset: u64) -> Result<usize, String> {
+        let mut got = 0;
+        while got < buf.len() {
+            match self.file.read_at(&mut buf[got..], offset + got as u64) {
+                Ok(0) => break,
+                Ok(n) => got += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(format!("cannot read {}: {e}", self.path.display())),
+            }
+        }
+        Ok(got)
+    }
+
+    fn parse_row(&self, buf: &[u8], at_file_end: bool, offset: u64) -> Result<Parsed, String> {
+        match self.format {
+            DataFormat::Csv => {
+                let mut reader = csv::ReaderBuilder::new()
+                    .has_headers(false)
+                    .flexible(true)
+                    .from_reader(buf);
+                let mut record = csv::StringRecord::new();
+                let found = reader.read_record(&mut record).map_err(|e| {
+                    format!("{} at byte {offset}: {e}", self.path.display())
+                })?;
+                let used = reader.position().byte() as usize;
+                // A record that reaches the end of what was read may go on past it.
+                if used >= buf.len() && !at_file_end {
+                    return Ok(Parsed::NeedMore);
+                }
+                if !found {
+                    return Ok(Parsed::Blank(buf.len()));
+                }
+                Ok(Parsed::Row(record.iter().map(str::to_string).collect(), used))
+            }
+            DataFormat::JsonLines => {
+                let mut start = 0;
+                loop {
+                    let rest = &buf[start..];
+                    let (line, used) = match memchr::memchr(b'\n', rest) {
+                        Some(end) => (&rest[..end], end + 1),
+                        None if at_file_end => (rest, rest.len()),
+                        None => return Ok(Parsed::NeedMore),
+                    };
+                    if line.iter().all(u8::is_ascii_whitespace) {
+                        start += used;
+                        if start >= buf.len() {
+                            return Ok(Parsed::Blank(buf.len()));
+                        }
+                        continue;
+                    }
+                    let row = self.json_row(line, offset + start as u64)?;
+                    return Ok(Parsed::Row(row, start + used));
+                }
+            }
+        }
+    }
+
+    fn json_object(
+        &self,
+        line: &[u8],
+        offset: u64,
+    ) -> Result<serde_json::Map<String, serde_json::Value>, String> {
+        match serde_json::from_slice::<serde_json::Value>(line) {
+            Ok(serde_json::Value::Object(map)) => Ok(map),
+            Ok(_) => Err(format!(
+                "{} at byte {offset}: the line is not a JSON object",
+                self.path.display()
+            )),
+            Err(e) => Err(format!("{} at byte {offset}: {e}", self.path.display())),
+        }
+    }
+
+    /// A JSON line's values in column order; a string as itself, anything else as JSON.
+    fn json_row(&self, line: &[u8], offset: u64) -> Result<Row, String> {
+        let map = self.json_object(line, offset)?;
+        // Before the columns are known (reading the first line), every key in order.
+        if self.columns.is_empty() {
+            return Ok(map.values().map(json_text).collect());
+        }
+        Ok(self
+            .columns
+            .iter()
+            .map(|c| map.get(c).map(json_text).unwrap_or_default())
+            .collect())
+    }
+
+    fn json_keys(&self, offset: u64) -> Result<Vec<String>, String> {
+        let mut buf = vec![0u8; MAX_ROW.min(self.len as usize)];
+        let got = self.pread(&mut buf, offset)?;
+        let text = &buf[..got];
+        let line = text
+            .split(|&b| b == b'\n')
+            .find(|l| !l.iter().all(u8::is_ascii_whitespace))
+            .unwrap_or_default();
+        Ok(self.json_object(line, offset)?.keys().cloned().collect())
+    }
+}
+
+enum Parsed {
+    /// A row and the bytes it used (with its line end).
+    Row(Row, usize),
+    /// Only blank lines in these bytes.
+    Blank(usize),
+    /// The row goes on past what was read.
+    NeedMore,
+}
+
+fn json_text(v: &serde_json::Value) -> String {
+    match v {
+        serde_json::Value::String(s) => s.clone(),
+        serde_json::Value::Null => String::new(),
+        other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+    use std::io::Write;
+
+    fn file(name: &str, text: &str) -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(name);
+        std::fs::File::create(&path)
+            .unwrap()
+            .write_all(text.as_bytes())
+            .unwrap();
+        (dir, path)
+    }
+
+    fn take(f: &Feeder, vu: &mut VuCursor, n: usize) -> Vec<Option<Row>> {
+        let mut rng = fastrand::Rng::with_seed(9);
+        (0..n).map(|_| f.next(vu, &mut rng).unwrap()).collect()
+    }
+
+    #[test]
+    fn csv_with_header_quotes_and_recycling() {
+        let (_d, p) = file(
+            "u.csv",
+            "user,note\nann,\"hello, \"\"world\"\"\"\nbob,\"two\nlines\"\n\ncid,\n",
+        );
+        let f = Feeder::open("u", &p, None, Share::All, Order::Sequential, AtEnd::Recycle)
+            .unwrap();
+        assert_eq!(f.columns, ["user", "note"]);
+        let rows = take(&f, &mut VuCursor::default(), 5);
+        let users: Vec<&str> = rows.iter().map(|r| r.as_ref().unwrap()[0].as_str()).collect();
+        assert_eq!(users, ["ann", "bob", "cid", "ann", "bob"]);
+        assert_eq!(rows[0].as_ref().unwrap()[1], "hello, \"world\"");
+        assert_eq!(rows[1].as_ref().unwrap()[1], "two\nlines");
+        assert_eq!(f.passes(), 1);
+    }
+
+    #[test]
+    fn stop_at_end_and_per_vu_sequences() {
+        let (_d, p) = file("u.csv", "id\n1\n2\n3");
+        let f = Feeder::open("u", &p, None, Share::All, Order::Sequential, AtEnd::Stop).unwrap();
+        let rows = take(&f, &mut VuCursor::default(), 5);
+        assert_eq!(rows.iter().filter(|r| r.is_some()).count(), 3);
+        assert!(rows[3].is_none() && rows[4].is_none());
+        let f = Feeder::open("u", &p, None, Share::Vu, Order::Sequential, AtEnd::Recycle).unwrap();
+        let (mut a, mut b) = (VuCursor::default(), VuCursor::default());
+        let first = |r: &[Option<Row>]| r.iter().map(|x| x.as_ref().unwrap()[0].clone()).collect::<Vec<_>>();
+        assert_eq!(first(&take(&f, &mut a, 4)), ["1", "2", "3", "1"]);
+        assert_eq!(first(&take(&f, &mut b, 2)), ["1", "2"]);
+    }
+
+    #[test]
+    fn random_order_uses_every_row_once_per_pass() {
+        let text: String = std::iter::once("n\n".to_string())
+            .chain((0..100).map(|i| format!("{i}\n")))
+            .collect();
+        let (_d, p) = file("n.csv", &text);
+        let f = Feeder::open("n", &p, None, Share::All, Order::Random, AtEnd::Recycle).unwrap();
+        let rows = take(&f, &mut VuCursor::default(), 300);
+        let mut seen: HashMap<String, usize> = HashMap::new();
+        for r in rows.iter().flatten() {
+            *seen.entry(r[0].clone()).or_default() += 1;
+        }
+        assert_eq!(seen.len(), 100);
+        assert!(seen.values().all(|&n| n == 3), "{seen:?}");
+        let in_order: Vec<String> = (0..100).map(|i| i.to_string()).collect();
+        let first: Vec<String> = rows[..100].iter().map(|r| r.as_ref().unwrap()[0].clone()).collect();
+        assert_ne!(first, in_order, "shuffled");
+    }
+
+    #[test]
+    fn json_lines_with_given_and_found_columns() {
+        let (_d, p) = file(
+            "u.jsonl",
+            "{\"user\":\"ann\",\"age\":31}\n\n{\"user\":\"bob\",\"tags\":[1]}\n",
+        );
+        let f = Feeder::open("u", &p, None, Share::All, Order::Sequential, AtEnd::Stop).unwrap();
+        assert_eq!(f.columns, ["age", "user"]);
+        let rows = take(&f, &mut VuCursor::default(), 3);
+        assert_eq!(rows[0].as_ref().unwrap(), &["31", "ann"]);
+        assert_eq!(rows[1].as_ref().unwrap(), &["", "bob"]);
+        assert!(rows[2].is_none());
+        let f = Feeder::open(
+            "u",
+            &p,
+            Some(vec!["tags".into()]),
+            Share::All,
+            Order::Sequential,
+            AtEnd::Stop,
+        )
+        .unwrap();
+        let rows = take(&f, &mut VuCursor::default(), 2);
+        assert_eq!(rows[1].as_ref().unwrap(), &["[1]"]);
+    }
+
+    #[test]
+    fn bad_files_get_clear_errors() {
+        let open = |name: &str, text: &str| {
+            let (_d, p) = file(name, text);
+            Feeder::open("d", &p, None, Share::All, Order::Sequential, AtEnd::Stop).unwrap_err()
+        };
+        assert!(open("e.csv", "").contains("no rows"));
+        assert!(open("h.csv", "a,b\n").contains("no data rows"));
+        assert!(open("x.jsonl", "[1,2]\n").contains("not a JSON object"));
+        assert!(open("y.jsonl", "{nope\n").contains("at byte 0"));
+        let missing = Feeder::open(
+            "d",
+            Path::new("/nonexistent/x.csv"),
+            None,
+            Share::All,
+            Order::Sequential,
+            AtEnd::Stop,
+        )
+        .unwrap_err();
+        assert!(missing.contains("cannot open /nonexistent/x.csv"), "{missing}");
+        let (_d, p) = file("r.csv", "a\n1\n");
+        let both = Feeder::open("d", &p, None, Share::Vu, Order::Random, AtEnd::Stop).unwrap_err();
+        assert!(both.contains("share: all"));
+    }
+
+    #[test]
+    fn a_long_row_is_read_whole_and_a_giant_one_refused() {
+        let long = "x".repeat(100_000);
+        let (_d, p) = file("l.csv", &format!("v\n{long}\nshort\n"));
+        let f = Feeder::open("l", &p, None, Share::All, Order::Sequential, AtEnd::Stop).unwrap();
+        let rows = take(&f, &mut VuCursor::default(), 2);
+        assert_eq!(rows[0].as_ref().unwrap()[0].len(), 100_000);
+        assert_eq!(rows[1].as_ref().unwrap()[0], "short");
+        let giant = "y".repeat(MAX_ROW + 10);
+        let (_d, p) = file("g.csv", &format!("v\n{giant}\n"));
+        let err = Feeder::open("g", &p, None, Share::All, Order::Sequential, AtEnd::Stop).unwrap_err();
+        assert!(err.contains("longer than"), "{err}");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn no_file_content_panics_the_feeder(text in "[a-z,\"\n{}:\\[\\] 0-9]{0,200}", jsonl in proptest::bool::ANY) {
+            let (_d, p) = file(if jsonl { "p.jsonl" } else { "p.csv" }, &text);
+            if let Ok(f) = Feeder::open("p", &p, None, Share::All, Order::Sequential, AtEnd::Recycle) {
+                let mut rng = fastrand::Rng::with_seed(1);
+                let mut vu = VuCursor::default();
+                for _ in 0..20 {
+                    let _ = f.next(&mut vu, &mut rng);
+                }
+            }
+        }
+    }
+}
