@@ -115,7 +115,12 @@ pub fn preflight(plan: &LoadPlan) -> Result<(), LoadError> {
         .map_err(LoadError::Thread)?;
     let mut setups = vec![ConnectionSetup::new(plan).map_err(LoadError::Setup)?];
     // A plan's other origins, each checked the same way.
-    setups.extend(origin_setups(plan).map_err(LoadError::Setup)?.into_iter().skip(1));
+    setups.extend(
+        origin_setups(plan)
+            .map_err(LoadError::Setup)?
+            .into_iter()
+            .skip(1),
+    );
     for setup in &setups {
         preflight_one(plan, setup, &rt)?;
     }
@@ -927,7 +932,9 @@ impl Vu {
 enum IterationEnd {
     /// Every step ran (or the iteration was cut short by a failed request or extraction,
     /// which is counted where it happened).
-    Done { connect_failed: bool },
+    Done {
+        connect_failed: bool,
+    },
     /// The scenario's data has no more rows.
     DataEnded,
     /// The phase stopped during the iteration.
@@ -937,7 +944,11 @@ enum IterationEnd {
 
 /// Closed model with a plan: a VU runs iterations back to back until the phase ends, its
 /// iterations are all taken, or its data runs out.
-async fn closed_vu(state: Rc<WorkerLocal>, workload: Arc<Workload>, mut stop: watch::Receiver<bool>) {
+async fn closed_vu(
+    state: Rc<WorkerLocal>,
+    workload: Arc<Workload>,
+    mut stop: watch::Receiver<bool>,
+) {
     let mut vu = Vu::new(&state, &workload);
     while !state.shared.should_stop() {
         if !state.shared.take_iteration(&workload) {
@@ -1048,7 +1059,9 @@ enum StepEnd {
     Next,
     /// The iteration cannot go on: no response, a variable not extracted, a request that
     /// could not be rendered. `connect`: it was the connection that failed.
-    CutShort { connect: bool },
+    CutShort {
+        connect: bool,
+    },
 }
 
 /// Sends one step and records it in the totals and under its name.

@@ -115,9 +115,11 @@ impl Feeder {
         at_end: AtEnd,
     ) -> Result<Self, String> {
         if share == Share::Vu && order == Order::Random {
-            return Err("order: random draws from one shuffled sequence for all VUs; \
+            return Err(
+                "order: random draws from one shuffled sequence for all VUs; \
                         use share: all with it"
-                .into());
+                    .into(),
+            );
         }
         let file = File::open(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
         let len = file
@@ -321,9 +323,9 @@ impl Feeder {
                     .flexible(true)
                     .from_reader(buf);
                 let mut record = csv::StringRecord::new();
-                let found = reader.read_record(&mut record).map_err(|e| {
-                    format!("{} at byte {offset}: {e}", self.path.display())
-                })?;
+                let found = reader
+                    .read_record(&mut record)
+                    .map_err(|e| format!("{} at byte {offset}: {e}", self.path.display()))?;
                 let used = reader.position().byte() as usize;
                 // A record that reaches the end of what was read may go on past it.
                 if used >= buf.len() && !at_file_end {
@@ -332,7 +334,10 @@ impl Feeder {
                 if !found {
                     return Ok(Parsed::Blank(buf.len()));
                 }
-                Ok(Parsed::Row(record.iter().map(str::to_string).collect(), used))
+                Ok(Parsed::Row(
+                    record.iter().map(str::to_string).collect(),
+                    used,
+                ))
             }
             DataFormat::JsonLines => {
                 let mut start = 0;
@@ -442,11 +447,13 @@ mod tests {
             "u.csv",
             "user,note\nann,\"hello, \"\"world\"\"\"\nbob,\"two\nlines\"\n\ncid,\n",
         );
-        let f = Feeder::open("u", &p, None, Share::All, Order::Sequential, AtEnd::Recycle)
-            .unwrap();
+        let f = Feeder::open("u", &p, None, Share::All, Order::Sequential, AtEnd::Recycle).unwrap();
         assert_eq!(f.columns, ["user", "note"]);
         let rows = take(&f, &mut VuCursor::default(), 5);
-        let users: Vec<&str> = rows.iter().map(|r| r.as_ref().unwrap()[0].as_str()).collect();
+        let users: Vec<&str> = rows
+            .iter()
+            .map(|r| r.as_ref().unwrap()[0].as_str())
+            .collect();
         assert_eq!(users, ["ann", "bob", "cid", "ann", "bob"]);
         assert_eq!(rows[0].as_ref().unwrap()[1], "hello, \"world\"");
         assert_eq!(rows[1].as_ref().unwrap()[1], "two\nlines");
@@ -462,7 +469,11 @@ mod tests {
         assert!(rows[3].is_none() && rows[4].is_none());
         let f = Feeder::open("u", &p, None, Share::Vu, Order::Sequential, AtEnd::Recycle).unwrap();
         let (mut a, mut b) = (VuCursor::default(), VuCursor::default());
-        let first = |r: &[Option<Row>]| r.iter().map(|x| x.as_ref().unwrap()[0].clone()).collect::<Vec<_>>();
+        let first = |r: &[Option<Row>]| {
+            r.iter()
+                .map(|x| x.as_ref().unwrap()[0].clone())
+                .collect::<Vec<_>>()
+        };
         assert_eq!(first(&take(&f, &mut a, 4)), ["1", "2", "3", "1"]);
         assert_eq!(first(&take(&f, &mut b, 2)), ["1", "2"]);
     }
@@ -482,7 +493,10 @@ mod tests {
         assert_eq!(seen.len(), 100);
         assert!(seen.values().all(|&n| n == 3), "{seen:?}");
         let in_order: Vec<String> = (0..100).map(|i| i.to_string()).collect();
-        let first: Vec<String> = rows[..100].iter().map(|r| r.as_ref().unwrap()[0].clone()).collect();
+        let first: Vec<String> = rows[..100]
+            .iter()
+            .map(|r| r.as_ref().unwrap()[0].clone())
+            .collect();
         assert_ne!(first, in_order, "shuffled");
     }
 
@@ -530,7 +544,10 @@ mod tests {
             AtEnd::Stop,
         )
         .unwrap_err();
-        assert!(missing.contains("cannot open /nonexistent/x.csv"), "{missing}");
+        assert!(
+            missing.contains("cannot open /nonexistent/x.csv"),
+            "{missing}"
+        );
         let (_d, p) = file("r.csv", "a\n1\n");
         let both = Feeder::open("d", &p, None, Share::Vu, Order::Random, AtEnd::Stop).unwrap_err();
         assert!(both.contains("share: all"));
@@ -546,7 +563,8 @@ mod tests {
         assert_eq!(rows[1].as_ref().unwrap()[0], "short");
         let giant = "y".repeat(MAX_ROW + 10);
         let (_d, p) = file("g.csv", &format!("v\n{giant}\n"));
-        let err = Feeder::open("g", &p, None, Share::All, Order::Sequential, AtEnd::Stop).unwrap_err();
+        let err =
+            Feeder::open("g", &p, None, Share::All, Order::Sequential, AtEnd::Stop).unwrap_err();
         assert!(err.contains("longer than"), "{err}");
     }
 

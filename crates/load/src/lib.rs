@@ -18,7 +18,7 @@ pub mod schedule;
 mod self_usage;
 pub mod template;
 
+pub use connection::Captured;
 pub use engine::{preflight, run_phase, LoadError, PhaseSpec, StopSignal};
 pub use plan::{Arrivals, LoadPlan, Model, PlanError, RateStage, RequestSpec, Target};
-pub use connection::Captured;
 pub use self_usage::SelfUsage;

@@ -211,7 +211,9 @@ pub fn run_checks(step: &Step, status: u16, captured: &Captured) -> Checked {
     for check in &step.checks {
         let ok = match &check.kind {
             CheckKind::Status(allowed) => allowed.contains(&status),
-            CheckKind::BodyContains(text) => memchr::memmem::find(body.bytes, text.as_bytes()).is_some(),
+            CheckKind::BodyContains(text) => {
+                memchr::memmem::find(body.bytes, text.as_bytes()).is_some()
+            }
             CheckKind::BodyMatches(re) => re.is_match(&body.text()),
             CheckKind::Json { path, equals } => match (body.select(path), equals) {
                 (Some(found), Some(want)) => json_equal(&found, want),
@@ -356,7 +358,11 @@ impl VuState {
             iteration: 0,
             rng: fastrand::Rng::with_seed(seed ^ id.wrapping_mul(0x9E37_79B9_7F4A_7C15)),
             jars: vec![CookieJar::default(); workload.origins.len()],
-            cursors: workload.feeders.iter().map(|_| VuCursor::default()).collect(),
+            cursors: workload
+                .feeders
+                .iter()
+                .map(|_| VuCursor::default())
+                .collect(),
         }
     }
 
@@ -407,7 +413,8 @@ pub fn render_request(
             .map_err(|_| RenderError::BadHeader(name.as_str().to_string()))?;
         headers.push((name.clone(), value));
     }
-    let has = |n: &HeaderName, headers: &[(HeaderName, HeaderValue)]| headers.iter().any(|(h, _)| h == n);
+    let has =
+        |n: &HeaderName, headers: &[(HeaderName, HeaderValue)]| headers.iter().any(|(h, _)| h == n);
     if let Some(cookies) = jar.header() {
         if !has(&http::header::COOKIE, &headers) {
             let value = HeaderValue::from_str(&cookies)
@@ -422,7 +429,10 @@ pub fn render_request(
     }
     let body = step.body.render_to_string(cx).map_err(RenderError::Unset)?;
     // A rendered path must still be one request target: no spaces or line breaks.
-    if path.bytes().any(|b| b.is_ascii_whitespace() || b.is_ascii_control()) {
+    if path
+        .bytes()
+        .any(|b| b.is_ascii_whitespace() || b.is_ascii_control())
+    {
         return Err(RenderError::BadPath(path));
     }
     Ok(Rendered {
@@ -476,20 +486,39 @@ mod tests {
     #[test]
     fn checks_count_each_failure_and_name_the_first() {
         let checks = vec![
-            Check { label: "status is 200".into(), kind: CheckKind::Status(vec![200]) },
-            Check { label: "has ok".into(), kind: CheckKind::BodyContains("\"ok\"".into()) },
+            Check {
+                label: "status is 200".into(),
+                kind: CheckKind::Status(vec![200]),
+            },
+            Check {
+                label: "has ok".into(),
+                kind: CheckKind::BodyContains("\"ok\"".into()),
+            },
             Check {
                 label: "n is 3".into(),
-                kind: CheckKind::Json { path: JsonPath::parse("$.n").unwrap(), equals: Some(serde_json::json!(3)) },
+                kind: CheckKind::Json {
+                    path: JsonPath::parse("$.n").unwrap(),
+                    equals: Some(serde_json::json!(3)),
+                },
             },
             Check {
                 label: "has items".into(),
-                kind: CheckKind::Json { path: JsonPath::parse("$.items[0]").unwrap(), equals: None },
+                kind: CheckKind::Json {
+                    path: JsonPath::parse("$.items[0]").unwrap(),
+                    equals: None,
+                },
             },
         ];
         let s = step(vec![], checks);
         let ok = captured(&[], r#"{"ok":1,"n":3.0,"items":[1]}"#);
-        assert_eq!(run_checks(&s, 200, &ok), Checked { run: 4, failed: 0, first_failure: None });
+        assert_eq!(
+            run_checks(&s, 200, &ok),
+            Checked {
+                run: 4,
+                failed: 0,
+                first_failure: None
+            }
+        );
         let bad = captured(&[], r#"{"n":4}"#);
         let c = run_checks(&s, 500, &bad);
         assert_eq!((c.run, c.failed), (4, 4));
@@ -502,26 +531,56 @@ mod tests {
     fn extractions_fill_slots_or_name_the_missing_one() {
         let s = step(
             vec![
-                Extract { slot: 0, from: ExtractFrom::Json(JsonPath::parse("$.token").unwrap()), default: None },
-                Extract { slot: 1, from: ExtractFrom::Regex(Regex::new(r"order-(\d+)").unwrap()), default: None },
-                Extract { slot: 2, from: ExtractFrom::Header("ETag".into()), default: None },
-                Extract { slot: 3, from: ExtractFrom::Cookie("sid".into()), default: Some("none".into()) },
+                Extract {
+                    slot: 0,
+                    from: ExtractFrom::Json(JsonPath::parse("$.token").unwrap()),
+                    default: None,
+                },
+                Extract {
+                    slot: 1,
+                    from: ExtractFrom::Regex(Regex::new(r"order-(\d+)").unwrap()),
+                    default: None,
+                },
+                Extract {
+                    slot: 2,
+                    from: ExtractFrom::Header("ETag".into()),
+                    default: None,
+                },
+                Extract {
+                    slot: 3,
+                    from: ExtractFrom::Cookie("sid".into()),
+                    default: Some("none".into()),
+                },
             ],
             vec![],
         );
         let mut values = vec![None; 4];
         let r = captured(&[("etag", "\"v1\"")], r#"{"token":"abc","see":"order-42"}"#);
         assert_eq!(run_extractions(&s, &r, &[], &mut values), Ok(()));
-        assert_eq!(values, [Some("abc".into()), Some("42".into()), Some("\"v1\"".into()), Some("none".into())]);
+        assert_eq!(
+            values,
+            [
+                Some("abc".into()),
+                Some("42".into()),
+                Some("\"v1\"".into()),
+                Some("none".into())
+            ]
+        );
         let mut values = vec![None; 4];
-        assert_eq!(run_extractions(&s, &captured(&[], "{}"), &[], &mut values), Err(0));
+        assert_eq!(
+            run_extractions(&s, &captured(&[], "{}"), &[], &mut values),
+            Err(0)
+        );
     }
 
     #[test]
     fn the_cookie_jar_keeps_replaces_and_deletes() {
         let mut jar = CookieJar::default();
         let set = jar.take_response(&captured(
-            &[("set-cookie", "sid=abc; Path=/; HttpOnly"), ("set-cookie", "theme=\"dark\"")],
+            &[
+                ("set-cookie", "sid=abc; Path=/; HttpOnly"),
+                ("set-cookie", "theme=\"dark\""),
+            ],
             "",
         ));
         assert_eq!(set[0], ("sid".to_string(), "abc".to_string()));
@@ -538,20 +597,32 @@ mod tests {
     fn think_times_have_their_means() {
         let mut rng = fastrand::Rng::with_seed(3);
         let mean = |t: Think, rng: &mut fastrand::Rng| {
-            (0..20_000).map(|_| t.sample(rng).as_secs_f64()).sum::<f64>() / 20_000.0
+            (0..20_000)
+                .map(|_| t.sample(rng).as_secs_f64())
+                .sum::<f64>()
+                / 20_000.0
         };
         let ms = Duration::from_millis;
         assert_eq!(Think::Constant(ms(5)).sample(&mut rng), ms(5));
         for (t, want) in [
             (Think::Uniform(ms(100), ms(300)), 0.2),
-            (Think::Gaussian { mean: ms(200), stddev: ms(20) }, 0.2),
+            (
+                Think::Gaussian {
+                    mean: ms(200),
+                    stddev: ms(20),
+                },
+                0.2,
+            ),
             (Think::Poisson(ms(200)), 0.2),
         ] {
             let got = mean(t.clone(), &mut rng);
             assert!((got - want).abs() < 0.01, "{t:?}: {got}");
         }
         // Cut at zero, never negative.
-        let wide = Think::Gaussian { mean: ms(1), stddev: ms(100) };
+        let wide = Think::Gaussian {
+            mean: ms(1),
+            stddev: ms(100),
+        };
         assert!((0..1000).all(|_| wide.sample(&mut rng) <= Duration::from_secs(1)));
     }
 
@@ -560,21 +631,42 @@ mod tests {
         let mut slots = Slots::default();
         let mut s = step(vec![], vec![]);
         s.path = Template::parse("/u/{{id}}", &mut slots).unwrap();
-        s.headers = vec![(HeaderName::from_static("x-token"), Template::parse("{{id}}", &mut slots).unwrap())];
+        s.headers = vec![(
+            HeaderName::from_static("x-token"),
+            Template::parse("{{id}}", &mut slots).unwrap(),
+        )];
         let origin = Target::parse("http://me:pw@127.0.0.1:9/").unwrap();
         let mut jar = CookieJar::default();
         jar.take_response(&captured(&[("set-cookie", "a=1")], ""));
         let mut rng = fastrand::Rng::with_seed(1);
         let values = [Some("7".to_string())];
-        let mut cx = RenderContext { values: &values, vu: 1, iteration: 0, rng: &mut rng };
+        let mut cx = RenderContext {
+            values: &values,
+            vu: 1,
+            iteration: 0,
+            rng: &mut rng,
+        };
         let r = render_request(&s, &origin, &jar, &mut cx).unwrap();
         let text = String::from_utf8(r.bytes).unwrap();
         assert!(text.starts_with("GET /u/7 HTTP/1.1\r\nhost: 127.0.0.1:9\r\nx-token: 7\r\ncookie: a=1\r\nauthorization: Basic "), "{text}");
         let values = [Some("7 HTTP/1.1\r\nx: y".to_string())];
-        let mut cx = RenderContext { values: &values, vu: 1, iteration: 0, rng: &mut rng };
+        let mut cx = RenderContext {
+            values: &values,
+            vu: 1,
+            iteration: 0,
+            rng: &mut rng,
+        };
         assert!(render_request(&s, &origin, &jar, &mut cx).is_err());
         let values = [None];
-        let mut cx = RenderContext { values: &values, vu: 1, iteration: 0, rng: &mut rng };
-        assert_eq!(render_request(&s, &origin, &jar, &mut cx).err(), Some(RenderError::Unset(0)));
+        let mut cx = RenderContext {
+            values: &values,
+            vu: 1,
+            iteration: 0,
+            rng: &mut rng,
+        };
+        assert_eq!(
+            render_request(&s, &origin, &jar, &mut cx).err(),
+            Some(RenderError::Unset(0))
+        );
     }
 }

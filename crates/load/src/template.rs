@@ -13,6 +13,9 @@
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
+/// The random generator built-ins draw from (one per VU).
+pub use fastrand::Rng;
+
 /// The longest template text accepted (a hostile plan's 100 MB string is refused here).
 pub const MAX_TEMPLATE: usize = 1024 * 1024;
 
@@ -127,9 +130,12 @@ impl Template {
         while let Some(open) = rest.find("{{") {
             literal.push_str(&rest[..open]);
             let after = &rest[open + 2..];
-            let close = after
-                .find("}}")
-                .ok_or_else(|| format!("'{{{{' at byte {} is never closed with '}}}}'", text.len() - rest.len() + open))?;
+            let close = after.find("}}").ok_or_else(|| {
+                format!(
+                    "'{{{{' at byte {} is never closed with '}}}}'",
+                    text.len() - rest.len() + open
+                )
+            })?;
             let inner = after[..close].trim();
             rest = &after[close + 2..];
             let (expr, filter) = match inner.rsplit_once('|') {
@@ -387,8 +393,11 @@ mod tests {
     #[test]
     fn builtins_look_right() {
         let mut slots = Slots::default();
-        let t = Template::parse("{{$uuid}} {{$randomInt(5,5)}} {{$isoTimestamp}}", &mut slots)
-            .unwrap();
+        let t = Template::parse(
+            "{{$uuid}} {{$randomInt(5,5)}} {{$isoTimestamp}}",
+            &mut slots,
+        )
+        .unwrap();
         let out = render(&t, &[]).unwrap();
         let parts: Vec<&str> = out.split(' ').collect();
         assert_eq!(parts[0].len(), 36);
@@ -403,7 +412,8 @@ mod tests {
     #[test]
     fn bad_templates_say_what_is_wrong() {
         let mut slots = Slots::default();
-        let err = |t: &str| Template::parse_with_env(t, &mut Slots::default(), &|_| None).unwrap_err();
+        let err =
+            |t: &str| Template::parse_with_env(t, &mut Slots::default(), &|_| None).unwrap_err();
         assert!(err("a {{b").contains("never closed"));
         assert!(err("{{$nope}}").contains("unknown built-in"));
         assert!(err("{{$randomInt(9,1)}}").contains("min is above max"));
@@ -412,7 +422,9 @@ mod tests {
         assert!(err("{{1x}}").contains("not a variable name"));
         assert!(err("{{}}").contains("not a variable name"));
         let huge = "x".repeat(MAX_TEMPLATE + 1);
-        assert!(Template::parse(&huge, &mut slots).unwrap_err().contains("longer"));
+        assert!(Template::parse(&huge, &mut slots)
+            .unwrap_err()
+            .contains("longer"));
     }
 
     proptest! {

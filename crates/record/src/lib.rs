@@ -15,8 +15,8 @@ pub mod text;
 pub use error::RecordError;
 pub use histogram::{LatencyHistogram, LatencyStats, MAX_LATENCY_US};
 pub use load::{
-    record_warnings, write_hlog, ErrorKind, LoadRecordLine, PhaseEnd, PhaseSummary, SecondRecord, NameSecond,
-    LOAD_SECONDS_PART,
+    record_warnings, write_hlog, ErrorKind, LoadRecordLine, NameSecond, PhaseEnd, PhaseSummary,
+    SecondRecord, LOAD_SECONDS_PART,
 };
 pub use manifest::{PartRef, RunManifest, RunStatus, SCHEMA_VERSION};
 pub use run_dir::{
