@@ -19,8 +19,12 @@ pub struct Cli {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
-    /// Load a URL and report latency, throughput and errors.
+    /// Load a URL, or run a plan file, and report latency, throughput and errors.
     Run(Box<RunArgs>),
+    /// Plan files: check one without sending anything, or make one from a browser's HAR
+    /// recording.
+    #[command(subcommand)]
+    Plan(PlanCommand),
     /// Print the summary of a recorded run again, from its run directory.
     Report(ReportArgs),
     /// What is wrong in a recorded run: the bottlenecks with their evidence, cause and fix,
@@ -261,16 +265,28 @@ pub struct WatchArgs {
 
 #[derive(Args, Debug, Clone)]
 pub struct RunArgs {
-    /// The URL to load (http:// or https://).
+    /// The URL to load (http:// or https://), or a plan file (plan.yaml: scenarios, data,
+    /// load shape, thresholds; see `kiln plan check`).
     pub url: String,
 
-    /// Connections (closed model: each sends back to back; open model: opened up front).
-    #[arg(short = 'c', long = "connections", default_value_t = 50)]
-    pub connections: usize,
+    /// Connections (closed model: each sends back to back; open model: opened up front)
+    /// [default: 50]. With a plan: its VUs.
+    #[arg(short = 'c', long = "connections")]
+    pub connections: Option<usize>,
 
-    /// How long each measured run lasts (e.g. 30s, 3m). Ignored with --stages.
-    #[arg(short = 'd', long = "duration", default_value = "10s")]
-    pub duration: String,
+    /// How long each measured run lasts (e.g. 30s, 3m) [default: 10s]. Ignored with
+    /// --stages. With a plan: overrides its duration.
+    #[arg(short = 'd', long = "duration")]
+    pub duration: Option<String>,
+
+    /// With a plan: set a variable, or a load setting (rate, vus, duration, iterations,
+    /// max_vus, ramp, arrivals, seed, warmup, timeout), e.g. --set rate=2000 (repeatable).
+    #[arg(long = "set", value_name = "NAME=VALUE")]
+    pub set: Vec<String>,
+
+    /// Write the thresholds' and checks' outcome as JUnit XML (for CI), one test case each.
+    #[arg(long = "junit", value_name = "FILE")]
+    pub junit: Option<PathBuf>,
 
     /// Load generator threads (default: one per CPU).
     #[arg(short = 't', long = "threads")]
@@ -325,9 +341,9 @@ pub struct RunArgs {
     #[arg(short = 'b', long = "body")]
     pub body: Option<String>,
 
-    /// Time allowed for a whole request (send, wait, read the body).
-    #[arg(long = "timeout", default_value = "10s")]
-    pub timeout: String,
+    /// Time allowed for a whole request (send, wait, read the body) [default: 10s].
+    #[arg(long = "timeout")]
+    pub timeout: Option<String>,
 
     /// Time allowed to open a connection (TCP and TLS).
     #[arg(long = "connect-timeout", default_value = "5s")]
@@ -420,6 +436,38 @@ pub struct RunArgs {
     /// No live progress.
     #[arg(short = 'q', long = "quiet")]
     pub quiet: bool,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum PlanCommand {
+    /// Check a plan whole (keys, types, files, variables, load shape, thresholds) and show
+    /// what it will run; sends nothing. Exits with 1 when the plan has a mistake.
+    Check(PlanCheckArgs),
+    /// Make a plan from a HAR file (a browser's recorded session): one scenario with its
+    /// requests in order, the think times the user took, static resources left out.
+    FromHar(FromHarArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct PlanCheckArgs {
+    pub plan: PathBuf,
+    /// Set a variable or a load setting, as with kiln run (repeatable).
+    #[arg(long = "set", value_name = "NAME=VALUE")]
+    pub set: Vec<String>,
+    /// Print what the plan runs as JSON.
+    #[arg(long = "json")]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct FromHarArgs {
+    pub har: PathBuf,
+    /// Write the plan here (default: standard output).
+    #[arg(short = 'o', long = "out")]
+    pub out: Option<PathBuf>,
+    /// Keep requests for images, fonts, style sheets and scripts too.
+    #[arg(long = "keep-static")]
+    pub keep_static: bool,
 }
 
 #[derive(Args, Debug)]

@@ -10,6 +10,7 @@ mod doctor_cmd;
 mod findings_cmd;
 mod format;
 mod live;
+mod plan_cmd;
 mod profile_cmd;
 mod queries_cmd;
 mod report_cmd;
@@ -89,6 +90,7 @@ fn main() -> ExitCode {
         Command::Profile(args) => profile_cmd::run(args, &interrupts()),
         Command::Doctor(args) => doctor_cmd::run(args),
         Command::Queries(args) => queries_cmd::run(args, &interrupts()),
+        Command::Plan(command) => plan_cmd::run(command),
     };
     finish(result)
 }

@@ -58,6 +58,119 @@ fn read_body(arg: &str) -> Result<Vec<u8>> {
     Ok(body)
 }
 
+/// What `kiln run` loads: the engine's plan, and what a plan file adds to it.
+pub struct Built {
+    pub load: LoadPlan,
+    /// The plan file's thresholds, then --threshold's.
+    pub thresholds: Vec<String>,
+    /// --warmup, else the plan file's.
+    pub warmup: Option<Duration>,
+    /// The plan file's scenarios (name, weight, step names), for the record.
+    pub outline: Option<Vec<(String, u32, Vec<String>)>>,
+}
+
+const DEFAULT_CONNECTIONS: usize = 50;
+const DEFAULT_DURATION: &str = "10s";
+const DEFAULT_TIMEOUT: &str = "10s";
+
+/// Turns flags (and a plan file, when the argument is one) into a validated plan,
+/// resolving hosts once.
+pub fn build(args: &RunArgs) -> Result<Built> {
+    if kiln_plan::is_plan_path(&args.url) {
+        return build_from_plan_file(args);
+    }
+    if !args.set.is_empty() {
+        bail!("--set is for plan files (kiln run plan.yaml --set NAME=VALUE)");
+    }
+    Ok(Built {
+        load: build_plan(args)?,
+        thresholds: args.thresholds.clone(),
+        warmup: args.warmup.as_deref().map(parse_duration).transpose()?,
+        outline: None,
+    })
+}
+
+/// A plan file, with kiln run's flags as the last word: -c, -d, -R and --timeout are
+/// `--set vus=`, `duration=`, `rate=`, `timeout=` after the user's own --set.
+fn build_from_plan_file(args: &RunArgs) -> Result<Built> {
+    for (given, flag) in [
+        (args.stages.is_some(), "--stages"),
+        (!args.headers.is_empty(), "-H"),
+        (args.body.is_some(), "-b"),
+        (args.method != "GET", "-m"),
+        (args.think_time != "0s", "--think-time"),
+        (args.ramp_up != "0s", "--ramp-up"),
+    ] {
+        if given {
+            bail!("{flag} does not go with a plan file: write it in the plan");
+        }
+    }
+    let mut sets = args
+        .set
+        .iter()
+        .map(|s| kiln_plan::parse_set(s).map_err(anyhow::Error::msg))
+        .collect::<Result<Vec<_>>>()?;
+    let flag_sets = [
+        ("vus", args.connections.map(|c| c.to_string())),
+        ("duration", args.duration.clone()),
+        ("rate", args.rate.map(|r| r.to_string())),
+        ("timeout", args.timeout.clone()),
+    ];
+    for (key, value) in flag_sets {
+        if let Some(v) = value {
+            sets.push((format!("load.{key}"), v));
+        }
+    }
+    let plan = kiln_plan::load(std::path::Path::new(&args.url), &sets)?;
+    let mut load = LoadPlan {
+        target: plan.base().clone(),
+        request: RequestSpec::default(),
+        model: plan.model.clone(),
+        duration: plan.duration,
+        timeout: plan.timeout.unwrap_or(parse_duration(DEFAULT_TIMEOUT)?),
+        connect_timeout: parse_duration(&args.connect_timeout)?,
+        threads: args
+            .threads
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get())),
+        insecure: args.insecure,
+        dead_after: parse_duration(&args.dead_after)?,
+        workload: Some(plan.workload.clone()),
+    };
+    load.validate()?;
+    if let Some(note) = kiln_load::limits::fit_max_connections(&mut load) {
+        eprintln!("kiln: {note}");
+    }
+    let mut thresholds = Vec::new();
+    for t in &plan.thresholds {
+        Threshold::parse(&t.text).map_err(|e| {
+            anyhow::anyhow!("{}:{}:{}: {e}", args.url, t.line, t.column)
+        })?;
+        thresholds.push(t.text.clone());
+    }
+    for t in &args.thresholds {
+        Threshold::parse(t)?;
+        thresholds.push(t.clone());
+    }
+    check_repeat(args)?;
+    let warmup = match &args.warmup {
+        Some(w) => Some(parse_duration(w)?),
+        None => plan.warmup,
+    };
+    Ok(Built {
+        load,
+        thresholds,
+        warmup,
+        outline: Some(plan.outline),
+    })
+}
+
+fn check_repeat(args: &RunArgs) -> Result<()> {
+    if !(1..=1000).contains(&args.repeat) {
+        bail!("--repeat is out of range: {} (1 to 1000)", args.repeat);
+    }
+    Ok(())
+}
+
 /// Turns flags into a validated plan (resolving the host once).
 pub fn build_plan(args: &RunArgs) -> Result<LoadPlan> {
     let target = Target::parse(&args.url)?;
@@ -76,7 +189,7 @@ pub fn build_plan(args: &RunArgs) -> Result<LoadPlan> {
             if !(rate.is_finite() && *rate > 0.0 && *rate <= 10_000_000.0) {
                 bail!("--rate is out of range: {rate} (more than 0, at most 10000000)");
             }
-            let duration = parse_duration(&args.duration)?;
+            let duration = parse_duration(args.duration.as_deref().unwrap_or(DEFAULT_DURATION))?;
             let stages = kiln_load::RateStage::steady(*rate, duration);
             (open_model(args, stages), duration)
         }
@@ -87,11 +200,11 @@ pub fn build_plan(args: &RunArgs) -> Result<LoadPlan> {
         }
         (None, None) => (
             Model::Closed {
-                connections: args.connections,
+                connections: connections(args),
                 think_time: parse_duration(&args.think_time)?,
                 ramp_up: parse_duration(&args.ramp_up)?,
             },
-            parse_duration(&args.duration)?,
+            parse_duration(args.duration.as_deref().unwrap_or(DEFAULT_DURATION))?,
         ),
     };
     let mut plan = LoadPlan {
@@ -99,7 +212,7 @@ pub fn build_plan(args: &RunArgs) -> Result<LoadPlan> {
         request,
         model,
         duration,
-        timeout: parse_duration(&args.timeout)?,
+        timeout: parse_duration(args.timeout.as_deref().unwrap_or(DEFAULT_TIMEOUT))?,
         connect_timeout: parse_duration(&args.connect_timeout)?,
         threads: args
             .threads
@@ -115,17 +228,19 @@ pub fn build_plan(args: &RunArgs) -> Result<LoadPlan> {
     for t in &args.thresholds {
         Threshold::parse(t)?;
     }
-    if !(1..=1000).contains(&args.repeat) {
-        bail!("--repeat is out of range: {} (1 to 1000)", args.repeat);
-    }
+    check_repeat(args)?;
     Ok(plan)
+}
+
+fn connections(args: &RunArgs) -> usize {
+    args.connections.unwrap_or(DEFAULT_CONNECTIONS)
 }
 
 fn open_model(args: &RunArgs, stages: Vec<kiln_load::RateStage>) -> Model {
     Model::Open {
         stages,
-        connections: args.connections,
-        max_connections: args.max_connections.max(args.connections),
+        connections: connections(args),
+        max_connections: args.max_connections.max(connections(args)),
         arrivals: match args.arrivals {
             crate::cli::ArrivalsArg::Uniform => kiln_load::Arrivals::Uniform,
             crate::cli::ArrivalsArg::Poisson => kiln_load::Arrivals::Poisson {
@@ -141,10 +256,9 @@ fn open_model(args: &RunArgs, stages: Vec<kiln_load::RateStage>) -> Model {
 }
 
 /// The phases of a run: an optional warm-up, then the measured runs.
-pub fn phases(args: &RunArgs) -> Result<Vec<(PhaseSpec, Duration)>> {
+pub fn phases(args: &RunArgs, warmup: Option<Duration>) -> Result<Vec<(PhaseSpec, Duration)>> {
     let mut out = Vec::new();
-    if let Some(w) = &args.warmup {
-        let d = parse_duration(w)?;
+    if let Some(d) = warmup {
         if !d.is_zero() {
             out.push((
                 PhaseSpec {
@@ -189,6 +303,14 @@ fn name_from_url(plan: &LoadPlan) -> String {
         plan.target.port,
         path.trim_end_matches('-')
     )
+}
+
+/// A run's name from its plan file: `checkout` for `plans/checkout.yaml`.
+fn name_from_plan_file(path: &str) -> String {
+    std::path::Path::new(path)
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "plan".into())
 }
 
 /// Whether a `--threshold` recorded in the plan fails on the measured phases.
@@ -269,14 +391,25 @@ pub fn print_outcome(
 }
 
 pub fn run(args: RunArgs, stop: &StopSignal) -> Result<u8> {
-    let plan = build_plan(&args)?;
-    let phase_list = phases(&args)?;
+    let built = build(&args)?;
+    let plan = built.load;
+    let phase_list = phases(&args, built.warmup)?;
     let interval = parse_duration(&args.interval)?;
-    let name = args.name.clone().unwrap_or_else(|| name_from_url(&plan));
+    let name = args.name.clone().unwrap_or_else(|| match &built.outline {
+        Some(_) => name_from_plan_file(&args.url),
+        None => name_from_url(&plan),
+    });
     let out = RunLocation::from_flag(args.out.as_deref(), &name);
     let mut live = LiveOutput::new(args.quiet, interval.as_secs() as u32);
     let mut plan_record = plan.to_record();
-    plan_record["thresholds"] = serde_json::json!(args.thresholds);
+    plan_record["thresholds"] = serde_json::json!(built.thresholds);
+    if let Some(outline) = &built.outline {
+        plan_record["plan_file"] = serde_json::json!(args.url);
+        plan_record["scenarios"] = serde_json::json!(outline
+            .iter()
+            .map(|(name, weight, steps)| serde_json::json!({"name": name, "weight": weight, "steps": steps}))
+            .collect::<Vec<_>>());
+    }
     let watch_pid = match (args.watch_pid, args.watch_port) {
         (Some(pid), _) => Some(pid),
         (None, Some(port)) => {

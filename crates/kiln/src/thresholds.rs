@@ -21,6 +21,8 @@ enum Metric {
     Throughput,
     /// Open model: arrivals never sent.
     Unsent,
+    /// A plan's checks: the share that passed, 0..=1.
+    Checks,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -39,6 +41,8 @@ pub struct Threshold {
     op: Op,
     /// In the metric's unit: microseconds, a ratio, requests/s or a count.
     limit: f64,
+    /// `p99{name:login}<300ms`: only the requests of one name (a plan step's).
+    name: Option<String>,
 }
 
 /// A threshold checked against results.
@@ -52,7 +56,7 @@ pub struct ThresholdResult {
 }
 
 #[derive(Debug, thiserror::Error, PartialEq)]
-#[error("bad threshold '{text}': {why} (e.g. 'p99<250ms', 'p(99.9)<1s', 'max<2s', 'failed<1%', 'rate>=1000')")]
+#[error("bad threshold '{text}': {why} (e.g. 'p99<250ms', 'p(99.9)<1s', 'max<2s', 'failed<1%', 'rate>=1000', 'checks>99%', 'p95{{name:login}}<300ms')")]
 pub struct ThresholdError {
     text: String,
     why: String,
@@ -80,6 +84,7 @@ fn parse_metric(name: &str) -> Option<Metric> {
         "failed" | "errors" | "error_rate" | "http_req_failed" => Some(Metric::FailedRatio),
         "rate" | "rps" | "throughput" => Some(Metric::Throughput),
         "unsent" => Some(Metric::Unsent),
+        "checks" => Some(Metric::Checks),
         _ => {
             if let Some(inner) = name.strip_prefix("p(").and_then(|r| r.strip_suffix(')')) {
                 quantile(inner)
@@ -96,12 +101,34 @@ impl Threshold {
             text: text.to_string(),
             why: why.to_string(),
         };
+        // `METRIC{name:NAME}`: the comparison comes after the braces (a name may hold `<`).
+        let (metric_text, name, rest_at) = match text.find('{') {
+            Some(open) => {
+                let close = text[open..]
+                    .find('}')
+                    .map(|c| open + c)
+                    .ok_or_else(|| err("'{' is not closed"))?;
+                let tag = &text[open + 1..close];
+                let name = tag
+                    .strip_prefix("name:")
+                    .map(str::trim)
+                    .filter(|n| !n.is_empty())
+                    .ok_or_else(|| err("the only tag is {name:NAME}"))?;
+                (&text[..open], Some(name.to_string()), close + 1)
+            }
+            None => (text, None, 0),
+        };
+        let search = if name.is_some() { &text[rest_at..] } else { text };
         let (at, op, len) = [("<=", Op::Le), (">=", Op::Ge), ("<", Op::Lt), (">", Op::Gt)]
             .iter()
-            .find_map(|(sym, op)| text.find(sym).map(|i| (i, *op, sym.len())))
+            .find_map(|(sym, op)| search.find(sym).map(|i| (i, *op, sym.len())))
             .ok_or_else(|| err("no comparison (<, <=, >, >=)"))?;
-        let metric = parse_metric(&text[..at]).ok_or_else(|| err("unknown metric"))?;
-        let value = text[at + len..].trim();
+        let metric_text = if name.is_some() { metric_text } else { &text[..at] };
+        let metric = parse_metric(metric_text).ok_or_else(|| err("unknown metric"))?;
+        if name.is_some() && metric == Metric::Unsent {
+            return Err(err("unsent has no figure per name"));
+        }
+        let value = search[at + len..].trim();
         let limit = match metric {
             Metric::Quantile(_) | Metric::Max | Metric::Min | Metric::Mean => {
                 // A bare number is milliseconds, as in k6.
@@ -112,7 +139,7 @@ impl Threshold {
                         .as_micros() as f64,
                 }
             }
-            Metric::FailedRatio => match value.strip_suffix('%') {
+            Metric::FailedRatio | Metric::Checks => match value.strip_suffix('%') {
                 Some(pct) => {
                     pct.trim()
                         .parse::<f64>()
@@ -135,19 +162,49 @@ impl Threshold {
             metric,
             op,
             limit,
+            name,
         })
     }
 
     pub fn check(&self, results: &PhaseSummary) -> ThresholdResult {
-        let h = &results.totals.latency;
+        let t = &results.totals;
+        let (h, requests, failed, checks, checks_failed) = match &self.name {
+            None => (&t.latency, t.requests, results.failed(), t.checks, t.checks_failed),
+            Some(name) => match t.names.get(name) {
+                Some(n) => (&n.latency, n.requests, n.failed, n.checks, n.checks_failed),
+                None => {
+                    return ThresholdResult {
+                        threshold: self.text.clone(),
+                        ok: false,
+                        actual: f64::NAN,
+                        actual_text: format!("no requests named '{name}'"),
+                    }
+                }
+            },
+        };
+        let ratio = |part: u64, whole: u64| {
+            if whole == 0 {
+                0.0
+            } else {
+                part as f64 / whole as f64
+            }
+        };
         let actual = match self.metric {
             Metric::Quantile(q) => h.quantile_us(q) as f64,
             Metric::Max => h.max_us() as f64,
             Metric::Min => h.min_us() as f64,
             Metric::Mean => h.mean_us(),
-            Metric::FailedRatio => results.failed_ratio(),
-            Metric::Throughput => results.throughput(),
+            Metric::FailedRatio => ratio(failed, requests),
+            Metric::Throughput => {
+                let secs = results.duration_secs();
+                if secs > 0.0 {
+                    requests as f64 / secs
+                } else {
+                    0.0
+                }
+            }
             Metric::Unsent => results.unsent() as f64,
+            Metric::Checks => 1.0 - ratio(checks_failed, checks),
         };
         let ok = match self.op {
             Op::Lt => actual < self.limit,
@@ -156,7 +213,7 @@ impl Threshold {
             Op::Ge => actual >= self.limit,
         };
         let actual_text = match self.metric {
-            Metric::FailedRatio => format!("{:.2}%", actual * 100.0),
+            Metric::FailedRatio | Metric::Checks => format!("{:.2}%", actual * 100.0),
             Metric::Throughput => format!("{actual:.1}/s"),
             Metric::Unsent => format!("{actual}"),
             _ => crate::format::us_f(actual),
@@ -232,6 +289,42 @@ mod tests {
         assert!(!check("failed<2%"));
         assert!(check("max<=101ms"));
         assert!(!check("rate>1000"));
+    }
+
+    #[test]
+    fn thresholds_per_name_and_on_checks() {
+        let mut r = results();
+        let mut login = kiln_record::NameSecond {
+            requests: 10,
+            failed: 1,
+            checks: 20,
+            checks_failed: 2,
+            ..Default::default()
+        };
+        for ms in 1..=10u64 {
+            login.latency.record_us(ms * 100_000);
+        }
+        let mut s = SecondRecord {
+            second: 1,
+            ..Default::default()
+        };
+        s.checks = 40;
+        s.checks_failed = 2;
+        s.names.insert("log<in".into(), login);
+        r.add_second(&s);
+        let check = |t: &str| Threshold::parse(t).unwrap().check(&r);
+        let p50 = check("p50{name:log<in}<=501ms");
+        assert!(p50.ok, "{p50:?}");
+        assert!(!check("p99{name:log<in}<900ms").ok);
+        assert!(check("failed{name:log<in}<=10%").ok);
+        assert!(!check("failed{name:log<in}<10%").ok);
+        assert!(check("checks>=95%").ok);
+        assert!(!check("checks{name:log<in}>=95%").ok);
+        let missing = check("p99{name:nope}<1s");
+        assert!(!missing.ok && missing.actual_text.contains("no requests named"));
+        for bad in ["p99{name:}<1s", "p99{scenario:a}<1s", "p99{name:a<1s", "unsent{name:a}<1"] {
+            assert!(Threshold::parse(bad).is_err(), "{bad}");
+        }
     }
 
     proptest::proptest! {

@@ -9,6 +9,7 @@
 //! (Unix milliseconds), `{{$isoTimestamp}}`, `{{$randomInt(1,100)}}`. `{{env.NAME}}` is read
 //! from the environment when the plan is checked. A variable may end with a filter:
 //! `{{q|url}}` percent-encodes it for a URL, `{{q|json}}` escapes it for a JSON string.
+//! `\{{` is a literal `{{`.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -128,6 +129,13 @@ impl Template {
         let mut literal = String::new();
         let mut rest = text;
         while let Some(open) = rest.find("{{") {
+            // `\{{` is a literal `{{` (recorded text, a body that uses braces itself).
+            if rest[..open].ends_with('\\') {
+                literal.push_str(&rest[..open - 1]);
+                literal.push_str("{{");
+                rest = &rest[open + 2..];
+                continue;
+            }
             literal.push_str(&rest[..open]);
             let after = &rest[open + 2..];
             let close = after.find("}}").ok_or_else(|| {
@@ -381,6 +389,13 @@ mod tests {
         let mut values = vec![None; slots.len()];
         values[slots.get("n").unwrap()] = Some("say \"hi\"\n".into());
         assert_eq!(render(&j, &values).unwrap(), r#"{"n":"say \"hi\"\n"}"#);
+    }
+
+    #[test]
+    fn an_escaped_opening_is_text() {
+        let mut slots = Slots::default();
+        let t = Template::parse(r"a \{{b}} {{c}}", &mut slots).unwrap();
+        assert_eq!(render(&t, &[Some("C".into())]).unwrap(), "a {{b}} C");
     }
 
     #[test]

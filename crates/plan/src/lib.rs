@@ -7,6 +7,7 @@
 //! missing files, a variable used before anything sets it, an impossible load shape.
 
 mod compile;
+pub mod har;
 mod schema;
 
 use std::path::Path;

@@ -7,6 +7,7 @@
 
 pub mod planted;
 pub mod postgres;
+pub mod shop_api;
 mod timing;
 pub use timing::{named_loop, timing_attempts};
 
@@ -251,53 +252,11 @@ fn serve_connection<S: Read + Write>(
         } else {
             None
         };
-        // Read until one complete request head (and its body) is buffered.
-        let (head_len, body_len, close) = loop {
-            let mut headers = [httparse::EMPTY_HEADER; 64];
-            let mut req = httparse::Request::new(&mut headers);
-            match req.parse(&buf[..filled]) {
-                Ok(httparse::Status::Complete(head_len)) => {
-                    let header = |name: &str| {
-                        req.headers
-                            .iter()
-                            .find(|h| h.name.eq_ignore_ascii_case(name))
-                            .map(|h| String::from_utf8_lossy(h.value).trim().to_ascii_lowercase())
-                    };
-                    let body_len = header("content-length")
-                        .and_then(|v| v.parse::<usize>().ok())
-                        .unwrap_or(0);
-                    let close = header("connection").as_deref() == Some("close");
-                    break (head_len, body_len, close);
-                }
-                Ok(httparse::Status::Partial) => {}
-                Err(_) => {
-                    let _ = stream.write_all(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
-                    return Ok(());
-                }
-            }
-            if filled == buf.len() {
-                buf.resize(buf.len() * 2, 0);
-            }
-            let n = stream.read(&mut buf[filled..])?;
-            if n == 0 || shared.stop.load(Ordering::SeqCst) {
-                return Ok(());
-            }
-            filled += n;
+        let Some(request) = read_request(&mut stream, &mut buf, &mut filled, &shared.stop)?
+        else {
+            return Ok(());
         };
-        // Consume the body, which may be partly buffered already.
-        let mut have = filled - head_len;
-        while have < body_len {
-            let mut sink = [0u8; 8192];
-            let n = stream.read(&mut sink[..(body_len - have).min(8192)])?;
-            if n == 0 {
-                return Ok(());
-            }
-            have += n;
-        }
-        let consumed = (head_len + body_len).min(filled);
-        buf.copy_within(consumed..filled, 0);
-        filled -= consumed;
-
+        let close = request.close;
         let arrived = Instant::now();
         let nth = shared.received.fetch_add(1, Ordering::SeqCst) + 1;
         let behavior = &shared.behavior;
@@ -353,6 +312,103 @@ fn serve_connection<S: Read + Write>(
             return Ok(());
         }
     }
+}
+
+/// One request read from a keep-alive connection.
+pub struct Request {
+    pub method: String,
+    pub path: String,
+    /// Names in lower case.
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+    /// The client asked to close the connection after the answer.
+    pub close: bool,
+}
+
+impl Request {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Reads the next request (head and body) from `stream`, with `buf[..filled]` holding what
+/// was read past the last one. `None` when the client closed, or sent something that is
+/// not HTTP (answered with 400).
+pub fn read_request<S: Read + Write>(
+    stream: &mut S,
+    buf: &mut Vec<u8>,
+    filled: &mut usize,
+    stop: &AtomicBool,
+) -> io::Result<Option<Request>> {
+    let (head_len, mut request, body_len) = loop {
+        let mut headers = [httparse::EMPTY_HEADER; 64];
+        let mut req = httparse::Request::new(&mut headers);
+        match req.parse(&buf[..*filled]) {
+            Ok(httparse::Status::Complete(head_len)) => {
+                let headers: Vec<(String, String)> = req
+                    .headers
+                    .iter()
+                    .map(|h| {
+                        (
+                            h.name.to_ascii_lowercase(),
+                            String::from_utf8_lossy(h.value).trim().to_string(),
+                        )
+                    })
+                    .collect();
+                let request = Request {
+                    method: req.method.unwrap_or("").to_string(),
+                    path: req.path.unwrap_or("").to_string(),
+                    close: false,
+                    body: Vec::new(),
+                    headers,
+                };
+                let body_len = request
+                    .header("content-length")
+                    .and_then(|v| v.parse::<usize>().ok())
+                    .unwrap_or(0);
+                break (head_len, request, body_len);
+            }
+            Ok(httparse::Status::Partial) => {}
+            Err(_) => {
+                let _ = stream.write_all(
+                    b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+                );
+                return Ok(None);
+            }
+        }
+        if *filled == buf.len() {
+            buf.resize(buf.len() * 2, 0);
+        }
+        let n = stream.read(&mut buf[*filled..])?;
+        if n == 0 || stop.load(Ordering::SeqCst) {
+            return Ok(None);
+        }
+        *filled += n;
+    };
+    request.close = request
+        .header("connection")
+        .is_some_and(|v| v.eq_ignore_ascii_case("close"));
+    // The body, which may be partly buffered already.
+    let buffered = (*filled - head_len).min(body_len);
+    request
+        .body
+        .extend_from_slice(&buf[head_len..head_len + buffered]);
+    while request.body.len() < body_len {
+        let mut chunk = [0u8; 8192];
+        let want = (body_len - request.body.len()).min(chunk.len());
+        let n = stream.read(&mut chunk[..want])?;
+        if n == 0 {
+            return Ok(None);
+        }
+        request.body.extend_from_slice(&chunk[..n]);
+    }
+    let consumed = head_len + buffered;
+    buf.copy_within(consumed..*filled, 0);
+    *filled -= consumed;
+    Ok(Some(request))
 }
 
 fn self_signed_tls() -> io::Result<Arc<rustls::ServerConfig>> {

@@ -1,0 +1,135 @@
+//! `kiln plan check FILE`: a plan checked whole and shown, nothing sent;
+//! `kiln plan from-har FILE`: a browser's recording made into a plan.
+
+use anyhow::{Context, Result};
+use kiln_load::Model;
+
+use crate::cli::{FromHarArgs, PlanCheckArgs, PlanCommand};
+use crate::format::safe_text;
+use crate::thresholds::Threshold;
+
+pub fn run(command: PlanCommand) -> Result<u8> {
+    match command {
+        PlanCommand::Check(args) => check(args),
+        PlanCommand::FromHar(args) => from_har(args),
+    }
+}
+
+fn check(args: PlanCheckArgs) -> Result<u8> {
+    let sets = args
+        .set
+        .iter()
+        .map(|s| kiln_plan::parse_set(s).map_err(anyhow::Error::msg))
+        .collect::<Result<Vec<_>>>()?;
+    let plan = kiln_plan::load(&args.plan, &sets)?;
+    for t in &plan.thresholds {
+        Threshold::parse(&t.text).map_err(|e| {
+            anyhow::anyhow!("{}:{}:{}: {e}", args.plan.display(), t.line, t.column)
+        })?;
+    }
+    let w = &plan.workload;
+    if args.json {
+        let json = serde_json::json!({
+            "plan": args.plan.display().to_string(),
+            "origins": w.origins.iter().map(|o| o.url.clone()).collect::<Vec<_>>(),
+            "scenarios": plan.outline.iter().map(|(name, weight, steps)| {
+                serde_json::json!({"name": name, "weight": weight, "steps": steps})
+            }).collect::<Vec<_>>(),
+            "data": w.feeders.iter().map(|f| serde_json::json!({
+                "name": f.name, "file": f.path.display().to_string(), "columns": f.columns,
+            })).collect::<Vec<_>>(),
+            "load": load_text(&plan.model, plan.duration, w.iterations),
+            "thresholds": plan.thresholds.iter().map(|t| t.text.clone()).collect::<Vec<_>>(),
+        });
+        outln!("{}", serde_json::to_string_pretty(&json)?);
+        return Ok(0);
+    }
+    outln!("{}: ok", safe_text(&args.plan.display().to_string()));
+    for o in &w.origins {
+        outln!("  target     {}", safe_text(&o.url));
+    }
+    for (name, weight, steps) in &plan.outline {
+        outln!(
+            "  scenario   {} (weight {weight}, {} steps)",
+            safe_text(name),
+            steps.len()
+        );
+        for s in steps {
+            outln!("               {}", safe_text(s));
+        }
+    }
+    for f in &w.feeders {
+        outln!(
+            "  data       {} = {} ({})",
+            safe_text(&f.name),
+            safe_text(&f.path.display().to_string()),
+            safe_text(&f.columns.join(", "))
+        );
+    }
+    outln!(
+        "  load       {}",
+        load_text(&plan.model, plan.duration, w.iterations)
+    );
+    for t in &plan.thresholds {
+        outln!("  threshold  {}", safe_text(&t.text));
+    }
+    Ok(0)
+}
+
+/// The load's shape in a line: `closed, 4 VUs, 30s` or `open, 200/s for 30s, up to 100 VUs`.
+fn load_text(model: &Model, duration: std::time::Duration, iterations: Option<u64>) -> String {
+    let d = humantime::format_duration(duration);
+    match model {
+        Model::Closed {
+            connections,
+            ramp_up,
+            ..
+        } => {
+            let ramp = if ramp_up.is_zero() {
+                String::new()
+            } else {
+                format!(", ramp {}", humantime::format_duration(*ramp_up))
+            };
+            match iterations {
+                Some(n) => format!("closed, {connections} VUs{ramp}, {n} iterations (at most {d})"),
+                None => format!("closed, {connections} VUs{ramp}, {d}"),
+            }
+        }
+        Model::Open {
+            stages,
+            connections,
+            max_connections,
+            ..
+        } => {
+            let rates: Vec<String> = stages
+                .iter()
+                .map(|s| format!("{}/s", s.target_rate))
+                .collect();
+            format!(
+                "open, {} over {d}, {connections} to {max_connections} VUs",
+                rates.join(" -> ")
+            )
+        }
+    }
+}
+
+fn from_har(args: FromHarArgs) -> Result<u8> {
+    let text = std::fs::read_to_string(&args.har)
+        .with_context(|| format!("cannot read {}", args.har.display()))?;
+    let made = kiln_plan::har::to_plan(&text, args.keep_static)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", args.har.display()))?;
+    match &args.out {
+        Some(path) => {
+            std::fs::write(path, &made.yaml)
+                .with_context(|| format!("cannot write {}", path.display()))?;
+            eprintln!(
+                "kiln: {} requests into {} ({} static left out); check it with kiln plan check",
+                made.requests,
+                path.display(),
+                made.static_left_out
+            );
+        }
+        None => out!("{}", made.yaml),
+    }
+    Ok(0)
+}

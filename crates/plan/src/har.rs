@@ -1,0 +1,263 @@
+//! A HAR recording (HTTP Archive 1.2, what browsers' developer tools and proxies save)
+//! made into a plan: one scenario with the recorded requests in order, the pauses the user
+//! took as think times, each response's status as a check. Static resources (images, fonts,
+//! style sheets, scripts) are left out unless asked for: a load test of the service rarely
+//! wants the CDN's files.
+//!
+//! The plan is written as YAML by hand, every string double-quoted in JSON's escaping
+//! (which YAML reads as it is) and any `{{` in recorded text escaped, so nothing recorded
+//! can change the plan's structure or become a variable.
+
+use std::fmt::Write as _;
+
+use serde::Deserialize;
+
+/// The largest pause kept as a think time; longer ones were the user away.
+const MAX_THINK_MS: f64 = 30_000.0;
+/// Pauses shorter than this are the browser's own pace, not a user's.
+const MIN_THINK_MS: f64 = 50.0;
+
+#[derive(Deserialize)]
+struct Har {
+    log: Log,
+}
+
+#[derive(Deserialize)]
+struct Log {
+    entries: Vec<Entry>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Entry {
+    started_date_time: Option<String>,
+    #[serde(default)]
+    time: f64,
+    request: Request,
+    response: Option<Response>,
+    #[serde(rename = "_resourceType")]
+    resource_type: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Request {
+    method: String,
+    url: String,
+    #[serde(default)]
+    headers: Vec<Header>,
+    post_data: Option<PostData>,
+}
+
+#[derive(Deserialize)]
+struct Header {
+    name: String,
+    value: String,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct PostData {
+    mime_type: Option<String>,
+    text: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct Response {
+    status: i64,
+    content: Option<Content>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Content {
+    mime_type: Option<String>,
+}
+
+/// The plan made, and what went into it.
+pub struct MadePlan {
+    pub yaml: String,
+    pub requests: usize,
+    pub static_left_out: usize,
+}
+
+/// Headers a plan should not replay: the connection's own, what kiln sets itself, and the
+/// cookies (the VU's jar carries them, as the browser's did).
+fn replayed(name: &str) -> bool {
+    let n = name.to_ascii_lowercase();
+    !(n.starts_with(':')
+        || n.starts_with("sec-")
+        || matches!(
+            n.as_str(),
+            "host"
+                | "connection"
+                | "content-length"
+                | "cookie"
+                | "accept-encoding"
+                | "keep-alive"
+                | "transfer-encoding"
+                | "upgrade"
+                | "te"
+                | "priority"
+                | "upgrade-insecure-requests"
+        ))
+}
+
+fn is_static(e: &Entry) -> bool {
+    if let Some(t) = &e.resource_type {
+        return matches!(
+            t.as_str(),
+            "image" | "font" | "stylesheet" | "script" | "media" | "manifest"
+        );
+    }
+    let mime = e
+        .response
+        .as_ref()
+        .and_then(|r| r.content.as_ref())
+        .and_then(|c| c.mime_type.as_deref())
+        .unwrap_or("");
+    if mime.starts_with("image/")
+        || mime.starts_with("font/")
+        || mime.starts_with("text/css")
+        || mime.contains("javascript")
+    {
+        return true;
+    }
+    let path = e.request.url.split(['?', '#']).next().unwrap_or("");
+    [
+        ".png", ".jpg", ".jpeg", ".gif", ".svg", ".ico", ".webp", ".css", ".js", ".woff", ".woff2",
+        ".ttf", ".map",
+    ]
+    .iter()
+    .any(|ext| path.to_ascii_lowercase().ends_with(ext))
+}
+
+/// A YAML double-quoted string holding `text` literally: JSON's escaping, and `{{` escaped
+/// for kiln's templates.
+fn quoted(text: &str) -> String {
+    serde_json::to_string(&text.replace("{{", "\\{{")).unwrap_or_else(|_| "\"\"".into())
+}
+
+/// `scheme://host[:port]` and the rest (path and query) of a URL.
+fn split_origin(url: &str) -> Option<(&str, &str)> {
+    let scheme_end = url.find("://")?;
+    let rest = &url[scheme_end + 3..];
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let origin = &url[..scheme_end + 3 + end];
+    let path = rest[end..].split('#').next().unwrap_or("");
+    Some((origin, path))
+}
+
+fn millis_of(time: &str) -> Option<f64> {
+    // RFC 3339 with milliseconds, e.g. 2026-11-24T02:00:00.123Z or +01:00; the pause
+    // between two entries needs only their difference, so a rough day count is enough.
+    let (date, rest) = time.split_once('T')?;
+    let mut d = date.split('-').map(|p| p.parse::<f64>().ok());
+    let (y, m, day) = (d.next()??, d.next()??, d.next()??);
+    let clock: String = rest
+        .chars()
+        .take_while(|c| c.is_ascii_digit() || *c == ':' || *c == '.')
+        .collect();
+    let mut c = clock.split(':').map(|p| p.parse::<f64>().ok());
+    let (h, min, s) = (c.next()??, c.next()??, c.next()??);
+    let days = y * 372.0 + m * 31.0 + day;
+    Some((((days * 24.0 + h) * 60.0 + min) * 60.0 + s) * 1000.0)
+}
+
+/// Makes the plan; an error says what in the file is not a HAR.
+pub fn to_plan(text: &str, keep_static: bool) -> Result<MadePlan, String> {
+    let har: Har = serde_json::from_str(text).map_err(|e| format!("not a HAR file: {e}"))?;
+    let mut kept: Vec<&Entry> = Vec::new();
+    let mut static_left_out = 0;
+    for e in &har.log.entries {
+        if split_origin(&e.request.url).is_none() {
+            continue;
+        }
+        if !keep_static && is_static(e) {
+            static_left_out += 1;
+            continue;
+        }
+        kept.push(e);
+    }
+    if kept.is_empty() {
+        return Err("the recording has no requests to replay".into());
+    }
+    let base = split_origin(&kept[0].request.url).map_or("", |(o, _)| o);
+    let mut y = String::new();
+    let _ = writeln!(
+        y,
+        "# Made by kiln plan from-har: {} requests ({} static left out).\n\
+         # Check it with `kiln plan check`; add extract: where a response's value (a token,\n\
+         # an id) must be carried into a later request, and data: for many users.",
+        kept.len(),
+        static_left_out
+    );
+    let _ = writeln!(y, "base_url: {}", quoted(base));
+    y.push_str("scenarios:\n  - name: \"recorded\"\n    steps:\n");
+    for (i, e) in kept.iter().enumerate() {
+        let (origin, path) = split_origin(&e.request.url).unwrap_or(("", "/"));
+        let path = if path.is_empty() { "/" } else { path };
+        let url = if origin == base {
+            path.to_string()
+        } else {
+            format!("{origin}{path}")
+        };
+        let name = format!(
+            "{} {}",
+            e.request.method,
+            path.split('?').next().unwrap_or(path)
+        );
+        let _ = writeln!(y, "      - name: {}", quoted(&name));
+        let _ = writeln!(y, "        method: {}", quoted(&e.request.method));
+        let _ = writeln!(y, "        url: {}", quoted(&url));
+        let mut headers: Vec<(&str, &str)> = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        for h in e.request.headers.iter().filter(|h| replayed(&h.name)) {
+            // YAML keys are unique; a repeated header keeps its first value.
+            if seen.insert(h.name.to_ascii_lowercase()) {
+                headers.push((&h.name, &h.value));
+            }
+        }
+        let body = e
+            .request
+            .post_data
+            .as_ref()
+            .and_then(|p| p.text.as_deref())
+            .filter(|b| !b.is_empty());
+        let mime = e.request.post_data.as_ref().and_then(|p| p.mime_type.as_deref());
+        if let (Some(_), Some(mime), false) = (body, mime, seen.contains("content-type")) {
+            headers.push(("Content-Type", mime));
+        }
+        if !headers.is_empty() {
+            y.push_str("        headers:\n");
+            for (n, v) in headers {
+                let _ = writeln!(y, "          {}: {}", quoted(n), quoted(v));
+            }
+        }
+        if let Some(body) = body {
+            let _ = writeln!(y, "        body: {}", quoted(body));
+        }
+        if let Some(status) = e.response.as_ref().map(|r| r.status).filter(|s| (100..600).contains(s)) {
+            let _ = writeln!(y, "        check: {{status: {status}}}");
+        }
+        // The user's pause: from this response's end to the next request's start.
+        if let Some(next) = kept.get(i + 1) {
+            let gap = match (
+                e.started_date_time.as_deref().and_then(millis_of),
+                next.started_date_time.as_deref().and_then(millis_of),
+            ) {
+                (Some(a), Some(b)) => b - (a + e.time.max(0.0)),
+                _ => 0.0,
+            };
+            if gap >= MIN_THINK_MS {
+                let _ = writeln!(y, "        think: {}ms", gap.min(MAX_THINK_MS).round() as u64);
+            }
+        }
+    }
+    y.push_str("load:\n  vus: 1\n  duration: 30s\n");
+    Ok(MadePlan {
+        yaml: y,
+        requests: kept.len(),
+        static_left_out,
+    })
+}
