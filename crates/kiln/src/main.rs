@@ -10,6 +10,7 @@ mod doctor_cmd;
 mod findings_cmd;
 mod format;
 mod live;
+mod names_summary;
 mod plan_cmd;
 mod profile_cmd;
 mod queries_cmd;

@@ -23,9 +23,8 @@ fn check(args: PlanCheckArgs) -> Result<u8> {
         .collect::<Result<Vec<_>>>()?;
     let plan = kiln_plan::load(&args.plan, &sets)?;
     for t in &plan.thresholds {
-        Threshold::parse(&t.text).map_err(|e| {
-            anyhow::anyhow!("{}:{}:{}: {e}", args.plan.display(), t.line, t.column)
-        })?;
+        Threshold::parse(&t.text)
+            .map_err(|e| anyhow::anyhow!("{}:{}:{}: {e}", args.plan.display(), t.line, t.column))?;
     }
     let w = &plan.workload;
     if args.json {

@@ -142,9 +142,8 @@ fn build_from_plan_file(args: &RunArgs) -> Result<Built> {
     }
     let mut thresholds = Vec::new();
     for t in &plan.thresholds {
-        Threshold::parse(&t.text).map_err(|e| {
-            anyhow::anyhow!("{}:{}:{}: {e}", args.url, t.line, t.column)
-        })?;
+        Threshold::parse(&t.text)
+            .map_err(|e| anyhow::anyhow!("{}:{}:{}: {e}", args.url, t.line, t.column))?;
         thresholds.push(t.text.clone());
     }
     for t in &args.thresholds {

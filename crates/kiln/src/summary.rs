@@ -332,6 +332,12 @@ pub fn render_text(view: &RunView) -> String {
             histogram_chart(&total.totals.latency).trim_end()
         );
     }
+    let by_name = crate::names_summary::to_text(&total);
+    if !by_name.is_empty() {
+        out += "\n";
+        out += &by_name;
+        out += "\n";
+    }
     let t = &total.totals;
     let statuses = t.status.iter().map(|(c, n)| format!("{c}: {n}"));
     let _ = writeln!(out, "Status     {}", comma_list_or_none(statuses));
@@ -424,6 +430,10 @@ fn phase_json(p: &PhaseSummary) -> Value {
         "kiln_cpu_system_us": end.kiln_cpu_system_us,
         "kiln_max_rss_kib": end.kiln_max_rss_kib,
         "stopped_early": end.stopped_early,
+        "iterations": p.totals.iterations,
+        "checks": p.totals.checks,
+        "checks_failed": p.totals.checks_failed,
+        "names": crate::names_summary::to_json(p),
     })
 }
 

@@ -118,12 +118,20 @@ impl Threshold {
             }
             None => (text, None, 0),
         };
-        let search = if name.is_some() { &text[rest_at..] } else { text };
+        let search = if name.is_some() {
+            &text[rest_at..]
+        } else {
+            text
+        };
         let (at, op, len) = [("<=", Op::Le), (">=", Op::Ge), ("<", Op::Lt), (">", Op::Gt)]
             .iter()
             .find_map(|(sym, op)| search.find(sym).map(|i| (i, *op, sym.len())))
             .ok_or_else(|| err("no comparison (<, <=, >, >=)"))?;
-        let metric_text = if name.is_some() { metric_text } else { &text[..at] };
+        let metric_text = if name.is_some() {
+            metric_text
+        } else {
+            &text[..at]
+        };
         let metric = parse_metric(metric_text).ok_or_else(|| err("unknown metric"))?;
         if name.is_some() && metric == Metric::Unsent {
             return Err(err("unsent has no figure per name"));
@@ -169,7 +177,13 @@ impl Threshold {
     pub fn check(&self, results: &PhaseSummary) -> ThresholdResult {
         let t = &results.totals;
         let (h, requests, failed, checks, checks_failed) = match &self.name {
-            None => (&t.latency, t.requests, results.failed(), t.checks, t.checks_failed),
+            None => (
+                &t.latency,
+                t.requests,
+                results.failed(),
+                t.checks,
+                t.checks_failed,
+            ),
             Some(name) => match t.names.get(name) {
                 Some(n) => (&n.latency, n.requests, n.failed, n.checks, n.checks_failed),
                 None => {
@@ -322,7 +336,12 @@ mod tests {
         assert!(!check("checks{name:log<in}>=95%").ok);
         let missing = check("p99{name:nope}<1s");
         assert!(!missing.ok && missing.actual_text.contains("no requests named"));
-        for bad in ["p99{name:}<1s", "p99{scenario:a}<1s", "p99{name:a<1s", "unsent{name:a}<1"] {
+        for bad in [
+            "p99{name:}<1s",
+            "p99{scenario:a}<1s",
+            "p99{name:a<1s",
+            "unsent{name:a}<1",
+        ] {
             assert!(Threshold::parse(bad).is_err(), "{bad}");
         }
     }

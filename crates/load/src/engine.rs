@@ -1119,7 +1119,15 @@ async fn run_step(
     match outcome.unwrap_or(Err(ErrorKind::Timeout)) {
         Ok((response, captured)) => {
             let set = vu.state.jars[step.origin].take_response(&captured);
-            let checked = scenario::run_checks(step, response.status, &captured);
+            let checked = {
+                let mut cx = crate::template::RenderContext {
+                    values,
+                    vu: vu.state.id,
+                    iteration: vu.state.iteration,
+                    rng: &mut vu.state.rng,
+                };
+                scenario::run_checks(step, response.status, &captured, &mut cx)
+            };
             let extracted = scenario::run_extractions(step, &captured, &set, values);
             let extract_failed = u64::from(extracted.is_err());
             let bad_status = !step.checks_status() && response.status >= 400;

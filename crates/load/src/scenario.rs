@@ -123,13 +123,22 @@ pub struct Check {
 #[derive(Debug)]
 pub enum CheckKind {
     Status(Vec<u16>),
-    BodyContains(String),
+    /// The text, rendered for the iteration (`body_contains: "{{user}}"`).
+    BodyContains(Template),
     BodyMatches(Regex),
     /// The path selects a node; equal to the value when one is given.
     Json {
         path: JsonPath,
-        equals: Option<serde_json::Value>,
+        equals: Option<Expected>,
     },
+}
+
+/// What a JSON check expects: a value as written, or a text rendered for the iteration
+/// (a YAML string may use variables: `equals: "{{user}}"`).
+#[derive(Debug)]
+pub enum Expected {
+    Value(serde_json::Value),
+    Text(Template),
 }
 
 /// A pause after a step, as a user reads the page.
@@ -204,19 +213,27 @@ impl<'a> Body<'a> {
     }
 }
 
-/// Runs a step's checks on its response.
-pub fn run_checks(step: &Step, status: u16, captured: &Captured) -> Checked {
+/// Runs a step's checks on its response; their texts are rendered in `cx`.
+pub fn run_checks(
+    step: &Step,
+    status: u16,
+    captured: &Captured,
+    cx: &mut RenderContext<'_>,
+) -> Checked {
     let mut body = Body::new(&captured.body);
     let mut out = Checked::default();
     for check in &step.checks {
         let ok = match &check.kind {
             CheckKind::Status(allowed) => allowed.contains(&status),
-            CheckKind::BodyContains(text) => {
-                memchr::memmem::find(body.bytes, text.as_bytes()).is_some()
-            }
+            CheckKind::BodyContains(text) => text
+                .render_to_string(cx)
+                .is_ok_and(|t| memchr::memmem::find(body.bytes, t.as_bytes()).is_some()),
             CheckKind::BodyMatches(re) => re.is_match(&body.text()),
             CheckKind::Json { path, equals } => match (body.select(path), equals) {
-                (Some(found), Some(want)) => json_equal(&found, want),
+                (Some(found), Some(Expected::Value(want))) => json_equal(&found, want),
+                (Some(found), Some(Expected::Text(want))) => want
+                    .render_to_string(cx)
+                    .is_ok_and(|t| json_equal(&found, &serde_json::Value::String(t))),
                 (Some(_), None) => true,
                 (None, _) => false,
             },
@@ -233,8 +250,13 @@ pub fn run_checks(step: &Step, status: u16, captured: &Captured) -> Checked {
 /// JSON equality where a check written `equals: 3` matches `3.0` and a string matches the
 /// same text: YAML and JSON disagree on little, but numbers are the usual surprise.
 fn json_equal(found: &serde_json::Value, want: &serde_json::Value) -> bool {
+    use serde_json::Value::{Number, String as Text};
     match (found, want) {
-        (serde_json::Value::Number(a), serde_json::Value::Number(b)) => a.as_f64() == b.as_f64(),
+        (Number(a), Number(b)) => a.as_f64() == b.as_f64(),
+        // A rendered text matches a number or boolean of the same text (`"{{id}}"` and 7).
+        (Number(_) | serde_json::Value::Bool(_), Text(t)) => {
+            found.to_string().as_str() == t.as_str()
+        }
         _ => found == want,
     }
 }
@@ -469,6 +491,17 @@ mod tests {
         }
     }
 
+    /// A render context over `values` (leaked: tests only).
+    fn cx(values: &[Option<String>]) -> RenderContext<'static> {
+        let values: &'static [Option<String>] = Box::leak(values.to_vec().into_boxed_slice());
+        RenderContext {
+            values,
+            vu: 1,
+            iteration: 0,
+            rng: Box::leak(Box::new(fastrand::Rng::with_seed(1))),
+        }
+    }
+
     fn step(extract: Vec<Extract>, checks: Vec<Check>) -> Step {
         Step {
             name: 0,
@@ -492,13 +525,13 @@ mod tests {
             },
             Check {
                 label: "has ok".into(),
-                kind: CheckKind::BodyContains("\"ok\"".into()),
+                kind: CheckKind::BodyContains(Template::literal("\"ok\"")),
             },
             Check {
                 label: "n is 3".into(),
                 kind: CheckKind::Json {
                     path: JsonPath::parse("$.n").unwrap(),
-                    equals: Some(serde_json::json!(3)),
+                    equals: Some(Expected::Value(serde_json::json!(3))),
                 },
             },
             Check {
@@ -512,7 +545,7 @@ mod tests {
         let s = step(vec![], checks);
         let ok = captured(&[], r#"{"ok":1,"n":3.0,"items":[1]}"#);
         assert_eq!(
-            run_checks(&s, 200, &ok),
+            run_checks(&s, 200, &ok, &mut cx(&[])),
             Checked {
                 run: 4,
                 failed: 0,
@@ -520,11 +553,36 @@ mod tests {
             }
         );
         let bad = captured(&[], r#"{"n":4}"#);
-        let c = run_checks(&s, 500, &bad);
+        let c = run_checks(&s, 500, &bad, &mut cx(&[]));
         assert_eq!((c.run, c.failed), (4, 4));
         assert_eq!(c.first_failure.as_deref(), Some("status is 200"));
         // A body that is not JSON fails the JSON checks, nothing panics.
-        assert_eq!(run_checks(&s, 200, &captured(&[], "<html>")).failed, 3);
+        assert_eq!(
+            run_checks(&s, 200, &captured(&[], "<html>"), &mut cx(&[])).failed,
+            3
+        );
+        // Texts are rendered for the iteration.
+        let mut slots = Slots::default();
+        let who = Template::parse("{{who}}", &mut slots).unwrap();
+        let s = step(
+            vec![],
+            vec![Check {
+                label: "user is who".into(),
+                kind: CheckKind::Json {
+                    path: JsonPath::parse("$.user").unwrap(),
+                    equals: Some(Expected::Text(who)),
+                },
+            }],
+        );
+        let r = captured(&[], r#"{"user":"ann"}"#);
+        assert_eq!(
+            run_checks(&s, 200, &r, &mut cx(&[Some("ann".into())])).failed,
+            0
+        );
+        assert_eq!(
+            run_checks(&s, 200, &r, &mut cx(&[Some("bob".into())])).failed,
+            1
+        );
     }
 
     #[test]

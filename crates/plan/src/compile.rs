@@ -9,7 +9,7 @@ use http::HeaderName;
 use kiln_load::feeder::{AtEnd, Feeder, Order, Share};
 use kiln_load::plan::{parse_duration, RateStage};
 use kiln_load::scenario::{
-    Check, CheckKind, DataUse, Extract, ExtractFrom, Scenario, Step, Think, Workload,
+    Check, CheckKind, DataUse, Expected, Extract, ExtractFrom, Scenario, Step, Think, Workload,
 };
 use kiln_load::template::{RenderContext, Slots, Template};
 use kiln_load::{Arrivals, Model, Target};
@@ -632,6 +632,21 @@ fn flatten_step(
         ));
     }
 
+    let checks = match &s.check {
+        Some(c) => compile_checks(cx, c)?,
+        None => Vec::new(),
+    };
+    let check_vars: Vec<usize> = checks.iter().flat_map(check_vars).collect();
+    if let Some(&missing) = check_vars.iter().find(|v| !known.contains(v)) {
+        return Err(cx.err_at(
+            s.check.as_ref().map_or(at, |c| c.referenced),
+            format!(
+                "a check of step '{}' uses {{{{{}}}}} before anything sets it",
+                cx.names[name],
+                cx.slots.name(missing)
+            ),
+        ));
+    }
     let mut extract = Vec::new();
     for (var, spec) in &s.extract {
         kiln_load::template::check_name(var).map_err(|e| cx.err_at(spec.referenced, e))?;
@@ -639,10 +654,6 @@ fn flatten_step(
         extract.push(compile_extract(cx, slot, spec)?);
         known.insert(slot);
     }
-    let checks = match &s.check {
-        Some(c) => compile_checks(cx, c)?,
-        None => Vec::new(),
-    };
     let think = match &s.think {
         Some(t) => think(cx, t)?,
         None => defaults.think.clone(),
@@ -659,6 +670,18 @@ fn flatten_step(
         think,
     });
     Ok(())
+}
+
+/// The variables a check's texts use.
+fn check_vars(check: &Check) -> Vec<usize> {
+    match &check.kind {
+        CheckKind::BodyContains(t)
+        | CheckKind::Json {
+            equals: Some(Expected::Text(t)),
+            ..
+        } => t.vars().collect(),
+        _ => Vec::new(),
+    }
 }
 
 fn compile_extract(
@@ -747,7 +770,7 @@ fn compile_checks(
     if let Some(text) = &c.body_contains {
         out.push(Check {
             label: format!("body contains {:?}", text.value.0),
-            kind: CheckKind::BodyContains(text.value.0.clone()),
+            kind: CheckKind::BodyContains(cx.template(text)?),
         });
     }
     if let Some(re) = &c.body_matches {
@@ -762,12 +785,16 @@ fn compile_checks(
             Some(v) => format!("{} is {v}", j.value.path.value.0),
             None => format!("{} exists", j.value.path.value.0),
         };
+        let equals = match &j.value.equals {
+            Some(serde_json::Value::String(text)) => Some(Expected::Text(
+                cx.template(&Spanned::new(Scalar(text.clone()), j.referenced, j.defined))?,
+            )),
+            Some(other) => Some(Expected::Value(other.clone())),
+            None => None,
+        };
         out.push(Check {
             label,
-            kind: CheckKind::Json {
-                path,
-                equals: j.value.equals.clone(),
-            },
+            kind: CheckKind::Json { path, equals },
         });
     }
     Ok(out)

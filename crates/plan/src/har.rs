@@ -224,7 +224,11 @@ pub fn to_plan(text: &str, keep_static: bool) -> Result<MadePlan, String> {
             .as_ref()
             .and_then(|p| p.text.as_deref())
             .filter(|b| !b.is_empty());
-        let mime = e.request.post_data.as_ref().and_then(|p| p.mime_type.as_deref());
+        let mime = e
+            .request
+            .post_data
+            .as_ref()
+            .and_then(|p| p.mime_type.as_deref());
         if let (Some(_), Some(mime), false) = (body, mime, seen.contains("content-type")) {
             headers.push(("Content-Type", mime));
         }
@@ -237,7 +241,12 @@ pub fn to_plan(text: &str, keep_static: bool) -> Result<MadePlan, String> {
         if let Some(body) = body {
             let _ = writeln!(y, "        body: {}", quoted(body));
         }
-        if let Some(status) = e.response.as_ref().map(|r| r.status).filter(|s| (100..600).contains(s)) {
+        if let Some(status) = e
+            .response
+            .as_ref()
+            .map(|r| r.status)
+            .filter(|s| (100..600).contains(s))
+        {
             let _ = writeln!(y, "        check: {{status: {status}}}");
         }
         // The user's pause: from this response's end to the next request's start.
@@ -250,7 +259,11 @@ pub fn to_plan(text: &str, keep_static: bool) -> Result<MadePlan, String> {
                 _ => 0.0,
             };
             if gap >= MIN_THINK_MS {
-                let _ = writeln!(y, "        think: {}ms", gap.min(MAX_THINK_MS).round() as u64);
+                let _ = writeln!(
+                    y,
+                    "        think: {}ms",
+                    gap.min(MAX_THINK_MS).round() as u64
+                );
             }
         }
     }

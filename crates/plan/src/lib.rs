@@ -152,5 +152,13 @@ pub fn parse_with_env(
 /// place as file:line:column).
 fn first_line(text: &str) -> String {
     let line = text.lines().next().unwrap_or(text).trim();
-    line.strip_prefix("error: ").unwrap_or(line).to_string()
+    let line = line.strip_prefix("error: ").unwrap_or(line);
+    // "line 3 column 9: ..." repeats the place the error already starts with.
+    match line
+        .strip_prefix("line ")
+        .and_then(|rest| rest.split_once(": "))
+    {
+        Some((place, message)) if place.contains("column") => message.to_string(),
+        _ => line.to_string(),
+    }
 }

@@ -252,8 +252,7 @@ fn serve_connection<S: Read + Write>(
         } else {
             None
         };
-        let Some(request) = read_request(&mut stream, &mut buf, &mut filled, &shared.stop)?
-        else {
+        let Some(request) = read_request(&mut stream, &mut buf, &mut filled, &shared.stop)? else {
             return Ok(());
         };
         let close = request.close;

@@ -176,8 +176,7 @@ impl Server {
         *s.routes.entry(route.clone()).or_default() += 1;
         match route.as_str() {
             "POST /login" => {
-                let body: serde_json::Value =
-                    serde_json::from_slice(&req.body).unwrap_or_default();
+                let body: serde_json::Value = serde_json::from_slice(&req.body).unwrap_or_default();
                 let user = body["user"].as_str().unwrap_or("").to_string();
                 if user.is_empty() || body["password"].as_str() != Some(self.password.as_str()) {
                     s.bad_logins += 1;
@@ -190,7 +189,11 @@ impl Server {
                 s.sessions.insert(sid.clone(), user.clone());
                 *s.logins.entry(user.clone()).or_default() += 1;
                 let body = serde_json::json!({"token": token, "user": user}).to_string();
-                (200, vec![format!("set-cookie: sid={sid}; Path=/; HttpOnly")], body)
+                (
+                    200,
+                    vec![format!("set-cookie: sid={sid}; Path=/; HttpOnly")],
+                    body,
+                )
             }
             "GET /orders" => {
                 let token = req
