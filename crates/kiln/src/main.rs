@@ -9,6 +9,7 @@ mod demo;
 mod doctor_cmd;
 mod findings_cmd;
 mod format;
+mod junit;
 mod live;
 mod names_summary;
 mod plan_cmd;

@@ -334,6 +334,7 @@ pub fn print_outcome(
     json: bool,
     fail_on: Option<FailOn>,
     compare: Option<&CompareWith>,
+    junit: Option<&std::path::Path>,
 ) -> Result<u8> {
     for warning in &outcome.warnings {
         eprintln!("kiln: warning: {}", crate::format::safe_text(warning));
@@ -377,6 +378,23 @@ pub fn print_outcome(
         _ => false,
     };
     let failed_thresholds = thresholds_failed(manifest, &outcome.phases);
+    if let Some(path) = junit {
+        let total = PhaseSummary::measured_total(&outcome.phases);
+        let results = total
+            .as_ref()
+            .map(|t| thresholds::check_all(&manifest.plan, t))
+            .unwrap_or_default();
+        let xml = crate::junit::render(
+            &manifest.name,
+            outcome.dir.effective_status().as_str(),
+            manifest.status_reason.as_deref(),
+            &results,
+            total.as_ref(),
+            total.as_ref().map_or(0.0, PhaseSummary::duration_secs),
+        );
+        std::fs::write(path, xml)
+            .with_context(|| format!("cannot write the JUnit file {}", path.display()))?;
+    }
     let failed_findings = fail_on.is_some_and(|f| outcome.findings.any_at_least(f.severity()));
     Ok(match outcome.dir.effective_status() {
         RunStatus::Complete
@@ -472,5 +490,11 @@ pub fn run(args: RunArgs, stop: &StopSignal) -> Result<u8> {
             ..CompareMethod::default()
         },
     });
-    print_outcome(&outcome, args.json, args.queries.fail_on, compare.as_ref())
+    print_outcome(
+        &outcome,
+        args.json,
+        args.queries.fail_on,
+        compare.as_ref(),
+        args.junit.as_deref(),
+    )
 }

@@ -20,9 +20,21 @@ fn workload_line(plan: &Value) -> String {
     let w = &plan["workload"];
     let threads = plan["threads"].as_u64().unwrap_or(0);
     let secs = plan["duration_s"].as_f64().unwrap_or(0.0);
+    // A plan file's VUs each hold a connection per origin; a URL run's are connections.
+    let (units, think) = match plan["scenarios"].as_array() {
+        Some(scenarios) => (
+            "VUs",
+            format!(
+                "{} scenario{} (iterations)",
+                scenarios.len(),
+                if scenarios.len() == 1 { "" } else { "s" }
+            ),
+        ),
+        None => ("connections", format!("think time {} s", w["think_time"])),
+    };
     match w["model"].as_str() {
         Some("open") => format!(
-            "open model, {}{} ({secs} s), {} connections up front (max {}), {threads} threads",
+            "open model, {}{} ({secs} s), {} {units} up front (max {}), {threads} threads",
             rate_stages_text(&w["stages"]),
             match w["arrivals"]["kind"].as_str() {
                 Some("poisson") => format!(", Poisson arrivals (seed {})", w["arrivals"]["seed"]),
@@ -32,8 +44,8 @@ fn workload_line(plan: &Value) -> String {
             w["max_connections"]
         ),
         _ => format!(
-            "closed model, {} connections, think time {} s, ramp-up {} s, {secs} s per run, {threads} threads",
-            w["connections"], w["think_time"], w["ramp_up"]
+            "closed model, {} {units}, {think}, ramp-up {} s, {secs} s per run, {threads} threads",
+            w["connections"], w["ramp_up"]
         ),
     }
 }
@@ -231,12 +243,24 @@ pub fn render_text(view: &RunView) -> String {
         return out;
     }
     let open = is_open_model(manifest);
-    let _ = writeln!(
-        out,
-        "\nTarget     {} {}",
-        safe_text(plan["method"].as_str().unwrap_or("GET")),
-        safe_text(plan["url"].as_str().unwrap_or("?"))
-    );
+    match plan["plan_file"].as_str() {
+        Some(file) => {
+            let _ = writeln!(
+                out,
+                "\nPlan       {} -> {}",
+                safe_text(file),
+                safe_text(plan["url"].as_str().unwrap_or("?"))
+            );
+        }
+        None => {
+            let _ = writeln!(
+                out,
+                "\nTarget     {} {}",
+                safe_text(plan["method"].as_str().unwrap_or("GET")),
+                safe_text(plan["url"].as_str().unwrap_or("?"))
+            );
+        }
+    }
     for warning in kiln_record::record_warnings(manifest.status, phases) {
         let _ = writeln!(out, "Warning    {}", safe_text(&warning));
     }

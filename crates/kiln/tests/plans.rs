@@ -208,9 +208,30 @@ fn a_correlation_that_fails_is_counted_and_cuts_the_iteration() {
         .replace(&format!("password: {}", api.password()), "password: wrong");
     let path = dir.path().join("plan.yaml");
     std::fs::write(&path, text).unwrap();
-    let out = kiln(&["run", path.to_str().unwrap(), "--json", "--quiet"]);
+    let junit = dir.path().join("junit.xml");
+    let out = kiln(&[
+        "run",
+        path.to_str().unwrap(),
+        "--json",
+        "--quiet",
+        "--junit",
+        junit.to_str().unwrap(),
+    ]);
     // The per-name threshold on `order` fails: no order was sent.
     let json = json_with_exit(&out, 99);
+    // JUnit for CI: the run, both thresholds, the login's checks.
+    let xml = std::fs::read_to_string(&junit).unwrap();
+    let doc = roxmltree::Document::parse(&xml).unwrap();
+    let failed: Vec<&str> = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("failure"))
+        .filter_map(|n| n.parent().and_then(|p| p.attribute("name")))
+        .collect();
+    assert_eq!(
+        failed,
+        ["p99{name:order}<5s", "failed{name:order}<1%", "login"],
+        "{xml}"
+    );
     let names = &json["total"]["names"];
     assert_eq!(names["login"]["requests"], 10);
     assert_eq!(names["login"]["failed"], 10);

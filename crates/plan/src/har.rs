@@ -75,6 +75,7 @@ struct Content {
 }
 
 /// The plan made, and what went into it.
+#[derive(Debug)]
 pub struct MadePlan {
     pub yaml: String,
     pub requests: usize,
