@@ -140,9 +140,23 @@ fn a_closed_plan_matches_the_servers_counts_exactly() {
     assert_eq!(names["login"]["checks"], 80, "two checks per login");
     assert_eq!(total["checks"], 40 * 5);
     assert_eq!(total["checks_failed"], 40);
-    // Every HTTP status was a 200.
+    // Every HTTP status was a 200; the failed requests are the failed checks (JMeter's
+    // Error %), and the finding says which requests and checks.
     assert_eq!(total["requests"], 160);
     assert_eq!(total["status"]["200"], 160);
+    assert_eq!(total["failed"], 40);
+    let errors = json["findings"]["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["rule"] == "load.errors")
+        .expect("load.errors fires");
+    let evidence = errors["evidence"].to_string();
+    assert!(
+        evidence.contains("failed by request name: health 40")
+            && evidence.contains("checks failed: 40 of 200"),
+        "{evidence}"
+    );
     // The per-name thresholds were checked on the order step.
     let thresholds = json["thresholds"].as_array().unwrap();
     assert_eq!(thresholds.len(), 2);

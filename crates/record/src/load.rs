@@ -204,8 +204,15 @@ impl SecondRecord {
         self.errors.values().fold(0, |a, n| a.saturating_add(*n))
     }
 
-    /// Non-2xx/3xx responses plus requests without a response.
+    /// Non-2xx/3xx responses plus requests without a response. In a plan's run, the sum of
+    /// its names' failures: a status a step's check accepts is not one, a failed check is.
     pub fn failed(&self) -> u64 {
+        if !self.names.is_empty() {
+            return self
+                .names
+                .values()
+                .fold(0, |a, n| a.saturating_add(n.failed));
+        }
         let bad_status = self
             .status
             .iter()
@@ -381,7 +388,8 @@ impl PhaseSummary {
         self.totals.error_count()
     }
 
-    /// Non-2xx/3xx responses plus requests without a response.
+    /// Non-2xx/3xx responses plus requests without a response (a plan's: see
+    /// [`SecondRecord::failed`]).
     pub fn failed(&self) -> u64 {
         self.totals.failed()
     }
@@ -527,6 +535,44 @@ pub fn record_warnings(status: crate::RunStatus, phases: &[PhaseSummary]) -> Vec
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_plans_failures_are_its_names_failures() {
+        let mut s = SecondRecord {
+            requests: 10,
+            ..Default::default()
+        };
+        // Without names: every status of 400 and above, and every error.
+        s.status.insert(200, 6);
+        s.status.insert(404, 3);
+        s.errors.insert(ErrorKind::Reset, 1);
+        assert_eq!(s.failed(), 4);
+        // A plan whose step expects the 404s, and one failed check on a 200.
+        s.names.insert(
+            "missing".into(),
+            NameSecond {
+                requests: 3,
+                failed: 0,
+                ..Default::default()
+            },
+        );
+        s.names.insert(
+            "page".into(),
+            NameSecond {
+                requests: 7,
+                failed: 2,
+                checks: 7,
+                checks_failed: 1,
+                ..Default::default()
+            },
+        );
+        assert_eq!(s.failed(), 2);
+        let mut merged = SecondRecord::default();
+        merged.merge(&s);
+        merged.merge(&s);
+        assert_eq!(merged.failed(), 4);
+        assert_eq!(merged.names["page"].checks_failed, 2);
+    }
 
     #[test]
     fn a_phase_stopped_before_it_began_lasted_no_time() {

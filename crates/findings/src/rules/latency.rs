@@ -53,6 +53,29 @@ fn errors(run: &RunRecord) -> Verdict {
         .collect();
     kinds.sort_by_key(|k| std::cmp::Reverse(k.1));
     evidence.extend(kinds.iter().map(|(what, n)| format!("{what}: {n}")));
+    // A plan's run: which requests failed, and its failed checks.
+    let mut by_name: Vec<(&String, u64)> = total
+        .totals
+        .names
+        .iter()
+        .filter(|(_, n)| n.failed > 0)
+        .map(|(name, n)| (name, n.failed))
+        .collect();
+    by_name.sort_by_key(|(_, n)| std::cmp::Reverse(*n));
+    if !by_name.is_empty() {
+        let top: Vec<String> = by_name
+            .iter()
+            .take(5)
+            .map(|(name, n)| format!("{name} {n}"))
+            .collect();
+        evidence.push(format!("failed by request name: {}", top.join(", ")));
+    }
+    if total.totals.checks_failed > 0 {
+        evidence.push(format!(
+            "checks failed: {} of {}",
+            total.totals.checks_failed, total.totals.checks
+        ));
+    }
     let failing: Vec<&LoadPoint> = run.seconds.iter().filter(|s| s.failed > 0).collect();
     if !failing.is_empty() {
         evidence.push(format!(
