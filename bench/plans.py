@@ -11,6 +11,10 @@ JavaScript, and wrk running it in Lua; and the issue's ratio, plain / plan (goal
 
 k6 is built from source with `go install` (the Go module proxy) into bench/.tools.
 
+Memory: the same plan fed from a CSV of 10 rows and from one of BENCH_DATA_MB (1024) MB,
+in sequential and random order, and with 32 and 2,000 VUs: kiln's peak RSS (GNU time)
+must not grow with the file or much with the VUs.
+
 Usage: python3 bench/plans.py [--quick]   (results: bench/out/plans-<time>.json)
 """
 import json, os, re, shutil, subprocess, sys, tempfile, time
@@ -23,6 +27,21 @@ SECS = 3 if QUICK else 10
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "1" if QUICK else "3"))
 VUS = 32
 K6_VERSION = "v1.4.2"
+DATA_MB = int(os.environ.get("BENCH_DATA_MB", "64" if QUICK else "1024"))
+
+DATA_PLAN = """
+base_url: {base}
+data:
+  users: {{file: {csv}, order: {order}}}
+scenarios:
+  - name: shopper
+    data: users
+    steps:
+      - url: /orders/{{{{id}}}}?u={{{{user}}}}
+load:
+  vus: {vus}
+  duration: {secs}s
+"""
 
 PLAN = """
 base_url: {base}
@@ -157,6 +176,35 @@ def run_wrk_lua(base, tmp):
     return dict(requests=int(re.search(r"(\d+) requests in", out).group(1)), cpu_s=cpu, rss_kib=rss)
 
 
+def write_csv(path, megabytes):
+    """user,id rows of about 100 bytes, written in 1 MiB blocks."""
+    row = 0
+    with open(path, "w") as f:
+        f.write("user,id\n")
+        block = []
+        size = 0
+        while size < megabytes << 20:
+            line = f"user-{row:012d}-{'x' * 70},{row % 1000 + 1}\n"
+            block.append(line)
+            size += len(line)
+            row += 1
+            if len(block) == 10_000:
+                f.write("".join(block))
+                block = []
+        f.write("".join(block))
+    return row
+
+
+def run_kiln_data(base, tmp, csv, order, vus):
+    plan = os.path.join(tmp, "data-plan.yaml")
+    with open(plan, "w") as f:
+        f.write(DATA_PLAN.format(base=base, csv=csv, order=order, vus=vus, secs=SECS))
+    out, cpu, rss, _ = measured(["taskset", "-c", "1", KILN, "run", plan, "-t", "1", "--json", "-q",
+                                 "--out", tempfile.mkdtemp(dir=tmp) + "/run"])
+    total = kiln_json(out)["total"]
+    return dict(requests=total["requests"], cpu_s=cpu, rss_kib=rss, failed=total["failed"])
+
+
 def main():
     k6 = ensure_tools()
     os.makedirs(OUT, exist_ok=True)
@@ -175,6 +223,19 @@ def main():
             runs["kiln plan"].append(run_kiln_plan(base, tmp))
             runs["k6 scenario"].append(run_k6(k6, base, tmp))
             runs["wrk + Lua scenario"].append(run_wrk_lua(base, tmp))
+        small = os.path.join(tmp, "small.csv")
+        with open(small, "w") as f:
+            f.write("user,id\n" + "".join(f"u{i},{i}\n" for i in range(10)))
+        large = os.path.join(tmp, "large.csv")
+        rows = write_csv(large, DATA_MB)
+        memory = {}
+        for label, csv, order, vus in [("10 rows, sequential, 32 VUs", small, "sequential", VUS),
+                                       (f"{DATA_MB} MB ({rows} rows), sequential, 32 VUs", large, "sequential", VUS),
+                                       (f"{DATA_MB} MB, random, 32 VUs", large, "random", VUS),
+                                       ("10 rows, sequential, 2000 VUs", small, "sequential", 2000),
+                                       (f"{DATA_MB} MB, sequential, 2000 VUs", large, "sequential", 2000)]:
+            memory[label] = run_kiln_data(base, tmp, csv, order, vus)
+        results["memory"] = memory
     finally:
         stop(nginx)
         shutil.rmtree(tmp, ignore_errors=True)
@@ -197,6 +258,9 @@ def main():
         print(f"{name:<22}{s['requests_per_s']:>10.0f}{s['requests_per_cpu_s']:>12.0f}{s['max_rss_kib'] / 1024:>9.1f}M")
     print(f"plain / plan per CPU-second, per round: {results['plain_over_plan_per_round']} (goal <= 1.5)")
     print(f"kiln plan / k6 per CPU-second, per round: {results['plan_over_k6_per_round']}")
+    print("kiln peak RSS by data file and VUs:")
+    for label, r in results["memory"].items():
+        print(f"  {label:<44}{r['rss_kib'] / 1024:>8.1f}M  {r['requests'] / SECS:>9.0f} req/s  failed {r['failed']}")
     print(f"results: {path}")
 
 

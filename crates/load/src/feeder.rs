@@ -2,12 +2,15 @@
 //! JMeter's choices (CSV Data Set Config): shared by all VUs or one sequence per VU,
 //! sequential or random, recycled or stopping at the end.
 //!
-//! Files are read where they lie, never loaded: a cursor is a byte offset, each row is read
-//! with `pread` from there, so memory does not grow with the file (a 1 GB file costs what a
-//! 10-line one does). Random order is a shuffle through a window of rows: every row is used
-//! once per pass, as in a shuffled deck, with a bounded window instead of the whole file.
+//! Files are read where they lie, never loaded, so memory does not grow with the file (a
+//! 1 GB file costs what a 10-line one does). A shared sequence streams through one buffered
+//! reader; a VU's own sequence is a byte offset, each row read with `pread` from there (a
+//! reader per VU would be a descriptor and a buffer per VU). Random order is a shuffle
+//! through a window of rows: every row is used once per pass, as in a shuffled deck, with a
+//! bounded window instead of the whole file.
 
 use std::fs::File;
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -72,11 +75,49 @@ struct Cursor {
 pub struct VuCursor(Option<Cursor>);
 
 struct SharedState {
-    cursor: Cursor,
+    /// The shared sequence's reader, opened at the first row asked for.
+    stream: Option<Stream>,
+    passes: u64,
     /// Random order: rows drawn from here at random and replaced from the file.
     window: Vec<Row>,
     /// `at_end: stop` and the last row has been handed out.
     ended: bool,
+}
+
+/// A reader that refuses a line longer than [`MAX_ROW`]: a file with no line ends must not
+/// be read whole into one row.
+struct RowLimit {
+    file: File,
+    since_line_end: usize,
+}
+
+impl Read for RowLimit {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.file.read(buf)?;
+        match memchr::memrchr(b'\n', &buf[..n]) {
+            Some(last) => self.since_line_end = n - last - 1,
+            None => self.since_line_end += n,
+        }
+        if self.since_line_end > MAX_ROW {
+            return Err(std::io::Error::other(format!(
+                "a row is longer than {MAX_ROW} bytes"
+            )));
+        }
+        Ok(n)
+    }
+}
+
+impl Seek for RowLimit {
+    fn seek(&mut self, pos: SeekFrom) -> std::io::Result<u64> {
+        self.since_line_end = 0;
+        self.file.seek(pos)
+    }
+}
+
+/// The shared sequence's streaming reader.
+enum Stream {
+    Csv(Box<csv::Reader<RowLimit>>, csv::StringRecord),
+    Lines(BufReader<RowLimit>, Vec<u8>),
 }
 
 pub struct Feeder {
@@ -139,10 +180,8 @@ impl Feeder {
             data_start: 0,
             len,
             shared: Mutex::new(SharedState {
-                cursor: Cursor {
-                    offset: 0,
-                    passes: 0,
-                },
+                stream: None,
+                passes: 0,
                 window: Vec::new(),
                 ended: false,
             }),
@@ -167,9 +206,6 @@ impl Feeder {
                 "{} has a header row and no data rows",
                 path.display()
             ));
-        }
-        if let Ok(mut s) = feeder.shared.lock() {
-            s.cursor.offset = feeder.data_start;
         }
         Ok(feeder)
     }
@@ -196,7 +232,7 @@ impl Feeder {
                     return Ok(None);
                 }
                 let row = match self.order {
-                    Order::Sequential => self.next_in(&mut state.cursor)?,
+                    Order::Sequential => self.next_shared(&mut state)?,
                     Order::Random => self.draw(&mut state, rng)?,
                 };
                 if row.is_none() {
@@ -209,7 +245,94 @@ impl Feeder {
 
     /// Passes completed by the shared sequence (for tests and the summary).
     pub fn passes(&self) -> u64 {
-        self.shared.lock().map_or(0, |s| s.cursor.passes)
+        self.shared.lock().map_or(0, |s| s.passes)
+    }
+
+    fn open_stream(&self) -> Result<Stream, String> {
+        let mut file = File::open(&self.path)
+            .map_err(|e| format!("cannot open {}: {e}", self.path.display()))?;
+        file.seek(SeekFrom::Start(self.data_start))
+            .map_err(|e| format!("cannot read {}: {e}", self.path.display()))?;
+        let limited = RowLimit {
+            file,
+            since_line_end: 0,
+        };
+        Ok(match self.format {
+            DataFormat::Csv => Stream::Csv(
+                Box::new(
+                    csv::ReaderBuilder::new()
+                        .has_headers(false)
+                        .flexible(true)
+                        .from_reader(limited),
+                ),
+                csv::StringRecord::new(),
+            ),
+            DataFormat::JsonLines => Stream::Lines(BufReader::new(limited), Vec::new()),
+        })
+    }
+
+    /// The shared sequence's next row; `None` at the end of the file.
+    fn stream_next(&self, state: &mut SharedState) -> Result<Option<Row>, String> {
+        if state.stream.is_none() {
+            state.stream = Some(self.open_stream()?);
+        }
+        let Some(stream) = state.stream.as_mut() else {
+            return Ok(None);
+        };
+        let fail = |e: &dyn std::fmt::Display| format!("{}: {e}", self.path.display());
+        match stream {
+            Stream::Csv(reader, record) => match reader.read_record(record) {
+                Ok(true) => Ok(Some(record.iter().map(str::to_string).collect())),
+                Ok(false) => Ok(None),
+                Err(e) => Err(fail(&e)),
+            },
+            Stream::Lines(reader, line) => loop {
+                line.clear();
+                let n = reader.read_until(b'\n', line).map_err(|e| fail(&e))?;
+                if n == 0 {
+                    return Ok(None);
+                }
+                if !line.iter().all(u8::is_ascii_whitespace) {
+                    return self.json_row(line, 0).map(Some);
+                }
+            },
+        }
+    }
+
+    /// Counts a finished pass of the shared sequence and rewinds it when recycling; false
+    /// when the data has ended.
+    fn end_shared_pass(&self, state: &mut SharedState) -> Result<bool, String> {
+        state.passes += 1;
+        if self.at_end == AtEnd::Stop {
+            return Ok(false);
+        }
+        let start = self.data_start;
+        let fail = |e: &dyn std::fmt::Display| format!("{}: {e}", self.path.display());
+        match state.stream.as_mut() {
+            Some(Stream::Csv(reader, _)) => {
+                let mut at = csv::Position::new();
+                at.set_byte(start);
+                reader.seek(at).map_err(|e| fail(&e))?;
+            }
+            Some(Stream::Lines(reader, _)) => {
+                reader.seek(SeekFrom::Start(start)).map_err(|e| fail(&e))?;
+            }
+            None => {}
+        }
+        Ok(true)
+    }
+
+    fn next_shared(&self, state: &mut SharedState) -> Result<Option<Row>, String> {
+        if let Some(row) = self.stream_next(state)? {
+            return Ok(Some(row));
+        }
+        if !self.end_shared_pass(state)? {
+            return Ok(None);
+        }
+        match self.stream_next(state)? {
+            Some(row) => Ok(Some(row)),
+            None => Err(format!("{} has no data rows any more", self.path.display())),
+        }
     }
 
     fn next_in(&self, cursor: &mut Cursor) -> Result<Option<Row>, String> {
@@ -254,10 +377,10 @@ impl Feeder {
                 break;
             }
             while state.window.len() < SHUFFLE_WINDOW {
-                match self.read_next(&mut state.cursor)? {
+                match self.stream_next(state)? {
                     Some(row) => state.window.push(row),
                     None => {
-                        if !self.end_pass(&mut state.cursor) {
+                        if !self.end_shared_pass(state)? {
                             state.ended = true;
                         }
                         break;
@@ -566,6 +689,28 @@ mod tests {
         let err =
             Feeder::open("g", &p, None, Share::All, Order::Sequential, AtEnd::Stop).unwrap_err();
         assert!(err.contains("longer than"), "{err}");
+        // Further in, the shared reader refuses it too, as an error and not a 1 MiB row.
+        for name in ["g2.csv", "g2.jsonl"] {
+            let first = if name.ends_with(".csv") {
+                "v\nshort\n"
+            } else {
+                "{\"v\":1}\n"
+            };
+            // The limit is checked per read, so a row may pass it by a buffer's length.
+            let giant = "y".repeat(MAX_ROW + 64 * 1024);
+            let (_d, p) = file(name, &format!("{first}{giant}\n"));
+            let f =
+                Feeder::open("g", &p, None, Share::All, Order::Sequential, AtEnd::Stop).unwrap();
+            let mut rng = fastrand::Rng::with_seed(1);
+            let mut vu = VuCursor::default();
+            assert!(f.next(&mut vu, &mut rng).unwrap().is_some(), "{name}");
+            let second = f.next(&mut vu, &mut rng);
+            assert!(
+                matches!(&second, Err(e) if e.contains("longer than")),
+                "{name}: {:?}",
+                second.map(|r| r.map(|r| r.len()))
+            );
+        }
     }
 
     proptest::proptest! {
