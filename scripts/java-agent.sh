@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The OpenTelemetry Java agent, its span-stacktrace extension and the PostgreSQL JDBC driver,
-# for the query analyzer's Java test, and log4j2 for the findings' Java test, fetched from Maven Central into target/m2 (inside the
+# for the query analyzer's Java test, and log4j2 (with the LMAX disruptor of its async loggers) for the findings' Java test, fetched from Maven Central into target/m2 (inside the
 # repo; cargo clean removes it). Prints nothing; the jars' paths are fixed below.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,7 +10,8 @@ for artifact in \
   io.opentelemetry.contrib:opentelemetry-span-stacktrace:1.51.0-alpha \
   org.postgresql:postgresql:42.7.8 \
   org.apache.logging.log4j:log4j-api:2.24.3 \
-  org.apache.logging.log4j:log4j-core:2.24.3; do
+  org.apache.logging.log4j:log4j-core:2.24.3 \
+  com.lmax:disruptor:3.4.4; do
   IFS=: read -r group name version <<<"$artifact"
   jar="$repo/${group//.//}/$name/$version/$name-$version.jar"
   [ -f "$jar" ] || mvn -q -B dependency:get -Dartifact="$artifact" -Dtransitive=false -Dmaven.repo.local="$repo" >/dev/null

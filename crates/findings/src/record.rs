@@ -7,6 +7,8 @@ use kiln_record::parts::{ProfileParts, OFF_CPU, ON_CPU, QUERIES_PART};
 use kiln_record::{
     LoadRecordLine, PhaseSummary, RunDir, RunManifest, RunStatus, SecondRecord, LOAD_SECONDS_PART,
 };
+use kiln_runtime::summary::{during, summarize_within, RuntimeSummary};
+use kiln_runtime::{RuntimeInfo, RuntimeSecond, RUNTIME_PART, RUNTIME_SECONDS_PART};
 use kiln_sample::{DoctorRecord, ResourceSecond, DOCTOR_PART, RESOURCES_PART};
 use serde_json::Value;
 
@@ -69,6 +71,11 @@ pub struct RunRecord {
     pub queries: Option<Value>,
     /// `doctor.json`: the host checks taken as the run started.
     pub doctor: Option<DoctorRecord>,
+    /// The runtime's own figures over the measured load (`runtime.json` and
+    /// `runtime-seconds.jsonl`): what it is, what was read, GC, JIT, thread dumps.
+    pub runtime: Option<RuntimeSummary>,
+    /// The runtime's seconds in the measured window, to line up with the load's.
+    pub runtime_seconds: Vec<RuntimeSecond>,
     /// Parts that could not be read.
     pub problems: Vec<String>,
 }
@@ -86,6 +93,8 @@ impl RunRecord {
             off_cpu: None,
             queries: None,
             doctor: None,
+            runtime: None,
+            runtime_seconds: Vec::new(),
             problems: Vec::new(),
         }
     }
@@ -125,7 +134,30 @@ impl RunRecord {
         }
         record.queries = record.json_part(dir, QUERIES_PART);
         record.doctor = record.json_part(dir, DOCTOR_PART);
+        record.read_runtime(dir, window);
         record
+    }
+
+    fn read_runtime(&mut self, dir: &RunDir, window: Option<Window>) {
+        let Some(info) = self.json_part::<RuntimeInfo>(dir, RUNTIME_PART) else {
+            return;
+        };
+        let seconds: Vec<RuntimeSecond> = match dir.read_json_lines(RUNTIME_SECONDS_PART) {
+            Ok(seconds) => seconds,
+            Err(e) => {
+                self.problems.push(e.to_string());
+                Vec::new()
+            }
+        };
+        // the seconds as the end summary takes them: from the first measured second's end
+        let ends = window.map(|w| (w.from_unix_ms + 1000, w.to_unix_ms));
+        self.runtime_seconds = during(&seconds, ends).into_iter().cloned().collect();
+        let in_window: Vec<&RuntimeSecond> = self.runtime_seconds.iter().collect();
+        self.runtime = Some(summarize_within(
+            &info,
+            &in_window,
+            window.map(|w| (w.from_unix_ms, w.to_unix_ms)),
+        ));
     }
 
     fn read_load(&mut self, dir: &RunDir) {

@@ -119,6 +119,21 @@ pub enum ArrivalsArg {
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RuntimeDepth {
+    Default,
+    Deep,
+}
+
+impl RuntimeDepth {
+    pub fn depth(self) -> kiln_runtime::watch::Depth {
+        match self {
+            Self::Default => kiln_runtime::watch::Depth::Default,
+            Self::Deep => kiln_runtime::watch::Depth::Deep,
+        }
+    }
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TrieFrames {
     App,
     All,
@@ -261,6 +276,9 @@ pub struct WatchArgs {
     /// Print each sample as a JSON line on stdout.
     #[arg(long = "json")]
     pub json: bool,
+    /// How far to look into the process's runtime, as for kiln run (`deep`: thread dumps).
+    #[arg(long = "runtime", value_enum, default_value_t = RuntimeDepth::Default)]
+    pub runtime: RuntimeDepth,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -353,7 +371,14 @@ pub struct RunArgs {
     #[arg(short = 'k', long = "insecure")]
     pub insecure: bool,
 
-    /// Load for this long first and leave it out of the results (warms caches and JITs).
+    /// Speak HTTP/2: offered by ALPN over https (HTTP/1.1 if the server declines), prior
+    /// knowledge (h2c) over http. One request at a time per connection, as in HTTP/1.1.
+    #[arg(long = "http2")]
+    pub http2: bool,
+
+    /// Load for this long first and leave it out of the results (warms caches and JITs);
+    /// `auto` (or `auto:CAP`, 60 s by default) ends it when throughput is steady and, for a
+    /// JVM watched with --watch-*, its JIT compiler has gone quiet.
     #[arg(long = "warmup")]
     pub warmup: Option<String>,
 
@@ -385,6 +410,12 @@ pub struct RunArgs {
     /// Like --watch-pid, for the process listening on this TCP port (usually the target's).
     #[arg(long = "watch-port")]
     pub watch_port: Option<u16>,
+
+    /// How far to look into the watched process's runtime: `default` reads what it publishes
+    /// for free (a JVM's GC, safepoints, JIT); `deep` also takes a thread dump every 2 s over
+    /// the JVM's attach socket (thread states, who holds the locks others wait for).
+    #[arg(long = "runtime", value_enum, default_value_t = RuntimeDepth::Default)]
+    pub runtime: RuntimeDepth,
 
     /// Also profile the watched process (and its children) with perf over the measured runs,
     /// warm-up excluded: an on-CPU flame graph in the run directory.

@@ -16,6 +16,7 @@ use kiln_demo_shop::{Config, Problem};
 use kiln_load::{Arrivals, LoadPlan, Model, PhaseSpec, RateStage, RequestSpec, StopSignal, Target};
 use kiln_record::RunLocation;
 use kiln_runner::{execute, OtlpSpec, RunOutcome, RunSpec};
+use kiln_runtime::watch::Depth;
 use serde_json::json;
 
 use crate::cli::{CompareMethod, DemoArgs, DemoShopArgs, QueryAnalysisArgs, TrieFrames};
@@ -196,6 +197,7 @@ pub fn run(args: DemoArgs, stop: &StopSignal) -> Result<u8> {
             threads: 1,
             insecure: false,
             dead_after: Duration::from_secs(5),
+            http2: false,
             workload: None,
         };
         // the shop's first seconds (threads started, connections opened, pages first
@@ -226,6 +228,8 @@ pub fn run(args: DemoArgs, stop: &StopSignal) -> Result<u8> {
             },
             name,
             watch_pid: Some(shop.pid()),
+            runtime_depth: Depth::Default,
+            warmup_auto: false,
             profile_hz: no_perf.is_none().then_some(PROFILE_HZ),
             off_cpu: no_perf.is_none(),
             otlp: Some(OtlpSpec {

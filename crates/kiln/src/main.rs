@@ -18,6 +18,7 @@ mod queries_cmd;
 mod report_cmd;
 mod resources_summary;
 mod run_cmd;
+mod runtime_summary;
 mod summary;
 mod target_process;
 mod thresholds;

@@ -79,6 +79,14 @@ fn check(args: PlanCheckArgs) -> Result<u8> {
 fn load_text(model: &Model, duration: std::time::Duration, iterations: Option<u64>) -> String {
     let d = humantime::format_duration(duration);
     match model {
+        Model::Closed { stages, .. } if !stages.is_empty() => {
+            let stages = serde_json::to_value(stages).unwrap_or_default();
+            let text = crate::summary::stages_text(&stages, "target_vus", " VUs");
+            match iterations {
+                Some(n) => format!("closed, {text}, {n} iterations (at most {d})"),
+                None => format!("closed, {text}"),
+            }
+        }
         Model::Closed {
             connections,
             ramp_up,

@@ -32,6 +32,10 @@ pub fn run(args: ReportArgs) -> Result<u8> {
         PhaseSummary::add_line(&mut phases, &line?);
     }
     let resources: Vec<ResourceSecond> = dir.read_json_lines(RESOURCES_PART)?;
+    let runtime_info: Option<kiln_runtime::RuntimeInfo> =
+        dir.read_json_part(kiln_runtime::RUNTIME_PART)?;
+    let runtime_seconds: Vec<kiln_runtime::RuntimeSecond> =
+        dir.read_json_lines(kiln_runtime::RUNTIME_SECONDS_PART)?;
     let profile: Option<serde_json::Value> = dir.read_json_part(ON_CPU.summary.0)?;
     let off_cpu: Option<serde_json::Value> = dir.read_json_part(OFF_CPU.summary.0)?;
     let queries: Option<serde_json::Value> = dir.read_json_part(QUERIES_PART)?;
@@ -43,6 +47,9 @@ pub fn run(args: ReportArgs) -> Result<u8> {
         status: dir.effective_status().as_str(),
         phases: &phases,
         resources: &resources,
+        runtime: runtime_info
+            .as_ref()
+            .map(|info| (info, runtime_seconds.as_slice())),
         profile: profile.as_ref(),
         off_cpu: off_cpu.as_ref(),
         queries: queries.as_ref(),

@@ -58,13 +58,46 @@ fn read_body(arg: &str) -> Result<Vec<u8>> {
     Ok(body)
 }
 
+/// The longest `--warmup auto` when no cap is given.
+const AUTO_WARMUP_CAP: Duration = Duration::from_secs(60);
+
+fn warmup_is_auto(args: &RunArgs) -> bool {
+    args.warmup
+        .as_deref()
+        .is_some_and(|w| w.starts_with("auto"))
+}
+
+/// `--warmup DURATION`, or `auto` / `auto:CAP` (the warm-up's cap).
+fn warmup_flag(args: &RunArgs) -> Result<Option<Duration>> {
+    let Some(w) = args.warmup.as_deref() else {
+        return Ok(None);
+    };
+    let cap = match w.strip_prefix("auto") {
+        Some("") => return Ok(Some(AUTO_WARMUP_CAP)),
+        Some(rest) => rest.strip_prefix(':').with_context(|| {
+            format!("--warmup {w}: auto takes a cap as auto:DURATION, e.g. auto:30s")
+        })?,
+        None => w,
+    };
+    let d = parse_duration(cap).with_context(|| format!("--warmup {w}"))?;
+    if warmup_is_auto(args) && d.as_secs() < u64::from(kiln_runner::warmup::MIN_SECONDS) {
+        bail!(
+            "--warmup {w}: the cap is shorter than the {} s an auto warm-up needs to judge",
+            kiln_runner::warmup::MIN_SECONDS
+        );
+    }
+    Ok(Some(d))
+}
+
 /// What `kiln run` loads: the engine's plan, and what a plan file adds to it.
 pub struct Built {
     pub load: LoadPlan,
     /// The plan file's thresholds, then --threshold's.
     pub thresholds: Vec<String>,
-    /// --warmup, else the plan file's.
+    /// --warmup, else the plan file's (with `auto`: its cap).
     pub warmup: Option<Duration>,
+    /// `--warmup auto`: the warm-up ends when the target has settled.
+    pub warmup_auto: bool,
     /// The plan file's scenarios (name, weight, step names), for the record.
     pub outline: Option<Vec<(String, u32, Vec<String>)>>,
 }
@@ -85,7 +118,8 @@ pub fn build(args: &RunArgs) -> Result<Built> {
     Ok(Built {
         load: build_plan(args)?,
         thresholds: args.thresholds.clone(),
-        warmup: args.warmup.as_deref().map(parse_duration).transpose()?,
+        warmup: warmup_flag(args)?,
+        warmup_auto: warmup_is_auto(args),
         outline: None,
     })
 }
@@ -134,6 +168,7 @@ fn build_from_plan_file(args: &RunArgs) -> Result<Built> {
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get())),
         insecure: args.insecure,
         dead_after: parse_duration(&args.dead_after)?,
+        http2: args.http2 || plan.http2,
         workload: Some(plan.workload.clone()),
     };
     load.validate()?;
@@ -152,13 +187,14 @@ fn build_from_plan_file(args: &RunArgs) -> Result<Built> {
     }
     check_repeat(args)?;
     let warmup = match &args.warmup {
-        Some(w) => Some(parse_duration(w)?),
+        Some(_) => warmup_flag(args)?,
         None => plan.warmup,
     };
     Ok(Built {
         load,
         thresholds,
         warmup,
+        warmup_auto: warmup_is_auto(args),
         outline: Some(plan.outline),
     })
 }
@@ -202,6 +238,7 @@ pub fn build_plan(args: &RunArgs) -> Result<LoadPlan> {
                 connections: connections(args),
                 think_time: parse_duration(&args.think_time)?,
                 ramp_up: parse_duration(&args.ramp_up)?,
+                stages: Vec::new(),
             },
             parse_duration(args.duration.as_deref().unwrap_or(DEFAULT_DURATION))?,
         ),
@@ -218,6 +255,7 @@ pub fn build_plan(args: &RunArgs) -> Result<LoadPlan> {
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get())),
         insecure: args.insecure,
         dead_after: parse_duration(&args.dead_after)?,
+        http2: args.http2,
         workload: None,
     };
     plan.validate()?;
@@ -347,6 +385,10 @@ pub fn print_outcome(
         status: outcome.dir.effective_status().as_str(),
         phases: &outcome.phases,
         resources: &outcome.resources,
+        runtime: outcome
+            .runtime
+            .as_ref()
+            .map(|(info, seconds)| (info, seconds.as_slice())),
         profile: outcome.profile.as_ref(),
         off_cpu: outcome.off_cpu.as_ref(),
         queries: outcome.queries.as_ref(),
@@ -478,6 +520,8 @@ pub fn run(args: RunArgs, stop: &StopSignal) -> Result<u8> {
         out,
         name: &name,
         watch_pid,
+        warmup_auto: built.warmup_auto,
+        runtime_depth: args.runtime.depth(),
         profile_hz: args.profile.then_some(args.profile_frequency),
         off_cpu: args.off_cpu,
         otlp,

@@ -8,8 +8,10 @@ use kiln_record::{LatencyHistogram, LatencyStats, PhaseSummary, RunManifest};
 use serde_json::{json, Value};
 
 use crate::format::{self, safe_text};
-use crate::{profile_cmd, resources_summary, thresholds};
+use crate::{profile_cmd, resources_summary, runtime_summary, thresholds};
 use kiln_profile::ProfileSummary;
+use kiln_runtime::summary::RuntimeSummary;
+use kiln_runtime::{RuntimeInfo, RuntimeSecond};
 use kiln_sample::ResourceSecond;
 
 fn is_open_model(manifest: &RunManifest) -> bool {
@@ -43,6 +45,11 @@ fn workload_line(plan: &Value) -> String {
             w["connections"],
             w["max_connections"]
         ),
+        _ if w["stages"].is_array() => format!(
+            "closed model, {} (at most {} {units}), {think}, {secs} s per run, {threads} threads",
+            stages_text(&w["stages"], "target_vus", " VUs"),
+            w["connections"]
+        ),
         _ => format!(
             "closed model, {} {units}, {think}, ramp-up {} s, {secs} s per run, {threads} threads",
             w["connections"], w["ramp_up"]
@@ -52,21 +59,26 @@ fn workload_line(plan: &Value) -> String {
 
 /// `500/s` for a constant rate, `0->100/s in 30s, 100->2000/s in 60s` for ramps.
 fn rate_stages_text(stages: &Value) -> String {
+    stages_text(stages, "target_rate", "/s")
+}
+
+/// A recorded model's stages in a line (rates or VUs): `0->4 VUs in 2s, 4 VUs for 1s`.
+pub(crate) fn stages_text(stages: &Value, key: &str, unit: &str) -> String {
     let mut parts = Vec::new();
-    let mut rate = 0.0;
+    let mut level = 0.0;
     for s in stages.as_array().into_iter().flatten() {
-        let (d, r) = (
+        let (d, to) = (
             s["duration"].as_f64().unwrap_or(0.0),
-            s["target_rate"].as_f64().unwrap_or(0.0),
+            s[key].as_f64().unwrap_or(0.0),
         );
         if d > 0.0 {
-            parts.push(if r == rate {
-                format!("{r}/s for {d}s")
+            parts.push(if to == level {
+                format!("{to}{unit} for {d}s")
             } else {
-                format!("{rate}->{r}/s in {d}s")
+                format!("{level}->{to}{unit} in {d}s")
             });
         }
-        rate = r;
+        level = to;
     }
     parts.join(", ")
 }
@@ -154,6 +166,8 @@ pub struct RunView<'a> {
     pub status: &'a str,
     pub phases: &'a [PhaseSummary],
     pub resources: &'a [ResourceSecond],
+    /// The watched process's runtime and its own seconds (a JVM's GC, ...).
+    pub runtime: Option<(&'a RuntimeInfo, &'a [RuntimeSecond])>,
     /// The profile's record (`profile.json`) when the run was profiled.
     pub profile: Option<&'a Value>,
     /// The off-CPU profile's record (`offcpu.json`) when one was taken.
@@ -223,6 +237,7 @@ pub fn render_text(view: &RunView) -> String {
         status,
         phases,
         resources,
+        runtime,
         profile,
         off_cpu,
         queries,
@@ -275,6 +290,9 @@ pub fn render_text(view: &RunView) -> String {
             w.totals.requests,
             w.duration_secs()
         );
+        if let Some(why) = w.end.as_ref().and_then(|e| e.ended_because.as_ref()) {
+            let _ = writeln!(out, "           ended {}", safe_text(why));
+        }
     }
     if measured.len() > 1 {
         let _ = writeln!(
@@ -406,6 +424,9 @@ pub fn render_text(view: &RunView) -> String {
         &resources_summary::during(&total, resources),
         "the measured load",
     );
+    if let Some(r) = runtime_during(runtime, Some(&total)) {
+        out += &runtime_summary::to_text(&r);
+    }
     out += &recorded_extras(dir, profile, off_cpu, queries);
     for t in thresholds::check_all(plan, &total) {
         let _ = writeln!(
@@ -453,6 +474,7 @@ fn phase_json(p: &PhaseSummary) -> Value {
         "kiln_cpu_user_us": end.kiln_cpu_user_us,
         "kiln_cpu_system_us": end.kiln_cpu_system_us,
         "kiln_max_rss_kib": end.kiln_max_rss_kib,
+        "ended_because": end.ended_because,
         "stopped_early": end.stopped_early,
         "iterations": p.totals.iterations,
         "checks": p.totals.checks,
@@ -508,6 +530,22 @@ fn profile_text(dir: &str, profile: &Value, label: &str, flame: &str) -> String 
     out
 }
 
+/// The runtime over the measured phases (all its seconds when the phases have no clock).
+fn runtime_during(
+    runtime: Option<(&RuntimeInfo, &[RuntimeSecond])>,
+    total: Option<&PhaseSummary>,
+) -> Option<RuntimeSummary> {
+    let (info, seconds) = runtime?;
+    let window = total.and_then(|t| Some((t.first_unix_ms?, t.last_unix_ms?)));
+    // a second's time is its end: the load began a second before its first
+    let load_window = window.map(|(first, last)| (first.saturating_sub(1000), last));
+    Some(kiln_runtime::summary::summarize_within(
+        info,
+        &kiln_runtime::summary::during(seconds, window),
+        load_window,
+    ))
+}
+
 pub fn render_json(view: &RunView) -> Value {
     let (manifest, phases) = (view.manifest, view.phases);
     let total = PhaseSummary::measured_total(phases);
@@ -544,6 +582,7 @@ pub fn render_json(view: &RunView) -> Value {
             .as_ref()
             .map(|t| resources_summary::to_json(&resources_summary::during(t, view.resources)))
             .unwrap_or(Value::Null),
+        "runtime": runtime_during(view.runtime, total.as_ref()),
         "thresholds": total
             .as_ref()
             .map(|t| thresholds::check_all(&manifest.plan, t))

@@ -7,13 +7,16 @@ use anyhow::{bail, Result};
 use kiln_load::plan::parse_duration;
 use kiln_load::{SelfUsage, StopSignal};
 use kiln_record::{RunLocation, RunStatus};
+use kiln_runner::runtime_watch::RuntimeWatcher;
+use kiln_runtime::summary::summarize;
+use kiln_runtime::RuntimeSecond;
 use kiln_sample::{ProcFs, ResourceSecond, Sampler, RESOURCES_PART};
 use serde_json::json;
 
 use crate::cli::WatchArgs;
 use crate::format::{self, safe_text};
 use crate::run_cmd::{create_run_dir, interrupted_exit_code};
-use crate::{resources_summary, target_process};
+use crate::{resources_summary, runtime_summary, target_process};
 
 fn one_line(s: &ResourceSecond) -> String {
     let mut line = format!("{:>4}s", s.second);
@@ -65,6 +68,7 @@ pub fn run(args: WatchArgs, stop: &StopSignal) -> Result<u8> {
                       "interval_s": interval.as_secs_f64()}});
     let mut dir = create_run_dir(&out, &name, plan)?;
     let mut writer = dir.add_json_lines_part(RESOURCES_PART, "resources.jsonl", 1)?;
+    let runtime = RuntimeWatcher::start(&mut dir, pid, args.runtime.depth())?;
 
     let usage_before = SelfUsage::now();
     let started = Instant::now();
@@ -82,6 +86,8 @@ pub fn run(args: WatchArgs, stop: &StopSignal) -> Result<u8> {
         }
         samples.push(sample);
     });
+    let mut warnings = Vec::new();
+    let (runtime_info, runtime_seconds) = runtime.finish(&mut dir, &mut warnings);
     if let Some(e) = write_error {
         dir.finish(RunStatus::Failed, Some(e.to_string()))?;
         return Err(e.into());
@@ -98,6 +104,14 @@ pub fn run(args: WatchArgs, stop: &StopSignal) -> Result<u8> {
             "\n{}",
             resources_summary::to_text(&samples, &format!("the watch of process {pid}"))
         );
+        let all: Vec<&RuntimeSecond> = runtime_seconds.iter().collect();
+        out!(
+            "{}",
+            runtime_summary::to_text(&summarize(&runtime_info, &all))
+        );
+        for warning in &warnings {
+            outln!("Warning    {}", safe_text(warning));
+        }
         outln!(
             "Run        {} ({})",
             dir.path().display(),

@@ -34,12 +34,15 @@ fn demo(seconds: &str, runs: &Path, env: &[(&str, &str)]) -> (Value, String) {
     (json, stderr)
 }
 
+/// The rules that found something about the shop (a host busy with other work, as a shared
+/// CI machine may be, is a finding about the machine: left out).
 fn rules(side: &Value) -> BTreeSet<String> {
     side["findings"]["findings"]
         .as_array()
         .unwrap()
         .iter()
         .map(|f| f["rule"].as_str().unwrap().to_string())
+        .filter(|rule| rule != "cpu.host-busy")
         .collect()
 }
 

@@ -21,6 +21,14 @@ const TARGET_ENV: &str = "KILN_FINDINGS_TARGET";
 const STALL_PERIOD_S: u64 = 5;
 
 /// The target's behaviour by name; `fixed` is the same target with its problem fixed.
+/// Latency and CPU figures need the machine to themselves: these tests run one at a time
+/// (a CPU-bound target beside a warming one has hidden the warm-up in scheduling noise).
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn alone() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn behavior(name: &str, log_peer: Option<SocketAddr>) -> Behavior {
     let planted = match name {
         "page-faults" | "page-faults-fixed" => Planted {
@@ -146,6 +154,7 @@ fn behavior(name: &str, log_peer: Option<SocketAddr>) -> Behavior {
 /// Not a test of its own: the target process the tests below start.
 #[test]
 fn as_target() {
+    let _alone = alone();
     let Ok(name) = std::env::var(TARGET_ENV) else {
         return;
     };
@@ -284,6 +293,7 @@ fn rules(findings: &Value) -> Vec<String> {
 
 #[test]
 fn page_faults_make_system_time_above_user_and_reused_memory_does_not() {
+    let _alone = alone();
     let tmp = tempfile::tempdir().unwrap();
     let target = Target::start("page-faults", None);
     let f = run_and_judge(&target, &tmp.path().join("faults"), &["-c", "2"]);
@@ -322,6 +332,7 @@ fn page_faults_make_system_time_above_user_and_reused_memory_does_not() {
 
 #[test]
 fn threads_queueing_for_a_lock_are_found_and_the_lock_held_briefly_is_not() {
+    let _alone = alone();
     let tmp = tempfile::tempdir().unwrap();
     // 300 requests a second arriving as independent users do (Poisson), each holding the
     // lock 2 ms: it is busy 60% of the time, so about 60% of requests find it taken (16
@@ -368,6 +379,7 @@ fn threads_queueing_for_a_lock_are_found_and_the_lock_held_briefly_is_not() {
 
 #[test]
 fn a_warm_up_inside_the_measurement_is_found_and_one_left_to_warmup_is_not() {
+    let _alone = alone();
     let tmp = tempfile::tempdir().unwrap();
     // 16 s measured from the target's first request: its latency falls from 16 ms to 1 ms
     // over the first 8 s
@@ -461,6 +473,7 @@ impl Drop for Netns {
 
 #[test]
 fn packets_lost_on_the_way_are_found_and_a_clean_loopback_is_not() {
+    let _alone = alone();
     let tmp = tempfile::tempdir().unwrap();
     let load = ["--rate", "200", "-c", "8"];
     // 2% of TCP packets dropped: about 2% of the segments sent again
@@ -500,6 +513,7 @@ fn packets_lost_on_the_way_are_found_and_a_clean_loopback_is_not() {
 
 #[test]
 fn requests_waiting_for_a_small_pool_are_found_and_a_pool_sized_to_the_load_is_not() {
+    let _alone = alone();
     let tmp = tempfile::tempdir().unwrap();
     // 8 connections, each sending its next request as the last is answered
     let load = ["-c", "8"];
@@ -522,6 +536,7 @@ fn requests_waiting_for_a_small_pool_are_found_and_a_pool_sized_to_the_load_is_n
 
 #[test]
 fn connections_dropped_by_a_full_accept_queue_are_found_and_a_long_queue_is_not() {
+    let _alone = alone();
     let tmp = tempfile::tempdir().unwrap();
     // 64 connections opened at once; each namespace has its own TCP counters, so no other
     // test's listener is counted
@@ -549,6 +564,7 @@ fn connections_dropped_by_a_full_accept_queue_are_found_and_a_long_queue_is_not(
 
 #[test]
 fn json_parsed_on_every_request_is_found_and_parsed_once_is_not() {
+    let _alone = alone();
     let tmp = tempfile::tempdir().unwrap();
     // enough samples to judge a share by even when a parse takes 1 ms (a release build)
     let load = ["--rate", "50", "-c", "4", "--profile-frequency", "999"];
@@ -568,6 +584,7 @@ fn json_parsed_on_every_request_is_found_and_parsed_once_is_not() {
 
 #[test]
 fn a_slow_fiftieth_request_makes_a_heavy_tail_and_an_even_target_does_not() {
+    let _alone = alone();
     let tmp = tempfile::tempdir().unwrap();
     // 2% of requests 100 ms slower: p95 stays at the 1 ms service, p99 is the slow ones
     let load = ["--rate", "200", "-c", "8"];
@@ -589,6 +606,7 @@ fn a_slow_fiftieth_request_makes_a_heavy_tail_and_an_even_target_does_not() {
 
 #[test]
 fn clock_reads_through_syscall_are_found_and_vdso_reads_are_not() {
+    let _alone = alone();
     let tmp = tempfile::tempdir().unwrap();
     let target = Target::start("clock-syscall", None);
     let f = run_and_judge(&target, &tmp.path().join("syscall"), &["-c", "2"]);
@@ -628,6 +646,7 @@ fn log_server(reads: bool) -> SocketAddr {
 
 #[test]
 fn a_peer_that_does_not_read_is_named_and_one_that_reads_is_not() {
+    let _alone = alone();
     let tmp = tempfile::tempdir().unwrap();
     let stuck = log_server(false);
     let target = Target::start("log-peer", Some(stuck));
@@ -658,6 +677,7 @@ fn a_peer_that_does_not_read_is_named_and_one_that_reads_is_not() {
 /// The two stall targets run side by side (the test takes as long as one run).
 #[test]
 fn stalls_at_a_wall_clock_phase_are_periodic_and_random_stalls_are_not() {
+    let _alone = alone();
     let tmp = tempfile::tempdir().unwrap();
     let periodic = Target::start("periodic-stall", None);
     let random = Target::start("random-stall", None);
@@ -691,35 +711,6 @@ fn stalls_at_a_wall_clock_phase_are_periodic_and_random_stalls_are_not() {
     );
 }
 
-/// The Java service of tests/apps/java_logs (real log4j2 from Maven Central), planted or fixed,
-/// on its own port.
-fn java_log_shop(
-    classes: &Path,
-    classpath: &str,
-    mode: &str,
-    config: &str,
-) -> (common::apps::Killed, u16) {
-    let port = common::apps::free_port();
-    let app = common::apps::workspace().join("tests/apps/java_logs");
-    let mut child = Command::new("java")
-        .arg("-XX:+PreserveFramePointer")
-        // the JDK's server answers in two writes: without this, Nagle and delayed ACKs add 40 ms
-        .arg("-Dsun.net.httpserver.nodelay=true")
-        .arg(format!(
-            "-Dlog4j2.configurationFile={}",
-            app.join(config).display()
-        ))
-        .arg("-cp")
-        .arg(format!("{}:{classpath}", classes.display()))
-        .args(["LogShop", &port.to_string(), mode])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("java starts");
-    common::apps::wait_port(port, &mut child, "LogShop");
-    (common::apps::Killed(child), port)
-}
-
 fn run_java(port: u16, pid: u32, out: &Path) -> Value {
     let url = format!("http://127.0.0.1:{port}/");
     let pid = pid.to_string();
@@ -745,18 +736,11 @@ fn run_java(port: u16, pid: u32, out: &Path) -> Value {
 
 #[test]
 fn java_exceptions_for_control_flow_and_log4j2_location_are_found_and_their_fixes_are_not() {
-    common::apps::fetch("java-agent.sh");
-    let log4j = |name: &str| common::apps::m2_jar("org.apache.logging.log4j", name, "2.24.3");
-    let classpath = format!("{}:{}", log4j("log4j-api"), log4j("log4j-core"));
+    let _alone = alone();
     let tmp = tempfile::tempdir().unwrap();
-    let classes = tmp.path().join("classes");
-    common::apps::javac(
-        &[common::apps::workspace().join("tests/apps/java_logs/LogShop.java")],
-        Some(&classpath),
-        &classes,
-    );
+    let shop = common::apps::LogShop::compile(tmp.path());
 
-    let (app, port) = java_log_shop(&classes, &classpath, "planted", "log4j2-location.xml");
+    let (app, port) = shop.start("planted", "log4j2-location.xml");
     let f = run_java(port, app.0.id(), &tmp.path().join("planted"));
     drop(app);
     let location = finding(&f, "cpu.log-location").unwrap_or_else(|| panic!("{f:#}"));
@@ -780,7 +764,7 @@ fn java_exceptions_for_control_flow_and_log4j2_location_are_found_and_their_fixe
         "the code that throws is named, not the exception's constructor: {exceptions:#}"
     );
 
-    let (app, port) = java_log_shop(&classes, &classpath, "fixed", "log4j2-plain.xml");
+    let (app, port) = shop.start("fixed", "log4j2-plain.xml");
     let f = run_java(port, app.0.id(), &tmp.path().join("fixed"));
     drop(app);
     let found = rules(&f);
@@ -795,6 +779,7 @@ fn java_exceptions_for_control_flow_and_log4j2_location_are_found_and_their_fixe
 
 #[test]
 fn requests_that_wait_are_told_from_requests_that_run() {
+    let _alone = alone();
     let tmp = tempfile::tempdir().unwrap();
     let target = Target::start("waiting", None);
     let f = run_and_judge(&target, &tmp.path().join("waiting"), &["-c", "4"]);
@@ -838,6 +823,7 @@ fn requests_that_wait_are_told_from_requests_that_run() {
 
 #[test]
 fn failed_requests_are_found_by_kind_and_a_target_that_answers_all_has_none() {
+    let _alone = alone();
     let tmp = tempfile::tempdir().unwrap();
     let target = Target::start("resets", None);
     let f = run_and_judge(&target, &tmp.path().join("resets"), &["-c", "2"]);
@@ -859,6 +845,7 @@ fn failed_requests_are_found_by_kind_and_a_target_that_answers_all_has_none() {
 
 #[test]
 fn a_rate_above_what_the_target_serves_is_found_and_one_below_is_not() {
+    let _alone = alone();
     let tmp = tempfile::tempdir().unwrap();
     let target = Target::start("slow", None);
     let cap = ["--max-connections", "4", "-c", "4"];
@@ -911,6 +898,7 @@ impl Drop for CpuQuota {
 
 #[test]
 fn a_cpu_quota_that_throttles_is_found_and_the_same_target_without_it_is_not() {
+    let _alone = alone();
     let tmp = tempfile::tempdir().unwrap();
     let target = Target::start("cpu-bound", None);
     let quota = CpuQuota::new(target.child.id(), 0.2);
@@ -920,9 +908,12 @@ fn a_cpu_quota_that_throttles_is_found_and_the_same_target_without_it_is_not() {
     let t = finding(&f, "cpu.cgroup-throttled").unwrap_or_else(|| panic!("{f:#}"));
     assert_eq!(t["data"]["quota_cpus"], 0.2, "{t:#}");
     assert!(t["impact"]["share"].as_f64().unwrap() > 0.5, "{t:#}");
-    // the target is bound by its quota, and the finding says so
-    let bound = finding(&f, "cpu.saturated").unwrap_or_else(|| panic!("{f:#}"));
-    assert_eq!(bound["data"]["limit_cores"], 0.2, "{bound:#}");
+    // the target is bound by its quota, and the finding says so (unless other work on a busy
+    // machine kept it from using even its quota: then that is the finding)
+    match finding(&f, "cpu.saturated") {
+        Some(bound) => assert_eq!(bound["data"]["limit_cores"], 0.2, "{bound:#}"),
+        None => assert!(finding(&f, "cpu.host-busy").is_some(), "{f:#}"),
+    }
     let target = Target::start("cpu-bound", None);
     let f = run_and_judge(&target, &tmp.path().join("free"), &["-c", "2"]);
     assert!(finding(&f, "cpu.cgroup-throttled").is_none(), "{f:#}");

@@ -301,3 +301,202 @@ fn plan_check_shows_the_plan_and_points_at_mistakes() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("bad threshold"));
     assert!(api.counts().routes.is_empty(), "a bad plan sends nothing");
 }
+
+/// VU stages (k6's ramping-vus): 0 -> 4 VUs over 2 s, 4 for 1 s, down to 1 over 1 s, 1 for
+/// 2 s. The server sees each VU (its `$vu` in a header) no sooner than its place in the ramp
+/// allows, the last VU in leaves first, and kiln's counts are the server's.
+#[test]
+fn vu_stages_start_and_stop_vus_on_the_ramp() {
+    let api = ShopApi::start("pw-6").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let text = format!(
+        r#"
+base_url: {base}
+scenarios:
+  - name: visit
+    steps:
+      - name: health
+        url: /health
+        headers:
+          X-VU: "{{{{$vu}}}}"
+        think: 20ms
+load:
+  stages:
+    - {{duration: 2s, vus: 4}}
+    - {{duration: 1s, vus: 4}}
+    - {{duration: 1s, vus: 1}}
+    - {{duration: 2s, vus: 1}}
+"#,
+        base = api.url("")
+    );
+    std::fs::write(dir.path().join("plan.yaml"), &text).unwrap();
+    let check = kiln(&[
+        "plan",
+        "check",
+        dir.path().join("plan.yaml").to_str().unwrap(),
+    ]);
+    let shown = String::from_utf8_lossy(&check.stdout);
+    assert!(
+        shown.contains("closed, 0->4 VUs in 2s, 4 VUs for 1s, 4->1 VUs in 1s, 1 VUs for 2s"),
+        "{shown}"
+    );
+    let launched = std::time::Instant::now();
+    let json = run_plan(dir.path(), &text, &[]);
+    let seen = api.vus();
+    let names: Vec<&str> = seen.keys().map(String::as_str).collect();
+    assert_eq!(names, ["1", "2", "3", "4"], "VUs 1 to 4 and no more");
+    for (g, vu) in ["1", "2", "3", "4"].iter().enumerate() {
+        // VU g (from 0) is due when the count passes g: 0.5 s apart. Later is fine (a busy
+        // machine), sooner is not.
+        let due = std::time::Duration::from_millis(500 * g as u64);
+        let first = seen[*vu].first.duration_since(launched);
+        assert!(first >= due, "VU {vu} first seen {first:?}, due {due:?}");
+    }
+    // VU 1 runs 6 s, VU 4 from 1.5 s to about 3.3 s.
+    let (one, four) = (seen["1"].requests, seen["4"].requests);
+    assert!(one > four * 2, "VU 1 sent {one}, VU 4 {four}");
+    let server_total: u64 = seen.values().map(|v| v.requests).sum();
+    assert_eq!(json["total"]["requests"], server_total, "{}", json["total"]);
+    assert_eq!(json["total"]["names"]["health"]["requests"], server_total);
+}
+
+/// User names with quotes, spaces, ampersands and non-ASCII log in by a JSON body and by a
+/// form: each is escaped for where it stands, so the server reads back exactly the name in
+/// the data file, and every login's token works.
+#[test]
+fn json_and_form_bodies_escape_what_they_carry() {
+    let api = ShopApi::start("p&w =\"1\"").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let users = ["o\"neil & co", "a+b=c", "zoë ☃", "back\\slash"];
+    let mut csv = String::from("user\n");
+    for u in users {
+        csv.push_str(&format!("\"{}\"\n", u.replace('"', "\"\"")));
+    }
+    std::fs::write(dir.path().join("users.csv"), csv).unwrap();
+    let text = format!(
+        r#"
+base_url: {base}
+vars:
+  password: '{password}'
+data:
+  users: {{file: users.csv}}
+scenarios:
+  - name: by_json
+    data: users
+    steps:
+      - name: json_login
+        method: POST
+        url: /login
+        json: {{user: "{{{{user}}}}", password: "{{{{password}}}}"}}
+        extract: {{token: {{json: $.token}}}}
+        check: {{json: [{{path: $.user, equals: "{{{{user}}}}"}}]}}
+      - name: order
+        url: /orders/1
+        headers: {{Authorization: "Bearer {{{{token}}}}"}}
+  - name: by_form
+    data: users
+    steps:
+      - name: form_login
+        method: POST
+        url: /login
+        form:
+          user: "{{{{user}}}}"
+          password: "{{{{password}}}}"
+        extract: {{token: {{json: $.token}}}}
+        check: {{json: [{{path: $.user, equals: "{{{{user}}}}"}}]}}
+      - name: order
+        url: /orders/2
+        headers: {{Authorization: "Bearer {{{{token}}}}"}}
+load:
+  vus: 2
+  iterations: 40
+"#,
+        base = api.url(""),
+        password = api.password()
+    );
+    let json = run_plan(dir.path(), &text, &[]);
+    let names = &json["total"]["names"];
+    let server = api.counts();
+    assert_eq!(server.bad_logins, 0, "{names}");
+    assert_eq!(server.token_failures, 0);
+    assert_eq!(server.routes["POST /login"], 40);
+    let logged_in: Vec<&str> = server.logins.keys().map(String::as_str).collect();
+    let mut expected = users.to_vec();
+    expected.sort();
+    assert_eq!(
+        logged_in, expected,
+        "the server read back each name exactly"
+    );
+    assert_eq!(server.logins.values().sum::<u64>(), 40);
+    for name in ["json_login", "form_login"] {
+        assert!(names[name]["requests"].as_u64().unwrap() > 0, "{names}");
+        assert_eq!(names[name]["checks_failed"], 0, "{names}");
+    }
+    assert_eq!(names["order"]["failed"], 0, "{names}");
+}
+
+/// A browser recording of the shop (a page's image, a login, the cart) becomes a plan with
+/// `kiln plan from-har`; run as recorded, the session cookie from the login is carried by the
+/// VU's jar to the cart, so the server sees no failure.
+#[test]
+fn a_har_recording_becomes_a_plan_that_runs() {
+    let api = ShopApi::start("pw-7").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let base = api.url("");
+    let har = serde_json::json!({"log": {"version": "1.2", "creator": {"name": "test", "version": "1"},
+    "entries": [
+        {"startedDateTime": "2026-11-24T02:00:00.000Z", "time": 2,
+         "request": {"method": "GET", "url": format!("{base}/health"), "headers": []},
+         "response": {"status": 200, "content": {"mimeType": "application/json"}}},
+        {"startedDateTime": "2026-11-24T02:00:00.003Z", "time": 1,
+         "request": {"method": "GET", "url": format!("{base}/logo.png"), "headers": []},
+         "response": {"status": 200, "content": {"mimeType": "image/png"}}},
+        {"startedDateTime": "2026-11-24T02:00:00.005Z", "time": 2,
+         "request": {"method": "POST", "url": format!("{base}/login"),
+             "headers": [{"name": "Content-Type", "value": "application/json"}],
+             "postData": {"mimeType": "application/json",
+                 "text": format!("{{\"user\":\"ann\",\"password\":\"{}\"}}", api.password())}},
+         "response": {"status": 200, "content": {"mimeType": "application/json"}}},
+        {"startedDateTime": "2026-11-24T02:00:00.010Z", "time": 2,
+         "request": {"method": "GET", "url": format!("{base}/cart"),
+             "headers": [{"name": "Cookie", "value": "sid=recorded-and-stale"}]},
+         "response": {"status": 200, "content": {"mimeType": "application/json"}}}
+    ]}});
+    let har_path = dir.path().join("shop.har");
+    std::fs::write(&har_path, har.to_string()).unwrap();
+    let plan_path = dir.path().join("plan.yaml");
+    let out = kiln(&[
+        "plan",
+        "from-har",
+        har_path.to_str().unwrap(),
+        "-o",
+        plan_path.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("3 requests into") && said.contains("(1 static left out)"),
+        "{said}"
+    );
+    let text = std::fs::read_to_string(&plan_path).unwrap();
+    let json = run_plan(
+        dir.path(),
+        &text,
+        &["--set", "vus=2", "--set", "iterations=12"],
+    );
+    let server = api.counts();
+    assert_eq!(server.routes["GET /health"], 12, "{:?}", server.routes);
+    assert_eq!(server.routes["POST /login"], 12);
+    assert_eq!(server.routes["GET /cart"], 12);
+    assert!(
+        !server.routes.contains_key("GET /logo.png"),
+        "static left out"
+    );
+    assert_eq!((server.cookie_failures, server.bad_logins), (0, 0));
+    assert_eq!(json["total"]["requests"], 36);
+    assert_eq!(json["total"]["failed"], 0, "{}", json["total"]);
+}

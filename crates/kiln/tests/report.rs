@@ -237,7 +237,9 @@ fn every_section_is_drawn_and_the_charts_hold_the_runs_numbers() {
     let sleeping = count(&|stack| stack.contains("nanosleep"));
     let matched = match_share(&page, "#offcpu-search=nanosleep");
     let expected = 100.0 * sleeping as f64 / switches as f64;
-    assert!(expected > 5.0, "{sleeping} of {switches} switches sleep");
+    // the share depends on how often a busy machine preempts the target: present is enough,
+    // what is checked is that the page finds what the file holds
+    assert!(sleeping >= 100, "{sleeping} of {switches} switches sleep");
     assert!(
         (matched - expected).abs() < 0.6,
         "{matched}% matched in the page, {expected}% in offcpu.folded"

@@ -22,6 +22,19 @@ fn samples(out: &std::process::Output) -> Vec<Value> {
         .collect()
 }
 
+/// A process's user and system time so far, in seconds, as the kernel counts it.
+fn kernel_cpu_seconds(pid: u32) -> (f64, f64) {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // after the command's parenthesis: state is field 3, utime 14 and stime 15
+    let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split(' ').collect();
+    // SAFETY: sysconf has no memory effects.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    let tick = |i: usize| fields[i - 3].parse::<f64>().unwrap() / ticks;
+    (tick(14), tick(15))
+}
+
+/// A shell spinning on one core: kiln's user time for it is the kernel's own over the same
+/// window (a busy machine gives it less of a core, and both figures say so alike).
 #[test]
 fn a_spinning_process_is_seen_using_one_core_of_user_time() {
     let _alone = alone();
@@ -32,6 +45,8 @@ fn a_spinning_process_is_seen_using_one_core_of_user_time() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("w");
     let pid = busy.id().to_string();
+    let before = kernel_cpu_seconds(busy.id());
+    let started = std::time::Instant::now();
     let out = kiln(&[
         "watch",
         "--pid",
@@ -42,6 +57,8 @@ fn a_spinning_process_is_seen_using_one_core_of_user_time() {
         "--out",
         dir.to_str().unwrap(),
     ]);
+    let wall = started.elapsed().as_secs_f64();
+    let after = kernel_cpu_seconds(busy.id());
     let _ = busy.kill();
     let _ = busy.wait();
     assert_eq!(
@@ -52,17 +69,37 @@ fn a_spinning_process_is_seen_using_one_core_of_user_time() {
     );
     let s = samples(&out);
     assert_eq!(s.len(), 3);
+    let (mut user_s, mut system_s, mut watched_s) = (0.0, 0.0, 0.0);
     for sample in &s {
         let p = &sample["process"];
         assert_eq!(p["id"].as_u64(), Some(busy.id() as u64));
+        let interval = sample["interval_s"].as_f64().unwrap();
         let user = p["cpu_user_pct"].as_f64().unwrap();
-        assert!(user > 60.0, "user {user}%");
-        assert!(p["cpu_system_pct"].as_f64().unwrap() < 10.0);
+        user_s += user / 100.0 * interval;
+        system_s += p["cpu_system_pct"].as_f64().unwrap() / 100.0 * interval;
+        watched_s += interval;
+        // the spinner's user time is part of the host's (two CPUs: half a point per point)
+        let host_user = sample["host_cpu"]["user"].as_f64().unwrap();
         assert!(
-            sample["host_cpu"]["user"].as_f64().unwrap() > 25.0,
-            "one of two CPUs busy"
+            host_user + 2.0 >= user / 2.0,
+            "host {host_user}%, process {user}%"
         );
     }
+    let kernel_user = after.0 - before.0;
+    // kiln watched 3 s of the test's longer window: at most what the kernel counted over the
+    // whole window (a tick of slack), at least its share of it (two ticks and 5% of slack)
+    let tick = 0.011;
+    assert!(
+        user_s <= kernel_user + tick,
+        "kiln {user_s:.3}s, kernel {kernel_user:.3}s"
+    );
+    let share = kernel_user * watched_s / wall;
+    assert!(
+        user_s >= share * 0.95 - 2.0 * tick,
+        "kiln {user_s:.3}s, kernel {kernel_user:.3}s over {wall:.2}s, {watched_s:.2}s watched"
+    );
+    assert!(user_s > 0.1, "the spinner ran: {user_s:.3}s");
+    assert!(system_s <= (after.1 - before.1) + tick && system_s < user_s);
     let written = std::fs::read_to_string(dir.join("resources.jsonl")).unwrap();
     assert_eq!(written.lines().count(), 3);
 }
@@ -199,6 +236,7 @@ fn a_load_run_records_the_watched_process_beside_its_seconds() {
             "load-seconds.jsonl",
             "doctor.json",
             "resources.jsonl",
+            "runtime.json",
             "latency.hlog",
             "findings.json",
             "report.html"

@@ -35,6 +35,11 @@ pub struct ConnectionSetup {
     tls: Option<(tokio_rustls::TlsConnector, ServerName<'static>)>,
     method: http::Method,
     request: Vec<u8>,
+    /// The plain request's parts, for an HTTP/2 connection.
+    parts: RequestParts,
+    /// Speak HTTP/2: offered by ALPN over TLS (HTTP/1.1 if the server declines), prior
+    /// knowledge (h2c) on plain TCP.
+    http2: bool,
     pub connect_timeout: Duration,
     /// The first failure of kiln's own resources (no descriptor, no memory, no local port)
     /// while connecting: not the target's fault, so never counted as one of its requests.
@@ -79,9 +84,15 @@ impl ConnectionSetup {
             &headers,
             &plan.request.body,
         );
-        let mut setup = Self::for_origin(&target, plan.insecure, plan.connect_timeout)?;
+        let mut setup = Self::for_origin(&target, plan.insecure, plan.connect_timeout, plan.http2)?;
         setup.method = plan.request.method.clone();
         setup.request = request;
+        setup.parts = RequestParts {
+            method: plan.request.method.clone(),
+            path: target.path_and_query.clone(),
+            headers,
+            body: plan.request.body.clone(),
+        };
         Ok(setup)
     }
 
@@ -90,9 +101,10 @@ impl ConnectionSetup {
         target: &Target,
         insecure: bool,
         connect_timeout: Duration,
+        http2: bool,
     ) -> Result<Self, String> {
         let tls = if target.tls {
-            let config = tls_config(insecure);
+            let config = tls_config(insecure, http2);
             let name = ServerName::try_from(target.host.clone())
                 .map_err(|e| format!("'{}' is not a valid TLS server name: {e}", target.host))?;
             Some((tokio_rustls::TlsConnector::from(Arc::new(config)), name))
@@ -104,6 +116,8 @@ impl ConnectionSetup {
             tls,
             method: http::Method::GET,
             request: Vec::new(),
+            parts: RequestParts::default(),
+            http2,
             connect_timeout,
             local_failure: FirstText::default(),
             tls_failure: FirstText::default(),
@@ -164,14 +178,23 @@ impl ConnectionSetup {
                 Stream::Tls(Box::new(tls))
             }
         };
-        Ok(Connection {
+        let h2 = match &stream {
+            Stream::Tls(tls) => tls.get_ref().1.alpn_protocol() == Some(b"h2"),
+            Stream::Plain(_) => self.http2,
+        };
+        if h2 {
+            return H2Connection::handshake(stream, &self.target)
+                .await
+                .map(|c| Connection(Inner::H2(c)));
+        }
+        Ok(Connection(Inner::H1(H1Connection {
             stream,
             buf: vec![0; READ_BUFFER],
             start: 0,
             end: 0,
             reader: ResponseReader::new(&self.method),
             reusable: true,
-        })
+        })))
     }
 }
 
@@ -221,8 +244,74 @@ impl AsyncWrite for Stream {
     }
 }
 
-/// An open keep-alive connection with its read buffer (`buf[start..end]` is unread).
-pub struct Connection {
+/// An open connection, HTTP/1.1 or HTTP/2 (chosen when it was made). An enum: no dynamic
+/// call per request on the HTTP/1.1 fast path.
+pub struct Connection(Inner);
+
+enum Inner {
+    H1(H1Connection),
+    H2(H2Connection),
+}
+
+/// One request of a scenario, rendered: HTTP/1.1 bytes or HTTP/2 frames are made from it.
+#[derive(Clone, Debug, Default)]
+pub struct RequestParts {
+    pub method: http::Method,
+    /// Path and query, starting with `/`.
+    pub path: String,
+    pub headers: Vec<(http::HeaderName, http::HeaderValue)>,
+    pub body: bytes::Bytes,
+}
+
+impl Connection {
+    /// False if the connection cannot take another request (the server closed it or asked
+    /// to); the caller opens a new one. Not an error.
+    pub async fn ready(&mut self) -> bool {
+        match &mut self.0 {
+            Inner::H1(c) => c.ready().await,
+            Inner::H2(c) => c.ready(),
+        }
+    }
+
+    /// Sends the phase's request and reads the whole response.
+    pub async fn send(&mut self, setup: &ConnectionSetup) -> Result<Response, ErrorKind> {
+        match &mut self.0 {
+            Inner::H1(c) => c.exchange(&setup.request).await,
+            Inner::H2(c) => c
+                .exchange(&setup.parts, false)
+                .await
+                .map(|(response, _)| response),
+        }
+    }
+
+    /// Sends one request of a scenario and reads the whole response, keeping its headers
+    /// and body when `capture`.
+    pub async fn send_request(
+        &mut self,
+        request: &RequestParts,
+        authority: &str,
+        capture: bool,
+    ) -> Result<(Response, Captured), ErrorKind> {
+        match &mut self.0 {
+            Inner::H1(c) => {
+                let bytes = http1::encode_request(
+                    &request.method,
+                    &request.path,
+                    authority,
+                    &request.headers,
+                    &request.body,
+                );
+                c.reader.reset_for(&request.method, capture);
+                let response = c.exchange(&bytes).await?;
+                Ok((response, c.reader.take_captured()))
+            }
+            Inner::H2(c) => c.exchange(request, capture).await,
+        }
+    }
+}
+
+/// An HTTP/1.1 keep-alive connection with its read buffer (`buf[start..end]` is unread).
+struct H1Connection {
     stream: Stream,
     buf: Vec<u8>,
     start: usize,
@@ -232,10 +321,10 @@ pub struct Connection {
     reusable: bool,
 }
 
-impl Connection {
+impl H1Connection {
     /// False if the connection cannot take another request: the server asked to close it
     /// (e.g. at its keep-alive limit) or has closed it while idle. Not an error.
-    pub async fn ready(&mut self) -> bool {
+    async fn ready(&mut self) -> bool {
         if !self.reusable {
             return false;
         }
@@ -260,24 +349,6 @@ impl Connection {
                 false
             }
         }
-    }
-
-    /// Sends the phase's request and reads the whole response.
-    pub async fn send(&mut self, setup: &ConnectionSetup) -> Result<Response, ErrorKind> {
-        self.exchange(&setup.request).await
-    }
-
-    /// Sends one request of a scenario (encoded by the caller) and reads the whole response,
-    /// keeping its headers and body when `capture`.
-    pub async fn send_request(
-        &mut self,
-        request: &[u8],
-        method: &http::Method,
-        capture: bool,
-    ) -> Result<(Response, Captured), ErrorKind> {
-        self.reader.reset_for(method, capture);
-        let response = self.exchange(request).await?;
-        Ok((response, self.reader.take_captured()))
     }
 
     async fn exchange(&mut self, request: &[u8]) -> Result<Response, ErrorKind> {
@@ -345,7 +416,7 @@ fn classify_io(e: &std::io::Error) -> ErrorKind {
     }
 }
 
-fn tls_config(insecure: bool) -> rustls::ClientConfig {
+fn tls_config(insecure: bool, http2: bool) -> rustls::ClientConfig {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
@@ -361,8 +432,138 @@ fn tls_config(insecure: bool) -> rustls::ClientConfig {
         };
         builder.with_root_certificates(roots).with_no_client_auth()
     };
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    config.alpn_protocols = if http2 {
+        vec![b"h2".to_vec(), b"http/1.1".to_vec()]
+    } else {
+        vec![b"http/1.1".to_vec()]
+    };
     config
+}
+
+/// Headers HTTP/2 forbids (RFC 9113 8.2.2) or carries as pseudo-headers.
+fn h2_forbidden(name: &http::HeaderName) -> bool {
+    use http::header;
+    name == header::HOST
+        || name == header::CONNECTION
+        || name == header::TRANSFER_ENCODING
+        || name == header::UPGRADE
+        || name == header::TE
+        || name.as_str() == "keep-alive"
+        || name.as_str() == "proxy-connection"
+}
+
+/// An HTTP/2 connection (h2, the crate hyper uses): one request at a time per connection,
+/// as an HTTP/1.1 connection carries them, so VUs and connections mean the same in both.
+/// The connection's own task (frames, pings, flow control) runs beside it on the thread.
+struct H2Connection {
+    send: h2::client::SendRequest<bytes::Bytes>,
+    driver: tokio::task::JoinHandle<()>,
+    scheme: http::uri::Scheme,
+    authority: http::uri::Authority,
+}
+
+impl Drop for H2Connection {
+    fn drop(&mut self) {
+        self.driver.abort();
+    }
+}
+
+fn classify_h2(e: &h2::Error) -> ErrorKind {
+    if let Some(io) = e.get_io() {
+        return classify_io(io);
+    }
+    if e.is_go_away() || e.is_reset() {
+        return ErrorKind::Reset;
+    }
+    ErrorKind::BadResponse
+}
+
+impl H2Connection {
+    async fn handshake(stream: Stream, target: &Target) -> Result<Self, ErrorKind> {
+        let (send, connection) = h2::client::handshake(stream)
+            .await
+            .map_err(|e| classify_h2(&e))?;
+        let driver = tokio::task::spawn_local(async move {
+            let _ = connection.await;
+        });
+        Ok(Self {
+            send,
+            driver,
+            scheme: if target.tls {
+                http::uri::Scheme::HTTPS
+            } else {
+                http::uri::Scheme::HTTP
+            },
+            authority: target.authority.parse().map_err(|_| ErrorKind::Other)?,
+        })
+    }
+
+    fn ready(&mut self) -> bool {
+        !self.driver.is_finished()
+    }
+
+    async fn exchange(
+        &mut self,
+        request: &RequestParts,
+        capture: bool,
+    ) -> Result<(Response, Captured), ErrorKind> {
+        let uri = http::Uri::builder()
+            .scheme(self.scheme.clone())
+            .authority(self.authority.clone())
+            .path_and_query(request.path.as_str())
+            .build()
+            .map_err(|_| ErrorKind::Other)?;
+        let mut builder = http::Request::builder()
+            .method(request.method.clone())
+            .uri(uri);
+        for (name, value) in &request.headers {
+            if !h2_forbidden(name) {
+                builder = builder.header(name, value);
+            }
+        }
+        let req = builder.body(()).map_err(|_| ErrorKind::Other)?;
+        let mut send = self
+            .send
+            .clone()
+            .ready()
+            .await
+            .map_err(|e| classify_h2(&e))?;
+        let end = request.body.is_empty();
+        let (response, mut body_out) = send.send_request(req, end).map_err(|e| classify_h2(&e))?;
+        if !end {
+            body_out
+                .send_data(request.body.clone(), true)
+                .map_err(|e| classify_h2(&e))?;
+        }
+        let response = response.await.map_err(|e| classify_h2(&e))?;
+        let status = response.status().as_u16();
+        let mut captured = Captured::default();
+        if capture {
+            captured.headers = response
+                .headers()
+                .iter()
+                .map(|(n, v)| (n.as_str().to_string(), v.as_bytes().to_vec()))
+                .collect();
+        }
+        let mut body = response.into_body();
+        let mut body_bytes = 0u64;
+        while let Some(chunk) = body.data().await {
+            let chunk = chunk.map_err(|e| classify_h2(&e))?;
+            body_bytes += chunk.len() as u64;
+            let _ = body.flow_control().release_capacity(chunk.len());
+            if capture {
+                captured.keep(&chunk);
+            }
+        }
+        Ok((
+            Response {
+                status,
+                body_bytes,
+                keep_alive: true,
+            },
+            captured,
+        ))
+    }
 }
 
 /// `--insecure`: accepts any certificate but still checks handshake signatures.

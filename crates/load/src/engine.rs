@@ -23,7 +23,7 @@ use tokio::sync::{watch, Notify};
 use tokio::task::JoinSet;
 
 use crate::connection::{Connection, ConnectionSetup};
-use crate::plan::{LoadPlan, Model};
+use crate::plan::{self, LoadPlan, Model, VuStage};
 use crate::recorder::{NamedOutcome, WorkerMsg, WorkerRecorder};
 use crate::scenario::{self, VuState, Workload};
 use crate::schedule::ArrivalSchedule;
@@ -52,6 +52,9 @@ pub struct StopSignal {
     reason: Arc<Mutex<Option<String>>>,
     /// The signal that stopped the run (SIGINT, SIGTERM, SIGHUP), 0 when none did.
     signal: Arc<std::sync::atomic::AtomicI32>,
+    /// Ends the running phase as if its time were up (not early, not interrupted): a
+    /// warm-up that has settled. Cleared when a phase starts.
+    phase_done: Arc<AtomicBool>,
 }
 
 impl StopSignal {
@@ -81,6 +84,11 @@ impl StopSignal {
             0 => None,
             s => Some(s),
         }
+    }
+
+    /// Ends the phase that is running now as complete: the next phase runs as planned.
+    pub fn end_phase(&self) {
+        self.phase_done.store(true, Ordering::SeqCst);
     }
 
     pub fn is_stopped(&self) -> bool {
@@ -132,7 +140,9 @@ fn origin_setups(plan: &LoadPlan) -> Result<Vec<ConnectionSetup>, String> {
     plan.workload.as_ref().map_or(Ok(Vec::new()), |w| {
         w.origins
             .iter()
-            .map(|t| ConnectionSetup::for_origin(t, plan.insecure, plan.connect_timeout))
+            .map(|t| {
+                ConnectionSetup::for_origin(t, plan.insecure, plan.connect_timeout, plan.http2)
+            })
             .collect()
     })
 }
@@ -229,6 +239,27 @@ impl PhaseShared {
     fn new_vu_id(&self) -> u64 {
         self.vus_made.fetch_add(1, Ordering::SeqCst) + 1
     }
+
+    /// Whether closed-model VU `g` is within the stages' count now.
+    fn vu_active(&self, stages: &[VuStage], g: usize) -> bool {
+        plan::vus_at(stages, self.t0.elapsed()) > g as f64
+    }
+}
+
+/// Waits until closed-model VU `g` is within the stages' count again; false when it never
+/// will be before the phase ends, or the phase stopped.
+async fn wait_until_active(
+    state: &WorkerLocal,
+    stages: &[VuStage],
+    g: usize,
+    stop: &mut watch::Receiver<bool>,
+) -> bool {
+    let Some(at) = plan::vu_active_from(stages, g, state.shared.t0.elapsed()) else {
+        return false;
+    };
+    let at = state.shared.t0 + at;
+    at < state.shared.deadline
+        && sleep_or_stop(at.saturating_duration_since(Instant::now()), stop).await
 }
 
 /// Runs one phase and calls `on_second` with each second's merged record, in order, as the
@@ -242,6 +273,7 @@ pub fn run_phase(
 ) -> Result<PhaseEnd, LoadError> {
     let setup = Arc::new(ConnectionSetup::new(plan).map_err(LoadError::Setup)?);
     let origins = Arc::new(origin_setups(plan).map_err(LoadError::Setup)?);
+    stop.phase_done.store(false, Ordering::SeqCst);
     let usage_before = SelfUsage::now();
     let threads = plan.threads;
     let open = matches!(plan.model, Model::Open { .. });
@@ -337,7 +369,8 @@ pub fn run_phase(
                 .or_else(|| origins.iter().find_map(ConnectionSetup::local_failure))
                 .or_else(|| shared.workload_failure())
                 .or_else(|| collector.dead_reason.clone());
-            let finished = shared.finished.load(Ordering::SeqCst);
+            let finished =
+                shared.finished.load(Ordering::SeqCst) || stop.phase_done.load(Ordering::SeqCst);
             if early.is_some() || finished || now >= shared.deadline {
                 shared
                     .stopped_early
@@ -397,6 +430,7 @@ pub fn run_phase(
         kiln_cpu_system_us: usage.system_us,
         kiln_max_rss_kib: usage.max_rss_kib,
         stopped_early: stop_reason,
+        ended_because: None,
     })
 }
 
@@ -833,6 +867,7 @@ async fn closed_connection(state: Rc<WorkerLocal>, global: usize, mut stop: watc
         connections,
         think_time,
         ramp_up,
+        ref stages,
     } = state.plan.model
     else {
         return;
@@ -847,11 +882,20 @@ async fn closed_connection(state: Rc<WorkerLocal>, global: usize, mut stop: watc
         return;
     }
     if let Some(workload) = state.plan.workload.clone() {
-        return closed_vu(state, workload, stop).await;
+        return closed_vu(state, workload, global, stop).await;
     }
     let mut slot = Slot::new(state.plan.timeout);
     let mut stop_now = state.shared.should_stop();
     while !stop_now {
+        if !stages.is_empty() && !state.shared.vu_active(stages, global) {
+            // Out of the stages' count: leave (closing the connection) until back in.
+            if slot.conn.take().is_some() {
+                state.recorder.borrow_mut().connections -= 1;
+            }
+            if !wait_until_active(&state, stages, global, &mut stop).await {
+                break;
+            }
+        }
         let had_connection = slot.conn.is_some();
         let done = send_and_record(&state, &mut slot, None).await;
         let failed_to_connect = slot.conn.is_none() && !had_connection;
@@ -912,8 +956,11 @@ struct Vu {
 }
 
 impl Vu {
-    fn new(state: &WorkerLocal, workload: &Workload) -> Self {
-        let id = state.shared.new_vu_id();
+    /// A VU numbered `id` (from 1, `$vu`): a closed model's VU keeps its place; an open
+    /// model's are numbered as made (`None`).
+    fn new(state: &WorkerLocal, workload: &Workload, id: Option<u64>) -> Self {
+        let made = state.shared.new_vu_id();
+        let id = id.unwrap_or(made);
         Self {
             state: VuState::new(id, workload, state.shared.t0_seed()),
             conns: workload.origins.iter().map(|_| None).collect(),
@@ -921,9 +968,9 @@ impl Vu {
         }
     }
 
-    /// Closes the VU's connections in the gauge.
-    fn close(self, state: &WorkerLocal) {
-        let open = self.conns.iter().filter(|c| c.is_some()).count() as u64;
+    /// Closes the VU's connections (counted in the gauge); its cookies and data stay.
+    fn close_connections(&mut self, state: &WorkerLocal) {
+        let open = self.conns.iter_mut().filter_map(Option::take).count() as u64;
         state.recorder.borrow_mut().connections -= open;
     }
 }
@@ -947,10 +994,21 @@ enum IterationEnd {
 async fn closed_vu(
     state: Rc<WorkerLocal>,
     workload: Arc<Workload>,
+    global: usize,
     mut stop: watch::Receiver<bool>,
 ) {
-    let mut vu = Vu::new(&state, &workload);
+    let mut vu = Vu::new(&state, &workload, Some(global as u64 + 1));
+    let stages = match &state.plan.model {
+        Model::Closed { stages, .. } => stages.as_slice(),
+        Model::Open { .. } => &[],
+    };
     while !state.shared.should_stop() {
+        if !stages.is_empty() && !state.shared.vu_active(stages, global) {
+            vu.close_connections(&state);
+            if !wait_until_active(&state, stages, global, &mut stop).await {
+                break;
+            }
+        }
         if !state.shared.take_iteration(&workload) {
             state.shared.finish();
             break;
@@ -972,7 +1030,7 @@ async fn closed_vu(
             }
         }
     }
-    vu.close(&state);
+    vu.close_connections(&state);
 }
 
 /// Open model with a plan: each arrival starts one iteration on this VU; its first request's
@@ -983,7 +1041,7 @@ async fn open_vu(
     arrivals: async_channel::Receiver<Instant>,
     mut stop: watch::Receiver<bool>,
 ) {
-    let mut vu = Vu::new(&state, &workload);
+    let mut vu = Vu::new(&state, &workload, None);
     // Connect before the first arrival so it is not charged for the handshake.
     if let (Some(setup), Some(conn)) = (state.origins.first(), vu.conns.first_mut()) {
         let _ = ensure_connected(&state, setup, conn).await;
@@ -1014,7 +1072,7 @@ async fn open_vu(
         }
         state.shared.idle.fetch_add(1, Ordering::Relaxed);
     }
-    vu.close(&state);
+    vu.close_connections(&state);
     state.shared.connection_tasks.fetch_sub(1, Ordering::SeqCst);
 }
 
@@ -1111,7 +1169,7 @@ async fn run_step(
     state.in_flight.set(state.in_flight.get() + 1);
     let outcome = vu
         .timer
-        .run(sent, c.send_request(&rendered.bytes, &step.method, true))
+        .run(sent, c.send_request(&rendered, &origin.authority, true))
         .await;
     state.in_flight.set(state.in_flight.get() - 1);
     let done = Instant::now();

@@ -42,7 +42,8 @@ impl Captured {
             .map(|(_, v)| v.as_slice())
     }
 
-    fn keep(&mut self, bytes: &[u8]) {
+    /// Keeps body bytes, up to [`MAX_CAPTURED_BODY`].
+    pub(crate) fn keep(&mut self, bytes: &[u8]) {
         let room = MAX_CAPTURED_BODY.saturating_sub(self.body.len());
         if bytes.len() > room {
             self.body_truncated = true;

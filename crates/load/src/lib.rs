@@ -20,5 +20,5 @@ pub mod template;
 
 pub use connection::Captured;
 pub use engine::{preflight, run_phase, LoadError, PhaseSpec, StopSignal};
-pub use plan::{Arrivals, LoadPlan, Model, PlanError, RateStage, RequestSpec, Target};
+pub use plan::{Arrivals, LoadPlan, Model, PlanError, RateStage, RequestSpec, Target, VuStage};
 pub use self_usage::SelfUsage;

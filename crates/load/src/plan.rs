@@ -254,6 +254,66 @@ impl RateStage {
     }
 }
 
+/// One stage of a closed model's VU ramp (k6's ramping-vus): go linearly to `target_vus`
+/// over `duration`; a zero duration jumps. VU `g` (from 0) runs iterations while the count
+/// is above `g`; one that falls out finishes its iteration first, as a user would.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct VuStage {
+    #[serde(serialize_with = "ser_secs")]
+    pub duration: Duration,
+    pub target_vus: usize,
+}
+
+/// The VU count the stages give at `elapsed` (from 0 before the first stage).
+pub fn vus_at(stages: &[VuStage], elapsed: Duration) -> f64 {
+    let mut from = 0.0;
+    let mut start = Duration::ZERO;
+    for s in stages {
+        let to = s.target_vus as f64;
+        if elapsed < start + s.duration {
+            let part = (elapsed - start).as_secs_f64() / s.duration.as_secs_f64();
+            return from + (to - from) * part;
+        }
+        start += s.duration;
+        from = to;
+    }
+    from
+}
+
+/// The first time at or after `elapsed`, within the stages, when VU `g` runs (the count is
+/// above `g`); `None` when it never runs again.
+pub fn vu_active_from(stages: &[VuStage], g: usize, elapsed: Duration) -> Option<Duration> {
+    let g = g as f64;
+    let mut from = 0.0;
+    let mut start = Duration::ZERO;
+    for s in stages {
+        let to = s.target_vus as f64;
+        let end = start + s.duration;
+        if end >= elapsed {
+            let at = elapsed.max(start);
+            if s.duration.is_zero() {
+                if to > g {
+                    return Some(at);
+                }
+            } else if vus_at(stages, at) > g && at < end {
+                return Some(at);
+            } else if to > g && to > from {
+                // Rising through g: the count passes g just after start + d (g - from) / (to - from).
+                let cross = s
+                    .duration
+                    .mul_f64(((g - from) / (to - from)).clamp(0.0, 1.0));
+                let cross = (start + cross + Duration::from_micros(1)).min(end);
+                if cross >= at {
+                    return Some(cross);
+                }
+            }
+        }
+        start = end;
+        from = to;
+    }
+    None
+}
+
 /// Parses `30s:100,60s:2000,30s:0`.
 pub fn parse_stages(text: &str) -> Result<Vec<RateStage>, PlanError> {
     let bad = |why: String| PlanError::BadStages {
@@ -310,6 +370,10 @@ pub enum Model {
         think_time: Duration,
         #[serde(serialize_with = "ser_secs")]
         ramp_up: Duration,
+        /// The VU count over time; `connections` is its most. Empty: all from the start (after
+        /// `ramp_up`).
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        stages: Vec<VuStage>,
     },
     /// Requests arrive on a schedule whatever the target does, as users do; latency counts
     /// from the scheduled time.
@@ -354,6 +418,8 @@ pub struct LoadPlan {
     /// Stop the run as interrupted when no response at all came for this long while
     /// requests failed.
     pub dead_after: Duration,
+    /// Speak HTTP/2 (ALPN `h2` over TLS, prior knowledge on plain TCP).
+    pub http2: bool,
     /// A plan's scenarios: each VU (closed) or arrival (open) runs iterations of these
     /// instead of sending `request` to `target`.
     pub workload: Option<std::sync::Arc<crate::scenario::Workload>>,
@@ -421,6 +487,7 @@ impl LoadPlan {
             "timeout_s": self.timeout.as_secs_f64(),
             "threads": self.threads,
             "insecure": self.insecure,
+            "http2": self.http2,
         })
     }
 }
@@ -541,7 +608,68 @@ mod tests {
         assert!(RequestSpec::parse_header("bad name: x").is_err());
     }
 
+    fn vu_stages(list: &[(u64, usize)]) -> Vec<VuStage> {
+        list.iter()
+            .map(|&(ms, n)| VuStage {
+                duration: Duration::from_millis(ms),
+                target_vus: n,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn vus_ramp_hold_and_leave_in_order() {
+        // 0 -> 4 over 2 s, 4 for 1 s, 4 -> 0 over 1 s.
+        let s = vu_stages(&[(2000, 4), (1000, 4), (1000, 0)]);
+        let ms = Duration::from_millis;
+        assert_eq!(vus_at(&s, ms(0)), 0.0);
+        assert_eq!(vus_at(&s, ms(1000)), 2.0);
+        assert_eq!(vus_at(&s, ms(2500)), 4.0);
+        assert_eq!(vus_at(&s, ms(3500)), 2.0);
+        // VU g starts as the count passes g: VU 0 at once, VU 3 at 1.5 s.
+        let start = |g| vu_active_from(&s, g, Duration::ZERO).unwrap().as_millis();
+        assert_eq!(start(0), 0);
+        assert_eq!(start(1), 500);
+        assert_eq!(start(3), 1500);
+        assert_eq!(vu_active_from(&s, 4, Duration::ZERO), None);
+        // On the way down VU 3 leaves first (at 3.25 s) and does not come back.
+        assert_eq!(vu_active_from(&s, 3, ms(3200)), Some(ms(3200)));
+        assert_eq!(vu_active_from(&s, 3, ms(3300)), None);
+        assert_eq!(vu_active_from(&s, 0, ms(3900)), Some(ms(3900)));
+        // A jump to 2 VUs up front, down to 0, back up to 3.
+        let s = vu_stages(&[(0, 2), (1000, 0), (1000, 3)]);
+        assert_eq!(vu_active_from(&s, 1, Duration::ZERO), Some(Duration::ZERO));
+        let back = vu_active_from(&s, 1, ms(600)).unwrap();
+        assert!(back > ms(1333) && back < ms(1334), "{back:?}");
+        assert_eq!(vu_active_from(&s, 2, ms(0)).unwrap().as_millis(), 1666);
+    }
+
     proptest::proptest! {
+        /// The first time VU g runs is when the count is above g, and never before.
+        #[test]
+        fn a_vu_runs_exactly_while_the_count_is_above_it(
+            list in proptest::collection::vec((0u64..3000, 0usize..8), 1..5),
+            g in 0usize..8,
+            from_ms in 0u64..8000,
+        ) {
+            let s = vu_stages(&list);
+            let total: Duration = s.iter().map(|s| s.duration).sum();
+            let from = Duration::from_millis(from_ms);
+            let found = vu_active_from(&s, g, from);
+            let until = found.unwrap_or(total).min(total);
+            let mut t = from;
+            while t + Duration::from_millis(5) < until {
+                proptest::prop_assert!(vus_at(&s, t) <= g as f64 + 1e-9, "{t:?} before {found:?}");
+                t += Duration::from_millis(5);
+            }
+            if let Some(at) = found {
+                proptest::prop_assert!(at >= from && at <= total);
+                let after = (at + Duration::from_micros(1)).min(total);
+                let up = vus_at(&s, at).max(vus_at(&s, after));
+                proptest::prop_assert!(up > g as f64 - 1e-6, "at {at:?}: {up}");
+            }
+        }
+
         #[test]
         fn no_text_panics_the_parsers(text in ".{0,60}") {
             let _ = parse_duration(&text);

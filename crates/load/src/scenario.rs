@@ -12,7 +12,7 @@ use http::{HeaderName, HeaderValue, Method};
 use regex::Regex;
 use serde_json_path::JsonPath;
 
-use crate::connection::Captured;
+use crate::connection::{Captured, RequestParts};
 use crate::feeder::{Feeder, Row, VuCursor};
 use crate::plan::Target;
 use crate::template::{RenderContext, Template};
@@ -413,20 +413,14 @@ impl VuState {
     }
 }
 
-/// A step's request rendered for this iteration.
-pub struct Rendered {
-    pub bytes: Vec<u8>,
-}
-
-/// Renders a step's request into HTTP/1.1 bytes: its templates, the VU's cookies, the
-/// origin's Basic auth. An unset variable is returned by its slot; a header value that is
+/// Renders a step's request: its templates, the VU's cookies, the origin's Basic auth. An unset variable is returned by its slot; a header value that is
 /// not valid after rendering by its name.
 pub fn render_request(
     step: &Step,
     origin: &Target,
     jar: &CookieJar,
     cx: &mut RenderContext<'_>,
-) -> Result<Rendered, RenderError> {
+) -> Result<RequestParts, RenderError> {
     let path = step.path.render_to_string(cx).map_err(RenderError::Unset)?;
     let mut headers = Vec::with_capacity(step.headers.len() + 2);
     for (name, value) in &step.headers {
@@ -457,14 +451,11 @@ pub fn render_request(
     {
         return Err(RenderError::BadPath(path));
     }
-    Ok(Rendered {
-        bytes: crate::http1::encode_request(
-            &step.method,
-            &path,
-            &origin.authority,
-            &headers,
-            body.as_bytes(),
-        ),
+    Ok(RequestParts {
+        method: step.method.clone(),
+        path,
+        headers,
+        body: body.into(),
     })
 }
 
@@ -705,7 +696,14 @@ mod tests {
             rng: &mut rng,
         };
         let r = render_request(&s, &origin, &jar, &mut cx).unwrap();
-        let text = String::from_utf8(r.bytes).unwrap();
+        let bytes = crate::http1::encode_request(
+            &r.method,
+            &r.path,
+            &origin.authority,
+            &r.headers,
+            &r.body,
+        );
+        let text = String::from_utf8(bytes).unwrap();
         assert!(text.starts_with("GET /u/7 HTTP/1.1\r\nhost: 127.0.0.1:9\r\nx-token: 7\r\ncookie: a=1\r\nauthorization: Basic "), "{text}");
         let values = [Some("7 HTTP/1.1\r\nx: y".to_string())];
         let mut cx = RenderContext {

@@ -177,6 +177,45 @@ impl Template {
         Ok(Self { parts })
     }
 
+    /// The templates one after another, as one.
+    pub fn concat(templates: impl IntoIterator<Item = Template>) -> Self {
+        let mut parts: Vec<Part> = Vec::new();
+        for t in templates {
+            for p in t.parts {
+                match (parts.last_mut(), p) {
+                    (Some(Part::Text(last)), Part::Text(t)) => last.push_str(&t),
+                    (_, p) => parts.push(p),
+                }
+            }
+        }
+        Self { parts }
+    }
+
+    /// Percent-encoded as a form field's name or value: its text now, and every value
+    /// without a filter of its own when rendered.
+    pub fn form_encoded(self) -> Self {
+        let parts = self
+            .parts
+            .into_iter()
+            .map(|p| match p {
+                Part::Text(t) => Part::Text(apply(Filter::Url, &t)),
+                other => with_default_filter(other, Filter::Url),
+            })
+            .collect();
+        Self { parts }
+    }
+
+    /// For a JSON body written as YAML (the text is JSON already): every value without a
+    /// filter of its own is escaped for the JSON string it stands in.
+    pub fn json_escaped(self) -> Self {
+        let parts = self
+            .parts
+            .into_iter()
+            .map(|p| with_default_filter(p, Filter::Json))
+            .collect();
+        Self { parts }
+    }
+
     /// The slots this template reads.
     pub fn vars(&self) -> impl Iterator<Item = usize> + '_ {
         self.parts.iter().filter_map(|p| match p {
@@ -274,6 +313,14 @@ fn parse_builtin(text: &str) -> Result<Builtin, String> {
             Builtin::RandomInt(lo, hi)
         }
     })
+}
+
+fn with_default_filter(part: Part, filter: Filter) -> Part {
+    match part {
+        Part::Var(slot, Filter::None) => Part::Var(slot, filter),
+        Part::Builtin(b, Filter::None) => Part::Builtin(b, filter),
+        other => other,
+    }
 }
 
 fn apply(filter: Filter, value: &str) -> String {

@@ -15,6 +15,7 @@ fn closed(connections: usize) -> Model {
         connections,
         think_time: Duration::ZERO,
         ramp_up: Duration::ZERO,
+        stages: Vec::new(),
     }
 }
 
@@ -38,6 +39,7 @@ fn plan(target: &TargetServer, model: Model, secs: u64) -> LoadPlan {
         threads: 2,
         insecure: false,
         dead_after: Duration::from_secs(5),
+        http2: false,
         workload: None,
     }
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use http::HeaderName;
 use kiln_load::feeder::{AtEnd, Feeder, Order, Share};
-use kiln_load::plan::{parse_duration, RateStage};
+use kiln_load::plan::{parse_duration, RateStage, VuStage};
 use kiln_load::scenario::{
     Check, CheckKind, DataUse, Expected, Extract, ExtractFrom, Scenario, Step, Think, Workload,
 };
@@ -163,6 +163,7 @@ pub fn compile(
         scenarios,
         load,
         thresholds,
+        http2,
     } = parsed;
     let mut load = load.map(|l| l.value).unwrap_or_default();
     apply_sets(&mut cx, sets, &mut vars, &mut load)?;
@@ -309,6 +310,7 @@ pub fn compile(
         duration,
         timeout,
         warmup,
+        http2,
         thresholds: thresholds
             .iter()
             .map(|t| Located {
@@ -353,10 +355,18 @@ fn apply_sets(
         let var = key.strip_prefix("vars.").unwrap_or(key);
         let v = Some(located(value));
         match load_key {
-            Some("vus") => load.vus = v,
+            // As k6's --vus and --duration: a flat load in place of the plan's VU stages.
+            Some(k @ ("vus" | "ramp" | "duration")) => {
+                if load.has_vu_stages() {
+                    load.stages = None;
+                }
+                match k {
+                    "vus" => load.vus = v,
+                    "ramp" => load.ramp = v,
+                    _ => load.duration = v,
+                }
+            }
             Some("max_vus") => load.max_vus = v,
-            Some("ramp") => load.ramp = v,
-            Some("duration") => load.duration = v,
             Some("iterations") => load.iterations = v,
             Some("rate") => {
                 load.rate = v;
@@ -541,7 +551,12 @@ fn flatten_step(
             .steps
             .as_ref()
             .ok_or_else(|| cx.err_at(at, "a group needs steps:"))?;
-        if s.url.is_some() || s.method.is_some() || s.body.is_some() || s.json.is_some() {
+        if s.url.is_some()
+            || s.method.is_some()
+            || s.body.is_some()
+            || s.json.is_some()
+            || s.form.is_some()
+        {
             return Err(cx.err_at(at, "a group has steps:, not a request of its own"));
         }
         if depth >= MAX_GROUP_DEPTH {
@@ -592,23 +607,46 @@ fn flatten_step(
             headers.push((n.clone(), v.clone()));
         }
     }
-    let body = match (&s.body, &s.json) {
-        (Some(_), Some(j)) => {
-            return Err(cx.err_at(j.referenced, "a step has body: or json:, not both"))
+    let mut content_type = |value: &str| {
+        if !headers.iter().any(|(h, _)| h == http::header::CONTENT_TYPE) {
+            headers.push((http::header::CONTENT_TYPE, Template::literal(value)));
         }
-        (Some(b), None) => cx.template(b)?,
-        (None, Some(j)) => {
+    };
+    let body = match (&s.body, &s.json, &s.form) {
+        (Some(b), None, None) => cx.template(b)?,
+        (None, Some(j), None) => {
             let text = serde_json::to_string(&j.value)
                 .map_err(|e| cx.err_at(j.referenced, e.to_string()))?;
-            if !headers.iter().any(|(h, _)| h == http::header::CONTENT_TYPE) {
-                headers.push((
-                    http::header::CONTENT_TYPE,
-                    Template::literal("application/json"),
-                ));
-            }
+            content_type("application/json");
+            // A value stands inside a JSON string: a quote in a user name stays in the string.
             cx.template(&Spanned::new(Scalar(text), j.referenced, j.defined))?
+                .json_escaped()
         }
-        (None, None) => Template::default(),
+        (None, None, Some(f)) => {
+            content_type("application/x-www-form-urlencoded");
+            let mut fields = Vec::new();
+            for (i, (name, value)) in f.value.iter().enumerate() {
+                if i > 0 {
+                    fields.push(Template::literal("&"));
+                }
+                fields.push(Template::literal(name).form_encoded());
+                fields.push(Template::literal("="));
+                fields.push(cx.template(value)?.form_encoded());
+            }
+            Template::concat(fields)
+        }
+        (None, None, None) => Template::default(),
+        _ => {
+            let at = [
+                s.json.as_ref().map(|j| j.referenced),
+                s.form.as_ref().map(|f| f.referenced),
+            ]
+            .into_iter()
+            .flatten()
+            .next()
+            .unwrap_or(at);
+            return Err(cx.err_at(at, "a step has one of body:, json:, form:"));
+        }
     };
 
     // Every variable used must be set by now: by vars/--set, the scenario's data, or an
@@ -836,7 +874,8 @@ fn load_shape(
     if let (Some(d), Some(t)) = (duration, &load.duration) {
         range(t, !d.is_zero(), "duration must be more than 0")?;
     }
-    let open = load.rate.is_some() || load.stages.is_some();
+    let vu_stages = load.has_vu_stages();
+    let open = load.rate.is_some() || (load.stages.is_some() && !vu_stages);
     if !open {
         for (t, what) in [(&load.max_vus, "max_vus"), (&load.arrivals, "arrivals")] {
             if let Some(t) = t {
@@ -861,10 +900,23 @@ fn load_shape(
             Duration::from_secs(10)
         });
         let ramp = optional_duration(cx, load.ramp.as_ref())?.unwrap_or_default();
+        if let Some(list) = load.stages.as_ref().filter(|_| vu_stages) {
+            let stages = vu_stages_of(cx, load, list, vus.unwrap_or(0))?;
+            let total = stages.iter().map(|s| s.duration).sum();
+            let most = stages.iter().map(|s| s.target_vus).max().unwrap_or(0);
+            let model = Model::Closed {
+                connections: most,
+                think_time: Duration::ZERO,
+                ramp_up: Duration::ZERO,
+                stages,
+            };
+            return Ok((model, total, iterations));
+        }
         let model = Model::Closed {
             connections: vus.unwrap_or(1),
             think_time: Duration::ZERO,
             ramp_up: ramp,
+            stages: Vec::new(),
         };
         return Ok((model, duration, iterations));
     }
@@ -890,11 +942,14 @@ fn load_shape(
             let mut stages = Vec::new();
             for s in list {
                 let d = parse_dur(cx, &s.value.duration.0, s.referenced)?;
-                let rate: f64 = s.value.rate.0.trim().parse().map_err(|_| {
-                    cx.err_at(
+                let Some(rate) = s.value.rate.as_ref().filter(|_| s.value.vus.is_none()) else {
+                    return Err(cx.err_at(
                         s.referenced,
-                        format!("rate: '{}' is not a number", s.value.rate.0),
-                    )
+                        "each stage has a rate: (open model) or each has vus: (closed), not both",
+                    ));
+                };
+                let rate: f64 = rate.0.trim().parse().map_err(|_| {
+                    cx.err_at(s.referenced, format!("rate: '{}' is not a number", rate.0))
                 })?;
                 if !(0.0..=10_000_000.0).contains(&rate) {
                     return Err(cx.err_at(s.referenced, "a stage's rate is 0 to 10000000"));
@@ -962,6 +1017,68 @@ fn load_shape(
         total,
         None,
     ))
+}
+
+/// A closed model's VU stages, from `start` VUs: each stage has `vus:` and no `rate:`; the
+/// stages give the duration (no `duration:` or `ramp:` beside them).
+fn vu_stages_of(
+    cx: &Ctx,
+    load: &schema::LoadFile,
+    list: &[Spanned<schema::StageFile>],
+    start: usize,
+) -> Result<Vec<VuStage>, PlanFileError> {
+    for (t, what) in [(&load.duration, "duration"), (&load.ramp, "ramp")] {
+        if let Some(t) = t {
+            return Err(cx.err_at(
+                t.referenced,
+                format!("with stages:, the stages give the {what}"),
+            ));
+        }
+    }
+    let mut stages = Vec::new();
+    if start > 0 {
+        stages.push(VuStage {
+            duration: Duration::ZERO,
+            target_vus: start,
+        });
+    }
+    for s in list {
+        let Some(vus) = s.value.vus.as_ref().filter(|_| s.value.rate.is_none()) else {
+            return Err(cx.err_at(
+                s.referenced,
+                "each stage has a rate: (open model) or each has vus: (closed), not both",
+            ));
+        };
+        let n: usize = vus
+            .0
+            .trim()
+            .parse()
+            .ok()
+            .filter(|n| *n <= 100_000)
+            .ok_or_else(|| {
+                cx.err_at(
+                    s.referenced,
+                    format!("vus: '{}' is not a number of VUs (0 to 100000)", vus.0),
+                )
+            })?;
+        stages.push(VuStage {
+            duration: parse_dur(cx, &s.value.duration.0, s.referenced)?,
+            target_vus: n,
+        });
+    }
+    let at = list.first().map_or(Location::UNKNOWN, |s| s.referenced);
+    if stages
+        .iter()
+        .map(|s| s.duration)
+        .sum::<Duration>()
+        .is_zero()
+    {
+        return Err(cx.err_at(at, "the stages last no time"));
+    }
+    if stages.iter().all(|s| s.target_vus == 0) {
+        return Err(cx.err_at(at, "the stages never run a VU"));
+    }
+    Ok(stages)
 }
 
 fn clock_seed() -> u64 {

@@ -31,6 +31,8 @@ pub struct Plan {
     pub duration: Duration,
     pub timeout: Option<Duration>,
     pub warmup: Option<Duration>,
+    /// `http2: true`: speak HTTP/2.
+    pub http2: bool,
     /// Thresholds as written, with where (the binary parses them).
     pub thresholds: Vec<Located>,
     /// Scenario names and their steps' names, for `kiln plan check`.

@@ -62,6 +62,9 @@ pub struct PlanFile {
     pub load: Option<Spanned<LoadFile>>,
     #[serde(default)]
     pub thresholds: Vec<Text>,
+    /// Speak HTTP/2 (ALPN over TLS, prior knowledge over plain TCP).
+    #[serde(default)]
+    pub http2: bool,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -111,6 +114,9 @@ pub struct StepFile {
     pub body: Option<Text>,
     /// A JSON body written as YAML; sent with `content-type: application/json`.
     pub json: Option<Spanned<serde_json::Value>>,
+    /// Form fields, in order; sent URL-encoded with
+    /// `content-type: application/x-www-form-urlencoded`.
+    pub form: Option<Spanned<indexmap::IndexMap<String, Text>>>,
     #[serde(default)]
     pub extract: BTreeMap<String, Spanned<ExtractFile>>,
     pub check: Option<Spanned<CheckFile>>,
@@ -269,7 +275,8 @@ pub struct LoadFile {
     pub iterations: Option<Text>,
     /// Open model: iterations started per second.
     pub rate: Option<Text>,
-    /// Open model: `[{duration: 30s, rate: 100}, ...]`, each ramping from the last.
+    /// Open model: `[{duration: 30s, rate: 100}, ...]`, each ramping from the last; closed
+    /// model: `[{duration: 30s, vus: 50}, ...]` (from `vus:`, 0 if unset).
     pub stages: Option<Vec<Spanned<StageFile>>>,
     /// `uniform` or `poisson`.
     pub arrivals: Option<Text>,
@@ -282,5 +289,16 @@ pub struct LoadFile {
 #[serde(deny_unknown_fields)]
 pub struct StageFile {
     pub duration: Scalar,
-    pub rate: Scalar,
+    pub rate: Option<Scalar>,
+    pub vus: Option<Scalar>,
+}
+
+impl LoadFile {
+    /// Stages that give VU counts (a closed model) rather than rates.
+    pub fn has_vu_stages(&self) -> bool {
+        self.stages
+            .iter()
+            .flatten()
+            .any(|s| s.value.vus.is_some() && s.value.rate.is_none())
+    }
 }

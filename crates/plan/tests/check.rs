@@ -146,6 +146,38 @@ fn set_overrides_load_settings_and_variables() {
 }
 
 #[test]
+fn vu_stages_make_a_closed_ramp_and_set_vus_flattens_it() {
+    let text = "scenarios:\n  - name: a\n    steps:\n      - url: http://127.0.0.1:1/\nload:\n  vus: 2\n  iterations: 50\n  stages:\n    - {duration: 10s, vus: 8}\n    - {duration: 5s, vus: 0}\n";
+    let plan = check(text, &[]).unwrap();
+    match &plan.model {
+        Model::Closed {
+            connections,
+            stages,
+            ..
+        } => {
+            assert_eq!(*connections, 8, "the most VUs");
+            let vus: Vec<usize> = stages.iter().map(|s| s.target_vus).collect();
+            assert_eq!(vus, [2, 8, 0], "from vus: 2 at once");
+            assert_eq!(stages[0].duration, Duration::ZERO);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(plan.duration, Duration::from_secs(15));
+    assert_eq!(plan.workload.iterations, Some(50));
+    // As k6's --vus: a flat load in place of the stages.
+    let plan = check(text, &[("vus", "3"), ("duration", "4s")]).unwrap();
+    match &plan.model {
+        Model::Closed {
+            connections,
+            stages,
+            ..
+        } => assert_eq!((*connections, stages.len()), (3, 0)),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(plan.duration, Duration::from_secs(4));
+}
+
+#[test]
 fn each_mistake_is_one_error_at_its_place() {
     let cases: &[(&str, &str, (u64, u64), &str)] = &[
         (
@@ -237,6 +269,30 @@ fn each_mistake_is_one_error_at_its_place() {
             "scenarios:\n  - name: a\n    steps:\n      - url: http://127.0.0.1:1/\n        check:\n          status: 999\n",
             (6, 19),
             "not an HTTP status",
+        ),
+        (
+            "two bodies",
+            "scenarios:\n  - name: a\n    steps:\n      - url: http://127.0.0.1:1/\n        body: x\n        form: {a: b}\n",
+            (6, 15),
+            "one of body:, json:, form:",
+        ),
+        (
+            "a stage with a rate and VUs",
+            "scenarios:\n  - name: a\n    steps:\n      - url: http://127.0.0.1:1/\nload:\n  stages:\n    - {duration: 1s, vus: 2}\n    - {duration: 1s, vus: 2, rate: 3}\n",
+            (8, 7),
+            "not both",
+        ),
+        (
+            "VU stages and a duration",
+            "scenarios:\n  - name: a\n    steps:\n      - url: http://127.0.0.1:1/\nload:\n  duration: 5s\n  stages:\n    - {duration: 1s, vus: 2}\n",
+            (6, 13),
+            "the stages give the duration",
+        ),
+        (
+            "VU stages that run no VU",
+            "scenarios:\n  - name: a\n    steps:\n      - url: http://127.0.0.1:1/\nload:\n  stages:\n    - {duration: 1s, vus: 0}\n",
+            (7, 7),
+            "never run a VU",
         ),
         (
             "no scenarios",

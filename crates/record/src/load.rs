@@ -258,6 +258,10 @@ pub struct PhaseEnd {
     /// Why the phase stopped early, if it did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stopped_early: Option<String>,
+    /// Why a phase of no fixed length ended when it did (`--warmup auto`: what had settled,
+    /// or that its cap came first).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_because: Option<String>,
 }
 
 /// One line of the `load-seconds` part.

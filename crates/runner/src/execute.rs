@@ -18,6 +18,13 @@ use kiln_sample::{
     Doctor, DoctorRecord, ProcFs, ResourceSecond, Sampler, DOCTOR_FILE, DOCTOR_PART, RESOURCES_PART,
 };
 
+use kiln_runtime::watch::Depth;
+
+use crate::warmup::Settle;
+use kiln_runtime::{RuntimeInfo, RuntimeSecond};
+
+use crate::runtime_watch::RuntimeWatcher;
+
 use crate::dir::{create_run_dir, or_fail};
 use crate::profile_parts;
 use crate::query_parts::{self, QuerySettings};
@@ -39,6 +46,8 @@ pub struct RunOutcome {
     pub phases: Vec<PhaseSummary>,
     /// The sampler's seconds, when a process was watched.
     pub resources: Vec<ResourceSecond>,
+    /// The watched process's runtime and its own figures per second (a JVM's GC, ...).
+    pub runtime: Option<(RuntimeInfo, Vec<RuntimeSecond>)>,
     /// The profile's record (`profile.json`), when the run was profiled.
     pub profile: Option<serde_json::Value>,
     /// The off-CPU profile's record (`offcpu.json`), when one was taken.
@@ -75,6 +84,11 @@ pub struct RunSpec<'a> {
     pub name: &'a str,
     /// A process to sample beside the load.
     pub watch_pid: Option<i32>,
+    /// How deep to look into its runtime (thread dumps with `Deep`).
+    pub runtime_depth: Depth,
+    /// The warm-up (the phase not measured) ends when the target has settled, its duration
+    /// being the cap (`--warmup auto`).
+    pub warmup_auto: bool,
     /// Profile the watched process over the measured phases at this frequency.
     pub profile_hz: Option<u32>,
     /// Also record where its threads leave the CPU (every context switch, with its stack).
@@ -91,6 +105,8 @@ pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut dyn Progress) -> Res
         out,
         name,
         watch_pid,
+        runtime_depth,
+        warmup_auto,
         profile_hz,
         off_cpu,
         otlp,
@@ -121,6 +137,10 @@ pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut dyn Progress) -> Res
         )?),
         None => None,
     };
+    let runtime_watcher = match watch_pid {
+        Some(pid) => Some(RuntimeWatcher::start(&mut dir, pid, runtime_depth)?),
+        None => None,
+    };
     let mut phases = Vec::new();
     let mut write_error = None;
     let mut early: Option<String> = None;
@@ -144,7 +164,20 @@ pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut dyn Progress) -> Res
         let mut summary = PhaseSummary::new(&spec.name);
         live.start_phase(&spec.name, phase_plan.duration.as_secs());
         let phase_started = unix_ns_now();
+        let mut settle = (warmup_auto && !spec.measured).then(Settle::default);
+        let mut settled = None;
+        let jit = runtime_watcher.as_ref().map(|w| w.jit_ms.clone());
         let ran = kiln_load::run_phase(&phase_plan, spec, stop, &mut |second| {
+            if let (Some(judge), None) = (settle.as_mut(), &settled) {
+                let jit_ms = jit
+                    .as_ref()
+                    .and_then(|j| j.lock().ok().map(|v| v.clone()))
+                    .unwrap_or_default();
+                settled = judge.second(second.requests, &jit_ms);
+                if settled.is_some() {
+                    stop.end_phase();
+                }
+            }
             summary.add_second(second);
             live.second(second);
             if write_error.is_none() {
@@ -154,7 +187,10 @@ pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut dyn Progress) -> Res
                 }
             }
         });
-        let end = or_fail(&mut dir, ran.map_err(Into::into))?;
+        let mut end = or_fail(&mut dir, ran.map_err(Into::into))?;
+        if end.stopped_early.is_none() {
+            end.ended_because = settled.or_else(|| settle.map(|s| s.unsettled()));
+        }
         if spec.measured {
             let from = measured_window.map_or(phase_started, |(from, _)| from);
             measured_window = Some((from, unix_ns_now()));
@@ -170,6 +206,7 @@ pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut dyn Progress) -> Res
         }
     }
     let resources = watcher.map(ResourceWatcher::finish).unwrap_or_default();
+    let runtime = runtime_watcher.map(|w| w.finish(&mut dir, &mut warnings));
     let (mut profile, mut off_cpu) = (None, None);
     for p in profilers {
         let event = p.event;
@@ -215,6 +252,7 @@ pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut dyn Progress) -> Res
         dir,
         phases,
         resources,
+        runtime,
         profile,
         off_cpu,
         queries,

@@ -8,6 +8,8 @@ pub mod dir;
 pub mod execute;
 pub mod profile_parts;
 pub mod query_parts;
+pub mod runtime_watch;
+pub mod warmup;
 
 pub use dir::{create_run_dir, error_text, or_fail};
 pub use execute::{execute, OtlpSpec, Progress, RunOutcome, RunSpec, Silent, HLOG_PART};

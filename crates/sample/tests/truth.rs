@@ -163,7 +163,9 @@ fn a_listener_whose_accept_queue_is_full_shows_listen_overflows() {
         .cloned()
         .expect("the listener's backlog");
     assert_eq!(limit, 1);
-    assert_eq!(queued, connected as u64);
+    // a client may count itself connected whose last ACK the full queue dropped: the queue
+    // holds the connected ones up to its 2
+    assert_eq!(queued, (connected as u64).min(2));
 }
 
 #[test]

@@ -5,6 +5,7 @@
 //! distribution a client should see. They count what they answered, so a load tool's request
 //! count can be checked against the server's. Never for production use: no limits at all.
 
+pub mod h2;
 pub mod planted;
 pub mod postgres;
 pub mod shop_api;
@@ -410,7 +411,7 @@ pub fn read_request<S: Read + Write>(
     Ok(Some(request))
 }
 
-fn self_signed_tls() -> io::Result<Arc<rustls::ServerConfig>> {
+pub(crate) fn self_signed_tls() -> io::Result<Arc<rustls::ServerConfig>> {
     let other = io::Error::other;
     let cert = rcgen::generate_simple_self_signed(vec!["localhost".into(), "127.0.0.1".into()])
         .map_err(|e| other(e.to_string()))?;

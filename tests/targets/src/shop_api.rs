@@ -4,12 +4,15 @@
 //! can be checked against the server's own.
 //!
 //! Routes:
-//! - `POST /login` with `{"user": U, "password": P}`: 200 `{"token": T, "user": U}` and
-//!   `Set-Cookie: sid=...` when P is the password, else 401;
+//! - `POST /login` with `{"user": U, "password": P}` (or the same as a URL-encoded form):
+//!   200 `{"token": T, "user": U}` and `Set-Cookie: sid=...` when P is the password, else 401;
 //! - `GET /orders/{id}` with `Authorization: Bearer T`: 200 `{"order": id, "user": U}`,
 //!   401 for a token it did not issue;
 //! - `GET /cart` with the session cookie: 200 `{"items": 3}`, 401 without it;
 //! - `GET /health`: 200 `ok`; anything else 404.
+//!
+//! A request with an `x-vu` header is also counted under that VU, with the time it was
+//! first seen, so a ramp's VUs can be checked against when they were due.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::{self, Write};
@@ -17,7 +20,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::read_request;
 
@@ -33,6 +36,15 @@ struct State {
     token_failures: u64,
     cookie_failures: u64,
     bad_logins: u64,
+    vus: BTreeMap<String, VuSeen>,
+}
+
+/// One VU's requests as the server saw them (by its `x-vu` header).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VuSeen {
+    pub first: Instant,
+    pub last: Instant,
+    pub requests: u64,
 }
 
 pub struct ShopApi {
@@ -116,6 +128,11 @@ impl ShopApi {
         s.unwrap_or_default()
     }
 
+    /// Requests per `x-vu` header value.
+    pub fn vus(&self) -> BTreeMap<String, VuSeen> {
+        self.state.lock().map(|s| s.vus.clone()).unwrap_or_default()
+    }
+
     /// Tokens issued so far.
     pub fn issued(&self) -> u64 {
         self.next.load(Ordering::SeqCst) - 1
@@ -174,11 +191,20 @@ impl Server {
             None => format!("{} /", req.method),
         };
         *s.routes.entry(route.clone()).or_default() += 1;
+        if let Some(vu) = req.header("x-vu") {
+            let now = Instant::now();
+            let seen = s.vus.entry(vu.to_string()).or_insert(VuSeen {
+                first: now,
+                last: now,
+                requests: 0,
+            });
+            seen.last = now;
+            seen.requests += 1;
+        }
         match route.as_str() {
             "POST /login" => {
-                let body: serde_json::Value = serde_json::from_slice(&req.body).unwrap_or_default();
-                let user = body["user"].as_str().unwrap_or("").to_string();
-                if user.is_empty() || body["password"].as_str() != Some(self.password.as_str()) {
+                let (user, password) = login_fields(req);
+                if user.is_empty() || password != self.password {
                     s.bad_logins += 1;
                     return (401, vec![], r#"{"error":"bad login"}"#.into());
                 }
@@ -232,5 +258,22 @@ impl Server {
             "GET /health" => (200, vec![], r#""ok""#.into()),
             _ => (404, vec![], r#"{"error":"not found"}"#.into()),
         }
+    }
+}
+
+/// A login's user and password, from a JSON body or a URL-encoded form.
+fn login_fields(req: &crate::Request) -> (String, String) {
+    let form = req
+        .header("content-type")
+        .is_some_and(|t| t.starts_with("application/x-www-form-urlencoded"));
+    if form {
+        let mut fields: HashMap<String, String> =
+            form_urlencoded::parse(&req.body).into_owned().collect();
+        let user = fields.remove("user").unwrap_or_default();
+        (user, fields.remove("password").unwrap_or_default())
+    } else {
+        let body: serde_json::Value = serde_json::from_slice(&req.body).unwrap_or_default();
+        let field = |k: &str| body[k].as_str().unwrap_or("").to_string();
+        (field("user"), field("password"))
     }
 }

@@ -8,6 +8,7 @@ mod latency;
 mod offcpu;
 mod periodic;
 mod profile;
+mod runtime;
 mod sockets;
 
 #[cfg(test)]
@@ -39,6 +40,10 @@ pub const ALL: &[Rule] = &[
     sockets::RETRANSMITS,
     profile::CATEGORIES_RULE,
     offcpu::LOCK_CONTENTION,
+    runtime::GC_PAUSES,
+    runtime::JIT_WARMUP,
+    runtime::EXCEPTIONS,
+    runtime::BLOCKED_THREADS,
     db::DB_CALLS,
 ];
 

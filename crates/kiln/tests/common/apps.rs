@@ -342,3 +342,49 @@ pub fn java_under_agent(service: &str, endpoint: &str) -> Command {
         .stderr(Stdio::null());
     java
 }
+
+/// tests/apps/java_logs/LogShop compiled against real log4j2 (2.24.3, from Maven Central).
+pub struct LogShop {
+    classes: PathBuf,
+    classpath: String,
+}
+
+impl LogShop {
+    pub fn compile(dir: &Path) -> Self {
+        fetch("java-agent.sh");
+        let log4j = |name: &str| m2_jar("org.apache.logging.log4j", name, "2.24.3");
+        let classpath = format!("{}:{}", log4j("log4j-api"), log4j("log4j-core"));
+        let classes = dir.join("logshop-classes");
+        javac(
+            &[workspace().join("tests/apps/java_logs/LogShop.java")],
+            Some(&classpath),
+            &classes,
+        );
+        Self { classes, classpath }
+    }
+
+    /// Starts the shop, `planted` or `fixed`, with one of tests/apps/java_logs' log4j2
+    /// configurations, on its own port.
+    pub fn start(&self, mode: &str, config: &str) -> (Killed, u16) {
+        let port = free_port();
+        let app = workspace().join("tests/apps/java_logs");
+        let mut child = Command::new("java")
+            .arg("-XX:+PreserveFramePointer")
+            // the JDK's server answers in two writes: without this, Nagle and delayed ACKs
+            // add 40 ms
+            .arg("-Dsun.net.httpserver.nodelay=true")
+            .arg(format!(
+                "-Dlog4j2.configurationFile={}",
+                app.join(config).display()
+            ))
+            .arg("-cp")
+            .arg(format!("{}:{}", self.classes.display(), self.classpath))
+            .args(["LogShop", &port.to_string(), mode])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("java starts");
+        wait_port(port, &mut child, "LogShop");
+        (Killed(child), port)
+    }
+}

@@ -1,0 +1,716 @@
+//! Rules over the runtime's own figures (`--watch-*`; thread dumps with `--runtime deep`):
+//! time lost to GC pauses, and threads that wait for a lock another thread holds, with the
+//! holder's frame and a known cause named (log4j2's full ring buffer).
+
+use kiln_record::text::safe_text;
+use kiln_runtime::summary::{JvmSummary, RuntimeSummary};
+use serde_json::json;
+
+use super::{Draft, Rule};
+use crate::{RunRecord, Severity, Verdict};
+
+/// Paused for GC this share of the time or more is a finding (JDK Mission Control's "GC
+/// pauses" and "application halts" rules start warning at 5% and call 10% severe).
+const PAUSE_SHARE: f64 = 0.05;
+const PAUSE_SHARE_HIGH: f64 = 0.10;
+/// Below that share, GC still explains the tail when most slow seconds had a pause of at
+/// least this long...
+const TAIL_PAUSE_MS: f64 = 10.0;
+/// ...in at least this share of them...
+const TAIL_ALIGNED: f64 = 0.6;
+/// ...of at least this many slow seconds (a second whose p99 is twice the run's median p99).
+const MIN_SLOW_SECONDS: usize = 3;
+
+/// A lock is contended when threads wait for it in at least this share of the dumps...
+const SEEN_SHARE: f64 = 0.5;
+/// ...and this many on average.
+const MIN_WAITERS: f64 = 2.0;
+const MIN_DUMPS: u32 = 2;
+
+/// A second in which the JIT compiled this long (a tenth of a core) is a busy one...
+const JIT_BUSY_MS: f64 = 100.0;
+/// ...and the warm-up was not over when this many of the measured seconds were busy, at
+/// least this share of them (one or two busy seconds are the burst of new connections' code
+/// at a phase's start, not a warm-up).
+const JIT_BUSY_SECONDS: usize = 3;
+const JIT_BUSY_SHARE: f64 = 0.25;
+
+pub const JIT_WARMUP: Rule = Rule {
+    id: "runtime.jit-warmup",
+    judge: jit_warmup,
+};
+
+/// Exceptions a second at which JDK Mission Control's "Thrown Exceptions" rule warns, and at
+/// which it calls the rate severe.
+const EXCEPTIONS_PER_S: f64 = 5_000.0;
+const EXCEPTIONS_PER_S_HIGH: f64 = 10_000.0;
+
+pub const EXCEPTIONS: Rule = Rule {
+    id: "runtime.exceptions",
+    judge: exceptions,
+};
+
+pub const GC_PAUSES: Rule = Rule {
+    id: "runtime.gc-pauses",
+    judge: gc_pauses,
+};
+
+pub const BLOCKED_THREADS: Rule = Rule {
+    id: "runtime.blocked-threads",
+    judge: blocked_threads,
+};
+
+/// The runtime's summary when the runtime is a JVM whose figures were read, else why not.
+fn jvm_of(run: &RunRecord) -> Result<(&RuntimeSummary, &JvmSummary), Verdict> {
+    let Some(runtime) = &run.runtime else {
+        return Err(Verdict::Unjudged(
+            "the target's runtime was not watched (run with --watch-port PORT or --watch-pid \
+             PID)"
+                .into(),
+        ));
+    };
+    match (runtime.info.runtime.as_str(), &runtime.jvm) {
+        // nothing managed: no collector, no Java threads
+        ("native", _) => Err(Verdict::Clear),
+        ("jvm", Some(jvm)) => Ok((runtime, jvm)),
+        ("jvm", None) => Err(Verdict::Unjudged(format!(
+            "the JVM's figures could not be read: {}",
+            safe_text(&runtime.info.not_read.join("; "))
+        ))),
+        (other, _) => Err(Verdict::Unjudged(format!(
+            "kiln does not read {} runtimes' GC and threads yet",
+            safe_text(other)
+        ))),
+    }
+}
+
+/// Seconds whose p99 is at least twice the run's median p99 (and 5 ms above it), with the
+/// GC pause time of the runtime's second that covers each.
+fn slow_seconds(run: &RunRecord) -> Vec<(u64, u64, f64)> {
+    let mut p99s: Vec<u64> = run
+        .seconds
+        .iter()
+        .filter(|s| s.requests > 0)
+        .map(|s| s.p99_us)
+        .collect();
+    if p99s.is_empty() {
+        return Vec::new();
+    }
+    p99s.sort_unstable();
+    let median = p99s[p99s.len() / 2];
+    run.seconds
+        .iter()
+        .filter(|s| s.requests > 0 && s.p99_us >= 2 * median && s.p99_us >= median + 5_000)
+        .map(|s| {
+            // the runtime's second ending nearest this one (both end at their time)
+            let paused = run
+                .runtime_seconds
+                .iter()
+                .filter(|r| r.unix_ms.abs_diff(s.unix_ms) <= 500)
+                .filter_map(|r| r.jvm.as_ref())
+                .map(|j| j.gc_pause_ms)
+                .fold(0.0, f64::max);
+            (s.unix_ms, s.p99_us, paused)
+        })
+        .collect()
+}
+
+fn gc_pauses(run: &RunRecord) -> Verdict {
+    let (_, jvm) = match jvm_of(run) {
+        Ok(found) => found,
+        Err(verdict) => return verdict,
+    };
+    let share = jvm.gc_pause_share;
+    let slow = slow_seconds(run);
+    let aligned = slow.iter().filter(|s| s.2 >= TAIL_PAUSE_MS).count();
+    let explains_tail =
+        slow.len() >= MIN_SLOW_SECONDS && aligned as f64 >= TAIL_ALIGNED * slow.len() as f64;
+    if share < PAUSE_SHARE && !explains_tail {
+        return Verdict::Clear;
+    }
+    let mut evidence = vec![format!(
+        "{} GC pauses stopped the application for {:.0} ms: {:.1}% of the measured time",
+        jvm.gc_pauses,
+        jvm.gc_pause_ms,
+        100.0 * share
+    )];
+    let mut collectors = jvm.by_collector.clone();
+    collectors.sort_by(|a, b| b.pause_ms.total_cmp(&a.pause_ms));
+    for c in collectors.iter().filter(|c| c.pauses > 0).take(3) {
+        evidence.push(format!(
+            "{}: {} pauses, {:.0} ms, {:.1} ms each on average",
+            safe_text(&c.name),
+            c.pauses,
+            c.pause_ms,
+            c.pause_ms / c.pauses as f64
+        ));
+    }
+    if let Some(p) = &jvm.longest_pause {
+        evidence.push(format!(
+            "longest pause {:.1} ms ({})",
+            p.ms,
+            safe_text(&p.collector)
+        ));
+    }
+    if !slow.is_empty() {
+        evidence.push(format!(
+            "{aligned} of the {} slow seconds (p99 twice the run's median p99) had a GC pause \
+             of {TAIL_PAUSE_MS:.0} ms or more",
+            slow.len()
+        ));
+    }
+    let worst = collectors.first().map(|c| c.name.as_str()).unwrap_or("");
+    let full = worst.contains("full") || worst.contains("old") || worst.contains("MSC");
+    let (cause, fix) = if full {
+        (
+            "full collections stop every application thread while the whole heap is marked \
+             and compacted: something calls System.gc() (the application, RMI's periodic \
+             collection, direct-buffer allocation), or the old generation fills up (a heap \
+             too small for the live data, or a leak)",
+            "if the application or a library calls System.gc(): -XX:+DisableExplicitGC (or \
+             -XX:+ExplicitGCInvokesConcurrent to keep direct buffers freed); otherwise give \
+             the heap room (-Xmx) and see whether the heap after each collection keeps \
+             growing (a leak)",
+        )
+    } else {
+        (
+            "young collections stop the application each time the young generation fills: \
+             the allocation rate and the live data copied at each collection decide how often \
+             and how long",
+            "allocate less per request (the profile's allocation frames), give the young \
+             generation room (a larger -Xmx, or -Xmn), or set a pause goal \
+             (-XX:MaxGCPauseMillis) or a low-pause collector (-XX:+UseZGC) when the tail \
+             matters more than throughput",
+        )
+    };
+    let severity = if share >= PAUSE_SHARE_HIGH {
+        Severity::High
+    } else {
+        Severity::Medium
+    };
+    Verdict::Found(vec![Draft {
+        rule: GC_PAUSES.id,
+        key: "",
+        severity,
+        title: if share >= PAUSE_SHARE {
+            format!(
+                "The JVM stopped for garbage collection {:.1}% of the time",
+                100.0 * share
+            )
+        } else {
+            format!(
+                "GC pauses make the tail: {aligned} of {} slow seconds had a pause",
+                slow.len()
+            )
+        },
+        evidence,
+        window: run.window(),
+        cause: cause.into(),
+        fix: fix.into(),
+        impact: if share >= PAUSE_SHARE {
+            (share, "the measured time")
+        } else {
+            (
+                aligned as f64 / run.seconds.len().max(1) as f64,
+                "the measured seconds",
+            )
+        },
+        data: json!({"gc_pause_share": share, "gc_pauses": jvm.gc_pauses,
+            "gc_pause_ms": jvm.gc_pause_ms, "by_collector": collectors,
+            "slow_seconds": slow.len(), "slow_seconds_with_pause": aligned}),
+    }
+    .finish()])
+}
+
+/// The JIT compiler still busy in the measured seconds: the numbers mix compiling with the
+/// steady state, and the latency of the first seconds is not the service's.
+fn jit_warmup(run: &RunRecord) -> Verdict {
+    if let Err(verdict) = jvm_of(run) {
+        return verdict;
+    }
+    let jit: Vec<(u32, f64)> = run
+        .runtime_seconds
+        .iter()
+        .filter_map(|s| Some((s.second, s.jvm.as_ref()?.jit_ms?)))
+        .collect();
+    if jit.is_empty() {
+        return Verdict::Unjudged("this JVM does not count its JIT's compile time".into());
+    }
+    let busy: Vec<&(u32, f64)> = jit.iter().filter(|(_, ms)| *ms >= JIT_BUSY_MS).collect();
+    if busy.len() < JIT_BUSY_SECONDS || (busy.len() as f64) < JIT_BUSY_SHARE * jit.len() as f64 {
+        return Verdict::Clear;
+    }
+    let total_ms: f64 = jit.iter().map(|(_, ms)| ms).sum();
+    let share = total_ms / (1000.0 * jit.len() as f64);
+    let last_busy = busy.last().map_or(0, |(second, _)| *second);
+    let mut evidence = vec![
+        format!(
+            "the JIT compiled for {:.0} ms in the {} measured seconds: {:.0}% of a core",
+            total_ms,
+            jit.len(),
+            100.0 * share
+        ),
+        format!(
+            "{} of them had {JIT_BUSY_MS:.0} ms of compiling or more, the last at second {last_busy} of the watch",
+            busy.len()
+        ),
+    ];
+    let third = run.seconds.len() / 3;
+    if third >= 1 {
+        let rate = |s: &[crate::record::LoadPoint]| {
+            s.iter().map(|p| p.requests).sum::<u64>() as f64 / s.len() as f64
+        };
+        let (first, last) = (
+            rate(&run.seconds[..third]),
+            rate(&run.seconds[run.seconds.len() - third..]),
+        );
+        evidence.push(format!(
+            "throughput {first:.0}/s in the first third of the run, {last:.0}/s in the last"
+        ));
+    }
+    Verdict::Found(vec![Draft {
+        rule: JIT_WARMUP.id,
+        key: "",
+        severity: Severity::Medium,
+        title: format!(
+            "The JVM was still warming up: its JIT compiled in {} of {} measured seconds",
+            busy.len(),
+            jit.len()
+        ),
+        evidence,
+        window: run.window(),
+        cause: "the JIT compiler turns hot code into machine code in the first seconds or \
+                minutes under load; until it is done, requests run slower and the compiler \
+                threads take CPU, so the run measured a service still warming up"
+            .into(),
+        fix: "warm up before measuring: kiln run --warmup auto (ends when the JIT has gone \
+              quiet) or a longer --warmup; in production, warm up before taking traffic \
+              (a readiness check after a synthetic load, or CDS/AOT caches on newer JDKs)"
+            .into(),
+        impact: (share, "a core (compiling)"),
+        data: json!({"jit_ms": total_ms, "busy_seconds": busy.len(), "seconds": jit.len()}),
+    }
+    .finish()])
+}
+
+/// Exceptions created at a rate that costs CPU (each one walks the stack to fill it in).
+fn exceptions(run: &RunRecord) -> Verdict {
+    let (runtime, _) = match jvm_of(run) {
+        Ok(found) => found,
+        Err(verdict) => return verdict,
+    };
+    let (Some(rate), Some(thrown)) = (runtime.exceptions_per_s, runtime.exceptions) else {
+        return Verdict::Unjudged(
+            "no JFR recording was read (run with --runtime deep; a JDK with its jfr tool)".into(),
+        );
+    };
+    if rate < EXCEPTIONS_PER_S {
+        return Verdict::Clear;
+    }
+    let requests = run.measured().map_or(0, |m| m.totals.requests);
+    let mut evidence = vec![format!(
+        "the JVM created {rate:.0} exceptions a second ({thrown} over the measured load), \
+         counted by JFR's jdk.ExceptionStatistics"
+    )];
+    if requests > 0 {
+        evidence.push(format!(
+            "{:.1} per request ({requests} requests)",
+            thrown as f64 / requests as f64
+        ));
+    }
+    Verdict::Found(vec![Draft {
+        rule: EXCEPTIONS.id,
+        key: "",
+        severity: if rate >= EXCEPTIONS_PER_S_HIGH {
+            Severity::High
+        } else {
+            Severity::Medium
+        },
+        title: format!("The JVM creates {rate:.0} exceptions a second"),
+        evidence,
+        window: run.window(),
+        cause: "exceptions used for control flow (a cache miss, a parse that fails, a lookup \
+                that finds nothing): each one walks the thread's stack to record it, which \
+                costs far more than a returned value"
+            .into(),
+        fix: "return a value (null, Optional, a result type) where the miss is expected; \
+              where a library throws, check before calling it; a throwable that must stay can \
+              skip its stack (the four-argument Throwable constructor with \
+              writableStackTrace=false). --profile shows where they are built \
+              (fillInStackTrace)"
+            .into(),
+        impact: (
+            (rate / (2.0 * EXCEPTIONS_PER_S_HIGH)).min(1.0),
+            "the JMC severe rate, doubled",
+        ),
+        data: json!({"exceptions_per_s": rate, "exceptions": thrown, "requests": requests}),
+    }
+    .finish()])
+}
+
+fn blocked_threads(run: &RunRecord) -> Verdict {
+    let (runtime, _) = match jvm_of(run) {
+        Ok(found) => found,
+        Err(verdict) => return verdict,
+    };
+    let Some(threads) = &runtime.threads else {
+        return Verdict::Unjudged("no thread dumps were taken (run with --runtime deep)".into());
+    };
+    if threads.dumps < MIN_DUMPS {
+        return Verdict::Unjudged(format!(
+            "{} thread dump is too few to judge (at least {MIN_DUMPS}: a longer run)",
+            threads.dumps
+        ));
+    }
+    let all_threads: f64 = threads.states_mean.values().sum();
+    let found: Vec<_> = threads
+        .contended
+        .iter()
+        .filter(|s| {
+            f64::from(s.dumps_seen) >= SEEN_SHARE * f64::from(threads.dumps)
+                && s.waiters_mean >= MIN_WAITERS
+        })
+        .map(|site| {
+            let known = site.signature.as_deref();
+            let mut evidence = vec![format!(
+                "in {} of {} thread dumps, {:.1} threads on average (up to {}) waited for a \
+                 {} at {}",
+                site.dumps_seen,
+                threads.dumps,
+                site.waiters_mean,
+                site.waiters_max,
+                safe_text(&site.lock_class),
+                safe_text(&site.waiting_at)
+            )];
+            evidence.push(format!(
+                "waiting: {}",
+                safe_text(&site.waiter_names.join(", "))
+            ));
+            if let Some(holder) = &site.holder {
+                evidence.push(format!("held by {}, at:", safe_text(holder)));
+                evidence.extend(
+                    site.holder_frames
+                        .iter()
+                        .take(6)
+                        .map(|f| format!("    {}", safe_text(f))),
+                );
+            }
+            let (cause, fix) = match known {
+                Some("log4j2 async logger ring buffer full") => (
+                    "log4j2's async loggers write through a ring buffer; the log destination \
+                     (its appender) is slower than the requests log, the buffer is full, and \
+                     with the default queue-full policy every logging thread waits for a free \
+                     slot, one at a time behind a lock"
+                        .to_string(),
+                    "make the destination keep up (a faster appender, less logged per \
+                     request, no slow network appender in the request path), or let a full \
+                     buffer drop events instead of stopping requests: \
+                     -Dlog4j2.asyncQueueFullPolicy=Discard (with log4j2.discardThreshold, \
+                     INFO by default); a larger log4j2.asyncLoggerRingBufferSize only absorbs \
+                     bursts"
+                        .to_string(),
+                ),
+                Some("logback AsyncAppender queue full") => (
+                    "logback's AsyncAppender queue is full: its destination is slower than \
+                     the requests log, and put() blocks the logging threads"
+                        .to_string(),
+                    "make the destination keep up, or set neverBlock=\"true\" on the \
+                     AsyncAppender (full queue drops events) and a larger queueSize for bursts"
+                        .to_string(),
+                ),
+                _ => (
+                    "threads queue for a lock another thread holds while it works (slow work \
+                     inside the critical section, one lock for data every request touches)"
+                        .to_string(),
+                    format!(
+                        "shorten what {} does while holding the lock (no I/O or slow work \
+                         inside it), split the lock per shard of the data, or use a \
+                         concurrent structure instead",
+                        safe_text(site.holder.as_deref().unwrap_or("the holder"))
+                    ),
+                ),
+            };
+            let share = if all_threads > 0.0 {
+                site.waiters_mean / all_threads
+            } else {
+                0.0
+            };
+            Draft {
+                rule: BLOCKED_THREADS.id,
+                key: &site.waiting_at,
+                severity: if known.is_some() || site.waiters_mean >= 4.0 {
+                    Severity::High
+                } else {
+                    Severity::Medium
+                },
+                title: match known {
+                    Some(name) => format!(
+                        "Threads wait to log: {name} ({:.1} threads blocked on average)",
+                        site.waiters_mean
+                    ),
+                    None => format!(
+                        "Threads wait for a lock at {} ({:.1} on average)",
+                        safe_text(&site.waiting_at),
+                        site.waiters_mean
+                    ),
+                },
+                evidence,
+                window: run.window(),
+                cause,
+                fix,
+                impact: (share, "the JVM's threads"),
+                data: json!({"site": site, "dumps": threads.dumps}),
+            }
+            .finish()
+        })
+        .collect();
+    if found.is_empty() {
+        Verdict::Clear
+    } else {
+        Verdict::Found(found)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rules::fixtures::{load_run, Second, T0_MS};
+    use kiln_runtime::summary::{summarize, ContendedSite, ThreadsSummary};
+    use kiln_runtime::{CollectorSecond, JvmSecond, RuntimeInfo, RuntimeSecond};
+
+    fn jvm_info() -> RuntimeInfo {
+        RuntimeInfo {
+            runtime: "jvm".into(),
+            ..Default::default()
+        }
+    }
+
+    /// Ten seconds of 100 requests at 2 ms, with the JVM pausing `pause_ms` each second in
+    /// `collector`, and in the `slow` seconds requests of 60 ms at the tail.
+    fn run_with_gc(collector: &str, pause_ms: &[f64], slow: &[usize]) -> RunRecord {
+        let seconds: Vec<Second> = (0..10)
+            .map(|i| {
+                if slow.contains(&i) {
+                    Second::latencies(&[(2_000, 95), (60_000, 5)])
+                } else {
+                    Second::ok(100)
+                }
+            })
+            .collect();
+        let mut run = load_run(&seconds);
+        run.runtime_seconds = (0..10)
+            .map(|i| RuntimeSecond {
+                second: i as u32 + 1,
+                unix_ms: T0_MS + 1000 * (i as u64 + 1),
+                interval_s: 1.0,
+                jvm: Some(JvmSecond {
+                    gc: vec![CollectorSecond {
+                        name: collector.into(),
+                        pauses: u64::from(pause_ms[i] > 0.0),
+                        pause_ms: pause_ms[i],
+                    }],
+                    gc_pauses: u64::from(pause_ms[i] > 0.0),
+                    gc_pause_ms: pause_ms[i],
+                    ..Default::default()
+                }),
+                thread_dump: None,
+            })
+            .collect();
+        let seconds: Vec<&RuntimeSecond> = run.runtime_seconds.iter().collect();
+        run.runtime = Some(summarize(&jvm_info(), &seconds));
+        run
+    }
+
+    #[test]
+    fn a_jvm_paused_for_gc_a_tenth_of_the_time_fires_with_its_collector() {
+        let run = run_with_gc("G1 full collection pauses", &[120.0; 10], &[]);
+        let Verdict::Found(found) = gc_pauses(&run) else {
+            panic!("no finding");
+        };
+        let f = &found[0];
+        assert_eq!(f.severity, Severity::High);
+        assert!(f.title.contains("12.0% of the time"), "{}", f.title);
+        assert!(
+            f.evidence[1].starts_with("G1 full collection pauses: 10 pauses, 1200 ms"),
+            "{:?}",
+            f.evidence
+        );
+        assert!(f.fix.contains("DisableExplicitGC"), "{}", f.fix);
+        assert!((f.impact.share - 0.12).abs() < 1e-9);
+    }
+
+    #[test]
+    fn short_pauses_are_clear_unless_they_line_up_with_the_slow_seconds() {
+        // 0.5% of the time in short pauses, every second: clear
+        let run = run_with_gc("G1 young collection pauses", &[5.0; 10], &[2, 5, 8]);
+        assert!(matches!(gc_pauses(&run), Verdict::Clear));
+        // 3 slow seconds, each with a 25 ms pause, and short pauses elsewhere: GC makes the tail
+        let mut pauses = [1.0; 10];
+        for i in [2, 5, 8] {
+            pauses[i] = 25.0;
+        }
+        let run = run_with_gc("G1 young collection pauses", &pauses, &[2, 5, 8]);
+        let Verdict::Found(found) = gc_pauses(&run) else {
+            panic!("no finding");
+        };
+        assert!(
+            found[0].title.contains("3 of 3 slow seconds"),
+            "{}",
+            found[0].title
+        );
+        assert!(found[0].fix.contains("allocate less"), "{}", found[0].fix);
+        // the same pauses in other seconds than the slow ones: clear
+        let run = run_with_gc("G1 young collection pauses", &pauses, &[1, 4, 7]);
+        assert!(matches!(gc_pauses(&run), Verdict::Clear));
+    }
+
+    fn run_with_jit(jit_ms: &[f64]) -> RunRecord {
+        let mut run = run_with_gc("young", &[0.0; 10], &[]);
+        for (s, ms) in run.runtime_seconds.iter_mut().zip(jit_ms) {
+            s.jvm.as_mut().unwrap().jit_ms = Some(*ms);
+        }
+        run
+    }
+
+    #[test]
+    fn a_jit_busy_through_the_measured_seconds_is_a_warm_up_not_over() {
+        let run = run_with_jit(&[900.0, 800.0, 600.0, 300.0, 150.0, 40.0, 10.0, 0.0, 0.0, 0.0]);
+        let Verdict::Found(found) = jit_warmup(&run) else {
+            panic!("no finding");
+        };
+        let f = &found[0];
+        assert!(f.title.contains("5 of 10 measured seconds"), "{}", f.title);
+        assert!(f.evidence[0].contains("2800 ms"), "{:?}", f.evidence);
+        assert!(f.fix.contains("--warmup auto"), "{}", f.fix);
+        assert!((f.impact.share - 0.28).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_burst_at_the_start_or_a_quiet_jit_is_clear() {
+        // two busy seconds: new connections' code compiled as the phase began
+        let run = run_with_jit(&[600.0, 300.0, 20.0, 0.0, 0.0, 5.0, 0.0, 0.0, 0.0, 0.0]);
+        assert!(matches!(jit_warmup(&run), Verdict::Clear));
+        let run = run_with_jit(&[50.0; 10]);
+        assert!(matches!(jit_warmup(&run), Verdict::Clear));
+        // no JIT counter: said so
+        let mut run = run_with_jit(&[]);
+        for s in &mut run.runtime_seconds {
+            s.jvm.as_mut().unwrap().jit_ms = None;
+        }
+        assert!(matches!(jit_warmup(&run), Verdict::Unjudged(r) if r.contains("JIT")));
+    }
+
+    #[test]
+    fn exceptions_at_jmcs_rates_fire_and_below_them_are_clear() {
+        let mut run = run_with_gc("young", &[0.0; 10], &[]);
+        assert!(matches!(exceptions(&run), Verdict::Unjudged(r) if r.contains("--runtime deep")));
+        let runtime = run.runtime.as_mut().unwrap();
+        runtime.exceptions_per_s = Some(12_000.0);
+        runtime.exceptions = Some(120_000);
+        let Verdict::Found(found) = exceptions(&run) else {
+            panic!("no finding");
+        };
+        assert_eq!(found[0].severity, Severity::High);
+        assert!(
+            found[0].evidence[1].starts_with("120.0 per request (1000 requests)"),
+            "{:?}",
+            found[0].evidence
+        );
+        run.runtime.as_mut().unwrap().exceptions_per_s = Some(4_000.0);
+        assert!(matches!(exceptions(&run), Verdict::Clear));
+    }
+
+    #[test]
+    fn without_a_jvm_it_says_why_or_is_clear() {
+        let mut run = load_run(&[Second::ok(10)]);
+        assert!(matches!(gc_pauses(&run), Verdict::Unjudged(r) if r.contains("--watch-port")));
+        run.runtime = Some(summarize(
+            &RuntimeInfo {
+                runtime: "go".into(),
+                ..Default::default()
+            },
+            &[],
+        ));
+        assert!(matches!(gc_pauses(&run), Verdict::Unjudged(r) if r.contains("go")));
+        assert!(matches!(blocked_threads(&run), Verdict::Unjudged(_)));
+        run.runtime.as_mut().unwrap().info.runtime = "native".into();
+        assert!(matches!(gc_pauses(&run), Verdict::Clear));
+        run.runtime.as_mut().unwrap().info.runtime = "jvm".into();
+        run.runtime.as_mut().unwrap().info.not_read = vec!["no hsperfdata".into()];
+        assert!(matches!(gc_pauses(&run), Verdict::Unjudged(r) if r.contains("no hsperfdata")));
+    }
+
+    fn run_with_dumps(sites: Vec<ContendedSite>, dumps: u32) -> RunRecord {
+        let mut run = run_with_gc("young", &[0.0; 10], &[]);
+        run.runtime.as_mut().unwrap().threads = Some(ThreadsSummary {
+            dumps,
+            states_mean: [("BLOCKED".into(), 6.0), ("RUNNABLE".into(), 6.0)].into(),
+            blocked_max: 7,
+            contended: sites,
+            ..Default::default()
+        });
+        run
+    }
+
+    fn site(seen: u32, waiters: f64, signature: Option<&str>) -> ContendedSite {
+        ContendedSite {
+            lock_class: "java.lang.Object".into(),
+            waiting_at: "org.apache.logging.log4j.core.async.AsyncLoggerDisruptor.enqueueLogMessageWhenQueueFull".into(),
+            dumps_seen: seen,
+            waiters_mean: waiters,
+            waiters_max: waiters.ceil() as u32,
+            holder: Some("request-19".into()),
+            holder_frames: vec!["jdk.internal.misc.Unsafe.park".into(), "com.lmax.disruptor.MultiProducerSequencer.next".into()],
+            waiter_names: vec!["request-18".into(), "request-20".into()],
+            signature: signature.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn threads_blocked_behind_a_full_log4j2_ring_buffer_are_named_with_the_fix() {
+        let run = run_with_dumps(
+            vec![site(3, 6.0, Some("log4j2 async logger ring buffer full"))],
+            3,
+        );
+        let Verdict::Found(found) = blocked_threads(&run) else {
+            panic!("no finding");
+        };
+        let f = &found[0];
+        assert_eq!(f.severity, Severity::High);
+        assert!(
+            f.title.contains("log4j2 async logger ring buffer full"),
+            "{}",
+            f.title
+        );
+        assert!(f.fix.contains("asyncQueueFullPolicy=Discard"), "{}", f.fix);
+        assert!(
+            f.evidence
+                .iter()
+                .any(|e| e.contains("MultiProducerSequencer.next")),
+            "{:?}",
+            f.evidence
+        );
+        assert!((f.impact.share - 0.5).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_lock_met_once_or_by_one_thread_is_clear_and_no_dumps_is_said() {
+        // seen in 1 of 4 dumps; seen always but by one thread at a time
+        let run = run_with_dumps(vec![site(1, 5.0, None), site(4, 1.0, None)], 4);
+        assert!(matches!(blocked_threads(&run), Verdict::Clear));
+        let run = run_with_dumps(vec![site(1, 5.0, None)], 1);
+        assert!(matches!(blocked_threads(&run), Verdict::Unjudged(r) if r.contains("too few")));
+        let mut run = run_with_dumps(Vec::new(), 3);
+        run.runtime.as_mut().unwrap().threads = None;
+        assert!(
+            matches!(blocked_threads(&run), Verdict::Unjudged(r) if r.contains("--runtime deep"))
+        );
+        // an unknown lock: the holder is named in the fix
+        let run = run_with_dumps(vec![site(4, 3.0, None)], 4);
+        let Verdict::Found(found) = blocked_threads(&run) else {
+            panic!("no finding");
+        };
+        assert_eq!(found[0].severity, Severity::Medium);
+        assert!(found[0].fix.contains("request-19"), "{}", found[0].fix);
+    }
+}

@@ -1,0 +1,173 @@
+//! The end summary's runtime lines: what runtime the watched process runs, what kiln read
+//! of it over the measured load (a JVM's GC pauses, safepoints, JIT, threads and heap) and
+//! what it could not read, with why.
+
+use std::fmt::Write as _;
+
+use kiln_runtime::summary::{RuntimeSummary, ThreadsSummary};
+
+use crate::format::{self, safe_text};
+
+fn ms(v: f64) -> String {
+    if v >= 1000.0 {
+        format!("{:.2} s", v / 1000.0)
+    } else {
+        format!("{v:.1} ms")
+    }
+}
+
+fn kib(v: u64) -> String {
+    format::bytes(v.saturating_mul(1024))
+}
+
+pub fn to_text(s: &RuntimeSummary) -> String {
+    let info = &s.info;
+    let name = match info.runtime.as_str() {
+        "jvm" => "JVM",
+        "go" => "Go",
+        "python" => "Python",
+        "node" => "Node.js",
+        _ => "native (no managed runtime)",
+    };
+    let mut head = name.to_string();
+    if let Some(v) = &info.version {
+        let _ = write!(head, " {}", safe_text(v));
+    }
+    for (key, value) in &info.details {
+        if key != "collectors" {
+            let _ = write!(head, ", {key} {}", safe_text(value));
+        }
+    }
+    let mut out = format!("Runtime    {head}\n");
+    if let Some(j) = &s.jvm {
+        let mut gc = format!(
+            "           GC: {} pauses, {} paused ({:.1}% of the time)",
+            j.gc_pauses,
+            ms(j.gc_pause_ms),
+            j.gc_pause_share * 100.0
+        );
+        if let Some(p) = &j.longest_pause {
+            let _ = write!(gc, "; longest {} ({})", ms(p.ms), safe_text(&p.collector));
+        }
+        if let Some((second, pause)) = j.worst_second {
+            let _ = write!(gc, "; most in second {second} ({})", ms(pause));
+        }
+        out += &gc;
+        out += "\n";
+        let collectors: Vec<String> = j
+            .by_collector
+            .iter()
+            .filter(|c| c.pauses > 0)
+            .map(|c| format!("{} {} ({})", safe_text(&c.name), c.pauses, ms(c.pause_ms)))
+            .collect();
+        if !collectors.is_empty() {
+            let _ = writeln!(out, "             {}", collectors.join(", "));
+        }
+        if let (Some(n), Some(t)) = (j.safepoints, j.safepoint_ms) {
+            let _ = writeln!(
+                out,
+                "           safepoints: {n}, {} stopped{}",
+                ms(t),
+                j.safepoint_sync_ms
+                    .map(|sync| format!(" ({} of it bringing threads to a stop)", ms(sync)))
+                    .unwrap_or_default()
+            );
+        }
+        if let (Some(n), Some(t)) = (j.jit_compiles, j.jit_ms) {
+            let _ = writeln!(
+                out,
+                "           JIT: {n} compiles, {} compiling{}",
+                ms(t),
+                j.jit_last_busy_second
+                    .map(|s| format!("; busy until second {s}"))
+                    .unwrap_or_default()
+            );
+        }
+        let mut mem = Vec::new();
+        if let Some(t) = j.threads_live_max {
+            mem.push(format!("Java threads up to {t}"));
+        }
+        if let Some(used) = j.heap_used_max_kib {
+            mem.push(match j.heap_committed_kib {
+                Some(c) => format!("Java heap up to {} used of {} committed", kib(used), kib(c)),
+                None => format!("Java heap up to {} used", kib(used)),
+            });
+        }
+        if let Some(m) = j.metaspace_used_kib {
+            mem.push(format!("metaspace {}", kib(m)));
+        }
+        if let Some(c) = j.classes_loaded.filter(|c| *c > 0) {
+            mem.push(format!("{c} classes loaded"));
+        }
+        if let Some(c) = j.contended_locks {
+            mem.push(format!("{c} contended monitor enters"));
+        }
+        if !mem.is_empty() {
+            let _ = writeln!(out, "           {}", mem.join("; "));
+        }
+    }
+    if let Some(t) = &s.threads {
+        out += &threads_text(t);
+    }
+    if let (Some(rate), Some(n)) = (s.exceptions_per_s, s.exceptions) {
+        let _ = writeln!(
+            out,
+            "           exceptions: {rate:.0} created a second, {n} in the window (JFR)"
+        );
+    }
+    for why in &info.not_read {
+        let _ = writeln!(out, "           not read: {}", safe_text(why));
+    }
+    out
+}
+
+/// The thread dumps' lines: states, the most often contended lock with its holder, and what
+/// the dumps cost.
+fn threads_text(t: &ThreadsSummary) -> String {
+    let states: Vec<String> = t
+        .states_mean
+        .iter()
+        .map(|(state, n)| format!("{n:.1} {}", safe_text(state)))
+        .collect();
+    let mut out = format!(
+        "           threads ({} dump{}, mean): {}; up to {} BLOCKED\n",
+        t.dumps,
+        if t.dumps == 1 { "" } else { "s" },
+        states.join(", "),
+        t.blocked_max
+    );
+    for site in t.contended.iter().take(3) {
+        let _ = write!(
+            out,
+            "           contended: {:.1} threads (up to {}) wait for a {} at {} in {} of {} dumps",
+            site.waiters_mean,
+            site.waiters_max,
+            safe_text(&site.lock_class),
+            safe_text(&site.waiting_at),
+            site.dumps_seen,
+            t.dumps
+        );
+        if let Some(holder) = &site.holder {
+            let _ = write!(
+                out,
+                "; held by {} at {}",
+                safe_text(holder),
+                safe_text(site.holder_frames.first().map_or("?", String::as_str))
+            );
+        }
+        if let Some(signature) = &site.signature {
+            let _ = write!(out, " [{}]", safe_text(signature));
+        }
+        out += "\n";
+    }
+    let _ = writeln!(
+        out,
+        "           the dumps cost: {} each on average (longest {}){}",
+        ms(t.took_ms_mean),
+        ms(t.took_ms_max),
+        t.safepoint_ms_mean
+            .map(|sp| format!(", of which the JVM stood {} at safepoints", ms(sp)))
+            .unwrap_or_default()
+    );
+    out
+}

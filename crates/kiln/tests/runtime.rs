@@ -1,0 +1,570 @@
+//! `kiln run --watch-port` on a JVM: the runtime is named, its GC pauses, safepoints and
+//! threads are in the summary and its JSON (the figures themselves are checked against the
+//! JVM's own logs in kiln-runtime's tests), and `kiln report` shows the same from the record.
+//! A native target is named as such, with what kiln could not read.
+
+mod common;
+
+use std::process::{Command, Stdio};
+
+use common::apps::{free_port, javac, wait_port, workspace, Killed};
+use common::{json_with_exit, kiln};
+
+#[test]
+fn a_jvm_target_shows_its_gc_safepoints_and_threads() {
+    let tmp = tempfile::tempdir().unwrap();
+    let classes = gc_pattern_classes(tmp.path());
+    let gc_log = tmp.path().join("gc.log");
+    let log = format!("-Xlog:gc:file={}", gc_log.display());
+    let (_jvm, port) = gc_pattern(&classes, &["-Xmx64m", "-Xmn8m", &log], &["400", "60"]);
+    let out_dir = tmp.path().join("run");
+    let json = kiln_run_watched(port, &out_dir, &["-c", "2", "-d", "3s"]);
+    let runtime = &json["runtime"];
+    assert_eq!(runtime["runtime"], "jvm", "{runtime}");
+    assert!(
+        runtime["version"].as_str().unwrap().contains("OpenJDK"),
+        "{runtime}"
+    );
+    let jvm_figures = &runtime["jvm"];
+    let pauses = jvm_figures["gc_pauses"].as_u64().unwrap();
+    // A full collection every 400 ms and young ones from the allocation rate: over 3 s,
+    // at least the full ones.
+    assert!(pauses >= 6, "{jvm_figures}");
+    let full = jvm_figures["by_collector"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "G1 full collection pauses")
+        .unwrap();
+    assert!(full["pauses"].as_u64().unwrap() >= 6, "{jvm_figures}");
+    // every pause is a safepoint; one at each edge of the window may have been counted on
+    // the other side of it (the two counters move at different moments of a pause)
+    assert!(
+        jvm_figures["safepoints"].as_u64().unwrap() + 2 >= pauses,
+        "{jvm_figures}"
+    );
+    assert!(jvm_figures["threads_live_max"].as_u64().unwrap() >= 5);
+    let log_pauses = std::fs::read_to_string(&gc_log)
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains(" Pause "))
+        .count() as u64;
+    assert!(
+        pauses <= log_pauses,
+        "kiln {pauses}, the whole GC log {log_pauses}"
+    );
+
+    // The same from the record.
+    let report = kiln(&["report", out_dir.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&report.stdout);
+    assert!(text.contains("Runtime    JVM OpenJDK"), "{text}");
+    assert!(text.contains(&format!("GC: {pauses} pauses")), "{text}");
+    let again = json_with_exit(&kiln(&["report", out_dir.to_str().unwrap(), "--json"]), 0);
+    assert_eq!(again["runtime"], json["runtime"]);
+}
+
+#[test]
+fn a_native_target_is_named_with_what_kiln_cannot_read() {
+    let target = kiln_targets::TargetServer::start(kiln_targets::Behavior::default()).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let out_dir = tmp.path().join("run");
+    let url = target.url("/");
+    let pid = std::process::id().to_string();
+    let json = json_with_exit(
+        &kiln(&[
+            "run",
+            &url,
+            "-c",
+            "1",
+            "-d",
+            "1s",
+            "--watch-pid",
+            &pid,
+            "--json",
+            "--quiet",
+            "--out",
+            out_dir.to_str().unwrap(),
+        ]),
+        0,
+    );
+    let runtime = &json["runtime"];
+    assert_eq!(runtime["runtime"], "native", "{runtime}");
+    assert!(runtime["jvm"].is_null());
+    assert!(
+        runtime["not_read"][0]
+            .as_str()
+            .unwrap()
+            .contains("no managed runtime"),
+        "{runtime}"
+    );
+}
+
+/// tests/apps/java_logs/AsyncLogShop (real log4j2 and LMAX disruptor from Maven Central) with
+/// a ring buffer of 128 slots and a log destination slower than the requests: the default
+/// policy makes request threads wait to enqueue, `Discard` drops the events instead.
+fn async_log_shop(classes: &std::path::Path, classpath: &str, discard: bool) -> (Killed, u16) {
+    let port = free_port();
+    let app = workspace().join("tests/apps/java_logs");
+    let mut java = Command::new("java");
+    java.arg("-Dsun.net.httpserver.nodelay=true")
+        .arg("-Dlog4j2.contextSelector=org.apache.logging.log4j.core.async.AsyncLoggerContextSelector")
+        .arg("-Dlog4j2.asyncLoggerRingBufferSize=128")
+        .arg(format!(
+            "-Dlog4j2.configurationFile={}",
+            app.join("log4j2-async.xml").display()
+        ));
+    if discard {
+        java.arg("-Dlog4j2.asyncQueueFullPolicy=Discard");
+    }
+    let mut child = java
+        .arg("-cp")
+        .arg(format!("{}:{classpath}", classes.display()))
+        .args(["AsyncLogShop", &port.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("java starts");
+    wait_port(port, &mut child, "AsyncLogShop");
+    (Killed(child), port)
+}
+
+fn run_deep(port: u16, out: &std::path::Path) -> serde_json::Value {
+    kiln_run_watched(
+        port,
+        out,
+        &["-c", "8", "--warmup", "1s", "-d", "5s", "--runtime", "deep"],
+    )
+}
+
+const RING_FULL: &str = "log4j2 async logger ring buffer full";
+
+#[test]
+fn request_threads_blocked_behind_a_full_log4j2_ring_buffer_are_named_and_discard_has_none() {
+    common::apps::fetch("java-agent.sh");
+    let jar = |group: &str, name: &str, version: &str| common::apps::m2_jar(group, name, version);
+    let classpath = [
+        jar("org.apache.logging.log4j", "log4j-api", "2.24.3"),
+        jar("org.apache.logging.log4j", "log4j-core", "2.24.3"),
+        jar("com.lmax", "disruptor", "3.4.4"),
+    ]
+    .join(":");
+    let tmp = tempfile::tempdir().unwrap();
+    let classes = tmp.path().join("classes");
+    javac(
+        &[workspace().join("tests/apps/java_logs/AsyncLogShop.java")],
+        Some(&classpath),
+        &classes,
+    );
+
+    let (app, port) = async_log_shop(&classes, &classpath, false);
+    let full = run_deep(port, &tmp.path().join("full"));
+    drop(app);
+    let threads = &full["runtime"]["threads"];
+    assert!(threads["dumps"].as_u64().unwrap() >= 2, "{threads:#}");
+    let site = threads["contended"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["signature"] == RING_FULL)
+        .unwrap_or_else(|| panic!("the ring buffer's signature is named: {threads:#}"));
+    assert!(
+        site["waiting_at"]
+            .as_str()
+            .unwrap()
+            .ends_with("AsyncLoggerDisruptor.enqueueLogMessageWhenQueueFull"),
+        "{site:#}"
+    );
+    assert!(site["waiters_max"].as_u64().unwrap() >= 2, "{site:#}");
+    // the holder waits in the disruptor for a free slot
+    assert!(
+        site["holder_frames"]
+            .to_string()
+            .contains("com.lmax.disruptor.MultiProducerSequencer.next"),
+        "{site:#}"
+    );
+    assert!(site["holder"].as_str().unwrap().starts_with("request-"));
+    assert!(threads["blocked_max"].as_u64().unwrap() >= 2);
+    // what the dumps cost is measured, from the JVM's own safepoint time
+    assert!(
+        threads["safepoint_ms_max"].as_f64().is_some(),
+        "{threads:#}"
+    );
+    let text = String::from_utf8_lossy(
+        &kiln(&["report", tmp.path().join("full").to_str().unwrap()]).stdout,
+    )
+    .to_string();
+    assert!(text.contains(&format!("[{RING_FULL}]")), "{text}");
+    let blocked = finding(&full, "runtime.blocked-threads")
+        .unwrap_or_else(|| panic!("{:#}", full["findings"]));
+    assert!(
+        blocked["title"].as_str().unwrap().contains(RING_FULL),
+        "{blocked:#}"
+    );
+    assert!(
+        blocked["fix"]
+            .as_str()
+            .unwrap()
+            .contains("asyncQueueFullPolicy=Discard"),
+        "{blocked:#}"
+    );
+
+    let (app, port) = async_log_shop(&classes, &classpath, true);
+    let discard = run_deep(port, &tmp.path().join("discard"));
+    drop(app);
+    let threads = &discard["runtime"]["threads"];
+    assert!(threads["dumps"].as_u64().unwrap() >= 2, "{threads:#}");
+    assert!(
+        !threads["contended"].to_string().contains("log4j"),
+        "with Discard nobody waits to log: {threads:#}"
+    );
+    assert!(
+        finding(&discard, "runtime.blocked-threads")
+            .is_none_or(|f| !f["title"].as_str().unwrap().contains("log")),
+        "{:#}",
+        discard["findings"]
+    );
+    assert!(
+        discard["findings"]["judged"]
+            .to_string()
+            .contains("runtime.blocked-threads"),
+        "{:#}",
+        discard["findings"]
+    );
+}
+
+fn finding<'a>(run: &'a serde_json::Value, rule: &str) -> Option<&'a serde_json::Value> {
+    run["findings"]["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["rule"] == rule)
+}
+
+/// GcPattern with 60 MB alive and System.gc() every 100 ms: full collections stop it a large
+/// share of the time (the finding, with the collector and the fix); the same JVM with
+/// -XX:+DisableExplicitGC has only short young pauses and no finding.
+#[test]
+fn gc_pauses_from_explicit_full_collections_are_found_and_disable_explicit_gc_clears_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let classes = gc_pattern_classes(tmp.path());
+    let run = |fixed: bool| {
+        let flags: &[&str] = if fixed {
+            &["-Xmx256m", "-Xmn32m", "-XX:+DisableExplicitGC"]
+        } else {
+            &["-Xmx256m", "-Xmn32m"]
+        };
+        let (_jvm, port) = gc_pattern(&classes, flags, &["100", "60", "60"]);
+        let out = tmp.path().join(if fixed { "fixed" } else { "planted" });
+        kiln_run_watched(port, &out, &["-c", "2", "--warmup", "1s", "-d", "5s"])
+    };
+    let planted = run(false);
+    let gc = finding(&planted, "runtime.gc-pauses")
+        .unwrap_or_else(|| panic!("{:#}", planted["runtime"]));
+    let share = gc["data"]["gc_pause_share"].as_f64().unwrap();
+    assert_eq!(
+        share,
+        planted["runtime"]["jvm"]["gc_pause_share"]
+            .as_f64()
+            .unwrap()
+    );
+    assert!(share >= 0.05, "{gc:#}");
+    assert!(
+        gc["evidence"][1]
+            .as_str()
+            .unwrap()
+            .starts_with("G1 full collection pauses"),
+        "the collector that paused most comes first: {gc:#}"
+    );
+    assert!(gc["fix"]
+        .as_str()
+        .unwrap()
+        .contains("-XX:+DisableExplicitGC"));
+
+    let fixed = run(true);
+    assert!(
+        finding(&fixed, "runtime.gc-pauses").is_none(),
+        "{:#}",
+        fixed["runtime"]
+    );
+    assert!(
+        fixed["findings"]["judged"]
+            .to_string()
+            .contains("runtime.gc-pauses"),
+        "{:#}",
+        fixed["findings"]
+    );
+}
+
+/// `--warmup auto` on a JVM (tests/apps/java_logs/LogShop, real log4j2): the warm-up ends
+/// before its cap, once the JIT has gone quiet, and the record bears the reason out: the JIT
+/// was busy at first and its last seconds before the end were quiet, as recorded second by
+/// second from the JVM's own counters. The same service measured cold is found still warming
+/// up (runtime.jit-warmup); warmed up by `auto`, it is not.
+#[test]
+fn warmup_auto_ends_when_the_jit_has_gone_quiet_and_a_cold_run_is_found_warming_up() {
+    let tmp = tempfile::tempdir().unwrap();
+    let shop = common::apps::LogShop::compile(tmp.path());
+    // a fresh JVM per run, and kiln run against it with `warmup`
+    let run = |warmup: &str, out: &std::path::Path| {
+        let (_app, port) = shop.start("fixed", "log4j2-plain.xml");
+        kiln_run_watched(port, out, &["-c", "2", "--warmup", warmup, "-d", "6s"])
+    };
+    // measured cold: the JIT compiles through the measured seconds
+    let cold = run("0s", &tmp.path().join("cold"));
+    let jit =
+        finding(&cold, "runtime.jit-warmup").unwrap_or_else(|| panic!("{:#}", cold["runtime"]));
+    assert!(jit["fix"].as_str().unwrap().contains("--warmup auto"));
+
+    let out = tmp.path().join("run");
+    let json = run("auto:45s", &out);
+    assert!(
+        finding(&json, "runtime.jit-warmup").is_none(),
+        "warmed up: {:#}",
+        json["runtime"]
+    );
+    let warmup = &json["phases"][0];
+    assert_eq!(warmup["measured"], false);
+    let why = warmup["ended_because"].as_str().unwrap();
+    assert!(why.contains("the JIT compiled at most"), "{why}");
+    let took = warmup["duration_s"].as_f64().unwrap();
+    assert!(
+        (5.0..44.0).contains(&took),
+        "settled before the cap: {took} s, {why}"
+    );
+
+    // the record: the load's first measured second, and the JIT second by second
+    let read = |name: &str| -> Vec<serde_json::Value> {
+        std::fs::read_to_string(out.join(name))
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    };
+    let measured_from = read("load-seconds.jsonl")
+        .iter()
+        .find(|l| l["second"]["phase"] == "run")
+        .map(|l| l["second"]["unix_ms"].as_u64().unwrap() - 1000)
+        .unwrap();
+    let jit: Vec<f64> = read("runtime-seconds.jsonl")
+        .iter()
+        .filter(|s| s["unix_ms"].as_u64().unwrap() <= measured_from)
+        .map(|s| s["jvm"]["jit_ms"].as_f64().unwrap())
+        .collect();
+    let busiest = jit.iter().copied().fold(0.0, f64::max);
+    assert!(busiest >= 200.0, "the JIT was busy at first: {jit:?}");
+    // the five seconds before the end were quiet (of the last six: a second may tick between
+    // the warm-up's end and the measured run's start)
+    let last = &jit[jit.len().saturating_sub(6)..];
+    let quiet = last
+        .iter()
+        .filter(|ms| **ms <= (busiest * 0.1).max(20.0))
+        .count();
+    assert!(quiet >= 5, "quiet before the end: {jit:?}");
+}
+
+#[test]
+fn warmup_auto_without_a_jvm_goes_by_throughput_and_a_bad_cap_is_refused() {
+    let target = kiln_targets::TargetServer::start(kiln_targets::Behavior::default()).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let url = target.url("/");
+    let out = tmp.path().join("run");
+    let json = json_with_exit(
+        &kiln(&[
+            "run",
+            &url,
+            "-c",
+            "1",
+            "--warmup",
+            "auto:20s",
+            "-d",
+            "1s",
+            "--json",
+            "--quiet",
+            "--out",
+            out.to_str().unwrap(),
+        ]),
+        0,
+    );
+    let why = json["phases"][0]["ended_because"].as_str().unwrap();
+    assert!(why.contains("no JIT figures"), "{why}");
+    let took = json["phases"][0]["duration_s"].as_f64().unwrap();
+    assert!((4.5..19.0).contains(&took), "{took} s: {why}");
+    for (bad, says) in [
+        ("auto:2s", "shorter than"),
+        ("auto30s", "auto:DURATION"),
+        ("soon", "bad duration"),
+    ] {
+        let run = kiln(&["run", &url, "--warmup", bad, "-d", "1s"]);
+        let err = String::from_utf8_lossy(&run.stderr);
+        assert_eq!(run.status.code(), Some(1), "{err}");
+        assert!(err.contains(says), "{err}");
+    }
+}
+
+/// `kiln watch --runtime deep` on a JVM without load: the runtime's lines in the summary, the
+/// runtime's part in the watch's directory, a thread dump in its seconds.
+#[test]
+fn kiln_watch_reads_the_runtime_too() {
+    let tmp = tempfile::tempdir().unwrap();
+    let classes = gc_pattern_classes(tmp.path());
+    let (jvm, _) = gc_pattern(&classes, &["-Xmx64m", "-Xmn8m"], &["500", "60"]);
+    let out = tmp.path().join("watch");
+    let pid = jvm.0.id().to_string();
+    let watch = kiln(&[
+        "watch",
+        "--pid",
+        &pid,
+        "-d",
+        "3s",
+        "--runtime",
+        "deep",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let text = String::from_utf8_lossy(&watch.stdout);
+    assert_eq!(watch.status.code(), Some(0), "{text}");
+    assert!(text.contains("Runtime    JVM OpenJDK"), "{text}");
+    assert!(text.contains("G1 full collection pauses"), "{text}");
+    assert!(text.contains("threads (1 dump, mean)"), "{text}");
+    let info: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("runtime.json")).unwrap()).unwrap();
+    assert_eq!(info["runtime"], "jvm");
+    let seconds = std::fs::read_to_string(out.join("runtime-seconds.jsonl")).unwrap();
+    assert_eq!(seconds.lines().count(), 3, "{seconds}");
+    assert!(seconds.contains("\"thread_dump\""), "{seconds}");
+}
+
+/// LogShop planted builds exactly 20 exceptions a request (one per item priced): with
+/// `--runtime deep`, the throwables JFR counted are 20 times the responses kiln counted over
+/// the same span (within 5%), and the finding fires; fixed, it throws none and the finding
+/// does not.
+#[test]
+fn exceptions_per_second_are_k_times_the_throughput() {
+    let tmp = tempfile::tempdir().unwrap();
+    let shop = common::apps::LogShop::compile(tmp.path());
+    let run = |mode: &str| {
+        let (_app, port) = shop.start(mode, "log4j2-plain.xml");
+        let out = tmp.path().join(mode);
+        kiln_run_watched(
+            port,
+            &out,
+            &["-c", "2", "--warmup", "2s", "-d", "5s", "--runtime", "deep"],
+        )
+    };
+    let planted = run("planted");
+    let rate = planted["runtime"]["exceptions_per_s"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{:#}", planted["runtime"]));
+    // Over the span of JFR's readings inside the measured load (it reads once a second at
+    // its own phase): the throwables it counted against 20 times the responses kiln counted
+    // in the same span (each second's share by its overlap).
+    let dir = tmp.path().join("planted");
+    let read = |name: &str| -> Vec<serde_json::Value> {
+        std::fs::read_to_string(dir.join(name))
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    };
+    let seconds: Vec<(f64, f64)> = read("load-seconds.jsonl")
+        .iter()
+        .filter(|l| l["second"]["phase"] == "run")
+        .map(|l| {
+            let s = &l["second"];
+            (
+                s["unix_ms"].as_f64().unwrap(),
+                s["requests"].as_f64().unwrap(),
+            )
+        })
+        .collect();
+    let (from, to) = (seconds[0].0 - 1000.0, seconds.last().unwrap().0);
+    let info: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("runtime.json")).unwrap()).unwrap();
+    let readings: Vec<(f64, f64)> = info["throwable_counts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["unix_ms"].as_f64().unwrap(),
+                c["throwables"].as_f64().unwrap(),
+            )
+        })
+        .filter(|(t, _)| *t >= from && *t <= to)
+        .collect();
+    let ((t1, n1), (t2, n2)) = (readings[0], *readings.last().unwrap());
+    assert!(
+        (rate - (n2 - n1) / ((t2 - t1) / 1000.0)).abs() < 1.0,
+        "kiln's rate is the readings' {rate}"
+    );
+    let responses: f64 = seconds
+        .iter()
+        .map(|(end, n)| {
+            let overlap = (end.min(t2) - (end - 1000.0).max(t1)).max(0.0);
+            n * overlap / 1000.0
+        })
+        .sum();
+    let ratio = (n2 - n1) / (20.0 * responses);
+    assert!(
+        (0.95..=1.05).contains(&ratio),
+        "{} throwables for {responses:.0} responses in {:.1} s: {ratio:.3} of 20 a request",
+        n2 - n1,
+        (t2 - t1) / 1000.0
+    );
+    let found = finding(&planted, "runtime.exceptions")
+        .unwrap_or_else(|| panic!("{:#}", planted["findings"]));
+    assert!(
+        found["evidence"].to_string().contains("per request"),
+        "{found:#}"
+    );
+
+    let fixed = run("fixed");
+    let rate = fixed["runtime"]["exceptions_per_s"].as_f64().unwrap();
+    assert!(rate < 50.0, "the fixed shop throws none: {rate}");
+    assert!(finding(&fixed, "runtime.exceptions").is_none());
+}
+
+/// `kiln run http://127.0.0.1:PORT/ ARGS --watch-port PORT --json --quiet --out OUT`, exit 0,
+/// its JSON.
+fn kiln_run_watched(port: u16, out: &std::path::Path, args: &[&str]) -> serde_json::Value {
+    let url = format!("http://127.0.0.1:{port}/");
+    let port = port.to_string();
+    let mut all = vec!["run", url.as_str()];
+    all.extend_from_slice(args);
+    let out = out.to_str().unwrap();
+    all.extend_from_slice(&["--watch-port", &port, "--json", "--quiet", "--out", out]);
+    json_with_exit(&kiln(&all), 0)
+}
+
+/// tests/apps/java_gc/GcPattern compiled into `dir`.
+fn gc_pattern_classes(dir: &std::path::Path) -> std::path::PathBuf {
+    let classes = dir.join("classes");
+    javac(
+        &[workspace().join("tests/apps/java_gc/GcPattern.java")],
+        None,
+        &classes,
+    );
+    classes
+}
+
+/// GcPattern on G1 with these JVM flags, `PERIOD_MS SECONDS [LIVE_MB]` (its port put in
+/// between), serving HTTP on its own port.
+fn gc_pattern(classes: &std::path::Path, flags: &[&str], args: &[&str]) -> (Killed, u16) {
+    let port = free_port();
+    let port_text = port.to_string();
+    let mut program = vec!["GcPattern", args[0], args[1], &port_text];
+    program.extend_from_slice(&args[2..]);
+    let mut jvm = Killed(
+        Command::new("java")
+            .arg("-XX:+UseG1GC")
+            .args(flags)
+            .arg("-cp")
+            .arg(classes)
+            .args(&program)
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_port(port, &mut jvm.0, "the GC pattern JVM");
+    (jvm, port)
+}

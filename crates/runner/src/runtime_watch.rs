@@ -1,0 +1,74 @@
+//! The runtime's watcher beside a run or a watch: its own thread, the JVM's counters polled
+//! every few ms, a line a second in `runtime-seconds.jsonl`, and `runtime.json` at the end.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use anyhow::Result;
+use kiln_record::RunDir;
+use kiln_runtime::watch::{Depth, RuntimeWatch};
+use kiln_runtime::{RuntimeInfo, RuntimeSecond, RUNTIME_FILE, RUNTIME_PART, RUNTIME_SECONDS_PART};
+
+/// The runtime's own figures on their own thread: polls a JVM's counters every few ms and
+/// writes a line a second; what the runtime is and what could be read goes to `runtime.json`
+/// at the end.
+pub struct RuntimeWatcher {
+    done: Arc<AtomicBool>,
+    /// The JIT's compile time (ms) in each second so far (a JVM's), for `--warmup auto`.
+    pub jit_ms: Arc<std::sync::Mutex<Vec<f64>>>,
+    thread: std::thread::JoinHandle<(RuntimeInfo, Vec<RuntimeSecond>)>,
+}
+
+impl RuntimeWatcher {
+    pub fn start(dir: &mut RunDir, pid: i32, depth: Depth) -> Result<Self> {
+        let mut watch = RuntimeWatch::start(pid, Path::new("/proc"), depth);
+        let mut writer = if watch.has_series() {
+            Some(dir.add_json_lines_part(RUNTIME_SECONDS_PART, "runtime-seconds.jsonl", 1)?)
+        } else {
+            None
+        };
+        let done = Arc::new(AtomicBool::new(false));
+        let flag = done.clone();
+        let jit_ms = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let jit = jit_ms.clone();
+        let thread = std::thread::Builder::new()
+            .name("kiln-runtime".into())
+            .spawn(move || {
+                let mut seconds = Vec::new();
+                watch.run(&|| flag.load(Ordering::SeqCst), &mut |s| {
+                    if let (Some(ms), Ok(mut series)) =
+                        (s.jvm.as_ref().and_then(|j| j.jit_ms), jit.lock())
+                    {
+                        series.push(ms);
+                    }
+                    if let Some(w) = writer.as_mut() {
+                        let _ = w.write(&s);
+                    }
+                    seconds.push(s);
+                });
+                (watch.info, seconds)
+            })?;
+        Ok(Self {
+            done,
+            jit_ms,
+            thread,
+        })
+    }
+
+    pub fn finish(
+        self,
+        dir: &mut RunDir,
+        warnings: &mut Vec<String>,
+    ) -> (RuntimeInfo, Vec<RuntimeSecond>) {
+        self.done.store(true, Ordering::SeqCst);
+        let (info, seconds) = self.thread.join().unwrap_or_default();
+        let written = serde_json::to_vec_pretty(&info)
+            .map_err(anyhow::Error::from)
+            .and_then(|json| Ok(dir.write_file_part(RUNTIME_PART, RUNTIME_FILE, 1, &json)?));
+        if let Err(e) = written {
+            warnings.push(format!("the runtime's record was not written: {e:#}"));
+        }
+        (info, seconds)
+    }
+}

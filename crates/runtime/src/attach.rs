@@ -1,0 +1,174 @@
+//! The HotSpot attach protocol, spoken by kiln: what `jcmd` does without starting a JVM of its
+//! own for every call (about 0.8 s of wall time and 0.2 s of CPU each; a call over the socket
+//! takes milliseconds).
+//!
+//! The handshake (OpenJDK `VirtualMachineImpl` for Linux): if the JVM's socket
+//! `/tmp/.java_pid<nspid>` is missing, create `.attach_pid<nspid>` in its working directory
+//! (or its /tmp), send SIGQUIT, and wait for the socket. A request is `1`, the command and three
+//! arguments, each NUL-terminated; the reply is a status line (0 = done) and text until EOF.
+//! The JVM answers only a peer with its own uid and gid, or root.
+
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use crate::jvm::ns_pid;
+
+/// The longest wait for a JVM to open its attach socket after SIGQUIT (it answers in
+/// milliseconds unless it is stuck at a safepoint or started with attach disabled).
+pub const ATTACH_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// An open line to one JVM's attach listener.
+#[derive(Debug, Clone)]
+pub struct Attach {
+    socket: PathBuf,
+    /// How long a reply may take before kiln gives up on it.
+    pub reply_timeout: Duration,
+}
+
+impl Attach {
+    /// Finds or starts `pid`'s attach listener (never signals a process that does not catch
+    /// SIGQUIT, which would kill it: the caller says it is a JVM; this checks the handler).
+    pub fn open(pid: i32, proc_root: &Path) -> Result<Self, String> {
+        let ns = ns_pid(pid, proc_root)?;
+        let base = proc_root.join(pid.to_string());
+        let tmp = base.join("root/tmp");
+        let socket = tmp.join(format!(".java_pid{ns}"));
+        let attach = Self {
+            socket: socket.clone(),
+            reply_timeout: Duration::from_secs(10),
+        };
+        if socket.exists() {
+            return Ok(attach);
+        }
+        let status = std::fs::read_to_string(base.join("status"))
+            .map_err(|e| format!("cannot read the status of pid {pid}: {e}"))?;
+        if !catches_sigquit(&status) {
+            return Err(format!(
+                "pid {pid} does not catch SIGQUIT (started with -Xrs?), so the attach listener \
+                 cannot be started"
+            ));
+        }
+        let trigger_name = format!(".attach_pid{ns}");
+        let trigger = [
+            base.join("cwd").join(&trigger_name),
+            tmp.join(&trigger_name),
+        ]
+        .into_iter()
+        .find(|path| std::fs::write(path, b"").is_ok())
+        .ok_or_else(|| {
+            format!(
+                "cannot create {trigger_name} in pid {pid}'s working directory or /tmp \
+                     (permissions)"
+            )
+        })?;
+        // SAFETY: kill(2) with a pid and a signal number has no memory effects.
+        let sent = unsafe { libc::kill(pid, libc::SIGQUIT) } == 0;
+        let deadline = Instant::now() + ATTACH_TIMEOUT;
+        let mut wait = Duration::from_millis(5);
+        while sent && !socket.exists() && Instant::now() < deadline {
+            std::thread::sleep(wait);
+            wait = (wait * 2).min(Duration::from_millis(200));
+        }
+        let _ = std::fs::remove_file(&trigger);
+        if !sent {
+            return Err(format!(
+                "cannot signal pid {pid}: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+        if !socket.exists() {
+            return Err(format!(
+                "pid {pid} opened no attach socket within {}s (started with \
+                 -XX:+DisableAttachMechanism?)",
+                ATTACH_TIMEOUT.as_secs()
+            ));
+        }
+        Ok(attach)
+    }
+
+    /// Runs one diagnostic command (what `jcmd <pid> <command>` runs) and returns its output.
+    pub fn jcmd(&self, command: &str) -> Result<String, String> {
+        self.execute("jcmd", [command, "", ""])
+    }
+
+    /// Sends one request of the protocol's version 1 and reads the whole reply.
+    fn execute(&self, command: &str, args: [&str; 3]) -> Result<String, String> {
+        let mut stream = UnixStream::connect(&self.socket)
+            .map_err(|e| format!("cannot connect to {}: {e}", self.socket.display()))?;
+        stream
+            .set_read_timeout(Some(self.reply_timeout))
+            .and_then(|()| stream.set_write_timeout(Some(self.reply_timeout)))
+            .map_err(|e| format!("cannot set a timeout on the attach socket: {e}"))?;
+        stream
+            .write_all(&request(command, args))
+            .map_err(|e| format!("cannot send {command} to the JVM: {e}"))?;
+        let mut reply = Vec::new();
+        stream
+            .read_to_end(&mut reply)
+            .map_err(|e| format!("no full reply to {command} from the JVM: {e}"))?;
+        let reply = String::from_utf8_lossy(&reply);
+        let (status, text) = reply.split_once('\n').unwrap_or((&reply, ""));
+        match status.trim().parse::<i32>() {
+            Ok(0) => Ok(text.to_string()),
+            Ok(code) => Err(format!(
+                "the JVM refused {command} {} (status {code}): {}",
+                args[0],
+                text.trim()
+            )),
+            Err(_) => Err(format!(
+                "the JVM's reply to {command} does not start with a status: {:?}",
+                reply.chars().take(80).collect::<String>()
+            )),
+        }
+    }
+}
+
+/// The bytes of one request: `1`, the command and three arguments, each ended by NUL.
+fn request(command: &str, args: [&str; 3]) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    for part in ["1", command].into_iter().chain(args) {
+        bytes.extend_from_slice(part.as_bytes());
+        bytes.push(0);
+    }
+    bytes
+}
+
+/// Whether /proc/<pid>/status says SIGQUIT (3) is caught and not ignored.
+fn catches_sigquit(status: &str) -> bool {
+    let mask = |key: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+            .unwrap_or(0)
+    };
+    let bit = 1u64 << (libc::SIGQUIT - 1);
+    mask("SigCgt:") & bit != 0 && mask("SigIgn:") & bit == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_is_nul_terminated_parts() {
+        assert_eq!(
+            request("jcmd", ["Thread.print", "", ""]),
+            b"1\0jcmd\0Thread.print\0\0\0".to_vec()
+        );
+    }
+
+    #[test]
+    fn sigquit_is_read_from_the_masks() {
+        assert!(catches_sigquit(
+            "SigIgn:\t0000000000000000\nSigCgt:\t0000000000000004\n"
+        ));
+        assert!(!catches_sigquit(
+            "SigIgn:\t0000000000000004\nSigCgt:\t0000000000000004\n"
+        ));
+        assert!(!catches_sigquit("SigCgt:\t0000000000000002\n"));
+        assert!(!catches_sigquit("garbage"));
+    }
+}

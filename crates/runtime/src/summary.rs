@@ -1,0 +1,419 @@
+//! A run's runtime figures over its measured window, for the end summary, the report and the
+//! findings: read from the record's [`RuntimeSecond`]s, never from the process.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::jfr::rate_within;
+use crate::threads::ThreadDump;
+use crate::{CollectorSecond, GcPause, RuntimeInfo, RuntimeSecond};
+
+/// What the runtime did over a window.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RuntimeSummary {
+    #[serde(flatten)]
+    pub info: RuntimeInfo,
+    /// Seconds of runtime figures in the window (0 when nothing could be read).
+    pub seconds: u32,
+    pub jvm: Option<JvmSummary>,
+    /// What the thread dumps in the window showed (`--runtime deep`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub threads: Option<ThreadsSummary>,
+    /// Throwables the JVM created in the window, and per second (JFR, `--runtime deep`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exceptions: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exceptions_per_s: Option<f64>,
+}
+
+/// Thread dumps over a window: states, contended locks and what the dumps cost.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ThreadsSummary {
+    pub dumps: u32,
+    /// The dumps' round trips (what they cost the watcher), mean and longest.
+    pub took_ms_mean: f64,
+    pub took_ms_max: f64,
+    /// The JVM's safepoint time during the dumps (what they cost the target), mean and
+    /// longest; `None` when it does not count safepoint time.
+    pub safepoint_ms_mean: Option<f64>,
+    pub safepoint_ms_max: Option<f64>,
+    /// Java threads by state, the mean over the dumps.
+    pub states_mean: BTreeMap<String, f64>,
+    /// The most BLOCKED threads in one dump.
+    pub blocked_max: u32,
+    /// Contended locks by where their waiters wait, the most often seen first.
+    pub contended: Vec<ContendedSite>,
+}
+
+/// One place where threads waited for a lock, over the dumps that showed it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ContendedSite {
+    pub lock_class: String,
+    pub waiting_at: String,
+    /// In how many dumps threads waited here.
+    pub dumps_seen: u32,
+    /// Waiters per dump that showed it: mean and most.
+    pub waiters_mean: f64,
+    pub waiters_max: u32,
+    /// The holder and its innermost frames, as the dump with the most waiters showed them.
+    pub holder: Option<String>,
+    pub holder_frames: Vec<String>,
+    pub waiter_names: Vec<String>,
+    pub signature: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct JvmSummary {
+    pub gc_pauses: u64,
+    pub gc_pause_ms: f64,
+    /// Paused for GC, as a share of the window's wall time (0.012 = 1.2%).
+    pub gc_pause_share: f64,
+    pub by_collector: Vec<CollectorSecond>,
+    pub longest_pause: Option<GcPause>,
+    /// The second with the most GC pause time: its number and its pause time.
+    pub worst_second: Option<(u32, f64)>,
+    pub safepoints: Option<u64>,
+    pub safepoint_ms: Option<f64>,
+    pub safepoint_sync_ms: Option<f64>,
+    pub jit_compiles: Option<u64>,
+    pub jit_ms: Option<f64>,
+    /// The last second whose compile time was at least a tenth of the busiest second's: the
+    /// JIT's warm-up lasted until about then.
+    pub jit_last_busy_second: Option<u32>,
+    pub classes_loaded: Option<u64>,
+    pub threads_live_max: Option<u64>,
+    pub heap_used_max_kib: Option<u64>,
+    pub heap_committed_kib: Option<u64>,
+    pub metaspace_used_kib: Option<u64>,
+    pub contended_locks: Option<u64>,
+}
+
+/// The seconds whose interval overlaps `[first_ms, last_ms]` (wall clock), as the resources'
+/// summary picks them; all of them without a window.
+pub fn during(seconds: &[RuntimeSecond], window: Option<(u64, u64)>) -> Vec<&RuntimeSecond> {
+    seconds
+        .iter()
+        .filter(|s| {
+            window.is_none_or(|(first, last)| s.unix_ms + 1000 > first && s.unix_ms <= last + 500)
+        })
+        .collect()
+}
+
+fn sum_some<T: std::iter::Sum<T>>(values: impl Iterator<Item = Option<T>>) -> Option<T> {
+    let v: Vec<T> = values.flatten().collect();
+    (!v.is_empty()).then(|| v.into_iter().sum())
+}
+
+pub fn summarize(info: &RuntimeInfo, seconds: &[&RuntimeSecond]) -> RuntimeSummary {
+    summarize_within(info, seconds, None)
+}
+
+/// As [`summarize`], with the load's measured window on the wall clock (ms since the Unix
+/// epoch, from the start of its first second to the end of its last): rates of counts read
+/// less often than the runtime's seconds (JFR's, once a second at their own phase) are taken
+/// over it rather than over the seconds that overlap it.
+pub fn summarize_within(
+    info: &RuntimeInfo,
+    seconds: &[&RuntimeSecond],
+    load_window: Option<(u64, u64)>,
+) -> RuntimeSummary {
+    let jvm: Vec<(&RuntimeSecond, &crate::JvmSecond)> = seconds
+        .iter()
+        .filter_map(|s| s.jvm.as_ref().map(|j| (*s, j)))
+        .collect();
+    // the window the seconds cover, on the wall clock
+    let window = load_window.or_else(|| {
+        seconds.first().zip(seconds.last()).map(|(first, last)| {
+            let from = first
+                .unix_ms
+                .saturating_sub((first.interval_s * 1000.0) as u64);
+            (from, last.unix_ms)
+        })
+    });
+    let exceptions = window.and_then(|(from, to)| rate_within(&info.throwable_counts, from, to));
+    RuntimeSummary {
+        info: info.clone(),
+        seconds: seconds.len() as u32,
+        jvm: (!jvm.is_empty()).then(|| summarize_jvm(&jvm)),
+        threads: summarize_threads(seconds.iter().filter_map(|s| s.thread_dump.as_ref())),
+        exceptions: exceptions.map(|(_, n)| n),
+        exceptions_per_s: exceptions.map(|(rate, _)| rate),
+    }
+}
+
+fn summarize_threads<'a>(dumps: impl Iterator<Item = &'a ThreadDump>) -> Option<ThreadsSummary> {
+    let dumps: Vec<&ThreadDump> = dumps.collect();
+    if dumps.is_empty() {
+        return None;
+    }
+    let n = dumps.len() as f64;
+    let safepoints: Vec<f64> = dumps.iter().filter_map(|d| d.safepoint_ms).collect();
+    let mut states_mean: BTreeMap<String, f64> = BTreeMap::new();
+    for dump in &dumps {
+        for (state, count) in &dump.states {
+            *states_mean.entry(state.clone()).or_insert(0.0) += f64::from(*count) / n;
+        }
+    }
+    let mut sites: Vec<(ContendedSite, u32)> = Vec::new();
+    for c in dumps.iter().flat_map(|d| &d.contended) {
+        let index = match sites
+            .iter()
+            .position(|(s, _)| s.lock_class == c.lock_class && s.waiting_at == c.waiting_at)
+        {
+            Some(i) => i,
+            None => {
+                sites.push((
+                    ContendedSite {
+                        lock_class: c.lock_class.clone(),
+                        waiting_at: c.waiting_at.clone(),
+                        ..Default::default()
+                    },
+                    0,
+                ));
+                sites.len() - 1
+            }
+        };
+        let (site, total_waiters) = &mut sites[index];
+        site.dumps_seen += 1;
+        *total_waiters += c.waiters;
+        if c.waiters > site.waiters_max || site.holder.is_none() && c.holder.is_some() {
+            site.holder = c.holder.clone();
+            site.holder_frames = c.holder_frames.clone();
+            site.waiter_names = c.waiter_names.clone();
+        }
+        site.waiters_max = site.waiters_max.max(c.waiters);
+        site.signature = site.signature.take().or_else(|| c.signature.clone());
+    }
+    let mut contended: Vec<ContendedSite> = sites
+        .into_iter()
+        .map(|(mut site, total)| {
+            site.waiters_mean = f64::from(total) / f64::from(site.dumps_seen);
+            site
+        })
+        .collect();
+    contended.sort_by(|a, b| {
+        b.dumps_seen
+            .cmp(&a.dumps_seen)
+            .then(b.waiters_mean.total_cmp(&a.waiters_mean))
+    });
+    Some(ThreadsSummary {
+        dumps: dumps.len() as u32,
+        took_ms_mean: dumps.iter().map(|d| d.took_ms).sum::<f64>() / n,
+        took_ms_max: dumps.iter().map(|d| d.took_ms).fold(0.0, f64::max),
+        safepoint_ms_mean: (!safepoints.is_empty())
+            .then(|| safepoints.iter().sum::<f64>() / safepoints.len() as f64),
+        safepoint_ms_max: safepoints.iter().copied().reduce(f64::max),
+        states_mean,
+        blocked_max: dumps
+            .iter()
+            .map(|d| d.states.get("BLOCKED").copied().unwrap_or(0))
+            .max()
+            .unwrap_or(0),
+        contended,
+    })
+}
+
+fn summarize_jvm(seconds: &[(&RuntimeSecond, &crate::JvmSecond)]) -> JvmSummary {
+    let wall_ms: f64 = seconds.iter().map(|(s, _)| s.interval_s * 1000.0).sum();
+    let mut by_collector: Vec<CollectorSecond> = Vec::new();
+    for (_, j) in seconds {
+        for c in &j.gc {
+            match by_collector.iter_mut().find(|b| b.name == c.name) {
+                Some(b) => {
+                    b.pauses += c.pauses;
+                    b.pause_ms += c.pause_ms;
+                }
+                None => by_collector.push(c.clone()),
+            }
+        }
+    }
+    let gc_pause_ms: f64 = seconds.iter().map(|(_, j)| j.gc_pause_ms).sum();
+    let longest_pause = seconds
+        .iter()
+        .flat_map(|(_, j)| &j.pauses)
+        .max_by(|a, b| a.ms.total_cmp(&b.ms))
+        .cloned();
+    let worst_second = seconds
+        .iter()
+        .filter(|(_, j)| j.gc_pause_ms > 0.0)
+        .max_by(|a, b| a.1.gc_pause_ms.total_cmp(&b.1.gc_pause_ms))
+        .map(|(s, j)| (s.second, j.gc_pause_ms));
+    let busiest = seconds
+        .iter()
+        .filter_map(|(_, j)| j.jit_ms)
+        .fold(0.0, f64::max);
+    let jit_last_busy_second = seconds
+        .iter()
+        .filter(|(_, j)| busiest > 0.0 && j.jit_ms.unwrap_or(0.0) >= busiest / 10.0)
+        .map(|(s, _)| s.second)
+        .max();
+    let last = seconds.last().map(|(_, j)| *j);
+    JvmSummary {
+        gc_pauses: seconds.iter().map(|(_, j)| j.gc_pauses).sum(),
+        gc_pause_ms,
+        gc_pause_share: if wall_ms > 0.0 {
+            gc_pause_ms / wall_ms
+        } else {
+            0.0
+        },
+        by_collector,
+        longest_pause,
+        worst_second,
+        safepoints: sum_some(seconds.iter().map(|(_, j)| j.safepoints)),
+        safepoint_ms: sum_some(seconds.iter().map(|(_, j)| j.safepoint_ms)),
+        safepoint_sync_ms: sum_some(seconds.iter().map(|(_, j)| j.safepoint_sync_ms)),
+        jit_compiles: sum_some(seconds.iter().map(|(_, j)| j.jit_compiles)),
+        jit_ms: sum_some(seconds.iter().map(|(_, j)| j.jit_ms)),
+        jit_last_busy_second,
+        classes_loaded: sum_some(seconds.iter().map(|(_, j)| j.classes_loaded)),
+        threads_live_max: seconds.iter().filter_map(|(_, j)| j.threads_live).max(),
+        heap_used_max_kib: seconds.iter().filter_map(|(_, j)| j.heap_used_kib).max(),
+        heap_committed_kib: last.and_then(|j| j.heap_committed_kib),
+        metaspace_used_kib: last.and_then(|j| j.metaspace_used_kib),
+        contended_locks: sum_some(seconds.iter().map(|(_, j)| j.contended_locks)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::JvmSecond;
+
+    fn second(n: u32, pauses: &[(&str, f64)], jit_ms: f64) -> RuntimeSecond {
+        let mut gc: Vec<CollectorSecond> = Vec::new();
+        for (name, ms) in pauses {
+            match gc.iter_mut().find(|c| c.name == *name) {
+                Some(c) => {
+                    c.pauses += 1;
+                    c.pause_ms += ms;
+                }
+                None => gc.push(CollectorSecond {
+                    name: name.to_string(),
+                    pauses: 1,
+                    pause_ms: *ms,
+                }),
+            }
+        }
+        RuntimeSecond {
+            second: n,
+            unix_ms: 1_000_000 + u64::from(n) * 1000,
+            interval_s: 1.0,
+            thread_dump: None,
+            jvm: Some(JvmSecond {
+                gc_pauses: pauses.len() as u64,
+                gc_pause_ms: pauses.iter().map(|p| p.1).sum(),
+                pauses: pauses
+                    .iter()
+                    .map(|(c, ms)| GcPause {
+                        collector: c.to_string(),
+                        ms: *ms,
+                        ..Default::default()
+                    })
+                    .collect(),
+                gc,
+                jit_ms: Some(jit_ms),
+                jit_compiles: Some(1),
+                threads_live: Some(10 + u64::from(n)),
+                ..Default::default()
+            }),
+        }
+    }
+
+    #[test]
+    fn totals_share_longest_and_the_jits_warm_up() {
+        let seconds = [
+            second(1, &[("young", 5.0)], 300.0),
+            second(2, &[("young", 5.0), ("full", 40.0)], 100.0),
+            second(3, &[], 20.0),
+            second(4, &[("young", 10.0)], 1.0),
+        ];
+        let all: Vec<&RuntimeSecond> = seconds.iter().collect();
+        let s = summarize(&RuntimeInfo::default(), &all);
+        let j = s.jvm.unwrap();
+        assert_eq!((j.gc_pauses, j.gc_pause_ms), (4, 60.0));
+        assert!((j.gc_pause_share - 0.015).abs() < 1e-12);
+        assert_eq!(j.longest_pause.unwrap().ms, 40.0);
+        assert_eq!(j.worst_second, Some((2, 45.0)));
+        let young = j.by_collector.iter().find(|c| c.name == "young").unwrap();
+        assert_eq!((young.pauses, young.pause_ms), (3, 20.0));
+        // 300 ms at first; 100 and then 20 are still a tenth of it or more... 20 is not.
+        assert_eq!(j.jit_last_busy_second, Some(2));
+        assert_eq!(j.threads_live_max, Some(14));
+        assert_eq!(j.jit_compiles, Some(4));
+        // The window keeps the seconds that overlap it.
+        let window = during(&seconds, Some((1_002_500, 1_003_000)));
+        assert_eq!(window.iter().map(|s| s.second).collect::<Vec<_>>(), [2, 3]);
+        // No JVM figures: no JVM summary, the info stays.
+        let empty = summarize(
+            &RuntimeInfo {
+                runtime: "go".into(),
+                ..Default::default()
+            },
+            &[],
+        );
+        assert_eq!(
+            (
+                empty.seconds,
+                empty.jvm.is_none(),
+                empty.info.runtime.as_str()
+            ),
+            (0, true, "go")
+        );
+    }
+
+    #[test]
+    fn thread_dumps_add_up_by_where_threads_wait() {
+        use crate::threads::Contention;
+        let dump = |blocked: u32, waiters: u32, took: f64| ThreadDump {
+            unix_ms: 0,
+            took_ms: took,
+            safepoint_ms: Some(took / 4.0),
+            states: [
+                ("BLOCKED".to_string(), blocked),
+                ("RUNNABLE".to_string(), 2),
+            ]
+            .into(),
+            contended: (waiters > 0)
+                .then(|| Contention {
+                    lock_class: "java.lang.Object".into(),
+                    waiters,
+                    waiting_at: "log.Enqueue".into(),
+                    holder: Some(format!("holder-{waiters}")),
+                    signature: Some("sig".into()),
+                    ..Default::default()
+                })
+                .into_iter()
+                .collect(),
+        };
+        let mut seconds: Vec<RuntimeSecond> = (1..=4).map(|n| second(n, &[], 0.0)).collect();
+        seconds[0].thread_dump = Some(dump(3, 3, 10.0));
+        seconds[2].thread_dump = Some(dump(0, 0, 20.0));
+        seconds[3].thread_dump = Some(dump(5, 5, 30.0));
+        let all: Vec<&RuntimeSecond> = seconds.iter().collect();
+        let t = summarize(&RuntimeInfo::default(), &all).threads.unwrap();
+        assert_eq!(t.dumps, 3);
+        assert_eq!((t.took_ms_mean, t.took_ms_max), (20.0, 30.0));
+        assert_eq!(t.safepoint_ms_max, Some(7.5));
+        assert_eq!(t.blocked_max, 5);
+        assert!((t.states_mean["BLOCKED"] - 8.0 / 3.0).abs() < 1e-12);
+        assert_eq!(t.contended.len(), 1);
+        let site = &t.contended[0];
+        assert_eq!(
+            (site.dumps_seen, site.waiters_mean, site.waiters_max),
+            (2, 4.0, 5)
+        );
+        assert_eq!(
+            site.holder.as_deref(),
+            Some("holder-5"),
+            "from the worst dump"
+        );
+        assert_eq!(site.signature.as_deref(), Some("sig"));
+        // no dumps, no summary
+        let none: Vec<&RuntimeSecond> = seconds[1..3]
+            .iter()
+            .filter(|s| s.thread_dump.is_none())
+            .collect();
+        assert!(summarize(&RuntimeInfo::default(), &none).threads.is_none());
+    }
+}

@@ -1,0 +1,225 @@
+//! Watching a process's runtime beside a run: detect it, say what can be read, and for a JVM
+//! poll its counters every few milliseconds (to see each GC pause) and write a
+//! [`RuntimeSecond`] every second.
+
+use std::path::Path;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use crate::attach::Attach;
+use crate::detect::{detect, Runtime};
+use crate::jfr;
+use crate::jvm::JvmReader;
+use crate::threads::{self, ThreadDump};
+use crate::{RuntimeInfo, RuntimeSecond};
+
+/// How often the JVM's counters are read: often enough to see GC pauses one by one (two of
+/// one collector within this time show as one; their count and time stay exact).
+pub const POLL: Duration = Duration::from_millis(10);
+
+/// What kiln does not read yet, per runtime, in the user's words.
+fn not_read_yet(runtime: Runtime) -> Option<&'static str> {
+    match runtime {
+        Runtime::Jvm => Some("lock waits with their stacks (JFR) are not read yet"),
+        Runtime::Go => Some(
+            "Go's GC cycles, mark assist and goroutines are not read yet (they need \
+             GODEBUG=gctrace=1, expvar or net/http/pprof)",
+        ),
+        Runtime::Python => {
+            Some("Python's thread states and GIL holder are not read yet (they need py-spy)")
+        }
+        Runtime::Node => Some("Node.js's GC and event-loop delay are not read yet"),
+        Runtime::Native => None,
+    }
+}
+
+/// How often `--runtime deep` takes a thread dump: each costs the JVM a few milliseconds at
+/// safepoints (measured and recorded with it), so a few seconds apart.
+pub const DUMP_EVERY: Duration = Duration::from_secs(2);
+
+/// How deep to look: the default layer costs nothing the target notices; `Deep` also speaks
+/// to the JVM over its attach socket.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Depth {
+    #[default]
+    Default,
+    Deep,
+}
+
+/// Starts watching `pid`: what runtime it is, and for a JVM its counters open.
+pub struct RuntimeWatch {
+    pub info: RuntimeInfo,
+    jvm: Option<JvmReader>,
+    attach: Option<Attach>,
+    proc_root: std::path::PathBuf,
+}
+
+impl RuntimeWatch {
+    pub fn start(pid: i32, proc_root: &Path, depth: Depth) -> Self {
+        let runtime = detect(pid, proc_root);
+        let mut info = RuntimeInfo {
+            pid,
+            runtime: runtime.name().to_string(),
+            ..Default::default()
+        };
+        let mut jvm = None;
+        if runtime == Runtime::Jvm {
+            match JvmReader::open(pid, proc_root) {
+                Ok(reader) => {
+                    info.version = reader.version();
+                    info.details = reader.details();
+                    info.read.push(format!(
+                        "GC pauses, safepoints, JIT compilation, classes, threads and heap from \
+                         hsperfdata ({})",
+                        reader.path().display()
+                    ));
+                    jvm = Some(reader);
+                }
+                Err(why) => info
+                    .not_read
+                    .push(format!("GC, safepoints, JIT and heap: {why}")),
+            }
+        }
+        let mut attach = None;
+        if runtime == Runtime::Jvm && depth == Depth::Deep {
+            match Attach::open(pid, proc_root) {
+                Ok(line) => {
+                    info.read.push(format!(
+                        "thread states and contended locks from a thread dump every {}s over \
+                         the attach socket; exceptions thrown per second from a JFR recording",
+                        DUMP_EVERY.as_secs()
+                    ));
+                    attach = Some(line);
+                }
+                Err(why) => info.not_read.push(format!("thread dumps: {why}")),
+            }
+        } else if runtime == Runtime::Jvm {
+            info.not_read.push(
+                "thread states, contended locks and exceptions thrown: not asked for \
+                 (--runtime deep takes thread dumps and a JFR recording)"
+                    .to_string(),
+            );
+        }
+        if runtime == Runtime::Native {
+            info.not_read.push(
+                "no managed runtime found (no libjvm, Go build information, Python or Node.js): \
+                 the process's own figures are in the resources"
+                    .to_string(),
+            );
+        }
+        info.not_read
+            .extend(not_read_yet(runtime).map(str::to_string));
+        Self {
+            info,
+            jvm,
+            attach,
+            proc_root: proc_root.to_path_buf(),
+        }
+    }
+
+    /// Whether there is anything to read every second.
+    pub fn has_series(&self) -> bool {
+        self.jvm.is_some()
+    }
+
+    /// Polls until `stop` says so (or the JVM's counters go away), calling `on_second` once a
+    /// second. Returns why it stopped early, if it did.
+    pub fn run(
+        &mut self,
+        stop: &dyn Fn() -> bool,
+        on_second: &mut dyn FnMut(RuntimeSecond),
+    ) -> Option<String> {
+        let jvm = self.jvm.as_mut()?;
+        // the first JFR start in a JVM takes a second or two: on its own thread, so that the
+        // counters are polled meanwhile
+        let starting = self.attach.clone().map(|attach| {
+            std::thread::Builder::new()
+                .name("kiln-jfr".into())
+                .spawn(move || jfr::Recording::start(&attach))
+        });
+        let started = Instant::now();
+        let mut last = started;
+        let mut next_second = started + Duration::from_secs(1);
+        let mut before = jvm.totals();
+        let mut pauses = Vec::new();
+        let mut second = 0u32;
+        let mut next_dump = started + DUMP_EVERY;
+        let mut thread_dump = None;
+        while !stop() {
+            std::thread::sleep(POLL);
+            if let Err(why) = jvm.refresh() {
+                self.info.not_read.push(format!("stopped reading: {why}"));
+                return Some(why);
+            }
+            pauses.extend(jvm.new_pauses());
+            if let Some(attach) = self.attach.as_ref().filter(|_| Instant::now() >= next_dump) {
+                next_dump += DUMP_EVERY;
+                match take_dump(attach, jvm) {
+                    Ok(dump) => thread_dump = Some(dump),
+                    Err(why) => {
+                        self.info
+                            .not_read
+                            .push(format!("thread dumps stopped: {why}"));
+                        self.attach = None;
+                    }
+                }
+                pauses.extend(jvm.new_pauses());
+            }
+            let now = Instant::now();
+            if now >= next_second {
+                let totals = jvm.totals();
+                second += 1;
+                on_second(RuntimeSecond {
+                    second,
+                    unix_ms: unix_ms_now(),
+                    interval_s: (now - last).as_secs_f64(),
+                    jvm: Some(jvm.second(&before, &totals, std::mem::take(&mut pauses))),
+                    thread_dump: thread_dump.take(),
+                });
+                before = totals;
+                last = now;
+                next_second += Duration::from_secs(1);
+            }
+        }
+        let recording = match starting {
+            Some(Ok(thread)) => thread
+                .join()
+                .unwrap_or_else(|_| Err("the JFR start failed".to_string())),
+            Some(Err(e)) => Err(format!("cannot start a thread: {e}")),
+            None => Err(String::new()),
+        };
+        let counts = recording.and_then(|recording| match self.attach.as_ref() {
+            Some(attach) => recording.finish(attach, self.info.pid, &self.proc_root),
+            None => Err("the attach socket went away".to_string()),
+        });
+        match counts {
+            Ok(counts) => self.info.throwable_counts = counts,
+            Err(why) if !why.is_empty() => {
+                self.info.not_read.push(format!("exceptions (JFR): {why}"))
+            }
+            Err(_) => {}
+        }
+        None
+    }
+}
+
+/// One thread dump, with what it cost: the round trip, and the JVM's safepoint time over it.
+fn take_dump(attach: &Attach, jvm: &mut JvmReader) -> Result<ThreadDump, String> {
+    let safepoints_before = jvm.safepoint_ms_total();
+    let unix_ms = unix_ms_now();
+    let asked = Instant::now();
+    let text = attach.jcmd("Thread.print")?;
+    let took_ms = asked.elapsed().as_secs_f64() * 1e3;
+    jvm.refresh()?;
+    let mut dump = threads::summarize(&threads::parse(&text), unix_ms, took_ms);
+    dump.safepoint_ms = jvm
+        .safepoint_ms_total()
+        .zip(safepoints_before)
+        .map(|(after, before)| (after - before).max(0.0));
+    Ok(dump)
+}
+
+fn unix_ms_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}

@@ -1,0 +1,186 @@
+//! An HTTP/2 target: hyper's server speaking h2 over TLS (chosen by ALPN, HTTP/1.1 for a
+//! client that does not offer h2) or h2c by prior knowledge on plain TCP. It counts the
+//! requests it answered by protocol version and by path, so a load tool's HTTP/2 counts
+//! can be checked against the server's own.
+//!
+//! `POST /login` answers `{"token":"t-<n>"}`; `GET /me` answers 200 with the bearer token it
+//! was sent, 401 without one; anything else `hello h2`.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::{Request, Response};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+
+#[derive(Default)]
+struct Counts {
+    /// ("HTTP/2.0" | "HTTP/1.1", path) -> requests
+    by_version_path: BTreeMap<(String, String), u64>,
+}
+
+pub struct H2Target {
+    addr: SocketAddr,
+    counts: Arc<Mutex<Counts>>,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<thread::JoinHandle<()>>,
+}
+
+impl H2Target {
+    /// Starts on a free loopback port; with `tls`, a fresh self-signed certificate.
+    pub fn start(tls: bool) -> std::io::Result<Self> {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+        listener.set_nonblocking(true)?;
+        let addr = listener.local_addr()?;
+        let acceptor = if tls {
+            let mut config = (*crate::self_signed_tls()?).clone();
+            config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+            Some(tokio_rustls::TlsAcceptor::from(Arc::new(config)))
+        } else {
+            None
+        };
+        let counts = Arc::new(Mutex::new(Counts::default()));
+        let (shutdown, mut stop) = tokio::sync::oneshot::channel::<()>();
+        let served = counts.clone();
+        let thread = thread::Builder::new()
+            .name("h2-target".into())
+            .spawn(move || {
+                let Ok(rt) = tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(1)
+                    .enable_all()
+                    .build()
+                else {
+                    return;
+                };
+                rt.block_on(async move {
+                    let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
+                        return;
+                    };
+                    let tokens = Arc::new(AtomicU64::new(1));
+                    loop {
+                        let accepted = tokio::select! {
+                            a = listener.accept() => a,
+                            _ = &mut stop => return,
+                        };
+                        let Ok((tcp, _)) = accepted else { continue };
+                        let _ = tcp.set_nodelay(true);
+                        let (counts, tokens, acceptor) =
+                            (served.clone(), tokens.clone(), acceptor.clone());
+                        tokio::spawn(async move {
+                            let service = hyper::service::service_fn(move |req| {
+                                answer(req, counts.clone(), tokens.clone())
+                            });
+                            match acceptor {
+                                None => {
+                                    let _ = hyper::server::conn::http2::Builder::new(
+                                        TokioExecutor::new(),
+                                    )
+                                    .serve_connection(TokioIo::new(tcp), service)
+                                    .await;
+                                }
+                                Some(acceptor) => {
+                                    let Ok(tls) = acceptor.accept(tcp).await else {
+                                        return;
+                                    };
+                                    let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
+                                    let io = TokioIo::new(tls);
+                                    if h2 {
+                                        let _ = hyper::server::conn::http2::Builder::new(
+                                            TokioExecutor::new(),
+                                        )
+                                        .serve_connection(io, service)
+                                        .await;
+                                    } else {
+                                        let _ = hyper::server::conn::http1::Builder::new()
+                                            .serve_connection(io, service)
+                                            .await;
+                                    }
+                                }
+                            }
+                        });
+                    }
+                });
+            })?;
+        Ok(Self {
+            addr,
+            counts,
+            shutdown: Some(shutdown),
+            thread: Some(thread),
+        })
+    }
+
+    pub fn url(&self, tls: bool, path: &str) -> String {
+        let scheme = if tls { "https" } else { "http" };
+        format!("{scheme}://{}{path}", self.addr)
+    }
+
+    /// Requests answered with this protocol version (`HTTP/2.0`, `HTTP/1.1`) and path.
+    pub fn answered(&self, version: &str, path: &str) -> u64 {
+        self.counts.lock().map_or(0, |c| {
+            c.by_version_path
+                .get(&(version.to_string(), path.to_string()))
+                .copied()
+                .unwrap_or(0)
+        })
+    }
+
+    /// Requests answered in all.
+    pub fn total(&self) -> u64 {
+        self.counts
+            .lock()
+            .map_or(0, |c| c.by_version_path.values().sum())
+    }
+}
+
+impl Drop for H2Target {
+    fn drop(&mut self) {
+        if let Some(s) = self.shutdown.take() {
+            let _ = s.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+async fn answer(
+    req: Request<hyper::body::Incoming>,
+    counts: Arc<Mutex<Counts>>,
+    tokens: Arc<AtomicU64>,
+) -> Result<Response<Full<Bytes>>, std::convert::Infallible> {
+    let version = format!("{:?}", req.version());
+    let path = req.uri().path().to_string();
+    let method = req.method().clone();
+    let bearer = req
+        .headers()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::to_string);
+    // Read the whole body, as a real handler would.
+    let _ = req.into_body().collect().await;
+    if let Ok(mut c) = counts.lock() {
+        *c.by_version_path
+            .entry((version, path.clone()))
+            .or_default() += 1;
+    }
+    let (status, body) = match (method.as_str(), path.as_str(), bearer) {
+        ("POST", "/login", _) => (
+            200,
+            format!(
+                "{{\"token\":\"t-{}\"}}",
+                tokens.fetch_add(1, Ordering::SeqCst)
+            ),
+        ),
+        ("GET", "/me", Some(token)) => (200, format!("{{\"token\":\"{token}\"}}")),
+        ("GET", "/me", None) => (401, "{}".to_string()),
+        _ => (200, "hello h2\n".to_string()),
+    };
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = hyper::StatusCode::from_u16(status).unwrap_or_default();
+    Ok(response)
+}
