@@ -1,0 +1,15 @@
+//! Hedged requests ("The Tail at Scale", Dean & Barroso): a request not answered after a
+//! delay gets a second copy, and the first answer wins. This crate predicts what that does
+//! to a recorded run — exactly, from its latency histogram, assuming the two copies' latencies
+//! are independent — and judges from the run's seconds whether that assumption holds.
+//!
+//! It reads no run directory and sends nothing: the CLI and the findings hand it histograms
+//! and per-second counts.
+
+mod delay;
+mod independence;
+mod whatif;
+
+pub use delay::{Delay, DelayError};
+pub use independence::{Independence, SecondCounts};
+pub use whatif::{predict, Prediction, Quantiles, QUANTILES};
