@@ -2,6 +2,7 @@
 //! is missing leaves its field empty (the rules that need it say they cannot judge); a part
 //! that cannot be read is named in `problems` and the rest is still judged.
 
+use kiln_hedge::SecondCounts;
 use kiln_profile::Folded;
 use kiln_record::parts::{ProfileParts, OFF_CPU, ON_CPU, QUERIES_PART};
 use kiln_record::{
@@ -76,6 +77,9 @@ pub struct RunRecord {
     pub runtime: Option<RuntimeSummary>,
     /// The runtime's seconds in the measured window, to line up with the load's.
     pub runtime_seconds: Vec<RuntimeSecond>,
+    /// The measured seconds' responses and how many were slower than the run's p95 (the
+    /// delay a hedge would wait), with that delay: how the tail spreads over the run.
+    pub tail: Option<(u64, Vec<SecondCounts>)>,
     /// Parts that could not be read.
     pub problems: Vec<String>,
 }
@@ -95,6 +99,7 @@ impl RunRecord {
             doctor: None,
             runtime: None,
             runtime_seconds: Vec::new(),
+            tail: None,
             problems: Vec::new(),
         }
     }
@@ -188,6 +193,31 @@ impl RunRecord {
             .filter(|(phase, _)| measured.contains(&phase.as_str()))
             .map(|(_, p)| p)
             .collect();
+        if let Some(total) = self.measured() {
+            let p95 = total.totals.latency.quantile_us(0.95);
+            self.tail = Some((p95, self.slow_seconds(dir, p95)));
+        }
+    }
+
+    /// Each measured second's responses and how many were slower than `delay_us`: a second
+    /// pass over the load's seconds (their histograms are not kept in memory).
+    pub fn slow_seconds(&self, dir: &RunDir, delay_us: u64) -> Vec<SecondCounts> {
+        let measured = PhaseSummary::measured_names(&self.phases);
+        let Ok(lines) = dir.json_lines::<LoadRecordLine>(LOAD_SECONDS_PART) else {
+            return Vec::new();
+        };
+        lines
+            .map_while(Result::ok)
+            .filter_map(|line| match line {
+                LoadRecordLine::Second(s) if measured.contains(&s.phase.as_str()) => {
+                    Some(SecondCounts {
+                        requests: s.latency.count(),
+                        slow: s.latency.count_above(delay_us),
+                    })
+                }
+                _ => None,
+            })
+            .collect()
     }
 
     fn read_profile(&mut self, dir: &RunDir, parts: ProfileParts) -> Option<Profile> {

@@ -44,6 +44,27 @@ const MIN_Z: f64 = 3.09;
 const MIN_BUNCHED: f64 = 0.25;
 
 impl Independence {
+    /// What the spread says about hedging, in a sentence.
+    pub fn sentence(&self) -> String {
+        if self.independent {
+            format!(
+                "the slow requests came one by one, as independent ones do (spread over the \
+                 seconds with dispersion {:.1}; 1 is chance): a second copy has the usual \
+                 chance of being fast",
+                self.dispersion
+            )
+        } else {
+            format!(
+                "the slow requests came together ({:.0}% of them bunched: half in {} of {} \
+                 seconds), so a second copy would wait as long as the first: hedging will not \
+                 help, the cause is the server (a stall all requests share)",
+                100.0 * self.bunched_share,
+                self.seconds_with_half,
+                self.seconds
+            )
+        }
+    }
+
     /// `None` when there are too few seconds or no slow (or only slow) requests to judge.
     pub fn judge(seconds: &[SecondCounts]) -> Option<Self> {
         let requests: u64 = seconds.iter().map(|s| s.requests).sum();

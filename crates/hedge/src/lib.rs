@@ -8,8 +8,10 @@
 
 mod delay;
 mod independence;
+mod report;
 mod whatif;
 
 pub use delay::{Delay, DelayError};
 pub use independence::{Independence, SecondCounts};
+pub use report::{to_text, HedgeOption, Report};
 pub use whatif::{predict, Prediction, Quantiles, QUANTILES};

@@ -33,6 +33,9 @@ pub enum Command {
     /// Did a change help? Two recorded runs side by side: each percentile, throughput and
     /// error rate with the change, its 95% interval and a verdict; findings fixed and new.
     Compare(CompareArgs),
+    /// What hedged requests would do to a recorded run: p99 and p99.9 with a second copy
+    /// after a delay, the extra load, and whether the slow requests were independent enough.
+    Hedge(HedgeArgs),
     /// Find, fix and prove: load a shop with planted problems, name them, load it fixed, compare.
     Demo(DemoArgs),
     /// The demo's shop on its own (a realistic target for trying kiln and for tests).
@@ -515,6 +518,23 @@ pub struct FindingsArgs {
     /// recorded.
     #[arg(long = "rejudge")]
     pub rejudge: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct HedgeArgs {
+    /// A run directory (holding run.json); interrupted runs too.
+    pub run_dir: PathBuf,
+    /// When the second copy goes: a percentile of the run's latency (p95, p99.9) or a time
+    /// (5ms, 500us); repeat to weigh several.
+    #[arg(long = "at", value_name = "DELAY", default_value = "p95")]
+    pub at: Vec<kiln_hedge::Delay>,
+    /// Each request waits for this many sub-requests (a fan-out), each hedged alike.
+    #[arg(long = "fanout", value_name = "K", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub fanout: u32,
+    /// Print the what-if as JSON on stdout.
+    #[arg(long = "json")]
+    pub json: bool,
 }
 
 #[derive(Args, Debug)]

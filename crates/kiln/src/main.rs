@@ -9,6 +9,7 @@ mod demo;
 mod doctor_cmd;
 mod findings_cmd;
 mod format;
+mod hedge_cmd;
 mod junit;
 mod live;
 mod names_summary;
@@ -87,6 +88,7 @@ fn main() -> ExitCode {
         Command::Report(args) => report_cmd::run(args),
         Command::Findings(args) => findings_cmd::run(args),
         Command::Compare(args) => compare_cmd::run(args),
+        Command::Hedge(args) => hedge_cmd::run(args),
         Command::Demo(args) => demo::run(args, &interrupts()),
         Command::DemoShop(args) => demo::serve_shop(args),
         Command::Watch(args) => watch_cmd::run(args, &interrupts()),

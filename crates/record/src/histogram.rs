@@ -103,6 +103,11 @@ impl LatencyHistogram {
         self.0.stdev()
     }
 
+    /// How many recorded values are above `us`.
+    pub fn count_above(&self, us: u64) -> u64 {
+        self.0.len() - self.0.count_between(0, us)
+    }
+
     /// Share of recorded values at or below `us` (0..=1); 1 when empty.
     pub fn fraction_at_or_below(&self, us: u64) -> f64 {
         if self.0.is_empty() {

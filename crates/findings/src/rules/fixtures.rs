@@ -53,6 +53,7 @@ pub fn load_run(seconds: &[Second]) -> RunRecord {
     let mut run = RunRecord::empty(manifest());
     run.status = RunStatus::Complete;
     let mut phase = PhaseSummary::new("run");
+    let mut records = Vec::new();
     for (i, s) in seconds.iter().enumerate() {
         let mut record = SecondRecord {
             phase: "run".into(),
@@ -71,7 +72,15 @@ pub fn load_run(seconds: &[Second]) -> RunRecord {
         record.scheduled = record.requests;
         phase.add_second(&record);
         run.seconds.push(LoadPoint::of(&record));
+        records.push(record);
     }
+    // the slow-request spread as RunRecord::read finds it
+    let p95 = phase.totals.latency.quantile_us(0.95);
+    let counts = records.iter().map(|r| kiln_hedge::SecondCounts {
+        requests: r.latency.count(),
+        slow: r.latency.count_above(p95),
+    });
+    run.tail = Some((p95, counts.collect()));
     phase.set_end(&PhaseEnd {
         phase: "run".into(),
         measured: true,

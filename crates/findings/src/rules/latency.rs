@@ -300,6 +300,49 @@ fn tail_heavy(run: &RunRecord) -> Verdict {
     }
     let share = if all > 0.0 { tail / all } else { 0.0 };
     let ratio = p99 as f64 / p95.max(1) as f64;
+    // what a hedge at p95 would do, and whether the slow requests were independent enough
+    // for it to (a shared stall makes the copy as slow as the first)
+    let hedge = kiln_hedge::predict(h, p95, 1);
+    let spread = run
+        .tail
+        .as_ref()
+        .filter(|(delay, _)| *delay == p95)
+        .and_then(|(_, seconds)| kiln_hedge::Independence::judge(seconds));
+    let mut evidence = vec![
+        format!(
+            "p50 {}, p95 {}, p99 {}, p99.9 {}, max {}",
+            duration_us(p50),
+            duration_us(p95),
+            duration_us(p99),
+            duration_us(p999),
+            duration_us(h.max_us())
+        ),
+        format!(
+            "the slowest 5% of requests spent {:.0}% of all the time requests waited",
+            100.0 * share
+        ),
+    ];
+    let mut fix = "look for the stall at the slow seconds (the other findings, the latency over \
+                   time); if the slow requests are random, hedged requests for idempotent reads \
+                   cut the tail"
+        .to_string();
+    if let (Some(hedge), Some(spread)) = (&hedge, &spread) {
+        evidence.push(spread.sentence());
+        if spread.independent {
+            evidence.push(hedge.sentence("p95"));
+            fix = format!(
+                "the slow requests are random: hedge idempotent reads (a second copy after \
+                 about p95, {}, to another replica, the first answer taken, the extra load \
+                 capped); kiln hedge RUN --at p90 --at p99 weighs other delays",
+                duration_us(p95)
+            );
+        } else {
+            fix = "find the stall the slow requests share at the seconds they bunch in (the \
+                   other findings: GC pauses, periodic spikes, blocked threads, the host); \
+                   hedging would not help"
+                .into();
+        }
+    }
     Verdict::Found(vec![Draft {
         rule: TAIL_HEAVY.id,
         key: "",
@@ -309,31 +352,16 @@ fn tail_heavy(run: &RunRecord) -> Verdict {
             Severity::Medium
         },
         title: format!("The tail is heavy: p99 is {ratio:.1}x p95"),
-        evidence: vec![
-            format!(
-                "p50 {}, p95 {}, p99 {}, p99.9 {}, max {}",
-                duration_us(p50),
-                duration_us(p95),
-                duration_us(p99),
-                duration_us(p999),
-                duration_us(h.max_us())
-            ),
-            format!(
-                "the slowest 5% of requests spent {:.0}% of all the time requests waited",
-                100.0 * share
-            ),
-        ],
+        evidence,
         window: run.window(),
         cause: "a few requests wait on something the others do not: a stall (GC, a lock, a \
                 cache expiring, a flush), a slow dependency, or queueing behind a burst"
             .into(),
-        fix: "look for the stall at the slow seconds (the other findings, the latency over \
-              time); if the slow requests are random, hedged requests for idempotent reads \
-              cut the tail"
-            .into(),
+        fix,
         impact: (share, "latency"),
         data: json!({"p50_us": p50, "p95_us": p95, "p99_us": p99, "p999_us": p999,
-            "max_us": h.max_us(), "responses": h.count()}),
+            "max_us": h.max_us(), "responses": h.count(), "hedge_at_p95": hedge,
+            "slow_spread": spread}),
     }
     .finish()])
 }
@@ -384,6 +412,46 @@ mod tests {
         // 2% of requests at 40 ms hold 200*40 / (9800*2 + 200*40) of the waiting
         let share = 200.0 * 40.0 / (9800.0 * 2.0 + 200.0 * 40.0);
         assert!((f.impact.share - share).abs() < 0.01, "{f:?}");
+        // 20 slow requests in every second: random, so a hedge at p95 (2 ms) leaves a request
+        // slow only when both copies are (0.04%): p99 and p99.9 become 2 + 2 ms
+        assert!(f.evidence[2].contains("one by one"), "{:?}", f.evidence);
+        let slow = kiln_record::text::us(heavy.measured().unwrap().totals.latency.max_us());
+        assert_eq!(
+            f.evidence[3],
+            format!(
+                "a hedge at p95 (2.00ms) would take p99 from {slow} to 4.00ms and p99.9 from \
+                 {slow} to 4.00ms, for 2.0% more requests"
+            )
+        );
+        assert!(
+            f.fix.starts_with("the slow requests are random: hedge"),
+            "{}",
+            f.fix
+        );
+        assert_eq!(f.data["hedge_at_p95"]["after"]["p99_us"], 4_000);
+    }
+
+    #[test]
+    fn a_heavy_tail_from_shared_stalls_is_not_sent_to_hedging() {
+        // the same 2% of requests at 40 ms, all in seconds 0 and 5 (a stall every 5 s)
+        let seconds: Vec<Second> = (0..10)
+            .map(|i| match i % 5 {
+                0 => Second::latencies(&[(2_000, 900), (40_000, 100)]),
+                _ => Second::latencies(&[(2_000, 1000)]),
+            })
+            .collect();
+        let Verdict::Found(found) = tail_heavy(&load_run(&seconds)) else {
+            panic!("no finding");
+        };
+        let f = &found[0];
+        assert!(f.evidence[2].contains("came together"), "{:?}", f.evidence);
+        assert!(
+            f.evidence[2].contains("half in 1 of 10 seconds"),
+            "{:?}",
+            f.evidence
+        );
+        assert!(f.fix.contains("hedging would not help"), "{}", f.fix);
+        assert_eq!(f.data["slow_spread"]["independent"], false);
     }
 
     #[test]

@@ -1,0 +1,39 @@
+//! `kiln hedge RUN_DIR`: what hedged requests would do to a recorded run's latency.
+
+use anyhow::{bail, Context, Result};
+use kiln_findings::RunRecord;
+use kiln_hedge::{Independence, Report};
+use kiln_record::RunDir;
+
+use crate::cli::HedgeArgs;
+
+pub fn run(args: HedgeArgs) -> Result<u8> {
+    let dir = RunDir::open(&args.run_dir)
+        .with_context(|| format!("cannot read the run in {}", args.run_dir.display()))?;
+    let record = RunRecord::read(&dir);
+    let Some(total) = record.measured() else {
+        bail!(
+            "{} holds no measured load to weigh hedging on",
+            args.run_dir.display()
+        );
+    };
+    let latency = &total.totals.latency;
+    if latency.is_empty() {
+        bail!("{} recorded no responses", args.run_dir.display());
+    }
+    let mut report = Report::new(latency.count(), record.seconds.len(), args.fanout);
+    for at in &args.at {
+        let delay_us = at.resolve_us(latency);
+        let Some(prediction) = kiln_hedge::predict(latency, delay_us, args.fanout) else {
+            continue;
+        };
+        let spread = Independence::judge(&record.slow_seconds(&dir, delay_us));
+        report.add(at.to_string(), prediction, spread);
+    }
+    if args.json {
+        outln!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        out!("{}", kiln_hedge::to_text(&report));
+    }
+    Ok(0)
+}
