@@ -158,11 +158,14 @@ impl RunRecord {
         let ends = window.map(|w| (w.from_unix_ms + 1000, w.to_unix_ms));
         self.runtime_seconds = during(&seconds, ends).into_iter().cloned().collect();
         let in_window: Vec<&RuntimeSecond> = self.runtime_seconds.iter().collect();
-        self.runtime = Some(summarize_within(
+        let mut summary = summarize_within(
             &info,
             &in_window,
             window.map(|w| (w.from_unix_ms, w.to_unix_ms)),
-        ));
+        );
+        let groups = kiln_sample::thread_groups_mean(&self.resources);
+        summary.set_thread_cpu(groups.iter().map(|(name, pct, _)| (name.as_str(), *pct)));
+        self.runtime = Some(summary);
     }
 
     fn read_load(&mut self, dir: &RunDir) {

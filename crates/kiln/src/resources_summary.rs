@@ -1,7 +1,6 @@
 //! The "Resources" part of a run summary: what the host and the watched process did during
 //! the measured load, from the sampler's seconds in the run record.
 
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use kiln_record::PhaseSummary;
@@ -27,6 +26,16 @@ fn mean(values: impl Iterator<Item = f64>) -> Option<f64> {
     (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
 }
 
+/// A JVM's runtime summary gets its threads' CPU by role (compilers, GC, ...) over the
+/// same samples.
+pub fn add_thread_roles(
+    runtime: &mut kiln_runtime::summary::RuntimeSummary,
+    samples: &[ResourceSecond],
+) {
+    let groups = kiln_sample::thread_groups_mean(samples);
+    runtime.set_thread_cpu(groups.iter().map(|(name, pct, _)| (name.as_str(), *pct)));
+}
+
 pub fn to_json(samples: &[ResourceSecond]) -> Value {
     if samples.is_empty() {
         return Value::Null;
@@ -38,29 +47,7 @@ pub fn to_json(samples: &[ResourceSecond]) -> Value {
         .iter()
         .map(|p| p.rates.cpu_user_pct + p.rates.cpu_system_pct)
         .collect();
-    // Thread groups (a pool is one group) over the samples, so the list adds up to the
-    // process's CPU; records made before the groups were sampled list the top threads.
-    let grouped = procs.iter().any(|p| !p.cpu_by_thread_group.is_empty());
-    let mut by_group: BTreeMap<String, (f64, u64)> = BTreeMap::new();
-    for p in &procs {
-        if grouped {
-            for g in &p.cpu_by_thread_group {
-                let e = by_group.entry(g.name.clone()).or_default();
-                e.0 += g.cpu_pct;
-                e.1 = e.1.max(g.threads);
-            }
-        } else {
-            for t in &p.hottest_by_cpu {
-                let e = by_group.entry(t.name.clone()).or_default();
-                e.0 += t.cpu_user_pct + t.cpu_system_pct;
-                e.1 = 1;
-            }
-        }
-    }
-    let mut hottest: Vec<(String, f64, u64)> = by_group
-        .into_iter()
-        .map(|(name, (sum, threads))| (name, sum / samples.len() as f64, threads))
-        .collect();
+    let mut hottest = kiln_sample::thread_groups_mean(samples);
     hottest.sort_by(|a, b| {
         // "(other threads)" last, whatever its share
         (a.0.starts_with('('))

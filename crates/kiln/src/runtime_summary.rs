@@ -39,6 +39,18 @@ pub fn to_text(s: &RuntimeSummary) -> String {
         }
     }
     let mut out = format!("Runtime    {head}\n");
+    if !s.cpu_by_thread_role.is_empty() {
+        let roles: Vec<String> = s
+            .cpu_by_thread_role
+            .iter()
+            .map(|r| format!("{} {:.1}%", r.role.label(), r.cpu_pct))
+            .collect();
+        let _ = writeln!(
+            out,
+            "           threads' CPU (% of a core): {}",
+            roles.join(", ")
+        );
+    }
     if let Some(j) = &s.jvm {
         let mut gc = format!(
             "           GC: {} pauses, {} paused ({:.1}% of the time)",

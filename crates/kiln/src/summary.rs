@@ -424,7 +424,7 @@ pub fn render_text(view: &RunView) -> String {
         &resources_summary::during(&total, resources),
         "the measured load",
     );
-    if let Some(r) = runtime_during(runtime, Some(&total)) {
+    if let Some(r) = runtime_during(runtime, Some(&total), resources) {
         out += &runtime_summary::to_text(&r);
     }
     out += &recorded_extras(dir, profile, off_cpu, queries);
@@ -534,16 +534,23 @@ fn profile_text(dir: &str, profile: &Value, label: &str, flame: &str) -> String 
 fn runtime_during(
     runtime: Option<(&RuntimeInfo, &[RuntimeSecond])>,
     total: Option<&PhaseSummary>,
+    resources: &[ResourceSecond],
 ) -> Option<RuntimeSummary> {
     let (info, seconds) = runtime?;
     let window = total.and_then(|t| Some((t.first_unix_ms?, t.last_unix_ms?)));
     // a second's time is its end: the load began a second before its first
     let load_window = window.map(|(first, last)| (first.saturating_sub(1000), last));
-    Some(kiln_runtime::summary::summarize_within(
+    let mut summary = kiln_runtime::summary::summarize_within(
         info,
         &kiln_runtime::summary::during(seconds, window),
         load_window,
-    ))
+    );
+    let samples = match total {
+        Some(t) => resources_summary::during(t, resources),
+        None => resources.to_vec(),
+    };
+    resources_summary::add_thread_roles(&mut summary, &samples);
+    Some(summary)
 }
 
 pub fn render_json(view: &RunView) -> Value {
@@ -582,7 +589,7 @@ pub fn render_json(view: &RunView) -> Value {
             .as_ref()
             .map(|t| resources_summary::to_json(&resources_summary::during(t, view.resources)))
             .unwrap_or(Value::Null),
-        "runtime": runtime_during(view.runtime, total.as_ref()),
+        "runtime": runtime_during(view.runtime, total.as_ref(), view.resources),
         "thresholds": total
             .as_ref()
             .map(|t| thresholds::check_all(&manifest.plan, t))

@@ -105,10 +105,9 @@ pub fn run(args: WatchArgs, stop: &StopSignal) -> Result<u8> {
             resources_summary::to_text(&samples, &format!("the watch of process {pid}"))
         );
         let all: Vec<&RuntimeSecond> = runtime_seconds.iter().collect();
-        out!(
-            "{}",
-            runtime_summary::to_text(&summarize(&runtime_info, &all))
-        );
+        let mut runtime = summarize(&runtime_info, &all);
+        resources_summary::add_thread_roles(&mut runtime, &samples);
+        out!("{}", runtime_summary::to_text(&runtime));
         for warning in &warnings {
             outln!("Warning    {}", safe_text(warning));
         }

@@ -59,6 +59,15 @@ fn a_jvm_target_shows_its_gc_safepoints_and_threads() {
     let text = String::from_utf8_lossy(&report.stdout);
     assert!(text.contains("Runtime    JVM OpenJDK"), "{text}");
     assert!(text.contains(&format!("GC: {pauses} pauses")), "{text}");
+    // a full collection every 400 ms keeps the GC threads busy enough to be named
+    assert!(text.contains("threads' CPU (% of a core): "), "{text}");
+    let roles = json["runtime"]["cpu_by_thread_role"].as_array().unwrap();
+    assert!(
+        roles
+            .iter()
+            .any(|r| r["role"] == "gc" && r["cpu_pct"].as_f64().unwrap() > 0.0),
+        "{roles:?}"
+    );
     let again = json_with_exit(&kiln(&["report", out_dir.to_str().unwrap(), "--json"]), 0);
     assert_eq!(again["runtime"], json["runtime"]);
 }
@@ -314,6 +323,29 @@ fn warmup_auto_ends_when_the_jit_has_gone_quiet_and_a_cold_run_is_found_warming_
     let jit =
         finding(&cold, "runtime.jit-warmup").unwrap_or_else(|| panic!("{:#}", cold["runtime"]));
     assert!(jit["fix"].as_str().unwrap().contains("--warmup auto"));
+    // the compiler threads' CPU, from the sampler's per-thread counters, is the second witness
+    assert!(
+        jit["evidence"].to_string().contains("the compiler threads"),
+        "{jit:#}"
+    );
+    let roles = cold["runtime"]["cpu_by_thread_role"].as_array().unwrap();
+    let pct = |role: &str| {
+        roles
+            .iter()
+            .find(|r| r["role"] == role)
+            .map_or(0.0, |r| r["cpu_pct"].as_f64().unwrap())
+    };
+    assert!(pct("compiler") > 1.0, "{roles:?}");
+    assert!(pct("application") > 1.0, "{roles:?}");
+    // the roles share out the process's CPU as the kernel counted it, thread by thread
+    let process = cold["resources"]["process"]["cpu_mean_pct"]
+        .as_f64()
+        .unwrap();
+    let sum: f64 = roles.iter().map(|r| r["cpu_pct"].as_f64().unwrap()).sum();
+    assert!(
+        (sum - process).abs() <= 0.1 * process + 2.0,
+        "roles {sum:.1}% of a core, process {process:.1}%: {roles:?}"
+    );
 
     let out = tmp.path().join("run");
     let json = run("auto:45s", &out);

@@ -11,6 +11,7 @@ pub mod detect;
 pub mod hsperf;
 pub mod jfr;
 pub mod jvm;
+pub mod jvm_threads;
 pub mod summary;
 pub mod threads;
 pub mod watch;

@@ -25,6 +25,10 @@ pub struct RuntimeSummary {
     pub exceptions: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exceptions_per_s: Option<f64>,
+    /// A JVM's threads' CPU by what they do (JIT compilers, GC, an async logger's consumer),
+    /// from the sampler's per-thread CPU over the same window; filled by whoever has it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cpu_by_thread_role: Vec<crate::jvm_threads::RoleCpu>,
 }
 
 /// Thread dumps over a window: states, contended locks and what the dumps cost.
@@ -139,6 +143,17 @@ pub fn summarize_within(
         threads: summarize_threads(seconds.iter().filter_map(|s| s.thread_dump.as_ref())),
         exceptions: exceptions.map(|(_, n)| n),
         exceptions_per_s: exceptions.map(|(rate, _)| rate),
+        cpu_by_thread_role: Vec::new(),
+    }
+}
+
+impl RuntimeSummary {
+    /// A JVM's threads' CPU by role from the process's thread groups over the same window
+    /// (`(name, percent of a core)`); other runtimes' threads have no roles to tell.
+    pub fn set_thread_cpu<'a>(&mut self, groups: impl IntoIterator<Item = (&'a str, f64)>) {
+        if self.info.runtime == "jvm" {
+            self.cpu_by_thread_role = crate::jvm_threads::cpu_by_role(groups);
+        }
     }
 }
 

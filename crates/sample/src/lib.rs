@@ -24,6 +24,7 @@ pub use doctor::{Check, Doctor, DoctorRecord, Verdict, DOCTOR_FILE, DOCTOR_PART}
 pub use procfs::{CpuTimes, HostStat, ProcFs, TaskStat};
 pub use rates::{host_cpu_split, task_rates, CpuSplit, TaskRates};
 pub use sampler::{
-    HostMemory, KernelSecond, ProcessSecond, ResourceSecond, Sampler, RESOURCES_PART,
+    thread_groups_mean, HostMemory, KernelSecond, ProcessSecond, ResourceSecond, Sampler,
+    RESOURCES_PART,
 };
 pub use sockets::SocketSummary;

@@ -73,6 +73,34 @@ pub fn thread_group_name(name: &str) -> String {
     }
 }
 
+/// The watched process's thread groups (a pool is one group) and their mean CPU (percent
+/// of a core) and most threads over the samples, so that the groups add up to the process's
+/// CPU; records made before the groups were sampled give their top threads.
+pub fn thread_groups_mean(samples: &[ResourceSecond]) -> Vec<(String, f64, u64)> {
+    let procs: Vec<_> = samples.iter().filter_map(|s| s.process.as_ref()).collect();
+    let grouped = procs.iter().any(|p| !p.cpu_by_thread_group.is_empty());
+    let mut by_group: BTreeMap<String, (f64, u64)> = BTreeMap::new();
+    for p in &procs {
+        if grouped {
+            for g in &p.cpu_by_thread_group {
+                let e = by_group.entry(g.name.clone()).or_default();
+                e.0 += g.cpu_pct;
+                e.1 = e.1.max(g.threads);
+            }
+        } else {
+            for t in &p.hottest_by_cpu {
+                let e = by_group.entry(t.name.clone()).or_default();
+                e.0 += t.cpu_user_pct + t.cpu_system_pct;
+                e.1 = 1;
+            }
+        }
+    }
+    by_group
+        .into_iter()
+        .map(|(name, (sum, threads))| (name, sum / samples.len().max(1) as f64, threads))
+        .collect()
+}
+
 /// Every thread's CPU by group, the busiest `TOP_THREADS` groups and the rest together.
 fn thread_groups(per_thread: &[TaskRates]) -> Vec<ThreadGroupCpu> {
     let mut groups: BTreeMap<String, ThreadGroupCpu> = BTreeMap::new();

@@ -255,6 +255,19 @@ fn jit_warmup(run: &RunRecord) -> Verdict {
             busy.len()
         ),
     ];
+    // the compiler threads' own CPU from the sampler, a second witness beside the JVM's
+    // compile-time counter
+    let compiler_pct = run.runtime.as_ref().and_then(|r| {
+        r.cpu_by_thread_role
+            .iter()
+            .find(|role| role.role == kiln_runtime::jvm_threads::JvmThreadRole::Compiler)
+            .map(|role| role.cpu_pct)
+    });
+    if let Some(pct) = compiler_pct {
+        evidence.push(format!(
+            "the compiler threads (C1/C2 CompilerThread) used {pct:.0}% of a core on average"
+        ));
+    }
     let third = run.seconds.len() / 3;
     if third >= 1 {
         let rate = |s: &[crate::record::LoadPoint]| {
@@ -288,7 +301,8 @@ fn jit_warmup(run: &RunRecord) -> Verdict {
               (a readiness check after a synthetic load, or CDS/AOT caches on newer JDKs)"
             .into(),
         impact: (share, "a core (compiling)"),
-        data: json!({"jit_ms": total_ms, "busy_seconds": busy.len(), "seconds": jit.len()}),
+        data: json!({"jit_ms": total_ms, "busy_seconds": busy.len(), "seconds": jit.len(),
+            "compiler_threads_cpu_pct": compiler_pct}),
     }
     .finish()])
 }
