@@ -169,11 +169,12 @@ pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut dyn Progress) -> Res
         let jit = runtime_watcher.as_ref().map(|w| w.jit_ms.clone());
         let ran = kiln_load::run_phase(&phase_plan, spec, stop, &mut |second| {
             if let (Some(judge), None) = (settle.as_mut(), &settled) {
-                let jit_ms = jit
-                    .as_ref()
-                    .and_then(|j| j.lock().ok().map(|v| v.clone()))
-                    .unwrap_or_default();
-                settled = judge.second(second.requests, &jit_ms);
+                // judged under the series' lock: the watcher's next push waits a moment
+                // rather than the series being copied every second
+                let held = jit.as_ref().and_then(|j| j.lock().ok());
+                let jit_ms: &[f64] = held.as_deref().map_or(&[], Vec::as_slice);
+                settled = judge.second(second.requests, jit_ms);
+                drop(held);
                 if settled.is_some() {
                     stop.end_phase();
                 }

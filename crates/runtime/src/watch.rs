@@ -180,12 +180,13 @@ impl RuntimeWatch {
                 next_second += Duration::from_secs(1);
             }
         }
+        // no recording was asked for (the default depth): nothing to read, nothing to say
+        let starting = starting?;
         let recording = match starting {
-            Some(Ok(thread)) => thread
+            Ok(thread) => thread
                 .join()
                 .unwrap_or_else(|_| Err("the JFR start failed".to_string())),
-            Some(Err(e)) => Err(format!("cannot start a thread: {e}")),
-            None => Err(String::new()),
+            Err(e) => Err(format!("cannot start a thread: {e}")),
         };
         let counts = recording.and_then(|recording| match self.attach.as_ref() {
             Some(attach) => recording.finish(attach, self.info.pid, &self.proc_root),
@@ -193,10 +194,7 @@ impl RuntimeWatch {
         });
         match counts {
             Ok(counts) => self.info.throwable_counts = counts,
-            Err(why) if !why.is_empty() => {
-                self.info.not_read.push(format!("exceptions (JFR): {why}"))
-            }
-            Err(_) => {}
+            Err(why) => self.info.not_read.push(format!("exceptions (JFR): {why}")),
         }
         None
     }
