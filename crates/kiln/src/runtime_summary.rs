@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 
-use kiln_runtime::summary::{RuntimeSummary, ThreadsSummary};
+use kiln_runtime::summary::{PythonSummary, RuntimeSummary, ThreadsSummary};
 
 use crate::format::{self, safe_text};
 
@@ -121,6 +121,9 @@ pub fn to_text(s: &RuntimeSummary) -> String {
     if let Some(t) = &s.threads {
         out += &threads_text(t);
     }
+    if let Some(p) = &s.python {
+        out += &python_text(p);
+    }
     if let (Some(rate), Some(n)) = (s.exceptions_per_s, s.exceptions) {
         let _ = writeln!(
             out,
@@ -181,5 +184,28 @@ fn threads_text(t: &ThreadsSummary) -> String {
             .map(|sp| format!(", of which the JVM stood {} at safepoints", ms(sp)))
             .unwrap_or_default()
     );
+    out
+}
+
+/// py-spy's view: threads, the GIL's holder and where it was.
+fn python_text(p: &PythonSummary) -> String {
+    let mut out = format!(
+        "           threads: {:.1} on average, {:.1} running Python code; the GIL held in {:.0}% of {} py-spy dumps (each {} on average, at most {})\n",
+        p.threads_mean,
+        p.active_mean,
+        100.0 * p.gil_held_share,
+        p.dumps,
+        ms(p.took_ms_mean),
+        ms(p.took_ms_max)
+    );
+    for h in &p.gil_holders {
+        let _ = writeln!(
+            out,
+            "             GIL holder at {} in {:.0}% of dumps ({})",
+            safe_text(&h.frame),
+            100.0 * h.share,
+            safe_text(&h.threads.join(", "))
+        );
+    }
     out
 }

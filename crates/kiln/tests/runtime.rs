@@ -600,3 +600,101 @@ fn gc_pattern(classes: &std::path::Path, flags: &[&str], args: &[&str]) -> (Kill
     wait_port(port, &mut jvm.0, "the GC pattern JVM");
     (jvm, port)
 }
+
+/// A Python process whose threads are known: three spinning in `spin_forever` (one of them
+/// holds the GIL at any moment) beside one asleep, or only sleepers (nobody holds it).
+/// `kiln watch --runtime deep` reads them with py-spy.
+#[test]
+fn python_threads_and_the_gil_holder_come_from_py_spy() {
+    const SCRIPT: &str = "
+import sys, threading, time
+def spin_forever():
+    x = 0
+    while True:
+        x += 1
+def nap():
+    while True:
+        time.sleep(0.05)
+work = spin_forever if sys.argv[1] == 'spin' else nap
+for i in range(3):
+    threading.Thread(target=work, name=f'worker-{i}', daemon=True).start()
+threading.Thread(target=nap, name='sleeper', daemon=True).start()
+print('ready', flush=True)
+time.sleep(120)
+";
+    let python = common::apps::python();
+    let py_spy = common::apps::workspace().join("target/pyenv/bin/py-spy");
+    let tmp = tempfile::tempdir().unwrap();
+    let watch = |mode: &str| {
+        let mut child = std::process::Command::new(&python)
+            .args(["-c", SCRIPT, mode])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut ready = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+            &mut ready,
+        )
+        .unwrap();
+        assert_eq!(ready.trim(), "ready");
+        let out = tmp.path().join(mode);
+        let pid = child.id().to_string();
+        let run = common::kiln_with_env(
+            &[
+                "watch",
+                "--pid",
+                &pid,
+                "-d",
+                "9s",
+                "--runtime",
+                "deep",
+                "--out",
+                out.to_str().unwrap(),
+            ],
+            &[("KILN_PY_SPY", py_spy.to_str().unwrap())],
+        );
+        let _ = child.kill();
+        let _ = child.wait();
+        let text = String::from_utf8_lossy(&run.stdout).to_string();
+        assert_eq!(run.status.code(), Some(0), "{text}");
+        let dumps: Vec<serde_json::Value> =
+            std::fs::read_to_string(out.join("runtime-seconds.jsonl"))
+                .unwrap()
+                .lines()
+                .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["python"].clone())
+                .collect();
+        (text, dumps)
+    };
+
+    let (text, dumps) = watch("spin");
+    assert!(text.contains("Runtime    Python"), "{text}");
+    assert!(dumps.len() >= 3, "{dumps:?}");
+    for d in &dumps {
+        // main, three workers and the sleeper
+        assert_eq!(d["threads"], 5, "{d}");
+    }
+    // one spinner holds the GIL whenever py-spy looks (it may catch the handover)
+    let held: Vec<&serde_json::Value> = dumps.iter().filter_map(|d| d.get("gil_holder")).collect();
+    assert!(held.len() + 1 >= dumps.len(), "{dumps:?}");
+    for h in &held {
+        assert!(
+            h["frame"].as_str().unwrap().starts_with("spin_forever ("),
+            "{h}"
+        );
+        assert!(h["name"].as_str().unwrap().starts_with("worker-"), "{h}");
+    }
+    assert!(
+        text.contains("GIL holder at spin_forever (<string>:"),
+        "{text}"
+    );
+
+    let (text, dumps) = watch("sleep");
+    assert!(dumps.len() >= 3, "{dumps:?}");
+    // everyone sleeps in time.sleep, which lets the GIL go
+    assert!(
+        dumps.iter().all(|d| d.get("gil_holder").is_none()),
+        "{dumps:?}"
+    );
+    assert!(text.contains("the GIL held in 0% of"), "{text}");
+}

@@ -12,6 +12,7 @@ pub mod hsperf;
 pub mod jfr;
 pub mod jvm;
 pub mod jvm_threads;
+pub mod pyspy;
 pub mod summary;
 pub mod threads;
 pub mod watch;
@@ -66,6 +67,9 @@ pub struct RuntimeSecond {
     /// A thread dump taken in this second (`--runtime deep`; one every few seconds).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub thread_dump: Option<threads::ThreadDump>,
+    /// A Python target's py-spy dump (`--runtime deep`; one every few seconds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub python: Option<pyspy::PyDump>,
 }
 
 /// The JVM over one interval (from hsperfdata). Counts are over the interval; `None`: the

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::jfr::rate_within;
+use crate::pyspy::PyDump;
 use crate::threads::ThreadDump;
 use crate::{CollectorSecond, GcPause, RuntimeInfo, RuntimeSecond};
 
@@ -25,10 +26,72 @@ pub struct RuntimeSummary {
     pub exceptions: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exceptions_per_s: Option<f64>,
+    /// What the py-spy dumps in the window showed (a Python target, `--runtime deep`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub python: Option<PythonSummary>,
     /// A JVM's threads' CPU by what they do (JIT compilers, GC, an async logger's consumer),
     /// from the sampler's per-thread CPU over the same window; filled by whoever has it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cpu_by_thread_role: Vec<crate::jvm_threads::RoleCpu>,
+}
+
+/// py-spy dumps over a window: threads, who held the GIL and where, what the dumps cost.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PythonSummary {
+    pub dumps: u32,
+    pub took_ms_mean: f64,
+    pub took_ms_max: f64,
+    pub threads_mean: f64,
+    pub active_mean: f64,
+    /// Share of the dumps in which a thread held the GIL.
+    pub gil_held_share: f64,
+    /// Where the GIL's holder was, by innermost frame, the most often first (at most 5).
+    pub gil_holders: Vec<GilHolder>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct GilHolder {
+    pub frame: String,
+    /// Share of the dumps.
+    pub share: f64,
+    pub threads: Vec<String>,
+}
+
+fn summarize_python<'a>(dumps: impl Iterator<Item = &'a PyDump>) -> Option<PythonSummary> {
+    let dumps: Vec<&PyDump> = dumps.collect();
+    if dumps.is_empty() {
+        return None;
+    }
+    let n = dumps.len() as f64;
+    let mean = |f: fn(&PyDump) -> f64| dumps.iter().map(|d| f(d)).sum::<f64>() / n;
+    let mut holders: BTreeMap<&str, (u32, Vec<String>)> = BTreeMap::new();
+    for holder in dumps.iter().filter_map(|d| d.gil_holder.as_ref()) {
+        let e = holders.entry(&holder.frame).or_default();
+        e.0 += 1;
+        if !e.1.contains(&holder.name) {
+            e.1.push(holder.name.clone());
+        }
+    }
+    let held: u32 = holders.values().map(|(count, _)| count).sum();
+    let mut gil_holders: Vec<GilHolder> = holders
+        .into_iter()
+        .map(|(frame, (count, threads))| GilHolder {
+            frame: frame.to_string(),
+            share: f64::from(count) / n,
+            threads,
+        })
+        .collect();
+    gil_holders.sort_by(|a, b| b.share.total_cmp(&a.share).then(a.frame.cmp(&b.frame)));
+    gil_holders.truncate(5);
+    Some(PythonSummary {
+        dumps: dumps.len() as u32,
+        took_ms_mean: mean(|d| d.took_ms),
+        took_ms_max: dumps.iter().map(|d| d.took_ms).fold(0.0, f64::max),
+        threads_mean: mean(|d| f64::from(d.threads)),
+        active_mean: mean(|d| f64::from(d.active)),
+        gil_held_share: f64::from(held) / n,
+        gil_holders,
+    })
 }
 
 /// Thread dumps over a window: states, contended locks and what the dumps cost.
@@ -141,6 +204,7 @@ pub fn summarize_within(
         seconds: seconds.len() as u32,
         jvm: (!jvm.is_empty()).then(|| summarize_jvm(&jvm)),
         threads: summarize_threads(seconds.iter().filter_map(|s| s.thread_dump.as_ref())),
+        python: summarize_python(seconds.iter().filter_map(|s| s.python.as_ref())),
         exceptions: exceptions.map(|(_, n)| n),
         exceptions_per_s: exceptions.map(|(rate, _)| rate),
         cpu_by_thread_role: Vec::new(),
@@ -315,6 +379,7 @@ mod tests {
             unix_ms: 1_000_000 + u64::from(n) * 1000,
             interval_s: 1.0,
             thread_dump: None,
+            python: None,
             jvm: Some(JvmSecond {
                 gc_pauses: pauses.len() as u64,
                 gc_pause_ms: pauses.iter().map(|p| p.1).sum(),

@@ -9,6 +9,7 @@ use crate::attach::Attach;
 use crate::detect::{detect, Runtime};
 use crate::jfr;
 use crate::jvm::JvmReader;
+use crate::pyspy::PySpy;
 use crate::threads::{self, ThreadDump};
 use crate::{RuntimeInfo, RuntimeSecond};
 
@@ -24,9 +25,7 @@ fn not_read_yet(runtime: Runtime) -> Option<&'static str> {
             "Go's GC cycles, mark assist and goroutines are not read yet (they need \
              GODEBUG=gctrace=1, expvar or net/http/pprof)",
         ),
-        Runtime::Python => {
-            Some("Python's thread states and GIL holder are not read yet (they need py-spy)")
-        }
+        Runtime::Python => Some("Python's GC is not read yet"),
         Runtime::Node => Some("Node.js's GC and event-loop delay are not read yet"),
         Runtime::Native => None,
     }
@@ -50,6 +49,8 @@ pub struct RuntimeWatch {
     pub info: RuntimeInfo,
     jvm: Option<JvmReader>,
     attach: Option<Attach>,
+    /// py-spy for a Python target under `--runtime deep`.
+    pyspy: Option<PySpy>,
     proc_root: std::path::PathBuf,
 }
 
@@ -99,6 +100,27 @@ impl RuntimeWatch {
                     .to_string(),
             );
         }
+        let mut pyspy = None;
+        if runtime == Runtime::Python && depth == Depth::Deep {
+            match PySpy::find() {
+                Ok(spy) => {
+                    info.read.push(format!(
+                        "threads and the GIL's holder from a py-spy dump every {}s ({})",
+                        DUMP_EVERY.as_secs(),
+                        spy.path().display()
+                    ));
+                    pyspy = Some(spy);
+                }
+                Err(why) => info
+                    .not_read
+                    .push(format!("threads and the GIL's holder: {why}")),
+            }
+        } else if runtime == Runtime::Python {
+            info.not_read.push(
+                "threads and the GIL's holder: not asked for (--runtime deep runs py-spy dump)"
+                    .to_string(),
+            );
+        }
         if runtime == Runtime::Native {
             info.not_read.push(
                 "no managed runtime found (no libjvm, Go build information, Python or Node.js): \
@@ -112,13 +134,14 @@ impl RuntimeWatch {
             info,
             jvm,
             attach,
+            pyspy,
             proc_root: proc_root.to_path_buf(),
         }
     }
 
     /// Whether there is anything to read every second.
     pub fn has_series(&self) -> bool {
-        self.jvm.is_some()
+        self.jvm.is_some() || self.pyspy.is_some()
     }
 
     /// Polls until `stop` says so (or the JVM's counters go away), calling `on_second` once a
@@ -128,6 +151,9 @@ impl RuntimeWatch {
         stop: &dyn Fn() -> bool,
         on_second: &mut dyn FnMut(RuntimeSecond),
     ) -> Option<String> {
+        if let (None, Some(spy)) = (&self.jvm, self.pyspy.clone()) {
+            return self.run_python(&spy, stop, on_second);
+        }
         let jvm = self.jvm.as_mut()?;
         // the first JFR start in a JVM takes a second or two: on its own thread, so that the
         // counters are polled meanwhile
@@ -174,6 +200,7 @@ impl RuntimeWatch {
                     interval_s: (now - last).as_secs_f64(),
                     jvm: Some(jvm.second(&before, &totals, std::mem::take(&mut pauses))),
                     thread_dump: thread_dump.take(),
+                    python: None,
                 });
                 before = totals;
                 last = now;
@@ -200,6 +227,49 @@ impl RuntimeWatch {
     }
 }
 
+impl RuntimeWatch {
+    /// A Python target: a py-spy dump every `DUMP_EVERY`, each its own record line.
+    fn run_python(
+        &mut self,
+        spy: &PySpy,
+        stop: &dyn Fn() -> bool,
+        on_second: &mut dyn FnMut(RuntimeSecond),
+    ) -> Option<String> {
+        let started = Instant::now();
+        let mut last = started;
+        let mut next_dump = started + DUMP_EVERY;
+        let mut second = 0u32;
+        while !stop() {
+            std::thread::sleep(Duration::from_millis(50));
+            let now = Instant::now();
+            if now < next_dump {
+                continue;
+            }
+            next_dump += DUMP_EVERY;
+            match spy.dump(self.info.pid) {
+                Ok(dump) => {
+                    second += DUMP_EVERY.as_secs() as u32;
+                    on_second(RuntimeSecond {
+                        second,
+                        unix_ms: unix_ms_now(),
+                        interval_s: (now - last).as_secs_f64(),
+                        python: Some(dump),
+                        ..Default::default()
+                    });
+                    last = now;
+                }
+                Err(why) => {
+                    self.info
+                        .not_read
+                        .push(format!("py-spy dumps stopped: {why}"));
+                    return Some(why);
+                }
+            }
+        }
+        None
+    }
+}
+
 /// One thread dump, with what it cost: the round trip, and the JVM's safepoint time over it.
 fn take_dump(attach: &Attach, jvm: &mut JvmReader) -> Result<ThreadDump, String> {
     let safepoints_before = jvm.safepoint_ms_total();
@@ -216,7 +286,7 @@ fn take_dump(attach: &Attach, jvm: &mut JvmReader) -> Result<ThreadDump, String>
     Ok(dump)
 }
 
-fn unix_ms_now() -> u64 {
+pub(crate) fn unix_ms_now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)

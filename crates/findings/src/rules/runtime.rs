@@ -528,6 +528,7 @@ mod tests {
                     ..Default::default()
                 }),
                 thread_dump: None,
+                python: None,
             })
             .collect();
         let seconds: Vec<&RuntimeSecond> = run.runtime_seconds.iter().collect();
