@@ -80,13 +80,35 @@ fn warmup_flag(args: &RunArgs) -> Result<Option<Duration>> {
         None => w,
     };
     let d = parse_duration(cap).with_context(|| format!("--warmup {w}"))?;
-    if warmup_is_auto(args) && d.as_secs() < u64::from(kiln_runner::warmup::MIN_SECONDS) {
+    if warmup_is_auto(args) {
+        check_auto_cap(&format!("--warmup {w}"), d)?;
+    }
+    Ok(Some(d))
+}
+
+/// An auto warm-up's cap must leave it time to judge.
+fn check_auto_cap(what: &str, cap: Duration) -> Result<()> {
+    if cap.as_secs() < u64::from(kiln_runner::warmup::MIN_SECONDS) {
         bail!(
-            "--warmup {w}: the cap is shorter than the {} s an auto warm-up needs to judge",
+            "{what}: the cap is shorter than the {} s an auto warm-up needs to judge",
             kiln_runner::warmup::MIN_SECONDS
         );
     }
-    Ok(Some(d))
+    Ok(())
+}
+
+/// A plan file's warm-up as the phases take it: its time (an auto warm-up's cap) and
+/// whether it is auto.
+fn plan_warmup(w: Option<kiln_plan::Warmup>) -> Result<(Option<Duration>, bool)> {
+    Ok(match w {
+        None => (None, false),
+        Some(kiln_plan::Warmup::Fixed(d)) => (Some(d), false),
+        Some(kiln_plan::Warmup::Auto { cap }) => {
+            let cap = cap.unwrap_or(AUTO_WARMUP_CAP);
+            check_auto_cap("the plan's warmup: auto", cap)?;
+            (Some(cap), true)
+        }
+    })
 }
 
 /// What `kiln run` loads: the engine's plan, and what a plan file adds to it.
@@ -186,15 +208,15 @@ fn build_from_plan_file(args: &RunArgs) -> Result<Built> {
         thresholds.push(t.clone());
     }
     check_repeat(args)?;
-    let warmup = match &args.warmup {
-        Some(_) => warmup_flag(args)?,
-        None => plan.warmup,
+    let (warmup, warmup_auto) = match &args.warmup {
+        Some(_) => (warmup_flag(args)?, warmup_is_auto(args)),
+        None => plan_warmup(plan.warmup)?,
     };
     Ok(Built {
         load,
         thresholds,
         warmup,
-        warmup_auto: warmup_is_auto(args),
+        warmup_auto,
         outline: Some(plan.outline),
     })
 }

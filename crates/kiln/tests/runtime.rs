@@ -431,6 +431,42 @@ fn warmup_auto_without_a_jvm_goes_by_throughput_and_a_bad_cap_is_refused() {
         assert_eq!(run.status.code(), Some(1), "{err}");
         assert!(err.contains(says), "{err}");
     }
+
+    // the same from a plan file's `warmup: auto:20s`
+    let plan = |warmup: &str| {
+        let file = tmp
+            .path()
+            .join(format!("plan-{}.yaml", warmup.replace(':', "-")));
+        std::fs::write(
+            &file,
+            format!(
+                "scenarios:\n  - name: home\n    steps:\n      - url: {url}\n\
+                 load:\n  vus: 1\n  duration: 1s\n  warmup: {warmup}\n"
+            ),
+        )
+        .unwrap();
+        file
+    };
+    let file = plan("auto:20s");
+    let out = tmp.path().join("plan-run");
+    let json = json_with_exit(
+        &kiln(&[
+            "run",
+            file.to_str().unwrap(),
+            "--json",
+            "--quiet",
+            "--out",
+            out.to_str().unwrap(),
+        ]),
+        0,
+    );
+    let why = json["phases"][0]["ended_because"].as_str().unwrap();
+    assert!(why.contains("no JIT figures"), "{why}");
+    let file = plan("auto:2s");
+    let run = kiln(&["run", file.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(1), "{err}");
+    assert!(err.contains("shorter than"), "{err}");
 }
 
 /// `kiln watch --runtime deep` on a JVM without load: the runtime's lines in the summary, the

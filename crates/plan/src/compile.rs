@@ -289,7 +289,11 @@ pub fn compile(
 
     let (model, duration, iterations) = load_shape(&cx, &load)?;
     let timeout = optional_duration(&cx, load.timeout.as_ref())?;
-    let warmup = optional_duration(&cx, load.warmup.as_ref())?;
+    let warmup = load
+        .warmup
+        .as_ref()
+        .map(|w| warmup_of(&cx, w))
+        .transpose()?;
     let mut initial = initial_values;
     initial.resize(cx.slots.len(), None);
     let workload = Workload {
@@ -501,6 +505,27 @@ fn from_set(at: Location, message: String) -> String {
         format!("{message} (from --set)")
     } else {
         message
+    }
+}
+
+/// `warmup: 30s`, `warmup: auto` or `warmup: auto:45s`.
+fn warmup_of(cx: &Ctx, t: &Text) -> Result<crate::Warmup, PlanFileError> {
+    let text = t.value.0.trim();
+    match text.strip_prefix("auto") {
+        None => Ok(crate::Warmup::Fixed(parse_dur(cx, text, t.referenced)?)),
+        Some("") => Ok(crate::Warmup::Auto { cap: None }),
+        Some(rest) => match rest.strip_prefix(':') {
+            Some(cap) => Ok(crate::Warmup::Auto {
+                cap: Some(parse_dur(cx, cap, t.referenced)?),
+            }),
+            None => Err(cx.err_at(
+                t.referenced,
+                from_set(
+                    t.referenced,
+                    format!("warmup: {text}: auto takes a cap as auto:DURATION, e.g. auto:30s"),
+                ),
+            )),
+        },
     }
 }
 

@@ -30,7 +30,7 @@ pub struct Plan {
     /// How long each measured phase lasts (for `iterations`, the most it may take).
     pub duration: Duration,
     pub timeout: Option<Duration>,
-    pub warmup: Option<Duration>,
+    pub warmup: Option<Warmup>,
     /// `http2: true`: speak HTTP/2.
     pub http2: bool,
     /// Thresholds as written, with where (the binary parses them).
@@ -163,4 +163,12 @@ fn first_line(text: &str) -> String {
         Some((place, message)) if place.contains("column") => message.to_string(),
         _ => line.to_string(),
     }
+}
+
+/// The plan's warm-up: a fixed time, or `auto` (until the target has settled, at most the
+/// cap: `auto:45s`; the default cap is kiln run's).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Warmup {
+    Fixed(Duration),
+    Auto { cap: Option<Duration> },
 }

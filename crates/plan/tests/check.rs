@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use kiln_load::scenario::{CheckKind, ExtractFrom, Think};
 use kiln_load::Model;
-use kiln_plan::{parse_with_env, Plan, PlanFileError};
+use kiln_plan::{parse_with_env, Plan, PlanFileError, Warmup};
 
 const GOOD: &str = r#"
 base_url: http://127.0.0.1:8080/api
@@ -143,6 +143,24 @@ fn set_overrides_load_settings_and_variables() {
     assert_eq!(w.initial[greeting].as_deref(), Some("hello other"));
     let e = check(GOOD, &[("rate", "fast")]).unwrap_err();
     assert!(e.to_string().contains("(from --set)"), "{e}");
+}
+
+#[test]
+fn a_warm_up_is_a_time_or_auto_with_an_optional_cap() {
+    let plan = |warmup: &str| {
+        let text = format!(
+            "scenarios:\n  - name: a\n    steps:\n      - url: http://127.0.0.1:1/\nload:\n  warmup: {warmup}\n"
+        );
+        check(&text, &[]).unwrap().warmup
+    };
+    assert_eq!(plan("30s"), Some(Warmup::Fixed(Duration::from_secs(30))));
+    assert_eq!(plan("auto"), Some(Warmup::Auto { cap: None }));
+    assert_eq!(
+        plan("auto:45s"),
+        Some(Warmup::Auto {
+            cap: Some(Duration::from_secs(45))
+        })
+    );
 }
 
 #[test]
@@ -299,6 +317,12 @@ fn each_mistake_is_one_error_at_its_place() {
             "scenarios: []\n",
             (1, 12),
             "has none",
+        ),
+        (
+            "auto warm-up without a colon",
+            "scenarios:\n  - name: a\n    steps:\n      - url: http://127.0.0.1:1/\nload:\n  warmup: auto30s\n",
+            (6, 11),
+            "auto:DURATION",
         ),
     ];
     for (what, text, (line, column), says) in cases {
