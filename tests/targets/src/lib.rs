@@ -73,6 +73,8 @@ struct Shared {
     stop: AtomicBool,
     received: AtomicU64,
     answered: AtomicU64,
+    /// Answers being written now.
+    writing: AtomicU64,
     resets: AtomicU64,
     connections: AtomicU64,
     /// Microseconds from reading each request to having written its answer.
@@ -124,6 +126,7 @@ impl TargetServer {
             stop: AtomicBool::new(false),
             received: AtomicU64::new(0),
             answered: AtomicU64::new(0),
+            writing: AtomicU64::new(0),
             resets: AtomicU64::new(0),
             connections: AtomicU64::new(0),
             handling_us: Mutex::new(Vec::new()),
@@ -157,8 +160,13 @@ impl TargetServer {
         self.shared.received.load(Ordering::SeqCst)
     }
 
-    /// Requests answered with a complete response.
+    /// Requests answered with a complete response. Answers being written are waited for (at
+    /// most 2 s): the client may have read one before its thread counted it.
     pub fn answered(&self) -> u64 {
+        let until = Instant::now() + Duration::from_secs(2);
+        while self.shared.writing.load(Ordering::SeqCst) > 0 && Instant::now() < until {
+            thread::sleep(Duration::from_millis(1));
+        }
         self.shared.answered.load(Ordering::SeqCst)
     }
 
@@ -303,8 +311,15 @@ fn serve_connection<S: Read + Write>(
         );
         let mut response = head.into_bytes();
         response.extend_from_slice(&behavior.body);
-        stream.write_all(&response)?;
-        shared.answered.fetch_add(1, Ordering::SeqCst);
+        // counted as writing until counted as answered: a client can read the answer before
+        // this thread counts it, and answered() waits for the count to catch up
+        shared.writing.fetch_add(1, Ordering::SeqCst);
+        let written = stream.write_all(&response);
+        if written.is_ok() {
+            shared.answered.fetch_add(1, Ordering::SeqCst);
+        }
+        shared.writing.fetch_sub(1, Ordering::SeqCst);
+        written?;
         if let Ok(mut times) = shared.handling_us.lock() {
             times.push(arrived.elapsed().as_micros() as u64);
         }
