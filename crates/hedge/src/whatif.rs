@@ -35,6 +35,11 @@ impl Quantiles {
         }
     }
 
+    /// A recorded histogram's quantiles.
+    pub fn of(latency: &LatencyHistogram) -> Self {
+        Self::from_fn(|q| latency.quantile_us(q))
+    }
+
     /// `(label, value)` pairs in order, for tables.
     pub fn labelled(&self) -> [(&'static str, u64); 5] {
         [

@@ -402,6 +402,29 @@ pub struct RunArgs {
     #[arg(long = "dead-after", default_value = "5s")]
     pub dead_after: String,
 
+    /// Hedged requests: a request not answered after this delay gets a second copy and the
+    /// first answer wins. A time (5ms) or a percentile of the run's recent latency (p95).
+    #[arg(long = "hedge", value_name = "DELAY|pNN")]
+    pub hedge: Option<String>,
+
+    /// With --hedge: second copies at most this share of the requests (a token bucket).
+    #[arg(
+        long = "hedge-cap",
+        value_name = "PERCENT",
+        default_value = "10%",
+        requires = "hedge"
+    )]
+    pub hedge_cap: String,
+
+    /// With --hedge: another target for the same request (repeatable). First copies go to
+    /// the URL and each replica in turn, a request's second copy to the next one.
+    #[arg(long = "replica", value_name = "URL", requires = "hedge")]
+    pub replicas: Vec<String>,
+
+    /// With --hedge: hedge any method, not only idempotent ones (GET, HEAD, PUT, DELETE...).
+    #[arg(long = "hedge-any-method", requires = "hedge")]
+    pub hedge_any_method: bool,
+
     /// Seconds between the JMeter-style summary lines when stderr is not a terminal.
     #[arg(long = "interval", default_value = "5s")]
     pub interval: String,

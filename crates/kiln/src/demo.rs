@@ -199,6 +199,7 @@ pub fn run(args: DemoArgs, stop: &StopSignal) -> Result<u8> {
             dead_after: Duration::from_secs(5),
             http2: false,
             workload: None,
+            hedge: None,
         };
         // the shop's first seconds (threads started, connections opened, pages first
         // touched) are left out, as a user's run would leave them out

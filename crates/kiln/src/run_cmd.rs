@@ -149,6 +149,9 @@ pub fn build(args: &RunArgs) -> Result<Built> {
 /// A plan file, with kiln run's flags as the last word: -c, -d, -R and --timeout are
 /// `--set vus=`, `duration=`, `rate=`, `timeout=` after the user's own --set.
 fn build_from_plan_file(args: &RunArgs) -> Result<Built> {
+    if args.hedge.is_some() {
+        bail!("--hedge hedges a URL's request; a plan file's requests are not hedged yet");
+    }
     for (given, flag) in [
         (args.stages.is_some(), "--stages"),
         (!args.headers.is_empty(), "-H"),
@@ -192,6 +195,7 @@ fn build_from_plan_file(args: &RunArgs) -> Result<Built> {
         dead_after: parse_duration(&args.dead_after)?,
         http2: args.http2 || plan.http2,
         workload: Some(plan.workload.clone()),
+        hedge: None,
     };
     load.validate()?;
     if let Some(note) = kiln_load::limits::fit_max_connections(&mut load) {
@@ -279,7 +283,9 @@ pub fn build_plan(args: &RunArgs) -> Result<LoadPlan> {
         dead_after: parse_duration(&args.dead_after)?,
         http2: args.http2,
         workload: None,
+        hedge: None,
     };
+    plan.hedge = hedge_plan(args, &plan.request)?;
     plan.validate()?;
     if let Some(note) = kiln_load::limits::fit_max_connections(&mut plan) {
         eprintln!("kiln: {note}");
@@ -289,6 +295,37 @@ pub fn build_plan(args: &RunArgs) -> Result<LoadPlan> {
     }
     check_repeat(args)?;
     Ok(plan)
+}
+
+/// `--hedge`, `--hedge-cap`, `--replica`, `--hedge-any-method`.
+fn hedge_plan(args: &RunArgs, request: &RequestSpec) -> Result<Option<kiln_load::HedgePlan>> {
+    let method = &request.method;
+    let Some(delay) = &args.hedge else {
+        return Ok(None);
+    };
+    let delay: kiln_hedge::Delay = delay.parse().context("--hedge")?;
+    if !args.hedge_any_method && !kiln_load::hedge::is_idempotent(method) {
+        bail!(
+            "--hedge sends some requests twice, and {method} is not idempotent: a second copy \
+             could do its work twice (--hedge-any-method hedges it anyway)"
+        );
+    }
+    let cap = parse_hedge_cap(&args.hedge_cap)?;
+    let replicas = args
+        .replicas
+        .iter()
+        .map(|url| Target::parse(url).with_context(|| format!("--replica {url}")))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Some(kiln_load::HedgePlan::new(delay, cap, replicas)))
+}
+
+/// `--hedge-cap`: `5%` or `5` (percent of the requests), above 0 and at most 100.
+fn parse_hedge_cap(text: &str) -> Result<f64> {
+    let number = text.trim().trim_end_matches('%').trim();
+    match number.parse::<f64>() {
+        Ok(p) if p > 0.0 && p <= 100.0 => Ok(p / 100.0),
+        _ => bail!("--hedge-cap {text:?} is not a share of the requests (such as 5% or 0.5%)"),
+    }
 }
 
 fn connections(args: &RunArgs) -> usize {

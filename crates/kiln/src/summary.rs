@@ -374,6 +374,9 @@ pub fn render_text(view: &RunView) -> String {
             histogram_chart(&total.totals.latency).trim_end()
         );
     }
+    if let Some(hedging) = kiln_hedge::measured(&total.totals, plan) {
+        out += &kiln_hedge::measured_text(&hedging);
+    }
     let by_name = crate::names_summary::to_text(&total);
     if !by_name.is_empty() {
         out += "\n";
@@ -590,6 +593,7 @@ pub fn render_json(view: &RunView) -> Value {
             .map(|t| resources_summary::to_json(&resources_summary::during(t, view.resources)))
             .unwrap_or(Value::Null),
         "runtime": runtime_during(view.runtime, total.as_ref(), view.resources),
+        "hedging": total.as_ref().and_then(|t| kiln_hedge::measured(&t.totals, &manifest.plan)),
         "thresholds": total
             .as_ref()
             .map(|t| thresholds::check_all(&manifest.plan, t))

@@ -23,6 +23,7 @@ use tokio::sync::{watch, Notify};
 use tokio::task::JoinSet;
 
 use crate::connection::{Connection, ConnectionSetup};
+use crate::hedge::{HedgePlan, HedgeWorker, Refused};
 use crate::plan::{self, LoadPlan, Model, VuStage};
 use crate::recorder::{NamedOutcome, WorkerMsg, WorkerRecorder};
 use crate::scenario::{self, VuState, Workload};
@@ -129,6 +130,8 @@ pub fn preflight(plan: &LoadPlan) -> Result<(), LoadError> {
             .into_iter()
             .skip(1),
     );
+    // Hedging's replicas, each checked the same way.
+    setups.extend(replica_setups(plan).map_err(LoadError::Setup)?);
     for setup in &setups {
         preflight_one(plan, setup, &rt)?;
     }
@@ -145,6 +148,22 @@ fn origin_setups(plan: &LoadPlan) -> Result<Vec<ConnectionSetup>, String> {
             })
             .collect()
     })
+}
+
+/// One connection setup per `--replica`: the URL's request, sent to another target.
+fn replica_setups(plan: &LoadPlan) -> Result<Vec<ConnectionSetup>, String> {
+    let Some(hedge) = &plan.hedge else {
+        return Ok(Vec::new());
+    };
+    hedge
+        .replicas
+        .iter()
+        .map(|target| {
+            let mut replica = plan.clone();
+            replica.target = target.clone();
+            ConnectionSetup::new(&replica)
+        })
+        .collect()
 }
 
 fn preflight_one(
@@ -273,6 +292,7 @@ pub fn run_phase(
 ) -> Result<PhaseEnd, LoadError> {
     let setup = Arc::new(ConnectionSetup::new(plan).map_err(LoadError::Setup)?);
     let origins = Arc::new(origin_setups(plan).map_err(LoadError::Setup)?);
+    let replicas = Arc::new(replica_setups(plan).map_err(LoadError::Setup)?);
     stop.phase_done.store(false, Ordering::SeqCst);
     let usage_before = SelfUsage::now();
     let threads = plan.threads;
@@ -315,10 +335,11 @@ pub fn run_phase(
 
     let mut handles = Vec::new();
     for worker in 0..threads {
-        let (shared, setup, origins, plan, stop_rx, tx) = (
+        let (shared, setup, origins, replicas, plan, stop_rx, tx) = (
             shared.clone(),
             setup.clone(),
             origins.clone(),
+            replicas.clone(),
             plan.clone(),
             stop_rx.clone(),
             to_collector.clone(),
@@ -331,7 +352,14 @@ pub fn run_phase(
                 if let Some(w) = &plan.workload {
                     recorder = recorder.with_names(w.names.clone());
                 }
-                let connections = Connections { setup, origins };
+                if let Some(h) = &plan.hedge {
+                    recorder = recorder.with_hedge(h.targets());
+                }
+                let connections = Connections {
+                    setup,
+                    origins,
+                    replicas,
+                };
                 run_worker(worker, &plan, shared, connections, stop_rx, recorder)
             })
             .map_err(LoadError::Thread)?;
@@ -358,6 +386,7 @@ pub fn run_phase(
     };
 
     let mut collector = Collector::new(threads, plan.dead_after, t0_unix_ms);
+    collector.hedge = plan.hedge.clone().map(|h| (h, plan.timeout));
     let mut stop_reason: Option<String> = None;
     let mut stopped_at: Option<Instant> = None;
     loop {
@@ -462,6 +491,9 @@ struct Collector {
     /// Requests sent and not yet ended (answered or failed), as of the last emitted second.
     outstanding: u64,
     dead_reason: Option<String>,
+    /// `--hedge`: a percentile delay is kept up to date from each merged second (bounded by
+    /// the request timeout).
+    hedge: Option<(HedgePlan, Duration)>,
 }
 
 impl Collector {
@@ -481,6 +513,7 @@ impl Collector {
             errors_while_quiet: BTreeMap::new(),
             outstanding: 0,
             dead_reason: None,
+            hedge: None,
         }
     }
 
@@ -528,6 +561,9 @@ impl Collector {
             record.unix_ms = self.t0_unix_ms + (u64::from(second) + 1) * 1000;
             self.scheduled_seen = scheduled_now;
             self.watch_for_dead_target(&record);
+            if let Some((hedge, max)) = &self.hedge {
+                hedge.observe(&mut record, *max);
+            }
             on_second(&record);
         }
     }
@@ -608,10 +644,11 @@ fn sleep_until(due: Instant, shared: &PhaseShared) -> bool {
     }
 }
 
-/// The phase's connection setups: the plain request's, and a plan's origins'.
+/// The phase's connection setups: the plain request's, a plan's origins', the replicas'.
 struct Connections {
     setup: Arc<ConnectionSetup>,
     origins: Arc<Vec<ConnectionSetup>>,
+    replicas: Arc<Vec<ConnectionSetup>>,
 }
 
 /// Worker-local state shared by the connection tasks of one thread.
@@ -619,9 +656,27 @@ struct WorkerLocal {
     plan: LoadPlan,
     setup: Arc<ConnectionSetup>,
     origins: Arc<Vec<ConnectionSetup>>,
+    /// `--replica` targets: the URL's request to each.
+    replicas: Arc<Vec<ConnectionSetup>>,
     shared: Arc<PhaseShared>,
     recorder: RefCell<WorkerRecorder>,
     in_flight: Cell<u64>,
+    hedge: Option<RefCell<HedgeWorker>>,
+}
+
+impl WorkerLocal {
+    /// Hedging's targets: the URL and the replicas (1 without hedging).
+    fn hedge_targets(&self) -> usize {
+        1 + self.replicas.len()
+    }
+
+    /// Hedging's target `i`: the URL, then the replicas.
+    fn target_setup(&self, i: usize) -> &ConnectionSetup {
+        match i {
+            0 => &self.setup,
+            _ => self.replicas.get(i - 1).unwrap_or(&self.setup),
+        }
+    }
 }
 
 /// Fault injection for the tests: a load thread that panics must fail the run, and no test
@@ -654,9 +709,14 @@ fn run_worker(
         plan: plan.clone(),
         setup: connections.setup,
         origins: connections.origins,
+        replicas: connections.replicas,
         shared: shared.clone(),
         recorder: RefCell::new(recorder),
         in_flight: Cell::new(0),
+        hedge: plan
+            .hedge
+            .as_ref()
+            .map(|h| RefCell::new(HedgeWorker::new(h, worker))),
     });
     let state = worker_state.clone();
     local.block_on(&rt, async move {
@@ -769,6 +829,32 @@ impl Slot {
     }
 }
 
+/// A connection task's slots: one, or with `--hedge` one per target for first copies and one
+/// per target for second copies (a copy in flight needs a connection of its own).
+struct Slots(Vec<Slot>);
+
+impl Slots {
+    fn new(state: &WorkerLocal) -> Self {
+        let n = 2 * state.hedge_targets();
+        let n = if state.hedge.is_some() { n } else { 1 };
+        Self((0..n).map(|_| Slot::new(state.plan.timeout)).collect())
+    }
+
+    /// Connects every slot before the first arrival, so none is charged a handshake.
+    async fn connect_all(&mut self, state: &WorkerLocal) {
+        let targets = state.hedge_targets();
+        for (i, slot) in self.0.iter_mut().enumerate() {
+            let _ = ensure_connected(state, state.target_setup(i % targets), &mut slot.conn).await;
+        }
+    }
+
+    /// Closes every connection (counted in the gauge).
+    fn close(&mut self, state: &WorkerLocal) {
+        let open = self.0.iter_mut().filter_map(|s| s.conn.take()).count() as u64;
+        state.recorder.borrow_mut().connections -= open;
+    }
+}
+
 /// The per-request timeout, armed lazily: its timer is moved only when it fires before the
 /// current request's deadline, about once per timeout period rather than once per request
 /// (a timer-wheel insert and remove per request was a visible share of kiln's own CPU).
@@ -816,27 +902,56 @@ impl RequestTimer {
     }
 }
 
-/// Sends one request and records the outcome against `intended` (the open model's
-/// scheduled time; `None` in the closed model, where it is the send time). Returns when the
-/// request ended.
-async fn send_and_record(
+/// How a send ended: when, and whether it was the connection that failed.
+struct Sent {
+    done: Instant,
+    connect_failed: bool,
+}
+
+/// Connects `conn` for a request's first copy; on failure the request is counted (as the
+/// target's error, or as unsent when kiln itself ran short) and `Err` says when it ended.
+async fn connect_for_request(
     state: &WorkerLocal,
-    slot: &mut Slot,
+    setup: &ConnectionSetup,
+    conn: &mut Option<Connection>,
     intended: Option<Instant>,
-) -> Instant {
-    let conn = &mut slot.conn;
-    if let Err(kind) = ensure_connected(state, &state.setup, conn).await {
+) -> Result<(), Sent> {
+    if let Err(kind) = ensure_connected(state, setup, conn).await {
         let now = Instant::now();
         // kiln's own shortage is not the target's failure: the phase stops, nothing counted.
-        if state.setup.local_failure().is_none() {
+        if setup.local_failure().is_none() {
             state.recorder.borrow_mut().error(now, kind);
         } else if intended.is_some() {
             state.shared.unsent.fetch_add(1, Ordering::Relaxed);
         }
-        return now;
+        return Err(Sent {
+            done: now,
+            connect_failed: true,
+        });
+    }
+    Ok(())
+}
+
+/// Sends one request and records the outcome against `intended` (the open model's
+/// scheduled time; `None` in the closed model, where it is the send time).
+async fn send_and_record(
+    state: &WorkerLocal,
+    slots: &mut Slots,
+    intended: Option<Instant>,
+) -> Sent {
+    if let Some(hedge) = &state.hedge {
+        return send_hedged(state, hedge, slots, intended).await;
+    }
+    let slot = &mut slots.0[0];
+    let conn = &mut slot.conn;
+    if let Err(sent) = connect_for_request(state, &state.setup, conn, intended).await {
+        return sent;
     }
     let Some(c) = conn.as_mut() else {
-        return Instant::now();
+        return Sent {
+            done: Instant::now(),
+            connect_failed: true,
+        };
     };
     let sent = Instant::now();
     state.recorder.borrow_mut().sent(sent);
@@ -844,22 +959,232 @@ async fn send_and_record(
     let outcome = slot.timer.run(sent, c.send(&state.setup)).await;
     state.in_flight.set(state.in_flight.get() - 1);
     let done = Instant::now();
+    let start = intended.map_or(sent, |i| i.min(sent));
+    if record_outcome(
+        state,
+        start,
+        sent,
+        done,
+        outcome.unwrap_or(Err(ErrorKind::Timeout)),
+    ) {
+        state.recorder.borrow_mut().connections -= 1;
+        *conn = None;
+    }
+    Sent {
+        done,
+        connect_failed: false,
+    }
+}
+
+/// Records a request's answer or error; true when it failed (its connection is lost).
+fn record_outcome(
+    state: &WorkerLocal,
+    start: Instant,
+    sent: Instant,
+    done: Instant,
+    outcome: Result<crate::http1::Response, ErrorKind>,
+) -> bool {
     let mut rec = state.recorder.borrow_mut();
-    match outcome.unwrap_or(Err(ErrorKind::Timeout)) {
-        Ok(response) => rec.response(
-            intended.map_or(sent, |i| i.min(sent)),
-            sent,
-            done,
-            response.status,
-            response.body_bytes,
-        ),
+    match outcome {
+        Ok(response) => {
+            rec.response(start, sent, done, response.status, response.body_bytes);
+            false
+        }
         Err(kind) => {
             rec.error(done, kind);
-            rec.connections -= 1;
-            *conn = None;
+            true
         }
     }
-    done
+}
+
+/// One copy's end: its answer (or why none) and when.
+type CopyEnd = (Result<crate::http1::Response, ErrorKind>, Instant);
+
+/// Sends a request with `--hedge`: its first copy to the next target; if no answer came
+/// after the delay and the budget and throttle allow, a second copy to the target after it.
+/// The first answer is the request's (latency from the first copy's scheduled time); the
+/// other copy is read to its end and discarded, which keeps its connection and gives the
+/// first copy's own latency for the side-by-side figures.
+async fn send_hedged(
+    state: &WorkerLocal,
+    hedge: &RefCell<HedgeWorker>,
+    slots: &mut Slots,
+    intended: Option<Instant>,
+) -> Sent {
+    let targets = state.hedge_targets();
+    let (first_target, second_target) = hedge.borrow_mut().first_copy();
+    let (firsts, seconds) = slots.0.split_at_mut(targets);
+    let (Some(first_slot), Some(second_slot)) =
+        (firsts.get_mut(first_target), seconds.get_mut(second_target))
+    else {
+        return Sent {
+            done: Instant::now(),
+            connect_failed: false,
+        };
+    };
+    let first_setup = state.target_setup(first_target);
+    if let Err(sent) = connect_for_request(state, first_setup, &mut first_slot.conn, intended).await
+    {
+        hedge.borrow_mut().copy_ended(None);
+        return sent;
+    }
+    let Some(first_conn) = first_slot.conn.as_mut() else {
+        return Sent {
+            done: Instant::now(),
+            connect_failed: true,
+        };
+    };
+    let sent = Instant::now();
+    let start = intended.map_or(sent, |i| i.min(sent));
+    {
+        let mut rec = state.recorder.borrow_mut();
+        rec.sent(sent);
+        rec.first_copy_sent(first_target, sent);
+    }
+    state.in_flight.set(state.in_flight.get() + 1);
+    let delay = state.plan.hedge.as_ref().and_then(|h| h.delay_now());
+    let first_timer = &mut first_slot.timer;
+    let second_conn = &mut second_slot.conn;
+    let second_timer = &mut second_slot.timer;
+    let (first_end, winner) = {
+        let mut first = pin!(async {
+            let outcome = first_timer.run(sent, first_conn.send(first_setup)).await;
+            (outcome.unwrap_or(Err(ErrorKind::Timeout)), Instant::now())
+        });
+        let early = match delay {
+            None => Some(first.as_mut().await),
+            Some(d) => tokio::select! {
+                biased;
+                end = first.as_mut() => Some(end),
+                _ = tokio::time::sleep_until((sent + d).into()) => None,
+            },
+        };
+        match early {
+            Some(end) => (end, Winner::First),
+            None => {
+                let due = Instant::now();
+                let taken = hedge.borrow_mut().take_hedge();
+                match taken {
+                    Err(why) => {
+                        let paused = why == Refused::Paused;
+                        state.recorder.borrow_mut().hedge_refused(paused, due);
+                        (first.await, Winner::First)
+                    }
+                    Ok(()) => {
+                        let second =
+                            send_second_copy(state, second_target, second_conn, second_timer);
+                        race(state, hedge, start, sent, first, second, second_target).await
+                    }
+                }
+            }
+        }
+    };
+    state.in_flight.set(state.in_flight.get() - 1);
+    let (outcome, done) = first_end;
+    hedge
+        .borrow_mut()
+        .copy_ended(outcome.as_ref().ok().map(|r| r.status));
+    if let Ok(response) = &outcome {
+        let latency_us = done.saturating_duration_since(start).as_micros() as u64;
+        let mut rec = state.recorder.borrow_mut();
+        rec.first_copy_answered(latency_us, done);
+        if winner == Winner::First {
+            rec.response(start, sent, done, response.status, response.body_bytes);
+        }
+        return Sent {
+            done,
+            connect_failed: false,
+        };
+    }
+    if winner == Winner::First {
+        let mut rec = state.recorder.borrow_mut();
+        if let Err(kind) = &outcome {
+            rec.error(done, *kind);
+        }
+    }
+    state.recorder.borrow_mut().connections -= 1;
+    first_slot.conn = None;
+    Sent {
+        done,
+        connect_failed: false,
+    }
+}
+
+/// Which copy's end is the request's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Winner {
+    First,
+    /// The second copy answered first (already recorded).
+    Second,
+}
+
+/// Sends the second copy on its own connection to `target`; drops the connection on failure.
+async fn send_second_copy(
+    state: &WorkerLocal,
+    target: usize,
+    conn: &mut Option<Connection>,
+    timer: &mut RequestTimer,
+) -> CopyEnd {
+    let setup = state.target_setup(target);
+    if let Err(kind) = ensure_connected(state, setup, conn).await {
+        return (Err(kind), Instant::now());
+    }
+    let Some(c) = conn.as_mut() else {
+        return (Err(ErrorKind::Other), Instant::now());
+    };
+    let sent = Instant::now();
+    state.recorder.borrow_mut().hedge_sent(target, sent);
+    let outcome = timer
+        .run(sent, c.send(setup))
+        .await
+        .unwrap_or(Err(ErrorKind::Timeout));
+    let done = Instant::now();
+    if outcome.is_err() {
+        state.recorder.borrow_mut().connections -= 1;
+        *conn = None;
+    }
+    (outcome, done)
+}
+
+/// Runs both copies to their ends. The first answer is recorded as the request's when it
+/// comes; a copy that failed wins only when the other failed too. Returns the first copy's
+/// end and which copy's end was (or is to be) the request's.
+async fn race(
+    state: &WorkerLocal,
+    hedge: &RefCell<HedgeWorker>,
+    start: Instant,
+    sent: Instant,
+    mut first: Pin<&mut impl Future<Output = CopyEnd>>,
+    second: impl Future<Output = CopyEnd>,
+    second_target: usize,
+) -> (CopyEnd, Winner) {
+    let mut second = pin!(second);
+    let mut first_end: Option<CopyEnd> = None;
+    let mut second_done = false;
+    let mut winner: Option<Winner> = None;
+    while first_end.is_none() || !second_done {
+        tokio::select! {
+            end = first.as_mut(), if first_end.is_none() => {
+                if end.0.is_ok() && winner.is_none() {
+                    winner = Some(Winner::First);
+                }
+                first_end = Some(end);
+            }
+            (outcome, done) = second.as_mut(), if !second_done => {
+                second_done = true;
+                hedge.borrow_mut().copy_ended(outcome.as_ref().ok().map(|r| r.status));
+                if let (Ok(response), None) = (&outcome, winner) {
+                    winner = Some(Winner::Second);
+                    let mut rec = state.recorder.borrow_mut();
+                    rec.hedge_won(second_target, done);
+                    rec.response(start, sent, done, response.status, response.body_bytes);
+                }
+            }
+        }
+    }
+    let first_end = first_end.unwrap_or((Err(ErrorKind::Other), Instant::now()));
+    // Both failed: the request failed as its first copy did.
+    (first_end, winner.unwrap_or(Winner::First))
 }
 
 async fn closed_connection(state: Rc<WorkerLocal>, global: usize, mut stop: watch::Receiver<bool>) {
@@ -884,22 +1209,21 @@ async fn closed_connection(state: Rc<WorkerLocal>, global: usize, mut stop: watc
     if let Some(workload) = state.plan.workload.clone() {
         return closed_vu(state, workload, global, stop).await;
     }
-    let mut slot = Slot::new(state.plan.timeout);
+    let mut slots = Slots::new(&state);
     let mut stop_now = state.shared.should_stop();
     while !stop_now {
         if !stages.is_empty() && !state.shared.vu_active(stages, global) {
             // Out of the stages' count: leave (closing the connection) until back in.
-            if slot.conn.take().is_some() {
-                state.recorder.borrow_mut().connections -= 1;
-            }
+            slots.close(&state);
             if !wait_until_active(&state, stages, global, &mut stop).await {
                 break;
             }
         }
-        let had_connection = slot.conn.is_some();
-        let done = send_and_record(&state, &mut slot, None).await;
-        let failed_to_connect = slot.conn.is_none() && !had_connection;
-        let pause = if failed_to_connect {
+        let Sent {
+            done,
+            connect_failed,
+        } = send_and_record(&state, &mut slots, None).await;
+        let pause = if connect_failed {
             RECONNECT_BACKOFF.max(think_time)
         } else {
             think_time
@@ -911,9 +1235,7 @@ async fn closed_connection(state: Rc<WorkerLocal>, global: usize, mut stop: watc
             !sleep_or_stop(pause, &mut stop).await || state.shared.should_stop()
         };
     }
-    if slot.conn.is_some() {
-        state.recorder.borrow_mut().connections -= 1;
-    }
+    slots.close(&state);
 }
 
 /// An open-model connection: takes the next due arrival from the shared queue, sends it,
@@ -925,9 +1247,8 @@ async fn open_connection(state: Rc<WorkerLocal>, mut stop: watch::Receiver<bool>
     if let Some(workload) = state.plan.workload.clone() {
         return open_vu(state, workload, arrivals, stop).await;
     }
-    let mut slot = Slot::new(state.plan.timeout);
-    // Connect before the first arrival so it is not charged for the handshake.
-    let _ = ensure_connected(&state, &state.setup, &mut slot.conn).await;
+    let mut slots = Slots::new(&state);
+    slots.connect_all(&state).await;
     loop {
         let next = tokio::select! {
             next = arrivals.recv() => next.ok(),
@@ -939,12 +1260,10 @@ async fn open_connection(state: Rc<WorkerLocal>, mut stop: watch::Receiver<bool>
             state.shared.unsent.fetch_add(1, Ordering::Relaxed);
             break;
         }
-        send_and_record(&state, &mut slot, Some(intended)).await;
+        send_and_record(&state, &mut slots, Some(intended)).await;
         state.shared.idle.fetch_add(1, Ordering::Relaxed);
     }
-    if slot.conn.is_some() {
-        state.recorder.borrow_mut().connections -= 1;
-    }
+    slots.close(&state);
     state.shared.connection_tasks.fetch_sub(1, Ordering::SeqCst);
 }
 

@@ -3,12 +3,13 @@
 //! `plan` says what to send and how (closed or open model), `schedule` computes when each
 //! open-model request is due, `connection` keeps a connection (TCP or TLS) and `http1` speaks HTTP/1.1 on it, `recorder`
 //! fills per-second records on each generator thread, and `engine` runs a phase and merges
-//! the threads' seconds. Latency in the open model counts from the scheduled send time, so a
+//! the threads' seconds; `hedge` keeps `--hedge`'s delay, budget and throttle. Latency in the open model counts from the scheduled send time, so a
 //! stalled target cannot hide its stall (no coordinated omission).
 
 mod connection;
 mod engine;
 pub mod feeder;
+pub mod hedge;
 mod http1;
 pub mod limits;
 pub mod plan;
@@ -20,5 +21,6 @@ pub mod template;
 
 pub use connection::Captured;
 pub use engine::{preflight, run_phase, LoadError, PhaseSpec, StopSignal};
+pub use hedge::HedgePlan;
 pub use plan::{Arrivals, LoadPlan, Model, PlanError, RateStage, RequestSpec, Target, VuStage};
 pub use self_usage::SelfUsage;

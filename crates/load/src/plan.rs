@@ -423,6 +423,8 @@ pub struct LoadPlan {
     /// A plan's scenarios: each VU (closed) or arrival (open) runs iterations of these
     /// instead of sending `request` to `target`.
     pub workload: Option<std::sync::Arc<crate::scenario::Workload>>,
+    /// `--hedge`: second copies of slow requests (the URL's request only, not a plan's).
+    pub hedge: Option<crate::HedgePlan>,
 }
 
 impl LoadPlan {
@@ -488,6 +490,11 @@ impl LoadPlan {
             "threads": self.threads,
             "insecure": self.insecure,
             "http2": self.http2,
+            "hedge": self.hedge.as_ref().map(|h| serde_json::json!({
+                "delay": h.delay.to_string(),
+                "cap": h.cap,
+                "replicas": h.replicas.iter().map(|t| t.url.as_str()).collect::<Vec<_>>(),
+            })),
         })
     }
 }

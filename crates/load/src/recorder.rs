@@ -7,7 +7,9 @@ use std::time::Instant;
 
 use std::sync::Arc;
 
-use kiln_record::{ErrorKind, LatencyHistogram, NameSecond, SecondRecord};
+use kiln_record::{
+    ErrorKind, HedgeSecond, LatencyHistogram, NameSecond, SecondRecord, TargetHedge,
+};
 
 /// One named request's outcome, for [`WorkerRecorder::named`].
 pub(crate) struct NamedOutcome {
@@ -44,6 +46,8 @@ pub(crate) struct WorkerRecorder {
     /// A plan's request names, and this second's figures for each (same order).
     names: Arc<[String]>,
     by_name: Vec<NameSecond>,
+    /// Hedging's targets (0 without `--hedge`): each second then carries its hedge figures.
+    hedge_targets: usize,
     to_collector: Sender<WorkerMsg>,
     /// Live TCP connections of this worker (a gauge copied into each second).
     pub connections: u64,
@@ -67,6 +71,7 @@ impl WorkerRecorder {
             current: SecondRecord::default(),
             names: Arc::from(Vec::new()),
             by_name: Vec::new(),
+            hedge_targets: 0,
             to_collector,
             connections: 0,
             connections_opened: 0,
@@ -83,12 +88,74 @@ impl WorkerRecorder {
         self
     }
 
+    /// Records hedging's figures (`--hedge` over `targets` targets).
+    pub fn with_hedge(mut self, targets: usize) -> Self {
+        self.hedge_targets = targets;
+        self.current = self.empty_second(self.current.second);
+        self
+    }
+
     fn empty_second(&self, second: u32) -> SecondRecord {
         SecondRecord {
             phase: self.phase.clone(),
             second,
             service: self.open_model.then(LatencyHistogram::new),
+            hedge: (self.hedge_targets > 0).then(|| HedgeSecond {
+                targets: vec![TargetHedge::default(); self.hedge_targets],
+                ..Default::default()
+            }),
             ..Default::default()
+        }
+    }
+
+    /// This second's hedge figures (only called with hedging on).
+    fn hedge_at(&mut self, at: Instant) -> Option<&mut HedgeSecond> {
+        self.roll_to(at);
+        self.current.hedge.as_mut()
+    }
+
+    /// A first copy went to target `target`.
+    pub fn first_copy_sent(&mut self, target: usize, at: Instant) {
+        if let Some(t) = self.hedge_at(at).and_then(|h| h.targets.get_mut(target)) {
+            t.first += 1;
+        }
+    }
+
+    /// A second copy went to target `target`.
+    pub fn hedge_sent(&mut self, target: usize, at: Instant) {
+        if let Some(h) = self.hedge_at(at) {
+            h.sent += 1;
+            if let Some(t) = h.targets.get_mut(target) {
+                t.hedges += 1;
+            }
+        }
+    }
+
+    /// The second copy to `target` answered first.
+    pub fn hedge_won(&mut self, target: usize, at: Instant) {
+        if let Some(h) = self.hedge_at(at) {
+            h.won += 1;
+            if let Some(t) = h.targets.get_mut(target) {
+                t.won += 1;
+            }
+        }
+    }
+
+    /// A request was due a second copy and got none: over budget, or hedging paused.
+    pub fn hedge_refused(&mut self, paused: bool, at: Instant) {
+        if let Some(h) = self.hedge_at(at) {
+            if paused {
+                h.paused += 1;
+            } else {
+                h.over_budget += 1;
+            }
+        }
+    }
+
+    /// A first copy's own answer came, `latency_us` after the request's start.
+    pub fn first_copy_answered(&mut self, latency_us: u64, at: Instant) {
+        if let Some(h) = self.hedge_at(at) {
+            h.first_copy.record_us(latency_us);
         }
     }
 

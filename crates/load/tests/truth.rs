@@ -41,6 +41,7 @@ fn plan(target: &TargetServer, model: Model, secs: u64) -> LoadPlan {
         dead_after: Duration::from_secs(5),
         http2: false,
         workload: None,
+        hedge: None,
     }
 }
 

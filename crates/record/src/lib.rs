@@ -5,6 +5,7 @@
 //! must never depend on how a part was produced: it only defines, writes, reads and merges.
 
 mod error;
+mod hedge;
 mod histogram;
 mod load;
 mod manifest;
@@ -13,6 +14,7 @@ mod run_dir;
 pub mod text;
 
 pub use error::RecordError;
+pub use hedge::{HedgeSecond, TargetHedge};
 pub use histogram::{LatencyHistogram, LatencyStats, MAX_LATENCY_US};
 pub use load::{
     record_warnings, write_hlog, ErrorKind, LoadRecordLine, NameSecond, PhaseEnd, PhaseSummary,

@@ -105,6 +105,9 @@ pub struct SecondRecord {
     /// A plan's figures per request name (a step's `name`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub names: BTreeMap<String, NameSecond>,
+    /// `kiln run --hedge`: second copies sent and won, the first copies' own latency.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hedge: Option<crate::HedgeSecond>,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -183,6 +186,9 @@ impl SecondRecord {
                 .merge(service);
         }
         self.send_lag_max_us = self.send_lag_max_us.max(other.send_lag_max_us);
+        if let Some(hedge) = &other.hedge {
+            self.hedge.get_or_insert_with(Default::default).merge(hedge);
+        }
     }
 
     /// Fills the derived percentile fields from the histogram.

@@ -38,6 +38,9 @@ pub struct Behavior {
     pub stall: Option<Stall>,
     /// Every Nth request (counted over the whole server) takes this much longer.
     pub slow_every: Option<(u64, Duration)>,
+    /// Each request, independently with this probability, takes this much longer (drawn
+    /// from a generator seeded per server, so two servers' slow requests are unrelated).
+    pub slow_chance: Option<(f64, Duration)>,
     /// Every Nth request gets its connection reset instead of an answer.
     pub reset_every: Option<u64>,
     /// After this many answers the server keeps reading but never answers again.
@@ -57,6 +60,7 @@ impl Default for Behavior {
             cpu_per_request: Duration::ZERO,
             stall: None,
             slow_every: None,
+            slow_chance: None,
             reset_every: None,
             hang_after: None,
             body: b"hello from kiln-targets\n".to_vec(),
@@ -72,6 +76,8 @@ struct Shared {
     started: Instant,
     stop: AtomicBool,
     received: AtomicU64,
+    /// Seeds `slow_chance`'s draws: differs from server to server.
+    seed: u64,
     answered: AtomicU64,
     /// Answers being written now.
     writing: AtomicU64,
@@ -125,6 +131,10 @@ impl TargetServer {
             started: Instant::now(),
             stop: AtomicBool::new(false),
             received: AtomicU64::new(0),
+            seed: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64)
+                ^ u64::from(std::process::id()),
             answered: AtomicU64::new(0),
             writing: AtomicU64::new(0),
             resets: AtomicU64::new(0),
@@ -300,6 +310,11 @@ fn serve_connection<S: Read + Write>(
                 ready_at += extra;
             }
         }
+        if let Some((p, extra)) = behavior.slow_chance {
+            if unit_draw(shared.seed, nth) < p {
+                ready_at += extra;
+            }
+        }
         let now = Instant::now();
         if ready_at > now {
             thread::sleep(ready_at - now);
@@ -470,6 +485,16 @@ pub fn burn_cpu_for_request(d: Duration) {
     std::hint::black_box(x);
 }
 
+/// Request `nth`'s draw in [0, 1): SplitMix64 of the server's seed and the request's number
+/// (a well-mixed hash, so the draws of consecutive requests are independent in practice).
+pub fn unit_draw(seed: u64, nth: u64) -> f64 {
+    let mut z = seed.wrapping_add(nth.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^= z >> 31;
+    (z >> 11) as f64 / (1u64 << 53) as f64
+}
+
 /// When a request that arrived at `arrived` may proceed under a periodic stall.
 pub fn stall_end(started: Instant, arrived: Instant, stall: Stall) -> Instant {
     let every = stall.every.as_nanos().max(1);
@@ -515,6 +540,18 @@ mod tests {
             .collect();
         assert_eq!(answers, vec![true, true, false, true, true, false]);
         assert_eq!(t.resets(), 2);
+    }
+
+    #[test]
+    fn unit_draws_fall_below_p_about_p_of_the_time_and_differ_by_seed() {
+        let below = (1..=100_000).filter(|&n| unit_draw(7, n) < 0.05).count();
+        // binomial(100000, 0.05): sd 69
+        assert!((4_650..5_350).contains(&below), "{below}");
+        let both = (1..=100_000)
+            .filter(|&n| unit_draw(7, n) < 0.05 && unit_draw(8, n) < 0.05)
+            .count();
+        // independent seeds: 0.25% together (sd 16)
+        assert!((170..330).contains(&both), "{both}");
     }
 
     #[test]

@@ -8,13 +8,14 @@ use kiln_targets::{Behavior, Stall, TargetServer};
 
 const USAGE: &str =
     "usage: kiln-target [--port N] [--service-ms MS] [--stall-every-ms MS --stall-ms MS] \
-[--slow-every N --slow-ms MS] [--reset-every N] [--cpu-us US] [--tls]";
+[--slow-every N --slow-ms MS] [--slow-permille N --slow-ms MS] [--reset-every N] [--cpu-us US] [--tls]";
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut behavior = Behavior::default();
     let (mut port, mut stall_every, mut stall_ms, mut slow_every, mut slow_ms) =
         (0u16, 0u64, 0u64, 0u64, 0u64);
+    let mut slow_permille = 0u64;
     let mut i = 0;
     while i < args.len() {
         let flag = args[i].as_str();
@@ -34,6 +35,7 @@ fn main() {
             "--stall-ms" => stall_ms = value,
             "--slow-every" => slow_every = value,
             "--slow-ms" => slow_ms = value,
+            "--slow-permille" => slow_permille = value.min(1000),
             "--reset-every" => behavior.reset_every = Some(value),
             "--cpu-us" => behavior.cpu_per_request = Duration::from_micros(value),
             _ => {
@@ -51,6 +53,12 @@ fn main() {
     }
     if slow_every > 0 {
         behavior.slow_every = Some((slow_every, Duration::from_millis(slow_ms)));
+    }
+    if slow_permille > 0 {
+        behavior.slow_chance = Some((
+            slow_permille as f64 / 1000.0,
+            Duration::from_millis(slow_ms),
+        ));
     }
     match TargetServer::start_on(&format!("127.0.0.1:{port}"), behavior) {
         Ok(server) => {
