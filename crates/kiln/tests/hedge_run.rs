@@ -1,0 +1,244 @@
+//! `kiln run --hedge`: hedged runs against targets whose slow requests are known by
+//! construction. Two replicas whose requests are independently slow (8% take 100 ms more):
+//! measured against the analytic hedged distribution and against the what-if of an unhedged
+//! run. A server that stalls as a whole: hedging does not help, and the run shows it. A server
+//! overloaded past its pool: the budget holds and hedging pauses while requests fail.
+
+mod common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use common::{json_with_exit, kiln};
+use kiln_targets::planted::Planted;
+use kiln_targets::{Behavior, Stall, TargetServer};
+use serde_json::Value;
+
+/// 1 ms per request; independently, 8% of requests take 100 ms more.
+const SLOW_SHARE: f64 = 0.08;
+const SLOW_MS: u64 = 100;
+/// The hedge delay: far above a fast answer and a busy host's scheduling delays, far below a
+/// slow answer.
+const DELAY_MS: u64 = 40;
+
+fn replica() -> TargetServer {
+    TargetServer::start(Behavior {
+        service_time: Duration::from_millis(1),
+        slow_chance: Some((SLOW_SHARE, Duration::from_millis(SLOW_MS))),
+        ..Default::default()
+    })
+    .unwrap()
+}
+
+/// `kiln run URL --rate R -d D --json` with `extra` flags into `out`; its JSON summary.
+fn run(url: &str, rate: &str, secs: &str, out: &Path, extra: &[&str]) -> Value {
+    let mut args = vec![
+        "run",
+        url,
+        "--rate",
+        rate,
+        "-c",
+        "64",
+        "-d",
+        secs,
+        "--json",
+        "--quiet",
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    json_with_exit(&kiln(&args), 0)
+}
+
+/// The measured seconds of a run directory's load record.
+fn seconds(dir: &Path) -> Vec<Value> {
+    std::fs::read_to_string(dir.join("load-seconds.jsonl"))
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter_map(|l| l.get("second").cloned())
+        .collect()
+}
+
+fn us(v: &Value) -> f64 {
+    v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
+}
+
+#[test]
+fn hedging_to_a_replica_cuts_the_tail_as_the_formula_and_the_what_if_say() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (a, b) = (replica(), replica());
+    let (url, replica_url) = (a.url("/"), b.url("/"));
+    let plain_dir = tmp.path().join("plain");
+    run(&url, "300", "10s", &plain_dir, &[]);
+    let delay = format!("{DELAY_MS}ms");
+    let what_if = json_with_exit(
+        &kiln(&["hedge", plain_dir.to_str().unwrap(), "--at", &delay, "--json"]),
+        0,
+    );
+    let predicted_p99 = us(&what_if["options"][0]["prediction"]["after"]["p99_us"]);
+
+    let before = a.received() + b.received();
+    let hedged_dir = tmp.path().join("hedged");
+    let summary = run(
+        &url,
+        "300",
+        "10s",
+        &hedged_dir,
+        &["--hedge", &delay, "--hedge-cap", "20%", "--replica", &replica_url],
+    );
+    let h = &summary["hedging"];
+    let (firsts, hedges, won) = (us(&h["first_copies"]), us(&h["hedges"]), us(&h["won"]));
+    // every request past the delay is a slow first copy: 8% (binomial over 3000: sd 0.5%)
+    let extra = hedges / firsts;
+    assert!((0.06..0.10).contains(&extra), "extra load {extra}: {h:#}");
+    assert!(us(&h["over_budget"]) + us(&h["paused"]) == 0.0, "{h:#}");
+    // a second copy is fast 92% of the time, and then answers first
+    assert!(won / hedges > 0.8, "{h:#}");
+    // analytically: 92% fast (1 ms), 7.4% the delay plus a fast answer, 0.64% slow twice
+    // over (~101 ms): p99 is the delay plus a fast answer, p99.9 a slow one
+    let p99 = us(&h["hedged"]["p99_us"]);
+    assert!(
+        (DELAY_MS as f64 * 1000.0..DELAY_MS as f64 * 1000.0 + 8_000.0).contains(&p99),
+        "hedged p99 {p99}: {h:#}"
+    );
+    assert!(us(&h["hedged"]["p99_9_us"]) >= (SLOW_MS * 1000) as f64, "{h:#}");
+    // the first copies alone are the unhedged run: their p99 is a slow answer
+    assert!(us(&h["first_copy"]["p99_us"]) >= (SLOW_MS * 1000) as f64, "{h:#}");
+    assert!(us(&h["first_copy"]["p50_us"]) < 10_000.0, "{h:#}");
+    // the what-if of the unhedged run predicted the hedged p99 within 10%
+    let off = (p99 - predicted_p99).abs() / predicted_p99;
+    assert!(off < 0.10, "measured p99 {p99} against predicted {predicted_p99}");
+    // first copies alternate between the targets; each one's second copies go to the other
+    let targets = h["targets"].as_array().unwrap();
+    assert_eq!(targets.len(), 2);
+    assert_eq!(targets[1]["url"], replica_url.as_str());
+    for t in targets {
+        let share = us(&t["first_copies"]) / firsts;
+        assert!((0.4..0.6).contains(&share), "{h:#}");
+        assert!(us(&t["hedges"]) > 0.0, "{h:#}");
+    }
+    // the servers saw every copy: first copies and second copies, nothing more
+    assert_eq!(a.received() + b.received() - before, (firsts + hedges) as u64);
+    // the record's seconds add up to the summary, and say the delay in force
+    let secs = seconds(&hedged_dir);
+    let sent: f64 = secs.iter().map(|s| us(&s["hedge"]["sent"])).sum();
+    assert_eq!(sent, hedges);
+    assert!(secs
+        .iter()
+        .all(|s| s["hedge"]["delay_us"] == DELAY_MS * 1000));
+}
+
+#[test]
+fn a_stall_the_whole_server_shares_is_not_cut_by_hedging() {
+    let tmp = tempfile::tempdir().unwrap();
+    // the whole server stalls for 400 ms every 3 s: a second copy waits as long as the first
+    let target = TargetServer::start(Behavior {
+        service_time: Duration::from_millis(1),
+        stall: Some(Stall {
+            every: Duration::from_secs(3),
+            length: Duration::from_millis(400),
+        }),
+        ..Default::default()
+    })
+    .unwrap();
+    let dir = tmp.path().join("stall");
+    let summary = run(
+        &target.url("/"),
+        "200",
+        "10s",
+        &dir,
+        &["--hedge", "50ms", "--hedge-cap", "20%"],
+    );
+    let h = &summary["hedging"];
+    assert!(us(&h["hedges"]) > 0.0, "hedging was tried: {h:#}");
+    let (hedged, first) = (us(&h["hedged"]["p99_us"]), us(&h["first_copy"]["p99_us"]));
+    assert!(first >= 200_000.0, "the stall is in the first copies: {h:#}");
+    assert!(hedged >= 0.8 * first, "hedged p99 {hedged} against {first}: {h:#}");
+    // and the what-if of the hedged run's own latency says hedging will not help
+    let what_if = json_with_exit(
+        &kiln(&["hedge", dir.to_str().unwrap(), "--at", "50ms", "--json"]),
+        0,
+    );
+    assert_eq!(what_if["options"][0]["holds"], false, "{what_if:#}");
+}
+
+#[test]
+fn under_overload_the_budget_holds_and_hedging_pauses_while_requests_fail() {
+    let tmp = tempfile::tempdir().unwrap();
+    // a pool of 2 workers at 5 ms a request serves 400 requests/s; 700 are offered, so the
+    // queue and the latency grow until requests time out
+    let target = TargetServer::start(Behavior {
+        service_time: Duration::from_millis(5),
+        planted: Planted {
+            workers: Some(2),
+            ..Default::default()
+        },
+        ..Default::default()
+    })
+    .unwrap();
+    let dir = tmp.path().join("overload");
+    let summary = run(
+        &target.url("/"),
+        "700",
+        "8s",
+        &dir,
+        &[
+            "--hedge",
+            "10ms",
+            "--hedge-cap",
+            "5%",
+            "--timeout",
+            "300ms",
+        ],
+    );
+    let h = &summary["hedging"];
+    let (firsts, hedges) = (us(&h["first_copies"]), us(&h["hedges"]));
+    // the bucket starts empty and earns 0.05 of a copy per first copy: never more
+    assert!(hedges <= 0.05 * firsts, "{hedges} second copies for {firsts}: {h:#}");
+    assert!(us(&h["paused"]) > 0.0, "hedging paused: {h:#}");
+    // once a second and the one before it have most requests failing, no second copy goes
+    let secs = seconds(&dir);
+    let failing = |s: &Value| {
+        let errors: f64 = s["errors"]
+            .as_object()
+            .map_or(0.0, |e| e.values().filter_map(Value::as_f64).sum());
+        let requests = us(&s["requests"]);
+        requests > 0.0 && errors / requests >= 0.5
+    };
+    let mut judged = 0;
+    for pair in secs.windows(2) {
+        if failing(&pair[0]) && failing(&pair[1]) {
+            judged += 1;
+            assert_eq!(pair[1]["hedge"]["sent"], 0, "{:#}", pair[1]);
+        }
+    }
+    assert!(judged > 0, "the overload made requests fail: {secs:#?}");
+}
+
+#[test]
+fn hedging_refuses_what_it_must_not_do() {
+    let target = replica();
+    let url = target.url("/");
+    let refused = |args: &[&str], says: &str| {
+        let out = kiln(args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+    };
+    refused(
+        &["run", &url, "-m", "POST", "-d", "1s", "--hedge", "5ms"],
+        "POST is not idempotent",
+    );
+    refused(&["run", &url, "-d", "1s", "--hedge", "soon"], "not a hedge delay");
+    refused(
+        &["run", &url, "-d", "1s", "--hedge", "5ms", "--hedge-cap", "0%"],
+        "--hedge-cap",
+    );
+    refused(&["run", &url, "-d", "1s", "--replica", &url], "--hedge");
+    refused(
+        &["run", &url, "-d", "1s", "--hedge", "5ms", "--replica", "ftp://x/"],
+        "--replica",
+    );
+    assert_eq!(target.received(), 0, "nothing was sent");
+}
