@@ -213,9 +213,11 @@ impl RunRecord {
             .map_while(Result::ok)
             .filter_map(|line| match line {
                 LoadRecordLine::Second(s) if measured.contains(&s.phase.as_str()) => {
+                    // a hedged run's own view without hedging: its first copies
+                    let latency = s.hedge.as_ref().map_or(&s.latency, |h| &h.first_copy);
                     Some(SecondCounts {
-                        requests: s.latency.count(),
-                        slow: s.latency.count_above(delay_us),
+                        requests: latency.count(),
+                        slow: latency.count_above(delay_us),
                     })
                 }
                 _ => None,

@@ -25,6 +25,9 @@ pub struct Report {
     pub seconds: usize,
     pub fanout: u32,
     pub options: Vec<HedgeOption>,
+    /// The run was itself hedged (`kiln run --hedge`): what it measured. The what-if is then
+    /// computed from its first copies' own latency, so the two can be held side by side.
+    pub hedged_run: Option<crate::Measured>,
 }
 
 impl Report {
@@ -35,6 +38,7 @@ impl Report {
             seconds,
             fanout,
             options: Vec::new(),
+            hedged_run: None,
         }
     }
 
@@ -68,30 +72,50 @@ pub fn to_text(report: &Report) -> String {
     let Some(first) = report.options.first() else {
         return out;
     };
-    let head: Vec<String> = report
+    let mut head: Vec<String> = report
         .options
         .iter()
         .map(|o| format!("hedged at {}", o.at))
         .collect();
+    let measured = report.hedged_run.as_ref();
+    if let Some(m) = measured {
+        head.push(format!("measured at {}", m.delay));
+    }
     let width = head.iter().map(String::len).max().unwrap_or(0).max(10);
-    let _ = write!(out, "  {:<15}{:>10}", "", "recorded");
+    let recorded = if measured.is_some() {
+        "first copies"
+    } else {
+        "recorded"
+    };
+    let _ = write!(out, "  {:<15}{:>12}", "", recorded);
     for h in &head {
         let _ = write!(out, "  {h:>width$}");
     }
     out.push('\n');
     for (i, (label, before)) in first.prediction.before.labelled().iter().enumerate() {
-        let _ = write!(out, "  {label:<15}{:>10}", us(*before));
+        let _ = write!(out, "  {label:<15}{:>12}", us(*before));
         for o in &report.options {
             let _ = write!(out, "  {:>width$}", us(o.prediction.after.labelled()[i].1));
         }
+        if let Some(m) = measured {
+            let _ = write!(out, "  {:>width$}", us(m.hedged.labelled()[i].1));
+        }
         out.push('\n');
     }
-    let _ = write!(out, "  {:<15}{:>10}", "extra requests", "");
-    for o in &report.options {
-        let extra = format!("{:.1}%", 100.0 * o.prediction.extra_requests);
+    let _ = write!(out, "  {:<15}{:>12}", "extra requests", "");
+    let extras = report.options.iter().map(|o| o.prediction.extra_requests);
+    for extra in extras.chain(measured.map(|m| m.extra_share)) {
+        let extra = format!("{:.1}%", 100.0 * extra);
         let _ = write!(out, "  {extra:>width$}");
     }
     out.push_str("\n\n");
+    if let Some(m) = measured {
+        let _ = writeln!(
+            out,
+            "  This run was hedged at {} (kiln run --hedge): the what-if is from its first copies' own latency, beside what the hedged requests measured.",
+            m.delay
+        );
+    }
     for o in &report.options {
         let sentence = o.prediction.sentence(&o.at);
         if o.holds {

@@ -17,11 +17,18 @@ pub fn run(args: HedgeArgs) -> Result<u8> {
             args.run_dir.display()
         );
     };
-    let latency = &total.totals.latency;
+    // A hedged run: the what-if starts from its first copies' own latency (the run as it was
+    // without the second copies) and is shown beside what hedging measured.
+    let latency = total
+        .totals
+        .hedge
+        .as_ref()
+        .map_or(&total.totals.latency, |h| &h.first_copy);
     if latency.is_empty() {
         bail!("{} recorded no responses", args.run_dir.display());
     }
     let mut report = Report::new(latency.count(), record.seconds.len(), args.fanout);
+    report.hedged_run = kiln_hedge::measured(&total.totals, &record.manifest.plan);
     for at in &args.at {
         let delay_us = at.resolve_us(latency);
         let Some(prediction) = kiln_hedge::predict(latency, delay_us, args.fanout) else {

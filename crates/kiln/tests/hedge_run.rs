@@ -73,7 +73,13 @@ fn hedging_to_a_replica_cuts_the_tail_as_the_formula_and_the_what_if_say() {
     run(&url, "300", "10s", &plain_dir, &[]);
     let delay = format!("{DELAY_MS}ms");
     let what_if = json_with_exit(
-        &kiln(&["hedge", plain_dir.to_str().unwrap(), "--at", &delay, "--json"]),
+        &kiln(&[
+            "hedge",
+            plain_dir.to_str().unwrap(),
+            "--at",
+            &delay,
+            "--json",
+        ]),
         0,
     );
     let predicted_p99 = us(&what_if["options"][0]["prediction"]["after"]["p99_us"]);
@@ -85,7 +91,14 @@ fn hedging_to_a_replica_cuts_the_tail_as_the_formula_and_the_what_if_say() {
         "300",
         "10s",
         &hedged_dir,
-        &["--hedge", &delay, "--hedge-cap", "20%", "--replica", &replica_url],
+        &[
+            "--hedge",
+            &delay,
+            "--hedge-cap",
+            "20%",
+            "--replica",
+            &replica_url,
+        ],
     );
     let h = &summary["hedging"];
     let (firsts, hedges, won) = (us(&h["first_copies"]), us(&h["hedges"]), us(&h["won"]));
@@ -102,13 +115,39 @@ fn hedging_to_a_replica_cuts_the_tail_as_the_formula_and_the_what_if_say() {
         (DELAY_MS as f64 * 1000.0..DELAY_MS as f64 * 1000.0 + 8_000.0).contains(&p99),
         "hedged p99 {p99}: {h:#}"
     );
-    assert!(us(&h["hedged"]["p99_9_us"]) >= (SLOW_MS * 1000) as f64, "{h:#}");
+    assert!(
+        us(&h["hedged"]["p99_9_us"]) >= (SLOW_MS * 1000) as f64,
+        "{h:#}"
+    );
     // the first copies alone are the unhedged run: their p99 is a slow answer
-    assert!(us(&h["first_copy"]["p99_us"]) >= (SLOW_MS * 1000) as f64, "{h:#}");
+    assert!(
+        us(&h["first_copy"]["p99_us"]) >= (SLOW_MS * 1000) as f64,
+        "{h:#}"
+    );
     assert!(us(&h["first_copy"]["p50_us"]) < 10_000.0, "{h:#}");
     // the what-if of the unhedged run predicted the hedged p99 within 10%
     let off = (p99 - predicted_p99).abs() / predicted_p99;
-    assert!(off < 0.10, "measured p99 {p99} against predicted {predicted_p99}");
+    assert!(
+        off < 0.10,
+        "measured p99 {p99} against predicted {predicted_p99}"
+    );
+    // `kiln hedge` on the hedged run predicts from its first copies, beside what it measured
+    let own = json_with_exit(
+        &kiln(&[
+            "hedge",
+            hedged_dir.to_str().unwrap(),
+            "--at",
+            &delay,
+            "--json",
+        ]),
+        0,
+    );
+    assert_eq!(own["hedged_run"]["hedges"], h["hedges"], "{own:#}");
+    let own_predicted = us(&own["options"][0]["prediction"]["after"]["p99_us"]);
+    assert!(
+        (p99 - own_predicted).abs() / own_predicted < 0.10,
+        "{own:#}"
+    );
     // first copies alternate between the targets; each one's second copies go to the other
     let targets = h["targets"].as_array().unwrap();
     assert_eq!(targets.len(), 2);
@@ -119,7 +158,10 @@ fn hedging_to_a_replica_cuts_the_tail_as_the_formula_and_the_what_if_say() {
         assert!(us(&t["hedges"]) > 0.0, "{h:#}");
     }
     // the servers saw every copy: first copies and second copies, nothing more
-    assert_eq!(a.received() + b.received() - before, (firsts + hedges) as u64);
+    assert_eq!(
+        a.received() + b.received() - before,
+        (firsts + hedges) as u64
+    );
     // the record's seconds add up to the summary, and say the delay in force
     let secs = seconds(&hedged_dir);
     let sent: f64 = secs.iter().map(|s| us(&s["hedge"]["sent"])).sum();
@@ -153,8 +195,14 @@ fn a_stall_the_whole_server_shares_is_not_cut_by_hedging() {
     let h = &summary["hedging"];
     assert!(us(&h["hedges"]) > 0.0, "hedging was tried: {h:#}");
     let (hedged, first) = (us(&h["hedged"]["p99_us"]), us(&h["first_copy"]["p99_us"]));
-    assert!(first >= 200_000.0, "the stall is in the first copies: {h:#}");
-    assert!(hedged >= 0.8 * first, "hedged p99 {hedged} against {first}: {h:#}");
+    assert!(
+        first >= 200_000.0,
+        "the stall is in the first copies: {h:#}"
+    );
+    assert!(
+        hedged >= 0.8 * first,
+        "hedged p99 {hedged} against {first}: {h:#}"
+    );
     // and the what-if of the hedged run's own latency says hedging will not help
     let what_if = json_with_exit(
         &kiln(&["hedge", dir.to_str().unwrap(), "--at", "50ms", "--json"]),
@@ -183,19 +231,15 @@ fn under_overload_the_budget_holds_and_hedging_pauses_while_requests_fail() {
         "700",
         "8s",
         &dir,
-        &[
-            "--hedge",
-            "10ms",
-            "--hedge-cap",
-            "5%",
-            "--timeout",
-            "300ms",
-        ],
+        &["--hedge", "10ms", "--hedge-cap", "5%", "--timeout", "300ms"],
     );
     let h = &summary["hedging"];
     let (firsts, hedges) = (us(&h["first_copies"]), us(&h["hedges"]));
     // the bucket starts empty and earns 0.05 of a copy per first copy: never more
-    assert!(hedges <= 0.05 * firsts, "{hedges} second copies for {firsts}: {h:#}");
+    assert!(
+        hedges <= 0.05 * firsts,
+        "{hedges} second copies for {firsts}: {h:#}"
+    );
     assert!(us(&h["paused"]) > 0.0, "hedging paused: {h:#}");
     // once a second and the one before it have most requests failing, no second copy goes
     let secs = seconds(&dir);
@@ -230,14 +274,35 @@ fn hedging_refuses_what_it_must_not_do() {
         &["run", &url, "-m", "POST", "-d", "1s", "--hedge", "5ms"],
         "POST is not idempotent",
     );
-    refused(&["run", &url, "-d", "1s", "--hedge", "soon"], "not a hedge delay");
     refused(
-        &["run", &url, "-d", "1s", "--hedge", "5ms", "--hedge-cap", "0%"],
+        &["run", &url, "-d", "1s", "--hedge", "soon"],
+        "not a hedge delay",
+    );
+    refused(
+        &[
+            "run",
+            &url,
+            "-d",
+            "1s",
+            "--hedge",
+            "5ms",
+            "--hedge-cap",
+            "0%",
+        ],
         "--hedge-cap",
     );
     refused(&["run", &url, "-d", "1s", "--replica", &url], "--hedge");
     refused(
-        &["run", &url, "-d", "1s", "--hedge", "5ms", "--replica", "ftp://x/"],
+        &[
+            "run",
+            &url,
+            "-d",
+            "1s",
+            "--hedge",
+            "5ms",
+            "--replica",
+            "ftp://x/",
+        ],
         "--replica",
     );
     assert_eq!(target.received(), 0, "nothing was sent");
