@@ -138,7 +138,7 @@ pub fn measured_text(m: &Measured) -> String {
     }
     let _ = writeln!(
         out,
-        "           latency counts from each first copy's scheduled time; the losing copy is read to its end and discarded (its connection kept), so the first copies' own latency is known"
+        "           latency counts from each request's first copy (its scheduled time in the open model); the losing copy is read to its end and discarded (its connection kept), so the first copies' own latency is known"
     );
     out
 }

@@ -162,6 +162,10 @@ fn hedging_to_a_replica_cuts_the_tail_as_the_formula_and_the_what_if_say() {
         a.received() + b.received() - before,
         (firsts + hedges) as u64
     );
+    // the HTML report shows the same, per target
+    let page = std::fs::read_to_string(hedged_dir.join("report.html")).unwrap();
+    assert!(page.contains(&format!("Hedged at {DELAY_MS}.0ms: {hedges} second copies")));
+    assert!(page.contains(&format!("<td>{replica_url}</td>")));
     // the record's seconds add up to the summary, and say the delay in force
     let secs = seconds(&hedged_dir);
     let sent: f64 = secs.iter().map(|s| us(&s["hedge"]["sent"])).sum();

@@ -73,7 +73,7 @@ pub fn render(dir: &RunDir) -> String {
     html += &nav();
     html += &verdict_section(&findings, &load);
     html += &findings_section(&findings);
-    html += &load_section(&load);
+    html += &load_section(&load, &m.plan);
     html += "<section id=\"resources\"><h2>Resources</h2>";
     if resources.is_null() {
         html += "<p class=\"muted\">The sampler recorded nothing in this run.</p>";
@@ -321,7 +321,7 @@ fn percent_encode(text: &str) -> String {
     out
 }
 
-fn load_section(load: &Load) -> String {
+fn load_section(load: &Load, plan: &Value) -> String {
     let mut out = String::from(
         "<section id=\"load\"><h2>Load</h2>\
 <div class=\"chart\" id=\"chart-latency\"></div><div class=\"chart\" id=\"chart-throughput\"></div>\
@@ -369,6 +369,9 @@ fn load_section(load: &Load) -> String {
             );
         }
         out += "</table>";
+        if let Some(hedging) = kiln_hedge::measured(&total.totals, plan) {
+            out += &hedging_table(&hedging);
+        }
     }
     for a in load.phases.iter().flat_map(|p| &p.anomalies) {
         let _ = write!(out, "<p class=\"muted\">{}</p>", esc(a));
@@ -377,6 +380,48 @@ fn load_section(load: &Load) -> String {
         let _ = write!(out, "<p class=\"muted\">{}</p>", esc(p));
     }
     out + "</section>"
+}
+
+/// A hedged run's figures: copies sent and won, hedged latency beside the first copies'.
+fn hedging_table(m: &kiln_hedge::Measured) -> String {
+    let mut out = format!(
+        "<p>Hedged at {}: {} second copies for {} requests ({:.1}% extra load, cap {:.1}%), {} \
+answered first; {} not hedged over the budget, {} while copies were failing.</p>\
+<table><tr><th>latency</th><th class=\"n\">hedged</th><th class=\"n\">first copies</th></tr>",
+        esc(&m.delay),
+        m.hedges,
+        m.first_copies,
+        100.0 * m.extra_share,
+        100.0 * m.cap,
+        m.won,
+        m.over_budget,
+        m.paused
+    );
+    for ((label, hedged), (_, first)) in m.hedged.labelled().iter().zip(m.first_copy.labelled()) {
+        let _ = write!(
+            out,
+            "<tr><td>{label}</td><td class=\"n\">{}</td><td class=\"n\">{}</td></tr>",
+            us(*hedged),
+            us(first)
+        );
+    }
+    out += "</table>";
+    if m.targets.len() > 1 {
+        out += "<table><tr><th>target</th><th class=\"n\">first copies</th>\
+<th class=\"n\">second copies</th><th class=\"n\">won</th></tr>";
+        for t in &m.targets {
+            let _ = write!(
+                out,
+                "<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td></tr>",
+                esc(&t.url),
+                t.first_copies,
+                t.hedges,
+                t.won
+            );
+        }
+        out += "</table>";
+    }
+    out
 }
 
 /// A profile's section (on-CPU or off-CPU), and its flame graph's data for the page's
