@@ -8,7 +8,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use common::{json_with_exit, kiln};
-use kiln_targets::{Behavior, Stall, TargetServer};
+use kiln_targets::{Behavior, TargetServer};
 use serde_json::Value;
 
 /// `kiln run` at 200 requests/s for 10 s into `out`; its findings.
@@ -112,15 +112,7 @@ fn random_slow_requests_are_cut_by_a_hedge_as_the_formula_says() {
 #[test]
 fn slow_requests_from_a_shared_stall_are_not_sent_to_hedging() {
     let tmp = tempfile::tempdir().unwrap();
-    let target = TargetServer::start(Behavior {
-        service_time: Duration::from_millis(1),
-        stall: Some(Stall {
-            every: Duration::from_secs(3),
-            length: Duration::from_millis(400),
-        }),
-        ..Default::default()
-    })
-    .unwrap();
+    let target = common::stalling_target();
     let dir = tmp.path().join("stalls");
     record(&target, &dir);
     // a delay far above a busy machine's scheduling delays (which, counted as slow, would

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use common::{json_with_exit, kiln};
 use kiln_targets::planted::Planted;
-use kiln_targets::{Behavior, Stall, TargetServer};
+use kiln_targets::{Behavior, TargetServer};
 use serde_json::Value;
 
 /// 1 ms per request; independently, 8% of requests take 100 ms more.
@@ -179,15 +179,7 @@ fn hedging_to_a_replica_cuts_the_tail_as_the_formula_and_the_what_if_say() {
 fn a_stall_the_whole_server_shares_is_not_cut_by_hedging() {
     let tmp = tempfile::tempdir().unwrap();
     // the whole server stalls for 400 ms every 3 s: a second copy waits as long as the first
-    let target = TargetServer::start(Behavior {
-        service_time: Duration::from_millis(1),
-        stall: Some(Stall {
-            every: Duration::from_secs(3),
-            length: Duration::from_millis(400),
-        }),
-        ..Default::default()
-    })
-    .unwrap();
+    let target = common::stalling_target();
     let dir = tmp.path().join("stall");
     let summary = run(
         &target.url("/"),

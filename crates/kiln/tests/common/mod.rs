@@ -125,3 +125,17 @@ pub fn screenshot(page: &Path, png: &Path, width: u32, height: u32) {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// A target that answers in 1 ms, except that the whole server stalls for 400 ms every 3 s:
+/// slow requests that come together (a second copy waits as long as the first).
+pub fn stalling_target() -> kiln_targets::TargetServer {
+    kiln_targets::TargetServer::start(kiln_targets::Behavior {
+        service_time: std::time::Duration::from_millis(1),
+        stall: Some(kiln_targets::Stall {
+            every: std::time::Duration::from_secs(3),
+            length: std::time::Duration::from_millis(400),
+        }),
+        ..Default::default()
+    })
+    .expect("the stalling target starts")
+}
