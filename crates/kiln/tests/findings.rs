@@ -919,3 +919,65 @@ fn a_cpu_quota_that_throttles_is_found_and_the_same_target_without_it_is_not() {
     let f = run_and_judge(&target, &tmp.path().join("free"), &["-c", "2"]);
     assert!(finding(&f, "cpu.cgroup-throttled").is_none(), "{f:#}");
 }
+
+/// Processes that spin on the CPU (not the target's), killed when dropped.
+struct Neighbours(Vec<Child>);
+
+impl Neighbours {
+    fn spinning(n: usize) -> Self {
+        Self(
+            (0..n)
+                .map(|_| {
+                    Command::new("sh")
+                        .args(["-c", "while :; do :; done"])
+                        .spawn()
+                        .expect("sh starts")
+                })
+                .collect(),
+        )
+    }
+}
+
+impl Drop for Neighbours {
+    fn drop(&mut self) {
+        for child in &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+#[test]
+fn a_host_kept_busy_by_other_processes_is_found_and_a_quiet_host_is_not() {
+    let _alone = alone();
+    let tmp = tempfile::tempdir().unwrap();
+    // a target that mostly waits (20 ms a request), and one spinning process per core beside it
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let target = Target::start("waiting", None);
+    let neighbours = Neighbours::spinning(cores);
+    let f = run_and_judge(&target, &tmp.path().join("busy"), &["-c", "4"]);
+    drop(neighbours);
+    let busy = finding(&f, "cpu.host-busy").unwrap_or_else(|| panic!("{f:#}"));
+    let data = &busy["data"];
+    // the spinners take nearly every core; the target, asleep, next to nothing
+    let others = data["other_cores"].as_f64().unwrap();
+    assert!(others >= 0.75 * cores as f64, "{busy:#}");
+    assert!(data["target_cores"].as_f64().unwrap() < 0.25, "{busy:#}");
+    assert!(data["host_idle_pct"].as_f64().unwrap() < 10.0, "{busy:#}");
+    assert!(
+        busy["title"]
+            .as_str()
+            .unwrap()
+            .contains("saturated by other work"),
+        "{busy:#}"
+    );
+    // the target is not what keeps the host busy, so it is not called CPU-bound
+    assert!(finding(&f, "cpu.saturated").is_none(), "{f:#}");
+
+    let f = run_and_judge(&target, &tmp.path().join("quiet"), &["-c", "4"]);
+    assert!(finding(&f, "cpu.host-busy").is_none(), "{f:#}");
+    assert!(
+        f["judged"].to_string().contains("cpu.host-busy"),
+        "the rule judged the quiet host: {f:#}"
+    );
+}
