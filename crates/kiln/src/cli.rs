@@ -36,6 +36,9 @@ pub enum Command {
     /// What hedged requests would do to a recorded run: p99 and p99.9 with a second copy
     /// after a delay, the extra load, and whether the slow requests were independent enough.
     Hedge(HedgeArgs),
+    /// Put the run records of load shards (kiln run --shard i/N) together into one: seconds
+    /// merged exactly, each shard's own health kept, thresholds judged once on the whole.
+    Merge(MergeArgs),
     /// Find, fix and prove: load a shop with planted problems, name them, load it fixed, compare.
     Demo(DemoArgs),
     /// The demo's shop on its own (a realistic target for trying kiln and for tests).
@@ -402,6 +405,17 @@ pub struct RunArgs {
     #[arg(long = "dead-after", default_value = "5s")]
     pub dead_after: String,
 
+    /// Run shard I of N load processes sharing this plan (I from 0; auto/N takes I from
+    /// JOB_COMPLETION_INDEX): an open model's arrivals are dealt among the shards, a closed
+    /// model's connections divided. `kiln merge` puts the shards' records together.
+    #[arg(long = "shard", value_name = "I/N")]
+    pub shard: Option<String>,
+
+    /// Start the load at this UTC time (RFC 3339, e.g. 2026-12-01T10:00:00Z), so that shards
+    /// on several machines start together.
+    #[arg(long = "start-at", value_name = "TIME")]
+    pub start_at: Option<String>,
+
     /// Hedged requests: a request not answered after this delay gets a second copy and the
     /// first answer wins. A time (5ms) or a percentile of the run's recent latency (p95).
     #[arg(long = "hedge", value_name = "DELAY|pNN")]
@@ -556,6 +570,25 @@ pub struct HedgeArgs {
           value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub fanout: u32,
     /// Print the what-if as JSON on stdout.
+    #[arg(long = "json")]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct MergeArgs {
+    /// The shards' run directories.
+    #[arg(required = true)]
+    pub run_dirs: Vec<PathBuf>,
+    /// Where to write the merged run record (a new directory).
+    #[arg(long = "out", value_name = "DIR")]
+    pub out: PathBuf,
+    /// Merge even when shards are missing (the merged record is marked interrupted).
+    #[arg(long = "allow-partial")]
+    pub allow_partial: bool,
+    /// Merge records of different plans.
+    #[arg(long = "any-plans")]
+    pub any_plans: bool,
+    /// Print the merged summary as JSON on stdout.
     #[arg(long = "json")]
     pub json: bool,
 }

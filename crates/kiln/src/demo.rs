@@ -200,6 +200,7 @@ pub fn run(args: DemoArgs, stop: &StopSignal) -> Result<u8> {
             http2: false,
             workload: None,
             hedge: None,
+            shard: None,
         };
         // the shop's first seconds (threads started, connections opened, pages first
         // touched) are left out, as a user's run would leave them out
@@ -208,6 +209,7 @@ pub fn run(args: DemoArgs, stop: &StopSignal) -> Result<u8> {
                 PhaseSpec {
                     name: "warmup".into(),
                     measured: false,
+                    start_at: None,
                 },
                 WARMUP,
             ),
@@ -215,6 +217,7 @@ pub fn run(args: DemoArgs, stop: &StopSignal) -> Result<u8> {
                 PhaseSpec {
                     name: "run".into(),
                     measured: true,
+                    start_at: None,
                 },
                 Duration::ZERO,
             ),

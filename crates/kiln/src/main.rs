@@ -12,6 +12,7 @@ mod format;
 mod hedge_cmd;
 mod junit;
 mod live;
+mod merge_cmd;
 mod names_summary;
 mod plan_cmd;
 mod profile_cmd;
@@ -89,6 +90,7 @@ fn main() -> ExitCode {
         Command::Findings(args) => findings_cmd::run(args),
         Command::Compare(args) => compare_cmd::run(args),
         Command::Hedge(args) => hedge_cmd::run(args),
+        Command::Merge(args) => merge_cmd::run(args),
         Command::Demo(args) => demo::run(args, &interrupts()),
         Command::DemoShop(args) => demo::serve_shop(args),
         Command::Watch(args) => watch_cmd::run(args, &interrupts()),

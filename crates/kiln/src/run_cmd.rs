@@ -131,6 +131,18 @@ const DEFAULT_TIMEOUT: &str = "10s";
 /// Turns flags (and a plan file, when the argument is one) into a validated plan,
 /// resolving hosts once.
 pub fn build(args: &RunArgs) -> Result<Built> {
+    let mut built = build_whole(args)?;
+    if let Some(text) = &args.shard {
+        let job_index = std::env::var("JOB_COMPLETION_INDEX").ok();
+        let shard = kiln_load::plan::Shard::parse(text, job_index.as_deref())
+            .map_err(anyhow::Error::msg)?;
+        built.load = built.load.into_shard(shard)?;
+    }
+    Ok(built)
+}
+
+/// The whole plan, before any --shard.
+fn build_whole(args: &RunArgs) -> Result<Built> {
     if kiln_plan::is_plan_path(&args.url) {
         return build_from_plan_file(args);
     }
@@ -196,6 +208,7 @@ fn build_from_plan_file(args: &RunArgs) -> Result<Built> {
         http2: args.http2 || plan.http2,
         workload: Some(plan.workload.clone()),
         hedge: None,
+        shard: None,
     };
     load.validate()?;
     if let Some(note) = kiln_load::limits::fit_max_connections(&mut load) {
@@ -284,6 +297,7 @@ pub fn build_plan(args: &RunArgs) -> Result<LoadPlan> {
         http2: args.http2,
         workload: None,
         hedge: None,
+        shard: None,
     };
     plan.hedge = hedge_plan(args, &plan.request)?;
     plan.validate()?;
@@ -360,6 +374,7 @@ pub fn phases(args: &RunArgs, warmup: Option<Duration>) -> Result<Vec<(PhaseSpec
                 PhaseSpec {
                     name: "warmup".into(),
                     measured: false,
+                    start_at: None,
                 },
                 d,
             ));
@@ -375,11 +390,28 @@ pub fn phases(args: &RunArgs, warmup: Option<Duration>) -> Result<Vec<(PhaseSpec
             PhaseSpec {
                 name,
                 measured: true,
+                start_at: None,
             },
             Duration::ZERO,
         ));
     }
+    // --start-at: the first phase starts then (the shards of one plan together)
+    if let Some((first, _)) = out.first_mut() {
+        first.start_at = start_at(args)?;
+    }
     Ok(out)
+}
+
+/// `--start-at`: an RFC 3339 time, e.g. 2026-12-01T10:00:00Z.
+fn start_at(args: &RunArgs) -> Result<Option<std::time::SystemTime>> {
+    args.start_at
+        .as_deref()
+        .map(|text| {
+            humantime::parse_rfc3339_weak(text.trim_end_matches('Z')).with_context(|| {
+                format!("--start-at {text:?} is not a time such as 2026-12-01T10:00:00Z (UTC)")
+            })
+        })
+        .transpose()
 }
 
 /// A short name from the URL: `127.0.0.1-8080-api-items`.
@@ -521,6 +553,9 @@ pub fn run(args: RunArgs, stop: &StopSignal) -> Result<u8> {
     let mut live = LiveOutput::new(args.quiet, interval.as_secs() as u32);
     let mut plan_record = plan.to_record();
     plan_record["thresholds"] = serde_json::json!(built.thresholds);
+    if let Some(at) = &args.start_at {
+        plan_record["start_at"] = serde_json::json!(at);
+    }
     if let Some(outline) = &built.outline {
         plan_record["plan_file"] = serde_json::json!(args.url);
         plan_record["scenarios"] = serde_json::json!(outline

@@ -44,6 +44,9 @@ const MAX_DRAIN: Duration = Duration::from_secs(30);
 pub struct PhaseSpec {
     pub name: String,
     pub measured: bool,
+    /// Start at this wall-clock time (`--start-at`: shards of one plan start together);
+    /// `None`, or a time already past, starts at once.
+    pub start_at: Option<SystemTime>,
 }
 
 /// Asks a running phase to stop early, from any thread (e.g. Ctrl-C).
@@ -303,6 +306,11 @@ pub fn run_phase(
     } else {
         Duration::from_millis(20)
     };
+    // a start time far enough ahead replaces the lead (the connections are made before it)
+    let lead = phase
+        .start_at
+        .and_then(|at| at.duration_since(SystemTime::now()).ok())
+        .map_or(lead, |until| until.max(lead));
     let t0 = Instant::now() + lead;
     let t0_unix_ms = SystemTime::now()
         .checked_add(lead)
@@ -374,6 +382,12 @@ pub fn run_phase(
             Some(tx),
         ) => {
             let schedule = ArrivalSchedule::new(0.0, stages).with_arrivals(*arrivals);
+            // a shard releases only its own arrivals, at the whole schedule's times
+            let shard = plan.shard;
+            let schedule = schedule
+                .enumerate()
+                .filter(move |(j, _)| shard.is_none_or(|s| s.takes(*j as u64)))
+                .map(|(_, due)| due);
             let shared = shared.clone();
             Some(
                 thread::Builder::new()
@@ -603,7 +617,11 @@ impl Collector {
 
 /// Pushes each arrival into the queue at its due time. A sleeping thread wakes within tens
 /// of microseconds on Linux, far closer than an async timer's millisecond tick.
-fn run_pacer(schedule: ArrivalSchedule, shared: &PhaseShared, tx: async_channel::Sender<Instant>) {
+fn run_pacer(
+    schedule: impl Iterator<Item = Duration>,
+    shared: &PhaseShared,
+    tx: async_channel::Sender<Instant>,
+) {
     let mut next_worker = 0usize;
     let mut arrivals = schedule.map(|offset| shared.t0 + offset);
     while let Some(due) = arrivals.next() {

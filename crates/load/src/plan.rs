@@ -425,6 +425,54 @@ pub struct LoadPlan {
     pub workload: Option<std::sync::Arc<crate::scenario::Workload>>,
     /// `--hedge`: second copies of slow requests (the URL's request only, not a plan's).
     pub hedge: Option<crate::HedgePlan>,
+    /// `--shard i/N`: this process runs its share of the plan (see [`Shard`]).
+    pub shard: Option<Shard>,
+}
+
+/// One of N load processes running one plan together (`--shard i/N`, i from 0, as a
+/// Kubernetes Indexed Job's completion index). Open model: arrival j of the whole schedule is
+/// shard `j mod N`'s, so the shards' arrivals together are exactly the single-process
+/// schedule. Closed model: the connections are divided, the first `c mod N` shards taking one
+/// more.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Shard {
+    pub index: u32,
+    pub count: u32,
+}
+
+impl Shard {
+    /// `i/N`, or `auto/N` with the index from `JOB_COMPLETION_INDEX` (`job_index`).
+    pub fn parse(text: &str, job_index: Option<&str>) -> Result<Self, String> {
+        let bad = |why: &str| format!("--shard {text:?}: {why} (i/N with 0 <= i < N, or auto/N)");
+        let (index, count) = text.split_once('/').ok_or_else(|| bad("no '/'"))?;
+        let count: u32 = count
+            .trim()
+            .parse()
+            .map_err(|_| bad("N is not a whole number"))?;
+        let index = match index.trim() {
+            "auto" => job_index
+                .ok_or_else(|| bad("auto needs JOB_COMPLETION_INDEX set"))?
+                .trim()
+                .parse()
+                .map_err(|_| bad("JOB_COMPLETION_INDEX is not a whole number"))?,
+            i => i.parse().map_err(|_| bad("i is not a whole number"))?,
+        };
+        if !(1..=100_000).contains(&count) || index >= count {
+            return Err(bad("out of range"));
+        }
+        Ok(Self { index, count })
+    }
+
+    /// This shard's part of `total` (connections, VUs): a largest-remainder split.
+    pub fn part_of(&self, total: usize) -> usize {
+        let (n, i) = (self.count as usize, self.index as usize);
+        total / n + usize::from(i < total % n)
+    }
+
+    /// Whether arrival `j` of the whole schedule is this shard's.
+    pub fn takes(&self, j: u64) -> bool {
+        j % u64::from(self.count) == u64::from(self.index)
+    }
 }
 
 impl LoadPlan {
@@ -477,6 +525,45 @@ impl LoadPlan {
         }
     }
 
+    /// Makes this process shard `shard` of the plan: a closed model's connections (and its
+    /// stages' VU counts) divided; an open model keeps its schedule (the engine releases only
+    /// the shard's arrivals) and divides its connections. Fails when a shard would get none.
+    pub fn into_shard(mut self, shard: Shard) -> Result<Self, PlanError> {
+        let none = |what: &str, total: usize| PlanError::OutOfRange {
+            what: "--shard",
+            why: format!(
+                "shard {} of {} would get none of the {total} {what}",
+                shard.index, shard.count
+            ),
+        };
+        match &mut self.model {
+            Model::Closed {
+                connections,
+                stages,
+                ..
+            } => {
+                let total = *connections;
+                *connections = shard.part_of(total);
+                if *connections == 0 {
+                    return Err(none("connections", total));
+                }
+                for stage in stages.iter_mut() {
+                    stage.target_vus = shard.part_of(stage.target_vus);
+                }
+            }
+            Model::Open {
+                connections,
+                max_connections,
+                ..
+            } => {
+                *connections = shard.part_of(*connections).max(1);
+                *max_connections = shard.part_of(*max_connections).max(*connections);
+            }
+        }
+        self.shard = Some(shard);
+        Ok(self)
+    }
+
     /// The plan as recorded in `run.json`. Header values are left out: they may be secrets.
     pub fn to_record(&self) -> serde_json::Value {
         serde_json::json!({
@@ -490,6 +577,7 @@ impl LoadPlan {
             "threads": self.threads,
             "insecure": self.insecure,
             "http2": self.http2,
+            "shard": self.shard,
             "hedge": self.hedge.as_ref().map(|h| serde_json::json!({
                 "delay": h.delay.to_string(),
                 "cap": h.cap,
@@ -502,6 +590,28 @@ impl LoadPlan {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shards_split_connections_by_largest_remainder_and_parse_as_indexed_jobs_do() {
+        let parts: Vec<usize> = (0..3)
+            .map(|i| Shard { index: i, count: 3 }.part_of(10))
+            .collect();
+        assert_eq!(parts, vec![4, 3, 3]);
+        assert_eq!(Shard::parse("2/8", None), Ok(Shard { index: 2, count: 8 }));
+        assert_eq!(
+            Shard::parse("auto/4", Some("3")),
+            Ok(Shard { index: 3, count: 4 })
+        );
+        assert!(Shard::parse("8/8", None).is_err());
+        assert!(Shard::parse("auto/4", None)
+            .unwrap_err()
+            .contains("JOB_COMPLETION_INDEX"));
+        assert!(Shard::parse("1", None).is_err());
+        let taken: Vec<u64> = (0..10)
+            .filter(|j| Shard { index: 1, count: 4 }.takes(*j))
+            .collect();
+        assert_eq!(taken, vec![1, 5, 9]);
+    }
 
     #[test]
     fn durations_in_the_forms_users_type() {

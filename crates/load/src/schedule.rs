@@ -207,3 +207,43 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod shard_tests {
+    use super::*;
+    use crate::plan::Shard;
+
+    /// The shards' arrivals, put together, are the whole schedule's: none lost, none twice.
+    #[test]
+    fn shards_together_release_exactly_the_whole_schedule() {
+        let stages = [
+            RateStage {
+                duration: Duration::from_secs(3),
+                target_rate: 700.0,
+            },
+            RateStage {
+                duration: Duration::from_secs(2),
+                target_rate: 50.0,
+            },
+        ];
+        for arrivals in [Arrivals::Uniform, Arrivals::Poisson { seed: 7 }] {
+            let whole: Vec<Duration> = ArrivalSchedule::new(0.0, &stages)
+                .with_arrivals(arrivals)
+                .collect();
+            for count in [2u32, 3, 4] {
+                let mut union: Vec<Duration> = (0..count)
+                    .flat_map(|index| {
+                        let shard = Shard { index, count };
+                        ArrivalSchedule::new(0.0, &stages)
+                            .with_arrivals(arrivals)
+                            .enumerate()
+                            .filter(move |(j, _)| shard.takes(*j as u64))
+                            .map(|(_, due)| due)
+                    })
+                    .collect();
+                union.sort();
+                assert_eq!(union, whole, "{count} shards, {arrivals:?}");
+            }
+        }
+    }
+}

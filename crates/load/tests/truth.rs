@@ -42,6 +42,7 @@ fn plan(target: &TargetServer, model: Model, secs: u64) -> LoadPlan {
         http2: false,
         workload: None,
         hedge: None,
+        shard: None,
     }
 }
 
@@ -69,6 +70,7 @@ fn run(plan: &LoadPlan) -> (PhaseSummary, PhaseEnd) {
         &PhaseSpec {
             name: "run".into(),
             measured: true,
+            start_at: None,
         },
         &StopSignal::new(),
         &mut |s| summary.add_second(s),

@@ -1,0 +1,27 @@
+//! `kiln merge SHARD_DIR... --out DIR`: the shards' run records as one, then its summary
+//! (thresholds judged here, once, on the merged record).
+
+use anyhow::{Context, Result};
+use kiln_record::RunDir;
+
+use crate::cli::{MergeArgs, ReportArgs};
+
+pub fn run(args: MergeArgs) -> Result<u8> {
+    let options = kiln_merge::MergeOptions {
+        any_plans: args.any_plans,
+        allow_partial: args.allow_partial,
+    };
+    let merged = kiln_merge::merge(&args.run_dirs, &args.out, options)?;
+    let mut dir = RunDir::open(&merged.dir)
+        .with_context(|| format!("cannot read the merged run in {}", merged.dir.display()))?;
+    kiln_report::write(&mut dir)
+        .with_context(|| format!("cannot write the report into {}", merged.dir.display()))?;
+    if !args.json {
+        out!("{}\n", kiln_merge::shards_text(&merged));
+    }
+    crate::report_cmd::run(ReportArgs {
+        run_dir: merged.dir,
+        json: args.json,
+        html: None,
+    })
+}

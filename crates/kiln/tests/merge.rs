@@ -1,0 +1,286 @@
+//! Shards and `kiln merge`: N local `kiln run --shard i/N` processes against one target,
+//! started together with `--start-at`, merged into one record; against a single process on
+//! the same schedule, and with a shard cut short, missing or running another plan.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, SystemTime};
+
+use common::{json_with_exit, kiln};
+use kiln_record::{LatencyHistogram, LoadRecordLine, RunDir, LOAD_SECONDS_PART};
+use kiln_targets::{Behavior, TargetServer};
+use serde_json::Value;
+
+/// 2 ms a request: latency known to within scheduling noise.
+fn target() -> TargetServer {
+    TargetServer::start(Behavior {
+        service_time: Duration::from_millis(2),
+        ..Default::default()
+    })
+    .unwrap()
+}
+
+/// An RFC 3339 time `secs` from now.
+fn in_secs(secs: u64) -> String {
+    humantime::format_rfc3339_seconds(SystemTime::now() + Duration::from_secs(secs)).to_string()
+}
+
+/// Starts shard `i` of `n` as its own process.
+fn shard(url: &str, i: usize, n: usize, start_at: &str, out: &Path, load: &[&str]) -> Child {
+    let shard = format!("{i}/{n}");
+    let mut args = vec![
+        "run",
+        url,
+        "--shard",
+        &shard,
+        "--start-at",
+        start_at,
+        "--quiet",
+        "--json",
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    args.extend_from_slice(load);
+    Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(&args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Runs `n` shards together; their run directories.
+fn shards(url: &str, n: usize, tmp: &Path, load: &[&str]) -> Vec<PathBuf> {
+    let start_at = in_secs(2);
+    let dirs: Vec<PathBuf> = (0..n).map(|i| tmp.join(format!("shard-{i}"))).collect();
+    let children: Vec<Child> = dirs
+        .iter()
+        .enumerate()
+        .map(|(i, d)| shard(url, i, n, &start_at, d, load))
+        .collect();
+    for child in children {
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    dirs
+}
+
+fn merge(dirs: &[PathBuf], out: &Path, extra: &[&str]) -> std::process::Output {
+    let mut args = vec!["merge".to_string()];
+    args.extend(dirs.iter().map(|d| d.display().to_string()));
+    args.extend(["--out".into(), out.display().to_string(), "--json".into()]);
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    kiln(&args)
+}
+
+/// A run directory's measured latency, merged from its seconds.
+fn latency_of(dir: &Path) -> LatencyHistogram {
+    let run = RunDir::open(dir).unwrap();
+    let mut h = LatencyHistogram::new();
+    for line in run
+        .read_json_lines::<LoadRecordLine>(LOAD_SECONDS_PART)
+        .unwrap()
+    {
+        if let LoadRecordLine::Second(s) = line {
+            h.merge(&s.latency);
+        }
+    }
+    h
+}
+
+fn shards_json(dir: &Path) -> Vec<Value> {
+    serde_json::from_str::<Value>(&std::fs::read_to_string(dir.join("shards.json")).unwrap())
+        .unwrap()
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+#[test]
+fn shards_merged_are_the_single_process_plan() {
+    let target = target();
+    let url = target.url("/");
+    let tmp = tempfile::tempdir().unwrap();
+    let load = ["--rate", "400", "-d", "5s"];
+    let single = json_with_exit(
+        &kiln(&[
+            "run",
+            &url,
+            "--rate",
+            "400",
+            "-d",
+            "5s",
+            "--json",
+            "--quiet",
+            "--out",
+            tmp.path().join("single").to_str().unwrap(),
+        ]),
+        0,
+    );
+    for n in [2, 4] {
+        let dirs = shards(&url, n, &tmp.path().join(format!("n{n}")), &load);
+        let out = tmp.path().join(format!("merged-{n}"));
+        let merged = json_with_exit(&merge(&dirs, &out, &[]), 0);
+        assert_eq!(merged["status"], "complete", "{merged:#}");
+        let total = &merged["total"];
+        // the uniform schedule of 400/s for 5 s is 2000 arrivals, dealt among the shards
+        assert_eq!(
+            total["scheduled"], single["total"]["scheduled"],
+            "{n} shards"
+        );
+        assert_eq!(total["requests"], 2000, "{n} shards");
+        let per_shard: Vec<u64> = shards_json(&out)
+            .iter()
+            .map(|s| s["requests"].as_u64().unwrap())
+            .collect();
+        assert_eq!(per_shard.iter().sum::<u64>(), 2000);
+        assert!(
+            per_shard.iter().all(|&r| r == 2000 / n as u64),
+            "{per_shard:?}"
+        );
+        // the merged arrival rate is the plan's
+        let rate = total["throughput_rps"].as_f64().unwrap();
+        assert!((380.0..=420.0).contains(&rate), "{rate}");
+        // the merged histogram is the shards' histograms added, exactly
+        let mut added = LatencyHistogram::new();
+        for d in &dirs {
+            added.merge(&latency_of(d));
+        }
+        let merged_h = latency_of(&out);
+        for q in [0.5, 0.9, 0.99, 0.999, 1.0] {
+            assert_eq!(merged_h.quantile_us(q), added.quantile_us(q), "q {q}");
+        }
+        assert_eq!(merged_h.count(), added.count());
+        // and it says what the single process said, within scheduling noise (2 ms a request)
+        let (m50, s50) = (
+            total["latency"]["p50_us"].as_f64().unwrap(),
+            single["total"]["latency"]["p50_us"].as_f64().unwrap(),
+        );
+        assert!((m50 - s50).abs() < 1000.0, "p50 {m50} against {s50}");
+        // the shards started together: each one's start is within a scheduling hiccup
+        for s in shards_json(&out) {
+            assert!(s["start_skew_ms"].as_u64().unwrap() < 500, "{s:#}");
+        }
+        // the merged connections are the shards' added up, as one process's would be
+        assert_eq!(
+            merged["plan"]["workload"]["connections"],
+            single["plan"]["workload"]["connections"]
+        );
+    }
+}
+
+#[test]
+fn a_closed_model_divides_its_connections_and_the_index_can_come_from_the_job() {
+    let target = target();
+    let url = target.url("/");
+    let tmp = tempfile::tempdir().unwrap();
+    let dirs = shards(&url, 2, tmp.path(), &["-c", "5", "-d", "2s"]);
+    let connections: Vec<u64> = dirs
+        .iter()
+        .map(|d| {
+            common::manifest(d)["plan"]["workload"]["connections"]
+                .as_u64()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(connections, vec![3, 2]);
+    // a Kubernetes Indexed Job gives the index as JOB_COMPLETION_INDEX
+    let out = tmp.path().join("auto");
+    let run = common::kiln_with_env(
+        &[
+            "run",
+            &url,
+            "-c",
+            "5",
+            "-d",
+            "1s",
+            "--shard",
+            "auto/2",
+            "--json",
+            "--quiet",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        &[("JOB_COMPLETION_INDEX", "1")],
+    );
+    let v = json_with_exit(&run, 0);
+    assert_eq!(v["plan"]["shard"]["index"], 1);
+    assert_eq!(v["plan"]["workload"]["connections"], 2);
+}
+
+#[test]
+fn a_shard_cut_short_or_missing_leaves_an_incomplete_merge_and_other_plans_are_refused() {
+    let target = target();
+    let url = target.url("/");
+    let tmp = tempfile::tempdir().unwrap();
+    let start_at = in_secs(1);
+    let load = ["--rate", "200", "-d", "6s"];
+    let whole = shard(&url, 0, 2, &start_at, &tmp.path().join("s0"), &load);
+    let cut = shard(&url, 1, 2, &start_at, &tmp.path().join("s1"), &load);
+    std::thread::sleep(Duration::from_secs(3));
+    // SIGINT, as Ctrl-C or a pod's termination would
+    Command::new("kill")
+        .args(["-INT", &cut.id().to_string()])
+        .status()
+        .unwrap();
+    let cut_out = cut.wait_with_output().unwrap();
+    assert!(!cut_out.status.success());
+    assert!(whole.wait_with_output().unwrap().status.success());
+    let dirs = [tmp.path().join("s0"), tmp.path().join("s1")];
+    let merged = json_with_exit(&merge(&dirs, &tmp.path().join("m"), &[]), 0);
+    assert_eq!(merged["status"], "interrupted", "{merged:#}");
+    let reason = merged["status_reason"].as_str().unwrap();
+    assert!(reason.contains("s1 was interrupted"), "{reason}");
+    // what the cut shard had is in: more than the whole shard's 600, fewer than 1200
+    let requests = merged["total"]["requests"].as_u64().unwrap();
+    assert!((700..1200).contains(&requests), "{requests}");
+
+    // a missing shard is refused, and merged with --allow-partial as incomplete
+    let refused = merge(&dirs[..1], &tmp.path().join("partial"), &[]);
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("shards 1 of 2 are missing"));
+    let partial = json_with_exit(
+        &merge(
+            &dirs[..1],
+            &tmp.path().join("partial2"),
+            &["--allow-partial"],
+        ),
+        0,
+    );
+    assert_eq!(partial["status"], "interrupted");
+    assert!(partial["status_reason"]
+        .as_str()
+        .unwrap()
+        .contains("shards 1 missing"));
+
+    // a record of another plan is refused
+    let other = tmp.path().join("other");
+    json_with_exit(
+        &kiln(&[
+            "run",
+            &url,
+            "--rate",
+            "50",
+            "-d",
+            "1s",
+            "--shard",
+            "1/2",
+            "--json",
+            "--quiet",
+            "--out",
+            other.to_str().unwrap(),
+        ]),
+        0,
+    );
+    let mixed = merge(&[dirs[0].clone(), other], &tmp.path().join("mixed"), &[]);
+    assert!(!mixed.status.success());
+    assert!(String::from_utf8_lossy(&mixed.stderr).contains("ran different plans"));
+}

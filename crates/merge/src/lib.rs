@@ -1,0 +1,380 @@
+//! `kiln merge`: the run records of N load shards (`kiln run --shard i/N`) put together into
+//! one run record that findings, report and compare read as any other.
+//!
+//! Each second of each phase is merged across the shards exactly (HDR histograms add; counts
+//! add), seconds matched by their number within the phase: the shards started together
+//! (`--start-at`), and each one's actual start is kept to show the skew. A missing or
+//! interrupted shard makes the merged record `interrupted`, with what the others had; records
+//! of different plans are refused unless the caller allows it.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use kiln_record::{
+    LoadRecordLine, PhaseEnd, RunDir, RunLocation, RunStatus, SecondRecord, LOAD_SECONDS_PART,
+};
+use serde::Serialize;
+use serde_json::Value;
+
+/// The part that names each shard and its own health.
+pub const SHARDS_PART: &str = "shards";
+
+/// What the caller allows.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct MergeOptions {
+    /// Merge records whose plans differ (beyond what sharding changes).
+    pub any_plans: bool,
+    /// Merge when shards are missing (the record is marked interrupted).
+    pub allow_partial: bool,
+}
+
+/// One shard as the merged record keeps it: where it came from and how its generator did.
+#[derive(Clone, Debug, Serialize)]
+pub struct ShardHealth {
+    pub dir: String,
+    /// Its `--shard` index, when it was one.
+    pub index: Option<u64>,
+    pub status: RunStatus,
+    pub status_reason: Option<String>,
+    pub requests: u64,
+    pub scheduled: u64,
+    pub unsent: u64,
+    pub p99_us: u64,
+    /// The worst delay between a request's scheduled and actual send.
+    pub send_lag_max_us: u64,
+    pub kiln_cpu_s: f64,
+    /// Its first second's start on the wall clock (ms since the epoch), and how far after the
+    /// earliest shard's start that was.
+    pub started_unix_ms: Option<u64>,
+    pub start_skew_ms: Option<u64>,
+}
+
+/// What a merge made.
+#[derive(Clone, Debug, Serialize)]
+pub struct Merged {
+    pub dir: PathBuf,
+    pub status: RunStatus,
+    pub status_reason: Option<String>,
+    pub shards: Vec<ShardHealth>,
+    /// `--shard` indexes that should be there and are not.
+    pub missing: Vec<u64>,
+}
+
+/// Why records cannot be merged.
+#[derive(Debug)]
+pub struct MergeError(pub String);
+
+impl std::fmt::Display for MergeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for MergeError {}
+
+/// A shard start later than this after the earliest is named in the merged record's reason.
+pub const LATE_START_MS: u64 = 1000;
+
+/// The plan with what sharding changes taken out: the shard, the start time, and the
+/// connection counts the shards divided.
+fn plan_without_shard(plan: &Value) -> Value {
+    let mut plan = plan.clone();
+    if let Some(p) = plan.as_object_mut() {
+        p.remove("shard");
+        p.remove("start_at");
+    }
+    if let Some(w) = plan.get_mut("workload").and_then(Value::as_object_mut) {
+        w.remove("connections");
+        w.remove("max_connections");
+        if w.get("model").and_then(Value::as_str) == Some("closed") {
+            w.remove("stages");
+        }
+    }
+    plan
+}
+
+/// Reads `dirs`, merges them into a new run directory at `out`.
+pub fn merge(dirs: &[PathBuf], out: &Path, options: MergeOptions) -> Result<Merged, MergeError> {
+    let err = |m: String| MergeError(m);
+    if dirs.is_empty() {
+        return Err(err(
+            "nothing to merge: name the shards' run directories".into()
+        ));
+    }
+    let runs: Vec<RunDir> = dirs
+        .iter()
+        .map(|d| {
+            RunDir::open(d).map_err(|e| err(format!("cannot read the run in {}: {e}", d.display())))
+        })
+        .collect::<Result<_, _>>()?;
+    let first_plan = plan_without_shard(&runs[0].manifest.plan);
+    if !options.any_plans {
+        for run in &runs[1..] {
+            if plan_without_shard(&run.manifest.plan) != first_plan {
+                return Err(err(format!(
+                    "{} and {} ran different plans (--any-plans merges them anyway)",
+                    runs[0].path().display(),
+                    run.path().display()
+                )));
+            }
+        }
+    }
+    // the shards that should be there: 0..N of the first one's count
+    let shard_of = |run: &RunDir| -> Option<(u64, u64)> {
+        let s = &run.manifest.plan["shard"];
+        Some((s["index"].as_u64()?, s["count"].as_u64()?))
+    };
+    let mut missing = Vec::new();
+    if let Some((_, count)) = shard_of(&runs[0]) {
+        let mut seen = BTreeMap::new();
+        for run in &runs {
+            if let Some((index, _)) = shard_of(run) {
+                if let Some(other) = seen.insert(index, run.path().to_path_buf()) {
+                    return Err(err(format!(
+                        "{} and {} are both shard {index}",
+                        other.display(),
+                        run.path().display()
+                    )));
+                }
+            }
+        }
+        missing = (0..count).filter(|i| !seen.contains_key(i)).collect();
+        if !missing.is_empty() && !options.allow_partial {
+            return Err(err(format!(
+                "shards {} of {count} are missing (--allow-partial merges what is here)",
+                list(&missing)
+            )));
+        }
+    }
+
+    // (phase order, second) -> merged second; phase -> merged end
+    let mut phase_order: Vec<String> = Vec::new();
+    let mut seconds: BTreeMap<(usize, u32), SecondRecord> = BTreeMap::new();
+    let mut ends: BTreeMap<usize, PhaseEnd> = BTreeMap::new();
+    let mut shards = Vec::new();
+    for run in &runs {
+        let lines = run
+            .read_json_lines::<LoadRecordLine>(LOAD_SECONDS_PART)
+            .map_err(|e| err(format!("{}: {e}", run.path().display())))?;
+        let mut health = ShardHealth {
+            dir: run.path().display().to_string(),
+            index: shard_of(run).map(|s| s.0),
+            status: run.effective_status(),
+            status_reason: run.manifest.status_reason.clone(),
+            requests: 0,
+            scheduled: 0,
+            unsent: 0,
+            p99_us: 0,
+            send_lag_max_us: 0,
+            kiln_cpu_s: 0.0,
+            started_unix_ms: None,
+            start_skew_ms: None,
+        };
+        let mut latency = kiln_record::LatencyHistogram::new();
+        for line in lines {
+            let phase = match &line {
+                LoadRecordLine::Second(s) => &s.phase,
+                LoadRecordLine::PhaseEnd(e) => &e.phase,
+            };
+            let order = match phase_order.iter().position(|p| p == phase) {
+                Some(i) => i,
+                None => {
+                    phase_order.push(phase.clone());
+                    phase_order.len() - 1
+                }
+            };
+            match line {
+                LoadRecordLine::Second(s) => {
+                    if order == 0 && health.started_unix_ms.is_none() && s.unix_ms > 0 {
+                        health.started_unix_ms =
+                            Some(s.unix_ms.saturating_sub(1000 * (u64::from(s.second) + 1)));
+                    }
+                    health.requests += s.requests;
+                    health.scheduled += s.scheduled;
+                    health.send_lag_max_us = health.send_lag_max_us.max(s.send_lag_max_us);
+                    latency.merge(&s.latency);
+                    match seconds.get_mut(&(order, s.second)) {
+                        Some(merged) => merged.merge(&s),
+                        None => {
+                            seconds.insert((order, s.second), *s);
+                        }
+                    }
+                }
+                LoadRecordLine::PhaseEnd(e) => {
+                    health.unsent += e.unsent;
+                    health.kiln_cpu_s += (e.kiln_cpu_user_us + e.kiln_cpu_system_us) as f64 / 1e6;
+                    match ends.get_mut(&order) {
+                        Some(merged) => merge_end(merged, &e),
+                        None => {
+                            ends.insert(order, e);
+                        }
+                    }
+                }
+            }
+        }
+        health.p99_us = latency.quantile_us(0.99);
+        shards.push(health);
+    }
+    let earliest = shards.iter().filter_map(|s| s.started_unix_ms).min();
+    for s in &mut shards {
+        s.start_skew_ms = s.started_unix_ms.zip(earliest).map(|(a, e)| a - e);
+    }
+
+    let mut reasons = Vec::new();
+    if !missing.is_empty() {
+        reasons.push(format!("shards {} missing", list(&missing)));
+    }
+    for s in shards.iter().filter(|s| s.status != RunStatus::Complete) {
+        reasons.push(format!(
+            "{} was {}{}",
+            s.dir,
+            s.status.as_str(),
+            s.status_reason
+                .as_deref()
+                .map(|r| format!(": {r}"))
+                .unwrap_or_default()
+        ));
+    }
+    let late: Vec<String> = shards
+        .iter()
+        .filter(|s| s.start_skew_ms.is_some_and(|k| k > LATE_START_MS))
+        .map(|s| format!("{} started {} ms late", s.dir, s.start_skew_ms.unwrap_or(0)))
+        .collect();
+    let status = if reasons.is_empty() {
+        RunStatus::Complete
+    } else {
+        RunStatus::Interrupted
+    };
+    reasons.extend(late);
+
+    let mut plan = runs[0].manifest.plan.clone();
+    // the connections the shards divided, added back up
+    if let Some(w) = plan.get_mut("workload").and_then(Value::as_object_mut) {
+        for key in ["connections", "max_connections"] {
+            if w.contains_key(key) {
+                let sum: u64 = runs
+                    .iter()
+                    .filter_map(|r| r.manifest.plan["workload"][key].as_u64())
+                    .sum();
+                w.insert(key.into(), sum.into());
+            }
+        }
+    }
+    if let Some(p) = plan.as_object_mut() {
+        p.remove("shard");
+        p.insert(
+            "merged_from".into(),
+            serde_json::json!({
+                "shards": runs.len(),
+                "of": shard_of(&runs[0]).map(|s| s.1),
+            }),
+        );
+    }
+    let name = format!("{}-merged", runs[0].manifest.name);
+    let mut dir = RunDir::create(
+        &RunLocation::Named(out.to_path_buf()),
+        &name,
+        std::env::args().collect(),
+        plan,
+    )
+    .map_err(|e| {
+        err(format!(
+            "cannot write the merged run in {}: {e}",
+            out.display()
+        ))
+    })?;
+    let write_err = |e: kiln_record::RecordError| err(format!("{}: {e}", out.display()));
+    {
+        let mut writer = dir
+            .add_json_lines_part(LOAD_SECONDS_PART, "load-seconds.jsonl", 1)
+            .map_err(write_err)?;
+        let mut last_order = None;
+        for ((order, _), mut s) in seconds {
+            if last_order.is_some_and(|o| o != order) {
+                if let Some(end) = last_order.and_then(|o| ends.remove(&o)) {
+                    writer
+                        .write(&LoadRecordLine::PhaseEnd(end))
+                        .map_err(write_err)?;
+                }
+            }
+            last_order = Some(order);
+            s.fill_percentiles();
+            writer
+                .write(&LoadRecordLine::Second(Box::new(s)))
+                .map_err(write_err)?;
+        }
+        for (_, end) in ends {
+            writer
+                .write(&LoadRecordLine::PhaseEnd(end))
+                .map_err(write_err)?;
+        }
+    }
+    let shards_json = serde_json::to_vec_pretty(&shards).map_err(|e| err(e.to_string()))?;
+    dir.write_file_part(SHARDS_PART, "shards.json", 1, &shards_json)
+        .map_err(write_err)?;
+    let reason = (!reasons.is_empty()).then(|| reasons.join("; "));
+    dir.finish(status, reason.clone()).map_err(write_err)?;
+    Ok(Merged {
+        dir: dir.path().to_path_buf(),
+        status,
+        status_reason: reason,
+        shards,
+        missing,
+    })
+}
+
+/// Two shards' ends of one phase: counts add, the window is the longest, an early stop is
+/// any shard's.
+fn merge_end(into: &mut PhaseEnd, other: &PhaseEnd) {
+    into.duration_us = into.duration_us.max(other.duration_us);
+    into.unsent = into.unsent.saturating_add(other.unsent);
+    into.abandoned = into.abandoned.saturating_add(other.abandoned);
+    into.connections_opened = into
+        .connections_opened
+        .saturating_add(other.connections_opened);
+    into.kiln_cpu_user_us = into.kiln_cpu_user_us.saturating_add(other.kiln_cpu_user_us);
+    into.kiln_cpu_system_us = into
+        .kiln_cpu_system_us
+        .saturating_add(other.kiln_cpu_system_us);
+    into.kiln_max_rss_kib = into.kiln_max_rss_kib.max(other.kiln_max_rss_kib);
+    if into.stopped_early.is_none() {
+        into.stopped_early = other.stopped_early.clone();
+    }
+}
+
+fn list(items: &[u64]) -> String {
+    items
+        .iter()
+        .map(u64::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The merge as text: each shard's own figures, so a sick generator stands out.
+pub fn shards_text(m: &Merged) -> String {
+    use std::fmt::Write;
+    let mut out = format!(
+        "Merged     {} shard records into {} ({})\n",
+        m.shards.len(),
+        m.dir.display(),
+        m.status.as_str()
+    );
+    for s in &m.shards {
+        let _ = writeln!(
+            out,
+            "  shard {:>3}  {} requests, p99 {}, unsent {}, worst send lag {}, kiln CPU {:.2} s, started +{} ms  {}",
+            s.index.map_or("-".into(), |i| i.to_string()),
+            s.requests,
+            kiln_record::text::us(s.p99_us),
+            s.unsent,
+            kiln_record::text::us(s.send_lag_max_us),
+            s.kiln_cpu_s,
+            s.start_skew_ms.unwrap_or(0),
+            kiln_record::text::safe_text(&s.dir)
+        );
+    }
+    if let Some(reason) = &m.status_reason {
+        let _ = writeln!(out, "  {}", kiln_record::text::safe_text(reason));
+    }
+    out
+}
