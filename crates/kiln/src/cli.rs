@@ -39,6 +39,9 @@ pub enum Command {
     /// Put the run records of load shards (kiln run --shard i/N) together into one: seconds
     /// merged exactly, each shard's own health kept, thresholds judged once on the whole.
     Merge(MergeArgs),
+    /// Kubernetes manifests that run a plan's shards as an Indexed Job (kiln k8s job).
+    #[command(subcommand)]
+    K8s(K8sCommand),
     /// Find, fix and prove: load a shop with planted problems, name them, load it fixed, compare.
     Demo(DemoArgs),
     /// The demo's shop on its own (a realistic target for trying kiln and for tests).
@@ -572,6 +575,49 @@ pub struct HedgeArgs {
     /// Print the what-if as JSON on stdout.
     #[arg(long = "json")]
     pub json: bool,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum K8sCommand {
+    /// The ConfigMap (the plan), the results volume claim and the Indexed Job of N shards,
+    /// as YAML on stdout: kiln k8s job plan.yaml --workers 8 | kubectl apply -f -
+    Job(K8sJobArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct K8sJobArgs {
+    /// The plan file each shard runs.
+    pub plan: String,
+    /// Shards (pods), one per node.
+    #[arg(long = "workers", value_name = "N")]
+    pub workers: u32,
+    /// The kiln image the pods run [default: kiln:VERSION, built from docker/Dockerfile].
+    #[arg(long = "image")]
+    pub image: Option<String>,
+    #[arg(long = "namespace")]
+    pub namespace: Option<String>,
+    /// The Job's name (its ConfigMap and volume claim take it as a prefix).
+    #[arg(long = "name", default_value = "kiln-load")]
+    pub name: String,
+    /// When the shards start their load (RFC 3339 UTC) [default: now + --lead].
+    #[arg(long = "start-at", value_name = "TIME")]
+    pub start_at: Option<String>,
+    /// Without --start-at: how long from now the load starts (pods must be scheduled and
+    /// their image pulled by then).
+    #[arg(long = "lead", default_value = "120s")]
+    pub lead: String,
+    /// Each pod's CPU (request = limit).
+    #[arg(long = "cpu", default_value = "2")]
+    pub cpu: String,
+    /// Each pod's memory (request = limit).
+    #[arg(long = "memory", default_value = "1Gi")]
+    pub memory: String,
+    /// The size of the ReadWriteMany volume the shards write their run directories to.
+    #[arg(long = "results-size", default_value = "10Gi")]
+    pub results_size: String,
+    /// More `kiln run` arguments for every shard, after `--`.
+    #[arg(last = true)]
+    pub run_args: Vec<String>,
 }
 
 #[derive(Args, Debug)]

@@ -11,6 +11,7 @@ mod findings_cmd;
 mod format;
 mod hedge_cmd;
 mod junit;
+mod k8s_cmd;
 mod live;
 mod merge_cmd;
 mod names_summary;
@@ -91,6 +92,7 @@ fn main() -> ExitCode {
         Command::Compare(args) => compare_cmd::run(args),
         Command::Hedge(args) => hedge_cmd::run(args),
         Command::Merge(args) => merge_cmd::run(args),
+        Command::K8s(cli::K8sCommand::Job(args)) => k8s_cmd::job(args),
         Command::Demo(args) => demo::run(args, &interrupts()),
         Command::DemoShop(args) => demo::serve_shop(args),
         Command::Watch(args) => watch_cmd::run(args, &interrupts()),

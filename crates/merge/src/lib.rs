@@ -7,6 +7,8 @@
 //! interrupted shard makes the merged record `interrupted`, with what the others had; records
 //! of different plans are refused unless the caller allows it.
 
+pub mod k8s;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 

@@ -1,0 +1,51 @@
+//! `kiln k8s job PLAN --workers N`: the manifests that run a plan's shards as a Kubernetes
+//! Indexed Job, on stdout (`kiln k8s job plan.yaml --workers 8 | kubectl apply -f -`).
+
+use std::time::{Duration, SystemTime};
+
+use anyhow::{bail, Context, Result};
+use kiln_load::plan::parse_duration;
+use kiln_merge::k8s::{self, JobSpec};
+
+use crate::cli::K8sJobArgs;
+
+pub fn job(args: K8sJobArgs) -> Result<u8> {
+    if !kiln_plan::is_plan_path(&args.plan) {
+        bail!("{}: kiln k8s job takes a plan file (.yaml)", args.plan);
+    }
+    let path = std::path::Path::new(&args.plan);
+    // the plan is checked here, before the cluster sees it
+    kiln_plan::load(path, &[])?;
+    let plan_text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", args.plan))?;
+    let plan_name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let start_at = match &args.start_at {
+        Some(at) => at.clone(),
+        None => {
+            let lead: Duration = parse_duration(&args.lead)?;
+            humantime::format_rfc3339_seconds(SystemTime::now() + lead).to_string()
+        }
+    };
+    let spec = JobSpec {
+        results_claim: format!("{}-results", args.name),
+        name: args.name,
+        namespace: args.namespace,
+        image: args
+            .image
+            .unwrap_or_else(|| format!("kiln:{}", env!("CARGO_PKG_VERSION"))),
+        workers: args.workers,
+        plan_name,
+        plan_text,
+        start_at,
+        cpu: args.cpu,
+        memory: args.memory,
+        results_size: args.results_size,
+        run_args: args.run_args,
+    };
+    k8s::check(&spec).map_err(anyhow::Error::msg)?;
+    out!("{}", k8s::to_yaml(&spec).map_err(anyhow::Error::msg)?);
+    Ok(0)
+}
