@@ -12,9 +12,7 @@ pub mod k8s;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use kiln_record::{
-    LoadRecordLine, PhaseEnd, RunDir, RunLocation, RunStatus, SecondRecord, LOAD_SECONDS_PART,
-};
+use kiln_record::{LoadRecordLine, PhaseEnd, RunDir, RunLocation, RunStatus, LOAD_SECONDS_PART};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -149,106 +147,9 @@ pub fn merge(dirs: &[PathBuf], out: &Path, options: MergeOptions) -> Result<Merg
         }
     }
 
-    // (phase order, second) -> merged second; phase -> merged end
-    let mut phase_order: Vec<String> = Vec::new();
-    let mut seconds: BTreeMap<(usize, u32), SecondRecord> = BTreeMap::new();
-    let mut ends: BTreeMap<usize, PhaseEnd> = BTreeMap::new();
-    let mut shards = Vec::new();
-    for run in &runs {
-        let lines = run
-            .read_json_lines::<LoadRecordLine>(LOAD_SECONDS_PART)
-            .map_err(|e| err(format!("{}: {e}", run.path().display())))?;
-        let mut health = ShardHealth {
-            dir: run.path().display().to_string(),
-            index: shard_of(run).map(|s| s.0),
-            status: run.effective_status(),
-            status_reason: run.manifest.status_reason.clone(),
-            requests: 0,
-            scheduled: 0,
-            unsent: 0,
-            p99_us: 0,
-            send_lag_max_us: 0,
-            kiln_cpu_s: 0.0,
-            started_unix_ms: None,
-            start_skew_ms: None,
-        };
-        let mut latency = kiln_record::LatencyHistogram::new();
-        for line in lines {
-            let phase = match &line {
-                LoadRecordLine::Second(s) => &s.phase,
-                LoadRecordLine::PhaseEnd(e) => &e.phase,
-            };
-            let order = match phase_order.iter().position(|p| p == phase) {
-                Some(i) => i,
-                None => {
-                    phase_order.push(phase.clone());
-                    phase_order.len() - 1
-                }
-            };
-            match line {
-                LoadRecordLine::Second(s) => {
-                    if order == 0 && health.started_unix_ms.is_none() && s.unix_ms > 0 {
-                        health.started_unix_ms =
-                            Some(s.unix_ms.saturating_sub(1000 * (u64::from(s.second) + 1)));
-                    }
-                    health.requests += s.requests;
-                    health.scheduled += s.scheduled;
-                    health.send_lag_max_us = health.send_lag_max_us.max(s.send_lag_max_us);
-                    latency.merge(&s.latency);
-                    match seconds.get_mut(&(order, s.second)) {
-                        Some(merged) => merged.merge(&s),
-                        None => {
-                            seconds.insert((order, s.second), *s);
-                        }
-                    }
-                }
-                LoadRecordLine::PhaseEnd(e) => {
-                    health.unsent += e.unsent;
-                    health.kiln_cpu_s += (e.kiln_cpu_user_us + e.kiln_cpu_system_us) as f64 / 1e6;
-                    match ends.get_mut(&order) {
-                        Some(merged) => merge_end(merged, &e),
-                        None => {
-                            ends.insert(order, e);
-                        }
-                    }
-                }
-            }
-        }
-        health.p99_us = latency.quantile_us(0.99);
-        shards.push(health);
-    }
-    let earliest = shards.iter().filter_map(|s| s.started_unix_ms).min();
-    for s in &mut shards {
-        s.start_skew_ms = s.started_unix_ms.zip(earliest).map(|(a, e)| a - e);
-    }
-
-    let mut reasons = Vec::new();
-    if !missing.is_empty() {
-        reasons.push(format!("shards {} missing", list(&missing)));
-    }
-    for s in shards.iter().filter(|s| s.status != RunStatus::Complete) {
-        reasons.push(format!(
-            "{} was {}{}",
-            s.dir,
-            s.status.as_str(),
-            s.status_reason
-                .as_deref()
-                .map(|r| format!(": {r}"))
-                .unwrap_or_default()
-        ));
-    }
-    let late: Vec<String> = shards
-        .iter()
-        .filter(|s| s.start_skew_ms.is_some_and(|k| k > LATE_START_MS))
-        .map(|s| format!("{} started {} ms late", s.dir, s.start_skew_ms.unwrap_or(0)))
-        .collect();
-    let status = if reasons.is_empty() {
-        RunStatus::Complete
-    } else {
-        RunStatus::Interrupted
-    };
-    reasons.extend(late);
-
+    // The merged record is written while the shards are read, a second at a time, so memory
+    // stays flat however long the run: each shard's file is in (phase, second) order, and the
+    // heads of all shards are merged at the least (phase, second) key.
     let mut plan = runs[0].manifest.plan.clone();
     // the connections the shards divided, added back up
     if let Some(w) = plan.get_mut("workload").and_then(Value::as_object_mut) {
@@ -286,31 +187,123 @@ pub fn merge(dirs: &[PathBuf], out: &Path, options: MergeOptions) -> Result<Merg
         ))
     })?;
     let write_err = |e: kiln_record::RecordError| err(format!("{}: {e}", out.display()));
-    {
-        let mut writer = dir
-            .add_json_lines_part(LOAD_SECONDS_PART, "load-seconds.jsonl", 1)
-            .map_err(write_err)?;
-        let mut last_order = None;
-        for ((order, _), mut s) in seconds {
-            if last_order.is_some_and(|o| o != order) {
-                if let Some(end) = last_order.and_then(|o| ends.remove(&o)) {
-                    writer
-                        .write(&LoadRecordLine::PhaseEnd(end))
-                        .map_err(write_err)?;
+    let mut writer = dir
+        .add_json_lines_part(LOAD_SECONDS_PART, "load-seconds.jsonl", 1)
+        .map_err(write_err)?;
+    let mut streams = Vec::new();
+    let mut shards = Vec::new();
+    for run in &runs {
+        let lines = run
+            .json_lines::<LoadRecordLine>(LOAD_SECONDS_PART)
+            .map_err(|e| err(format!("{}: {e}", run.path().display())))?;
+        // a record cut mid-line (a killed shard) ends at its last whole line
+        streams.push(lines.map_while(Result::ok).peekable());
+        shards.push(ShardHealth {
+            dir: run.path().display().to_string(),
+            index: shard_of(run).map(|s| s.0),
+            status: run.effective_status(),
+            status_reason: run.manifest.status_reason.clone(),
+            requests: 0,
+            scheduled: 0,
+            unsent: 0,
+            p99_us: 0,
+            send_lag_max_us: 0,
+            kiln_cpu_s: 0.0,
+            started_unix_ms: None,
+            start_skew_ms: None,
+        });
+    }
+    let mut latencies: Vec<kiln_record::LatencyHistogram> = runs
+        .iter()
+        .map(|_| kiln_record::LatencyHistogram::new())
+        .collect();
+    let mut phases: Vec<String> = Vec::new();
+    loop {
+        let key = streams
+            .iter_mut()
+            .filter_map(|s| s.peek().map(|line| line_key(line, &mut phases)))
+            .min();
+        let Some(key) = key else {
+            break;
+        };
+        let mut merged: Option<LoadRecordLine> = None;
+        for (i, stream) in streams.iter_mut().enumerate() {
+            let Some(line) = stream.next_if(|line| line_key(line, &mut phases) == key) else {
+                continue;
+            };
+            let health = &mut shards[i];
+            match &line {
+                LoadRecordLine::Second(s) => {
+                    if health.started_unix_ms.is_none() && s.unix_ms > 0 {
+                        health.started_unix_ms =
+                            Some(s.unix_ms.saturating_sub(1000 * (u64::from(s.second) + 1)));
+                    }
+                    health.requests += s.requests;
+                    health.scheduled += s.scheduled;
+                    health.send_lag_max_us = health.send_lag_max_us.max(s.send_lag_max_us);
+                    latencies[i].merge(&s.latency);
+                }
+                LoadRecordLine::PhaseEnd(e) => {
+                    health.unsent += e.unsent;
+                    health.kiln_cpu_s += (e.kiln_cpu_user_us + e.kiln_cpu_system_us) as f64 / 1e6;
                 }
             }
-            last_order = Some(order);
-            s.fill_percentiles();
-            writer
-                .write(&LoadRecordLine::Second(Box::new(s)))
-                .map_err(write_err)?;
+            merged = Some(match (merged, line) {
+                (None, line) => line,
+                (Some(LoadRecordLine::Second(mut into)), LoadRecordLine::Second(s)) => {
+                    into.merge(&s);
+                    LoadRecordLine::Second(into)
+                }
+                (Some(LoadRecordLine::PhaseEnd(mut into)), LoadRecordLine::PhaseEnd(e)) => {
+                    merge_end(&mut into, &e);
+                    LoadRecordLine::PhaseEnd(into)
+                }
+                (Some(other), _) => other,
+            });
         }
-        for (_, end) in ends {
-            writer
-                .write(&LoadRecordLine::PhaseEnd(end))
-                .map_err(write_err)?;
+        if let Some(mut line) = merged {
+            if let LoadRecordLine::Second(s) = &mut line {
+                s.fill_percentiles();
+            }
+            writer.write(&line).map_err(write_err)?;
         }
     }
+    drop(writer);
+    for (health, latency) in shards.iter_mut().zip(&latencies) {
+        health.p99_us = latency.quantile_us(0.99);
+    }
+    let earliest = shards.iter().filter_map(|s| s.started_unix_ms).min();
+    for s in &mut shards {
+        s.start_skew_ms = s.started_unix_ms.zip(earliest).map(|(a, e)| a - e);
+    }
+
+    let mut reasons = Vec::new();
+    if !missing.is_empty() {
+        reasons.push(format!("shards {} missing", list(&missing)));
+    }
+    for s in shards.iter().filter(|s| s.status != RunStatus::Complete) {
+        reasons.push(format!(
+            "{} was {}{}",
+            s.dir,
+            s.status.as_str(),
+            s.status_reason
+                .as_deref()
+                .map(|r| format!(": {r}"))
+                .unwrap_or_default()
+        ));
+    }
+    let late: Vec<String> = shards
+        .iter()
+        .filter(|s| s.start_skew_ms.is_some_and(|k| k > LATE_START_MS))
+        .map(|s| format!("{} started {} ms late", s.dir, s.start_skew_ms.unwrap_or(0)))
+        .collect();
+    let status = if reasons.is_empty() {
+        RunStatus::Complete
+    } else {
+        RunStatus::Interrupted
+    };
+    reasons.extend(late);
+
     let shards_json = serde_json::to_vec_pretty(&shards).map_err(|e| err(e.to_string()))?;
     dir.write_file_part(SHARDS_PART, "shards.json", 1, &shards_json)
         .map_err(write_err)?;
@@ -323,6 +316,37 @@ pub fn merge(dirs: &[PathBuf], out: &Path, options: MergeOptions) -> Result<Merg
         shards,
         missing,
     })
+}
+
+/// Where a line falls in a shard's record: its phase's place (the warm-up, then the measured
+/// runs in order, then any other phase in the order first seen) and its second; a phase's end
+/// after its seconds.
+fn line_key(line: &LoadRecordLine, phases: &mut Vec<String>) -> (usize, u32) {
+    let (phase, second) = match line {
+        LoadRecordLine::Second(s) => (&s.phase, s.second),
+        LoadRecordLine::PhaseEnd(e) => (&e.phase, u32::MAX),
+    };
+    let rank = match phase.as_str() {
+        "warmup" => 0,
+        "run" => 1,
+        other => match other
+            .strip_prefix("run-")
+            .and_then(|n| n.parse::<usize>().ok())
+        {
+            Some(n) => n,
+            None => {
+                let seen = match phases.iter().position(|p| p == other) {
+                    Some(i) => i,
+                    None => {
+                        phases.push(other.to_string());
+                        phases.len() - 1
+                    }
+                };
+                1_000_000 + seen
+            }
+        },
+    };
+    (rank, second)
 }
 
 /// Two shards' ends of one phase: counts add, the window is the longest, an early stop is
