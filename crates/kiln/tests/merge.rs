@@ -109,7 +109,8 @@ fn shards_merged_are_the_single_process_plan() {
     let target = target();
     let url = target.url("/");
     let tmp = tempfile::tempdir().unwrap();
-    let load = ["--rate", "400", "-d", "5s"];
+    // a threshold every request fails: the shards exit 0, the merge 99
+    let load = ["--rate", "400", "-d", "5s", "--threshold", "p50<10us"];
     let single = json_with_exit(
         &kiln(&[
             "run",
@@ -128,7 +129,8 @@ fn shards_merged_are_the_single_process_plan() {
     for n in [2, 4] {
         let dirs = shards(&url, n, &tmp.path().join(format!("n{n}")), &load);
         let out = tmp.path().join(format!("merged-{n}"));
-        let merged = json_with_exit(&merge(&dirs, &out, &[]), 0);
+        let merged = json_with_exit(&merge(&dirs, &out, &[]), 99);
+        assert_eq!(merged["thresholds"][0]["ok"], false, "{merged:#}");
         assert_eq!(merged["status"], "complete", "{merged:#}");
         let total = &merged["total"];
         // the uniform schedule of 400/s for 5 s is 2000 arrivals, dealt among the shards
