@@ -286,3 +286,62 @@ fn a_shard_cut_short_or_missing_leaves_an_incomplete_merge_and_other_plans_are_r
     assert!(!mixed.status.success());
     assert!(String::from_utf8_lossy(&mixed.stderr).contains("ran different plans"));
 }
+
+/// A plan whose VUs log in as the users of a shared data file: run as 3 shards, every user
+/// logs in exactly once in all (each shard takes every third row), and a plan's shared
+/// iterations are divided, not multiplied.
+#[test]
+fn shards_deal_a_plans_data_rows_and_divide_its_iterations() {
+    use kiln_targets::shop_api::ShopApi;
+    let api = ShopApi::start("pw").unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let users: String = std::iter::once("user\n".to_string())
+        .chain((0..16).map(|i| format!("u{i:02}\n")))
+        .collect();
+    std::fs::write(tmp.path().join("users.csv"), users).unwrap();
+    let plan = |at_end: &str, load: &str| {
+        format!(
+            r#"
+base_url: {base}
+data:
+  users: {{file: users.csv, share: all, at_end: {at_end}}}
+scenarios:
+  - name: shopper
+    data: users
+    steps:
+      - name: login
+        method: POST
+        url: /login
+        json: {{user: "{{{{user}}}}", password: pw}}
+        check: {{status: 200}}
+load:
+{load}
+"#,
+            base = api.url(""),
+        )
+    };
+    let once = tmp.path().join("once.yaml");
+    std::fs::write(&once, plan("stop", "  vus: 3\n  duration: 20s")).unwrap();
+    let dirs = shards(once.to_str().unwrap(), 3, &tmp.path().join("once"), &[]);
+    let logins = api.counts().logins;
+    assert_eq!(logins.len(), 16, "{logins:?}");
+    assert!(logins.values().all(|&n| n == 1), "{logins:?}");
+    let merged = json_with_exit(&merge(&dirs, &tmp.path().join("once-m"), &[]), 0);
+    assert_eq!(merged["total"]["requests"], 16, "{merged:#}");
+
+    let api_before = api.counts().logins.values().sum::<u64>();
+    let counted = tmp.path().join("counted.yaml");
+    std::fs::write(
+        &counted,
+        plan("recycle", "  vus: 3\n  iterations: 10\n  duration: 20s"),
+    )
+    .unwrap();
+    shards(
+        counted.to_str().unwrap(),
+        3,
+        &tmp.path().join("counted"),
+        &[],
+    );
+    let api_after = api.counts().logins.values().sum::<u64>();
+    assert_eq!(api_after - api_before, 10);
+}

@@ -8,6 +8,10 @@
 //! reader per VU would be a descriptor and a buffer per VU). Random order is a shuffle
 //! through a window of rows: every row is used once per pass, as in a shuffled deck, with a
 //! bounded window instead of the whole file.
+//!
+//! A shard of a plan run on several machines (`--shard i/N`) takes every Nth row of a shared
+//! sequence (rows i, i+N, i+2N ... of each pass), so the shards together use each row once
+//! per pass, as one process would, and no two shards send the same row (a login, an order).
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
@@ -78,6 +82,8 @@ struct SharedState {
     /// The shared sequence's reader, opened at the first row asked for.
     stream: Option<Stream>,
     passes: u64,
+    /// Rows read in this pass, this shard's or not (which shard a row is for).
+    rows_in_pass: u64,
     /// Random order: rows drawn from here at random and replaced from the file.
     window: Vec<Row>,
     /// `at_end: stop` and the last row has been handed out.
@@ -131,6 +137,8 @@ pub struct Feeder {
     file: File,
     data_start: u64,
     len: u64,
+    /// `--shard i/N`: a shared sequence's rows this process takes (index, count).
+    rows_dealt: (u64, u64),
     shared: Mutex<SharedState>,
 }
 
@@ -179,9 +187,11 @@ impl Feeder {
             file,
             data_start: 0,
             len,
+            rows_dealt: (0, 1),
             shared: Mutex::new(SharedState {
                 stream: None,
                 passes: 0,
+                rows_in_pass: 0,
                 window: Vec::new(),
                 ended: false,
             }),
@@ -243,6 +253,13 @@ impl Feeder {
         }
     }
 
+    /// Makes this feeder shard `index` of `count`'s: a shared sequence (`share: all`) hands
+    /// out only rows `index`, `index + count` ... of each pass. A VU's own sequence is not
+    /// dealt: each VU reads the whole file, wherever the VU runs.
+    pub fn deal_rows(&mut self, index: u32, count: u32) {
+        self.rows_dealt = (u64::from(index), u64::from(count.max(1)));
+    }
+
     /// Passes completed by the shared sequence (for tests and the summary).
     pub fn passes(&self) -> u64 {
         self.shared.lock().map_or(0, |s| s.passes)
@@ -271,8 +288,23 @@ impl Feeder {
         })
     }
 
-    /// The shared sequence's next row; `None` at the end of the file.
+    /// The shared sequence's next row for this shard; `None` at the end of the file.
     fn stream_next(&self, state: &mut SharedState) -> Result<Option<Row>, String> {
+        let (index, count) = self.rows_dealt;
+        loop {
+            let Some(row) = self.stream_next_row(state)? else {
+                return Ok(None);
+            };
+            let n = state.rows_in_pass;
+            state.rows_in_pass += 1;
+            if n % count == index {
+                return Ok(Some(row));
+            }
+        }
+    }
+
+    /// The shared sequence's next row, whichever shard it is for.
+    fn stream_next_row(&self, state: &mut SharedState) -> Result<Option<Row>, String> {
         if state.stream.is_none() {
             state.stream = Some(self.open_stream()?);
         }
@@ -303,6 +335,16 @@ impl Feeder {
     /// when the data has ended.
     fn end_shared_pass(&self, state: &mut SharedState) -> Result<bool, String> {
         state.passes += 1;
+        let (index, count) = (self.rows_dealt.0, self.rows_dealt.1);
+        if state.rows_in_pass <= index {
+            return Err(format!(
+                "{}: shard {index} of {count} has no rows: the file has {} data rows and \
+                 each shard takes one row in {count}",
+                self.path.display(),
+                state.rows_in_pass
+            ));
+        }
+        state.rows_in_pass = 0;
         if self.at_end == AtEnd::Stop {
             return Ok(false);
         }
@@ -546,6 +588,7 @@ fn json_text(v: &serde_json::Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plan::Shard;
     use std::collections::HashMap;
     use std::io::Write;
 
@@ -709,6 +752,77 @@ mod tests {
                 matches!(&second, Err(e) if e.contains("longer than")),
                 "{name}: {:?}",
                 second.map(|r| r.map(|r| r.len()))
+            );
+        }
+    }
+
+    /// The shards' rows, put together, are the file's rows once per pass: none twice, none
+    /// left out, in either order, whatever the number of rows and shards.
+    #[test]
+    fn shards_take_every_nth_row_of_a_shared_sequence() {
+        for (rows, count) in [(10u32, 3u32), (9, 3), (100, 4), (5, 5)] {
+            let text: String = std::iter::once("n\n".to_string())
+                .chain((0..rows).map(|i| format!("{i}\n")))
+                .collect();
+            let (_d, p) = file("n.csv", &text);
+            for order in [Order::Sequential, Order::Random] {
+                let mut seen: HashMap<u32, u32> = HashMap::new();
+                for index in 0..count {
+                    let mut f =
+                        Feeder::open("n", &p, None, Share::All, order, AtEnd::Recycle).unwrap();
+                    f.deal_rows(index, count);
+                    let share = Shard { index, count }.part_of(rows as usize);
+                    // two passes of this shard's rows
+                    for row in take(&f, &mut VuCursor::default(), 2 * share)
+                        .iter()
+                        .flatten()
+                    {
+                        let n: u32 = row[0].parse().unwrap();
+                        assert_eq!(n % count, index, "{rows} rows, {count} shards, {order:?}");
+                        *seen.entry(n).or_default() += 1;
+                    }
+                    // random order reads a whole window ahead, to the pass's end
+                    let passes = if order == Order::Random { 2 } else { 1 };
+                    assert_eq!(f.passes(), passes, "{rows} rows, {count} shards, {order:?}");
+                }
+                assert_eq!(seen.len(), rows as usize);
+                assert!(seen.values().all(|&n| n == 2), "{seen:?}");
+            }
+        }
+        // at_end: stop ends each shard's data with its own share
+        let (_d, p) = file("u.csv", "id\n1\n2\n3\n4\n5\n");
+        let mut f =
+            Feeder::open("u", &p, None, Share::All, Order::Sequential, AtEnd::Stop).unwrap();
+        f.deal_rows(1, 2);
+        let got: Vec<Option<String>> = take(&f, &mut VuCursor::default(), 3)
+            .into_iter()
+            .map(|r| r.map(|r| r[0].clone()))
+            .collect();
+        assert_eq!(got, [Some("2".into()), Some("4".into()), None]);
+        // a VU's own sequence is the whole file in every shard
+        let mut f = Feeder::open("u", &p, None, Share::Vu, Order::Sequential, AtEnd::Stop).unwrap();
+        f.deal_rows(1, 2);
+        assert_eq!(
+            take(&f, &mut VuCursor::default(), 6)
+                .iter()
+                .flatten()
+                .count(),
+            5
+        );
+    }
+
+    #[test]
+    fn a_shard_left_without_rows_is_told_why() {
+        let (_d, p) = file("u.csv", "id\n1\n2\n");
+        for at_end in [AtEnd::Recycle, AtEnd::Stop] {
+            let mut f = Feeder::open("u", &p, None, Share::All, Order::Sequential, at_end).unwrap();
+            f.deal_rows(2, 3);
+            let err = f
+                .next(&mut VuCursor::default(), &mut fastrand::Rng::with_seed(1))
+                .unwrap_err();
+            assert!(
+                err.contains("shard 2 of 3 has no rows: the file has 2 data rows"),
+                "{err}"
             );
         }
     }

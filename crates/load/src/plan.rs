@@ -527,7 +527,9 @@ impl LoadPlan {
 
     /// Makes this process shard `shard` of the plan: a closed model's connections (and its
     /// stages' VU counts) divided; an open model keeps its schedule (the engine releases only
-    /// the shard's arrivals) and divides its connections. Fails when a shard would get none.
+    /// the shard's arrivals) and divides its connections. A plan's shared iterations are
+    /// divided and its shared data rows dealt (every Nth row). Fails when a shard would get
+    /// none.
     pub fn into_shard(mut self, shard: Shard) -> Result<Self, PlanError> {
         let none = |what: &str, total: usize| PlanError::OutOfRange {
             what: "--shard",
@@ -558,6 +560,25 @@ impl LoadPlan {
             } => {
                 *connections = shard.part_of(*connections).max(1);
                 *max_connections = shard.part_of(*max_connections).max(*connections);
+            }
+        }
+        if let Some(workload) = self.workload.as_mut() {
+            let shared = || PlanError::OutOfRange {
+                what: "--shard",
+                why: "the plan's workload is already in use".into(),
+            };
+            let workload = std::sync::Arc::get_mut(workload).ok_or_else(shared)?;
+            if let Some(iterations) = workload.iterations.as_mut() {
+                let total = *iterations;
+                *iterations = shard.part_of(total as usize) as u64;
+                if *iterations == 0 {
+                    return Err(none("iterations", total as usize));
+                }
+            }
+            for feeder in &mut workload.feeders {
+                std::sync::Arc::get_mut(feeder)
+                    .ok_or_else(shared)?
+                    .deal_rows(shard.index, shard.count);
             }
         }
         self.shard = Some(shard);
