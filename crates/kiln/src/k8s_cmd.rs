@@ -3,6 +3,8 @@
 
 use std::time::{Duration, SystemTime};
 
+use std::path::Path;
+
 use anyhow::{bail, Context, Result};
 use kiln_load::plan::parse_duration;
 use kiln_merge::k8s::{self, JobSpec};
@@ -13,9 +15,10 @@ pub fn job(args: K8sJobArgs) -> Result<u8> {
     if !kiln_plan::is_plan_path(&args.plan) {
         bail!("{}: kiln k8s job takes a plan file (.yaml)", args.plan);
     }
-    let path = std::path::Path::new(&args.plan);
+    let path = Path::new(&args.plan);
     // the plan is checked here, before the cluster sees it
-    kiln_plan::load(path, &[])?;
+    let plan = kiln_plan::load(path, &[])?;
+    let data_files = data_files(path, &plan)?;
     let plan_text =
         std::fs::read_to_string(path).with_context(|| format!("cannot read {}", args.plan))?;
     let plan_name = path
@@ -39,6 +42,7 @@ pub fn job(args: K8sJobArgs) -> Result<u8> {
         workers: args.workers,
         plan_name,
         plan_text,
+        data_files,
         start_at,
         cpu: args.cpu,
         memory: args.memory,
@@ -48,4 +52,22 @@ pub fn job(args: K8sJobArgs) -> Result<u8> {
     k8s::check(&spec).map_err(anyhow::Error::msg)?;
     out!("{}", k8s::to_yaml(&spec).map_err(anyhow::Error::msg)?);
     Ok(0)
+}
+
+/// The files the plan's data sections read, by their paths relative to the plan's folder
+/// (an absolute path or one through `..` stays as written: the check refuses it).
+fn data_files(plan_path: &Path, plan: &kiln_plan::Plan) -> Result<Vec<(String, Vec<u8>)>> {
+    let dir = plan_path.parent().unwrap_or(Path::new(""));
+    let mut files: Vec<(String, Vec<u8>)> = Vec::new();
+    for feeder in &plan.workload.feeders {
+        let relative = feeder.path.strip_prefix(dir).unwrap_or(&feeder.path);
+        let name = relative.to_string_lossy().into_owned();
+        if files.iter().any(|(n, _)| *n == name) {
+            continue;
+        }
+        let bytes = std::fs::read(&feeder.path)
+            .with_context(|| format!("cannot read {}", feeder.path.display()))?;
+        files.push((name, bytes));
+    }
+    Ok(files)
 }

@@ -118,3 +118,50 @@ fn what_kubernetes_or_kiln_would_refuse_is_refused_before_the_cluster() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("broken.yaml"));
 }
+
+/// A plan that reads a data file: the file travels in the ConfigMap and is mounted at its
+/// path beside the plan (the manifests still validate); one outside the plan's folder, or
+/// too large for a ConfigMap, is refused.
+#[test]
+fn the_plans_data_files_travel_with_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::create_dir(tmp.path().join("data")).unwrap();
+    std::fs::write(tmp.path().join("data/users.csv"), "user\nann\nbob\n").unwrap();
+    let with_data = |file: &str| {
+        format!(
+            "base_url: http://127.0.0.1:8080\ndata:\n  users: {{file: {file}}}\n\
+             scenarios:\n  - name: visit\n    data: users\n    steps:\n      - url: /u/{{{{user}}}}\n\
+             load:\n  rate: 10\n  duration: 1m\n"
+        )
+    };
+    let plan = tmp.path().join("plan.yaml");
+    std::fs::write(&plan, with_data("data/users.csv")).unwrap();
+    let out = job(&plan, &["--workers", "3"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let yaml = String::from_utf8(out.stdout).unwrap();
+    assert!(yaml.contains("data-0-users.csv: |"), "{yaml}");
+    assert!(yaml.contains("path: data/users.csv"), "{yaml}");
+    assert!(yaml.contains("ann\n"), "{yaml}");
+    let file = tmp.path().join("job-data.yaml");
+    std::fs::write(&file, &yaml).unwrap();
+    validate(&file);
+
+    std::fs::create_dir(tmp.path().join("sub")).unwrap();
+    let outside = tmp.path().join("sub/plan.yaml");
+    std::fs::write(&outside, with_data("../data/users.csv")).unwrap();
+    let out = job(&outside, &["--workers", "2"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not inside the plan's folder"));
+
+    let big: String = std::iter::once("user\n".to_string())
+        .chain((0..200_000).map(|i| format!("user-{i:08}\n")))
+        .collect();
+    std::fs::write(tmp.path().join("data/users.csv"), big).unwrap();
+    let out = job(&plan, &["--workers", "2"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("a ConfigMap holds at most"));
+}

@@ -4,8 +4,8 @@
 //! retried (`backoffLimit: 0`, a shard replayed late would load the target twice), spread
 //! over nodes so shards do not share a machine, each running
 //! `kiln run /plan/<file> --shard $(SHARD)/N --start-at T --out /results/shard-$(SHARD)` with
-//! the plan from a ConfigMap and the run directories on a ReadWriteMany volume, where
-//! `kiln merge` reads them afterwards.
+//! the plan (and the data files it reads) from a ConfigMap and the run directories on a
+//! ReadWriteMany volume, where `kiln merge` reads them afterwards.
 
 use serde_json::{json, Value};
 
@@ -20,6 +20,9 @@ pub struct JobSpec {
     /// The plan file's name and its text, mounted at /plan/<name>.
     pub plan_name: String,
     pub plan_text: String,
+    /// The plan's data files: their paths relative to the plan's folder and their bytes,
+    /// mounted beside the plan at /plan/<path>.
+    pub data_files: Vec<(String, Vec<u8>)>,
     /// RFC 3339: when every shard starts its load.
     pub start_at: String,
     /// Each worker's CPU and memory (requests = limits: a guaranteed pod, not throttled
@@ -74,7 +77,77 @@ pub fn check(spec: &JobSpec) -> Result<(), String> {
             spec.plan_name
         ));
     }
+    let mut carried = spec.plan_text.len();
+    for (path, bytes) in &spec.data_files {
+        let parts: Vec<&str> = path.split('/').collect();
+        if parts
+            .iter()
+            .any(|p| p.is_empty() || *p == "." || *p == "..")
+        {
+            return Err(format!(
+                "the data file {path:?} is not inside the plan's folder: \
+                 kiln carries a plan's data files beside it, so name them relative to it"
+            ));
+        }
+        carried += bytes.len();
+    }
+    if carried > CONFIG_MAP_MAX {
+        return Err(format!(
+            "the plan and its data files are {carried} bytes; a ConfigMap holds at most \
+             {CONFIG_MAP_MAX} (1 MiB): build an image with the data in it \
+             (FROM the kiln image, COPY the plan's folder) and run the plan from there"
+        ));
+    }
     Ok(())
+}
+
+/// What Kubernetes keeps in one ConfigMap (its data and binaryData together).
+pub const CONFIG_MAP_MAX: usize = 1024 * 1024;
+
+/// The ConfigMap's key for data file `i` (keys cannot hold '/': the volume's items put each
+/// back at its path).
+fn data_key(i: usize, path: &str) -> String {
+    let tail: String = path
+        .rsplit('/')
+        .next()
+        .unwrap_or_default()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "-._".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(200)
+        .collect();
+    format!("data-{i}-{tail}")
+}
+
+/// The ConfigMap's `data` (UTF-8 files) and `binaryData` (the others, base64), and the
+/// volume's items that put every key at its path under /plan.
+fn plan_volume(spec: &JobSpec) -> (Value, Value, Value) {
+    use base64::Engine;
+    let mut data = serde_json::Map::new();
+    let mut binary = serde_json::Map::new();
+    let mut items = vec![json!({"key": spec.plan_name, "path": spec.plan_name})];
+    data.insert(spec.plan_name.clone(), json!(spec.plan_text));
+    for (i, (path, bytes)) in spec.data_files.iter().enumerate() {
+        let key = data_key(i, path);
+        match std::str::from_utf8(bytes) {
+            Ok(text) => data.insert(key.clone(), json!(text)),
+            Err(_) => binary.insert(
+                key.clone(),
+                json!(base64::engine::general_purpose::STANDARD.encode(bytes)),
+            ),
+        };
+        items.push(json!({"key": key, "path": path}));
+    }
+    (
+        Value::Object(data),
+        Value::Object(binary),
+        Value::Array(items),
+    )
 }
 
 /// The manifests, in the order to apply them: the ConfigMap, the volume claim, the Job.
@@ -103,13 +176,18 @@ pub fn manifests(spec: &JobSpec) -> Vec<Value> {
     args.extend(spec.run_args.iter().cloned());
     let pod_labels =
         json!({"app.kubernetes.io/name": "kiln", "app.kubernetes.io/instance": spec.name});
+    let (data, binary_data, items) = plan_volume(spec);
+    let mut config_map = json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": meta(config.clone()),
+        "data": data,
+    });
+    if binary_data.as_object().is_some_and(|b| !b.is_empty()) {
+        config_map["binaryData"] = binary_data;
+    }
     vec![
-        json!({
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": meta(config.clone()),
-            "data": {spec.plan_name.clone(): spec.plan_text},
-        }),
+        config_map,
         json!({
             "apiVersion": "v1",
             "kind": "PersistentVolumeClaim",
@@ -167,7 +245,7 @@ pub fn manifests(spec: &JobSpec) -> Vec<Value> {
                             ],
                         }],
                         "volumes": [
-                            {"name": "plan", "configMap": {"name": config}},
+                            {"name": "plan", "configMap": {"name": config, "items": items}},
                             {"name": "results", "persistentVolumeClaim": {"claimName": spec.results_claim}},
                         ],
                     },
@@ -194,6 +272,7 @@ mod tests {
             workers,
             plan_name: "plan.yaml".into(),
             plan_text: "target: http://shop:8080\n".into(),
+            data_files: vec![],
             start_at: "2026-12-01T10:00:00Z".into(),
             cpu: "2".into(),
             memory: "1Gi".into(),
@@ -243,5 +322,39 @@ mod tests {
         s.image = "a b".into();
         assert!(check(&s).is_err());
         assert!(check(&spec(3)).is_ok());
+        for outside in ["../users.csv", "/etc/passwd", "data//u.csv", "./u.csv"] {
+            let mut s = spec(2);
+            s.data_files = vec![(outside.into(), b"u\n".to_vec())];
+            assert!(check(&s).unwrap_err().contains("not inside"), "{outside}");
+        }
+        let mut s = spec(2);
+        s.data_files = vec![("big.csv".into(), vec![b'x'; CONFIG_MAP_MAX])];
+        assert!(check(&s).unwrap_err().contains("at most 1048576"));
+    }
+
+    /// Data files travel in the ConfigMap under keys Kubernetes takes, and the volume's
+    /// items put each back at its path beside the plan; bytes that are not UTF-8 go as
+    /// binaryData.
+    #[test]
+    fn the_plans_data_files_are_mounted_at_their_paths_beside_it() {
+        let mut s = spec(2);
+        s.data_files = vec![
+            ("data/users v2.csv".into(), b"user\nann\n".to_vec()),
+            ("ids.bin".into(), vec![0xff, 0xfe, 0]),
+        ];
+        assert!(check(&s).is_ok());
+        let m = manifests(&s);
+        assert_eq!(m[0]["data"]["data-0-users_v2.csv"], "user\nann\n");
+        assert_eq!(m[0]["binaryData"]["data-1-ids.bin"], "//4A");
+        let items = &m[2]["spec"]["template"]["spec"]["volumes"][0]["configMap"]["items"];
+        assert_eq!(items[0], json!({"key": "plan.yaml", "path": "plan.yaml"}));
+        assert_eq!(
+            items[1],
+            json!({"key": "data-0-users_v2.csv", "path": "data/users v2.csv"})
+        );
+        assert_eq!(
+            items[2],
+            json!({"key": "data-1-ids.bin", "path": "ids.bin"})
+        );
     }
 }
