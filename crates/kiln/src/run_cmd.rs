@@ -562,6 +562,14 @@ pub fn run(args: RunArgs, stop: &StopSignal) -> Result<u8> {
     if let Some(at) = &args.start_at {
         plan_record["start_at"] = serde_json::json!(at);
     }
+    if plan.shard.is_some() {
+        // shards on several machines start and count seconds by their own clocks
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+        plan_record["clock"] = serde_json::json!({
+            "host": host.trim(),
+            "sync": kiln_sample::clock::ClockSync::read(),
+        });
+    }
     if let Some(outline) = &built.outline {
         plan_record["plan_file"] = serde_json::json!(args.url);
         plan_record["scenarios"] = serde_json::json!(outline

@@ -168,9 +168,19 @@ fn shards_merged_are_the_single_process_plan() {
         );
         assert!((m50 - s50).abs() < 1000.0, "p50 {m50} against {s50}");
         // the shards started together: each one's start is within a scheduling hiccup
+        // and each recorded its host and its clock's synchronisation, as the kernel says it
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+        let clock = kiln_sample::clock::ClockSync::read().unwrap();
         for s in shards_json(&out) {
             assert!(s["start_skew_ms"].as_u64().unwrap() < 500, "{s:#}");
+            assert_eq!(s["host"], host.trim(), "{s:#}");
+            assert_eq!(s["clock_synchronized"], clock.synchronized, "{s:#}");
         }
+        // one machine's shards share its clock: nothing is said of it
+        assert!(!merged["status_reason"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("clock"));
         // the merged connections are the shards' added up, as one process's would be
         assert_eq!(
             merged["plan"]["workload"]["connections"],

@@ -47,6 +47,11 @@ pub struct ShardHealth {
     /// earliest shard's start that was.
     pub started_unix_ms: Option<u64>,
     pub start_skew_ms: Option<u64>,
+    /// The machine it ran on and its clock's synchronisation when it started (the kernel's
+    /// NTP state and error bound), as the shard recorded them.
+    pub host: Option<String>,
+    pub clock_synchronized: Option<bool>,
+    pub clock_max_error_us: Option<i64>,
 }
 
 /// What a merge made.
@@ -75,6 +80,10 @@ impl std::error::Error for MergeError {}
 /// A shard start later than this after the earliest is named in the merged record's reason.
 pub const LATE_START_MS: u64 = 1000;
 
+/// Shards on several machines whose clocks may be further apart than this are named: their
+/// starts and seconds cannot be lined up to better than that.
+pub const CLOCK_ERROR_BOUND_US: i64 = 100_000;
+
 /// The plan with what sharding changes taken out: the shard, the start time, and the
 /// connection counts the shards divided.
 fn plan_without_shard(plan: &Value) -> Value {
@@ -82,6 +91,7 @@ fn plan_without_shard(plan: &Value) -> Value {
     if let Some(p) = plan.as_object_mut() {
         p.remove("shard");
         p.remove("start_at");
+        p.remove("clock");
     }
     if let Some(w) = plan.get_mut("workload").and_then(Value::as_object_mut) {
         w.remove("connections");
@@ -165,6 +175,7 @@ pub fn merge(dirs: &[PathBuf], out: &Path, options: MergeOptions) -> Result<Merg
     }
     if let Some(p) = plan.as_object_mut() {
         p.remove("shard");
+        p.remove("clock");
         p.insert(
             "merged_from".into(),
             serde_json::json!({
@@ -198,6 +209,7 @@ pub fn merge(dirs: &[PathBuf], out: &Path, options: MergeOptions) -> Result<Merg
             .map_err(|e| err(format!("{}: {e}", run.path().display())))?;
         // a record cut mid-line (a killed shard) ends at its last whole line
         streams.push(lines.map_while(Result::ok).peekable());
+        let clock = &run.manifest.plan["clock"];
         shards.push(ShardHealth {
             dir: run.path().display().to_string(),
             index: shard_of(run).map(|s| s.0),
@@ -211,6 +223,9 @@ pub fn merge(dirs: &[PathBuf], out: &Path, options: MergeOptions) -> Result<Merg
             kiln_cpu_s: 0.0,
             started_unix_ms: None,
             start_skew_ms: None,
+            host: clock["host"].as_str().map(str::to_string),
+            clock_synchronized: clock["sync"]["synchronized"].as_bool(),
+            clock_max_error_us: clock["sync"]["max_error_us"].as_i64(),
         });
     }
     let mut latencies: Vec<kiln_record::LatencyHistogram> = runs
@@ -296,6 +311,7 @@ pub fn merge(dirs: &[PathBuf], out: &Path, options: MergeOptions) -> Result<Merg
         .iter()
         .filter(|s| s.start_skew_ms.is_some_and(|k| k > LATE_START_MS))
         .map(|s| format!("{} started {} ms late", s.dir, s.start_skew_ms.unwrap_or(0)))
+        .chain(untrusted_clocks(&shards))
         .collect();
     let status = if reasons.is_empty() {
         RunStatus::Complete
@@ -316,6 +332,32 @@ pub fn merge(dirs: &[PathBuf], out: &Path, options: MergeOptions) -> Result<Merg
         shards,
         missing,
     })
+}
+
+/// Shards on more than one machine whose clocks were not synchronised, or only within more
+/// than [`CLOCK_ERROR_BOUND_US`]: their starts may be apart by up to that, whatever their
+/// records say. Shards on one machine share its clock, so nothing is said of them.
+fn untrusted_clocks(shards: &[ShardHealth]) -> Vec<String> {
+    let hosts: std::collections::BTreeSet<&str> =
+        shards.iter().filter_map(|s| s.host.as_deref()).collect();
+    if hosts.len() < 2 {
+        return Vec::new();
+    }
+    shards
+        .iter()
+        .filter_map(|s| match (s.clock_synchronized?, s.clock_max_error_us?) {
+            (false, _) => Some(format!(
+                "{}'s clock was not synchronised (NTP): its start may be off by any amount",
+                s.dir
+            )),
+            (true, e) if e > CLOCK_ERROR_BOUND_US => Some(format!(
+                "{}'s clock was synchronised only to within {} ms: its start may be off by that much",
+                s.dir,
+                e / 1000
+            )),
+            _ => None,
+        })
+        .collect()
 }
 
 /// Where a line falls in a shard's record: its phase's place (the warm-up, then the measured
@@ -388,7 +430,7 @@ pub fn shards_text(m: &Merged) -> String {
     for s in &m.shards {
         let _ = writeln!(
             out,
-            "  shard {:>3}  {} requests, p99 {}, unsent {}, worst send lag {}, kiln CPU {:.2} s, started +{} ms  {}",
+            "  shard {:>3}  {} requests, p99 {}, unsent {}, worst send lag {}, kiln CPU {:.2} s, started +{} ms{}  {}",
             s.index.map_or("-".into(), |i| i.to_string()),
             s.requests,
             kiln_record::text::us(s.p99_us),
@@ -396,6 +438,11 @@ pub fn shards_text(m: &Merged) -> String {
             kiln_record::text::us(s.send_lag_max_us),
             s.kiln_cpu_s,
             s.start_skew_ms.unwrap_or(0),
+            match (s.clock_synchronized, s.clock_max_error_us) {
+                (Some(true), Some(e)) => format!(" (clock synchronised, ±{})", kiln_record::text::us(e.max(0) as u64)),
+                (Some(false), _) => " (clock not synchronised)".to_string(),
+                _ => String::new(),
+            },
             kiln_record::text::safe_text(&s.dir)
         );
     }
@@ -403,4 +450,49 @@ pub fn shards_text(m: &Merged) -> String {
         let _ = writeln!(out, "  {}", kiln_record::text::safe_text(reason));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shard(dir: &str, host: &str, synchronized: bool, max_error_us: i64) -> ShardHealth {
+        ShardHealth {
+            dir: dir.into(),
+            index: None,
+            status: RunStatus::Complete,
+            status_reason: None,
+            requests: 0,
+            scheduled: 0,
+            unsent: 0,
+            p99_us: 0,
+            send_lag_max_us: 0,
+            kiln_cpu_s: 0.0,
+            started_unix_ms: None,
+            start_skew_ms: None,
+            host: Some(host.into()),
+            clock_synchronized: Some(synchronized),
+            clock_max_error_us: Some(max_error_us),
+        }
+    }
+
+    /// Clocks matter only between machines: an unsynchronised or loosely synchronised one is
+    /// named when the shards ran on several hosts, and nothing is said on one host.
+    #[test]
+    fn untrusted_clocks_are_named_only_across_machines() {
+        let one_host = [
+            shard("a", "h1", false, 16_000_000),
+            shard("b", "h1", false, 16_000_000),
+        ];
+        assert!(untrusted_clocks(&one_host).is_empty());
+        let two = [
+            shard("a", "h1", true, 2_000),
+            shard("b", "h2", false, 16_000_000),
+            shard("c", "h3", true, 400_000),
+        ];
+        let named = untrusted_clocks(&two);
+        assert_eq!(named.len(), 2, "{named:?}");
+        assert!(named[0].starts_with("b's clock was not synchronised"));
+        assert!(named[1].contains("c's clock was synchronised only to within 400 ms"));
+    }
 }

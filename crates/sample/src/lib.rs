@@ -8,6 +8,7 @@
 //! that figure `None` and the rest goes on.
 
 pub mod cgroup;
+pub mod clock;
 pub mod counters;
 pub mod doctor;
 mod netlink;
