@@ -419,6 +419,19 @@ pub struct RunArgs {
     #[arg(long = "start-at", value_name = "TIME")]
     pub start_at: Option<String>,
 
+    /// Start when every shard is ready: each writes a file to DIR (a folder all shards
+    /// share, such as a ReadWriteMany volume) and all start 3 s after the last one's.
+    #[arg(long = "barrier", value_name = "DIR")]
+    pub barrier: Option<String>,
+
+    /// How long --barrier waits for the other shards.
+    #[arg(
+        long = "barrier-timeout",
+        value_name = "DURATION",
+        default_value = "10m"
+    )]
+    pub barrier_timeout: String,
+
     /// Hedged requests: a request not answered after this delay gets a second copy and the
     /// first answer wins. A time (5ms) or a percentile of the run's recent latency (p95).
     #[arg(long = "hedge", value_name = "DELAY|pNN")]
@@ -599,13 +612,14 @@ pub struct K8sJobArgs {
     /// The Job's name (its ConfigMap and volume claim take it as a prefix).
     #[arg(long = "name", default_value = "kiln-load")]
     pub name: String,
-    /// When the shards start their load (RFC 3339 UTC) [default: now + --lead].
+    /// When the shards start their load (RFC 3339 UTC) [default: when every pod is ready,
+    /// by a file barrier on the results volume].
     #[arg(long = "start-at", value_name = "TIME")]
     pub start_at: Option<String>,
-    /// Without --start-at: how long from now the load starts (pods must be scheduled and
-    /// their image pulled by then).
-    #[arg(long = "lead", default_value = "120s")]
-    pub lead: String,
+    /// Start this long from now instead (pods must be scheduled and their image pulled by
+    /// then), e.g. 120s.
+    #[arg(long = "lead", value_name = "DURATION")]
+    pub lead: Option<String>,
     /// Each pod's CPU (request = limit).
     #[arg(long = "cpu", default_value = "2")]
     pub cpu: String,

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 use kiln_load::plan::parse_duration;
-use kiln_merge::k8s::{self, JobSpec};
+use kiln_merge::k8s::{self, JobSpec, JobStart};
 
 use crate::cli::K8sJobArgs;
 
@@ -25,12 +25,21 @@ pub fn job(args: K8sJobArgs) -> Result<u8> {
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let start_at = match &args.start_at {
-        Some(at) => at.clone(),
-        None => {
-            let lead: Duration = parse_duration(&args.lead)?;
-            humantime::format_rfc3339_seconds(SystemTime::now() + lead).to_string()
+    let start = match (&args.start_at, &args.lead) {
+        (Some(_), Some(_)) => bail!("--start-at and --lead both say when to start: give one"),
+        (Some(at), None) => JobStart::At(at.clone()),
+        (None, Some(lead)) => {
+            let lead: Duration = parse_duration(lead)?;
+            JobStart::At(humantime::format_rfc3339_seconds(SystemTime::now() + lead).to_string())
         }
+        // a barrier named for this generation: an earlier Job's ready files are not this one's
+        (None, None) => JobStart::Barrier(format!(
+            ".barrier-{}-{}",
+            args.name,
+            SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis())
+        )),
     };
     let spec = JobSpec {
         results_claim: format!("{}-results", args.name),
@@ -43,7 +52,7 @@ pub fn job(args: K8sJobArgs) -> Result<u8> {
         plan_name,
         plan_text,
         data_files,
-        start_at,
+        start,
         cpu: args.cpu,
         memory: args.memory,
         results_size: args.results_size,

@@ -366,7 +366,11 @@ fn open_model(args: &RunArgs, stages: Vec<kiln_load::RateStage>) -> Model {
 }
 
 /// The phases of a run: an optional warm-up, then the measured runs.
-pub fn phases(args: &RunArgs, warmup: Option<Duration>) -> Result<Vec<(PhaseSpec, Duration)>> {
+pub fn phases(
+    args: &RunArgs,
+    warmup: Option<Duration>,
+    shard: Option<kiln_load::plan::Shard>,
+) -> Result<Vec<(PhaseSpec, Duration)>> {
     let mut out = Vec::new();
     if let Some(d) = warmup {
         if !d.is_zero() {
@@ -395,15 +399,34 @@ pub fn phases(args: &RunArgs, warmup: Option<Duration>) -> Result<Vec<(PhaseSpec
             Duration::ZERO,
         ));
     }
-    // --start-at: the first phase starts then (the shards of one plan together)
+    // --start-at or --barrier: the first phase starts then (the shards of one plan together)
     if let Some((first, _)) = out.first_mut() {
-        first.start_at = start_at(args)?;
+        first.start_at = start_at(args, shard)?;
     }
     Ok(out)
 }
 
-/// `--start-at`: an RFC 3339 time, e.g. 2026-12-01T10:00:00Z.
-fn start_at(args: &RunArgs) -> Result<Option<std::time::SystemTime>> {
+/// `--start-at`: an RFC 3339 time, e.g. 2026-12-01T10:00:00Z; or `--barrier DIR`: when
+/// every shard has said it is ready there.
+fn start_at(
+    args: &RunArgs,
+    shard: Option<kiln_load::plan::Shard>,
+) -> Result<Option<std::time::SystemTime>> {
+    if let Some(dir) = &args.barrier {
+        if args.start_at.is_some() {
+            bail!("--barrier and --start-at both say when to start: give one");
+        }
+        let Some(shard) = shard else {
+            bail!("--barrier is for shards (--shard I/N): it waits for the N of them");
+        };
+        let barrier = kiln_runner::barrier::FileBarrier {
+            dir: dir.into(),
+            index: shard.index,
+            count: shard.count,
+            timeout: parse_duration(&args.barrier_timeout)?,
+        };
+        return barrier.wait().map(Some).map_err(anyhow::Error::msg);
+    }
     args.start_at
         .as_deref()
         .map(|text| {
@@ -549,7 +572,7 @@ pub fn print_outcome(
 pub fn run(args: RunArgs, stop: &StopSignal) -> Result<u8> {
     let built = build(&args)?;
     let plan = built.load;
-    let phase_list = phases(&args, built.warmup)?;
+    let phase_list = phases(&args, built.warmup, plan.shard)?;
     let interval = parse_duration(&args.interval)?;
     let name = args.name.clone().unwrap_or_else(|| match &built.outline {
         Some(_) => name_from_plan_file(&args.url),
@@ -561,6 +584,14 @@ pub fn run(args: RunArgs, stop: &StopSignal) -> Result<u8> {
     plan_record["thresholds"] = serde_json::json!(built.thresholds);
     if let Some(at) = &args.start_at {
         plan_record["start_at"] = serde_json::json!(at);
+    }
+    if let (Some(dir), Some(at)) = (
+        &args.barrier,
+        phase_list.first().and_then(|(p, _)| p.start_at),
+    ) {
+        plan_record["barrier"] = serde_json::json!(dir);
+        plan_record["start_at"] =
+            serde_json::json!(humantime::format_rfc3339_millis(at).to_string());
     }
     if plan.shard.is_some() {
         // shards on several machines start and count seconds by their own clocks

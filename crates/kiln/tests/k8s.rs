@@ -86,6 +86,13 @@ fn the_manifests_validate_against_the_kubernetes_schema() {
         assert!(yaml.contains("completionMode: Indexed"), "{yaml}");
         assert!(yaml.contains(&format!("completions: {n}")), "{yaml}");
         assert!(yaml.contains(&format!("$(SHARD)/{n}")), "{yaml}");
+        // without --start-at or --lead, the pods meet at a barrier on the results volume
+        let by_barrier = args.iter().all(|a| *a != "--start-at" && *a != "--lead");
+        assert_eq!(
+            yaml.contains("- --barrier\n") && yaml.contains("- /results/.barrier-"),
+            by_barrier,
+            "{yaml}"
+        );
         // the plan travels whole in the ConfigMap
         assert!(yaml.contains("shop-plan.yaml"), "{yaml}");
         assert!(yaml.contains("url: /"), "{yaml}");

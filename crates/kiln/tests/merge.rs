@@ -355,3 +355,88 @@ load:
     let api_after = api.counts().logins.values().sum::<u64>();
     assert_eq!(api_after - api_before, 10);
 }
+
+/// Shards launched 1.5 s apart with `--barrier` start together (the last one's readiness
+/// plus 3 s), record the start they agreed on, and merge; the barrier is for shards only and
+/// is one way of saying when, not two.
+#[test]
+fn shards_started_apart_meet_at_a_file_barrier() {
+    let target = target();
+    let url = target.url("/");
+    let tmp = tempfile::tempdir().unwrap();
+    let barrier = tmp.path().join("barrier");
+    let run = |i: usize| {
+        Command::new(env!("CARGO_BIN_EXE_kiln"))
+            .args([
+                "run",
+                &url,
+                "--rate",
+                "200",
+                "-d",
+                "2s",
+                "--shard",
+                &format!("{i}/2"),
+                "--barrier",
+                barrier.to_str().unwrap(),
+                "--barrier-timeout",
+                "60s",
+                "--quiet",
+                "--json",
+                "--out",
+                tmp.path().join(format!("b{i}")).to_str().unwrap(),
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let first = run(0);
+    std::thread::sleep(Duration::from_millis(1500));
+    let second = run(1);
+    for child in [first, second] {
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let dirs = [tmp.path().join("b0"), tmp.path().join("b1")];
+    let agreed: Vec<Value> = dirs
+        .iter()
+        .map(|d| common::manifest(d)["plan"]["start_at"].clone())
+        .collect();
+    assert!(
+        agreed[0].is_string() && agreed[0] == agreed[1],
+        "{agreed:?}"
+    );
+    let merged = json_with_exit(&merge(&dirs, &tmp.path().join("bm"), &[]), 0);
+    assert_eq!(merged["status"], "complete", "{merged:#}");
+    assert_eq!(merged["total"]["requests"], 400);
+    for s in shards_json(&tmp.path().join("bm")) {
+        assert!(s["start_skew_ms"].as_u64().unwrap() < 500, "{s:#}");
+    }
+
+    let refused = |args: &[&str], says: &str| {
+        let mut all = vec!["run", url.as_str(), "--rate", "10", "-d", "1s"];
+        all.extend_from_slice(args);
+        let out = kiln(&all);
+        assert!(!out.status.success(), "{args:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+    };
+    let dir = barrier.to_str().unwrap();
+    refused(&["--barrier", dir], "--barrier is for shards");
+    refused(
+        &[
+            "--shard",
+            "0/2",
+            "--barrier",
+            dir,
+            "--start-at",
+            "2026-12-01T10:00:00Z",
+        ],
+        "give one",
+    );
+}

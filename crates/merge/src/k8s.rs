@@ -23,8 +23,8 @@ pub struct JobSpec {
     /// The plan's data files: their paths relative to the plan's folder and their bytes,
     /// mounted beside the plan at /plan/<path>.
     pub data_files: Vec<(String, Vec<u8>)>,
-    /// RFC 3339: when every shard starts its load.
-    pub start_at: String,
+    /// When every shard starts its load.
+    pub start: JobStart,
     /// Each worker's CPU and memory (requests = limits: a guaranteed pod, not throttled
     /// below what it asked for).
     pub cpu: String,
@@ -34,6 +34,16 @@ pub struct JobSpec {
     pub results_size: String,
     /// Extra `kiln run` arguments (after the plan).
     pub run_args: Vec<String>,
+}
+
+/// How the shards start together.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum JobStart {
+    /// At this RFC 3339 time.
+    At(String),
+    /// When all are ready: a file barrier in this folder of the results volume (named per
+    /// generated Job, so an earlier Job's files are never counted).
+    Barrier(String),
 }
 
 /// Why a spec cannot be rendered.
@@ -167,8 +177,14 @@ pub fn manifests(spec: &JobSpec) -> Vec<Value> {
         format!("/plan/{}", spec.plan_name),
         "--shard".into(),
         format!("$(SHARD)/{n}"),
-        "--start-at".into(),
-        spec.start_at.clone(),
+        match &spec.start {
+            JobStart::At(_) => "--start-at".into(),
+            JobStart::Barrier(_) => "--barrier".into(),
+        },
+        match &spec.start {
+            JobStart::At(t) => t.clone(),
+            JobStart::Barrier(folder) => format!("/results/{folder}"),
+        },
         "--out".into(),
         "/results/shard-$(SHARD)".into(),
         "--quiet".into(),
@@ -273,7 +289,7 @@ mod tests {
             plan_name: "plan.yaml".into(),
             plan_text: "target: http://shop:8080\n".into(),
             data_files: vec![],
-            start_at: "2026-12-01T10:00:00Z".into(),
+            start: JobStart::At("2026-12-01T10:00:00Z".into()),
             cpu: "2".into(),
             memory: "1Gi".into(),
             results_claim: "kiln-load-results".into(),
@@ -307,6 +323,22 @@ mod tests {
             .windows(2)
             .any(|w| w == ["--start-at", "2026-12-01T10:00:00Z"]));
         assert_eq!(m[0]["data"]["plan.yaml"], "target: http://shop:8080\n");
+        let mut s = spec(8);
+        s.start = JobStart::Barrier(".barrier-1764583200".into());
+        let m = manifests(&s);
+        let args = &m[2]["spec"]["template"]["spec"]["containers"][0]["args"];
+        let args: Vec<&str> = args
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap())
+            .collect();
+        assert!(
+            args.windows(2)
+                .any(|w| w == ["--barrier", "/results/.barrier-1764583200"]),
+            "{args:?}"
+        );
+        assert!(!args.contains(&"--start-at"));
         let yaml = to_yaml(&spec(8)).unwrap();
         assert_eq!(yaml.matches("\n---\n").count(), 2, "{yaml}");
     }

@@ -91,6 +91,7 @@ fn plan_without_shard(plan: &Value) -> Value {
     if let Some(p) = plan.as_object_mut() {
         p.remove("shard");
         p.remove("start_at");
+        p.remove("barrier");
         p.remove("clock");
     }
     if let Some(w) = plan.get_mut("workload").and_then(Value::as_object_mut) {

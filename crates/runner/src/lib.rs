@@ -3,6 +3,7 @@
 //! with its derived parts (latency log, DB-call analysis, findings). It prints nothing: the
 //! binary shows progress through [`Progress`] and reads the [`RunOutcome`].
 
+pub mod barrier;
 pub mod child;
 pub mod dir;
 pub mod execute;

@@ -1,0 +1,160 @@
+//! A start barrier in a folder every shard can write (a shared volume): each shard says it is
+//! ready with a file of its own, and once all N are there each one computes the same start
+//! time from them, the last shard's readiness plus a lead. Shards whose pods were scheduled or
+//! pulled their image at different times still start together, without guessing a time ahead.
+//!
+//! It never deletes anything in the folder; a ready file older than the wait allowed before
+//! this shard's own readiness belongs to an earlier run and is not counted.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// Time between the last shard's readiness and the start: every shard must see the last
+/// file and compute the start before it comes (a shared volume's attribute cache can hold a
+/// folder's listing for a second or two).
+pub const BARRIER_LEAD: Duration = Duration::from_secs(3);
+const POLL: Duration = Duration::from_millis(100);
+
+/// A file barrier for shard `index` of `count`.
+#[derive(Clone, Debug)]
+pub struct FileBarrier {
+    pub dir: PathBuf,
+    pub index: u32,
+    pub count: u32,
+    /// How long to wait for the others before giving up.
+    pub timeout: Duration,
+}
+
+fn unix_ms(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+impl FileBarrier {
+    fn ready_file(&self, index: u32) -> PathBuf {
+        self.dir.join(format!("ready-{index}-of-{}", self.count))
+    }
+
+    /// Says this shard is ready (its time in milliseconds since the epoch, written whole by a
+    /// rename) and waits for every shard; the time the load starts.
+    pub fn wait(&self) -> Result<SystemTime, String> {
+        let fail =
+            |what: &str, e: std::io::Error| format!("barrier {}: {what}: {e}", self.dir.display());
+        std::fs::create_dir_all(&self.dir).map_err(|e| fail("cannot create it", e))?;
+        let mine = SystemTime::now();
+        let temp = self.dir.join(format!(
+            ".ready-{}-of-{}.{}",
+            self.index,
+            self.count,
+            std::process::id()
+        ));
+        std::fs::write(&temp, unix_ms(mine).to_string()).map_err(|e| fail("cannot write", e))?;
+        std::fs::rename(&temp, self.ready_file(self.index)).map_err(|e| fail("cannot write", e))?;
+        let oldest = unix_ms(mine).saturating_sub(self.timeout.as_millis() as u64);
+        let deadline = std::time::Instant::now() + self.timeout;
+        loop {
+            let ready = self.ready_times(oldest);
+            if ready.iter().all(Option::is_some) {
+                let last = ready.iter().flatten().max().copied().unwrap_or(0);
+                return Ok(UNIX_EPOCH + Duration::from_millis(last) + BARRIER_LEAD);
+            }
+            if std::time::Instant::now() >= deadline {
+                let waiting: Vec<String> = ready
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, r)| r.is_none())
+                    .map(|(i, _)| i.to_string())
+                    .collect();
+                return Err(format!(
+                    "barrier {}: shards {} of {} were not ready after {} s",
+                    self.dir.display(),
+                    waiting.join(", "),
+                    self.count,
+                    self.timeout.as_secs()
+                ));
+            }
+            std::thread::sleep(POLL);
+        }
+    }
+
+    /// Each shard's ready time, `None` while its file is missing, unreadable or older than
+    /// `oldest_ms` (an earlier run's).
+    fn ready_times(&self, oldest_ms: u64) -> Vec<Option<u64>> {
+        (0..self.count)
+            .map(|i| {
+                let text = std::fs::read_to_string(self.ready_file(i)).ok()?;
+                let ms: u64 = text.trim().parse().ok()?;
+                (ms >= oldest_ms).then_some(ms)
+            })
+            .collect()
+    }
+}
+
+/// The barrier folder's ready files, for tests and messages.
+pub fn ready_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("ready-"))
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn barrier(dir: &Path, index: u32, count: u32, timeout_ms: u64) -> FileBarrier {
+        FileBarrier {
+            dir: dir.to_path_buf(),
+            index,
+            count,
+            timeout: Duration::from_millis(timeout_ms),
+        }
+    }
+
+    /// Three shards ready at different times all get one start: the last one's readiness
+    /// plus the lead.
+    #[test]
+    fn shards_ready_at_different_times_get_the_same_start() {
+        let tmp = tempfile::tempdir().unwrap();
+        // ready times are kept in milliseconds
+        let before = UNIX_EPOCH + Duration::from_millis(unix_ms(SystemTime::now()));
+        let handles: Vec<_> = (0..3u32)
+            .map(|i| {
+                let b = barrier(tmp.path(), i, 3, 10_000);
+                std::thread::spawn(move || {
+                    std::thread::sleep(Duration::from_millis(300 * u64::from(i)));
+                    b.wait().unwrap()
+                })
+            })
+            .collect();
+        let starts: Vec<SystemTime> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        assert!(starts.iter().all(|s| *s == starts[0]), "{starts:?}");
+        let lead = starts[0].duration_since(before).unwrap();
+        // the last shard was ready 600 ms in
+        assert!(
+            lead >= BARRIER_LEAD + Duration::from_millis(600),
+            "{lead:?}"
+        );
+        assert!(lead < BARRIER_LEAD + Duration::from_secs(3), "{lead:?}");
+        assert_eq!(ready_files(tmp.path()).len(), 3);
+    }
+
+    /// A shard that never comes is named after the timeout; an earlier run's ready file
+    /// (older than the timeout) does not count as ready.
+    #[test]
+    fn a_missing_shard_is_named_and_a_stale_ready_file_is_not_counted() {
+        let tmp = tempfile::tempdir().unwrap();
+        let stale = unix_ms(SystemTime::now()) - 3_600_000;
+        std::fs::write(tmp.path().join("ready-1-of-3"), stale.to_string()).unwrap();
+        let err = barrier(tmp.path(), 0, 3, 300).wait().unwrap_err();
+        assert!(err.contains("shards 1, 2 of 3 were not ready"), "{err}");
+    }
+}
