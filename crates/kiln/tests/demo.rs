@@ -190,6 +190,8 @@ fn the_demo_finds_every_planted_problem_and_proves_the_fixes() {
         .unwrap()
         .iter()
         .map(|f| f["rule"].as_str().unwrap().to_string())
+        // the host's own business, as in rules(): a busy CI host's finding may be "fixed"
+        .filter(|rule| rule != "cpu.host-busy")
         .collect();
     assert_eq!(fixed_rules, expected);
 

@@ -396,7 +396,14 @@ fn warmup_auto_ends_when_the_jit_has_gone_quiet_and_a_cold_run_is_found_warming_
 
 #[test]
 fn warmup_auto_without_a_jvm_goes_by_throughput_and_a_bad_cap_is_refused() {
-    let target = kiln_targets::TargetServer::start(kiln_targets::Behavior::default()).unwrap();
+    // 10 ms a request over 4 connections: throughput set by the target's sleep, not by CPU
+    // a busy machine shares out unevenly (one connection to an instant target swung from 1
+    // to 36,000 responses a second on a loaded CI host and never settled)
+    let target = kiln_targets::TargetServer::start(kiln_targets::Behavior {
+        service_time: std::time::Duration::from_millis(10),
+        ..Default::default()
+    })
+    .unwrap();
     let tmp = tempfile::tempdir().unwrap();
     let url = target.url("/");
     let out = tmp.path().join("run");
@@ -405,7 +412,7 @@ fn warmup_auto_without_a_jvm_goes_by_throughput_and_a_bad_cap_is_refused() {
             "run",
             &url,
             "-c",
-            "1",
+            "4",
             "--warmup",
             "auto:20s",
             "-d",
@@ -441,7 +448,7 @@ fn warmup_auto_without_a_jvm_goes_by_throughput_and_a_bad_cap_is_refused() {
             &file,
             format!(
                 "scenarios:\n  - name: home\n    steps:\n      - url: {url}\n\
-                 load:\n  vus: 1\n  duration: 1s\n  warmup: {warmup}\n"
+                 load:\n  vus: 4\n  duration: 1s\n  warmup: {warmup}\n"
             ),
         )
         .unwrap();
