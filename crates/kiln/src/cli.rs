@@ -419,6 +419,12 @@ pub struct RunArgs {
     #[arg(long = "start-at", value_name = "TIME")]
     pub start_at: Option<String>,
 
+    /// Start the target with this command (through sh; stopped when the run ends), wait
+    /// until it accepts connections on the URL's address, and watch it as --watch-pid
+    /// would. A Go target gets GODEBUG=gctrace=1: every GC cycle is read from its stderr.
+    #[arg(long = "spawn", value_name = "CMD")]
+    pub spawn: Option<String>,
+
     /// Start when every shard is ready: each writes a file to DIR (a folder all shards
     /// share, such as a ReadWriteMany volume) and all start 3 s after the last one's.
     #[arg(long = "barrier", value_name = "DIR")]

@@ -223,6 +223,7 @@ pub fn run(args: DemoArgs, stop: &StopSignal) -> Result<u8> {
             ),
         ];
         let spec = RunSpec {
+            gctrace: None,
             plan: &plan,
             plan_record: plan.to_record(),
             phases: &phases,

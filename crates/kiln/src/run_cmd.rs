@@ -125,6 +125,8 @@ pub struct Built {
 }
 
 const DEFAULT_CONNECTIONS: usize = 50;
+/// How long a `--spawn`ed target has to accept connections.
+const SPAWN_READY_WITHIN: Duration = Duration::from_secs(30);
 const DEFAULT_DURATION: &str = "10s";
 const DEFAULT_TIMEOUT: &str = "10s";
 
@@ -608,7 +610,21 @@ pub fn run(args: RunArgs, stop: &StopSignal) -> Result<u8> {
             .map(|(name, weight, steps)| serde_json::json!({"name": name, "weight": weight, "steps": steps}))
             .collect::<Vec<_>>());
     }
+    // --spawn: the target is started before anything is measured, and stopped when this
+    // function returns (however it returns)
+    let spawned = match &args.spawn {
+        Some(_) if args.watch_pid.is_some() || args.watch_port.is_some() => {
+            bail!("--spawn watches the process it starts: leave out --watch-pid and --watch-port")
+        }
+        Some(command) => Some(kiln_runner::spawn::SpawnedTarget::start(
+            command,
+            plan.target.addr,
+            SPAWN_READY_WITHIN,
+        )?),
+        None => None,
+    };
     let watch_pid = match (args.watch_pid, args.watch_port) {
+        _ if spawned.is_some() => spawned.as_ref().map(|s| s.pid),
         (Some(pid), _) => Some(pid),
         (None, Some(port)) => {
             Some(ProcFs::default().pid_listening_on(port).with_context(|| {
@@ -664,8 +680,10 @@ pub fn run(args: RunArgs, stop: &StopSignal) -> Result<u8> {
         profile_hz: args.profile.then_some(args.profile_frequency),
         off_cpu: args.off_cpu,
         otlp,
+        gctrace: spawned.as_ref().map(|s| s.gctrace.clone()),
     };
     let outcome = execute(spec, stop, &mut live)?;
+    drop(spawned);
     let compare = args.compare.clone().map(|base| CompareWith {
         base,
         method: CompareMethod {

@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 
-use kiln_runtime::summary::{PythonSummary, RuntimeSummary, ThreadsSummary};
+use kiln_runtime::summary::{GoSummary, PythonSummary, RuntimeSummary, ThreadsSummary};
 
 use crate::format::{self, safe_text};
 
@@ -124,6 +124,9 @@ pub fn to_text(s: &RuntimeSummary) -> String {
     if let Some(p) = &s.python {
         out += &python_text(p);
     }
+    if let Some(g) = &s.go {
+        out += &go_text(g);
+    }
     if let (Some(rate), Some(n)) = (s.exceptions_per_s, s.exceptions) {
         let _ = writeln!(
             out,
@@ -188,6 +191,35 @@ fn threads_text(t: &ThreadsSummary) -> String {
 }
 
 /// py-spy's view: threads, the GIL's holder and where it was.
+/// A Go target's GC lines (gctrace): cycles, stop-the-world time, the GC's CPU and how much
+/// of it allocating goroutines did (mark assist), and where it came.
+fn go_text(g: &GoSummary) -> String {
+    let mut out = format!(
+        "           GC: {} cycles in {} of {} seconds, {} stopped ({:.2}% of the time; longest {})\n",
+        g.gc_cycles,
+        g.seconds_with_gc,
+        g.seconds,
+        ms(g.pause_ms),
+        100.0 * g.pause_share,
+        ms(g.longest_pause_ms)
+    );
+    let _ = write!(
+        out,
+        "             GC CPU {} ({:.1}% of a core), {} of it mark assist by allocating goroutines",
+        ms(g.gc_cpu_ms),
+        100.0 * g.gc_cpu_cores,
+        ms(g.assist_cpu_ms)
+    );
+    if let Some((second, assist)) = g.worst_assist_second {
+        let _ = write!(out, "; most in second {second} ({})", ms(assist));
+    }
+    if let Some(live) = g.heap_live_max_mb {
+        let _ = write!(out, "; live heap up to {live:.0} MB");
+    }
+    out += "\n";
+    out
+}
+
 fn python_text(p: &PythonSummary) -> String {
     let mut out = format!(
         "           threads: {:.1} on average, {:.1} running Python code; the GIL held in {:.0}% of {} py-spy dumps (each {} on average, at most {})\n",

@@ -68,7 +68,7 @@ pub fn run(args: WatchArgs, stop: &StopSignal) -> Result<u8> {
                       "interval_s": interval.as_secs_f64()}});
     let mut dir = create_run_dir(&out, &name, plan)?;
     let mut writer = dir.add_json_lines_part(RESOURCES_PART, "resources.jsonl", 1)?;
-    let runtime = RuntimeWatcher::start(&mut dir, pid, args.runtime.depth())?;
+    let runtime = RuntimeWatcher::start(&mut dir, pid, args.runtime.depth(), None)?;
 
     let usage_before = SelfUsage::now();
     let started = Instant::now();

@@ -94,6 +94,8 @@ pub struct RunSpec<'a> {
     /// Also record where its threads leave the CPU (every context switch, with its stack).
     pub off_cpu: bool,
     pub otlp: Option<OtlpSpec<'a>>,
+    /// A Go target's GC cycles, when kiln started it (`--spawn`).
+    pub gctrace: Option<kiln_runtime::go::GcTraceFeed>,
 }
 
 /// Runs every phase, streaming each second to the run directory.
@@ -110,6 +112,7 @@ pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut dyn Progress) -> Res
         profile_hz,
         off_cpu,
         otlp,
+        gctrace,
     } = spec;
     kiln_load::preflight(plan)?;
     let mut dir = create_run_dir(&out, name, plan_record)?;
@@ -138,7 +141,12 @@ pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut dyn Progress) -> Res
         None => None,
     };
     let runtime_watcher = match watch_pid {
-        Some(pid) => Some(RuntimeWatcher::start(&mut dir, pid, runtime_depth)?),
+        Some(pid) => Some(RuntimeWatcher::start(
+            &mut dir,
+            pid,
+            runtime_depth,
+            gctrace,
+        )?),
         None => None,
     };
     let mut phases = Vec::new();

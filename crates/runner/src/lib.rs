@@ -10,6 +10,7 @@ pub mod execute;
 pub mod profile_parts;
 pub mod query_parts;
 pub mod runtime_watch;
+pub mod spawn;
 pub mod warmup;
 
 pub use dir::{create_run_dir, error_text, or_fail};

@@ -21,8 +21,13 @@ pub struct RuntimeWatcher {
 }
 
 impl RuntimeWatcher {
-    pub fn start(dir: &mut RunDir, pid: i32, depth: Depth) -> Result<Self> {
-        let mut watch = RuntimeWatch::start(pid, Path::new("/proc"), depth);
+    pub fn start(
+        dir: &mut RunDir,
+        pid: i32,
+        depth: Depth,
+        gctrace: Option<kiln_runtime::go::GcTraceFeed>,
+    ) -> Result<Self> {
+        let mut watch = RuntimeWatch::start_with(pid, Path::new("/proc"), depth, gctrace);
         let mut writer = if watch.has_series() {
             Some(dir.add_json_lines_part(RUNTIME_SECONDS_PART, "runtime-seconds.jsonl", 1)?)
         } else {

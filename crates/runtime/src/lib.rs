@@ -8,6 +8,7 @@
 
 pub mod attach;
 pub mod detect;
+pub mod go;
 pub mod hsperf;
 pub mod jfr;
 pub mod jvm;
@@ -70,6 +71,9 @@ pub struct RuntimeSecond {
     /// A Python target's py-spy dump (`--runtime deep`; one every few seconds).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub python: Option<pyspy::PyDump>,
+    /// A Go target's GC cycles in this second (gctrace, when kiln started it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub go: Option<go::GoSecond>,
 }
 
 /// The JVM over one interval (from hsperfdata). Counts are over the interval; `None`: the

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::go::GoSecond;
 use crate::jfr::rate_within;
 use crate::pyspy::PyDump;
 use crate::threads::ThreadDump;
@@ -29,10 +30,67 @@ pub struct RuntimeSummary {
     /// What the py-spy dumps in the window showed (a Python target, `--runtime deep`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub python: Option<PythonSummary>,
+    /// A Go target's GC cycles in the window (gctrace).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub go: Option<GoSummary>,
     /// A JVM's threads' CPU by what they do (JIT compilers, GC, an async logger's consumer),
     /// from the sampler's per-thread CPU over the same window; filled by whoever has it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cpu_by_thread_role: Vec<crate::jvm_threads::RoleCpu>,
+}
+
+/// A Go target's GC over a window, from its gctrace cycles.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct GoSummary {
+    pub gc_cycles: u64,
+    /// Stop-the-world time, in all and as a share of the window's wall time.
+    pub pause_ms: f64,
+    pub pause_share: f64,
+    pub longest_pause_ms: f64,
+    /// CPU that goroutines spent assisting the mark (taken from the requests that
+    /// allocated), and all the GC's CPU.
+    pub assist_cpu_ms: f64,
+    pub gc_cpu_ms: f64,
+    /// The GC's CPU as a share of one core over the window (0.25 = a quarter of a core).
+    pub gc_cpu_cores: f64,
+    pub heap_live_max_mb: Option<f64>,
+    /// The second with the most mark-assist CPU: its number and that CPU (ms).
+    pub worst_assist_second: Option<(u32, f64)>,
+    /// Seconds with at least one cycle, of the window's.
+    pub seconds_with_gc: u32,
+    pub seconds: u32,
+}
+
+fn summarize_go(seconds: &[(&RuntimeSecond, &GoSecond)]) -> GoSummary {
+    let wall_ms: f64 = seconds.iter().map(|(s, _)| s.interval_s * 1e3).sum();
+    let cycles = || seconds.iter().flat_map(|(_, g)| &g.cycles);
+    let pause_ms: f64 = seconds.iter().map(|(_, g)| g.pause_ms).sum();
+    let gc_cpu_ms: f64 = seconds.iter().map(|(_, g)| g.gc_cpu_ms).sum();
+    GoSummary {
+        gc_cycles: seconds.iter().map(|(_, g)| g.gc_cycles).sum(),
+        pause_ms,
+        pause_share: if wall_ms > 0.0 {
+            pause_ms / wall_ms
+        } else {
+            0.0
+        },
+        longest_pause_ms: cycles().map(|c| c.pause_ms).fold(0.0, f64::max),
+        assist_cpu_ms: seconds.iter().map(|(_, g)| g.assist_cpu_ms).sum(),
+        gc_cpu_ms,
+        gc_cpu_cores: if wall_ms > 0.0 {
+            gc_cpu_ms / wall_ms
+        } else {
+            0.0
+        },
+        heap_live_max_mb: cycles().map(|c| c.heap_live_mb).reduce(f64::max),
+        worst_assist_second: seconds
+            .iter()
+            .filter(|(_, g)| g.assist_cpu_ms > 0.0)
+            .max_by(|a, b| a.1.assist_cpu_ms.total_cmp(&b.1.assist_cpu_ms))
+            .map(|(s, g)| (s.second, g.assist_cpu_ms)),
+        seconds_with_gc: seconds.iter().filter(|(_, g)| g.gc_cycles > 0).count() as u32,
+        seconds: seconds.len() as u32,
+    }
 }
 
 /// py-spy dumps over a window: threads, who held the GIL and where, what the dumps cost.
@@ -205,6 +263,13 @@ pub fn summarize_within(
         jvm: (!jvm.is_empty()).then(|| summarize_jvm(&jvm)),
         threads: summarize_threads(seconds.iter().filter_map(|s| s.thread_dump.as_ref())),
         python: summarize_python(seconds.iter().filter_map(|s| s.python.as_ref())),
+        go: {
+            let go: Vec<(&RuntimeSecond, &GoSecond)> = seconds
+                .iter()
+                .filter_map(|s| s.go.as_ref().map(|g| (*s, g)))
+                .collect();
+            (!go.is_empty()).then(|| summarize_go(&go))
+        },
         exceptions: exceptions.map(|(_, n)| n),
         exceptions_per_s: exceptions.map(|(rate, _)| rate),
         cpu_by_thread_role: Vec::new(),
@@ -380,6 +445,7 @@ mod tests {
             interval_s: 1.0,
             thread_dump: None,
             python: None,
+            go: None,
             jvm: Some(JvmSecond {
                 gc_pauses: pauses.len() as u64,
                 gc_pause_ms: pauses.iter().map(|p| p.1).sum(),

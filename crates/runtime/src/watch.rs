@@ -7,6 +7,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::attach::Attach;
 use crate::detect::{detect, Runtime};
+use crate::go::{GcTraceFeed, GoSecond};
 use crate::jfr;
 use crate::jvm::JvmReader;
 use crate::pyspy::PySpy;
@@ -21,10 +22,7 @@ pub const POLL: Duration = Duration::from_millis(10);
 fn not_read_yet(runtime: Runtime) -> Option<&'static str> {
     match runtime {
         Runtime::Jvm => Some("lock waits with their stacks (JFR) are not read yet"),
-        Runtime::Go => Some(
-            "Go's GC cycles, mark assist and goroutines are not read yet (they need \
-             GODEBUG=gctrace=1, expvar or net/http/pprof)",
-        ),
+        Runtime::Go => Some("goroutines and their wait reasons are not read yet"),
         Runtime::Python => Some("Python's GC is not read yet"),
         Runtime::Node => Some("Node.js's GC and event-loop delay are not read yet"),
         Runtime::Native => None,
@@ -51,11 +49,24 @@ pub struct RuntimeWatch {
     attach: Option<Attach>,
     /// py-spy for a Python target under `--runtime deep`.
     pyspy: Option<PySpy>,
+    /// A Go target's GC cycles, parsed from its stderr by whoever started it.
+    gctrace: Option<GcTraceFeed>,
     proc_root: std::path::PathBuf,
 }
 
 impl RuntimeWatch {
     pub fn start(pid: i32, proc_root: &Path, depth: Depth) -> Self {
+        Self::start_with(pid, proc_root, depth, None)
+    }
+
+    /// As [`RuntimeWatch::start`], with the GC cycles of a Go target kiln started with
+    /// `GODEBUG=gctrace=1` (its stderr read elsewhere).
+    pub fn start_with(
+        pid: i32,
+        proc_root: &Path,
+        depth: Depth,
+        gctrace: Option<GcTraceFeed>,
+    ) -> Self {
         let runtime = detect(pid, proc_root);
         let mut info = RuntimeInfo {
             pid,
@@ -121,6 +132,22 @@ impl RuntimeWatch {
                     .to_string(),
             );
         }
+        let gctrace = gctrace.filter(|_| runtime == Runtime::Go);
+        if runtime == Runtime::Go {
+            info.not_read.push(match gctrace {
+                Some(_) => {
+                    info.read.push(
+                        "GC cycles (pauses, mark assist, heap) from GODEBUG=gctrace=1 on the \
+                         stderr of the process kiln started"
+                            .to_string(),
+                    );
+                    "expvar's and pprof's figures are not read (gctrace has the GC's)".to_string()
+                }
+                None => "GC cycles and mark assist: kiln reads them from GODEBUG=gctrace=1 \
+                         when it starts the target itself (kiln run --spawn CMD)"
+                    .to_string(),
+            });
+        }
         if runtime == Runtime::Native {
             info.not_read.push(
                 "no managed runtime found (no libjvm, Go build information, Python or Node.js): \
@@ -135,13 +162,14 @@ impl RuntimeWatch {
             jvm,
             attach,
             pyspy,
+            gctrace,
             proc_root: proc_root.to_path_buf(),
         }
     }
 
     /// Whether there is anything to read every second.
     pub fn has_series(&self) -> bool {
-        self.jvm.is_some() || self.pyspy.is_some()
+        self.jvm.is_some() || self.pyspy.is_some() || self.gctrace.is_some()
     }
 
     /// Polls until `stop` says so (or the JVM's counters go away), calling `on_second` once a
@@ -153,6 +181,10 @@ impl RuntimeWatch {
     ) -> Option<String> {
         if let (None, Some(spy)) = (&self.jvm, self.pyspy.clone()) {
             return self.run_python(&spy, stop, on_second);
+        }
+        if let Some(feed) = self.gctrace.clone() {
+            run_go(&feed, stop, on_second);
+            return None;
         }
         let jvm = self.jvm.as_mut()?;
         // the first JFR start in a JVM takes a second or two: on its own thread, so that the
@@ -201,6 +233,7 @@ impl RuntimeWatch {
                     jvm: Some(jvm.second(&before, &totals, std::mem::take(&mut pauses))),
                     thread_dump: thread_dump.take(),
                     python: None,
+                    go: None,
                 });
                 before = totals;
                 last = now;
@@ -267,6 +300,33 @@ impl RuntimeWatch {
             }
         }
         None
+    }
+}
+
+/// A Go target: a line a second with the GC cycles its stderr reported meanwhile.
+fn run_go(feed: &GcTraceFeed, stop: &dyn Fn() -> bool, on_second: &mut dyn FnMut(RuntimeSecond)) {
+    let started = Instant::now();
+    let mut last = started;
+    let mut next_second = started + Duration::from_secs(1);
+    let mut second = 0u32;
+    let mut emit = |now: Instant, second: u32, last: Instant| {
+        on_second(RuntimeSecond {
+            second,
+            unix_ms: unix_ms_now(),
+            interval_s: (now - last).as_secs_f64(),
+            go: Some(GoSecond::of(feed.take())),
+            ..Default::default()
+        })
+    };
+    while !stop() {
+        std::thread::sleep(Duration::from_millis(20));
+        let now = Instant::now();
+        if now >= next_second {
+            second += 1;
+            emit(now, second, last);
+            last = now;
+            next_second += Duration::from_secs(1);
+        }
     }
 }
 

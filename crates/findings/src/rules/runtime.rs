@@ -84,9 +84,131 @@ fn jvm_of(run: &RunRecord) -> Result<(&RuntimeSummary, &JvmSummary), Verdict> {
     }
 }
 
-/// Seconds whose p99 is at least twice the run's median p99 (and 5 ms above it), with the
-/// GC pause time of the runtime's second that covers each.
-fn slow_seconds(run: &RunRecord) -> Vec<(u64, u64, f64)> {
+/// The runtime's summary when the target is a Go program.
+fn go_of(run: &RunRecord) -> Option<&RuntimeSummary> {
+    run.runtime.as_ref().filter(|r| r.info.runtime == "go")
+}
+
+/// A Go target's GC: stopped the world long enough, or its cycles (and the mark assist they
+/// make allocating requests do) are where the slow seconds are.
+fn go_gc(run: &RunRecord, runtime: &RuntimeSummary) -> Verdict {
+    let Some(go) = &runtime.go else {
+        return Verdict::Unjudged(
+            "a Go target's GC cycles are read when kiln starts it (kiln run --spawn CMD sets \
+             GODEBUG=gctrace=1)"
+                .into(),
+        );
+    };
+    // the measured seconds' GC cycles, each as the wall-clock span it ran
+    let cycles: Vec<(f64, f64)> = run
+        .runtime_seconds
+        .iter()
+        .filter_map(|s| s.go.as_ref())
+        .flat_map(|g| &g.cycles)
+        .map(|c| {
+            let start = c.start_unix_ms;
+            (start, start + c.mark_ms + c.pause_ms)
+        })
+        .collect();
+    // the slow seconds (each ending at its unix_ms) with the cycles that ran in them
+    let slow: Vec<(u64, usize)> = slow_load_seconds(run)
+        .into_iter()
+        .map(|(end, _)| {
+            let (from, to) = (end as f64 - 1000.0, end as f64);
+            let running = cycles
+                .iter()
+                .filter(|(start, stop)| *start <= to && *stop >= from)
+                .count();
+            (end, running)
+        })
+        .collect();
+    let aligned = slow.iter().filter(|(_, running)| *running > 0).count();
+    let explains_tail =
+        slow.len() >= MIN_SLOW_SECONDS && aligned as f64 >= TAIL_ALIGNED * slow.len() as f64;
+    let share = go.pause_share;
+    if share < PAUSE_SHARE && !explains_tail {
+        return Verdict::Clear;
+    }
+    let mut evidence = vec![
+        format!(
+            "{} GC cycles in {} of the {} measured seconds, stopping the world {:.1} ms in all \
+             ({:.2}% of the time, longest {:.2} ms)",
+            go.gc_cycles,
+            go.seconds_with_gc,
+            go.seconds,
+            go.pause_ms,
+            100.0 * share,
+            go.longest_pause_ms
+        ),
+        format!(
+            "the GC's CPU: {:.0} ms ({:.1}% of a core), {:.0} ms of it mark assist: requests' \
+             goroutines made to mark because they allocated while a cycle ran",
+            go.gc_cpu_ms,
+            100.0 * go.gc_cpu_cores,
+            go.assist_cpu_ms
+        ),
+    ];
+    if !slow.is_empty() {
+        evidence.push(format!(
+            "{aligned} of the {} slow seconds (p99 twice the run's median p99) had a GC cycle \
+             running",
+            slow.len()
+        ));
+    }
+    if let Some(live) = go.heap_live_max_mb {
+        evidence.push(format!("live heap up to {live:.0} MB"));
+    }
+    Verdict::Found(vec![Draft {
+        rule: GC_PAUSES.id,
+        key: "go",
+        severity: if share >= PAUSE_SHARE_HIGH {
+            Severity::High
+        } else {
+            Severity::Medium
+        },
+        title: if share >= PAUSE_SHARE {
+            format!(
+                "The Go program stopped for garbage collection {:.1}% of the time",
+                100.0 * share
+            )
+        } else {
+            format!(
+                "Go's garbage collector makes the tail: {aligned} of {} slow seconds had a GC \
+                 cycle running",
+                slow.len()
+            )
+        },
+        evidence,
+        window: run.window(),
+        cause: "a burst of allocation (a cache rebuilt at once when it expires, a large \
+                response decoded) starts GC cycles; while one runs, every goroutine that \
+                allocates is made to help mark (mark assist), so the requests of those seconds \
+                run slower, and the heap's growth brings the next cycle sooner"
+            .into(),
+        fix: "allocate less in the burst: rebuild a cache in the background or piece by piece \
+              and swap it in, spread expiries with jitter, reuse buffers (sync.Pool); give the \
+              collector room so cycles come less often (a higher GOGC, or GOMEMLIMIT set to \
+              the memory you can spend)"
+            .into(),
+        impact: if share >= PAUSE_SHARE {
+            (share, "the measured time")
+        } else {
+            (
+                aligned as f64 / run.seconds.len().max(1) as f64,
+                "the measured seconds",
+            )
+        },
+        data: json!({"gc_cycles": go.gc_cycles, "pause_share": share,
+            "pause_ms": go.pause_ms, "gc_cpu_ms": go.gc_cpu_ms,
+            "assist_cpu_ms": go.assist_cpu_ms, "slow_seconds": slow.len(),
+            "slow_seconds_with_cycle": aligned}),
+    }
+    .finish()])
+}
+
+/// Seconds whose p99 is at least twice the run's median p99 (and 5 ms above it): the end
+/// of each on the wall clock and its p99.
+fn slow_load_seconds(run: &RunRecord) -> Vec<(u64, u64)> {
     let mut p99s: Vec<u64> = run
         .seconds
         .iter()
@@ -101,21 +223,33 @@ fn slow_seconds(run: &RunRecord) -> Vec<(u64, u64, f64)> {
     run.seconds
         .iter()
         .filter(|s| s.requests > 0 && s.p99_us >= 2 * median && s.p99_us >= median + 5_000)
-        .map(|s| {
+        .map(|s| (s.unix_ms, s.p99_us))
+        .collect()
+}
+
+/// Seconds whose p99 is at least twice the run's median p99 (and 5 ms above it), with the
+/// GC pause time of the runtime's second that covers each.
+fn slow_seconds(run: &RunRecord) -> Vec<(u64, u64, f64)> {
+    slow_load_seconds(run)
+        .into_iter()
+        .map(|(end, p99)| {
             // the runtime's second ending nearest this one (both end at their time)
             let paused = run
                 .runtime_seconds
                 .iter()
-                .filter(|r| r.unix_ms.abs_diff(s.unix_ms) <= 500)
+                .filter(|r| r.unix_ms.abs_diff(end) <= 500)
                 .filter_map(|r| r.jvm.as_ref())
                 .map(|j| j.gc_pause_ms)
                 .fold(0.0, f64::max);
-            (s.unix_ms, s.p99_us, paused)
+            (end, p99, paused)
         })
         .collect()
 }
 
 fn gc_pauses(run: &RunRecord) -> Verdict {
+    if let Some(runtime) = go_of(run) {
+        return go_gc(run, runtime);
+    }
     let (_, jvm) = match jvm_of(run) {
         Ok(found) => found,
         Err(verdict) => return verdict,
@@ -225,6 +359,10 @@ fn gc_pauses(run: &RunRecord) -> Verdict {
 /// The JIT compiler still busy in the measured seconds: the numbers mix compiling with the
 /// steady state, and the latency of the first seconds is not the service's.
 fn jit_warmup(run: &RunRecord) -> Verdict {
+    // Go compiles ahead of time: nothing warms up
+    if go_of(run).is_some() {
+        return Verdict::Clear;
+    }
     if let Err(verdict) = jvm_of(run) {
         return verdict;
     }
@@ -309,6 +447,10 @@ fn jit_warmup(run: &RunRecord) -> Verdict {
 
 /// Exceptions created at a rate that costs CPU (each one walks the stack to fill it in).
 fn exceptions(run: &RunRecord) -> Verdict {
+    // Go returns errors as values: there is no exception to build
+    if go_of(run).is_some() {
+        return Verdict::Clear;
+    }
     let (runtime, _) = match jvm_of(run) {
         Ok(found) => found,
         Err(verdict) => return verdict,
@@ -363,6 +505,9 @@ fn exceptions(run: &RunRecord) -> Verdict {
 }
 
 fn blocked_threads(run: &RunRecord) -> Verdict {
+    if go_of(run).is_some() {
+        return Verdict::Unjudged("a Go target's goroutines are not read yet".into());
+    }
     let (runtime, _) = match jvm_of(run) {
         Ok(found) => found,
         Err(verdict) => return verdict,
@@ -529,6 +674,7 @@ mod tests {
                 }),
                 thread_dump: None,
                 python: None,
+                go: None,
             })
             .collect();
         let seconds: Vec<&RuntimeSecond> = run.runtime_seconds.iter().collect();
@@ -577,6 +723,98 @@ mod tests {
         // the same pauses in other seconds than the slow ones: clear
         let run = run_with_gc("G1 young collection pauses", &pauses, &[1, 4, 7]);
         assert!(matches!(gc_pauses(&run), Verdict::Clear));
+    }
+
+    /// Ten seconds of 100 requests at 2 ms, a Go target with one GC cycle (2 ms of pause,
+    /// 150 ms of mark) starting 200 ms into each second of `gc`, and 60 ms requests at the
+    /// tail in the `slow` seconds.
+    fn go_run(gc: &[usize], slow: &[usize]) -> RunRecord {
+        use kiln_runtime::go::{GoGcCycle, GoSecond};
+        let seconds: Vec<Second> = (0..10)
+            .map(|i| {
+                if slow.contains(&i) {
+                    Second::latencies(&[(2_000, 95), (60_000, 5)])
+                } else {
+                    Second::ok(100)
+                }
+            })
+            .collect();
+        let mut run = load_run(&seconds);
+        run.runtime_seconds = (0..10)
+            .map(|i| RuntimeSecond {
+                second: i as u32 + 1,
+                unix_ms: T0_MS + 1000 * (i as u64 + 1),
+                interval_s: 1.0,
+                go: Some(GoSecond::of(if gc.contains(&i) {
+                    vec![GoGcCycle {
+                        number: i as u64 + 1,
+                        start_unix_ms: (T0_MS + 1000 * i as u64 + 200) as f64,
+                        pause_ms: 2.0,
+                        mark_ms: 150.0,
+                        assist_cpu_ms: 40.0,
+                        background_cpu_ms: 80.0,
+                        heap_live_mb: 60.0,
+                        ..Default::default()
+                    }]
+                } else {
+                    vec![]
+                })),
+                ..Default::default()
+            })
+            .collect();
+        let seconds: Vec<&RuntimeSecond> = run.runtime_seconds.iter().collect();
+        let info = RuntimeInfo {
+            runtime: "go".into(),
+            ..Default::default()
+        };
+        run.runtime = Some(summarize(&info, &seconds));
+        run
+    }
+
+    #[test]
+    fn go_gc_cycles_in_the_slow_seconds_are_found_and_elsewhere_are_not() {
+        let run = go_run(&[2, 5, 8], &[2, 5, 8]);
+        let Verdict::Found(found) = gc_pauses(&run) else {
+            panic!("no finding");
+        };
+        let f = &found[0];
+        assert!(
+            f.title
+                .contains("Go's garbage collector makes the tail: 3 of 3 slow seconds"),
+            "{}",
+            f.title
+        );
+        assert!(
+            f.evidence[0].starts_with("3 GC cycles in 3 of the 10"),
+            "{:?}",
+            f.evidence
+        );
+        assert!(
+            f.evidence[1].contains("120 ms of it mark assist"),
+            "{:?}",
+            f.evidence
+        );
+        assert!(f.fix.contains("GOMEMLIMIT"), "{}", f.fix);
+        // the same cycles in other seconds than the slow ones, or none slow: clear
+        assert!(matches!(
+            gc_pauses(&go_run(&[1, 4, 7], &[2, 5, 8])),
+            Verdict::Clear
+        ));
+        assert!(matches!(
+            gc_pauses(&go_run(&[2, 5, 8], &[])),
+            Verdict::Clear
+        ));
+        // the JVM's rules do not apply: Go has no JIT and no exceptions; goroutines unread
+        assert!(matches!(jit_warmup(&run), Verdict::Clear));
+        assert!(matches!(exceptions(&run), Verdict::Clear));
+        assert!(matches!(blocked_threads(&run), Verdict::Unjudged(_)));
+        // a Go target kiln did not start: its GC was not read, and it says how to
+        let mut unread = run.clone();
+        unread.runtime.as_mut().unwrap().go = None;
+        let Verdict::Unjudged(why) = gc_pauses(&unread) else {
+            panic!("judged");
+        };
+        assert!(why.contains("--spawn"), "{why}");
     }
 
     fn run_with_jit(jit_ms: &[f64]) -> RunRecord {
@@ -646,8 +884,10 @@ mod tests {
             },
             &[],
         ));
-        assert!(matches!(gc_pauses(&run), Verdict::Unjudged(r) if r.contains("go")));
+        assert!(matches!(gc_pauses(&run), Verdict::Unjudged(r) if r.contains("--spawn")));
         assert!(matches!(blocked_threads(&run), Verdict::Unjudged(_)));
+        run.runtime.as_mut().unwrap().info.runtime = "python".into();
+        assert!(matches!(gc_pauses(&run), Verdict::Unjudged(r) if r.contains("python")));
         run.runtime.as_mut().unwrap().info.runtime = "native".into();
         assert!(matches!(gc_pauses(&run), Verdict::Clear));
         run.runtime.as_mut().unwrap().info.runtime = "jvm".into();

@@ -1,0 +1,225 @@
+//! A Go target started by kiln (`kiln run --spawn`): its GC cycles, read from
+//! `GODEBUG=gctrace=1`, against the Go runtime's own count and pause times
+//! (tests/apps/go_cache writes `runtime.MemStats` when it is stopped), and where they come:
+//! in the seconds after each cache rebuild, at a known wall-clock phase.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::apps::{free_port, workspace};
+use common::{json_with_exit, kiln};
+use serde_json::Value;
+
+/// tests/apps/go_cache built into `dir`.
+fn go_cache(dir: &Path) -> PathBuf {
+    let bin = dir.join("go_cache");
+    let out = Command::new("go")
+        .args(["build", "-o"])
+        .arg(&bin)
+        .arg(workspace().join("tests/apps/go_cache/main.go"))
+        .env("GO111MODULE", "off")
+        .env("GOFLAGS", "")
+        .env("GOCACHE", dir.join("gocache"))
+        .output()
+        .expect("go (the Go toolchain) is needed");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    bin
+}
+
+fn lines(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[test]
+fn a_spawned_go_targets_gc_cycles_are_its_own_and_come_after_each_cache_rebuild() {
+    let tmp = tempfile::tempdir().unwrap();
+    let bin = go_cache(tmp.path());
+    let truth_file = tmp.path().join("truth.json");
+    let port = free_port();
+    let out = tmp.path().join("run");
+    let spawn = format!("{} {port} {}", bin.display(), truth_file.display());
+    let url = format!("http://127.0.0.1:{port}/");
+    let run = json_with_exit(
+        &kiln(&[
+            "run",
+            &url,
+            "--spawn",
+            &spawn,
+            "--rate",
+            "200",
+            "-d",
+            "24s",
+            "--warmup",
+            "2s",
+            "--json",
+            "--quiet",
+            "--out",
+            out.to_str().unwrap(),
+        ]),
+        0,
+    );
+    assert_eq!(run["total"]["failed"], 0, "{run:#}");
+    let runtime = &run["runtime"];
+    assert_eq!(runtime["runtime"], "go", "{runtime:#}");
+    assert!(
+        runtime["read"][0].as_str().unwrap().contains("gctrace"),
+        "{runtime:#}"
+    );
+
+    // kiln stopped the target (SIGTERM) at the end: it wrote what its runtime counted
+    let truth: Value = serde_json::from_str(&std::fs::read_to_string(&truth_file).unwrap())
+        .expect("the target wrote its truth when it was stopped");
+    let num_gc = truth["num_gc"].as_u64().unwrap();
+    let first = truth["first_cycle"].as_u64().unwrap();
+    let pause_ends: Vec<f64> = truth["pause_end_unix_ns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_f64().unwrap() / 1e6)
+        .collect();
+
+    let seconds = lines(&out.join("runtime-seconds.jsonl"));
+    let watched_until = seconds.last().unwrap()["unix_ms"].as_f64().unwrap();
+    let cycles: Vec<&Value> = seconds
+        .iter()
+        .flat_map(|s| s["go"]["cycles"].as_array().unwrap())
+        .collect();
+    // every cycle once, in order, from the first
+    let numbers: Vec<u64> = cycles
+        .iter()
+        .map(|c| c["number"].as_u64().unwrap())
+        .collect();
+    assert_eq!(numbers, (1..=numbers.len() as u64).collect::<Vec<_>>());
+    // all the runtime counted while kiln watched, and nothing it did not
+    let counted_while_watched = (first..=num_gc)
+        .zip(&pause_ends)
+        .filter(|(_, end)| **end < watched_until - 200.0)
+        .count() as u64
+        + first
+        - 1;
+    assert!(
+        numbers.len() as u64 <= num_gc,
+        "{} of {num_gc}",
+        numbers.len()
+    );
+    assert!(
+        numbers.len() as u64 >= counted_while_watched,
+        "{} recorded, {counted_while_watched} ended while kiln watched",
+        numbers.len()
+    );
+    // each cycle's end (its start + concurrent mark + pauses) is the runtime's PauseEnd,
+    // within the spread of the process's start and kiln's clock
+    for c in &cycles {
+        let n = c["number"].as_u64().unwrap();
+        if n < first {
+            continue;
+        }
+        let end = c["start_unix_ms"].as_f64().unwrap()
+            + c["mark_ms"].as_f64().unwrap()
+            + c["pause_ms"].as_f64().unwrap();
+        let truth_end = pause_ends[(n - first) as usize];
+        assert!(
+            (end - truth_end).abs() < 100.0,
+            "cycle {n}: gctrace says it ended at {end}, the runtime {truth_end}"
+        );
+    }
+    // the cycles after start-up come in the 1.5 s after a rebuild (every 10 s of the clock)
+    let rebuilds: Vec<f64> = truth["rebuilds"].as_array().unwrap()[1..]
+        .iter()
+        .map(|r| r["start_unix_ms"].as_f64().unwrap())
+        .collect();
+    assert!(rebuilds.len() >= 2, "{truth}");
+    let later: Vec<f64> = cycles
+        .iter()
+        .map(|c| c["start_unix_ms"].as_f64().unwrap())
+        .filter(|t| *t >= rebuilds[0] - 100.0)
+        .collect();
+    let after_rebuild = later
+        .iter()
+        .filter(|t| {
+            rebuilds
+                .iter()
+                .any(|r| **t >= r - 100.0 && **t <= r + 1500.0)
+        })
+        .count();
+    assert!(
+        later.len() >= rebuilds.len() && after_rebuild * 4 >= later.len() * 3,
+        "{after_rebuild} of {} cycles after a rebuild ({} rebuilds)",
+        later.len(),
+        rebuilds.len()
+    );
+    // the summary counts the measured window's cycles, and says where the assist came
+    let go = &runtime["go"];
+    let in_summary = go["gc_cycles"].as_u64().unwrap();
+    assert!(
+        in_summary >= 2 && in_summary <= numbers.len() as u64,
+        "{go:#}"
+    );
+    let (worst, _) = (
+        go["worst_assist_second"][0].as_u64(),
+        go["worst_assist_second"][1].as_f64(),
+    );
+    let worst = worst.expect("some mark assist");
+    let worst_at = seconds
+        .iter()
+        .find(|s| s["second"].as_u64() == Some(worst))
+        .unwrap()["unix_ms"]
+        .as_f64()
+        .unwrap();
+    assert!(
+        rebuilds
+            .iter()
+            .any(|r| worst_at >= *r && worst_at <= r + 2500.0),
+        "the most assist was in second {worst} (ending {worst_at}), rebuilds at {rebuilds:?}"
+    );
+    // and the end summary shows it
+    let report = kiln(&["report", out.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&report.stdout);
+    assert!(
+        text.contains("mark assist by allocating goroutines"),
+        "{text}"
+    );
+}
+
+#[test]
+fn spawn_refusals_and_a_target_that_never_listens() {
+    let port = free_port();
+    let url = format!("http://127.0.0.1:{port}/");
+    let out = kiln(&[
+        "run",
+        &url,
+        "--spawn",
+        "sleep 60",
+        "--watch-pid",
+        "1",
+        "-d",
+        "1s",
+    ]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("leave out --watch-pid"));
+    // a command that exits at once: its last words are shown
+    let out = kiln(&[
+        "run",
+        &url,
+        "--spawn",
+        "echo 'no such config <b>' >&2; exit 3",
+        "-d",
+        "1s",
+    ]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("exited") && stderr.contains("no such config <b>"),
+        "{stderr}"
+    );
+}

@@ -1,0 +1,144 @@
+//! A target kiln starts itself (`kiln run --spawn CMD`): its own process, with
+//! `GODEBUG=gctrace=1` added to its environment so a Go target reports every GC cycle on
+//! stderr, which is read here into a [`GcTraceFeed`]; the rest of its output is kept (the last
+//! lines) to say why it failed. kiln waits until it accepts connections on the load's address
+//! and stops it (SIGTERM, then SIGKILL) when dropped, so a failing run never leaves it behind.
+
+use std::collections::VecDeque;
+use std::io::{BufRead, BufReader, Read};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{bail, Context, Result};
+use kiln_runtime::go::{parse_gctrace, GcTraceFeed};
+
+/// Lines of the target's output kept for error messages.
+const KEPT_LINES: usize = 50;
+
+pub struct SpawnedTarget {
+    child: Child,
+    pub pid: i32,
+    /// GC cycles from a Go target's stderr.
+    pub gctrace: GcTraceFeed,
+    output: Arc<Mutex<VecDeque<String>>>,
+}
+
+impl SpawnedTarget {
+    /// Starts `command` (through `sh -c`, exec'd so the process kiln watches is the target
+    /// itself) and waits until `addr` accepts a connection, at most `ready_within`.
+    pub fn start(command: &str, addr: SocketAddr, ready_within: Duration) -> Result<Self> {
+        let godebug = match std::env::var("GODEBUG") {
+            Ok(v) if !v.trim().is_empty() => format!("{v},gctrace=1"),
+            _ => "gctrace=1".to_string(),
+        };
+        let started_unix_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64() * 1e3);
+        let mut child = Command::new("sh")
+            .arg("-c")
+            .arg(format!("exec {command}"))
+            .env("GODEBUG", godebug)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .with_context(|| format!("--spawn: cannot start {command:?}"))?;
+        let pid = i32::try_from(child.id()).context("--spawn: a pid out of range")?;
+        let gctrace = GcTraceFeed::default();
+        let output = Arc::new(Mutex::new(VecDeque::new()));
+        if let Some(stderr) = child.stderr.take() {
+            read_lines(
+                stderr,
+                output.clone(),
+                Some((gctrace.clone(), started_unix_ms)),
+            );
+        }
+        if let Some(stdout) = child.stdout.take() {
+            read_lines(stdout, output.clone(), None);
+        }
+        let mut target = Self {
+            child,
+            pid,
+            gctrace,
+            output,
+        };
+        let deadline = Instant::now() + ready_within;
+        loop {
+            if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+                return Ok(target);
+            }
+            if let Ok(Some(status)) = target.child.try_wait() {
+                // its last words may still be in the pipe
+                std::thread::sleep(Duration::from_millis(100));
+                bail!(
+                    "--spawn: {command:?} exited ({status}) before it accepted connections on \
+                     {addr}{}",
+                    target.last_output()
+                );
+            }
+            if Instant::now() >= deadline {
+                bail!(
+                    "--spawn: {command:?} did not accept connections on {addr} within {} s{}",
+                    ready_within.as_secs(),
+                    target.last_output()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The target's last lines of output, as a message's tail.
+    fn last_output(&self) -> String {
+        let lines = self.output.lock().map(|o| o.clone()).unwrap_or_default();
+        if lines.is_empty() {
+            return String::new();
+        }
+        let shown: Vec<String> = lines
+            .iter()
+            .map(|l| kiln_record::text::safe_text(l))
+            .collect();
+        format!("; its last output:\n  {}", shown.join("\n  "))
+    }
+}
+
+impl Drop for SpawnedTarget {
+    fn drop(&mut self) {
+        crate::child::stop_gracefully(&mut self.child, Duration::from_secs(5));
+    }
+}
+
+/// Reads `from` line by line on its own thread: gctrace lines to the feed, the others kept.
+fn read_lines(
+    from: impl Read + Send + 'static,
+    output: Arc<Mutex<VecDeque<String>>>,
+    gctrace: Option<(GcTraceFeed, f64)>,
+) {
+    let _ = std::thread::Builder::new()
+        .name("kiln-spawned-output".into())
+        .spawn(move || {
+            let mut reader = BufReader::new(from);
+            let mut buf = Vec::new();
+            // lines are read as bytes: a target may write anything
+            while reader.read_until(b'\n', &mut buf).is_ok_and(|n| n > 0) {
+                let line = String::from_utf8_lossy(&buf);
+                let line = line.trim_end();
+                match gctrace
+                    .as_ref()
+                    .and_then(|(feed, at)| parse_gctrace(line, *at).map(|c| (feed, c)))
+                {
+                    Some((feed, cycle)) => feed.push(cycle),
+                    None => {
+                        if let Ok(mut kept) = output.lock() {
+                            if kept.len() == KEPT_LINES {
+                                kept.pop_front();
+                            }
+                            kept.push_back(line.chars().take(500).collect());
+                        }
+                    }
+                }
+                buf.clear();
+            }
+        });
+}
