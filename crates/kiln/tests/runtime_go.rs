@@ -21,7 +21,8 @@ fn go_cache(dir: &Path) -> PathBuf {
         .arg(workspace().join("tests/apps/go_cache/main.go"))
         .env("GO111MODULE", "off")
         .env("GOFLAGS", "")
-        .env("GOCACHE", dir.join("gocache"))
+        // one build cache for the tests of this file (a cold build takes ~15 s)
+        .env("GOCACHE", workspace().join("target/go-build-cache"))
         .output()
         .expect("go (the Go toolchain) is needed");
     assert!(
@@ -221,5 +222,89 @@ fn spawn_refusals_and_a_target_that_never_listens() {
     assert!(
         stderr.contains("exited") && stderr.contains("no such config <b>"),
         "{stderr}"
+    );
+}
+
+/// Runs the go_cache target in `mode` (rebuilt every 4 s) under 200 requests/s for 20 s; the
+/// run's JSON.
+fn go_cache_run(bin: &Path, dir: &Path, mode: &str) -> Value {
+    let port = free_port();
+    let truth = dir.join(format!("truth-{mode}.json"));
+    let spawn = format!("{} {port} {} {mode} 4", bin.display(), truth.display());
+    let url = format!("http://127.0.0.1:{port}/");
+    let out = dir.join(format!("run-{mode}"));
+    json_with_exit(
+        &kiln(&[
+            "run",
+            &url,
+            "--spawn",
+            &spawn,
+            "--rate",
+            "200",
+            "-d",
+            "20s",
+            "--warmup",
+            "1s",
+            "--json",
+            "--quiet",
+            "--out",
+            out.to_str().unwrap(),
+        ]),
+        0,
+    )
+}
+
+fn finding<'a>(run: &'a Value, rule: &str) -> Option<&'a Value> {
+    run["findings"]["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["rule"] == rule)
+}
+
+/// Case study 2's shape: the request that finds the cache expired rebuilds it (60 MB at
+/// once) while the others wait: the slow seconds are the seconds GC cycles ran in, and the
+/// GC finding says so. Refreshed in place (nothing allocated in a burst), there are no
+/// cycles to speak of and no finding, though the rule judged the run.
+#[test]
+fn a_go_cache_rebuilt_at_once_makes_gc_in_the_slow_seconds_and_one_refreshed_in_place_does_not() {
+    let tmp = tempfile::tempdir().unwrap();
+    let bin = go_cache(tmp.path());
+    let (inline, in_place) = std::thread::scope(|s| {
+        let inline = s.spawn(|| go_cache_run(&bin, tmp.path(), "inline"));
+        let in_place = s.spawn(|| go_cache_run(&bin, tmp.path(), "in-place"));
+        (inline.join().unwrap(), in_place.join().unwrap())
+    });
+    let found = finding(&inline, "runtime.gc-pauses")
+        .unwrap_or_else(|| panic!("no GC finding: {:#}", inline["findings"]));
+    let data = &found["data"];
+    let (slow, with_cycle) = (
+        data["slow_seconds"].as_u64().unwrap(),
+        data["slow_seconds_with_cycle"].as_u64().unwrap(),
+    );
+    // 5 rebuilds in 20 s, each a slow second
+    assert!(slow >= 3 && with_cycle * 10 >= slow * 6, "{data}");
+    assert!(found["title"]
+        .as_str()
+        .unwrap()
+        .contains("Go's garbage collector"));
+    assert!(found["fix"].as_str().unwrap().contains("in the background"));
+    assert!(data["assist_cpu_ms"].as_f64().unwrap() > 0.0, "{data}");
+
+    assert!(
+        finding(&in_place, "runtime.gc-pauses").is_none(),
+        "{:#}",
+        in_place["findings"]
+    );
+    let unjudged = in_place["findings"]["unjudged"].as_array().unwrap();
+    assert!(
+        !unjudged.iter().any(|u| u["rule"] == "runtime.gc-pauses"),
+        "{unjudged:?}"
+    );
+    // refreshing in place allocates nothing in a burst: (almost) no cycles in the window
+    assert!(
+        in_place["runtime"]["go"]["gc_cycles"].as_u64().unwrap() <= 2,
+        "{:#}",
+        in_place["runtime"]["go"]
     );
 }

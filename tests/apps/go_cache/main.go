@@ -3,9 +3,17 @@
 // 60 MB while the old one is still live, so the garbage collector runs, and requests that
 // allocate meanwhile are made to assist its mark, in the seconds after each rebuild.
 //
-// Usage: go_cache PORT TRUTH_FILE. On SIGTERM it writes TRUTH_FILE as JSON: the GC cycles
-// the runtime counted (NumGC) with each one's pause end (from MemStats.PauseEnd, the last
-// 256), and when each rebuild began and ended: the ground truth for kiln's gctrace reading.
+// Usage: go_cache PORT TRUTH_FILE [MODE [PERIOD_S]]. MODE says how the cache is rebuilt:
+//   - background (the default): a goroutine builds a new cache and swaps it in;
+//   - inline: the first request after the cache expired rebuilds it under the cache's write
+//     lock, and the requests behind it wait (case study 2's expiry: slow seconds with GC);
+//   - in-place: the fix: the cache is built once and its entries refreshed in place, so
+//     nothing is allocated in a burst and the collector has nothing to do.
+// PERIOD_S (10) is the rebuild period, on the wall clock's multiples of it.
+//
+// On SIGTERM it writes TRUTH_FILE as JSON: the GC cycles the runtime counted (NumGC) with
+// each one's pause end (from MemStats.PauseEnd, the last 256), and when each rebuild began
+// and ended: the ground truth for kiln's gctrace reading.
 package main
 
 import (
@@ -31,7 +39,16 @@ var (
 	cache    atomic.Pointer[map[int][]byte]
 	mu       sync.Mutex
 	rebuilds []rebuild
+	// inline mode: requests read under it, the rebuild holds it
+	cacheLock sync.RWMutex
+	expires   atomic.Int64
 )
+
+func note(start time.Time) {
+	mu.Lock()
+	rebuilds = append(rebuilds, rebuild{start.UnixMilli(), time.Now().UnixMilli()})
+	mu.Unlock()
+}
 
 func build() {
 	start := time.Now()
@@ -40,24 +57,64 @@ func build() {
 		fresh[i] = make([]byte, 256)
 	}
 	cache.Store(&fresh)
-	mu.Lock()
-	rebuilds = append(rebuilds, rebuild{start.UnixMilli(), time.Now().UnixMilli()})
-	mu.Unlock()
+	note(start)
+}
+
+// refresh rewrites every entry where it lies: the same work, nothing allocated.
+func refresh() {
+	start := time.Now()
+	for _, v := range *cache.Load() {
+		for j := range v {
+			v[j]++
+		}
+	}
+	note(start)
+}
+
+// next is the period's next multiple on the wall clock after now.
+func next(period time.Duration) time.Time {
+	return time.Now().Truncate(period).Add(period)
 }
 
 func main() {
 	debug.SetGCPercent(50)
 	port, truth := os.Args[1], os.Args[2]
-	build()
-	go func() {
-		for {
-			now := time.Now()
-			next := now.Truncate(10 * time.Second).Add(10 * time.Second)
-			time.Sleep(next.Sub(now))
-			build()
+	mode, period := "background", 10*time.Second
+	if len(os.Args) > 3 {
+		mode = os.Args[3]
+	}
+	if len(os.Args) > 4 {
+		secs, err := time.ParseDuration(os.Args[4] + "s")
+		if err != nil {
+			panic(err)
 		}
-	}()
+		period = secs
+	}
+	build()
+	expires.Store(next(period).UnixNano())
+	if mode != "inline" {
+		go func() {
+			for {
+				time.Sleep(time.Until(next(period)))
+				if mode == "in-place" {
+					refresh()
+				} else {
+					build()
+				}
+			}
+		}()
+	}
 	http.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if mode == "inline" && time.Now().UnixNano() >= expires.Load() {
+			cacheLock.Lock()
+			if time.Now().UnixNano() >= expires.Load() {
+				build()
+				expires.Store(next(period).UnixNano())
+			}
+			cacheLock.Unlock()
+		}
+		cacheLock.RLock()
+		defer cacheLock.RUnlock()
 		// a request allocates a little, as a JSON decode would
 		buf := make([]byte, 8192)
 		m := *cache.Load()
