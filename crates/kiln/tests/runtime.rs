@@ -8,7 +8,7 @@ mod common;
 use std::process::{Command, Stdio};
 
 use common::apps::{free_port, javac, wait_port, workspace, Killed};
-use common::{json_with_exit, kiln};
+use common::{finding, json_with_exit, kiln};
 
 #[test]
 fn a_jvm_target_shows_its_gc_safepoints_and_threads() {
@@ -239,14 +239,6 @@ fn request_threads_blocked_behind_a_full_log4j2_ring_buffer_are_named_and_discar
         "{:#}",
         discard["findings"]
     );
-}
-
-fn finding<'a>(run: &'a serde_json::Value, rule: &str) -> Option<&'a serde_json::Value> {
-    run["findings"]["findings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|f| f["rule"] == rule)
 }
 
 /// GcPattern with 60 MB alive and System.gc() every 100 ms: full collections stop it a large

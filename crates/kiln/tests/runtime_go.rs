@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::apps::{free_port, workspace};
-use common::{json_with_exit, kiln};
+use common::{finding, json_with_exit, kiln};
 use serde_json::Value;
 
 /// tests/apps/go_cache built into `dir`.
@@ -45,30 +45,7 @@ fn lines(path: &Path) -> Vec<Value> {
 fn a_spawned_go_targets_gc_cycles_are_its_own_and_come_after_each_cache_rebuild() {
     let tmp = tempfile::tempdir().unwrap();
     let bin = go_cache(tmp.path());
-    let truth_file = tmp.path().join("truth.json");
-    let port = free_port();
-    let out = tmp.path().join("run");
-    let spawn = format!("{} {port} {}", bin.display(), truth_file.display());
-    let url = format!("http://127.0.0.1:{port}/");
-    let run = json_with_exit(
-        &kiln(&[
-            "run",
-            &url,
-            "--spawn",
-            &spawn,
-            "--rate",
-            "200",
-            "-d",
-            "24s",
-            "--warmup",
-            "2s",
-            "--json",
-            "--quiet",
-            "--out",
-            out.to_str().unwrap(),
-        ]),
-        0,
-    );
+    let (run, out, truth_file) = go_cache_run(&bin, tmp.path(), "background", 10, "24s");
     assert_eq!(run["total"]["failed"], 0, "{run:#}");
     let runtime = &run["runtime"];
     assert_eq!(runtime["runtime"], "go", "{runtime:#}");
@@ -225,15 +202,26 @@ fn spawn_refusals_and_a_target_that_never_listens() {
     );
 }
 
-/// Runs the go_cache target in `mode` (rebuilt every 4 s) under 200 requests/s for 20 s; the
-/// run's JSON.
-fn go_cache_run(bin: &Path, dir: &Path, mode: &str) -> Value {
+/// Runs the go_cache target in `mode` (rebuilt every `period_s`) under 200 requests/s for
+/// `duration` after a 2 s warm-up, started by kiln; the run's JSON, its directory and the
+/// file the target writes its runtime's truth to when stopped.
+fn go_cache_run(
+    bin: &Path,
+    dir: &Path,
+    mode: &str,
+    period_s: u32,
+    duration: &str,
+) -> (Value, PathBuf, PathBuf) {
     let port = free_port();
     let truth = dir.join(format!("truth-{mode}.json"));
-    let spawn = format!("{} {port} {} {mode} 4", bin.display(), truth.display());
+    let spawn = format!(
+        "{} {port} {} {mode} {period_s}",
+        bin.display(),
+        truth.display()
+    );
     let url = format!("http://127.0.0.1:{port}/");
     let out = dir.join(format!("run-{mode}"));
-    json_with_exit(
+    let run = json_with_exit(
         &kiln(&[
             "run",
             &url,
@@ -242,24 +230,17 @@ fn go_cache_run(bin: &Path, dir: &Path, mode: &str) -> Value {
             "--rate",
             "200",
             "-d",
-            "20s",
+            duration,
             "--warmup",
-            "1s",
+            "2s",
             "--json",
             "--quiet",
             "--out",
             out.to_str().unwrap(),
         ]),
         0,
-    )
-}
-
-fn finding<'a>(run: &'a Value, rule: &str) -> Option<&'a Value> {
-    run["findings"]["findings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|f| f["rule"] == rule)
+    );
+    (run, out, truth)
 }
 
 /// Case study 2's shape: the request that finds the cache expired rebuilds it (60 MB at
@@ -271,8 +252,8 @@ fn a_go_cache_rebuilt_at_once_makes_gc_in_the_slow_seconds_and_one_refreshed_in_
     let tmp = tempfile::tempdir().unwrap();
     let bin = go_cache(tmp.path());
     let (inline, in_place) = std::thread::scope(|s| {
-        let inline = s.spawn(|| go_cache_run(&bin, tmp.path(), "inline"));
-        let in_place = s.spawn(|| go_cache_run(&bin, tmp.path(), "in-place"));
+        let inline = s.spawn(|| go_cache_run(&bin, tmp.path(), "inline", 4, "20s").0);
+        let in_place = s.spawn(|| go_cache_run(&bin, tmp.path(), "in-place", 4, "20s").0);
         (inline.join().unwrap(), in_place.join().unwrap())
     });
     let found = finding(&inline, "runtime.gc-pauses")

@@ -54,6 +54,29 @@ pub struct ShardHealth {
     pub clock_max_error_us: Option<i64>,
 }
 
+impl ShardHealth {
+    /// A shard's health before its seconds are read: nothing counted yet.
+    fn new(dir: String, status: RunStatus) -> Self {
+        Self {
+            dir,
+            index: None,
+            status,
+            status_reason: None,
+            requests: 0,
+            scheduled: 0,
+            unsent: 0,
+            p99_us: 0,
+            send_lag_max_us: 0,
+            kiln_cpu_s: 0.0,
+            started_unix_ms: None,
+            start_skew_ms: None,
+            host: None,
+            clock_synchronized: None,
+            clock_max_error_us: None,
+        }
+    }
+}
+
 /// What a merge made.
 #[derive(Clone, Debug, Serialize)]
 pub struct Merged {
@@ -212,21 +235,12 @@ pub fn merge(dirs: &[PathBuf], out: &Path, options: MergeOptions) -> Result<Merg
         streams.push(lines.map_while(Result::ok).peekable());
         let clock = &run.manifest.plan["clock"];
         shards.push(ShardHealth {
-            dir: run.path().display().to_string(),
             index: shard_of(run).map(|s| s.0),
-            status: run.effective_status(),
             status_reason: run.manifest.status_reason.clone(),
-            requests: 0,
-            scheduled: 0,
-            unsent: 0,
-            p99_us: 0,
-            send_lag_max_us: 0,
-            kiln_cpu_s: 0.0,
-            started_unix_ms: None,
-            start_skew_ms: None,
             host: clock["host"].as_str().map(str::to_string),
             clock_synchronized: clock["sync"]["synchronized"].as_bool(),
             clock_max_error_us: clock["sync"]["max_error_us"].as_i64(),
+            ..ShardHealth::new(run.path().display().to_string(), run.effective_status())
         });
     }
     let mut latencies: Vec<kiln_record::LatencyHistogram> = runs
@@ -459,21 +473,10 @@ mod tests {
 
     fn shard(dir: &str, host: &str, synchronized: bool, max_error_us: i64) -> ShardHealth {
         ShardHealth {
-            dir: dir.into(),
-            index: None,
-            status: RunStatus::Complete,
-            status_reason: None,
-            requests: 0,
-            scheduled: 0,
-            unsent: 0,
-            p99_us: 0,
-            send_lag_max_us: 0,
-            kiln_cpu_s: 0.0,
-            started_unix_ms: None,
-            start_skew_ms: None,
             host: Some(host.into()),
             clock_synchronized: Some(synchronized),
             clock_max_error_us: Some(max_error_us),
+            ..ShardHealth::new(dir.into(), RunStatus::Complete)
         }
     }
 

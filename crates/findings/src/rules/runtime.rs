@@ -644,9 +644,8 @@ mod tests {
         }
     }
 
-    /// Ten seconds of 100 requests at 2 ms, with the JVM pausing `pause_ms` each second in
-    /// `collector`, and in the `slow` seconds requests of 60 ms at the tail.
-    fn run_with_gc(collector: &str, pause_ms: &[f64], slow: &[usize]) -> RunRecord {
+    /// Ten seconds of 100 requests at 2 ms; in the `slow` seconds 5 of them take 60 ms.
+    fn load_with_slow(slow: &[usize]) -> RunRecord {
         let seconds: Vec<Second> = (0..10)
             .map(|i| {
                 if slow.contains(&i) {
@@ -656,7 +655,13 @@ mod tests {
                 }
             })
             .collect();
-        let mut run = load_run(&seconds);
+        load_run(&seconds)
+    }
+
+    /// Ten seconds of 100 requests at 2 ms, with the JVM pausing `pause_ms` each second in
+    /// `collector`, and in the `slow` seconds requests of 60 ms at the tail.
+    fn run_with_gc(collector: &str, pause_ms: &[f64], slow: &[usize]) -> RunRecord {
+        let mut run = load_with_slow(slow);
         run.runtime_seconds = (0..10)
             .map(|i| RuntimeSecond {
                 second: i as u32 + 1,
@@ -730,16 +735,7 @@ mod tests {
     /// tail in the `slow` seconds.
     fn go_run(gc: &[usize], slow: &[usize]) -> RunRecord {
         use kiln_runtime::go::{GoGcCycle, GoSecond};
-        let seconds: Vec<Second> = (0..10)
-            .map(|i| {
-                if slow.contains(&i) {
-                    Second::latencies(&[(2_000, 95), (60_000, 5)])
-                } else {
-                    Second::ok(100)
-                }
-            })
-            .collect();
-        let mut run = load_run(&seconds);
+        let mut run = load_with_slow(slow);
         run.runtime_seconds = (0..10)
             .map(|i| RuntimeSecond {
                 second: i as u32 + 1,

@@ -52,6 +52,15 @@ pub fn json_with_exit(out: &Output, code: i32) -> Value {
     json_of(out)
 }
 
+/// The finding of `rule` in a run's JSON (`kiln run --json`), if it found one.
+pub fn finding<'a>(run: &'a Value, rule: &str) -> Option<&'a Value> {
+    run["findings"]["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["rule"] == rule)
+}
+
 /// `kiln profile --pid PID --json --out OUT` plus `args`, expected to complete; its JSON.
 pub fn profile_pid(pid: u32, out: &Path, args: &[&str]) -> Value {
     let pid = pid.to_string();
