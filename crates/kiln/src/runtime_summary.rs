@@ -203,15 +203,19 @@ fn go_text(g: &GoSummary) -> String {
         100.0 * g.pause_share,
         ms(g.longest_pause_ms)
     );
-    let _ = write!(
-        out,
-        "             GC CPU {} ({:.1}% of a core), {} of it mark assist by allocating goroutines",
-        ms(g.gc_cpu_ms),
-        100.0 * g.gc_cpu_cores,
-        ms(g.assist_cpu_ms)
-    );
-    if let Some((second, assist)) = g.worst_assist_second {
-        let _ = write!(out, "; most in second {second} ({})", ms(assist));
+    if g.cpu_known {
+        let _ = write!(
+            out,
+            "             GC CPU {} ({:.1}% of a core), {} of it mark assist by allocating goroutines",
+            ms(g.gc_cpu_ms),
+            100.0 * g.gc_cpu_cores,
+            ms(g.assist_cpu_ms)
+        );
+        if let Some((second, assist)) = g.worst_assist_second {
+            let _ = write!(out, "; most in second {second} ({})", ms(assist));
+        }
+    } else {
+        out += "             the GC's CPU and mark assist were not read (expvar has pauses only)";
     }
     if let Some(live) = g.heap_live_max_mb {
         let _ = write!(out, "; live heap up to {live:.0} MB");

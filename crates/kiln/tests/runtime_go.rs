@@ -289,3 +289,94 @@ fn a_go_cache_rebuilt_at_once_makes_gc_in_the_slow_seconds_and_one_refreshed_in_
         in_place["runtime"]["go"]
     );
 }
+
+/// A Go target kiln did not start, watched by its port: its GC cycles come from its expvar
+/// page, each one's pause and end exactly the runtime's own (`MemStats.PauseEnd`), none lost.
+#[test]
+fn a_watched_go_targets_gc_cycles_come_from_its_expvar_page() {
+    let tmp = tempfile::tempdir().unwrap();
+    let bin = go_cache(tmp.path());
+    let port = free_port();
+    let truth_file = tmp.path().join("truth.json");
+    let mut target = Command::new(&bin)
+        .args([
+            &port.to_string(),
+            truth_file.to_str().unwrap(),
+            "background",
+            "4",
+        ])
+        .spawn()
+        .unwrap();
+    common::apps::wait_port(port, &mut target, "go_cache");
+    let out = tmp.path().join("run");
+    let url = format!("http://127.0.0.1:{port}/");
+    let run = json_with_exit(
+        &kiln(&[
+            "run",
+            &url,
+            "--rate",
+            "200",
+            "-d",
+            "12s",
+            "--watch-port",
+            &port.to_string(),
+            "--json",
+            "--quiet",
+            "--out",
+            out.to_str().unwrap(),
+        ]),
+        0,
+    );
+    // SIGTERM: the target writes what its runtime counted
+    unsafe { libc::kill(target.id() as i32, libc::SIGTERM) };
+    target.wait().unwrap();
+    let runtime = &run["runtime"];
+    assert!(
+        runtime["read"][0].as_str().unwrap().contains("expvar"),
+        "{runtime:#}"
+    );
+    let truth: Value =
+        serde_json::from_str(&std::fs::read_to_string(&truth_file).unwrap()).unwrap();
+    let first = truth["first_cycle"].as_u64().unwrap();
+    let ends: Vec<u64> = truth["pause_end_unix_ns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_u64().unwrap())
+        .collect();
+    let seconds = lines(&out.join("runtime-seconds.jsonl"));
+    let watched_until = seconds.last().unwrap()["unix_ms"].as_f64().unwrap();
+    let cycles: Vec<&Value> = seconds
+        .iter()
+        .flat_map(|s| s["go"]["cycles"].as_array().unwrap())
+        .collect();
+    assert!(cycles.len() >= 2, "three rebuilds in 12 s: {cycles:?}");
+    let numbers: Vec<u64> = cycles
+        .iter()
+        .map(|c| c["number"].as_u64().unwrap())
+        .collect();
+    let from = numbers[0];
+    assert_eq!(
+        numbers,
+        (from..from + numbers.len() as u64).collect::<Vec<_>>()
+    );
+    for c in &cycles {
+        let k = c["number"].as_u64().unwrap();
+        let end_ms = c["start_unix_ms"].as_f64().unwrap() + c["pause_ms"].as_f64().unwrap();
+        let truth_ms = ends[(k - first) as usize] as f64 / 1e6;
+        assert!(
+            (end_ms - truth_ms).abs() < 0.01,
+            "cycle {k}: {end_ms} against {truth_ms}"
+        );
+    }
+    // every cycle the runtime ended while kiln read, after its first read, is there
+    let missed: Vec<u64> = (from..first + ends.len() as u64)
+        .filter(|k| (ends[(k - first) as usize] as f64 / 1e6) < watched_until - 1100.0)
+        .filter(|k| !numbers.contains(k))
+        .collect();
+    assert!(missed.is_empty(), "{missed:?}");
+    // the summary says what expvar cannot tell
+    let report = kiln(&["report", out.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&report.stdout);
+    assert!(text.contains("expvar has pauses only"), "{text}");
+}

@@ -27,7 +27,9 @@ impl RuntimeWatcher {
         depth: Depth,
         gctrace: Option<kiln_runtime::go::GcTraceFeed>,
     ) -> Result<Self> {
-        let mut watch = RuntimeWatch::start_with(pid, Path::new("/proc"), depth, gctrace);
+        let listening = listening_addrs(pid);
+        let mut watch =
+            RuntimeWatch::start_with(pid, Path::new("/proc"), depth, gctrace, &listening);
         let mut writer = if watch.has_series() {
             Some(dir.add_json_lines_part(RUNTIME_SECONDS_PART, "runtime-seconds.jsonl", 1)?)
         } else {
@@ -76,4 +78,27 @@ impl RuntimeWatcher {
         }
         (info, seconds)
     }
+}
+
+/// The TCP addresses `pid` listens on, as a client on this host reaches them (a wildcard
+/// address by loopback).
+fn listening_addrs(pid: i32) -> Vec<std::net::SocketAddr> {
+    let Some(sockets) = kiln_sample::ProcFs::default().process_sockets(pid) else {
+        return Vec::new();
+    };
+    sockets
+        .listen
+        .iter()
+        .filter_map(|(addr, _)| addr.parse::<std::net::SocketAddr>().ok())
+        .map(|mut addr| {
+            if addr.ip().is_unspecified() {
+                addr.set_ip(if addr.is_ipv4() {
+                    std::net::Ipv4Addr::LOCALHOST.into()
+                } else {
+                    std::net::Ipv6Addr::LOCALHOST.into()
+                });
+            }
+            addr
+        })
+        .collect()
 }

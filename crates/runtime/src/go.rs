@@ -140,6 +140,13 @@ pub struct GoSecond {
     /// The live heap after the last cycle in the interval (MB).
     pub heap_live_mb: Option<f64>,
     pub cycles: Vec<GoGcCycle>,
+    /// Cycles that came and went unseen (expvar keeps the last 256).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cycles_lost: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl GoSecond {
@@ -153,6 +160,7 @@ impl GoSecond {
             gc_cpu_ms: total(GoGcCycle::cpu_ms),
             heap_live_mb: cycles.last().map(|c| c.heap_live_mb),
             cycles,
+            cycles_lost: 0,
         }
     }
 }

@@ -8,6 +8,7 @@
 
 pub mod attach;
 pub mod detect;
+pub mod expvar;
 pub mod go;
 pub mod hsperf;
 pub mod jfr;

@@ -59,6 +59,8 @@ pub struct GoSummary {
     /// Seconds with at least one cycle, of the window's.
     pub seconds_with_gc: u32,
     pub seconds: u32,
+    /// The cycles' marking and CPU were read (gctrace has them; expvar does not).
+    pub cpu_known: bool,
 }
 
 fn summarize_go(seconds: &[(&RuntimeSecond, &GoSecond)]) -> GoSummary {
@@ -90,6 +92,7 @@ fn summarize_go(seconds: &[(&RuntimeSecond, &GoSecond)]) -> GoSummary {
             .map(|(s, g)| (s.second, g.assist_cpu_ms)),
         seconds_with_gc: seconds.iter().filter(|(_, g)| g.gc_cycles > 0).count() as u32,
         seconds: seconds.len() as u32,
+        cpu_known: cycles().any(|c| c.mark_ms > 0.0 || c.cpu_ms() > 0.0),
     }
 }
 

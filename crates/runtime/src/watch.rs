@@ -7,6 +7,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::attach::Attach;
 use crate::detect::{detect, Runtime};
+use crate::expvar::ExpvarReader;
 use crate::go::{GcTraceFeed, GoSecond};
 use crate::jfr;
 use crate::jvm::JvmReader;
@@ -49,23 +50,26 @@ pub struct RuntimeWatch {
     attach: Option<Attach>,
     /// py-spy for a Python target under `--runtime deep`.
     pyspy: Option<PySpy>,
-    /// A Go target's GC cycles, parsed from its stderr by whoever started it.
-    gctrace: Option<GcTraceFeed>,
+    /// A Go target's GC cycles: parsed from its stderr by whoever started it, or read from
+    /// its expvar page.
+    go: Option<GoSource>,
     proc_root: std::path::PathBuf,
 }
 
 impl RuntimeWatch {
     pub fn start(pid: i32, proc_root: &Path, depth: Depth) -> Self {
-        Self::start_with(pid, proc_root, depth, None)
+        Self::start_with(pid, proc_root, depth, None, &[])
     }
 
-    /// As [`RuntimeWatch::start`], with the GC cycles of a Go target kiln started with
-    /// `GODEBUG=gctrace=1` (its stderr read elsewhere).
+    /// As [`RuntimeWatch::start`], with what else kiln knows of the target: the GC cycles of
+    /// a Go target it started with `GODEBUG=gctrace=1`, the addresses it listens on (where a
+    /// Go target's expvar page may be).
     pub fn start_with(
         pid: i32,
         proc_root: &Path,
         depth: Depth,
         gctrace: Option<GcTraceFeed>,
+        listening: &[std::net::SocketAddr],
     ) -> Self {
         let runtime = detect(pid, proc_root);
         let mut info = RuntimeInfo {
@@ -132,21 +136,41 @@ impl RuntimeWatch {
                     .to_string(),
             );
         }
-        let gctrace = gctrace.filter(|_| runtime == Runtime::Go);
+        let mut go = None;
         if runtime == Runtime::Go {
-            info.not_read.push(match gctrace {
-                Some(_) => {
+            go = match gctrace {
+                Some(feed) => {
                     info.read.push(
                         "GC cycles (pauses, mark assist, heap) from GODEBUG=gctrace=1 on the \
                          stderr of the process kiln started"
                             .to_string(),
                     );
-                    "expvar's and pprof's figures are not read (gctrace has the GC's)".to_string()
+                    Some(GoSource::Trace(feed))
                 }
-                None => "GC cycles and mark assist: kiln reads them from GODEBUG=gctrace=1 \
-                         when it starts the target itself (kiln run --spawn CMD)"
-                    .to_string(),
-            });
+                None => match ExpvarReader::probe(listening) {
+                    Ok(reader) => {
+                        info.read.push(format!(
+                            "GC cycles (pauses, when each ended) from expvar's memstats at \
+                             http://{}/debug/vars, once a second",
+                            reader.addr()
+                        ));
+                        info.not_read.push(
+                            "mark assist and mark time: expvar does not have them \
+                             (kiln run --spawn CMD reads them from GODEBUG=gctrace=1)"
+                                .to_string(),
+                        );
+                        Some(GoSource::Expvar(reader))
+                    }
+                    Err(why) => {
+                        info.not_read.push(format!(
+                            "GC cycles: no expvar page ({why}); kiln reads them from \
+                             GODEBUG=gctrace=1 when it starts the target itself (kiln run \
+                             --spawn CMD), or from /debug/vars when the program imports expvar"
+                        ));
+                        None
+                    }
+                },
+            };
         }
         if runtime == Runtime::Native {
             info.not_read.push(
@@ -162,14 +186,14 @@ impl RuntimeWatch {
             jvm,
             attach,
             pyspy,
-            gctrace,
+            go,
             proc_root: proc_root.to_path_buf(),
         }
     }
 
     /// Whether there is anything to read every second.
     pub fn has_series(&self) -> bool {
-        self.jvm.is_some() || self.pyspy.is_some() || self.gctrace.is_some()
+        self.jvm.is_some() || self.pyspy.is_some() || self.go.is_some()
     }
 
     /// Polls until `stop` says so (or the JVM's counters go away), calling `on_second` once a
@@ -182,9 +206,12 @@ impl RuntimeWatch {
         if let (None, Some(spy)) = (&self.jvm, self.pyspy.clone()) {
             return self.run_python(&spy, stop, on_second);
         }
-        if let Some(feed) = self.gctrace.clone() {
-            run_go(&feed, stop, on_second);
-            return None;
+        if let Some(mut go) = self.go.take() {
+            let stopped = run_go(&mut go, stop, on_second);
+            if let Some(why) = &stopped {
+                self.info.not_read.push(format!("GC cycles stopped: {why}"));
+            }
+            return stopped;
         }
         let jvm = self.jvm.as_mut()?;
         // the first JFR start in a JVM takes a second or two: on its own thread, so that the
@@ -303,31 +330,50 @@ impl RuntimeWatch {
     }
 }
 
-/// A Go target: a line a second with the GC cycles its stderr reported meanwhile.
-fn run_go(feed: &GcTraceFeed, stop: &dyn Fn() -> bool, on_second: &mut dyn FnMut(RuntimeSecond)) {
+/// Where a Go target's GC cycles come from.
+enum GoSource {
+    Trace(GcTraceFeed),
+    Expvar(ExpvarReader),
+}
+
+/// A Go target: a line a second with the GC cycles reported meanwhile. Returns why it
+/// stopped early (the expvar page went away).
+fn run_go(
+    source: &mut GoSource,
+    stop: &dyn Fn() -> bool,
+    on_second: &mut dyn FnMut(RuntimeSecond),
+) -> Option<String> {
     let started = Instant::now();
     let mut last = started;
     let mut next_second = started + Duration::from_secs(1);
     let mut second = 0u32;
-    let mut emit = |now: Instant, second: u32, last: Instant| {
+    while !stop() {
+        std::thread::sleep(Duration::from_millis(20));
+        let now = Instant::now();
+        if now < next_second {
+            continue;
+        }
+        let (cycles, lost) = match source {
+            GoSource::Trace(feed) => (feed.take(), 0),
+            GoSource::Expvar(reader) => match reader.poll() {
+                Ok(read) => read,
+                Err(why) => return Some(why),
+            },
+        };
+        second += 1;
+        let mut go = GoSecond::of(cycles);
+        go.cycles_lost = lost;
         on_second(RuntimeSecond {
             second,
             unix_ms: unix_ms_now(),
             interval_s: (now - last).as_secs_f64(),
-            go: Some(GoSecond::of(feed.take())),
+            go: Some(go),
             ..Default::default()
-        })
-    };
-    while !stop() {
-        std::thread::sleep(Duration::from_millis(20));
-        let now = Instant::now();
-        if now >= next_second {
-            second += 1;
-            emit(now, second, last);
-            last = now;
-            next_second += Duration::from_secs(1);
-        }
+        });
+        last = now;
+        next_second += Duration::from_secs(1);
     }
+    None
 }
 
 /// One thread dump, with what it cost: the round trip, and the JVM's safepoint time over it.

@@ -9,7 +9,8 @@
 //     lock, and the requests behind it wait (case study 2's expiry: slow seconds with GC);
 //   - in-place: the fix: the cache is built once and its entries refreshed in place, so
 //     nothing is allocated in a burst and the collector has nothing to do.
-// PERIOD_S (10) is the rebuild period, on the wall clock's multiples of it.
+// PERIOD_S (10) is the rebuild period, on the wall clock's multiples of it. It imports expvar
+// (GET /debug/vars), as services do to publish their counters.
 //
 // On SIGTERM it writes TRUTH_FILE as JSON: the GC cycles the runtime counted (NumGC) with
 // each one's pause end (from MemStats.PauseEnd, the last 256), and when each rebuild began
@@ -18,6 +19,7 @@ package main
 
 import (
 	"encoding/json"
+	_ "expvar" // GET /debug/vars: memstats, for kiln's reading of a target it did not start
 	"fmt"
 	"net/http"
 	"os"

@@ -129,25 +129,25 @@ fn go_gc(run: &RunRecord, runtime: &RuntimeSummary) -> Verdict {
     if share < PAUSE_SHARE && !explains_tail {
         return Verdict::Clear;
     }
-    let mut evidence = vec![
-        format!(
-            "{} GC cycles in {} of the {} measured seconds, stopping the world {:.1} ms in all \
-             ({:.2}% of the time, longest {:.2} ms)",
-            go.gc_cycles,
-            go.seconds_with_gc,
-            go.seconds,
-            go.pause_ms,
-            100.0 * share,
-            go.longest_pause_ms
-        ),
-        format!(
+    let mut evidence = vec![format!(
+        "{} GC cycles in {} of the {} measured seconds, stopping the world {:.1} ms in all \
+         ({:.2}% of the time, longest {:.2} ms)",
+        go.gc_cycles,
+        go.seconds_with_gc,
+        go.seconds,
+        go.pause_ms,
+        100.0 * share,
+        go.longest_pause_ms
+    )];
+    if go.cpu_known {
+        evidence.push(format!(
             "the GC's CPU: {:.0} ms ({:.1}% of a core), {:.0} ms of it mark assist: requests' \
              goroutines made to mark because they allocated while a cycle ran",
             go.gc_cpu_ms,
             100.0 * go.gc_cpu_cores,
             go.assist_cpu_ms
-        ),
-    ];
+        ));
+    }
     if !slow.is_empty() {
         evidence.push(format!(
             "{aligned} of the {} slow seconds (p99 twice the run's median p99) had a GC cycle \
