@@ -119,7 +119,13 @@ pub fn to_text(s: &RuntimeSummary) -> String {
         }
     }
     if let Some(t) = &s.threads {
-        out += &threads_text(t);
+        // a Go target's goroutine dumps are read in the same terms
+        let noun = if info.runtime == "go" {
+            "goroutines"
+        } else {
+            "threads"
+        };
+        out += &threads_text(t, noun);
     }
     if let Some(p) = &s.python {
         out += &python_text(p);
@@ -141,23 +147,26 @@ pub fn to_text(s: &RuntimeSummary) -> String {
 
 /// The thread dumps' lines: states, the most often contended lock with its holder, and what
 /// the dumps cost.
-fn threads_text(t: &ThreadsSummary) -> String {
+fn threads_text(t: &ThreadsSummary, noun: &str) -> String {
     let states: Vec<String> = t
         .states_mean
         .iter()
         .map(|(state, n)| format!("{n:.1} {}", safe_text(state)))
         .collect();
     let mut out = format!(
-        "           threads ({} dump{}, mean): {}; up to {} BLOCKED\n",
+        "           {noun} ({} dump{}, mean): {}",
         t.dumps,
         if t.dumps == 1 { "" } else { "s" },
         states.join(", "),
-        t.blocked_max
     );
+    if noun == "threads" {
+        let _ = write!(out, "; up to {} BLOCKED", t.blocked_max);
+    }
+    out += "\n";
     for site in t.contended.iter().take(3) {
         let _ = write!(
             out,
-            "           contended: {:.1} threads (up to {}) wait for a {} at {} in {} of {} dumps",
+            "           contended: {:.1} {noun} (up to {}) wait for a {} at {} in {} of {} dumps",
             site.waiters_mean,
             site.waiters_max,
             safe_text(&site.lock_class),

@@ -380,3 +380,84 @@ fn a_watched_go_targets_gc_cycles_come_from_its_expvar_page() {
     let text = String::from_utf8_lossy(&report.stdout);
     assert!(text.contains("expvar has pauses only"), "{text}");
 }
+
+/// Goroutines queueing for a mutex held across a 30 ms call (40 requests/s: more than the
+/// lock can serve) are seen in pprof's goroutine dumps under `--runtime deep` and found where
+/// they wait; the same call made without holding the lock gives no such finding, the rule
+/// having judged the dumps.
+#[test]
+fn goroutines_waiting_for_a_mutex_are_found_and_the_same_call_outside_the_lock_is_not() {
+    let tmp = tempfile::tempdir().unwrap();
+    let bin = go_cache(tmp.path());
+    let port = free_port();
+    let mut target = Command::new(&bin)
+        .args([
+            &port.to_string(),
+            tmp.path().join("t.json").to_str().unwrap(),
+            "in-place",
+            "60",
+        ])
+        .spawn()
+        .unwrap();
+    common::apps::wait_port(port, &mut target, "go_cache");
+    let run = |path: &str| {
+        let out = tmp.path().join(format!("run-{path}"));
+        json_with_exit(
+            &kiln(&[
+                "run",
+                &format!("http://127.0.0.1:{port}/{path}"),
+                "--rate",
+                "40",
+                "-d",
+                "8s",
+                "--watch-port",
+                &port.to_string(),
+                "--runtime",
+                "deep",
+                "--json",
+                "--quiet",
+                "--out",
+                out.to_str().unwrap(),
+            ]),
+            0,
+        )
+    };
+    let locked = run("locked");
+    let unlocked = run("unlocked");
+    let _ = target.kill();
+    let _ = target.wait();
+
+    let found = finding(&locked, "runtime.blocked-threads")
+        .unwrap_or_else(|| panic!("{:#}", locked["findings"]));
+    let title = found["title"].as_str().unwrap();
+    assert!(
+        title.starts_with("Goroutines wait for a lock at main."),
+        "{title}"
+    );
+    assert_eq!(found["data"]["site"]["lock_class"], "sync.Mutex.Lock");
+    let threads = &locked["runtime"]["threads"];
+    assert!(threads["dumps"].as_u64().unwrap() >= 2, "{threads:#}");
+    assert!(
+        locked["runtime"]["read"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r.as_str().unwrap().contains("/debug/pprof/goroutine")),
+        "{:#}",
+        locked["runtime"]
+    );
+
+    assert!(
+        finding(&unlocked, "runtime.blocked-threads").is_none(),
+        "{:#}",
+        unlocked["findings"]
+    );
+    let unjudged = unlocked["findings"]["unjudged"].as_array().unwrap();
+    assert!(!unjudged
+        .iter()
+        .any(|u| u["rule"] == "runtime.blocked-threads"));
+    // the goroutines sleeping in the call are there, not queued for the lock
+    let states = &unlocked["runtime"]["threads"]["states_mean"];
+    assert!(states["sleep"].as_f64().unwrap() >= 0.5, "{states}");
+    assert!(states.get("sync.Mutex.Lock").is_none(), "{states}");
+}

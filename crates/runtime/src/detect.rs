@@ -64,7 +64,10 @@ pub fn detect(pid: i32, proc_root: &Path) -> Runtime {
     Runtime::Native
 }
 
-/// Whether the file carries Go's build information.
+/// Whether the file carries Go's build information: the marker at the start of the
+/// `.go.buildinfo` section, which Go aligns to 16 bytes and follows with the pointer size (4
+/// or 8). The bare marker is not enough: a program that looks for Go binaries (kiln itself,
+/// and so the demo's shop, which is kiln) holds it as a constant.
 fn is_go_binary(path: &Path) -> bool {
     let Ok(file) = std::fs::File::open(path) else {
         return false;
@@ -73,18 +76,25 @@ fn is_go_binary(path: &Path) -> bool {
     let finder = memchr::memmem::Finder::new(GO_BUILDINFO);
     // Search chunk by chunk, keeping the tail of each so a marker across two is found.
     let mut window = Vec::with_capacity(2 << 20);
+    let mut window_at = 0u64; // the window's offset in the file
     let mut chunk = vec![0u8; 1 << 20];
+    let header = GO_BUILDINFO.len() + 1;
     loop {
         let n = match reader.read(&mut chunk) {
             Ok(0) | Err(_) => return false,
             Ok(n) => n,
         };
         window.extend_from_slice(&chunk[..n]);
-        if finder.find(&window).is_some() {
+        let found = finder.find_iter(&window).any(|i| {
+            (window_at + i as u64) % 16 == 0
+                && matches!(window.get(i + GO_BUILDINFO.len()), Some(4 | 8))
+        });
+        if found {
             return true;
         }
-        let keep = window.len().saturating_sub(GO_BUILDINFO.len());
+        let keep = window.len().saturating_sub(header);
         window.drain(..keep);
+        window_at += keep as u64;
     }
 }
 
@@ -111,13 +121,32 @@ mod tests {
         let py = "7f00-7f10 r-xp 0 08:01 1 /usr/lib/x86_64-linux-gnu/libpython3.11.so.1.0\n";
         assert_eq!(detect(7, fake_process(py, &plain).path()), Runtime::Python);
         assert_eq!(detect(7, fake_process("", &plain).path()), Runtime::Native);
-        // Go's marker across the boundary of two 1 MiB reads.
+        // Go's header across the boundary of two 1 MiB reads, aligned, with its pointer size
         let go = tmp.path().join("gosrv");
-        let mut bytes = vec![0u8; (1 << 20) - 5];
+        let mut bytes = vec![0u8; (1 << 20) - 16];
         bytes.extend_from_slice(GO_BUILDINFO);
+        // (black_box: folded into one constant, the header would be in this test binary)
+        bytes.extend_from_slice(&[std::hint::black_box(8), 2]);
         bytes.extend_from_slice(&[0u8; 100]);
-        std::fs::write(&go, bytes).unwrap();
+        std::fs::write(&go, &bytes).unwrap();
         assert_eq!(detect(7, fake_process("", &go).path()), Runtime::Go);
+        // the bare marker, as a constant in a program's data: unaligned, or not followed by
+        // a pointer size, it is not Go's
+        for (at, after) in [((1 << 20) - 15, 8u8), ((1 << 20) - 16, b'G')] {
+            let mut bytes = vec![0u8; at];
+            bytes.extend_from_slice(GO_BUILDINFO);
+            bytes.push(after);
+            bytes.extend_from_slice(&[0u8; 100]);
+            std::fs::write(&go, &bytes).unwrap();
+            assert_eq!(
+                detect(7, fake_process("", &go).path()),
+                Runtime::Native,
+                "{at}"
+            );
+        }
+        // this test binary holds the marker as a constant, and is no Go program
+        let me = std::env::current_exe().unwrap();
+        assert_eq!(detect(7, fake_process("", &me).path()), Runtime::Native);
         let node = tmp.path().join("node");
         std::fs::write(&node, b"x").unwrap();
         assert_eq!(detect(7, fake_process("", &node).path()), Runtime::Node);

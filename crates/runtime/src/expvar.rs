@@ -19,7 +19,7 @@ const TIMEOUT: Duration = Duration::from_secs(2);
 
 /// `GET path` over HTTP/1.0 (no chunked answer, the connection closed after it): the body of
 /// a 200 answer.
-fn get(addr: SocketAddr, path: &str) -> Result<Vec<u8>, String> {
+pub(crate) fn get(addr: SocketAddr, path: &str) -> Result<Vec<u8>, String> {
     let mut stream = TcpStream::connect_timeout(&addr, TIMEOUT)
         .map_err(|e| format!("cannot connect to {addr}: {e}"))?;
     let _ = stream.set_read_timeout(Some(TIMEOUT));

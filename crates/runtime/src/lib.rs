@@ -10,6 +10,7 @@ pub mod attach;
 pub mod detect;
 pub mod expvar;
 pub mod go;
+pub mod goroutines;
 pub mod hsperf;
 pub mod jfr;
 pub mod jvm;
@@ -66,7 +67,8 @@ pub struct RuntimeSecond {
     pub interval_s: f64,
     #[serde(default)]
     pub jvm: Option<JvmSecond>,
-    /// A thread dump taken in this second (`--runtime deep`; one every few seconds).
+    /// A thread dump taken in this second (`--runtime deep`; one every few seconds): a JVM's,
+    /// or a Go target's goroutine dump in the same terms (goroutines for threads).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub thread_dump: Option<threads::ThreadDump>,
     /// A Python target's py-spy dump (`--runtime deep`; one every few seconds).

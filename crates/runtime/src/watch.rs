@@ -9,6 +9,7 @@ use crate::attach::Attach;
 use crate::detect::{detect, Runtime};
 use crate::expvar::ExpvarReader;
 use crate::go::{GcTraceFeed, GoSecond};
+use crate::goroutines::{GoroutineDump, GoroutineReader};
 use crate::jfr;
 use crate::jvm::JvmReader;
 use crate::pyspy::PySpy;
@@ -23,7 +24,7 @@ pub const POLL: Duration = Duration::from_millis(10);
 fn not_read_yet(runtime: Runtime) -> Option<&'static str> {
     match runtime {
         Runtime::Jvm => Some("lock waits with their stacks (JFR) are not read yet"),
-        Runtime::Go => Some("goroutines and their wait reasons are not read yet"),
+        Runtime::Go => None,
         Runtime::Python => Some("Python's GC is not read yet"),
         Runtime::Node => Some("Node.js's GC and event-loop delay are not read yet"),
         Runtime::Native => None,
@@ -53,6 +54,8 @@ pub struct RuntimeWatch {
     /// A Go target's GC cycles: parsed from its stderr by whoever started it, or read from
     /// its expvar page.
     go: Option<GoSource>,
+    /// A Go target's goroutine dumps (`--runtime deep`, net/http/pprof).
+    goroutines: Option<GoroutineReader>,
     proc_root: std::path::PathBuf,
 }
 
@@ -172,6 +175,31 @@ impl RuntimeWatch {
                 },
             };
         }
+        let mut goroutines = None;
+        if runtime == Runtime::Go && depth == Depth::Deep {
+            match GoroutineReader::probe(listening) {
+                Ok(reader) => {
+                    info.read.push(format!(
+                        "goroutines by state and where they wait for locks from a dump every \
+                         {}s (http://{}/debug/pprof/goroutine?debug=2; each stops the world \
+                         for its length)",
+                        DUMP_EVERY.as_secs(),
+                        reader.addr()
+                    ));
+                    goroutines = Some(reader);
+                }
+                Err(why) => info.not_read.push(format!(
+                    "goroutines: no pprof goroutine dump ({why}); the program serves one when \
+                     it imports net/http/pprof"
+                )),
+            }
+        } else if runtime == Runtime::Go {
+            info.not_read.push(
+                "goroutines: not asked for (--runtime deep takes goroutine dumps from \
+                 net/http/pprof)"
+                    .to_string(),
+            );
+        }
         if runtime == Runtime::Native {
             info.not_read.push(
                 "no managed runtime found (no libjvm, Go build information, Python or Node.js): \
@@ -187,13 +215,14 @@ impl RuntimeWatch {
             attach,
             pyspy,
             go,
+            goroutines,
             proc_root: proc_root.to_path_buf(),
         }
     }
 
     /// Whether there is anything to read every second.
     pub fn has_series(&self) -> bool {
-        self.jvm.is_some() || self.pyspy.is_some() || self.go.is_some()
+        self.jvm.is_some() || self.pyspy.is_some() || self.go.is_some() || self.goroutines.is_some()
     }
 
     /// Polls until `stop` says so (or the JVM's counters go away), calling `on_second` once a
@@ -206,8 +235,9 @@ impl RuntimeWatch {
         if let (None, Some(spy)) = (&self.jvm, self.pyspy.clone()) {
             return self.run_python(&spy, stop, on_second);
         }
-        if let Some(mut go) = self.go.take() {
-            let stopped = run_go(&mut go, stop, on_second);
+        if self.go.is_some() || self.goroutines.is_some() {
+            let mut go = self.go.take();
+            let stopped = run_go(go.as_mut(), self.goroutines.as_ref(), stop, on_second);
             if let Some(why) = &stopped {
                 self.info.not_read.push(format!("GC cycles stopped: {why}"));
             }
@@ -339,13 +369,15 @@ enum GoSource {
 /// A Go target: a line a second with the GC cycles reported meanwhile. Returns why it
 /// stopped early (the expvar page went away).
 fn run_go(
-    source: &mut GoSource,
+    mut source: Option<&mut GoSource>,
+    goroutines: Option<&GoroutineReader>,
     stop: &dyn Fn() -> bool,
     on_second: &mut dyn FnMut(RuntimeSecond),
 ) -> Option<String> {
     let started = Instant::now();
     let mut last = started;
     let mut next_second = started + Duration::from_secs(1);
+    let mut next_dump = started + DUMP_EVERY;
     let mut second = 0u32;
     while !stop() {
         std::thread::sleep(Duration::from_millis(20));
@@ -353,21 +385,35 @@ fn run_go(
         if now < next_second {
             continue;
         }
-        let (cycles, lost) = match source {
-            GoSource::Trace(feed) => (feed.take(), 0),
-            GoSource::Expvar(reader) => match reader.poll() {
-                Ok(read) => read,
+        let go = match source.as_deref_mut() {
+            None => None,
+            Some(GoSource::Trace(feed)) => Some(GoSecond::of(feed.take())),
+            Some(GoSource::Expvar(reader)) => match reader.poll() {
+                Ok((cycles, lost)) => {
+                    let mut go = GoSecond::of(cycles);
+                    go.cycles_lost = lost;
+                    Some(go)
+                }
                 Err(why) => return Some(why),
             },
         };
+        let dump = match goroutines.filter(|_| now >= next_dump) {
+            Some(reader) => {
+                next_dump += DUMP_EVERY;
+                match reader.dump() {
+                    Ok(dump) => Some(dump),
+                    Err(why) => return Some(format!("goroutine dumps: {why}")),
+                }
+            }
+            None => None,
+        };
         second += 1;
-        let mut go = GoSecond::of(cycles);
-        go.cycles_lost = lost;
         on_second(RuntimeSecond {
             second,
             unix_ms: unix_ms_now(),
             interval_s: (now - last).as_secs_f64(),
-            go: Some(go),
+            go,
+            thread_dump: dump.map(GoroutineDump::into_thread_dump),
             ..Default::default()
         });
         last = now;

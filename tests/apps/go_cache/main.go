@@ -10,7 +10,10 @@
 //   - in-place: the fix: the cache is built once and its entries refreshed in place, so
 //     nothing is allocated in a burst and the collector has nothing to do.
 // PERIOD_S (10) is the rebuild period, on the wall clock's multiples of it. It imports expvar
-// (GET /debug/vars), as services do to publish their counters.
+// (GET /debug/vars) and net/http/pprof, as services do to publish their counters.
+//
+// GET /locked makes a 30 ms call while holding a mutex every request takes (the demo shop's
+// audit call under the lock); GET /unlocked makes the same call without holding it.
 //
 // On SIGTERM it writes TRUTH_FILE as JSON: the GC cycles the runtime counted (NumGC) with
 // each one's pause end (from MemStats.PauseEnd, the last 256), and when each rebuild began
@@ -22,6 +25,7 @@ import (
 	_ "expvar" // GET /debug/vars: memstats, for kiln's reading of a target it did not start
 	"fmt"
 	"net/http"
+	_ "net/http/pprof" // GET /debug/pprof/goroutine?debug=2: kiln's goroutine dumps
 	"os"
 	"os/signal"
 	"runtime"
@@ -121,6 +125,19 @@ func main() {
 		buf := make([]byte, 8192)
 		m := *cache.Load()
 		fmt.Fprintf(w, "%d %d\n", len(m), len(buf))
+	})
+	var audit sync.Mutex
+	http.HandleFunc("/locked", func(w http.ResponseWriter, r *http.Request) {
+		audit.Lock()
+		defer audit.Unlock()
+		time.Sleep(30 * time.Millisecond)
+		fmt.Fprintln(w, "audited")
+	})
+	http.HandleFunc("/unlocked", func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(30 * time.Millisecond)
+		audit.Lock()
+		audit.Unlock()
+		fmt.Fprintln(w, "audited")
 	})
 	stop := make(chan os.Signal, 1)
 	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT)

@@ -505,15 +505,26 @@ fn exceptions(run: &RunRecord) -> Verdict {
 }
 
 fn blocked_threads(run: &RunRecord) -> Verdict {
-    if go_of(run).is_some() {
-        return Verdict::Unjudged("a Go target's goroutines are not read yet".into());
-    }
-    let (runtime, _) = match jvm_of(run) {
-        Ok(found) => found,
-        Err(verdict) => return verdict,
+    let (runtime, go) = match go_of(run) {
+        Some(runtime) => (runtime, true),
+        None => match jvm_of(run) {
+            Ok((runtime, _)) => (runtime, false),
+            Err(verdict) => return verdict,
+        },
     };
     let Some(threads) = &runtime.threads else {
-        return Verdict::Unjudged("no thread dumps were taken (run with --runtime deep)".into());
+        return Verdict::Unjudged(if go {
+            "no goroutine dumps were taken (run with --runtime deep; the program serves them \
+             when it imports net/http/pprof)"
+                .into()
+        } else {
+            "no thread dumps were taken (run with --runtime deep)".into()
+        });
+    };
+    let (threads_noun, whose) = if go {
+        ("Goroutines", "the goroutines")
+    } else {
+        ("Threads", "the JVM's threads")
     };
     if threads.dumps < MIN_DUMPS {
         return Verdict::Unjudged(format!(
@@ -541,10 +552,12 @@ fn blocked_threads(run: &RunRecord) -> Verdict {
                 safe_text(&site.lock_class),
                 safe_text(&site.waiting_at)
             )];
-            evidence.push(format!(
-                "waiting: {}",
-                safe_text(&site.waiter_names.join(", "))
-            ));
+            if !site.waiter_names.is_empty() {
+                evidence.push(format!(
+                    "waiting: {}",
+                    safe_text(&site.waiter_names.join(", "))
+                ));
+            }
             if let Some(holder) = &site.holder {
                 evidence.push(format!("held by {}, at:", safe_text(holder)));
                 evidence.extend(
@@ -608,7 +621,7 @@ fn blocked_threads(run: &RunRecord) -> Verdict {
                         site.waiters_mean
                     ),
                     None => format!(
-                        "Threads wait for a lock at {} ({:.1} on average)",
+                        "{threads_noun} wait for a lock at {} ({:.1} on average)",
                         safe_text(&site.waiting_at),
                         site.waiters_mean
                     ),
@@ -617,7 +630,7 @@ fn blocked_threads(run: &RunRecord) -> Verdict {
                 window: run.window(),
                 cause,
                 fix,
-                impact: (share, "the JVM's threads"),
+                impact: (share, whose),
                 data: json!({"site": site, "dumps": threads.dumps}),
             }
             .finish()
