@@ -86,7 +86,7 @@ fn is_go_binary(path: &Path) -> bool {
         };
         window.extend_from_slice(&chunk[..n]);
         let found = finder.find_iter(&window).any(|i| {
-            (window_at + i as u64) % 16 == 0
+            (window_at + i as u64).is_multiple_of(16)
                 && matches!(window.get(i + GO_BUILDINFO.len()), Some(4 | 8))
         });
         if found {
