@@ -41,6 +41,35 @@ fn lines(path: &Path) -> Vec<Value> {
         .collect()
 }
 
+/// What go_cache wrote when stopped: its first cycle in `PauseEnd`'s window, `NumGC`, and
+/// each cycle's pause end (ns since the epoch) from that first on.
+fn truth_of(file: &Path) -> (u64, u64, Vec<u64>) {
+    let truth: Value = serde_json::from_str(&std::fs::read_to_string(file).unwrap())
+        .expect("the target wrote its truth when it was stopped");
+    let ends = truth["pause_end_unix_ns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_u64().unwrap())
+        .collect();
+    (
+        truth["first_cycle"].as_u64().unwrap(),
+        truth["num_gc"].as_u64().unwrap(),
+        ends,
+    )
+}
+
+/// A run's recorded Go GC cycles, in order, and the end of its last runtime second.
+fn recorded_cycles(out: &Path) -> (Vec<Value>, f64) {
+    let seconds = lines(&out.join("runtime-seconds.jsonl"));
+    let watched_until = seconds.last().unwrap()["unix_ms"].as_f64().unwrap();
+    let cycles = seconds
+        .iter()
+        .flat_map(|s| s["go"]["cycles"].as_array().unwrap().iter().cloned())
+        .collect();
+    (cycles, watched_until)
+}
+
 #[test]
 fn a_spawned_go_targets_gc_cycles_are_its_own_and_come_after_each_cache_rebuild() {
     let tmp = tempfile::tempdir().unwrap();
@@ -55,23 +84,13 @@ fn a_spawned_go_targets_gc_cycles_are_its_own_and_come_after_each_cache_rebuild(
     );
 
     // kiln stopped the target (SIGTERM) at the end: it wrote what its runtime counted
-    let truth: Value = serde_json::from_str(&std::fs::read_to_string(&truth_file).unwrap())
-        .expect("the target wrote its truth when it was stopped");
-    let num_gc = truth["num_gc"].as_u64().unwrap();
-    let first = truth["first_cycle"].as_u64().unwrap();
-    let pause_ends: Vec<f64> = truth["pause_end_unix_ns"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|n| n.as_f64().unwrap() / 1e6)
-        .collect();
+    let truth: Value =
+        serde_json::from_str(&std::fs::read_to_string(&truth_file).unwrap()).unwrap();
+    let (first, num_gc, ends) = truth_of(&truth_file);
+    let pause_ends: Vec<f64> = ends.iter().map(|n| *n as f64 / 1e6).collect();
 
+    let (cycles, watched_until) = recorded_cycles(&out);
     let seconds = lines(&out.join("runtime-seconds.jsonl"));
-    let watched_until = seconds.last().unwrap()["unix_ms"].as_f64().unwrap();
-    let cycles: Vec<&Value> = seconds
-        .iter()
-        .flat_map(|s| s["go"]["cycles"].as_array().unwrap())
-        .collect();
     // every cycle once, in order, from the first
     let numbers: Vec<u64> = cycles
         .iter()
@@ -335,21 +354,8 @@ fn a_watched_go_targets_gc_cycles_come_from_its_expvar_page() {
         runtime["read"][0].as_str().unwrap().contains("expvar"),
         "{runtime:#}"
     );
-    let truth: Value =
-        serde_json::from_str(&std::fs::read_to_string(&truth_file).unwrap()).unwrap();
-    let first = truth["first_cycle"].as_u64().unwrap();
-    let ends: Vec<u64> = truth["pause_end_unix_ns"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|n| n.as_u64().unwrap())
-        .collect();
-    let seconds = lines(&out.join("runtime-seconds.jsonl"));
-    let watched_until = seconds.last().unwrap()["unix_ms"].as_f64().unwrap();
-    let cycles: Vec<&Value> = seconds
-        .iter()
-        .flat_map(|s| s["go"]["cycles"].as_array().unwrap())
-        .collect();
+    let (first, _, ends) = truth_of(&truth_file);
+    let (cycles, watched_until) = recorded_cycles(&out);
     assert!(cycles.len() >= 2, "three rebuilds in 12 s: {cycles:?}");
     let numbers: Vec<u64> = cycles
         .iter()

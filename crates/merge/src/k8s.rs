@@ -298,6 +298,16 @@ mod tests {
         }
     }
 
+    /// The arguments every shard's pod runs kiln with.
+    fn shard_args(manifests: &[Value]) -> Vec<&str> {
+        manifests[2]["spec"]["template"]["spec"]["containers"][0]["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap())
+            .collect()
+    }
+
     #[test]
     fn an_indexed_job_of_n_pods_each_one_shard_never_retried() {
         let m = manifests(&spec(8));
@@ -308,13 +318,7 @@ mod tests {
             (Some(8), Some(8))
         );
         assert_eq!(job["backoffLimit"], 0);
-        let c = &job["template"]["spec"]["containers"][0];
-        let args: Vec<&str> = c["args"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|a| a.as_str().unwrap())
-            .collect();
+        let args = shard_args(&m);
         assert!(
             args.windows(2).any(|w| w == ["--shard", "$(SHARD)/8"]),
             "{args:?}"
@@ -326,13 +330,7 @@ mod tests {
         let mut s = spec(8);
         s.start = JobStart::Barrier(".barrier-1764583200".into());
         let m = manifests(&s);
-        let args = &m[2]["spec"]["template"]["spec"]["containers"][0]["args"];
-        let args: Vec<&str> = args
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|a| a.as_str().unwrap())
-            .collect();
+        let args = shard_args(&m);
         assert!(
             args.windows(2)
                 .any(|w| w == ["--barrier", "/results/.barrier-1764583200"]),

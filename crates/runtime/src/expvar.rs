@@ -6,43 +6,10 @@
 //! Each read makes the runtime stop the world briefly (`ReadMemStats`), so it is read once a
 //! second; more than 256 cycles between two reads lose the oldest, and that is said.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::time::Duration;
+use std::net::SocketAddr;
 
+use crate::debug_http::{first_serving, get};
 use crate::go::GoGcCycle;
-
-/// The largest expvar page read (memstats with its 256-entry arrays is about 10 KiB; an
-/// application may publish more of its own).
-const MAX_PAGE: u64 = 8 * 1024 * 1024;
-const TIMEOUT: Duration = Duration::from_secs(2);
-
-/// `GET path` over HTTP/1.0 (no chunked answer, the connection closed after it): the body of
-/// a 200 answer.
-pub(crate) fn get(addr: SocketAddr, path: &str) -> Result<Vec<u8>, String> {
-    let mut stream = TcpStream::connect_timeout(&addr, TIMEOUT)
-        .map_err(|e| format!("cannot connect to {addr}: {e}"))?;
-    let _ = stream.set_read_timeout(Some(TIMEOUT));
-    let _ = stream.set_write_timeout(Some(TIMEOUT));
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n")
-        .map_err(|e| format!("{addr}: {e}"))?;
-    let mut answer = Vec::new();
-    stream
-        .take(MAX_PAGE)
-        .read_to_end(&mut answer)
-        .map_err(|e| format!("{addr}{path}: {e}"))?;
-    let head_end = memchr::memmem::find(&answer, b"\r\n\r\n")
-        .ok_or_else(|| format!("{addr}{path}: not an HTTP answer"))?;
-    let status_line = answer[..head_end]
-        .split(|b| *b == b'\n')
-        .next()
-        .unwrap_or_default();
-    let status = String::from_utf8_lossy(status_line);
-    if status.split_whitespace().nth(1) != Some("200") {
-        return Err(format!("{addr}{path}: {}", status.trim()));
-    }
-    Ok(answer.split_off(head_end + 4))
-}
 
 /// What one read of memstats gives: the cycle count and the two circular buffers.
 #[derive(Debug, PartialEq)]
@@ -91,22 +58,12 @@ impl ExpvarReader {
     /// The first of `addrs` that serves expvar memstats; the reading starts from its current
     /// cycle count (earlier cycles are not this watch's). Why none did, otherwise.
     pub fn probe(addrs: &[SocketAddr]) -> Result<Self, String> {
-        let mut why = Vec::new();
-        for addr in addrs {
-            match get(*addr, "/debug/vars").and_then(|body| parse_memstats(&body)) {
-                Ok(reading) => {
-                    return Ok(Self {
-                        addr: *addr,
-                        last_num_gc: reading.num_gc,
-                    })
-                }
-                Err(e) => why.push(e),
-            }
-        }
-        if why.is_empty() {
-            return Err("it listens on no TCP port".into());
-        }
-        Err(why.join("; "))
+        first_serving(addrs, "/debug/vars", |addr, body| {
+            Ok(Self {
+                addr,
+                last_num_gc: parse_memstats(&body)?.num_gc,
+            })
+        })
     }
 
     pub fn addr(&self) -> SocketAddr {

@@ -18,6 +18,8 @@ use std::net::SocketAddr;
 
 use serde::{Deserialize, Serialize};
 
+use crate::debug_http::{first_serving, get};
+
 /// Wait reasons that mean waiting for a lock another goroutine holds.
 const LOCK_WAITS: &[&str] = &[
     "sync.Mutex.Lock",
@@ -140,18 +142,13 @@ const PATH: &str = "/debug/pprof/goroutine?debug=2";
 impl GoroutineReader {
     /// The first of `addrs` that serves pprof's goroutine dump; why none did, otherwise.
     pub fn probe(addrs: &[SocketAddr]) -> Result<Self, String> {
-        let mut why = Vec::new();
-        for addr in addrs {
-            match crate::expvar::get(*addr, PATH) {
-                Ok(body) if body.starts_with(b"goroutine ") => return Ok(Self { addr: *addr }),
-                Ok(_) => why.push(format!("{addr}{PATH} is not a goroutine dump")),
-                Err(e) => why.push(e),
+        first_serving(addrs, PATH, |addr, body| {
+            if body.starts_with(b"goroutine ") {
+                Ok(Self { addr })
+            } else {
+                Err(format!("{addr}{PATH} is not a goroutine dump"))
             }
-        }
-        if why.is_empty() {
-            return Err("it listens on no TCP port".into());
-        }
-        Err(why.join("; "))
+        })
     }
 
     pub fn addr(&self) -> SocketAddr {
@@ -161,7 +158,7 @@ impl GoroutineReader {
     pub fn dump(&self) -> Result<GoroutineDump, String> {
         let unix_ms = crate::watch::unix_ms_now();
         let asked = std::time::Instant::now();
-        let body = crate::expvar::get(self.addr, PATH)?;
+        let body = get(self.addr, PATH)?;
         let took_ms = asked.elapsed().as_secs_f64() * 1e3;
         Ok(parse(&String::from_utf8_lossy(&body), unix_ms, took_ms))
     }

@@ -7,6 +7,7 @@
 //! Readers of a run record use the types here and nothing else of this crate.
 
 pub mod attach;
+mod debug_http;
 pub mod detect;
 pub mod expvar;
 pub mod go;
