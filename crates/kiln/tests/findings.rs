@@ -704,7 +704,7 @@ fn stalls_at_a_wall_clock_phase_are_periodic_and_random_stalls_are_not() {
     );
     assert!(
         finding(&g, "latency.periodic-spikes").is_none(),
-        "random stalls at the same rate are no period: {g:#}"
+        "stalls at uneven gaps, at about the same rate, are no period: {g:#}"
     );
     assert!(
         g["judged"].to_string().contains("latency.periodic-spikes"),
