@@ -201,6 +201,7 @@ pub fn run(args: DemoArgs, stop: &StopSignal) -> Result<u8> {
             workload: None,
             hedge: None,
             shard: None,
+            kept: Default::default(),
         };
         // the shop's first seconds (threads started, connections opened, pages first
         // touched) are left out, as a user's run would leave them out

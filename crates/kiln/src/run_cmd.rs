@@ -211,6 +211,7 @@ fn build_from_plan_file(args: &RunArgs) -> Result<Built> {
         workload: Some(plan.workload.clone()),
         hedge: None,
         shard: None,
+        kept: Default::default(),
     };
     load.validate()?;
     if let Some(note) = kiln_load::limits::fit_max_connections(&mut load) {
@@ -300,6 +301,7 @@ pub fn build_plan(args: &RunArgs) -> Result<LoadPlan> {
         workload: None,
         hedge: None,
         shard: None,
+        kept: Default::default(),
     };
     plan.hedge = hedge_plan(args, &plan.request)?;
     plan.validate()?;

@@ -402,13 +402,18 @@ pub fn render_text(view: &RunView) -> String {
         };
         let _ = writeln!(
             out,
-            "Generator  kiln CPU {:.2} s (user {:.2} s, system {:.2} s) = {:.0} requests per CPU-second; max RSS {}; {} connections opened{}",
+            "Generator  kiln CPU {:.2} s (user {:.2} s, system {:.2} s) = {:.0} requests per CPU-second; max RSS {}; {} connections opened{}{}",
             cpu_s,
             end.kiln_cpu_user_us as f64 / 1e6,
             end.kiln_cpu_system_us as f64 / 1e6,
             per_cpu,
             format::bytes(end.kiln_max_rss_kib.saturating_mul(1024)),
             end.connections_opened,
+            if end.connections_kept > 0 {
+                format!(", {} kept from the phase before", end.connections_kept)
+            } else {
+                String::new()
+            },
             if open {
                 format!("; worst send lag {}", format::us(total.totals.send_lag_max_us))
             } else {
@@ -474,6 +479,7 @@ fn phase_json(p: &PhaseSummary) -> Value {
         "send_lag_max_us": p.totals.send_lag_max_us,
         "abandoned": end.abandoned,
         "connections_opened": end.connections_opened,
+        "connections_kept": end.connections_kept,
         "kiln_cpu_user_us": end.kiln_cpu_user_us,
         "kiln_cpu_system_us": end.kiln_cpu_system_us,
         "kiln_max_rss_kib": end.kiln_max_rss_kib,

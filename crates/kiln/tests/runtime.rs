@@ -348,6 +348,11 @@ fn warmup_auto_ends_when_the_jit_has_gone_quiet_and_a_cold_run_is_found_warming_
     );
     let warmup = &json["phases"][0];
     assert_eq!(warmup["measured"], false);
+    // the measured run went on over the warm-up's connections: new ones would deoptimise
+    // the JVM's connection code and set its JIT compiling again in the measured seconds
+    let measured = &json["phases"][1];
+    assert_eq!(measured["connections_kept"], 2, "{measured:#}");
+    assert_eq!(measured["connections_opened"], 0, "{measured:#}");
     let why = warmup["ended_because"].as_str().unwrap();
     assert!(why.contains("the JIT compiled at most"), "{why}");
     let took = warmup["duration_s"].as_f64().unwrap();

@@ -29,9 +29,62 @@ fn is_local_shortage(e: &std::io::Error) -> bool {
 /// `http1::MAX_HEAD`.
 const READ_BUFFER: usize = 16 * 1024;
 
+/// Idle HTTP/1.1 keep-alive connections one phase leaves to the next, so a warm-up hands its
+/// connections to the measured run. A JVM target compiles its accept and connection-setup
+/// paths for the connections it saw while warming up; new ones at the measured run's start
+/// deoptimised that code and set its JIT compiling again (seen: 750 ms of compiling in the
+/// first measured seconds). Plain TCP only: a TLS session or an HTTP/2 connection lives in
+/// the phase's runtime with state that cannot be handed over.
+#[derive(Clone, Default)]
+pub struct KeptConnections(Arc<std::sync::Mutex<Vec<(std::net::SocketAddr, std::net::TcpStream)>>>);
+
+impl std::fmt::Debug for KeptConnections {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let n = self.0.lock().map_or(0, |kept| kept.len());
+        write!(f, "KeptConnections({n})")
+    }
+}
+
+impl KeptConnections {
+    fn put(&self, addr: std::net::SocketAddr, socket: std::net::TcpStream) {
+        if let Ok(mut kept) = self.0.lock() {
+            kept.push((addr, socket));
+        }
+    }
+
+    /// A kept connection to `addr` that is still open and idle: the server may have closed
+    /// it since (its keep-alive timeout), or sent something unasked.
+    fn take(&self, addr: std::net::SocketAddr) -> Option<std::net::TcpStream> {
+        let mut kept = self.0.lock().ok()?;
+        while let Some(i) = kept.iter().position(|(a, _)| *a == addr) {
+            let (_, socket) = kept.swap_remove(i);
+            // non-blocking (as tokio left it): nothing to read is what an idle, open
+            // connection says
+            let mut byte = [0u8; 1];
+            if matches!(socket.peek(&mut byte), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+            {
+                return Some(socket);
+            }
+        }
+        None
+    }
+
+    /// How many are kept (for tests).
+    pub fn len(&self) -> usize {
+        self.0.lock().map_or(0, |kept| kept.len())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 /// What every connection of a phase shares: the target, the TLS setup, the request.
 pub struct ConnectionSetup {
     pub target: Target,
+    /// Connections left by the phase before, taken before opening new ones (the URL's
+    /// target only, not a scenario's origins or hedge replicas).
+    kept: Option<KeptConnections>,
     tls: Option<(tokio_rustls::TlsConnector, ServerName<'static>)>,
     method: http::Method,
     request: Vec<u8>,
@@ -87,6 +140,7 @@ impl ConnectionSetup {
         let mut setup = Self::for_origin(&target, plan.insecure, plan.connect_timeout, plan.http2)?;
         setup.method = plan.request.method.clone();
         setup.request = request;
+        setup.kept = Some(plan.kept.clone());
         setup.parts = RequestParts {
             method: plan.request.method.clone(),
             path: target.path_and_query.clone(),
@@ -113,6 +167,7 @@ impl ConnectionSetup {
         };
         Ok(Self {
             target: target.clone(),
+            kept: None,
             tls,
             method: http::Method::GET,
             request: Vec::new(),
@@ -187,14 +242,48 @@ impl ConnectionSetup {
                 .await
                 .map(|c| Connection(Inner::H2(c)));
         }
-        Ok(Connection(Inner::H1(H1Connection {
+        Ok(self.h1(stream))
+    }
+
+    fn h1(&self, stream: Stream) -> Connection {
+        Connection(Inner::H1(H1Connection {
             stream,
             buf: vec![0; READ_BUFFER],
             start: 0,
             end: 0,
             reader: ResponseReader::new(&self.method),
             reusable: true,
-        })))
+        }))
+    }
+
+    /// An open, idle connection the phase before left (see [`KeptConnections`]), if any.
+    /// Call inside the phase's runtime.
+    pub fn take_kept(&self) -> Option<Connection> {
+        let socket = self.kept.as_ref()?.take(self.target.addr)?;
+        let tcp = TcpStream::from_std(socket).ok()?;
+        Some(self.h1(Stream::Plain(tcp)))
+    }
+
+    /// Leaves `connection` to the next phase when it is a plain HTTP/1.1 one, idle and
+    /// reusable; otherwise it is closed.
+    pub fn keep(&self, connection: Connection) {
+        let Some(kept) = &self.kept else {
+            return;
+        };
+        if let Inner::H1(H1Connection {
+            stream: Stream::Plain(tcp),
+            start,
+            end,
+            reusable: true,
+            ..
+        }) = connection.0
+        {
+            if start == end {
+                if let Ok(socket) = tcp.into_std() {
+                    kept.put(self.target.addr, socket);
+                }
+            }
+        }
     }
 }
 
@@ -612,5 +701,42 @@ impl rustls::client::danger::ServerCertVerifier for AcceptAnyCertificate {
 
     fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
         self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+#[cfg(test)]
+mod kept_tests {
+    use super::*;
+
+    #[test]
+    fn a_kept_connection_the_server_closed_or_wrote_to_is_not_handed_out() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let kept = KeptConnections::default();
+        let mut accepted = Vec::new();
+        for _ in 0..3 {
+            let client = std::net::TcpStream::connect(addr).unwrap();
+            client.set_nonblocking(true).unwrap();
+            accepted.push(listener.accept().unwrap().0);
+            kept.put(addr, client);
+        }
+        // the server closes the first, writes unasked to the second, leaves the third idle
+        drop(accepted.remove(0));
+        std::io::Write::write_all(&mut accepted[0], b"HTTP/1.1 408 Timeout\r\n\r\n").unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        let idle = kept.take(addr).expect("the idle one");
+        assert_eq!(
+            idle.local_addr().unwrap(),
+            accepted[1].peer_addr().unwrap(),
+            "the idle connection is the one handed out"
+        );
+        assert!(
+            kept.take(addr).is_none(),
+            "the others are closed, not handed out"
+        );
+        assert!(kept.is_empty());
+        let other: std::net::SocketAddr = "127.0.0.1:1".parse().unwrap();
+        kept.put(addr, idle);
+        assert!(kept.take(other).is_none(), "kept per address");
     }
 }

@@ -469,6 +469,7 @@ pub fn run_phase(
         unsent: shared.unsent.load(Ordering::SeqCst) + left_in_queue,
         abandoned: collector.abandoned,
         connections_opened: collector.connections_opened,
+        connections_kept: collector.connections_kept,
         kiln_cpu_user_us: usage.user_us,
         kiln_cpu_system_us: usage.system_us,
         kiln_max_rss_kib: usage.max_rss_kib,
@@ -497,6 +498,7 @@ struct Collector {
     scheduled_seen: u64,
     abandoned: u64,
     connections_opened: u64,
+    connections_kept: u64,
     last_done_us: u64,
     dead_after_s: u32,
     /// The first second after the last one that had a response.
@@ -521,6 +523,7 @@ impl Collector {
             scheduled_seen: 0,
             abandoned: 0,
             connections_opened: 0,
+            connections_kept: 0,
             last_done_us: 0,
             dead_after_s: dead_after.as_secs().max(1) as u32,
             quiet_since: 0,
@@ -549,11 +552,13 @@ impl Collector {
                 worker,
                 abandoned,
                 connections_opened,
+                connections_kept,
                 last_done_us,
             } => {
                 self.done[worker] = true;
                 self.abandoned += abandoned;
                 self.connections_opened += connections_opened;
+                self.connections_kept += connections_kept;
                 self.last_done_us = self.last_done_us.max(last_done_us);
             }
         }
@@ -824,10 +829,17 @@ async fn ensure_connected(
         *conn = None;
         state.recorder.borrow_mut().connections -= 1;
     }
-    let c = setup.connect().await?;
+    let (c, kept) = match setup.take_kept() {
+        Some(c) => (c, true),
+        None => (setup.connect().await?, false),
+    };
     let mut rec = state.recorder.borrow_mut();
     rec.connections += 1;
-    rec.connections_opened += 1;
+    if kept {
+        rec.connections_kept += 1;
+    } else {
+        rec.connections_opened += 1;
+    }
     *conn = Some(c);
     Ok(())
 }
@@ -870,6 +882,18 @@ impl Slots {
     fn close(&mut self, state: &WorkerLocal) {
         let open = self.0.iter_mut().filter_map(|s| s.conn.take()).count() as u64;
         state.recorder.borrow_mut().connections -= open;
+    }
+
+    /// At the phase's end: leaves the idle connections to the next phase (see
+    /// `KeptConnections`), closing the rest.
+    fn keep(&mut self, state: &WorkerLocal) {
+        let targets = state.hedge_targets();
+        for (i, slot) in self.0.iter_mut().enumerate() {
+            if let Some(conn) = slot.conn.take() {
+                state.recorder.borrow_mut().connections -= 1;
+                state.target_setup(i % targets).keep(conn);
+            }
+        }
     }
 }
 
@@ -1253,7 +1277,7 @@ async fn closed_connection(state: Rc<WorkerLocal>, global: usize, mut stop: watc
             !sleep_or_stop(pause, &mut stop).await || state.shared.should_stop()
         };
     }
-    slots.close(&state);
+    slots.keep(&state);
 }
 
 /// An open-model connection: takes the next due arrival from the shared queue, sends it,
@@ -1281,7 +1305,7 @@ async fn open_connection(state: Rc<WorkerLocal>, mut stop: watch::Receiver<bool>
         send_and_record(&state, &mut slots, Some(intended)).await;
         state.shared.idle.fetch_add(1, Ordering::Relaxed);
     }
-    slots.close(&state);
+    slots.keep(&state);
     state.shared.connection_tasks.fetch_sub(1, Ordering::SeqCst);
 }
 

@@ -19,7 +19,7 @@ pub mod schedule;
 mod self_usage;
 pub mod template;
 
-pub use connection::Captured;
+pub use connection::{Captured, KeptConnections};
 pub use engine::{preflight, run_phase, LoadError, PhaseSpec, StopSignal};
 pub use hedge::HedgePlan;
 pub use plan::{Arrivals, LoadPlan, Model, PlanError, RateStage, RequestSpec, Target, VuStage};

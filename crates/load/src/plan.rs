@@ -427,6 +427,8 @@ pub struct LoadPlan {
     pub hedge: Option<crate::HedgePlan>,
     /// `--shard i/N`: this process runs its share of the plan (see [`Shard`]).
     pub shard: Option<Shard>,
+    /// Idle connections handed from one phase to the next (clones of a plan share them).
+    pub kept: crate::connection::KeptConnections,
 }
 
 /// One of N load processes running one plan together (`--shard i/N`, i from 0, as a

@@ -33,6 +33,7 @@ pub(crate) enum WorkerMsg {
         worker: usize,
         abandoned: u64,
         connections_opened: u64,
+        connections_kept: u64,
         last_done_us: u64,
     },
 }
@@ -52,6 +53,8 @@ pub(crate) struct WorkerRecorder {
     /// Live TCP connections of this worker (a gauge copied into each second).
     pub connections: u64,
     pub connections_opened: u64,
+    /// Connections taken over from the phase before instead of opened.
+    pub connections_kept: u64,
     pub last_done: Option<Instant>,
 }
 
@@ -75,6 +78,7 @@ impl WorkerRecorder {
             to_collector,
             connections: 0,
             connections_opened: 0,
+            connections_kept: 0,
             last_done: None,
         };
         rec.current = rec.empty_second(0);
@@ -278,6 +282,7 @@ impl WorkerRecorder {
             worker: self.worker,
             abandoned,
             connections_opened: self.connections_opened,
+            connections_kept: self.connections_kept,
             last_done_us,
         });
     }

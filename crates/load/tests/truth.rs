@@ -43,6 +43,7 @@ fn plan(target: &TargetServer, model: Model, secs: u64) -> LoadPlan {
         workload: None,
         hedge: None,
         shard: None,
+        kept: Default::default(),
     }
 }
 
@@ -176,6 +177,61 @@ fn closed_model_request_count_equals_what_the_target_answered() {
         ensure!(s.responses() > 2_000, "only {} responses", s.responses());
         tracks_target(&s, &target, &[(0.5, 1.0), (0.9, 1.5)])
     });
+}
+
+/// Phases of one plan run back to back, as a warm-up and the measured run do.
+fn run_phases(plan: &LoadPlan, names: &[&str]) -> Vec<(PhaseSummary, PhaseEnd)> {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let stop = StopSignal::new();
+    names
+        .iter()
+        .map(|name| {
+            let mut summary = PhaseSummary::new(name);
+            let spec = PhaseSpec {
+                name: name.to_string(),
+                measured: *name != "warmup",
+                start_at: None,
+            };
+            let end = run_phase(plan, &spec, &stop, &mut |s| summary.add_second(s)).unwrap();
+            summary.set_end(&end);
+            (summary, end)
+        })
+        .collect()
+}
+
+#[test]
+fn the_measured_run_takes_over_the_warm_ups_connections_and_opens_none() {
+    let target = TargetServer::start(Behavior {
+        service_time: Duration::from_millis(1),
+        ..Default::default()
+    })
+    .unwrap();
+    for (model, opened) in [(closed(4), 4), (open(200.0, 1, 3, 10), 3)] {
+        let (before, answered_before) = (target.connections(), target.answered());
+        let plan = plan(&target, model, 1);
+        let phases = run_phases(&plan, &["warmup", "run", "run"]);
+        let (warmup, run) = (&phases[0].1, &phases[1].1);
+        assert!(warmup.connections_opened >= opened, "{warmup:?}");
+        assert_eq!(warmup.connections_kept, 0, "{warmup:?}");
+        // the run starts on the warm-up's connections (the open model may open more when
+        // a busy machine needs them)
+        assert!(run.connections_kept >= opened, "{run:?}");
+        let opened_later: u64 = phases[1..].iter().map(|(_, e)| e.connections_opened).sum();
+        if matches!(plan.model, Model::Closed { .. }) {
+            assert_eq!(run.connections_kept, opened, "{run:?}");
+            assert_eq!(opened_later, 0, "{phases:?}");
+        }
+        // kiln's count of what it opened is what the target accepted
+        assert_eq!(
+            target.connections() - before,
+            warmup.connections_opened + opened_later
+        );
+        for (summary, _) in &phases {
+            assert_eq!(summary.error_count(), 0, "{:?}", summary.totals.errors);
+        }
+        let answered: u64 = phases.iter().map(|(s, _)| s.responses()).sum();
+        assert_eq!(answered, target.answered() - answered_before);
+    }
 }
 
 #[test]

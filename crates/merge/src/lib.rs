@@ -415,6 +415,7 @@ fn merge_end(into: &mut PhaseEnd, other: &PhaseEnd) {
     into.connections_opened = into
         .connections_opened
         .saturating_add(other.connections_opened);
+    into.connections_kept = into.connections_kept.saturating_add(other.connections_kept);
     into.kiln_cpu_user_us = into.kiln_cpu_user_us.saturating_add(other.kiln_cpu_user_us);
     into.kiln_cpu_system_us = into
         .kiln_cpu_system_us

@@ -256,6 +256,10 @@ pub struct PhaseEnd {
     /// Requests still in flight when the drain time ran out.
     pub abandoned: u64,
     pub connections_opened: u64,
+    /// Idle keep-alive connections taken over from the phase before (plain HTTP/1.1), not
+    /// opened anew: a warm-up hands its connections to the measured run.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub connections_kept: u64,
     /// kiln's own CPU time during the phase.
     pub kiln_cpu_user_us: u64,
     pub kiln_cpu_system_us: u64,
@@ -463,6 +467,7 @@ impl PhaseSummary {
                 end.unsent += e.unsent;
                 end.abandoned += e.abandoned;
                 end.connections_opened += e.connections_opened;
+                end.connections_kept += e.connections_kept;
                 end.kiln_cpu_user_us += e.kiln_cpu_user_us;
                 end.kiln_cpu_system_us += e.kiln_cpu_system_us;
                 end.kiln_max_rss_kib = end.kiln_max_rss_kib.max(e.kiln_max_rss_kib);
