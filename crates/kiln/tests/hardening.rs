@@ -505,3 +505,70 @@ fn a_load_thread_that_panics_fails_the_run_instead_of_completing_it() {
     assert!(stderr.contains("a load thread failed"), "{stderr}");
     assert_eq!(manifest(&dir)["status"], "failed");
 }
+
+/// `--spawn`: the target kiln started goes with kiln. A Ctrl-C (SIGINT to the terminal's
+/// process group) reaches kiln alone, which ends the run as interrupted (130) and stops the
+/// target; it used to reach the target too, which died first and could turn the run into "the
+/// watched process exited" (3). A SIGKILL of kiln, which runs none of its cleanup, takes the
+/// target along (it used to be left running, holding its port).
+#[test]
+fn a_spawned_target_goes_with_kiln_on_ctrl_c_and_on_sigkill() {
+    let tmp = tempfile::tempdir().unwrap();
+    // a target that notes a SIGINT instead of dying of it
+    let script = tmp.path().join("target.py");
+    std::fs::write(
+        &script,
+        "import http.server, signal, sys\n\
+         port, note = int(sys.argv[1]), sys.argv[2]\n\
+         signal.signal(signal.SIGINT, lambda *_: open(note, 'w').write('SIGINT'))\n\
+         http.server.ThreadingHTTPServer(('127.0.0.1', port), \
+         http.server.SimpleHTTPRequestHandler).serve_forever()\n",
+    )
+    .unwrap();
+    for (signo, name) in [(libc::SIGINT, "SIGINT"), (libc::SIGKILL, "SIGKILL")] {
+        let port = common::apps::free_port();
+        let dir = tmp.path().join(name);
+        let note = tmp.path().join(format!("{name}-note"));
+        let target = format!("python3 {} {port} {}", script.display(), note.display());
+        let child = Command::new(env!("CARGO_BIN_EXE_kiln"))
+            .args(["run", &format!("http://127.0.0.1:{port}/"), "--rate", "20"])
+            .args(["-c", "2", "-d", "60s", "--spawn", &target, "--json", "--out"])
+            .arg(&dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            // as a shell runs a command: its own process group, which a terminal signals
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        // the run is under way once it has recorded a second of load
+        let seconds = dir.join("load-seconds.jsonl");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::fs::read_to_string(&seconds).map_or(true, |s| !s.contains("\"second\"")) {
+            assert!(Instant::now() < deadline, "{name}: no second of load in 30 s");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        // Ctrl-C goes to the process group; kill -9 to kiln alone
+        let to = if signo == libc::SIGINT {
+            -(child.id() as i32)
+        } else {
+            child.id() as i32
+        };
+        // SAFETY: kill(2) of the process (group) this test started.
+        assert_eq!(unsafe { libc::kill(to, signo) }, 0);
+        let out = child.wait_with_output().unwrap();
+        if signo == libc::SIGINT {
+            let run = json_with_exit(&out, 130);
+            assert_eq!(run["status_reason"], "interrupted by Ctrl-C", "{run}");
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            assert!(
+                Instant::now() < deadline,
+                "{name}: the spawned target still serves port {port} 5 s after kiln ended"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        assert!(!note.exists(), "{name}: the target got the terminal's SIGINT");
+    }
+}

@@ -738,3 +738,144 @@ time.sleep(120)
     );
     assert!(text.contains("the GIL held in 0% of"), "{text}");
 }
+
+/// JFR's lock waits (`--runtime deep`) against the service's own stopwatch
+/// (tests/apps/java_locks/LockShop times every wait for its lock and writes them down when
+/// stopped): a `synchronized` block held across a 10 ms call, then a ReentrantLock held the
+/// same way, each waited for by 3 of 4 request threads. The summary counts the same waits of
+/// 10 ms or more in the same seconds, sums the same wait time (within 2%), names the lock's
+/// class and the frame that asked for it, leaves the pool's idle threads out, and the
+/// blocked-threads finding carries JFR's figures; the lock taken only to count, never held
+/// across the call, has no waits and no finding.
+#[test]
+fn lock_waits_from_jfr_match_the_services_own_stopwatch() {
+    let tmp = tempfile::tempdir().unwrap();
+    let classes = tmp.path().join("lockshop");
+    javac(
+        &[workspace().join("tests/apps/java_locks/LockShop.java")],
+        None,
+        &classes,
+    );
+    for (mode, kind, class) in [
+        ("locked", "monitor", "LockShop$Inventory"),
+        (
+            "parked",
+            "park",
+            "java.util.concurrent.locks.ReentrantLock$NonfairSync",
+        ),
+        ("unlocked", "", ""),
+    ] {
+        let port = free_port();
+        let waits_file = tmp.path().join(format!("{mode}-waits.txt"));
+        let mut app = Command::new("java")
+            // the JDK's server answers in two writes: without this, Nagle and delayed ACKs
+            // add 40 ms to each request, and the 4 connections' requests rarely meet at
+            // the lock
+            .arg("-Dsun.net.httpserver.nodelay=true")
+            .arg("-cp")
+            .arg(&classes)
+            .args(["LockShop", &port.to_string(), mode])
+            .arg(&waits_file)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("java starts");
+        wait_port(port, &mut app, "LockShop");
+        let app = Killed(app);
+        let out = tmp.path().join(mode);
+        let json = kiln_run_watched(
+            port,
+            &out,
+            &["-c", "4", "--warmup", "2s", "-d", "8s", "--runtime", "deep"],
+        );
+        // SIGTERM: the service writes down its waits as it stops
+        // SAFETY: kill(2) of the child this test started.
+        unsafe { libc::kill(app.0.id() as i32, libc::SIGTERM) };
+        let mut app = app;
+        let _ = app.0.wait();
+        let truth: Vec<(u64, f64)> = std::fs::read_to_string(&waits_file)
+            .unwrap()
+            .lines()
+            .map(|l| {
+                let f: Vec<&str> = l.split(' ').collect();
+                (f[0].parse().unwrap(), f[1].parse::<f64>().unwrap() / 1e3)
+            })
+            .collect();
+        let runtime = &json["runtime"];
+        let sites = runtime["lock_waits"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let at_reserve: Vec<&serde_json::Value> = sites
+            .iter()
+            .filter(|s| s["at"].as_str().unwrap().starts_with("LockShop.reserve"))
+            .collect();
+        if mode == "unlocked" {
+            assert!(at_reserve.is_empty(), "{sites:#?}");
+            assert!(
+                finding(&json, "runtime.blocked-threads").is_none(),
+                "{:#}",
+                json["findings"]
+            );
+            continue;
+        }
+        assert_eq!(at_reserve.len(), 1, "{mode}: {sites:#?}");
+        let site = at_reserve[0];
+        assert_eq!(site["kind"], kind, "{site:#}");
+        assert_eq!(site["lock_class"], class, "{site:#}");
+        // the waits of 10 ms or more the service timed, begun in the seconds JFR's were
+        // counted in
+        let (from, to) = (
+            site["from_unix_s"].as_u64().unwrap(),
+            site["to_unix_s"].as_u64().unwrap(),
+        );
+        // the service's stopwatch brackets the JVM's wait with a little more (a clock read, a
+        // call): a wait JFR measured at 9.9 ms may be 10.1 ms to it, so JFR's count lies
+        // between the service's waits of 11 ms or more and of 10 ms or more
+        let timed = |at_least_ms: f64| -> Vec<f64> {
+            truth
+                .iter()
+                .filter(|(start_ms, ms)| {
+                    *ms >= at_least_ms && (from..=to).contains(&(start_ms / 1000))
+                })
+                .map(|(_, ms)| *ms)
+                .collect()
+        };
+        let (loose, strict) = (timed(10.0), timed(11.0));
+        let waits = site["waits"].as_u64().unwrap() as usize;
+        let wait_ms = site["wait_ms"].as_f64().unwrap();
+        assert!(strict.len() > 100, "{mode}: {} waits timed", strict.len());
+        // a wait at a second's edge may fall on either side
+        assert!(
+            (strict.len().saturating_sub(2)..=loose.len() + 2).contains(&waits),
+            "{mode}: JFR {waits} waits, the service {} of 11 ms or more, {} of 10 ms or more",
+            strict.len(),
+            loose.len()
+        );
+        let (loose_ms, strict_ms) = (loose.iter().sum::<f64>(), strict.iter().sum::<f64>());
+        assert!(
+            wait_ms >= 0.98 * strict_ms && wait_ms <= 1.01 * loose_ms,
+            "{mode}: JFR {wait_ms:.0} ms, the service {strict_ms:.0} to {loose_ms:.0} ms"
+        );
+        // 3 of 4 request threads wait while one holds the lock
+        let waiting = site["threads_waiting_mean"].as_f64().unwrap();
+        assert!((1.5..=3.2).contains(&waiting), "{mode}: {waiting}");
+        // no idle pool thread's park among the places
+        assert!(
+            sites
+                .iter()
+                .all(|s| !s.to_string().contains("ThreadPoolExecutor.getTask")),
+            "{sites:#?}"
+        );
+        let f = finding(&json, "runtime.blocked-threads")
+            .unwrap_or_else(|| panic!("{mode}: {:#}", json["findings"]));
+        assert!(
+            f["evidence"].to_string().contains("JFR measured"),
+            "{mode}: {f:#}"
+        );
+        assert!(
+            f["evidence"].to_string().contains("LockShop.reserve"),
+            "{f:#}"
+        );
+    }
+}

@@ -7,6 +7,7 @@
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Read};
 use std::net::{SocketAddr, TcpStream};
+use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -33,16 +34,36 @@ impl SpawnedTarget {
             Ok(v) if !v.trim().is_empty() => format!("{v},gctrace=1"),
             _ => "gctrace=1".to_string(),
         };
+        // SAFETY: getpid has no preconditions.
+        let parent = unsafe { libc::getpid() };
         let started_unix_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0.0, |d| d.as_secs_f64() * 1e3);
-        let mut child = Command::new("sh")
-            .arg("-c")
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c")
             .arg(format!("exec {command}"))
             .env("GODEBUG", godebug)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
+            // its own process group: a Ctrl-C at the terminal reaches kiln alone, which ends
+            // the run as interrupted (exit 130) and then stops the target itself, instead of
+            // the target dying first and the run ending as "the watched process exited"
+            .process_group(0);
+        // SAFETY: between fork and exec only async-signal-safe calls (prctl, getppid, _exit).
+        unsafe {
+            cmd.pre_exec(move || {
+                // killed with kiln (even by SIGKILL, which runs no Drop): the target goes too.
+                // The "parent" is the thread that forked, so start is called from a thread
+                // that lives as long as the run (the main thread).
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+                if libc::getppid() != parent {
+                    libc::_exit(1);
+                }
+                Ok(())
+            });
+        }
+        let mut child = cmd
             .spawn()
             .with_context(|| format!("--spawn: cannot start {command:?}"))?;
         let pid = i32::try_from(child.id()).context("--spawn: a pid out of range")?;

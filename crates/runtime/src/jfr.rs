@@ -1,10 +1,14 @@
 //! A JFR recording for `--runtime deep`, started and dumped over the attach socket, read at
-//! the end with the target JDK's own `jfr` tool (`jfr print --json`): today the count of
-//! throwables the JVM created (`jdk.ExceptionStatistics`, a cumulative count once a second).
+//! the end with the target JDK's own `jfr` tool (`jfr print --json`): the count of throwables
+//! the JVM created (`jdk.ExceptionStatistics`, a cumulative count once a second) and every
+//! wait for a lock of `LOCK_THRESHOLD` or more (`jdk.JavaMonitorEnter` for `synchronized`,
+//! `jdk.ThreadPark` for java.util.concurrent's locks), with its stack, summed per place.
 //! JFR's binary format is not parsed here: the JDK's reader is the reference for it.
 
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{BufReader, Read};
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 
 use serde::{Deserialize, Serialize};
 
@@ -17,28 +21,90 @@ pub struct ThrowableCount {
     pub throwables: u64,
 }
 
+/// Lock waits this long or longer are recorded (the JDK's default settings: 20 ms; its
+/// profile settings: 10 ms). Shorter waits cost little each, and recording every one would
+/// cost the target more than they do.
+pub const LOCK_THRESHOLD_MS: u32 = 10;
+
+/// Frames kept per lock-wait place.
+const KEPT_FRAMES: usize = 10;
+/// Places kept, the longest waited first.
+const KEPT_SITES: usize = 50;
+
 /// A recording kiln started.
 pub struct Recording {
     name: String,
+    /// Why lock waits are recorded at the JDK's own threshold rather than `LOCK_THRESHOLD_MS`.
+    pub threshold_note: Option<String>,
+}
+
+/// What a recording held.
+#[derive(Debug, Default)]
+pub struct JfrRead {
+    pub throwables: Vec<ThrowableCount>,
+    pub lock_waits: Vec<LockWaitSite>,
+}
+
+/// Where threads waited for one lock, and how long, second by second.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct LockWaitSite {
+    /// `monitor` (a `synchronized` block or method) or `park` (a java.util.concurrent lock,
+    /// a queue's put, a condition).
+    pub kind: String,
+    /// The class of the monitor's object, or of what the thread parked on.
+    pub lock_class: String,
+    /// The first frame past the lock's own machinery: where the code asked for the lock.
+    pub at: String,
+    /// The waiting thread's stack, innermost first (`Class.method(line N)`).
+    pub frames: Vec<String>,
+    /// Threads that waited here, and a few of their names.
+    pub threads: u32,
+    pub thread_names: Vec<String>,
+    /// Per wall-clock second in which waits began.
+    pub seconds: Vec<LockWaitSecond>,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct LockWaitSecond {
+    pub unix_s: u64,
+    pub waits: u32,
+    pub wait_ms: f64,
+    pub longest_ms: f64,
 }
 
 impl Recording {
-    /// Starts a recording with the JDK's default settings (about 1% overhead by design). The
-    /// first JFR start in a JVM takes a second or two.
+    /// Starts a recording with the JDK's default settings (about 1% overhead by design) and
+    /// lock waits from `LOCK_THRESHOLD_MS`. The first JFR start in a JVM takes a second or
+    /// two.
     pub fn start(attach: &Attach) -> Result<Self, String> {
         let name = format!("kiln-{}", std::process::id());
-        attach.jcmd(&format!("JFR.start name={name} settings=default"))?;
-        Ok(Self { name })
+        let base = format!("JFR.start name={name} settings=default");
+        // event settings on JFR.start came with JDK 17; an older JVM refuses them
+        let threshold = format!("{LOCK_THRESHOLD_MS}ms");
+        let lower = format!(
+            "{base} jdk.JavaMonitorEnter#threshold={threshold} jdk.ThreadPark#threshold={threshold}"
+        );
+        match attach.jcmd(&lower) {
+            Ok(_) => Ok(Self {
+                name,
+                threshold_note: None,
+            }),
+            Err(why) => {
+                attach.jcmd(&base)?;
+                Ok(Self {
+                    name,
+                    threshold_note: Some(format!(
+                        "lock waits from the JDK's default 20 ms (it refused {LOCK_THRESHOLD_MS}                          ms: {why})"
+                    )),
+                })
+            }
+        }
     }
 
-    /// Dumps and stops the recording, and reads the throwable counts from it with the target
-    /// JDK's `jfr` tool. The dump is written by the JVM into its own /tmp and removed after.
-    pub fn finish(
-        self,
-        attach: &Attach,
-        pid: i32,
-        proc_root: &Path,
-    ) -> Result<Vec<ThrowableCount>, String> {
+    /// Dumps and stops the recording, and reads the throwable counts and lock waits from it
+    /// with the target JDK's `jfr` tool. The dump is written by the JVM into its own /tmp and
+    /// removed after.
+    pub fn finish(self, attach: &Attach, pid: i32, proc_root: &Path) -> Result<JfrRead, String> {
         let file = format!("/tmp/{}-{pid}.jfr", self.name);
         let dumped = attach.jcmd(&format!("JFR.dump name={} filename={file}", self.name));
         let _ = attach.jcmd(&format!("JFR.stop name={}", self.name));
@@ -48,19 +114,32 @@ impl Recording {
             .join("root")
             .join(file.trim_start_matches('/'));
         let read = jfr_tool(pid, proc_root).and_then(|jfr| {
-            let out = Command::new(&jfr)
-                .args(["print", "--json", "--events", "jdk.ExceptionStatistics"])
+            // the stack deep enough to get past a java.util.concurrent lock's own frames
+            let mut child = Command::new(&jfr)
+                .args(["print", "--json", "--stack-depth", "16", "--events"])
+                .arg("jdk.ExceptionStatistics,jdk.JavaMonitorEnter,jdk.ThreadPark")
                 .arg(&ours)
-                .output()
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
                 .map_err(|e| format!("cannot run {}: {e}", jfr.display()))?;
-            if !out.status.success() {
-                return Err(format!(
-                    "{} print failed: {}",
-                    jfr.display(),
-                    String::from_utf8_lossy(&out.stderr).trim()
-                ));
+            // read as it is printed: a busy lock's events with their stacks are many
+            // megabytes of JSON, kept here only as the sites' sums
+            let printed = child
+                .stdout
+                .take()
+                .map(|out| read_printed(BufReader::new(out)));
+            let mut stderr = String::new();
+            if let Some(mut err) = child.stderr.take() {
+                let _ = err.read_to_string(&mut stderr);
             }
-            throwable_counts(&out.stdout)
+            let status = child
+                .wait()
+                .map_err(|e| format!("{}: {e}", jfr.display()))?;
+            if !status.success() {
+                return Err(format!("{} print failed: {}", jfr.display(), stderr.trim()));
+            }
+            printed.unwrap_or_else(|| Err("jfr print gave no output".into()))
         });
         let _ = std::fs::remove_file(&ours);
         read
@@ -98,33 +177,233 @@ struct PrintedRecording {
     events: Vec<PrintedEvent>,
 }
 
+/// What kiln reads of an event of `jfr print --json`; the rest is skipped unread.
 #[derive(Deserialize)]
 struct PrintedEvent {
     #[serde(rename = "type")]
     kind: String,
-    values: serde_json::Value,
+    values: EventValues,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+struct EventValues {
+    start_time: Option<String>,
+    duration: Option<String>,
+    throwables: Option<u64>,
+    event_thread: Option<JfrThread>,
+    stack_trace: Option<JfrStack>,
+    monitor_class: Option<JfrClass>,
+    parked_class: Option<JfrClass>,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+struct JfrThread {
+    java_name: Option<String>,
+    os_name: Option<String>,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(default)]
+struct JfrStack {
+    frames: Vec<JfrFrame>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct JfrFrame {
+    method: JfrMethod,
+    #[serde(default)]
+    line_number: Option<i64>,
+}
+
+#[derive(Deserialize)]
+struct JfrMethod {
+    #[serde(rename = "type")]
+    class: JfrClass,
+    name: String,
+}
+
+#[derive(Deserialize)]
+struct JfrClass {
+    name: String,
+}
+
+impl JfrClass {
+    /// `java.lang.Object`, whether the printer wrote dots or the JVM's slashes.
+    fn dotted(&self) -> String {
+        self.name.replace('/', ".")
+    }
+}
+
+fn unix_ms_of(rfc3339: &str) -> Option<f64> {
+    let at = humantime::parse_rfc3339(rfc3339).ok()?;
+    Some(at.duration_since(std::time::UNIX_EPOCH).ok()?.as_secs_f64() * 1e3)
+}
+
+/// An ISO-8601 duration as JFR prints them (`PT0.012345S`, `PT1M2.5S`, `PT2H`), in ms.
+pub fn iso_duration_ms(text: &str) -> Option<f64> {
+    let rest = text.strip_prefix("PT")?;
+    let (mut ms, mut number, mut units) = (0.0, String::new(), 0);
+    for c in rest.chars() {
+        let unit_ms = match c {
+            'H' => 3_600_000.0,
+            'M' => 60_000.0,
+            'S' => 1_000.0,
+            _ => {
+                number.push(c);
+                continue;
+            }
+        };
+        ms += number.parse::<f64>().ok()? * unit_ms;
+        number.clear();
+        units += 1;
+    }
+    (units > 0 && number.is_empty() && ms.is_finite()).then_some(ms)
+}
+
+/// Frames of the lock's own machinery, skipped to find where the code asked for the lock.
+fn is_lock_machinery(frame: &str) -> bool {
+    [
+        "jdk.internal.misc.Unsafe.",
+        "sun.misc.Unsafe.",
+        "java.util.concurrent.locks.",
+        "java.util.concurrent.ForkJoinPool.managedBlock",
+        "java.util.concurrent.ForkJoinPool.unmanagedBlock",
+        "java.lang.Object.wait",
+        "java.lang.Thread.",
+        "java.lang.VirtualThread.",
+    ]
+    .iter()
+    .any(|p| frame.starts_with(p))
+}
+
+/// A park that is a thread waiting for work, not for a lock: a pool's idle worker, a queue's
+/// consumer with nothing to take, a disruptor's consumer waiting for events. (A producer
+/// waiting for room, `put`, is kept: a full queue holds requests up.)
+fn is_idle_wait(frames: &[String]) -> bool {
+    frames.iter().any(|f| {
+        let method = f.split('(').next().unwrap_or(f);
+        let (class, name) = method.rsplit_once('.').unwrap_or(("", method));
+        method.ends_with("ThreadPoolExecutor.getTask")
+            || method.ends_with("ForkJoinPool.awaitWork")
+            || (class.ends_with("WaitStrategy") && name == "waitFor")
+            || ((class.ends_with("Queue") || class.ends_with("Deque"))
+                && matches!(name, "take" | "poll" | "takeFirst" | "pollFirst"))
+    })
+}
+
+/// `jfr print --json` read as it comes: the throwable counts in time order and the lock
+/// waits summed per place (kind, lock class, where asked), the longest waited first.
+pub fn read_printed(from: impl std::io::Read) -> Result<JfrRead, String> {
+    let printed: Printed = serde_json::from_reader(from)
+        .map_err(|e| format!("jfr print --json gave what kiln cannot read: {e}"))?;
+    let mut throwables = Vec::new();
+    // per (kind, lock class, method asked from): the place, its threads' names, its seconds
+    type Place = (LockWaitSite, BTreeSet<String>, BTreeMap<u64, LockWaitSecond>);
+    let mut sites: BTreeMap<(String, String, String), Place> = BTreeMap::new();
+    for event in printed.recording.events {
+        let v = event.values;
+        let Some(start_ms) = v.start_time.as_deref().and_then(unix_ms_of) else {
+            continue;
+        };
+        let (kind, class) = match event.kind.as_str() {
+            "jdk.ExceptionStatistics" => {
+                if let Some(n) = v.throwables {
+                    throwables.push(ThrowableCount {
+                        unix_ms: start_ms as u64,
+                        throwables: n,
+                    });
+                }
+                continue;
+            }
+            "jdk.JavaMonitorEnter" => ("monitor", v.monitor_class),
+            "jdk.ThreadPark" => ("park", v.parked_class),
+            _ => continue,
+        };
+        let Some(ms) = v.duration.as_deref().and_then(iso_duration_ms) else {
+            continue;
+        };
+        let frames: Vec<String> = v
+            .stack_trace
+            .map(|st| st.frames)
+            .unwrap_or_default()
+            .iter()
+            .map(|f| {
+                let line = f.line_number.filter(|n| *n > 0);
+                format!(
+                    "{}.{}{}",
+                    f.method.class.dotted(),
+                    f.method.name,
+                    line.map_or(String::new(), |n| format!("(line {n})"))
+                )
+            })
+            .collect();
+        if kind == "park" && is_idle_wait(&frames) {
+            continue;
+        }
+        let at = frames
+            .iter()
+            .find(|f| !is_lock_machinery(f))
+            .or(frames.first())
+            .cloned()
+            .unwrap_or_else(|| "(no stack)".into());
+        let lock_class = class.map_or_else(|| "(unknown)".into(), |c| c.dotted());
+        // one place per method: its compiled and interpreted frames may give other lines
+        let method = at.split('(').next().unwrap_or(&at).to_string();
+        let key = (kind.to_string(), lock_class.clone(), method);
+        let (_, names, seconds) = sites.entry(key).or_insert_with(|| {
+            (
+                LockWaitSite {
+                    kind: kind.into(),
+                    lock_class,
+                    at,
+                    frames: frames.iter().take(KEPT_FRAMES).cloned().collect(),
+                    ..Default::default()
+                },
+                BTreeSet::new(),
+                BTreeMap::new(),
+            )
+        });
+        let thread = v.event_thread.and_then(|t| t.java_name.or(t.os_name));
+        if let Some(name) = thread {
+            if names.len() < 1000 {
+                names.insert(name);
+            }
+        }
+        let second = seconds
+            .entry((start_ms / 1e3) as u64)
+            .or_insert_with(|| LockWaitSecond {
+                unix_s: (start_ms / 1e3) as u64,
+                ..Default::default()
+            });
+        second.waits += 1;
+        second.wait_ms += ms;
+        second.longest_ms = second.longest_ms.max(ms);
+    }
+    throwables.sort_by_key(|c: &ThrowableCount| c.unix_ms);
+    let mut lock_waits: Vec<LockWaitSite> = sites
+        .into_values()
+        .map(|(mut site, names, seconds)| {
+            site.threads = names.len() as u32;
+            site.thread_names = names.into_iter().take(5).collect();
+            site.seconds = seconds.into_values().collect();
+            site
+        })
+        .collect();
+    let total = |s: &LockWaitSite| s.seconds.iter().map(|x| x.wait_ms).sum::<f64>();
+    lock_waits.sort_by(|a, b| total(b).total_cmp(&total(a)));
+    lock_waits.truncate(KEPT_SITES);
+    Ok(JfrRead {
+        throwables,
+        lock_waits,
+    })
 }
 
 /// The `jdk.ExceptionStatistics` events of `jfr print --json`, oldest first.
 pub fn throwable_counts(json: &[u8]) -> Result<Vec<ThrowableCount>, String> {
-    let printed: Printed = serde_json::from_slice(json)
-        .map_err(|e| format!("jfr print --json gave what kiln cannot read: {e}"))?;
-    let mut counts: Vec<ThrowableCount> = printed
-        .recording
-        .events
-        .iter()
-        .filter(|e| e.kind == "jdk.ExceptionStatistics")
-        .filter_map(|e| {
-            let start = e.values["startTime"].as_str()?;
-            let at = humantime::parse_rfc3339(start).ok()?;
-            Some(ThrowableCount {
-                unix_ms: at.duration_since(std::time::UNIX_EPOCH).ok()?.as_millis() as u64,
-                throwables: e.values["throwables"].as_u64()?,
-            })
-        })
-        .collect();
-    counts.sort_by_key(|c| c.unix_ms);
-    Ok(counts)
+    read_printed(json).map(|read| read.throwables)
 }
 
 /// Throwables created per second between the first and the last reading inside
@@ -165,6 +444,71 @@ mod tests {
             None,
             "one reading"
         );
+    }
+
+    /// JDK 17's `jfr print --json --stack-depth 16` of tests/apps/java_locks/LockShop: three
+    /// monitor waits in `reserve` (the first event whole, the others without class loaders),
+    /// two waits for its ReentrantLock, an idle pool thread's park, a throwable count.
+    const LOCK_WAITS: &str = include_str!("../tests/fixtures/jfr-lock-waits.json");
+
+    #[test]
+    fn lock_waits_are_summed_per_place_and_second_and_idle_parks_left_out() {
+        let read = read_printed(LOCK_WAITS.as_bytes()).unwrap();
+        assert_eq!(read.throwables.len(), 1);
+        assert_eq!(read.lock_waits.len(), 2, "{:#?}", read.lock_waits);
+        let monitor = read
+            .lock_waits
+            .iter()
+            .find(|w| w.kind == "monitor")
+            .unwrap();
+        assert_eq!(monitor.lock_class, "LockShop$Inventory");
+        assert_eq!(monitor.at, "LockShop.reserve(line 44)");
+        assert_eq!(monitor.threads, 3);
+        assert_eq!(
+            monitor.thread_names,
+            ["request-20", "request-21", "request-24"]
+        );
+        // two waits began in second ...34, one in ...35
+        let per_second: Vec<(u64, u32)> = monitor
+            .seconds
+            .iter()
+            .map(|s| (s.unix_s % 100, s.waits))
+            .collect();
+        assert_eq!(per_second, [(54, 2), (55, 1)], "{:?}", monitor.seconds);
+        let first = &monitor.seconds[0];
+        assert!((first.wait_ms - (18.550816 + 69.453294)).abs() < 1e-6);
+        assert!((first.longest_ms - 69.453294).abs() < 1e-6);
+        // the ReentrantLock's waits, past java.util.concurrent.locks' frames
+        let park = read.lock_waits.iter().find(|w| w.kind == "park").unwrap();
+        assert_eq!(
+            park.lock_class,
+            "java.util.concurrent.locks.ReentrantLock$NonfairSync"
+        );
+        assert!(park.at.starts_with("LockShop.reserve"), "{park:?}");
+        assert_eq!(park.seconds.iter().map(|s| s.waits).sum::<u32>(), 2);
+        assert!(park.frames[0].starts_with("jdk.internal.misc.Unsafe.park"));
+    }
+
+    #[test]
+    fn jfr_durations_are_read_in_ms() {
+        assert_eq!(iso_duration_ms("PT0.0185S"), Some(18.5));
+        assert_eq!(iso_duration_ms("PT1M2.5S"), Some(62_500.0));
+        assert_eq!(iso_duration_ms("PT2H"), Some(7_200_000.0));
+        assert_eq!(iso_duration_ms("PT0S"), Some(0.0));
+        for bad in ["", "P1D", "PT", "PT1.5", "PTxS", "0.5S"] {
+            assert_eq!(iso_duration_ms(bad), None, "{bad}");
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_bytes_read_as_jfr_json_give_an_answer_or_an_error(bytes: Vec<u8>) {
+            let _ = read_printed(bytes.as_slice());
+        }
+        #[test]
+        fn any_duration_text_gives_a_number_or_none(text in "PT[0-9.HMS]{0,12}") {
+            let _ = iso_duration_ms(&text);
+        }
     }
 
     #[test]

@@ -55,6 +55,10 @@ pub struct RuntimeInfo {
     /// (`--runtime deep`): read at the end of the run.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub throwable_counts: Vec<jfr::ThrowableCount>,
+    /// Where threads waited for locks (`jfr::LOCK_THRESHOLD_MS` or longer), per place and
+    /// second, from the same recording.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lock_waits: Vec<jfr::LockWaitSite>,
 }
 
 /// One second of the runtime's own figures.

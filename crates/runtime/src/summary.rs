@@ -27,6 +27,10 @@ pub struct RuntimeSummary {
     pub exceptions: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exceptions_per_s: Option<f64>,
+    /// Where threads waited for locks in the window (JFR, `--runtime deep`), the longest
+    /// waited first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lock_waits: Vec<LockWaitSummary>,
     /// What the py-spy dumps in the window showed (a Python target, `--runtime deep`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub python: Option<PythonSummary>,
@@ -37,6 +41,65 @@ pub struct RuntimeSummary {
     /// from the sampler's per-thread CPU over the same window; filled by whoever has it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cpu_by_thread_role: Vec<crate::jvm_threads::RoleCpu>,
+}
+
+/// Waits for one lock at one place over a window (whole wall-clock seconds inside it).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct LockWaitSummary {
+    pub kind: String,
+    pub lock_class: String,
+    pub at: String,
+    pub frames: Vec<String>,
+    pub threads: u32,
+    pub thread_names: Vec<String>,
+    pub waits: u64,
+    pub wait_ms: f64,
+    pub longest_ms: f64,
+    /// Threads waiting here on average: the wait time over the window's wall time.
+    pub threads_waiting_mean: f64,
+    /// The wall-clock seconds counted, first and last (Unix seconds, inclusive).
+    pub from_unix_s: u64,
+    pub to_unix_s: u64,
+}
+
+/// The lock waits that began in the whole wall-clock seconds inside `[from_ms, to_ms]`.
+fn lock_waits_within(
+    sites: &[crate::jfr::LockWaitSite],
+    (from_ms, to_ms): (u64, u64),
+) -> Vec<LockWaitSummary> {
+    let (first, end) = (from_ms.div_ceil(1000), to_ms / 1000);
+    if end <= first {
+        return Vec::new();
+    }
+    let span_ms = (end - first) as f64 * 1000.0;
+    let mut out: Vec<LockWaitSummary> = sites
+        .iter()
+        .filter_map(|site| {
+            let inside: Vec<_> = site
+                .seconds
+                .iter()
+                .filter(|s| s.unix_s >= first && s.unix_s < end)
+                .collect();
+            let waits: u64 = inside.iter().map(|s| u64::from(s.waits)).sum();
+            let wait_ms: f64 = inside.iter().map(|s| s.wait_ms).sum();
+            (waits > 0).then(|| LockWaitSummary {
+                kind: site.kind.clone(),
+                lock_class: site.lock_class.clone(),
+                at: site.at.clone(),
+                frames: site.frames.clone(),
+                threads: site.threads,
+                thread_names: site.thread_names.clone(),
+                waits,
+                wait_ms,
+                longest_ms: inside.iter().map(|s| s.longest_ms).fold(0.0, f64::max),
+                threads_waiting_mean: wait_ms / span_ms,
+                from_unix_s: first,
+                to_unix_s: end - 1,
+            })
+        })
+        .collect();
+    out.sort_by(|a, b| b.wait_ms.total_cmp(&a.wait_ms));
+    out
 }
 
 /// A Go target's GC over a window, from its gctrace cycles.
@@ -275,6 +338,7 @@ pub fn summarize_within(
         },
         exceptions: exceptions.map(|(_, n)| n),
         exceptions_per_s: exceptions.map(|(rate, _)| rate),
+        lock_waits: window.map_or_else(Vec::new, |w| lock_waits_within(&info.lock_waits, w)),
         cpu_by_thread_role: Vec::new(),
     }
 }

@@ -245,12 +245,19 @@ const SIGNATURES: &[(&str, &str)] = &[
 fn signature(contention: &Contention, holder: Option<&DumpedThread>) -> Option<String> {
     let frames = std::iter::once(&contention.waiting_at)
         .chain(holder.into_iter().flat_map(|h| h.frames.iter()));
-    for frame in frames {
-        if let Some((_, name)) = SIGNATURES.iter().find(|(key, _)| frame.ends_with(key)) {
-            return Some(name.to_string());
-        }
-    }
-    None
+    known_signature(frames.map(String::as_str)).map(str::to_string)
+}
+
+/// The known cause whose frame is among `frames` (`Class.method`, anything after a `(`
+/// ignored), the first frame's first.
+pub fn known_signature<'a>(frames: impl IntoIterator<Item = &'a str>) -> Option<&'static str> {
+    frames.into_iter().find_map(|frame| {
+        let method = frame.split('(').next().unwrap_or(frame).trim();
+        SIGNATURES
+            .iter()
+            .find(|(key, _)| method.ends_with(key))
+            .map(|(_, name)| *name)
+    })
 }
 
 #[cfg(test)]

@@ -23,7 +23,7 @@ pub const POLL: Duration = Duration::from_millis(10);
 /// What kiln does not read yet, per runtime, in the user's words.
 fn not_read_yet(runtime: Runtime) -> Option<&'static str> {
     match runtime {
-        Runtime::Jvm => Some("lock waits with their stacks (JFR) are not read yet"),
+        Runtime::Jvm => None,
         Runtime::Go => None,
         Runtime::Python => Some("Python's GC is not read yet"),
         Runtime::Node => Some("Node.js's GC and event-loop delay are not read yet"),
@@ -113,8 +113,8 @@ impl RuntimeWatch {
             }
         } else if runtime == Runtime::Jvm {
             info.not_read.push(
-                "thread states, contended locks and exceptions thrown: not asked for \
-                 (--runtime deep takes thread dumps and a JFR recording)"
+                "thread states, lock waits with their stacks and exceptions thrown: not \
+                 asked for (--runtime deep takes thread dumps and a JFR recording)"
                     .to_string(),
             );
         }
@@ -305,13 +305,22 @@ impl RuntimeWatch {
                 .unwrap_or_else(|_| Err("the JFR start failed".to_string())),
             Err(e) => Err(format!("cannot start a thread: {e}")),
         };
-        let counts = recording.and_then(|recording| match self.attach.as_ref() {
-            Some(attach) => recording.finish(attach, self.info.pid, &self.proc_root),
-            None => Err("the attach socket went away".to_string()),
+        let read = recording.and_then(|recording| {
+            self.info.not_read.extend(recording.threshold_note.clone());
+            match self.attach.as_ref() {
+                Some(attach) => recording.finish(attach, self.info.pid, &self.proc_root),
+                None => Err("the attach socket went away".to_string()),
+            }
         });
-        match counts {
-            Ok(counts) => self.info.throwable_counts = counts,
-            Err(why) => self.info.not_read.push(format!("exceptions (JFR): {why}")),
+        match read {
+            Ok(read) => {
+                self.info.throwable_counts = read.throwables;
+                self.info.lock_waits = read.lock_waits;
+            }
+            Err(why) => self
+                .info
+                .not_read
+                .push(format!("exceptions and lock waits (JFR): {why}")),
         }
         None
     }

@@ -512,35 +512,43 @@ fn blocked_threads(run: &RunRecord) -> Verdict {
             Err(verdict) => return verdict,
         },
     };
-    let Some(threads) = &runtime.threads else {
-        return Verdict::Unjudged(if go {
-            "no goroutine dumps were taken (run with --runtime deep; the program serves them \
-             when it imports net/http/pprof)"
-                .into()
-        } else {
-            "no thread dumps were taken (run with --runtime deep)".into()
-        });
-    };
     let (threads_noun, whose) = if go {
         ("Goroutines", "the goroutines")
     } else {
         ("Threads", "the JVM's threads")
     };
-    if threads.dumps < MIN_DUMPS {
-        return Verdict::Unjudged(format!(
-            "{} thread dump is too few to judge (at least {MIN_DUMPS}: a longer run)",
-            threads.dumps
-        ));
-    }
-    let all_threads: f64 = threads.states_mean.values().sum();
-    let found: Vec<_> = threads
-        .contended
-        .iter()
-        .filter(|s| {
+    // JFR's lock waits (a JVM under --runtime deep): every wait of 10 ms or more, measured
+    let jfr = &runtime.lock_waits;
+    let dumps = match &runtime.threads {
+        Some(t) if t.dumps >= MIN_DUMPS => Some(t),
+        Some(t) if jfr.is_empty() => {
+            return Verdict::Unjudged(format!(
+                "{} thread dump is too few to judge (at least {MIN_DUMPS}: a longer run)",
+                t.dumps
+            ))
+        }
+        None if jfr.is_empty() => {
+            return Verdict::Unjudged(if go {
+                "no goroutine dumps were taken (run with --runtime deep; the program serves \
+                 them when it imports net/http/pprof)"
+                    .into()
+            } else {
+                "no thread dumps were taken (run with --runtime deep)".into()
+            })
+        }
+        _ => None,
+    };
+    let method = |frame: &str| frame.split('(').next().unwrap_or(frame).trim().to_string();
+    let jfr_at = |at: &str| jfr.iter().find(|w| method(&w.at) == method(at));
+    let mut found = Vec::new();
+    let mut judged_sites = Vec::new();
+    if let Some(threads) = dumps {
+        let all_threads: f64 = threads.states_mean.values().sum();
+        for site in threads.contended.iter().filter(|s| {
             f64::from(s.dumps_seen) >= SEEN_SHARE * f64::from(threads.dumps)
                 && s.waiters_mean >= MIN_WAITERS
-        })
-        .map(|site| {
+        }) {
+            judged_sites.push(method(&site.waiting_at));
             let known = site.signature.as_deref();
             let mut evidence = vec![format!(
                 "in {} of {} thread dumps, {:.1} threads on average (up to {}) waited for a \
@@ -552,6 +560,9 @@ fn blocked_threads(run: &RunRecord) -> Verdict {
                 safe_text(&site.lock_class),
                 safe_text(&site.waiting_at)
             )];
+            if let Some(w) = jfr_at(&site.waiting_at) {
+                evidence.push(jfr_evidence(w));
+            }
             if !site.waiter_names.is_empty() {
                 evidence.push(format!(
                     "waiting: {}",
@@ -567,79 +578,161 @@ fn blocked_threads(run: &RunRecord) -> Verdict {
                         .map(|f| format!("    {}", safe_text(f))),
                 );
             }
-            let (cause, fix) = match known {
-                Some("log4j2 async logger ring buffer full") => (
-                    "log4j2's async loggers write through a ring buffer; the log destination \
-                     (its appender) is slower than the requests log, the buffer is full, and \
-                     with the default queue-full policy every logging thread waits for a free \
-                     slot, one at a time behind a lock"
-                        .to_string(),
-                    "make the destination keep up (a faster appender, less logged per \
-                     request, no slow network appender in the request path), or let a full \
-                     buffer drop events instead of stopping requests: \
-                     -Dlog4j2.asyncQueueFullPolicy=Discard (with log4j2.discardThreshold, \
-                     INFO by default); a larger log4j2.asyncLoggerRingBufferSize only absorbs \
-                     bursts"
-                        .to_string(),
-                ),
-                Some("logback AsyncAppender queue full") => (
-                    "logback's AsyncAppender queue is full: its destination is slower than \
-                     the requests log, and put() blocks the logging threads"
-                        .to_string(),
-                    "make the destination keep up, or set neverBlock=\"true\" on the \
-                     AsyncAppender (full queue drops events) and a larger queueSize for bursts"
-                        .to_string(),
-                ),
-                _ => (
-                    "threads queue for a lock another thread holds while it works (slow work \
-                     inside the critical section, one lock for data every request touches)"
-                        .to_string(),
-                    format!(
-                        "shorten what {} does while holding the lock (no I/O or slow work \
-                         inside it), split the lock per shard of the data, or use a \
-                         concurrent structure instead",
-                        safe_text(site.holder.as_deref().unwrap_or("the holder"))
-                    ),
-                ),
-            };
+            let (cause, fix) = lock_cause_and_fix(known, site.holder.as_deref());
             let share = if all_threads > 0.0 {
                 site.waiters_mean / all_threads
             } else {
                 0.0
             };
+            found.push(
+                Draft {
+                    rule: BLOCKED_THREADS.id,
+                    key: &site.waiting_at,
+                    severity: if known.is_some() || site.waiters_mean >= 4.0 {
+                        Severity::High
+                    } else {
+                        Severity::Medium
+                    },
+                    title: blocked_title(known, threads_noun, &site.waiting_at, site.waiters_mean),
+                    evidence,
+                    window: run.window(),
+                    cause,
+                    fix,
+                    impact: (share, whose),
+                    data: json!({"site": site, "dumps": threads.dumps,
+                        "jfr": jfr_at(&site.waiting_at)}),
+                }
+                .finish(),
+            );
+        }
+    }
+    // places JFR measured that the dumps did not judge (too few dumps, or waits the dumps'
+    // moments missed)
+    for w in jfr
+        .iter()
+        .filter(|w| w.threads_waiting_mean >= JFR_MIN_WAITING)
+        .filter(|w| !judged_sites.contains(&method(&w.at)))
+    {
+        let known = kiln_runtime::threads::known_signature(w.frames.iter().map(String::as_str));
+        let mut evidence = vec![jfr_evidence(w)];
+        if !w.thread_names.is_empty() {
+            evidence.push(format!(
+                "waiting: {} ({} threads in all)",
+                safe_text(&w.thread_names.join(", ")),
+                w.threads
+            ));
+        }
+        evidence.push("the waiting threads' stack:".into());
+        evidence.extend(
+            w.frames
+                .iter()
+                .take(8)
+                .map(|f| format!("    {}", safe_text(f))),
+        );
+        let (cause, fix) = lock_cause_and_fix(known, None);
+        found.push(
             Draft {
                 rule: BLOCKED_THREADS.id,
-                key: &site.waiting_at,
-                severity: if known.is_some() || site.waiters_mean >= 4.0 {
+                key: &method(&w.at),
+                severity: if known.is_some() || w.threads_waiting_mean >= 4.0 {
                     Severity::High
                 } else {
                     Severity::Medium
                 },
-                title: match known {
-                    Some(name) => format!(
-                        "Threads wait to log: {name} ({:.1} threads blocked on average)",
-                        site.waiters_mean
-                    ),
-                    None => format!(
-                        "{threads_noun} wait for a lock at {} ({:.1} on average)",
-                        safe_text(&site.waiting_at),
-                        site.waiters_mean
-                    ),
-                },
+                title: blocked_title(known, threads_noun, &w.at, w.threads_waiting_mean),
                 evidence,
                 window: run.window(),
                 cause,
                 fix,
-                impact: (share, whose),
-                data: json!({"site": site, "dumps": threads.dumps}),
+                // the share of the waiters' time: threads waiting of those that waited here
+                impact: (
+                    (w.threads_waiting_mean / f64::from(w.threads.max(1))).min(1.0),
+                    "the waiting threads' time",
+                ),
+                data: json!({"jfr": w}),
             }
-            .finish()
-        })
-        .collect();
+            .finish(),
+        );
+    }
     if found.is_empty() {
         Verdict::Clear
     } else {
         Verdict::Found(found)
+    }
+}
+
+/// JFR's lock waits at one place are a finding from this many threads waiting on average:
+/// one thread always waiting means the lock serialises requests' work.
+const JFR_MIN_WAITING: f64 = 1.0;
+
+fn jfr_evidence(w: &kiln_runtime::summary::LockWaitSummary) -> String {
+    format!(
+        "JFR measured {} waits of {} ms or more for a {} {} at {}: {:.1} s in all over {} s, \
+         {:.1} threads waiting on average, the longest {:.0} ms",
+        w.waits,
+        kiln_runtime::jfr::LOCK_THRESHOLD_MS,
+        safe_text(&w.lock_class),
+        if w.kind == "monitor" {
+            "monitor"
+        } else {
+            "lock (parked)"
+        },
+        safe_text(&w.at),
+        w.wait_ms / 1e3,
+        w.to_unix_s + 1 - w.from_unix_s,
+        w.threads_waiting_mean,
+        w.longest_ms
+    )
+}
+
+fn blocked_title(known: Option<&str>, noun: &str, at: &str, waiting: f64) -> String {
+    match known {
+        Some(name) => {
+            format!("Threads wait to log: {name} ({waiting:.1} threads blocked on average)")
+        }
+        None => format!(
+            "{noun} wait for a lock at {} ({waiting:.1} on average)",
+            safe_text(at)
+        ),
+    }
+}
+
+/// What causes waits at a lock and what to change, for a known signature or in general.
+fn lock_cause_and_fix(known: Option<&str>, holder: Option<&str>) -> (String, String) {
+    match known {
+        Some("log4j2 async logger ring buffer full") => (
+            "log4j2's async loggers write through a ring buffer; the log destination \
+             (its appender) is slower than the requests log, the buffer is full, and \
+             with the default queue-full policy every logging thread waits for a free \
+             slot, one at a time behind a lock"
+                .to_string(),
+            "make the destination keep up (a faster appender, less logged per \
+             request, no slow network appender in the request path), or let a full \
+             buffer drop events instead of stopping requests: \
+             -Dlog4j2.asyncQueueFullPolicy=Discard (with log4j2.discardThreshold, \
+             INFO by default); a larger log4j2.asyncLoggerRingBufferSize only absorbs \
+             bursts"
+                .to_string(),
+        ),
+        Some("logback AsyncAppender queue full") => (
+            "logback's AsyncAppender queue is full: its destination is slower than \
+             the requests log, and put() blocks the logging threads"
+                .to_string(),
+            "make the destination keep up, or set neverBlock=\"true\" on the \
+             AsyncAppender (full queue drops events) and a larger queueSize for bursts"
+                .to_string(),
+        ),
+        _ => (
+            "threads queue for a lock another thread holds while it works (slow work \
+             inside the critical section, one lock for data every request touches)"
+                .to_string(),
+            format!(
+                "shorten what {} does while holding the lock (no I/O or slow work \
+                 inside it), split the lock per shard of the data, or use a \
+                 concurrent structure instead",
+                safe_text(holder.unwrap_or("the holder"))
+            ),
+        ),
     }
 }
 
@@ -976,5 +1069,87 @@ mod tests {
         };
         assert_eq!(found[0].severity, Severity::Medium);
         assert!(found[0].fix.contains("request-19"), "{}", found[0].fix);
+    }
+
+    fn jfr_site(at: &str, waiting: f64, frames: &[&str]) -> kiln_runtime::summary::LockWaitSummary {
+        kiln_runtime::summary::LockWaitSummary {
+            kind: "monitor".into(),
+            lock_class: "LockShop$Inventory".into(),
+            at: at.into(),
+            frames: frames.iter().map(|f| f.to_string()).collect(),
+            threads: 4,
+            thread_names: vec!["request-20".into(), "request-21".into()],
+            waits: 500,
+            wait_ms: waiting * 8_000.0,
+            longest_ms: 48.0,
+            threads_waiting_mean: waiting,
+            from_unix_s: 1_795_575_655,
+            to_unix_s: 1_795_575_662,
+        }
+    }
+
+    #[test]
+    fn jfr_lock_waits_are_a_finding_without_dumps_and_evidence_beside_them() {
+        // JFR alone (the dumps too few): 2.5 threads always waiting at LockShop.reserve
+        let mut run = run_with_dumps(Vec::new(), 1);
+        run.runtime.as_mut().unwrap().lock_waits = vec![jfr_site(
+            "LockShop.reserve(line 44)",
+            2.5,
+            &["LockShop.reserve(line 44)"],
+        )];
+        let Verdict::Found(found) = blocked_threads(&run) else {
+            panic!("no finding");
+        };
+        assert_eq!(found.len(), 1);
+        let f = &found[0];
+        assert!(f.title.contains("LockShop.reserve"), "{}", f.title);
+        assert!(
+            f.evidence[0].contains("JFR measured 500 waits"),
+            "{:?}",
+            f.evidence
+        );
+        assert!(
+            f.evidence[0].contains("2.5 threads waiting"),
+            "{:?}",
+            f.evidence
+        );
+        assert!((f.impact.share - 2.5 / 4.0).abs() < 1e-9);
+        // under one thread waiting on average: clear
+        run.runtime.as_mut().unwrap().lock_waits =
+            vec![jfr_site("LockShop.reserve(line 44)", 0.5, &[])];
+        assert!(matches!(blocked_threads(&run), Verdict::Clear));
+        // log4j2's enqueue among the frames: the signature is named
+        run.runtime.as_mut().unwrap().lock_waits = vec![jfr_site(
+            "org.apache.logging.log4j.core.async.AsyncLoggerDisruptor.enqueueLogMessageWhenQueueFull(line 273)",
+            3.0,
+            &["org.apache.logging.log4j.core.async.AsyncLoggerDisruptor.enqueueLogMessageWhenQueueFull(line 273)"],
+        )];
+        let Verdict::Found(found) = blocked_threads(&run) else {
+            panic!("no finding");
+        };
+        assert!(
+            found[0].title.contains("ring buffer full"),
+            "{}",
+            found[0].title
+        );
+        // dumps and JFR at the same place: one finding, JFR's figures in its evidence
+        let mut run = run_with_dumps(
+            vec![site(3, 6.0, Some("log4j2 async logger ring buffer full"))],
+            3,
+        );
+        run.runtime.as_mut().unwrap().lock_waits = vec![jfr_site(
+            "org.apache.logging.log4j.core.async.AsyncLoggerDisruptor.enqueueLogMessageWhenQueueFull(line 273)",
+            5.0,
+            &[],
+        )];
+        let Verdict::Found(found) = blocked_threads(&run) else {
+            panic!("no finding");
+        };
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(
+            found[0].evidence[1].contains("JFR measured"),
+            "{:?}",
+            found[0].evidence
+        );
     }
 }
