@@ -268,11 +268,16 @@ pub enum ProfileAction {
 #[derive(Args, Debug)]
 pub struct WatchArgs {
     /// The process to watch.
-    #[arg(long = "pid", conflicts_with = "port")]
+    #[arg(long = "pid", conflicts_with_all = ["port", "spawn"])]
     pub pid: Option<i32>,
-    /// Watch the process listening on this TCP port.
+    /// Watch the process listening on this TCP port (with --spawn: wait until the started
+    /// process listens on it).
     #[arg(long = "port")]
     pub port: Option<u16>,
+    /// Start the process to watch with this command (through sh; stopped when the watch
+    /// ends), as kiln run --spawn does: a Go target gets GODEBUG=gctrace=1.
+    #[arg(long = "spawn", value_name = "CMD")]
+    pub spawn: Option<String>,
     /// How long to watch.
     #[arg(short = 'd', long = "duration", default_value = "10s")]
     pub duration: String,

@@ -126,7 +126,7 @@ pub struct Built {
 
 const DEFAULT_CONNECTIONS: usize = 50;
 /// How long a `--spawn`ed target has to accept connections.
-const SPAWN_READY_WITHIN: Duration = Duration::from_secs(30);
+pub const SPAWN_READY_WITHIN: Duration = Duration::from_secs(30);
 const DEFAULT_DURATION: &str = "10s";
 const DEFAULT_TIMEOUT: &str = "10s";
 
@@ -620,7 +620,7 @@ pub fn run(args: RunArgs, stop: &StopSignal) -> Result<u8> {
         }
         Some(command) => Some(kiln_runner::spawn::SpawnedTarget::start(
             command,
-            plan.target.addr,
+            Some(plan.target.addr),
             SPAWN_READY_WITHIN,
         )?),
         None => None,

@@ -56,7 +56,20 @@ fn one_line(s: &ResourceSecond) -> String {
 
 pub fn run(args: WatchArgs, stop: &StopSignal) -> Result<u8> {
     let proc = ProcFs::default();
-    let pid = target_process::resolve(&proc, args.pid, args.port, "watch")?;
+    // --spawn: started before anything is watched, stopped when this function returns
+    let spawned = match &args.spawn {
+        Some(command) => Some(kiln_runner::spawn::SpawnedTarget::start(
+            command,
+            args.port
+                .map(|port| std::net::SocketAddr::from(([127, 0, 0, 1], port))),
+            crate::run_cmd::SPAWN_READY_WITHIN,
+        )?),
+        None => None,
+    };
+    let pid = match &spawned {
+        Some(target) => target.pid,
+        None => target_process::resolve(&proc, args.pid, args.port, "watch")?,
+    };
     let duration = parse_duration(&args.duration)?;
     let interval = parse_duration(&args.interval)?;
     if interval < Duration::from_millis(100) {
@@ -65,10 +78,11 @@ pub fn run(args: WatchArgs, stop: &StopSignal) -> Result<u8> {
     let name = format!("watch-{pid}");
     let out = RunLocation::from_flag(args.out.as_deref(), &name);
     let plan = json!({"watch": {"pid": pid, "port": args.port, "duration_s": duration.as_secs_f64(),
-                      "interval_s": interval.as_secs_f64()}});
+                      "interval_s": interval.as_secs_f64(), "spawn": args.spawn}});
     let mut dir = create_run_dir(&out, &name, plan)?;
     let mut writer = dir.add_json_lines_part(RESOURCES_PART, "resources.jsonl", 1)?;
-    let runtime = RuntimeWatcher::start(&mut dir, pid, args.runtime.depth(), None)?;
+    let gctrace = spawned.as_ref().map(|s| s.gctrace.clone());
+    let runtime = RuntimeWatcher::start(&mut dir, pid, args.runtime.depth(), gctrace)?;
 
     let usage_before = SelfUsage::now();
     let started = Instant::now();

@@ -532,7 +532,9 @@ fn a_spawned_target_goes_with_kiln_on_ctrl_c_and_on_sigkill() {
         let target = format!("python3 {} {port} {}", script.display(), note.display());
         let child = Command::new(env!("CARGO_BIN_EXE_kiln"))
             .args(["run", &format!("http://127.0.0.1:{port}/"), "--rate", "20"])
-            .args(["-c", "2", "-d", "60s", "--spawn", &target, "--json", "--out"])
+            .args([
+                "-c", "2", "-d", "60s", "--spawn", &target, "--json", "--out",
+            ])
             .arg(&dir)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -545,7 +547,10 @@ fn a_spawned_target_goes_with_kiln_on_ctrl_c_and_on_sigkill() {
         let seconds = dir.join("load-seconds.jsonl");
         let deadline = Instant::now() + Duration::from_secs(30);
         while std::fs::read_to_string(&seconds).map_or(true, |s| !s.contains("\"second\"")) {
-            assert!(Instant::now() < deadline, "{name}: no second of load in 30 s");
+            assert!(
+                Instant::now() < deadline,
+                "{name}: no second of load in 30 s"
+            );
             std::thread::sleep(Duration::from_millis(100));
         }
         // Ctrl-C goes to the process group; kill -9 to kiln alone
@@ -569,6 +574,9 @@ fn a_spawned_target_goes_with_kiln_on_ctrl_c_and_on_sigkill() {
             );
             std::thread::sleep(Duration::from_millis(100));
         }
-        assert!(!note.exists(), "{name}: the target got the terminal's SIGINT");
+        assert!(
+            !note.exists(),
+            "{name}: the target got the terminal's SIGINT"
+        );
     }
 }

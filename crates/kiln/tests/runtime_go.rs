@@ -467,3 +467,47 @@ fn goroutines_waiting_for_a_mutex_are_found_and_the_same_call_outside_the_lock_i
     assert!(states["sleep"].as_f64().unwrap() >= 0.5, "{states}");
     assert!(states.get("sync.Mutex.Lock").is_none(), "{states}");
 }
+
+/// `kiln watch --spawn`: the same reading without load. go_cache rebuilds its cache every 2 s
+/// on its own, so it collects garbage while nobody calls it; kiln starts it, waits for its
+/// port, records its gctrace cycles (no more than the runtime counted, several of them) and
+/// stops it at the end, when it writes its MemStats.
+#[test]
+fn kiln_watch_spawns_a_go_target_reads_its_gc_and_stops_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let bin = go_cache(tmp.path());
+    let port = free_port();
+    let truth = tmp.path().join("truth-watch.json");
+    let spawn = format!("{} {port} {} background 2", bin.display(), truth.display());
+    let out = tmp.path().join("watch");
+    let port_text = port.to_string();
+    let watched = kiln(&[
+        "watch",
+        "--spawn",
+        &spawn,
+        "--port",
+        &port_text,
+        "-d",
+        "7s",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(watched.status.success(), "{watched:?}");
+    let text = String::from_utf8_lossy(&watched.stdout);
+    assert!(text.contains("Runtime    Go"), "{text}");
+    // stopped by kiln: it wrote its truth and no longer listens
+    let (first_cycle, num_gc, _) = truth_of(&truth);
+    assert!(std::net::TcpStream::connect(("127.0.0.1", port)).is_err());
+    let (cycles, _) = recorded_cycles(&out);
+    let numbers: Vec<u64> = cycles
+        .iter()
+        .map(|c| c["number"].as_u64().unwrap())
+        .collect();
+    assert!(numbers.len() >= 3, "{numbers:?}");
+    // every cycle once, in order, from the first: watched from its start
+    assert_eq!(numbers, (1..=numbers.len() as u64).collect::<Vec<_>>());
+    assert!(
+        numbers.len() as u64 <= num_gc && first_cycle >= 1,
+        "{numbers:?} of {num_gc}"
+    );
+}

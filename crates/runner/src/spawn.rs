@@ -17,6 +17,9 @@ use kiln_runtime::go::{parse_gctrace, GcTraceFeed};
 
 /// Lines of the target's output kept for error messages.
 const KEPT_LINES: usize = 50;
+/// Without an address to wait for, the target is taken as started once it has lived this
+/// long.
+const SETTLE: Duration = Duration::from_millis(500);
 
 pub struct SpawnedTarget {
     child: Child,
@@ -28,8 +31,9 @@ pub struct SpawnedTarget {
 
 impl SpawnedTarget {
     /// Starts `command` (through `sh -c`, exec'd so the process kiln watches is the target
-    /// itself) and waits until `addr` accepts a connection, at most `ready_within`.
-    pub fn start(command: &str, addr: SocketAddr, ready_within: Duration) -> Result<Self> {
+    /// itself) and waits until `addr` accepts a connection, at most `ready_within`; without
+    /// an address, until it has lived `SETTLE` (a command that fails at once is reported).
+    pub fn start(command: &str, addr: Option<SocketAddr>, ready_within: Duration) -> Result<Self> {
         let godebug = match std::env::var("GODEBUG") {
             Ok(v) if !v.trim().is_empty() => format!("{v},gctrace=1"),
             _ => "gctrace=1".to_string(),
@@ -85,21 +89,28 @@ impl SpawnedTarget {
             gctrace,
             output,
         };
-        let deadline = Instant::now() + ready_within;
+        let started = Instant::now();
+        let deadline = started + ready_within;
         loop {
-            if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+            let ready = match addr {
+                Some(addr) => TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok(),
+                None => started.elapsed() >= SETTLE,
+            };
+            if ready {
                 return Ok(target);
             }
             if let Ok(Some(status)) = target.child.try_wait() {
                 // its last words may still be in the pipe
                 std::thread::sleep(Duration::from_millis(100));
                 bail!(
-                    "--spawn: {command:?} exited ({status}) before it accepted connections on \
-                     {addr}{}",
+                    "--spawn: {command:?} exited ({status}) {}{}",
+                    addr.map_or("as it started".to_string(), |a| format!(
+                        "before it accepted connections on {a}"
+                    )),
                     target.last_output()
                 );
             }
-            if Instant::now() >= deadline {
+            if let (Some(addr), true) = (addr, Instant::now() >= deadline) {
                 bail!(
                     "--spawn: {command:?} did not accept connections on {addr} within {} s{}",
                     ready_within.as_secs(),

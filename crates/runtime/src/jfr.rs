@@ -301,7 +301,11 @@ pub fn read_printed(from: impl std::io::Read) -> Result<JfrRead, String> {
         .map_err(|e| format!("jfr print --json gave what kiln cannot read: {e}"))?;
     let mut throwables = Vec::new();
     // per (kind, lock class, method asked from): the place, its threads' names, its seconds
-    type Place = (LockWaitSite, BTreeSet<String>, BTreeMap<u64, LockWaitSecond>);
+    type Place = (
+        LockWaitSite,
+        BTreeSet<String>,
+        BTreeMap<u64, LockWaitSecond>,
+    );
     let mut sites: BTreeMap<(String, String, String), Place> = BTreeMap::new();
     for event in printed.recording.events {
         let v = event.values;
