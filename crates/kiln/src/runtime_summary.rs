@@ -268,5 +268,17 @@ fn python_text(p: &PythonSummary) -> String {
             safe_text(&h.threads.join(", "))
         );
     }
+    if let Some(waiting) = p.gil_waiters_mean {
+        let _ = writeln!(
+            out,
+            "             waiting for the GIL: {waiting:.1} threads on average, at most {}{}",
+            p.gil_waiters_max,
+            if p.gil_waiter_names.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", safe_text(&p.gil_waiter_names.join(", ")))
+            }
+        );
+    }
     out
 }

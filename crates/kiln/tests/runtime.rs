@@ -355,6 +355,8 @@ fn warmup_auto_ends_when_the_jit_has_gone_quiet_and_a_cold_run_is_found_warming_
     assert_eq!(measured["connections_opened"], 0, "{measured:#}");
     let why = warmup["ended_because"].as_str().unwrap();
     assert!(why.contains("the JIT compiled at most"), "{why}");
+    // the second witness: the compiler threads' CPU from the kernel's per-thread counters
+    assert!(why.contains("compiler threads used at most"), "{why}");
     let took = warmup["duration_s"].as_f64().unwrap();
     assert!(
         (5.0..44.0).contains(&took),
@@ -698,16 +700,20 @@ time.sleep(120)
         let _ = child.wait();
         let text = String::from_utf8_lossy(&run.stdout).to_string();
         assert_eq!(run.status.code(), Some(0), "{text}");
+        // the findings of the watch's record, as `kiln findings` reads any record
+        let findings = serde_json::json!({
+            "findings": json_with_exit(&kiln(&["findings", out.to_str().unwrap(), "--json"]), 0)
+        });
         let dumps: Vec<serde_json::Value> =
             std::fs::read_to_string(out.join("runtime-seconds.jsonl"))
                 .unwrap()
                 .lines()
                 .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["python"].clone())
                 .collect();
-        (text, dumps)
+        (text, dumps, findings)
     };
 
-    let (text, dumps) = watch("spin");
+    let (text, dumps, findings) = watch("spin");
     assert!(text.contains("Runtime    Python"), "{text}");
     assert!(dumps.len() >= 3, "{dumps:?}");
     for d in &dumps {
@@ -728,8 +734,24 @@ time.sleep(120)
         text.contains("GIL holder at spin_forever (<string>:"),
         "{text}"
     );
+    // the two other spinners wait for it, told by their native frames (a dump may catch the
+    // handover: the holder just let go, all three waiting)
+    let waiting: Vec<u64> = dumps
+        .iter()
+        .map(|d| d["gil_waiters"].as_u64().expect("native frames read"))
+        .collect();
+    assert!(waiting.iter().all(|w| (1..=3).contains(w)), "{waiting:?}");
+    let mean = waiting.iter().sum::<u64>() as f64 / waiting.len() as f64;
+    assert!((1.5..=2.5).contains(&mean), "{waiting:?}");
+    assert!(text.contains("waiting for the GIL: "), "{text}");
+    let gil =
+        finding(&findings, "runtime.gil-contention").unwrap_or_else(|| panic!("{findings:#}"));
+    assert!(
+        gil["evidence"].to_string().contains("spin_forever"),
+        "{gil:#}"
+    );
 
-    let (text, dumps) = watch("sleep");
+    let (text, dumps, findings) = watch("sleep");
     assert!(dumps.len() >= 3, "{dumps:?}");
     // everyone sleeps in time.sleep, which lets the GIL go
     assert!(
@@ -737,6 +759,15 @@ time.sleep(120)
         "{dumps:?}"
     );
     assert!(text.contains("the GIL held in 0% of"), "{text}");
+    // nobody waits for it: asleep in time.sleep is not a queue for the GIL
+    assert!(dumps.iter().all(|d| d["gil_waiters"] == 0), "{dumps:?}");
+    assert!(finding(&findings, "runtime.gil-contention").is_none());
+    assert!(
+        findings["findings"]["judged"]
+            .to_string()
+            .contains("runtime.gil-contention"),
+        "{findings:#}"
+    );
 }
 
 /// JFR's lock waits (`--runtime deep`) against the service's own stopwatch

@@ -21,6 +21,7 @@ use kiln_sample::{
 use kiln_runtime::watch::Depth;
 
 use crate::warmup::Settle;
+use kiln_runtime::jvm_threads::{role_of, JvmThreadRole};
 use kiln_runtime::{RuntimeInfo, RuntimeSecond};
 
 use crate::runtime_watch::RuntimeWatcher;
@@ -175,14 +176,23 @@ pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut dyn Progress) -> Res
         let mut settle = (warmup_auto && !spec.measured).then(Settle::default);
         let mut settled = None;
         let jit = runtime_watcher.as_ref().map(|w| w.jit_ms.clone());
+        // the compiler threads' CPU: a second witness of the JIT, and the only one when the
+        // JVM keeps no counters (-XX:-UsePerfData)
+        let compiler = runtime_watcher
+            .as_ref()
+            .filter(|w| w.is_jvm)
+            .and(watcher.as_ref())
+            .map(|w| w.compiler_cpu.clone());
         let ran = kiln_load::run_phase(&phase_plan, spec, stop, &mut |second| {
             if let (Some(judge), None) = (settle.as_mut(), &settled) {
                 // judged under the series' lock: the watcher's next push waits a moment
                 // rather than the series being copied every second
                 let held = jit.as_ref().and_then(|j| j.lock().ok());
                 let jit_ms: &[f64] = held.as_deref().map_or(&[], Vec::as_slice);
-                settled = judge.second(second.requests, jit_ms);
-                drop(held);
+                let held_cpu = compiler.as_ref().and_then(|c| c.lock().ok());
+                let compiler_pct: &[f64] = held_cpu.as_deref().map_or(&[], Vec::as_slice);
+                settled = judge.second(second.requests, jit_ms, compiler_pct);
+                drop((held, held_cpu));
                 if settled.is_some() {
                     stop.end_phase();
                 }
@@ -430,6 +440,9 @@ impl ProfileWatcher {
 /// process exiting stops the load: what follows would no longer be about it.
 struct ResourceWatcher {
     done: Arc<AtomicBool>,
+    /// The CPU (percent of a core) of the process's JIT compiler threads in each sample, for
+    /// `--warmup auto` (all zero but for a JVM).
+    compiler_cpu: Arc<std::sync::Mutex<Vec<f64>>>,
     thread: std::thread::JoinHandle<Vec<ResourceSecond>>,
 }
 
@@ -437,6 +450,8 @@ impl ResourceWatcher {
     fn start(mut writer: JsonLinesWriter, pid: i32, load: StopSignal) -> Result<Self> {
         let done = Arc::new(AtomicBool::new(false));
         let flag = done.clone();
+        let compiler_cpu = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let compiler = compiler_cpu.clone();
         let thread = std::thread::Builder::new()
             .name("kiln-sampler".into())
             .spawn(move || {
@@ -448,6 +463,15 @@ impl ResourceWatcher {
                 };
                 let ended = sampler.run_every(Duration::from_secs(1), None, &stop, &mut |s| {
                     let _ = writer.write(&s);
+                    if let (Some(p), Ok(mut series)) = (&s.process, compiler.lock()) {
+                        series.push(
+                            p.cpu_by_thread_group
+                                .iter()
+                                .filter(|g| role_of(&g.name) == JvmThreadRole::Compiler)
+                                .map(|g| g.cpu_pct)
+                                .sum(),
+                        );
+                    }
                     samples.push(s);
                 });
                 if let Some(reason) = ended.filter(|_| !flag.load(Ordering::SeqCst)) {
@@ -455,7 +479,11 @@ impl ResourceWatcher {
                 }
                 samples
             })?;
-        Ok(Self { done, thread })
+        Ok(Self {
+            done,
+            compiler_cpu,
+            thread,
+        })
     }
 
     fn finish(self) -> Vec<ResourceSecond> {

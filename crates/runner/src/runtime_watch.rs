@@ -17,6 +17,8 @@ pub struct RuntimeWatcher {
     done: Arc<AtomicBool>,
     /// The JIT's compile time (ms) in each second so far (a JVM's), for `--warmup auto`.
     pub jit_ms: Arc<std::sync::Mutex<Vec<f64>>>,
+    /// The target is a JVM (its compiler threads are a witness of its warm-up).
+    pub is_jvm: bool,
     thread: std::thread::JoinHandle<(RuntimeInfo, Vec<RuntimeSecond>)>,
 }
 
@@ -30,6 +32,7 @@ impl RuntimeWatcher {
         let listening = listening_addrs(pid);
         let mut watch =
             RuntimeWatch::start_with(pid, Path::new("/proc"), depth, gctrace, &listening);
+        let is_jvm = watch.info.runtime == "jvm";
         let mut writer = if watch.has_series() {
             Some(dir.add_json_lines_part(RUNTIME_SECONDS_PART, "runtime-seconds.jsonl", 1)?)
         } else {
@@ -59,6 +62,7 @@ impl RuntimeWatcher {
         Ok(Self {
             done,
             jit_ms,
+            is_jvm,
             thread,
         })
     }

@@ -171,6 +171,15 @@ pub struct PythonSummary {
     pub gil_held_share: f64,
     /// Where the GIL's holder was, by innermost frame, the most often first (at most 5).
     pub gil_holders: Vec<GilHolder>,
+    /// Threads waiting to take the GIL, mean and most over the dumps that could tell (native
+    /// frames); `None` when none could.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gil_waiters_mean: Option<f64>,
+    #[serde(default)]
+    pub gil_waiters_max: u32,
+    /// Some of the threads seen waiting for it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gil_waiter_names: Vec<String>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -207,6 +216,13 @@ fn summarize_python<'a>(dumps: impl Iterator<Item = &'a PyDump>) -> Option<Pytho
         .collect();
     gil_holders.sort_by(|a, b| b.share.total_cmp(&a.share).then(a.frame.cmp(&b.frame)));
     gil_holders.truncate(5);
+    let told: Vec<u32> = dumps.iter().filter_map(|d| d.gil_waiters).collect();
+    let mut gil_waiter_names: Vec<String> = Vec::new();
+    for name in dumps.iter().flat_map(|d| &d.gil_waiter_names) {
+        if gil_waiter_names.len() < 5 && !gil_waiter_names.contains(name) {
+            gil_waiter_names.push(name.clone());
+        }
+    }
     Some(PythonSummary {
         dumps: dumps.len() as u32,
         took_ms_mean: mean(|d| d.took_ms),
@@ -215,6 +231,10 @@ fn summarize_python<'a>(dumps: impl Iterator<Item = &'a PyDump>) -> Option<Pytho
         active_mean: mean(|d| f64::from(d.active)),
         gil_held_share: f64::from(held) / n,
         gil_holders,
+        gil_waiters_mean: (!told.is_empty())
+            .then(|| told.iter().map(|w| f64::from(*w)).sum::<f64>() / told.len() as f64),
+        gil_waiters_max: told.iter().copied().max().unwrap_or(0),
+        gil_waiter_names,
     })
 }
 

@@ -8,6 +8,7 @@ mod latency;
 mod offcpu;
 mod periodic;
 mod profile;
+mod python;
 mod runtime;
 mod sockets;
 
@@ -44,6 +45,7 @@ pub const ALL: &[Rule] = &[
     runtime::JIT_WARMUP,
     runtime::EXCEPTIONS,
     runtime::BLOCKED_THREADS,
+    python::GIL_CONTENTION,
     db::DB_CALLS,
 ];
 
