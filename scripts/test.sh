@@ -40,6 +40,11 @@ bash scripts/python-env.sh
 bash scripts/java-agent.sh
 bash scripts/spring-shop.sh
 
+# kiln's Go execution-trace reader (golang.org/x/exp/trace from the Go module proxy), beside
+# the kiln binary the tests run, where kiln looks for it
+mkdir -p target/debug
+(cd tools/kiln-go-trace && go build -o ../../target/debug/kiln-go-trace .)
+
 # A fresh checkout gains nothing from incremental caches but their disk space (gigabytes).
 export CARGO_INCREMENTAL=0
 cargo fmt --all -- --check

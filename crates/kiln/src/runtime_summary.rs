@@ -133,6 +133,9 @@ pub fn to_text(s: &RuntimeSummary) -> String {
     if let Some(g) = &s.go {
         out += &go_text(g);
     }
+    if let Some(a) = &s.go_assist {
+        out += &go_assist_text(a);
+    }
     if let (Some(rate), Some(n)) = (s.exceptions_per_s, s.exceptions) {
         let _ = writeln!(
             out,
@@ -246,6 +249,30 @@ fn go_text(g: &GoSummary) -> String {
         let _ = write!(out, "; live heap up to {live:.0} MB");
     }
     out += "\n";
+    out
+}
+
+/// Mark assist from the execution traces: how much, in which seconds, in which functions.
+fn go_assist_text(a: &kiln_runtime::summary::GoAssistSummary) -> String {
+    let mut out = format!(
+        "           mark assist (execution traces): {} in {} of {} traced seconds",
+        ms(a.assist_ms),
+        a.seconds_with_assist,
+        a.seconds_traced
+    );
+    if let Some((_, worst)) = a.worst_second {
+        let _ = write!(out, ", at most {} in a second", ms(worst));
+    }
+    out += "\n";
+    for f in a.functions.iter().take(3) {
+        let _ = writeln!(
+            out,
+            "             {} assisting in {} ({} goroutines)",
+            ms(f.assist_ms),
+            safe_text(&f.function),
+            f.goroutines
+        );
+    }
     out
 }
 

@@ -74,7 +74,7 @@ fn recorded_cycles(out: &Path) -> (Vec<Value>, f64) {
 fn a_spawned_go_targets_gc_cycles_are_its_own_and_come_after_each_cache_rebuild() {
     let tmp = tempfile::tempdir().unwrap();
     let bin = go_cache(tmp.path());
-    let (run, out, truth_file) = go_cache_run(&bin, tmp.path(), "background", 10, "24s");
+    let (run, out, truth_file) = go_cache_run(&bin, tmp.path(), "background", 10, "24s", &[]);
     assert_eq!(run["total"]["failed"], 0, "{run:#}");
     let runtime = &run["runtime"];
     assert_eq!(runtime["runtime"], "go", "{runtime:#}");
@@ -230,6 +230,7 @@ fn go_cache_run(
     mode: &str,
     period_s: u32,
     duration: &str,
+    extra: &[&str],
 ) -> (Value, PathBuf, PathBuf) {
     let port = free_port();
     let truth = dir.join(format!("truth-{mode}.json"));
@@ -240,25 +241,13 @@ fn go_cache_run(
     );
     let url = format!("http://127.0.0.1:{port}/");
     let out = dir.join(format!("run-{mode}"));
-    let run = json_with_exit(
-        &kiln(&[
-            "run",
-            &url,
-            "--spawn",
-            &spawn,
-            "--rate",
-            "200",
-            "-d",
-            duration,
-            "--warmup",
-            "2s",
-            "--json",
-            "--quiet",
-            "--out",
-            out.to_str().unwrap(),
-        ]),
-        0,
-    );
+    let out_text = out.to_str().unwrap();
+    let mut args = vec![
+        "run", &url, "--spawn", &spawn, "--rate", "200", "-d", duration, "--warmup", "2s",
+        "--json", "--quiet", "--out", out_text,
+    ];
+    args.extend_from_slice(extra);
+    let run = json_with_exit(&kiln(&args), 0);
     (run, out, truth)
 }
 
@@ -271,8 +260,8 @@ fn a_go_cache_rebuilt_at_once_makes_gc_in_the_slow_seconds_and_one_refreshed_in_
     let tmp = tempfile::tempdir().unwrap();
     let bin = go_cache(tmp.path());
     let (inline, in_place) = std::thread::scope(|s| {
-        let inline = s.spawn(|| go_cache_run(&bin, tmp.path(), "inline", 4, "20s").0);
-        let in_place = s.spawn(|| go_cache_run(&bin, tmp.path(), "in-place", 4, "20s").0);
+        let inline = s.spawn(|| go_cache_run(&bin, tmp.path(), "inline", 4, "20s", &[]).0);
+        let in_place = s.spawn(|| go_cache_run(&bin, tmp.path(), "in-place", 4, "20s", &[]).0);
         (inline.join().unwrap(), in_place.join().unwrap())
     });
     let found = finding(&inline, "runtime.gc-pauses")
@@ -510,4 +499,56 @@ fn kiln_watch_spawns_a_go_target_reads_its_gc_and_stops_it() {
         numbers.len() as u64 <= num_gc && first_cycle >= 1,
         "{numbers:?} of {num_gc}"
     );
+}
+
+/// `--runtime deep` on a Go target that serves pprof: execution traces, one after another,
+/// read by tools/kiln-go-trace, give the time goroutines spent in GC mark assist per second
+/// and per function. go_cache rebuilt inline (one request allocates 60 MB at once): mark
+/// assist only happens while a GC cycle marks, so every traced second with assist holds one
+/// of gctrace's cycles, and the rebuild (`main.build`) is among the functions that assisted.
+/// (Which function assisted most is not fixed: request goroutines reading their requests
+/// often wait in assist longer than the rebuild works in it.)
+#[test]
+fn execution_traces_put_mark_assist_in_the_seconds_and_functions_that_paid_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let bin = go_cache(tmp.path());
+    let (run, out, _) = go_cache_run(&bin, tmp.path(), "inline", 4, "16s", &["--runtime", "deep"]);
+    let runtime = &run["runtime"];
+    let assist = &runtime["go_assist"];
+    assert!(assist["assist_ms"].as_f64().unwrap() > 0.0, "{runtime:#}");
+    assert!(
+        assist["seconds_traced"].as_u64().unwrap() >= 12,
+        "{assist:#}"
+    );
+
+    let info: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("runtime.json")).unwrap()).unwrap();
+    let trace = &info["go_trace"];
+    assert!(
+        trace["where"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|w| w["function"] == "main.build"),
+        "{trace:#}"
+    );
+    // every traced second with assist holds a gctrace cycle's mark (within 50 ms)
+    let (cycles, _) = recorded_cycles(&out);
+    let spans: Vec<(f64, f64)> = cycles
+        .iter()
+        .map(|c| {
+            let start = c["start_unix_ms"].as_f64().unwrap();
+            let end = start + c["mark_ms"].as_f64().unwrap() + c["pause_ms"].as_f64().unwrap();
+            (start, end)
+        })
+        .collect();
+    let seconds = trace["seconds"].as_array().unwrap();
+    assert!(!seconds.is_empty(), "{trace:#}");
+    for s in seconds {
+        let from = s["unix_s"].as_f64().unwrap() * 1000.0;
+        let marked = spans
+            .iter()
+            .any(|(start, end)| *start <= from + 1050.0 && *end >= from - 50.0);
+        assert!(marked, "assist in second {s} without a GC cycle: {spans:?}");
+    }
 }

@@ -7,16 +7,26 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
 /// The largest page read (memstats with its 256-entry arrays is about 10 KiB, a goroutine
-/// dump grows with the goroutines; an application may publish more of its own).
-const MAX_PAGE: u64 = 8 * 1024 * 1024;
+/// dump grows with the goroutines, an execution trace of a busy service is megabytes a
+/// second; an application may publish more of its own).
+const MAX_PAGE: u64 = 64 * 1024 * 1024;
 const TIMEOUT: Duration = Duration::from_secs(2);
 
 /// `GET path` over HTTP/1.0 (no chunked answer, the connection closed after it): the body of
 /// a 200 answer.
 pub(crate) fn get(addr: SocketAddr, path: &str) -> Result<Vec<u8>, String> {
+    get_within(addr, path, TIMEOUT)
+}
+
+/// As [`get`], for a page that takes its time (an execution trace of N seconds).
+pub(crate) fn get_within(
+    addr: SocketAddr,
+    path: &str,
+    timeout: Duration,
+) -> Result<Vec<u8>, String> {
     let mut stream = TcpStream::connect_timeout(&addr, TIMEOUT)
         .map_err(|e| format!("cannot connect to {addr}: {e}"))?;
-    let _ = stream.set_read_timeout(Some(TIMEOUT));
+    let _ = stream.set_read_timeout(Some(timeout));
     let _ = stream.set_write_timeout(Some(TIMEOUT));
     write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n")
         .map_err(|e| format!("{addr}: {e}"))?;

@@ -12,6 +12,7 @@ pub mod detect;
 pub mod expvar;
 pub mod go;
 pub mod goroutines;
+pub mod gotrace;
 pub mod hsperf;
 pub mod jfr;
 pub mod jvm;
@@ -59,6 +60,9 @@ pub struct RuntimeInfo {
     /// second, from the same recording.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub lock_waits: Vec<jfr::LockWaitSite>,
+    /// A Go target's mark assist from execution traces (`--runtime deep` with pprof).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub go_trace: Option<gotrace::GoTraceRecord>,
 }
 
 /// One second of the runtime's own figures.

@@ -37,6 +37,9 @@ pub struct RuntimeSummary {
     /// A Go target's GC cycles in the window (gctrace).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub go: Option<GoSummary>,
+    /// A Go target's mark assist in the window, from its execution traces.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub go_assist: Option<GoAssistSummary>,
     /// A JVM's threads' CPU by what they do (JIT compilers, GC, an async logger's consumer),
     /// from the sampler's per-thread CPU over the same window; filled by whoever has it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -100,6 +103,48 @@ fn lock_waits_within(
         .collect();
     out.sort_by(|a, b| b.wait_ms.total_cmp(&a.wait_ms));
     out
+}
+
+/// Mark assist over a window (whole wall-clock seconds inside it), from execution traces.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct GoAssistSummary {
+    pub assist_ms: f64,
+    /// Seconds the traces covered inside the window, and of them those with assist.
+    pub seconds_traced: u32,
+    pub seconds_with_assist: u32,
+    /// The second with the most assist: Unix second and ms.
+    pub worst_second: Option<(u64, f64)>,
+    /// Where goroutines were when made to assist, over the whole watch (a function's
+    /// share is not split by second).
+    pub functions: Vec<crate::gotrace::AssistWhere>,
+}
+
+fn go_assist_within(
+    record: &crate::gotrace::GoTraceRecord,
+    (from_ms, to_ms): (u64, u64),
+) -> Option<GoAssistSummary> {
+    let first = from_ms
+        .max(record.from_unix_ms.max(0.0) as u64)
+        .div_ceil(1000);
+    let end = to_ms.min(record.to_unix_ms.max(0.0) as u64) / 1000;
+    if end <= first {
+        return None;
+    }
+    let inside: Vec<_> = record
+        .seconds
+        .iter()
+        .filter(|s| s.unix_s >= first && s.unix_s < end)
+        .collect();
+    Some(GoAssistSummary {
+        assist_ms: inside.iter().map(|s| s.assist_ms).sum(),
+        seconds_traced: (end - first) as u32,
+        seconds_with_assist: inside.iter().filter(|s| s.assist_ms > 0.0).count() as u32,
+        worst_second: inside
+            .iter()
+            .max_by(|a, b| a.assist_ms.total_cmp(&b.assist_ms))
+            .map(|s| (s.unix_s, s.assist_ms)),
+        functions: record.where_.iter().take(5).cloned().collect(),
+    })
 }
 
 /// A Go target's GC over a window, from its gctrace cycles.
@@ -359,6 +404,11 @@ pub fn summarize_within(
         exceptions: exceptions.map(|(_, n)| n),
         exceptions_per_s: exceptions.map(|(rate, _)| rate),
         lock_waits: window.map_or_else(Vec::new, |w| lock_waits_within(&info.lock_waits, w)),
+        go_assist: info
+            .go_trace
+            .as_ref()
+            .zip(window)
+            .and_then(|(record, w)| go_assist_within(record, w)),
         cpu_by_thread_role: Vec::new(),
     }
 }

@@ -56,6 +56,8 @@ pub struct RuntimeWatch {
     go: Option<GoSource>,
     /// A Go target's goroutine dumps (`--runtime deep`, net/http/pprof).
     goroutines: Option<GoroutineReader>,
+    /// Where to take a Go target's execution traces, and the helper that reads them.
+    go_traces: Option<(std::net::SocketAddr, std::path::PathBuf)>,
     proc_root: std::path::PathBuf,
 }
 
@@ -176,6 +178,7 @@ impl RuntimeWatch {
             };
         }
         let mut goroutines = None;
+        let mut go_traces = None;
         if runtime == Runtime::Go && depth == Depth::Deep {
             match GoroutineReader::probe(listening) {
                 Ok(reader) => {
@@ -186,6 +189,21 @@ impl RuntimeWatch {
                         DUMP_EVERY.as_secs(),
                         reader.addr()
                     ));
+                    match crate::gotrace::helper() {
+                        Ok(helper) => {
+                            info.read.push(format!(
+                                "mark assist per second and per function from execution \
+                                 traces ({} s each, one after another, \
+                                 http://{}/debug/pprof/trace)",
+                                crate::gotrace::CHUNK_S,
+                                reader.addr()
+                            ));
+                            go_traces = Some((reader.addr(), helper));
+                        }
+                        Err(why) => info.not_read.push(format!(
+                            "mark assist per function (execution traces): {why}"
+                        )),
+                    }
                     goroutines = Some(reader);
                 }
                 Err(why) => info.not_read.push(format!(
@@ -216,6 +234,7 @@ impl RuntimeWatch {
             pyspy,
             go,
             goroutines,
+            go_traces,
             proc_root: proc_root.to_path_buf(),
         }
     }
@@ -237,9 +256,26 @@ impl RuntimeWatch {
         }
         if self.go.is_some() || self.goroutines.is_some() {
             let mut go = self.go.take();
+            let tracer = self
+                .go_traces
+                .take()
+                .map(|(addr, helper)| crate::gotrace::GoTracer::start(addr, helper));
             let stopped = run_go(go.as_mut(), self.goroutines.as_ref(), stop, on_second);
             if let Some(why) = &stopped {
                 self.info.not_read.push(format!("GC cycles stopped: {why}"));
+            }
+            match tracer {
+                Some(Ok(tracer)) => {
+                    let (record, why) = tracer.finish();
+                    if let Some(why) = why {
+                        self.info
+                            .not_read
+                            .push(format!("execution traces stopped: {why}"));
+                    }
+                    self.info.go_trace = (record.traces > 0).then_some(record);
+                }
+                Some(Err(why)) => self.info.not_read.push(format!("execution traces: {why}")),
+                None => {}
             }
             return stopped;
         }

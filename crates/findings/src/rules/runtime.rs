@@ -155,6 +155,26 @@ fn go_gc(run: &RunRecord, runtime: &RuntimeSummary) -> Verdict {
             slow.len()
         ));
     }
+    if let Some(a) = &runtime.go_assist {
+        evidence.push(format!(
+            "the execution traces: goroutines spent {:.0} ms in mark assist in {} of {} \
+             traced seconds{}",
+            a.assist_ms,
+            a.seconds_with_assist,
+            a.seconds_traced,
+            a.worst_second.map_or(String::new(), |(_, ms)| format!(
+                ", up to {ms:.0} ms in one"
+            ))
+        ));
+        evidence.extend(a.functions.iter().take(3).map(|f| {
+            format!(
+                "    {:.0} ms assisting in {} ({} goroutines)",
+                f.assist_ms,
+                safe_text(&f.function),
+                f.goroutines
+            )
+        }));
+    }
     if let Some(live) = go.heap_live_max_mb {
         evidence.push(format!("live heap up to {live:.0} MB"));
     }
@@ -897,6 +917,31 @@ mod tests {
             f.evidence
         );
         assert!(f.fix.contains("GOMEMLIMIT"), "{}", f.fix);
+        // the execution traces' mark assist, when taken, joins the evidence
+        let mut traced = run.clone();
+        traced.runtime.as_mut().unwrap().go_assist = Some(kiln_runtime::summary::GoAssistSummary {
+            assist_ms: 361.8,
+            seconds_traced: 15,
+            seconds_with_assist: 4,
+            worst_second: Some((1_795_428_003, 341.1)),
+            functions: vec![kiln_runtime::gotrace::AssistWhere {
+                function: "main.build".into(),
+                assist_ms: 39.2,
+                goroutines: 5,
+            }],
+        });
+        let Verdict::Found(found) = gc_pauses(&traced) else {
+            panic!("no finding");
+        };
+        let evidence = found[0].evidence.join("\n");
+        assert!(
+            evidence.contains("362 ms in mark assist in 4 of 15 traced seconds, up to 341 ms"),
+            "{evidence}"
+        );
+        assert!(
+            evidence.contains("39 ms assisting in main.build (5 goroutines)"),
+            "{evidence}"
+        );
         // the same cycles in other seconds than the slow ones, or none slow: clear
         assert!(matches!(
             gc_pauses(&go_run(&[1, 4, 7], &[2, 5, 8])),
