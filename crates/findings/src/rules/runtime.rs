@@ -598,32 +598,25 @@ fn blocked_threads(run: &RunRecord) -> Verdict {
                         .map(|f| format!("    {}", safe_text(f))),
                 );
             }
-            let (cause, fix) = lock_cause_and_fix(known, site.holder.as_deref());
             let share = if all_threads > 0.0 {
                 site.waiters_mean / all_threads
             } else {
                 0.0
             };
-            found.push(
-                Draft {
-                    rule: BLOCKED_THREADS.id,
+            found.push(lock_finding(
+                run,
+                LockPlace {
+                    at: &site.waiting_at,
                     key: &site.waiting_at,
-                    severity: if known.is_some() || site.waiters_mean >= 4.0 {
-                        Severity::High
-                    } else {
-                        Severity::Medium
-                    },
-                    title: blocked_title(known, threads_noun, &site.waiting_at, site.waiters_mean),
-                    evidence,
-                    window: run.window(),
-                    cause,
-                    fix,
-                    impact: (share, whose),
-                    data: json!({"site": site, "dumps": threads.dumps,
-                        "jfr": jfr_at(&site.waiting_at)}),
-                }
-                .finish(),
-            );
+                    known,
+                    holder: site.holder.as_deref(),
+                    noun: threads_noun,
+                    waiting: site.waiters_mean,
+                },
+                evidence,
+                (share, whose),
+                json!({"site": site, "dumps": threads.dumps, "jfr": jfr_at(&site.waiting_at)}),
+            ));
         }
     }
     // places JFR measured that the dumps did not judge (too few dumps, or waits the dumps'
@@ -649,36 +642,71 @@ fn blocked_threads(run: &RunRecord) -> Verdict {
                 .take(8)
                 .map(|f| format!("    {}", safe_text(f))),
         );
-        let (cause, fix) = lock_cause_and_fix(known, None);
-        found.push(
-            Draft {
-                rule: BLOCKED_THREADS.id,
+        found.push(lock_finding(
+            run,
+            LockPlace {
+                at: &w.at,
                 key: &method(&w.at),
-                severity: if known.is_some() || w.threads_waiting_mean >= 4.0 {
-                    Severity::High
-                } else {
-                    Severity::Medium
-                },
-                title: blocked_title(known, threads_noun, &w.at, w.threads_waiting_mean),
-                evidence,
-                window: run.window(),
-                cause,
-                fix,
-                // the share of the waiters' time: threads waiting of those that waited here
-                impact: (
-                    (w.threads_waiting_mean / f64::from(w.threads.max(1))).min(1.0),
-                    "the waiting threads' time",
-                ),
-                data: json!({"jfr": w}),
-            }
-            .finish(),
-        );
+                known,
+                holder: None,
+                noun: threads_noun,
+                waiting: w.threads_waiting_mean,
+            },
+            evidence,
+            // the share of the waiters' time: threads waiting of those that waited here
+            (
+                (w.threads_waiting_mean / f64::from(w.threads.max(1))).min(1.0),
+                "the waiting threads' time",
+            ),
+            json!({"jfr": w}),
+        ));
     }
     if found.is_empty() {
         Verdict::Clear
     } else {
         Verdict::Found(found)
     }
+}
+
+/// A place where threads waited for a lock, as the finding names it.
+struct LockPlace<'a> {
+    /// The frame that asked for the lock, as shown.
+    at: &'a str,
+    /// What keeps the finding's id stable from run to run.
+    key: &'a str,
+    known: Option<&'a str>,
+    holder: Option<&'a str>,
+    /// "Threads" or "Goroutines".
+    noun: &'a str,
+    /// Threads waiting on average.
+    waiting: f64,
+}
+
+fn lock_finding(
+    run: &RunRecord,
+    place: LockPlace,
+    evidence: Vec<String>,
+    impact: (f64, &str),
+    data: serde_json::Value,
+) -> crate::Finding {
+    let (cause, fix) = lock_cause_and_fix(place.known, place.holder);
+    Draft {
+        rule: BLOCKED_THREADS.id,
+        key: place.key,
+        severity: if place.known.is_some() || place.waiting >= 4.0 {
+            Severity::High
+        } else {
+            Severity::Medium
+        },
+        title: blocked_title(place.known, place.noun, place.at, place.waiting),
+        evidence,
+        window: run.window(),
+        cause,
+        fix,
+        impact,
+        data,
+    }
+    .finish()
 }
 
 /// JFR's lock waits at one place are a finding from this many threads waiting on average:
