@@ -206,25 +206,41 @@ fn the_measured_run_takes_over_the_warm_ups_connections_and_opens_none() {
         ..Default::default()
     })
     .unwrap();
-    for (model, opened) in [(closed(4), 4), (open(200.0, 1, 3, 10), 3)] {
+    for (model, name) in [(closed(4), "closed"), (open(200.0, 1, 3, 10), "open")] {
         let (before, answered_before) = (target.connections(), target.answered());
         let plan = plan(&target, model, 1);
         let phases = run_phases(&plan, &["warmup", "run", "run"]);
-        let (warmup, run) = (&phases[0].1, &phases[1].1);
-        assert!(warmup.connections_opened >= opened, "{warmup:?}");
-        assert_eq!(warmup.connections_kept, 0, "{warmup:?}");
-        // the run starts on the warm-up's connections (the open model may open more when
-        // a busy machine needs them)
-        assert!(run.connections_kept >= opened, "{run:?}");
-        let opened_later: u64 = phases[1..].iter().map(|(_, e)| e.connections_opened).sum();
-        if matches!(plan.model, Model::Closed { .. }) {
-            assert_eq!(run.connections_kept, opened, "{run:?}");
-            assert_eq!(opened_later, 0, "{phases:?}");
+        let (warmup, run, last) = (&phases[0].1, &phases[1].1, &phases[2].1);
+        assert!(warmup.connections_opened >= 1, "{name}: {warmup:?}");
+        assert_eq!(warmup.connections_kept, 0, "{name}: {warmup:?}");
+        let opened_later = run.connections_opened + last.connections_opened;
+        if name == "closed" {
+            // every connection the warm-up opened was idle at its end and went on in the
+            // run, and so on to the last; four in all, whichever phase opened them (a
+            // starved thread may connect late)
+            assert_eq!(
+                run.connections_kept, warmup.connections_opened,
+                "{phases:?}"
+            );
+            assert_eq!(
+                last.connections_kept,
+                run.connections_kept + run.connections_opened,
+                "{phases:?}"
+            );
+            assert_eq!(warmup.connections_opened + opened_later, 4, "{phases:?}");
+        } else {
+            // the open model starts on the warm-up's connections and opens more only when
+            // arrivals find them all busy
+            assert!(
+                (1..=warmup.connections_opened).contains(&run.connections_kept),
+                "{phases:?}"
+            );
         }
         // kiln's count of what it opened is what the target accepted
         assert_eq!(
             target.connections() - before,
-            warmup.connections_opened + opened_later
+            warmup.connections_opened + opened_later,
+            "{name}"
         );
         for (summary, _) in &phases {
             assert_eq!(summary.error_count(), 0, "{:?}", summary.totals.errors);
