@@ -8,10 +8,10 @@ the collector runs often) under 2,000 requests/s (open model, 64 connections, 3 
 - expvar: started by this script, watched (`--watch-port`: /debug/vars read once a second,
   each read a short stop-the-world in the target);
 - deep: as expvar, with `--runtime deep` (a goroutine dump every 2 s: a stop-the-world for the
-  dump's length).
+  dump's length; and execution traces of 3 s back to back, read by tools/kiln-go-trace).
 
-Throughput, p99 and p99.9 side by side (medians over the rounds), the GC cycles kiln saw, and
-the goroutine dumps' round trip.
+Throughput, p99 and p99.9 side by side (medians over the rounds), the GC cycles kiln saw, the
+goroutine dumps' round trip, and the traced mark assist.
 
 Usage: python3 bench/runtime_go.py [--quick]   (results: bench/out/runtime-go-<time>.json)
 """
@@ -59,11 +59,15 @@ def once(binary, mode, tmp):
     runtime = run.get("runtime") or {}
     return {"throughput_rps": run["phases"][-1]["throughput_rps"], "p99_us": lat["p99_us"],
             "p999_us": lat["p99_9_us"], "gc_cycles": (runtime.get("go") or {}).get("gc_cycles"),
-            "dump_ms": (runtime.get("threads") or {}).get("took_ms_mean")}
+            "dump_ms": (runtime.get("threads") or {}).get("took_ms_mean"),
+            "traced_assist_ms": (runtime.get("go_assist") or {}).get("assist_ms")}
 
 
 def main():
     sh(["cargo", "build", "--release", "-q", "-p", "kiln"], cwd=ROOT)
+    # the execution traces' reader, where kiln looks for it: beside the binary
+    sh(["go", "build", "-o", os.path.join(os.path.dirname(KILN), "kiln-go-trace"), "."],
+       cwd=os.path.join(ROOT, "tools", "kiln-go-trace"))
     os.makedirs(OUT, exist_ok=True)
     rounds = {m: [] for m in MODES}
     with tempfile.TemporaryDirectory() as tmp:
@@ -76,8 +80,10 @@ def main():
         summary[mode] = {k: median([r[k] for r in runs]) for k in ("throughput_rps", "p99_us", "p999_us")}
         cycles = [r["gc_cycles"] for r in runs if r["gc_cycles"] is not None]
         dumps = [r["dump_ms"] for r in runs if r["dump_ms"] is not None]
+        assist = [r["traced_assist_ms"] for r in runs if r.get("traced_assist_ms") is not None]
         summary[mode]["gc_cycles"] = median(cycles) if cycles else None
         summary[mode]["dump_ms"] = median(dumps) if dumps else None
+        summary[mode]["traced_assist_ms"] = median(assist) if assist else None
     go = subprocess.run(["go", "version"], capture_output=True, text=True).stdout.strip()
     results = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "quick": QUICK,
                "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
@@ -86,13 +92,14 @@ def main():
     path = os.path.join(OUT, time.strftime("runtime-go-%Y%m%d-%H%M%S.json"))
     with open(path, "w") as f:
         json.dump(results, f, indent=2)
-    print(f"{'':8} {'req/s':>8} {'p99':>9} {'p99.9':>9} {'GC cycles':>10} {'dump':>8}")
+    print(f"{'':8} {'req/s':>8} {'p99':>9} {'p99.9':>9} {'GC cycles':>10} {'dump':>8} {'assist':>9}")
     for mode in MODES:
         s = summary[mode]
         dump = f"{s['dump_ms']:.1f}ms" if s["dump_ms"] is not None else "-"
         cycles = s["gc_cycles"] if s["gc_cycles"] is not None else "-"
+        assist = f"{s['traced_assist_ms']:.0f}ms" if s["traced_assist_ms"] is not None else "-"
         print(f"{mode:8} {s['throughput_rps']:8.0f} {s['p99_us'] / 1000:8.2f}ms "
-              f"{s['p999_us'] / 1000:8.2f}ms {cycles:>10} {dump:>8}")
+              f"{s['p999_us'] / 1000:8.2f}ms {cycles:>10} {dump:>8} {assist:>9}")
     print(f"results: {path}")
 
 

@@ -422,12 +422,8 @@ struct Netns {
 
 impl Netns {
     fn new(drop_per_mille: u32) -> Self {
-        static MADE: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-        let n = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let name = format!("kiln-{}-{n}", std::process::id());
-        let ns = Netns { name };
-        let setup = format!(
-            "ip link set lo up && nft add table inet loss && \
+        Self::with_setup(&format!(
+            "nft add table inet loss && \
              nft add chain inet loss input '{{ type filter hook input priority 0; }}'{}",
             if drop_per_mille > 0 {
                 format!(
@@ -437,7 +433,16 @@ impl Netns {
             } else {
                 String::new()
             }
-        );
+        ))
+    }
+
+    /// A namespace with its loopback up, then `setup` run in it (sh).
+    fn with_setup(setup: &str) -> Self {
+        static MADE: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let name = format!("kiln-{}-{n}", std::process::id());
+        let ns = Netns { name };
+        let setup = format!("ip link set lo up && {setup}");
         let ok = |out: std::process::Output| {
             assert!(
                 out.status.success(),
@@ -1012,4 +1017,97 @@ fn host_cpu_ticks() -> (u64, u64) {
         .map(|t| t.parse().unwrap())
         .collect();
     (ticks[3] + ticks[4], ticks.iter().sum())
+}
+
+/// Pins the calling thread to one CPU (processes it starts inherit it).
+fn pin_to_cpu(cpu: usize) {
+    // SAFETY: a zeroed cpu_set_t is empty; CPU_SET and sched_setaffinity(0) touch only it and
+    // the calling thread's own mask.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        assert_eq!(
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set),
+            0,
+            "pin to CPU {cpu}"
+        );
+    }
+}
+
+/// One core saturated by softirqs while the other has room, built on loopback: in a network
+/// namespace whose input hook holds 2,000 nftables rules (each datagram's receive, the NET_RX
+/// softirq, walks them all), two processes pinned to CPU 0 send UDP datagrams to themselves
+/// as fast as they can: CPU 0 spends about 80% of its time in softirqs. The target and kiln
+/// run on CPU 1 at a light load. The same run without the flood is judged and clear.
+#[test]
+fn a_core_saturated_by_softirqs_is_found_and_the_same_run_without_them_is_not() {
+    let _alone = alone();
+    if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
+        eprintln!("one CPU: no core to leave idle");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let rules: String = (0..2000)
+        .map(|i| format!("  udp dport {} counter\n", 10_000 + i))
+        .collect();
+    let ruleset = tmp.path().join("heavy.nft");
+    std::fs::write(
+        &ruleset,
+        format!(
+            "table inet heavy {{\n chain input {{\n  type filter hook input priority 0;\n{rules} }}\n}}\n"
+        ),
+    )
+    .unwrap();
+    let ns = Netns::with_setup(&format!("nft -f {}", ruleset.display()));
+    // bounded: the run lasts 8 s; 60 s is a backstop for a test that died first
+    const FLOOD: &str = "
+import os, socket, time
+os.sched_setaffinity(0, {0})
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(('127.0.0.1', 0)); to = s.getsockname(); s.setblocking(False)
+end = time.time() + 60
+while time.time() < end:
+    for _ in range(64):
+        try: s.sendto(b'x' * 16, to)
+        except BlockingIOError: pass
+        try: s.recv(2048)
+        except BlockingIOError: pass
+";
+    let run = |flood: bool| -> Value {
+        let flooders: Vec<common::apps::Killed> = (0..flood as usize * 2)
+            .map(|_| {
+                common::apps::Killed(
+                    ns.command("python3")
+                        .args(["-c", FLOOD])
+                        .stdin(Stdio::null())
+                        .spawn()
+                        .expect("python3 runs in the namespace"),
+                )
+            })
+            .collect();
+        // the target and kiln (with its sampler and perf) inherit CPU 1
+        let out = tmp.path().join(if flood { "flood" } else { "quiet" });
+        let findings = std::thread::scope(|s| {
+            s.spawn(|| {
+                pin_to_cpu(1);
+                let target = Target::start("answers", None);
+                run_for(&target, &out, "8s", &["--rate", "50", "-c", "2"])
+            })
+            .join()
+            .unwrap()
+        });
+        drop(flooders);
+        findings
+    };
+    let flooded = run(true);
+    let hot = finding(&flooded, "cpu.irq-hotspot").unwrap_or_else(|| panic!("{flooded:#}"));
+    assert_eq!(hot["data"]["cpu"], 0, "{hot:#}");
+    assert!(hot["data"]["irq_pct"].as_f64().unwrap() >= 30.0, "{hot:#}");
+    assert!(hot["title"].as_str().unwrap().contains("CPU 0"), "{hot:#}");
+    let quiet = run(false);
+    assert!(finding(&quiet, "cpu.irq-hotspot").is_none(), "{quiet:#}");
+    assert!(
+        quiet["judged"].to_string().contains("cpu.irq-hotspot"),
+        "{quiet:#}"
+    );
 }

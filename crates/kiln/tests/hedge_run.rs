@@ -105,7 +105,11 @@ fn hedging_to_a_replica_cuts_the_tail_as_the_formula_and_the_what_if_say() {
     // every request past the delay is a slow first copy: 8% (binomial over 3000: sd 0.5%)
     let extra = hedges / firsts;
     assert!((0.06..0.10).contains(&extra), "extra load {extra}: {h:#}");
-    assert!(us(&h["over_budget"]) + us(&h["paused"]) == 0.0, "{h:#}");
+    // the 20% budget does not bind at 8%, but each thread's bucket starts empty (no second
+    // copy before its share of first copies): two slow requests among a thread's first few
+    // may find it empty (a CI run: 1 of 239)
+    assert_eq!(us(&h["paused"]), 0.0, "{h:#}");
+    assert!(us(&h["over_budget"]) <= 0.02 * hedges, "{h:#}");
     // a second copy is fast 92% of the time, and then answers first
     assert!(won / hedges > 0.8, "{h:#}");
     // analytically: 92% fast (1 ms), 7.4% the delay plus a fast answer, 0.64% slow twice

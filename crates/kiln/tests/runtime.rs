@@ -773,8 +773,10 @@ time.sleep(120)
 /// JFR's lock waits (`--runtime deep`) against the service's own stopwatch
 /// (tests/apps/java_locks/LockShop times every wait for its lock and writes them down when
 /// stopped): a `synchronized` block held across a 10 ms call, then a ReentrantLock held the
-/// same way, each waited for by 3 of 4 request threads. The summary counts the same waits of
-/// 10 ms or more in the same seconds, sums the same wait time (within 2%), names the lock's
+/// same way, each waited for by 3 of 4 request threads. The summary counts the same monitor
+/// waits of 10 ms or more in the same seconds and sums the same wait time (within 2%; for the
+/// ReentrantLock, whose waiters may park more than once, parks within 15% and the time parked
+/// within 10%), names the lock's
 /// class and the frame that asked for it, leaves the pool's idle threads out, and the
 /// blocked-threads finding carries JFR's figures; the lock taken only to count, never held
 /// across the call, has no waits and no finding.
@@ -876,18 +878,36 @@ fn lock_waits_from_jfr_match_the_services_own_stopwatch() {
         let waits = site["waits"].as_u64().unwrap() as usize;
         let wait_ms = site["wait_ms"].as_f64().unwrap();
         assert!(strict.len() > 100, "{mode}: {} waits timed", strict.len());
-        // a wait at a second's edge may fall on either side
-        assert!(
-            (strict.len().saturating_sub(2)..=loose.len() + 2).contains(&waits),
-            "{mode}: JFR {waits} waits, the service {} of 11 ms or more, {} of 10 ms or more",
-            strict.len(),
-            loose.len()
-        );
         let (loose_ms, strict_ms) = (loose.iter().sum::<f64>(), strict.iter().sum::<f64>());
-        assert!(
-            wait_ms >= 0.98 * strict_ms && wait_ms <= 1.01 * loose_ms,
-            "{mode}: JFR {wait_ms:.0} ms, the service {strict_ms:.0} to {loose_ms:.0} ms"
-        );
+        if kind == "monitor" {
+            // JFR records each contended monitor enter once, whole (a wait at a second's
+            // edge may fall on either side)
+            assert!(
+                (strict.len().saturating_sub(2)..=loose.len() + 2).contains(&waits),
+                "{mode}: JFR {waits} waits, the service {} of 11 ms or more, {} of 10 ms or more",
+                strict.len(),
+                loose.len()
+            );
+            assert!(
+                wait_ms >= 0.98 * strict_ms && wait_ms <= 1.01 * loose_ms,
+                "{mode}: JFR {wait_ms:.0} ms, the service {strict_ms:.0} to {loose_ms:.0} ms"
+            );
+        } else {
+            // JFR records each park: a waiter for a nonfair lock may be woken, lose the lock
+            // to a thread that barged in, and park again (a CI run: 690 parks for 645 waits),
+            // and a wait made of parks under 10 ms each is not recorded. The time parked is
+            // most of the time waited.
+            let n = loose.len() as f64;
+            assert!(
+                (waits as f64 - n).abs() <= 0.15 * n,
+                "{mode}: JFR {waits} parks, the service {n} waits of 10 ms or more"
+            );
+            assert!(
+                wait_ms >= 0.9 * strict_ms && wait_ms <= 1.01 * loose_ms,
+                "{mode}: JFR {wait_ms:.0} ms parked, the service waited {strict_ms:.0} to \
+                 {loose_ms:.0} ms"
+            );
+        }
         // 3 of 4 request threads wait while one holds the lock
         let waiting = site["threads_waiting_mean"].as_f64().unwrap();
         assert!((1.5..=3.2).contains(&waiting), "{mode}: {waiting}");
