@@ -90,7 +90,9 @@ impl Ctx<'_> {
     fn split_url(&mut self, url: &Text) -> Result<(usize, String), PlanFileError> {
         let text = url.value.0.trim();
         let at = url.referenced;
-        if let Some(scheme_end) = text.find("://") {
+        // a path that holds "://" further on (`/://`) is still a path
+        let scheme_end = text.find("://").filter(|_| !text.starts_with('/'));
+        if let Some(scheme_end) = scheme_end {
             let rest = &text[scheme_end + 3..];
             let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
             let origin_text = &text[..scheme_end + 3 + authority_end];

@@ -74,6 +74,19 @@ fn static_files_are_kept_when_asked_and_bad_files_say_why() {
         .contains("no requests"));
 }
 
+#[test]
+fn a_path_holding_a_scheme_separator_is_still_a_path() {
+    // proptest's find: `/://` was read as an absolute URL with no scheme
+    let har = serde_json::json!({"log": {"entries": [{
+        "request": {"method": "GET", "url": "http://127.0.0.1:1/://x", "headers": []},
+        "response": {"status": 200}
+    }]}});
+    let made = to_plan(&har.to_string(), false).unwrap();
+    let plan = kiln_plan::parse(&made.yaml, "p.yaml", std::path::Path::new("."), &[]).unwrap();
+    let step = &plan.workload.scenarios[0].steps[0];
+    assert_eq!(step.path.as_literal().unwrap(), "/://x");
+}
+
 proptest::proptest! {
     /// Whatever text a recording holds, the plan made from it parses back to the same URL,
     /// header and body: nothing recorded changes the plan's structure.
