@@ -243,22 +243,30 @@ fn gc_pauses_and_safepoints_match_the_jvms_own_logs(java: &Path, version: &str) 
 /// kiln's attach client asks the JVM for a thread dump: the thread that sleeps between
 /// System.gc() calls is in it, sleeping, with its Linux thread id (hex before JDK 25,
 /// decimal after); a command the JVM does not know is refused with its reason.
+/// A dump may land while that thread runs its System.gc() (a CI run caught it RUNNABLE in
+/// Runtime.gc): every dump must show it in one of its two places, and one of a few dumps
+/// taken apart must catch it asleep.
 fn attach_and_dump(pid: i32) {
     let attach = Attach::open(pid, Path::new("/proc")).expect("the attach listener starts");
-    let threads = parse(&attach.jcmd("Thread.print").expect("a thread dump"));
-    let sleeper = threads
-        .iter()
-        .find(|t| t.name == "full-gc-every-period")
-        .expect("GcPattern's own thread");
-    assert_eq!(
-        sleeper.state.as_deref(),
-        Some("TIMED_WAITING"),
-        "{sleeper:?}"
-    );
-    assert!(
-        sleeper.frames.iter().any(|f| f == "java.lang.Thread.sleep"),
-        "{sleeper:?}"
-    );
+    let mut dumps = Vec::new();
+    let sleeper = loop {
+        let threads = parse(&attach.jcmd("Thread.print").expect("a thread dump"));
+        let thread = threads
+            .into_iter()
+            .find(|t| t.name == "full-gc-every-period")
+            .expect("GcPattern's own thread");
+        let asleep = thread.state.as_deref() == Some("TIMED_WAITING")
+            && thread.frames.iter().any(|f| f == "java.lang.Thread.sleep");
+        let collecting = thread.state.as_deref() == Some("RUNNABLE")
+            && thread.frames.iter().any(|f| f == "java.lang.System.gc");
+        assert!(asleep || collecting, "{thread:?}");
+        if asleep {
+            break thread;
+        }
+        dumps.push(thread);
+        assert!(dumps.len() < 5, "never caught asleep: {dumps:?}");
+        std::thread::sleep(std::time::Duration::from_millis(37));
+    };
     let tid = sleeper.os_tid.expect("nid");
     let comm = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm")).unwrap();
     assert_eq!(
