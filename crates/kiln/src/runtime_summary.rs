@@ -143,16 +143,15 @@ pub fn to_text(s: &RuntimeSummary) -> String {
         );
     }
     for w in s.lock_waits.iter().take(3) {
-        let _ =
-            writeln!(
+        let _ = writeln!(
             out,
             "           lock waits (JFR, {} ms or longer): {:.1} threads on average waited for a \
              {} {} at {}: {} waits, {:.1} s in all, the longest {:.0} ms",
             kiln_runtime::jfr::LOCK_THRESHOLD_MS,
             w.threads_waiting_mean,
-            safe_text(&w.lock_class),
-            if w.kind == "monitor" { "monitor" } else { "lock (parked)" },
-            safe_text(&w.at),
+            safe_text(&w.place.lock_class),
+            w.place.noun(),
+            safe_text(&w.place.at),
             w.waits,
             w.wait_ms / 1e3,
             w.longest_ms

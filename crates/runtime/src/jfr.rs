@@ -10,6 +10,7 @@ use std::io::{BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
 
 use crate::attach::Attach;
@@ -45,9 +46,9 @@ pub struct JfrRead {
     pub lock_waits: Vec<LockWaitSite>,
 }
 
-/// Where threads waited for one lock, and how long, second by second.
+/// One lock at one place: what was waited for, where, and by whom.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct LockWaitSite {
+pub struct LockWaitPlace {
     /// `monitor` (a `synchronized` block or method) or `park` (a java.util.concurrent lock,
     /// a queue's put, a condition).
     pub kind: String,
@@ -60,6 +61,24 @@ pub struct LockWaitSite {
     /// Threads that waited here, and a few of their names.
     pub threads: u32,
     pub thread_names: Vec<String>,
+}
+
+impl LockWaitPlace {
+    /// What was waited for, in the summary's and the findings' words.
+    pub fn noun(&self) -> &'static str {
+        if self.kind == "monitor" {
+            "monitor"
+        } else {
+            "lock (parked)"
+        }
+    }
+}
+
+/// Where threads waited for one lock, and how long, second by second.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct LockWaitSite {
+    #[serde(flatten)]
+    pub place: LockWaitPlace,
     /// Per wall-clock second in which waits began.
     pub seconds: Vec<LockWaitSecond>,
 }
@@ -94,7 +113,7 @@ impl Recording {
                 Ok(Self {
                     name,
                     threshold_note: Some(format!(
-                        "lock waits from the JDK's default 20 ms (it refused {LOCK_THRESHOLD_MS}                          ms: {why})"
+                        "lock waits from the JDK's default 20 ms (it refused {LOCK_THRESHOLD_MS} ms: {why})"
                     )),
                 })
             }
@@ -123,19 +142,26 @@ impl Recording {
                 .stderr(Stdio::piped())
                 .spawn()
                 .map_err(|e| format!("cannot run {}: {e}", jfr.display()))?;
+            // stderr drained aside, so a chatty tool cannot stall on a full pipe meanwhile
+            let stderr = child.stderr.take().map(|mut err| {
+                std::thread::spawn(move || {
+                    let mut text = String::new();
+                    let _ = err.read_to_string(&mut text);
+                    text
+                })
+            });
             // read as it is printed: a busy lock's events with their stacks are many
             // megabytes of JSON, kept here only as the sites' sums
             let printed = child
                 .stdout
                 .take()
                 .map(|out| read_printed(BufReader::new(out)));
-            let mut stderr = String::new();
-            if let Some(mut err) = child.stderr.take() {
-                let _ = err.read_to_string(&mut stderr);
-            }
             let status = child
                 .wait()
                 .map_err(|e| format!("{}: {e}", jfr.display()))?;
+            let stderr = stderr
+                .and_then(|reader| reader.join().ok())
+                .unwrap_or_default();
             if !status.success() {
                 return Err(format!("{} print failed: {}", jfr.display(), stderr.trim()));
             }
@@ -167,14 +193,70 @@ fn jfr_tool(pid: i32, proc_root: &Path) -> Result<PathBuf, String> {
         })
 }
 
-#[derive(Deserialize)]
-struct Printed {
-    recording: PrintedRecording,
+/// `{"recording": {"events": [...]}}` walked with each event handed to `f` as it is read, so
+/// a recording's many megabytes of events are never held at once. (serde's derive would collect
+/// the whole array first.)
+fn each_printed_event<R: Read>(from: R, f: impl FnMut(PrintedEvent)) -> serde_json::Result<()> {
+    let mut json = serde_json::Deserializer::from_reader(from);
+    let events = EachEvent(f);
+    Within("recording", Within("events", events)).deserialize(&mut json)?;
+    json.end()
 }
 
-#[derive(Deserialize)]
-struct PrintedRecording {
-    events: Vec<PrintedEvent>,
+/// An object whose field `.0` is read with the seed `.1`; its other fields are skipped.
+struct Within<S>(&'static str, S);
+
+impl<'de, S: DeserializeSeed<'de, Value = ()>> DeserializeSeed<'de> for Within<S> {
+    type Value = ();
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de, S: DeserializeSeed<'de, Value = ()>> Visitor<'de> for Within<S> {
+    type Value = ();
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        write!(f, "an object with {:?}", self.0)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let Within(name, seed) = self;
+        let mut seed = Some(seed);
+        while let Some(key) = map.next_key::<std::borrow::Cow<str>>()? {
+            match seed.take_if(|_| key == name) {
+                Some(seed) => map.next_value_seed(seed)?,
+                None => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        match seed {
+            Some(_) => Err(serde::de::Error::missing_field(name)),
+            None => Ok(()),
+        }
+    }
+}
+
+/// An array whose elements are read as events and handed on one by one.
+struct EachEvent<F>(F);
+
+impl<'de, F: FnMut(PrintedEvent)> DeserializeSeed<'de> for EachEvent<F> {
+    type Value = ();
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_seq(self)
+    }
+}
+
+impl<'de, F: FnMut(PrintedEvent)> Visitor<'de> for EachEvent<F> {
+    type Value = ();
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("an array of events")
+    }
+    fn visit_seq<A: SeqAccess<'de>>(mut self, mut seq: A) -> Result<(), A::Error> {
+        while let Some(event) = seq.next_element()? {
+            (self.0)(event);
+        }
+        Ok(())
+    }
 }
 
 /// What kiln reads of an event of `jfr print --json`; the rest is skipped unread.
@@ -296,38 +378,49 @@ fn is_idle_wait(frames: &[String]) -> bool {
 
 /// `jfr print --json` read as it comes: the throwable counts in time order and the lock
 /// waits summed per place (kind, lock class, where asked), the longest waited first.
-pub fn read_printed(from: impl std::io::Read) -> Result<JfrRead, String> {
-    let printed: Printed = serde_json::from_reader(from)
+pub fn read_printed(from: impl Read) -> Result<JfrRead, String> {
+    let mut sums = PrintedSums::default();
+    each_printed_event(from, |event| sums.add(event))
         .map_err(|e| format!("jfr print --json gave what kiln cannot read: {e}"))?;
-    let mut throwables = Vec::new();
-    // per (kind, lock class, method asked from): the place, its threads' names, its seconds
-    type Place = (
-        LockWaitSite,
-        BTreeSet<String>,
-        BTreeMap<u64, LockWaitSecond>,
-    );
-    let mut sites: BTreeMap<(String, String, String), Place> = BTreeMap::new();
-    for event in printed.recording.events {
+    Ok(sums.finish())
+}
+
+/// What the events read so far add up to.
+#[derive(Default)]
+struct PrintedSums {
+    throwables: Vec<ThrowableCount>,
+    /// per (kind, lock class, method asked from): the place, its threads' names, its seconds
+    sites: BTreeMap<(String, String, String), PlaceSums>,
+}
+
+struct PlaceSums {
+    place: LockWaitPlace,
+    names: BTreeSet<String>,
+    seconds: BTreeMap<u64, LockWaitSecond>,
+}
+
+impl PrintedSums {
+    fn add(&mut self, event: PrintedEvent) {
         let v = event.values;
         let Some(start_ms) = v.start_time.as_deref().and_then(unix_ms_of) else {
-            continue;
+            return;
         };
         let (kind, class) = match event.kind.as_str() {
             "jdk.ExceptionStatistics" => {
                 if let Some(n) = v.throwables {
-                    throwables.push(ThrowableCount {
+                    self.throwables.push(ThrowableCount {
                         unix_ms: start_ms as u64,
                         throwables: n,
                     });
                 }
-                continue;
+                return;
             }
             "jdk.JavaMonitorEnter" => ("monitor", v.monitor_class),
             "jdk.ThreadPark" => ("park", v.parked_class),
-            _ => continue,
+            _ => return,
         };
         let Some(ms) = v.duration.as_deref().and_then(iso_duration_ms) else {
-            continue;
+            return;
         };
         let frames: Vec<String> = v
             .stack_trace
@@ -345,7 +438,7 @@ pub fn read_printed(from: impl std::io::Read) -> Result<JfrRead, String> {
             })
             .collect();
         if kind == "park" && is_idle_wait(&frames) {
-            continue;
+            return;
         }
         let at = frames
             .iter()
@@ -357,52 +450,64 @@ pub fn read_printed(from: impl std::io::Read) -> Result<JfrRead, String> {
         // one place per method: its compiled and interpreted frames may give other lines
         let method = at.split('(').next().unwrap_or(&at).to_string();
         let key = (kind.to_string(), lock_class.clone(), method);
-        let (_, names, seconds) = sites.entry(key).or_insert_with(|| {
-            (
-                LockWaitSite {
-                    kind: kind.into(),
-                    lock_class,
-                    at,
-                    frames: frames.iter().take(KEPT_FRAMES).cloned().collect(),
-                    ..Default::default()
-                },
-                BTreeSet::new(),
-                BTreeMap::new(),
-            )
+        let sums = self.sites.entry(key).or_insert_with(|| PlaceSums {
+            place: LockWaitPlace {
+                kind: kind.into(),
+                lock_class,
+                at,
+                frames: frames.iter().take(KEPT_FRAMES).cloned().collect(),
+                ..Default::default()
+            },
+            names: BTreeSet::new(),
+            seconds: BTreeMap::new(),
         });
         let thread = v.event_thread.and_then(|t| t.java_name.or(t.os_name));
         if let Some(name) = thread {
-            if names.len() < 1000 {
-                names.insert(name);
+            if sums.names.len() < 1000 {
+                sums.names.insert(name);
             }
         }
-        let second = seconds
-            .entry((start_ms / 1e3) as u64)
+        let unix_s = (start_ms / 1e3) as u64;
+        let second = sums
+            .seconds
+            .entry(unix_s)
             .or_insert_with(|| LockWaitSecond {
-                unix_s: (start_ms / 1e3) as u64,
+                unix_s,
                 ..Default::default()
             });
         second.waits += 1;
         second.wait_ms += ms;
         second.longest_ms = second.longest_ms.max(ms);
     }
-    throwables.sort_by_key(|c: &ThrowableCount| c.unix_ms);
-    let mut lock_waits: Vec<LockWaitSite> = sites
-        .into_values()
-        .map(|(mut site, names, seconds)| {
-            site.threads = names.len() as u32;
-            site.thread_names = names.into_iter().take(5).collect();
-            site.seconds = seconds.into_values().collect();
-            site
-        })
-        .collect();
-    let total = |s: &LockWaitSite| s.seconds.iter().map(|x| x.wait_ms).sum::<f64>();
-    lock_waits.sort_by(|a, b| total(b).total_cmp(&total(a)));
-    lock_waits.truncate(KEPT_SITES);
-    Ok(JfrRead {
-        throwables,
-        lock_waits,
-    })
+
+    fn finish(mut self) -> JfrRead {
+        self.throwables.sort_by_key(|c| c.unix_ms);
+        let mut lock_waits: Vec<LockWaitSite> = self
+            .sites
+            .into_values()
+            .map(
+                |PlaceSums {
+                     mut place,
+                     names,
+                     seconds,
+                 }| {
+                    place.threads = names.len() as u32;
+                    place.thread_names = names.into_iter().take(5).collect();
+                    LockWaitSite {
+                        place,
+                        seconds: seconds.into_values().collect(),
+                    }
+                },
+            )
+            .collect();
+        let total = |s: &LockWaitSite| s.seconds.iter().map(|x| x.wait_ms).sum::<f64>();
+        lock_waits.sort_by(|a, b| total(b).total_cmp(&total(a)));
+        lock_waits.truncate(KEPT_SITES);
+        JfrRead {
+            throwables: self.throwables,
+            lock_waits,
+        }
+    }
 }
 
 /// The `jdk.ExceptionStatistics` events of `jfr print --json`, oldest first.
@@ -463,13 +568,13 @@ mod tests {
         let monitor = read
             .lock_waits
             .iter()
-            .find(|w| w.kind == "monitor")
+            .find(|w| w.place.kind == "monitor")
             .unwrap();
-        assert_eq!(monitor.lock_class, "LockShop$Inventory");
-        assert_eq!(monitor.at, "LockShop.reserve(line 44)");
-        assert_eq!(monitor.threads, 3);
+        assert_eq!(monitor.place.lock_class, "LockShop$Inventory");
+        assert_eq!(monitor.place.at, "LockShop.reserve(line 44)");
+        assert_eq!(monitor.place.threads, 3);
         assert_eq!(
-            monitor.thread_names,
+            monitor.place.thread_names,
             ["request-20", "request-21", "request-24"]
         );
         // two waits began in second ...34, one in ...35
@@ -483,14 +588,41 @@ mod tests {
         assert!((first.wait_ms - (18.550816 + 69.453294)).abs() < 1e-6);
         assert!((first.longest_ms - 69.453294).abs() < 1e-6);
         // the ReentrantLock's waits, past java.util.concurrent.locks' frames
-        let park = read.lock_waits.iter().find(|w| w.kind == "park").unwrap();
+        let park = read
+            .lock_waits
+            .iter()
+            .find(|w| w.place.kind == "park")
+            .unwrap();
         assert_eq!(
-            park.lock_class,
+            park.place.lock_class,
             "java.util.concurrent.locks.ReentrantLock$NonfairSync"
         );
-        assert!(park.at.starts_with("LockShop.reserve"), "{park:?}");
+        assert!(park.place.at.starts_with("LockShop.reserve"), "{park:?}");
         assert_eq!(park.seconds.iter().map(|s| s.waits).sum::<u32>(), 2);
-        assert!(park.frames[0].starts_with("jdk.internal.misc.Unsafe.park"));
+        assert!(park.place.frames[0].starts_with("jdk.internal.misc.Unsafe.park"));
+    }
+
+    #[test]
+    fn the_events_are_found_among_other_fields_and_their_absence_is_an_error() {
+        let wrapped = format!(
+            r#"{{"version": 2, "recording": {{"chunks": [1, {{"a": []}}], "events": {}}}, "more": null}}"#,
+            r#"[{"type": "jdk.ExceptionStatistics", "values": {"startTime": "2026-11-25T06:00:00Z", "throwables": 7}}]"#
+        );
+        let read = read_printed(wrapped.as_bytes()).unwrap();
+        assert_eq!(read.throwables[0].throwables, 7);
+        for bad in [
+            r#"{"recording": {}}"#,
+            r#"{"other": 1}"#,
+            r#"{"recording": {"events": []}} x"#,
+        ] {
+            let err = read_printed(bad.as_bytes()).unwrap_err();
+            assert!(
+                err.starts_with("jfr print --json gave what kiln cannot read"),
+                "{err}"
+            );
+        }
+        let none = read_printed(r#"{"recording": {"events": []}}"#.as_bytes()).unwrap();
+        assert!(none.throwables.is_empty() && none.lock_waits.is_empty());
     }
 
     #[test]

@@ -49,12 +49,8 @@ pub struct RuntimeSummary {
 /// Waits for one lock at one place over a window (whole wall-clock seconds inside it).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct LockWaitSummary {
-    pub kind: String,
-    pub lock_class: String,
-    pub at: String,
-    pub frames: Vec<String>,
-    pub threads: u32,
-    pub thread_names: Vec<String>,
+    #[serde(flatten)]
+    pub place: crate::jfr::LockWaitPlace,
     pub waits: u64,
     pub wait_ms: f64,
     pub longest_ms: f64,
@@ -86,12 +82,7 @@ fn lock_waits_within(
             let waits: u64 = inside.iter().map(|s| u64::from(s.waits)).sum();
             let wait_ms: f64 = inside.iter().map(|s| s.wait_ms).sum();
             (waits > 0).then(|| LockWaitSummary {
-                kind: site.kind.clone(),
-                lock_class: site.lock_class.clone(),
-                at: site.at.clone(),
-                frames: site.frames.clone(),
-                threads: site.threads,
-                thread_names: site.thread_names.clone(),
+                place: site.place.clone(),
                 waits,
                 wait_ms,
                 longest_ms: inside.iter().map(|s| s.longest_ms).fold(0.0, f64::max),

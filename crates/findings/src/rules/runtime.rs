@@ -559,7 +559,7 @@ fn blocked_threads(run: &RunRecord) -> Verdict {
         _ => None,
     };
     let method = |frame: &str| frame.split('(').next().unwrap_or(frame).trim().to_string();
-    let jfr_at = |at: &str| jfr.iter().find(|w| method(&w.at) == method(at));
+    let jfr_at = |at: &str| jfr.iter().find(|w| method(&w.place.at) == method(at));
     let mut found = Vec::new();
     let mut judged_sites = Vec::new();
     if let Some(threads) = dumps {
@@ -624,20 +624,22 @@ fn blocked_threads(run: &RunRecord) -> Verdict {
     for w in jfr
         .iter()
         .filter(|w| w.threads_waiting_mean >= JFR_MIN_WAITING)
-        .filter(|w| !judged_sites.contains(&method(&w.at)))
+        .filter(|w| !judged_sites.contains(&method(&w.place.at)))
     {
-        let known = kiln_runtime::threads::known_signature(w.frames.iter().map(String::as_str));
+        let known =
+            kiln_runtime::threads::known_signature(w.place.frames.iter().map(String::as_str));
         let mut evidence = vec![jfr_evidence(w)];
-        if !w.thread_names.is_empty() {
+        if !w.place.thread_names.is_empty() {
             evidence.push(format!(
                 "waiting: {} ({} threads in all)",
-                safe_text(&w.thread_names.join(", ")),
-                w.threads
+                safe_text(&w.place.thread_names.join(", ")),
+                w.place.threads
             ));
         }
         evidence.push("the waiting threads' stack:".into());
         evidence.extend(
-            w.frames
+            w.place
+                .frames
                 .iter()
                 .take(8)
                 .map(|f| format!("    {}", safe_text(f))),
@@ -645,8 +647,8 @@ fn blocked_threads(run: &RunRecord) -> Verdict {
         found.push(lock_finding(
             run,
             LockPlace {
-                at: &w.at,
-                key: &method(&w.at),
+                at: &w.place.at,
+                key: &method(&w.place.at),
                 known,
                 holder: None,
                 noun: threads_noun,
@@ -655,7 +657,7 @@ fn blocked_threads(run: &RunRecord) -> Verdict {
             evidence,
             // the share of the waiters' time: threads waiting of those that waited here
             (
-                (w.threads_waiting_mean / f64::from(w.threads.max(1))).min(1.0),
+                (w.threads_waiting_mean / f64::from(w.place.threads.max(1))).min(1.0),
                 "the waiting threads' time",
             ),
             json!({"jfr": w}),
@@ -719,13 +721,9 @@ fn jfr_evidence(w: &kiln_runtime::summary::LockWaitSummary) -> String {
          {:.1} threads waiting on average, the longest {:.0} ms",
         w.waits,
         kiln_runtime::jfr::LOCK_THRESHOLD_MS,
-        safe_text(&w.lock_class),
-        if w.kind == "monitor" {
-            "monitor"
-        } else {
-            "lock (parked)"
-        },
-        safe_text(&w.at),
+        safe_text(&w.place.lock_class),
+        w.place.noun(),
+        safe_text(&w.place.at),
         w.wait_ms / 1e3,
         w.to_unix_s + 1 - w.from_unix_s,
         w.threads_waiting_mean,
@@ -1146,12 +1144,14 @@ mod tests {
 
     fn jfr_site(at: &str, waiting: f64, frames: &[&str]) -> kiln_runtime::summary::LockWaitSummary {
         kiln_runtime::summary::LockWaitSummary {
-            kind: "monitor".into(),
-            lock_class: "LockShop$Inventory".into(),
-            at: at.into(),
-            frames: frames.iter().map(|f| f.to_string()).collect(),
-            threads: 4,
-            thread_names: vec!["request-20".into(), "request-21".into()],
+            place: kiln_runtime::jfr::LockWaitPlace {
+                kind: "monitor".into(),
+                lock_class: "LockShop$Inventory".into(),
+                at: at.into(),
+                frames: frames.iter().map(|f| f.to_string()).collect(),
+                threads: 4,
+                thread_names: vec!["request-20".into(), "request-21".into()],
+            },
             waits: 500,
             wait_ms: waiting * 8_000.0,
             longest_ms: 48.0,
