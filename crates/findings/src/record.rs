@@ -163,8 +163,7 @@ impl RunRecord {
             &in_window,
             window.map(|w| (w.from_unix_ms, w.to_unix_ms)),
         );
-        let groups = kiln_sample::thread_groups_mean(&self.resources);
-        summary.set_thread_cpu(groups.iter().map(|(name, pct, _)| (name.as_str(), *pct)));
+        add_thread_roles(&mut summary, &self.resources);
         self.runtime = Some(summary);
     }
 
@@ -305,4 +304,14 @@ impl RunRecord {
 /// overlaps it by more than half.
 fn overlaps(s: &ResourceSecond, w: Window) -> bool {
     s.unix_ms > w.from_unix_ms + 500 && s.unix_ms <= w.to_unix_ms + 500
+}
+
+/// A JVM's runtime summary gets its threads' CPU by role (compilers, GC, ...) over the
+/// same resource samples: for the findings here, and for the binary's end summary.
+pub fn add_thread_roles(
+    runtime: &mut kiln_runtime::summary::RuntimeSummary,
+    samples: &[kiln_sample::ResourceSecond],
+) {
+    let groups = kiln_sample::thread_groups_mean(samples);
+    runtime.set_thread_cpu(groups.iter().map(|(name, pct, _)| (name.as_str(), *pct)));
 }

@@ -26,16 +26,6 @@ fn mean(values: impl Iterator<Item = f64>) -> Option<f64> {
     (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
 }
 
-/// A JVM's runtime summary gets its threads' CPU by role (compilers, GC, ...) over the
-/// same samples.
-pub fn add_thread_roles(
-    runtime: &mut kiln_runtime::summary::RuntimeSummary,
-    samples: &[ResourceSecond],
-) {
-    let groups = kiln_sample::thread_groups_mean(samples);
-    runtime.set_thread_cpu(groups.iter().map(|(name, pct, _)| (name.as_str(), *pct)));
-}
-
 pub fn to_json(samples: &[ResourceSecond]) -> Value {
     if samples.is_empty() {
         return Value::Null;

@@ -558,7 +558,7 @@ fn runtime_during(
         Some(t) => resources_summary::during(t, resources),
         None => resources.to_vec(),
     };
-    resources_summary::add_thread_roles(&mut summary, &samples);
+    kiln_findings::record::add_thread_roles(&mut summary, &samples);
     Some(summary)
 }
 

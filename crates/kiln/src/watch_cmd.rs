@@ -120,7 +120,7 @@ pub fn run(args: WatchArgs, stop: &StopSignal) -> Result<u8> {
         );
         let all: Vec<&RuntimeSecond> = runtime_seconds.iter().collect();
         let mut runtime = summarize(&runtime_info, &all);
-        resources_summary::add_thread_roles(&mut runtime, &samples);
+        kiln_findings::record::add_thread_roles(&mut runtime, &samples);
         out!("{}", runtime_summary::to_text(&runtime));
         for warning in &warnings {
             outln!("Warning    {}", safe_text(warning));
