@@ -1006,17 +1006,32 @@ fn a_host_kept_busy_by_other_processes_is_found_and_a_quiet_host_is_not() {
 
 /// The host's idle (idle + iowait) and total CPU ticks so far, from /proc/stat.
 fn host_cpu_ticks() -> (u64, u64) {
+    cpu_ticks(|name| name == "cpu")
+}
+
+/// Idle and total ticks so far of every CPU but `except`.
+fn other_cores_ticks(except: usize) -> (u64, u64) {
+    cpu_ticks(|name| {
+        name.strip_prefix("cpu")
+            .and_then(|n| n.parse::<usize>().ok())
+            .is_some_and(|n| n != except)
+    })
+}
+
+/// Idle (idle + iowait) and total ticks of the /proc/stat lines whose name `select`s.
+fn cpu_ticks(select: impl Fn(&str) -> bool) -> (u64, u64) {
     let stat = std::fs::read_to_string("/proc/stat").unwrap();
-    let ticks: Vec<u64> = stat
-        .lines()
-        .next()
-        .unwrap()
-        .split_whitespace()
-        .skip(1)
-        .take(8)
-        .map(|t| t.parse().unwrap())
-        .collect();
-    (ticks[3] + ticks[4], ticks.iter().sum())
+    let mut sums = (0, 0);
+    for line in stat.lines() {
+        let mut fields = line.split_whitespace();
+        if !fields.next().is_some_and(&select) {
+            continue;
+        }
+        let ticks: Vec<u64> = fields.take(8).map(|t| t.parse().unwrap()).collect();
+        sums.0 += ticks[3] + ticks[4];
+        sums.1 += ticks.iter().sum::<u64>();
+    }
+    sums
 }
 
 /// Pins the calling thread to one CPU (processes it starts inherit it).
@@ -1073,7 +1088,7 @@ while time.time() < end:
         try: s.recv(2048)
         except BlockingIOError: pass
 ";
-    let run = |flood: bool| -> Value {
+    let run = |flood: bool, name: &str| -> Value {
         let flooders: Vec<common::apps::Killed> = (0..flood as usize * 2)
             .map(|_| {
                 common::apps::Killed(
@@ -1086,7 +1101,7 @@ while time.time() < end:
             })
             .collect();
         // the target and kiln (with its sampler and perf) inherit CPU 1
-        let out = tmp.path().join(if flood { "flood" } else { "quiet" });
+        let out = tmp.path().join(name);
         let findings = std::thread::scope(|s| {
             s.spawn(|| {
                 pin_to_cpu(1);
@@ -1099,12 +1114,36 @@ while time.time() < end:
         drop(flooders);
         findings
     };
-    let flooded = run(true);
-    let hot = finding(&flooded, "cpu.irq-hotspot").unwrap_or_else(|| panic!("{flooded:#}"));
-    assert_eq!(hot["data"]["cpu"], 0, "{hot:#}");
-    assert!(hot["data"]["irq_pct"].as_f64().unwrap() >= 30.0, "{hot:#}");
-    assert!(hot["title"].as_str().unwrap().contains("CPU 0"), "{hot:#}");
-    let quiet = run(false);
+    // The finding says the other cores have room. A neighbour (another CI job) that keeps
+    // them busy takes that room away: then the rule is right to stay clear, as the kernel's
+    // own counters over the same window say. A busy stretch is waited out once.
+    let mut tries = 0;
+    let flooded = loop {
+        tries += 1;
+        let before = other_cores_ticks(0);
+        let flooded = run(true, &format!("flood-{tries}"));
+        let (idle, total) = other_cores_ticks(0);
+        let others_busy =
+            100.0 - 100.0 * (idle - before.0) as f64 / (total - before.1).max(1) as f64;
+        if others_busy < 50.0 || tries == 2 {
+            break (flooded, others_busy);
+        }
+        eprintln!("the other cores were {others_busy:.0}% busy (a neighbour): once more");
+    };
+    let (flooded, others_busy) = flooded;
+    match finding(&flooded, "cpu.irq-hotspot") {
+        Some(hot) => {
+            assert_eq!(hot["data"]["cpu"], 0, "{hot:#}");
+            assert!(hot["data"]["irq_pct"].as_f64().unwrap() >= 30.0, "{hot:#}");
+            assert!(hot["title"].as_str().unwrap().contains("CPU 0"), "{hot:#}");
+            assert!(others_busy < 70.0, "the kernel saw the others {others_busy:.0}% busy: {hot:#}");
+        }
+        None => assert!(
+            others_busy >= 50.0,
+            "the kernel saw the other cores {others_busy:.0}% busy and kiln found nothing: {flooded:#}"
+        ),
+    }
+    let quiet = run(false, "quiet");
     assert!(finding(&quiet, "cpu.irq-hotspot").is_none(), "{quiet:#}");
     assert!(
         quiet["judged"].to_string().contains("cpu.irq-hotspot"),
