@@ -845,6 +845,17 @@ fn host_busy(run: &RunRecord) -> Verdict {
     if let Some(k) = kiln {
         evidence.push(format!("kiln's own load generation used {k:.2} of them"));
     }
+    // perf is a process of its own: without this line its share reads as a neighbour's
+    let perf = run
+        .profile
+        .as_ref()
+        .and_then(|p| p.record["perf_cpu_pct"].as_f64());
+    if let Some(pct) = perf.filter(|pct| *pct > 0.0) {
+        evidence.push(format!(
+            "kiln's profiler (perf record) used {:.2} of them",
+            pct / 100.0
+        ));
+    }
     Verdict::Found(vec![Draft {
         rule: HOST_BUSY.id,
         key: "",
@@ -1221,6 +1232,22 @@ mod waiting_tests {
         };
         assert!(
             f[0].evidence[1].starts_with("1.64 cores went to other processes"),
+            "{:?}",
+            f[0].evidence
+        );
+        assert!(!f[0].evidence.iter().any(|e| e.contains("perf")));
+        // a profiled run says what perf itself took of the others' share
+        let mut run = run;
+        run.profile = Some(crate::record::Profile {
+            folded: Default::default(),
+            record: serde_json::json!({ "perf_cpu_pct": 12.5 }),
+        });
+        let Verdict::Found(f) = host_busy(&run) else {
+            panic!("the busy host is not found");
+        };
+        assert!(
+            f[0].evidence
+                .contains(&"kiln's profiler (perf record) used 0.12 of them".to_string()),
             "{:?}",
             f[0].evidence
         );
