@@ -431,8 +431,11 @@ pub struct RunArgs {
     pub spawn: Option<String>,
 
     /// Start when every shard is ready: each writes a file to DIR (a folder all shards
-    /// share, such as a ReadWriteMany volume) and all start 3 s after the last one's.
-    #[arg(long = "barrier", value_name = "DIR")]
+    /// share, such as a ReadWriteMany volume) and all start 3 s after the last one's. Or
+    /// http://HOST:PORT: shard 0 serves the barrier there (on that address, or every
+    /// interface for a name), the others ask it, measure their clock against shard 0's and
+    /// start 1 s after the last one is ready, by shard 0's clock.
+    #[arg(long = "barrier", value_name = "DIR|http://HOST:PORT")]
     pub barrier: Option<String>,
 
     /// How long --barrier waits for the other shards.

@@ -373,7 +373,7 @@ fn open_model(args: &RunArgs, stages: Vec<kiln_load::RateStage>) -> Model {
 pub fn phases(
     args: &RunArgs,
     warmup: Option<Duration>,
-    shard: Option<kiln_load::plan::Shard>,
+    start_at: Option<std::time::SystemTime>,
 ) -> Result<Vec<(PhaseSpec, Duration)>> {
     let mut out = Vec::new();
     if let Some(d) = warmup {
@@ -405,40 +405,85 @@ pub fn phases(
     }
     // --start-at or --barrier: the first phase starts then (the shards of one plan together)
     if let Some((first, _)) = out.first_mut() {
-        first.start_at = start_at(args, shard)?;
+        first.start_at = start_at;
     }
     Ok(out)
 }
 
+/// When the first phase starts, on this machine's clock, and what an HTTP barrier measured
+/// of this clock against shard 0's: (offset, round trip) in ms.
+struct Start {
+    at: std::time::SystemTime,
+    clock_offset: Option<(f64, f64)>,
+}
+
 /// `--start-at`: an RFC 3339 time, e.g. 2026-12-01T10:00:00Z; or `--barrier DIR`: when
-/// every shard has said it is ready there.
-fn start_at(
-    args: &RunArgs,
-    shard: Option<kiln_load::plan::Shard>,
-) -> Result<Option<std::time::SystemTime>> {
-    if let Some(dir) = &args.barrier {
+/// every shard has said it is ready there; or `--barrier http://HOST:PORT`: when every shard
+/// has told shard 0, which serves the barrier there.
+fn start_at(args: &RunArgs, shard: Option<kiln_load::plan::Shard>) -> Result<Option<Start>> {
+    if let Some(place) = &args.barrier {
         if args.start_at.is_some() {
             bail!("--barrier and --start-at both say when to start: give one");
         }
         let Some(shard) = shard else {
             bail!("--barrier is for shards (--shard I/N): it waits for the N of them");
         };
+        let timeout = parse_duration(&args.barrier_timeout)?;
+        if let Some(addr) = place.strip_prefix("http://") {
+            let barrier = kiln_runner::http_barrier::HttpBarrier {
+                addr: addr.trim_end_matches('/').to_string(),
+                index: shard.index,
+                count: shard.count,
+                plan: plan_id(&args.url),
+                timeout,
+            };
+            let start = barrier.wait().map_err(anyhow::Error::msg)?;
+            return Ok(Some(Start {
+                at: start.at,
+                clock_offset: Some((start.offset_ms, start.rtt_ms)),
+            }));
+        }
         let barrier = kiln_runner::barrier::FileBarrier {
-            dir: dir.into(),
+            dir: place.into(),
             index: shard.index,
             count: shard.count,
-            timeout: parse_duration(&args.barrier_timeout)?,
+            timeout,
         };
-        return barrier.wait().map(Some).map_err(anyhow::Error::msg);
+        let at = barrier.wait().map_err(anyhow::Error::msg)?;
+        return Ok(Some(Start {
+            at,
+            clock_offset: None,
+        }));
     }
     args.start_at
         .as_deref()
         .map(|text| {
-            humantime::parse_rfc3339_weak(text.trim_end_matches('Z')).with_context(|| {
-                format!("--start-at {text:?} is not a time such as 2026-12-01T10:00:00Z (UTC)")
+            let at =
+                humantime::parse_rfc3339_weak(text.trim_end_matches('Z')).with_context(|| {
+                    format!("--start-at {text:?} is not a time such as 2026-12-01T10:00:00Z (UTC)")
+                })?;
+            Ok(Start {
+                at,
+                clock_offset: None,
             })
         })
         .transpose()
+}
+
+/// What an HTTP barrier compares to keep shards of other plans out: the URL or plan file as
+/// given and the file's bytes, hashed (FNV-1a: stable across builds and machines, which
+/// std's hasher does not promise).
+fn plan_id(url_or_plan: &str) -> String {
+    let bytes = std::fs::read(url_or_plan).unwrap_or_default();
+    let hash = url_or_plan
+        .as_bytes()
+        .iter()
+        .chain(&[0])
+        .chain(&bytes)
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+        });
+    format!("{hash:016x}")
 }
 
 /// A short name from the URL: `127.0.0.1-8080-api-items`.
@@ -576,7 +621,8 @@ pub fn print_outcome(
 pub fn run(args: RunArgs, stop: &StopSignal) -> Result<u8> {
     let built = build(&args)?;
     let plan = built.load;
-    let phase_list = phases(&args, built.warmup, plan.shard)?;
+    let start = start_at(&args, plan.shard)?;
+    let phase_list = phases(&args, built.warmup, start.as_ref().map(|s| s.at))?;
     let interval = parse_duration(&args.interval)?;
     let name = args.name.clone().unwrap_or_else(|| match &built.outline {
         Some(_) => name_from_plan_file(&args.url),
@@ -604,6 +650,11 @@ pub fn run(args: RunArgs, stop: &StopSignal) -> Result<u8> {
             "host": host.trim(),
             "sync": kiln_sample::clock::ClockSync::read(),
         });
+        if let Some((offset_ms, rtt_ms)) = start.as_ref().and_then(|s| s.clock_offset) {
+            // shard 0's clock minus this one's, measured by the HTTP barrier
+            plan_record["clock"]["offset_to_shard0_ms"] = serde_json::json!(offset_ms);
+            plan_record["clock"]["offset_rtt_ms"] = serde_json::json!(rtt_ms);
+        }
     }
     if let Some(outline) = &built.outline {
         plan_record["plan_file"] = serde_json::json!(args.url);

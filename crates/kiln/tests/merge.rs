@@ -356,20 +356,19 @@ load:
     assert_eq!(api_after - api_before, 10);
 }
 
-/// Shards launched 1.5 s apart with `--barrier` start together (the last one's readiness
-/// plus 3 s), record the start they agreed on, and merge; the barrier is for shards only and
-/// is one way of saying when, not two.
-#[test]
-fn shards_started_apart_meet_at_a_file_barrier() {
-    let target = target();
-    let url = target.url("/");
-    let tmp = tempfile::tempdir().unwrap();
-    let barrier = tmp.path().join("barrier");
+/// Two shards of 200 requests, launched 1.5 s apart (`first` first) with `--barrier
+/// barrier`, both succeed and merge whole; each one's manifest, and the merge's shards.
+fn shards_launched_apart(
+    url: &str,
+    tmp: &Path,
+    barrier: &str,
+    first: usize,
+) -> (Vec<Value>, Vec<Value>) {
     let run = |i: usize| {
         Command::new(env!("CARGO_BIN_EXE_kiln"))
             .args([
                 "run",
-                &url,
+                url,
                 "--rate",
                 "200",
                 "-d",
@@ -377,13 +376,13 @@ fn shards_started_apart_meet_at_a_file_barrier() {
                 "--shard",
                 &format!("{i}/2"),
                 "--barrier",
-                barrier.to_str().unwrap(),
+                barrier,
                 "--barrier-timeout",
                 "60s",
                 "--quiet",
                 "--json",
                 "--out",
-                tmp.path().join(format!("b{i}")).to_str().unwrap(),
+                tmp.join(format!("b{i}")).to_str().unwrap(),
             ])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -391,10 +390,10 @@ fn shards_started_apart_meet_at_a_file_barrier() {
             .spawn()
             .unwrap()
     };
-    let first = run(0);
+    let launched_first = run(first);
     std::thread::sleep(Duration::from_millis(1500));
-    let second = run(1);
-    for child in [first, second] {
+    let second = run(1 - first);
+    for child in [launched_first, second] {
         let out = child.wait_with_output().unwrap();
         assert!(
             out.status.success(),
@@ -402,21 +401,32 @@ fn shards_started_apart_meet_at_a_file_barrier() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    let dirs = [tmp.path().join("b0"), tmp.path().join("b1")];
-    let agreed: Vec<Value> = dirs
-        .iter()
-        .map(|d| common::manifest(d)["plan"]["start_at"].clone())
-        .collect();
+    let dirs = [tmp.join("b0"), tmp.join("b1")];
+    let merged = json_with_exit(&merge(&dirs, &tmp.join("bm"), &[]), 0);
+    assert_eq!(merged["status"], "complete", "{merged:#}");
+    assert_eq!(merged["total"]["requests"], 400);
+    let shards = shards_json(&tmp.join("bm"));
+    for s in &shards {
+        assert!(s["start_skew_ms"].as_u64().unwrap() < 500, "{s:#}");
+    }
+    (dirs.iter().map(|d| common::manifest(d)).collect(), shards)
+}
+
+/// Shards launched 1.5 s apart with `--barrier DIR` start together (the last one's
+/// readiness plus 3 s), record the start they agreed on, and merge; the barrier is for shards
+/// only and is one way of saying when, not two.
+#[test]
+fn shards_started_apart_meet_at_a_file_barrier() {
+    let target = target();
+    let url = target.url("/");
+    let tmp = tempfile::tempdir().unwrap();
+    let barrier = tmp.path().join("barrier");
+    let (manifests, _) = shards_launched_apart(&url, tmp.path(), barrier.to_str().unwrap(), 0);
+    let agreed: Vec<&Value> = manifests.iter().map(|m| &m["plan"]["start_at"]).collect();
     assert!(
         agreed[0].is_string() && agreed[0] == agreed[1],
         "{agreed:?}"
     );
-    let merged = json_with_exit(&merge(&dirs, &tmp.path().join("bm"), &[]), 0);
-    assert_eq!(merged["status"], "complete", "{merged:#}");
-    assert_eq!(merged["total"]["requests"], 400);
-    for s in shards_json(&tmp.path().join("bm")) {
-        assert!(s["start_skew_ms"].as_u64().unwrap() < 500, "{s:#}");
-    }
 
     let refused = |args: &[&str], says: &str| {
         let mut all = vec!["run", url.as_str(), "--rate", "10", "-d", "1s"];
@@ -438,5 +448,94 @@ fn shards_started_apart_meet_at_a_file_barrier() {
             "2026-12-01T10:00:00Z",
         ],
         "give one",
+    );
+}
+
+/// Shards with no folder in common meet at `--barrier http://...`: shard 1 comes first and
+/// asks until shard 0, launched 1.5 s later, serves the barrier; both start together, shard 1
+/// records its clock's offset from shard 0's (one machine: within half the round trip) and
+/// the merge shows it; a shard of another plan is refused by shard 0.
+#[test]
+fn shards_meet_at_an_http_barrier_and_measure_their_clocks() {
+    let target = target();
+    let url = target.url("/");
+    let tmp = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let barrier = format!("http://127.0.0.1:{port}");
+    let (manifests, shards) = shards_launched_apart(&url, tmp.path(), &barrier, 1);
+    let start_ms = |m: &Value| {
+        let text = m["plan"]["start_at"]
+            .as_str()
+            .unwrap()
+            .trim_end_matches('Z');
+        humantime::parse_rfc3339_weak(text)
+            .unwrap()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as i64
+    };
+    assert!(
+        (start_ms(&manifests[0]) - start_ms(&manifests[1])).abs() <= 2,
+        "{:?} {:?}",
+        manifests[0]["plan"]["start_at"],
+        manifests[1]["plan"]["start_at"]
+    );
+    let clock = &manifests[1]["plan"]["clock"];
+    let (offset, rtt) = (
+        clock["offset_to_shard0_ms"].as_f64().unwrap(),
+        clock["offset_rtt_ms"].as_f64().unwrap(),
+    );
+    assert!(offset.abs() <= rtt / 2.0 + 1.0, "{clock:#}");
+    // shard 0's clock is the one the others are measured against
+    assert_eq!(manifests[0]["plan"]["clock"]["offset_to_shard0_ms"], 0.0);
+    let one = shards.iter().find(|s| s["index"] == 1).unwrap();
+    assert_eq!(one["clock_offset_ms"].as_f64(), Some(offset), "{one:#}");
+
+    // shard 0 waits; a shard of another plan asks it and is told why
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let barrier = format!("http://127.0.0.1:{port}");
+    let shard = |url: &str, i: &str, timeout: &str| {
+        Command::new(env!("CARGO_BIN_EXE_kiln"))
+            .args(["run", url, "--rate", "10", "-d", "1s", "--shard", i])
+            .args([
+                "--barrier",
+                &barrier,
+                "--barrier-timeout",
+                timeout,
+                "--quiet",
+            ])
+            .args([
+                "--out",
+                tmp.path().join(format!("x{}", &i[..1])).to_str().unwrap(),
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let zero = shard(&url, "0/2", "3s");
+    std::thread::sleep(Duration::from_millis(300));
+    let other = shard(&target.url("/other"), "1/2", "2s")
+        .wait_with_output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&other.stderr);
+    assert!(
+        !other.status.success() && said.contains("another plan"),
+        "{said}"
+    );
+    let zero = zero.wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&zero.stderr);
+    assert!(
+        !zero.status.success() && said.contains("shards 1 of 2 were not ready"),
+        "{said}"
     );
 }

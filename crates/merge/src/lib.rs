@@ -52,6 +52,12 @@ pub struct ShardHealth {
     pub host: Option<String>,
     pub clock_synchronized: Option<bool>,
     pub clock_max_error_us: Option<i64>,
+    /// Shard 0's clock minus this shard's, as an HTTP barrier measured it (ms), and the
+    /// round trip it was measured over (it holds to half of that).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clock_offset_ms: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clock_offset_rtt_ms: Option<f64>,
 }
 
 impl ShardHealth {
@@ -73,7 +79,18 @@ impl ShardHealth {
             host: None,
             clock_synchronized: None,
             clock_max_error_us: None,
+            clock_offset_ms: None,
+            clock_offset_rtt_ms: None,
         }
+    }
+
+    /// Its start on shard 0's clock when an HTTP barrier measured the offset, else on its own.
+    fn start_on_common_clock(&self) -> Option<u64> {
+        let started = self.started_unix_ms?;
+        Some(match self.clock_offset_ms {
+            Some(offset) => (started as f64 + offset).round().max(0.0) as u64,
+            None => started,
+        })
     }
 }
 
@@ -240,6 +257,8 @@ pub fn merge(dirs: &[PathBuf], out: &Path, options: MergeOptions) -> Result<Merg
             host: clock["host"].as_str().map(str::to_string),
             clock_synchronized: clock["sync"]["synchronized"].as_bool(),
             clock_max_error_us: clock["sync"]["max_error_us"].as_i64(),
+            clock_offset_ms: clock["offset_to_shard0_ms"].as_f64(),
+            clock_offset_rtt_ms: clock["offset_rtt_ms"].as_f64(),
             ..ShardHealth::new(run.path().display().to_string(), run.effective_status())
         });
     }
@@ -302,9 +321,13 @@ pub fn merge(dirs: &[PathBuf], out: &Path, options: MergeOptions) -> Result<Merg
     for (health, latency) in shards.iter_mut().zip(&latencies) {
         health.p99_us = latency.quantile_us(0.99);
     }
-    let earliest = shards.iter().filter_map(|s| s.started_unix_ms).min();
+    // starts compared on one clock: shard 0's, where an HTTP barrier measured the offsets
+    let earliest = shards
+        .iter()
+        .filter_map(ShardHealth::start_on_common_clock)
+        .min();
     for s in &mut shards {
-        s.start_skew_ms = s.started_unix_ms.zip(earliest).map(|(a, e)| a - e);
+        s.start_skew_ms = s.start_on_common_clock().zip(earliest).map(|(a, e)| a - e);
     }
 
     let mut reasons = Vec::new();
@@ -351,7 +374,8 @@ pub fn merge(dirs: &[PathBuf], out: &Path, options: MergeOptions) -> Result<Merg
 
 /// Shards on more than one machine whose clocks were not synchronised, or only within more
 /// than [`CLOCK_ERROR_BOUND_US`]: their starts may be apart by up to that, whatever their
-/// records say. Shards on one machine share its clock, so nothing is said of them.
+/// records say. Shards on one machine share its clock, so nothing is said of them; nor of a
+/// shard whose offset from shard 0 an HTTP barrier measured (it started by shard 0's clock).
 fn untrusted_clocks(shards: &[ShardHealth]) -> Vec<String> {
     let hosts: std::collections::BTreeSet<&str> =
         shards.iter().filter_map(|s| s.host.as_deref()).collect();
@@ -360,6 +384,7 @@ fn untrusted_clocks(shards: &[ShardHealth]) -> Vec<String> {
     }
     shards
         .iter()
+        .filter(|s| s.clock_offset_ms.is_none())
         .filter_map(|s| match (s.clock_synchronized?, s.clock_max_error_us?) {
             (false, _) => Some(format!(
                 "{}'s clock was not synchronised (NTP): its start may be off by any amount",
@@ -454,9 +479,10 @@ pub fn shards_text(m: &Merged) -> String {
             kiln_record::text::us(s.send_lag_max_us),
             s.kiln_cpu_s,
             s.start_skew_ms.unwrap_or(0),
-            match (s.clock_synchronized, s.clock_max_error_us) {
-                (Some(true), Some(e)) => format!(" (clock synchronised, ±{})", kiln_record::text::us(e.max(0) as u64)),
-                (Some(false), _) => " (clock not synchronised)".to_string(),
+            match (s.clock_offset_ms, s.clock_offset_rtt_ms, s.clock_synchronized, s.clock_max_error_us) {
+                (Some(o), Some(rtt), _, _) => format!(" (clock {o:+.1} ms from shard 0's, ±{:.1} ms)", rtt / 2.0),
+                (_, _, Some(true), Some(e)) => format!(" (clock synchronised, ±{})", kiln_record::text::us(e.max(0) as u64)),
+                (_, _, Some(false), _) => " (clock not synchronised)".to_string(),
                 _ => String::new(),
             },
             kiln_record::text::safe_text(&s.dir)
@@ -499,5 +525,32 @@ mod tests {
         assert_eq!(named.len(), 2, "{named:?}");
         assert!(named[0].starts_with("b's clock was not synchronised"));
         assert!(named[1].contains("c's clock was synchronised only to within 400 ms"));
+        // the same shards after an HTTP barrier measured b's and c's offsets from shard 0
+        let measured = two.map(|mut s| {
+            if s.dir != "a" {
+                s.clock_offset_ms = Some(-1500.0);
+                s.clock_offset_rtt_ms = Some(0.8);
+            }
+            s
+        });
+        assert!(untrusted_clocks(&measured).is_empty());
+    }
+
+    /// A shard whose clock runs 1.5 s behind shard 0's, measured by the barrier, started
+    /// with the others: its start is compared on shard 0's clock.
+    #[test]
+    fn starts_are_compared_on_shard_zeros_clock() {
+        let zero = ShardHealth {
+            started_unix_ms: Some(1_000_000),
+            ..shard("a", "h1", true, 1000)
+        };
+        let behind = ShardHealth {
+            started_unix_ms: Some(998_520),
+            clock_offset_ms: Some(1_500.4),
+            clock_offset_rtt_ms: Some(0.6),
+            ..shard("b", "h2", true, 1000)
+        };
+        assert_eq!(zero.start_on_common_clock(), Some(1_000_000));
+        assert_eq!(behind.start_on_common_clock(), Some(1_000_020));
     }
 }

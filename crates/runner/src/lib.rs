@@ -7,6 +7,7 @@ pub mod barrier;
 pub mod child;
 pub mod dir;
 pub mod execute;
+pub mod http_barrier;
 pub mod profile_parts;
 pub mod query_parts;
 pub mod runtime_watch;

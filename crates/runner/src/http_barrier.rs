@@ -1,0 +1,514 @@
+//! A start barrier over HTTP, for shards with no folder in common (machines without a shared
+//! volume): shard 0 serves it, the others ask it until all N are ready. Every answer carries
+//! shard 0's clock, so each shard also measures its own clock's offset from shard 0's as NTP
+//! does (the answer's time against the middle of the round trip; the quickest round trip
+//! kept) and starts at shard 0's start time read on its own clock. Shards whose clocks
+//! disagree still start together, to within half a round trip, and the record keeps the
+//! offset. `curl http://SHARD0:PORT/` shows who is ready.
+//!
+//! HTTP by hand over std's sockets, with `httparse` reading the messages: the barrier answers
+//! a few small requests a second, one JSON object each, and needs no async runtime.
+
+use std::collections::BTreeSet;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// The last shard's readiness to the start: the others poll every `POLL` and learn the
+/// start long before it comes.
+pub const HTTP_LEAD: Duration = Duration::from_secs(1);
+const POLL: Duration = Duration::from_millis(100);
+/// Shard 0 keeps answering this long after the start (for shards still to hear it).
+const SERVE_AFTER_START: Duration = Duration::from_secs(10);
+/// Asks after the start is known, to find a quicker round trip for the offset.
+const EXTRA_ASKS: usize = 4;
+const IO_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The barrier at `addr` (`host:port`) for shard `index` of `count`.
+#[derive(Clone, Debug)]
+pub struct HttpBarrier {
+    pub addr: String,
+    pub index: u32,
+    pub count: u32,
+    /// What identifies the plan: shards of another plan (or another N) are refused.
+    pub plan: String,
+    /// How long to wait for the others before giving up.
+    pub timeout: Duration,
+}
+
+/// When to start, on this machine's clock, and how its clock stands against shard 0's.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BarrierStart {
+    pub at: SystemTime,
+    /// Shard 0's clock minus this one's, in ms (0 for shard 0 itself).
+    pub offset_ms: f64,
+    /// The quickest round trip the offset was measured over: the offset holds to half of it.
+    pub rtt_ms: f64,
+}
+
+/// What shard 0 answers.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct Answer {
+    /// Shard 0's clock when it answered (µs since the epoch).
+    now_unix_us: u64,
+    ready: Vec<u32>,
+    of: u32,
+    /// The start on shard 0's clock, once every shard is ready.
+    start_unix_ms: Option<u64>,
+}
+
+#[derive(Default)]
+struct State {
+    ready: BTreeSet<u32>,
+    /// Shards told the start.
+    told: BTreeSet<u32>,
+    start_unix_ms: Option<u64>,
+}
+
+fn unix_us(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}
+
+impl HttpBarrier {
+    /// Says this shard is ready and waits for every shard; when to start.
+    pub fn wait(&self) -> Result<BarrierStart, String> {
+        if self.count == 0 || self.index >= self.count {
+            return Err(format!(
+                "shard {} of {} is not a shard",
+                self.index, self.count
+            ));
+        }
+        if self.index == 0 {
+            self.serve()
+        } else {
+            self.ask()
+        }
+    }
+
+    fn name(&self) -> String {
+        format!("barrier http://{}", self.addr)
+    }
+
+    /// Shard 0: answers the others on its own thread until every one has heard the start
+    /// (or a while after it), and waits for them here.
+    fn serve(&self) -> Result<BarrierStart, String> {
+        let listener = TcpListener::bind(self.bind_addr()?)
+            .map_err(|e| format!("{}: cannot listen: {e}", self.name()))?;
+        listener
+            .set_nonblocking(true)
+            .map_err(|e| format!("{}: {e}", self.name()))?;
+        let shared = Arc::new((Mutex::new(State::default()), Condvar::new()));
+        shared.0.lock().unwrap().ready.insert(0);
+        if self.count == 1 {
+            shared.0.lock().unwrap().start_unix_ms = Some(start_after_lead());
+        }
+        let deadline = Instant::now() + self.timeout;
+        {
+            let (barrier, shared) = (self.clone(), shared.clone());
+            std::thread::Builder::new()
+                .name("kiln-barrier".into())
+                .spawn(move || barrier.answer_until_told(listener, &shared, deadline))
+                .map_err(|e| format!("{}: cannot start a thread: {e}", self.name()))?;
+        }
+        let (lock, ready) = &*shared;
+        let mut state = lock.lock().unwrap();
+        while state.start_unix_ms.is_none() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(self.not_ready(&state.ready));
+            }
+            state = ready.wait_timeout(state, left).unwrap().0;
+        }
+        let start = state.start_unix_ms.unwrap_or(0);
+        Ok(BarrierStart {
+            at: UNIX_EPOCH + Duration::from_millis(start),
+            offset_ms: 0.0,
+            rtt_ms: 0.0,
+        })
+    }
+
+    /// An IP address is listened on as given (127.0.0.1 stays on loopback); a name (a
+    /// Kubernetes Service) is this machine's, so every interface is.
+    fn bind_addr(&self) -> Result<SocketAddr, String> {
+        if let Ok(addr) = self.addr.parse::<SocketAddr>() {
+            return Ok(addr);
+        }
+        let port = self
+            .addr
+            .rsplit_once(':')
+            .and_then(|(_, p)| p.parse::<u16>().ok())
+            .ok_or_else(|| format!("{}: no port (http://HOST:PORT)", self.name()))?;
+        Ok(SocketAddr::from(([0, 0, 0, 0], port)))
+    }
+
+    fn answer_until_told(
+        &self,
+        listener: TcpListener,
+        shared: &(Mutex<State>, Condvar),
+        deadline: Instant,
+    ) {
+        loop {
+            {
+                let state = shared.0.lock().unwrap();
+                let all_told = state.told.len() + 1 >= self.count as usize;
+                let after_start = state.start_unix_ms.is_some_and(|s| {
+                    unix_us(SystemTime::now()) / 1000 > s + SERVE_AFTER_START.as_millis() as u64
+                });
+                if (state.start_unix_ms.is_some() && all_told) || after_start {
+                    return;
+                }
+                if state.start_unix_ms.is_none() && Instant::now() >= deadline {
+                    return;
+                }
+            }
+            match listener.accept() {
+                Ok((stream, _)) => {
+                    let _ = self.answer(stream, shared);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(50)),
+            }
+        }
+    }
+
+    /// One request: `GET /ready?shard=I&of=N&plan=P` says shard I is ready; `GET /` only
+    /// asks. Either way the answer is the barrier's state and shard 0's clock.
+    fn answer(
+        &self,
+        mut stream: TcpStream,
+        shared: &(Mutex<State>, Condvar),
+    ) -> std::io::Result<()> {
+        stream.set_nonblocking(false)?;
+        stream.set_read_timeout(Some(IO_TIMEOUT))?;
+        stream.set_write_timeout(Some(IO_TIMEOUT))?;
+        let path = read_request_path(&mut stream)?;
+        let (status, body) = match path {
+            None => (400, "not an HTTP request".to_string()),
+            Some(path) => self.respond_to(&path, shared),
+        };
+        let reason = match status {
+            200 => "OK",
+            400 => "Bad Request",
+            404 => "Not Found",
+            _ => "Conflict",
+        };
+        let kind = if status == 200 {
+            "application/json"
+        } else {
+            "text/plain"
+        };
+        write!(
+            stream,
+            "HTTP/1.1 {status} {reason}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\n\
+             Connection: close\r\n\r\n{body}",
+            body.len()
+        )?;
+        stream.flush()
+    }
+
+    fn respond_to(&self, path: &str, shared: &(Mutex<State>, Condvar)) -> (u16, String) {
+        let (route, query) = path.split_once('?').unwrap_or((path, ""));
+        let (lock, ready) = shared;
+        let mut state = lock.lock().unwrap();
+        match route {
+            "/" => {}
+            "/ready" => {
+                let field = |name: &str| {
+                    query
+                        .split('&')
+                        .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+                        .unwrap_or("")
+                };
+                let (Ok(shard), Ok(of)) =
+                    (field("shard").parse::<u32>(), field("of").parse::<u32>())
+                else {
+                    return (400, "shard= and of= are numbers".into());
+                };
+                if of != self.count || shard >= of {
+                    return (
+                        409,
+                        format!(
+                            "this barrier is for {} shards; shard {shard} of {of} asked",
+                            self.count
+                        ),
+                    );
+                }
+                if field("plan") != self.plan {
+                    return (409, format!("shard {shard} runs another plan than shard 0"));
+                }
+                state.ready.insert(shard);
+                if state.ready.len() == self.count as usize && state.start_unix_ms.is_none() {
+                    state.start_unix_ms = Some(start_after_lead());
+                    ready.notify_all();
+                }
+                if state.start_unix_ms.is_some() {
+                    state.told.insert(shard);
+                }
+            }
+            _ => return (404, "GET /ready?shard=I&of=N&plan=P or GET /".into()),
+        }
+        let answer = Answer {
+            now_unix_us: unix_us(SystemTime::now()),
+            ready: state.ready.iter().copied().collect(),
+            of: self.count,
+            start_unix_ms: state.start_unix_ms,
+        };
+        (200, serde_json::to_string(&answer).unwrap_or_default())
+    }
+
+    /// Shards 1..N: ask shard 0 until it gives the start, measuring the clocks' offset on
+    /// each answer; shard 0 not listening yet is waited for, a refusal ends the wait.
+    fn ask(&self) -> Result<BarrierStart, String> {
+        let deadline = Instant::now() + self.timeout;
+        // (round trip, offset) of the quickest exchange so far, in µs
+        let mut best: Option<(i64, i64)> = None;
+        let mut last_seen: Option<Answer> = None;
+        let mut unreachable = String::new();
+        loop {
+            match self.ask_once() {
+                Ok((answer, rtt, offset)) => {
+                    if best.is_none_or(|(r, _)| rtt < r) {
+                        best = Some((rtt, offset));
+                    }
+                    if let Some(start) = answer.start_unix_ms {
+                        for _ in 0..EXTRA_ASKS {
+                            std::thread::sleep(Duration::from_millis(20));
+                            if let Ok((_, rtt, offset)) = self.ask_once() {
+                                if best.is_none_or(|(r, _)| rtt < r) {
+                                    best = Some((rtt, offset));
+                                }
+                            }
+                        }
+                        let (rtt, offset) = best.unwrap_or((0, 0));
+                        let local_us = (start as i64 * 1000 - offset).max(0) as u64;
+                        return Ok(BarrierStart {
+                            at: UNIX_EPOCH + Duration::from_micros(local_us),
+                            offset_ms: offset as f64 / 1000.0,
+                            rtt_ms: rtt as f64 / 1000.0,
+                        });
+                    }
+                    last_seen = Some(answer);
+                }
+                Err(Asked::Refused(why)) => return Err(format!("{}: {why}", self.name())),
+                Err(Asked::Unreachable(why)) => unreachable = why,
+            }
+            if Instant::now() >= deadline {
+                return Err(match last_seen {
+                    Some(answer) => self.not_ready(&answer.ready.into_iter().collect()),
+                    None => format!(
+                        "{}: shard 0 did not answer in {} s ({unreachable})",
+                        self.name(),
+                        self.timeout.as_secs()
+                    ),
+                });
+            }
+            std::thread::sleep(POLL);
+        }
+    }
+
+    /// One exchange: the answer, the round trip and shard 0's clock minus this one's (µs).
+    fn ask_once(&self) -> Result<(Answer, i64, i64), Asked> {
+        let addr = self
+            .addr
+            .to_socket_addrs()
+            .map_err(|e| Asked::Unreachable(e.to_string()))?
+            .next()
+            .ok_or_else(|| Asked::Unreachable("no address".into()))?;
+        let mut stream = TcpStream::connect_timeout(&addr, IO_TIMEOUT)
+            .map_err(|e| Asked::Unreachable(e.to_string()))?;
+        let io = |e: std::io::Error| Asked::Unreachable(e.to_string());
+        stream.set_read_timeout(Some(IO_TIMEOUT)).map_err(io)?;
+        stream.set_nodelay(true).map_err(io)?;
+        let request = format!(
+            "GET /ready?shard={}&of={}&plan={} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+            self.index, self.count, self.plan, self.addr
+        );
+        let sent = SystemTime::now();
+        stream.write_all(request.as_bytes()).map_err(io)?;
+        let mut raw = Vec::new();
+        stream.take(64 * 1024).read_to_end(&mut raw).map_err(io)?;
+        let received = SystemTime::now();
+        let mut headers = [httparse::EMPTY_HEADER; 16];
+        let mut response = httparse::Response::new(&mut headers);
+        let body_at = match response.parse(&raw) {
+            Ok(httparse::Status::Complete(n)) => n,
+            _ => return Err(Asked::Unreachable("an incomplete answer".into())),
+        };
+        let body = String::from_utf8_lossy(&raw[body_at..]).into_owned();
+        match response.code {
+            Some(200) => {}
+            Some(400 | 404 | 409) => return Err(Asked::Refused(body)),
+            other => return Err(Asked::Unreachable(format!("status {other:?}"))),
+        }
+        let answer: Answer = serde_json::from_str(&body)
+            .map_err(|e| Asked::Refused(format!("an answer kiln cannot read: {e}")))?;
+        let (t0, t1) = (unix_us(sent) as i64, unix_us(received) as i64);
+        let offset = answer.now_unix_us as i64 - (t0 + t1) / 2;
+        Ok((answer, t1 - t0, offset))
+    }
+
+    fn not_ready(&self, ready: &BTreeSet<u32>) -> String {
+        let waiting: Vec<String> = (0..self.count)
+            .filter(|i| !ready.contains(i))
+            .map(|i| i.to_string())
+            .collect();
+        format!(
+            "{}: shards {} of {} were not ready after {} s",
+            self.name(),
+            waiting.join(", "),
+            self.count,
+            self.timeout.as_secs()
+        )
+    }
+}
+
+enum Asked {
+    /// Shard 0 answered no: another plan, another N, or not a barrier.
+    Refused(String),
+    /// Not listening (yet), or the exchange broke: asked again.
+    Unreachable(String),
+}
+
+fn start_after_lead() -> u64 {
+    unix_us(SystemTime::now() + HTTP_LEAD).div_ceil(1000)
+}
+
+/// The request line's path, once the headers are in (None if it is not HTTP).
+fn read_request_path(stream: &mut TcpStream) -> std::io::Result<Option<String>> {
+    let mut raw = Vec::new();
+    let mut chunk = [0u8; 1024];
+    loop {
+        let n = stream.read(&mut chunk)?;
+        if n == 0 {
+            return Ok(None);
+        }
+        raw.extend_from_slice(&chunk[..n]);
+        let mut headers = [httparse::EMPTY_HEADER; 32];
+        let mut request = httparse::Request::new(&mut headers);
+        match request.parse(&raw) {
+            Ok(httparse::Status::Complete(_)) => {
+                return Ok(request.path.map(str::to_string));
+            }
+            Ok(httparse::Status::Partial) if raw.len() < 8 * 1024 => {}
+            _ => return Ok(None),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn barrier(port: u16, index: u32, count: u32, plan: &str, timeout_ms: u64) -> HttpBarrier {
+        HttpBarrier {
+            addr: format!("127.0.0.1:{port}"),
+            index,
+            count,
+            plan: plan.into(),
+            timeout: Duration::from_millis(timeout_ms),
+        }
+    }
+
+    fn free_port() -> u16 {
+        TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    }
+
+    /// Three shards, shard 0 last to come: all get one start, a lead after the last one was
+    /// ready; the others measured an offset near zero (one clock) over a short round trip.
+    #[test]
+    fn shards_ready_at_different_times_start_together() {
+        let port = free_port();
+        let before = SystemTime::now();
+        let handles: Vec<_> = [2u32, 1, 0]
+            .into_iter()
+            .enumerate()
+            .map(|(k, i)| {
+                let b = barrier(port, i, 3, "p1", 10_000);
+                std::thread::spawn(move || {
+                    std::thread::sleep(Duration::from_millis(300 * k as u64));
+                    (i, b.wait().unwrap())
+                })
+            })
+            .collect();
+        let starts: Vec<(u32, BarrierStart)> =
+            handles.into_iter().map(|h| h.join().unwrap()).collect();
+        let zero = starts.iter().find(|(i, _)| *i == 0).unwrap().1;
+        let lead = zero.at.duration_since(before).unwrap();
+        // shard 0 came 600 ms in, the last
+        assert!(lead >= HTTP_LEAD + Duration::from_millis(600), "{lead:?}");
+        assert!(lead < HTTP_LEAD + Duration::from_secs(3), "{lead:?}");
+        for (i, s) in &starts {
+            // one clock: the start read on it differs by the offset measured, under a ms
+            let apart = match s.at.duration_since(zero.at) {
+                Ok(d) => d,
+                Err(e) => e.duration(),
+            };
+            assert!(
+                apart < Duration::from_millis(5),
+                "shard {i}: {s:?} vs {zero:?}"
+            );
+            assert!(
+                s.offset_ms.abs() <= s.rtt_ms / 2.0 + 1.0,
+                "shard {i}: {s:?}"
+            );
+        }
+    }
+
+    /// A shard of another plan or another N is refused with why; a missing shard is named
+    /// after the timeout, by shard 0 and by a shard that asks.
+    #[test]
+    fn other_plans_are_refused_and_missing_shards_named() {
+        let port = free_port();
+        let zero = std::thread::spawn(move || barrier(port, 0, 3, "p1", 1500).wait());
+        std::thread::sleep(Duration::from_millis(200));
+        let other = barrier(port, 1, 3, "p2", 1000).wait().unwrap_err();
+        assert!(other.contains("another plan"), "{other}");
+        let more = barrier(port, 1, 4, "p1", 1000).wait().unwrap_err();
+        assert!(more.contains("this barrier is for 3 shards"), "{more}");
+        let asked = barrier(port, 1, 3, "p1", 600).wait().unwrap_err();
+        assert!(asked.contains("shards 2 of 3 were not ready"), "{asked}");
+        let served = zero.join().unwrap().unwrap_err();
+        assert!(served.contains("shards 2 of 3 were not ready"), "{served}");
+        // no shard 0 at all
+        let alone = barrier(free_port(), 2, 3, "p1", 300).wait().unwrap_err();
+        assert!(alone.contains("shard 0 did not answer"), "{alone}");
+    }
+
+    /// What is not a barrier request gets an error status, and shard 0 goes on.
+    #[test]
+    fn garbage_is_answered_and_the_barrier_goes_on() {
+        let port = free_port();
+        let zero = std::thread::spawn(move || barrier(port, 0, 2, "p", 5000).wait());
+        std::thread::sleep(Duration::from_millis(200));
+        for junk in [
+            &b"\x00\x01 not http\r\n\r\n"[..],
+            b"GET /nope HTTP/1.1\r\n\r\n",
+            b"",
+        ] {
+            let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+            s.write_all(junk).unwrap();
+            s.shutdown(std::net::Shutdown::Write).unwrap();
+            let mut answer = String::new();
+            let _ = s.read_to_string(&mut answer);
+            assert!(
+                answer.is_empty() || !answer.starts_with("HTTP/1.1 200"),
+                "{answer}"
+            );
+        }
+        let one = barrier(port, 1, 2, "p", 5000).wait().unwrap();
+        let zero = zero.join().unwrap().unwrap();
+        let apart = match one.at.duration_since(zero.at) {
+            Ok(d) => d,
+            Err(e) => e.duration(),
+        };
+        assert!(apart < Duration::from_millis(5), "{one:?} {zero:?}");
+    }
+}
