@@ -460,11 +460,7 @@ fn shards_meet_at_an_http_barrier_and_measure_their_clocks() {
     let target = target();
     let url = target.url("/");
     let tmp = tempfile::tempdir().unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = common::apps::free_port();
     let barrier = format!("http://127.0.0.1:{port}");
     let (manifests, shards) = shards_launched_apart(&url, tmp.path(), &barrier, 1);
     let start_ms = |m: &Value| {
@@ -496,11 +492,7 @@ fn shards_meet_at_an_http_barrier_and_measure_their_clocks() {
     assert_eq!(one["clock_offset_ms"].as_f64(), Some(offset), "{one:#}");
 
     // shard 0 waits; a shard of another plan asks it and is told why
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = common::apps::free_port();
     let barrier = format!("http://127.0.0.1:{port}");
     let shard = |url: &str, i: &str, timeout: &str| {
         Command::new(env!("CARGO_BIN_EXE_kiln"))

@@ -7,9 +7,9 @@
 mod common;
 
 use std::io::{BufRead, BufReader};
-use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 
+use common::apps::free_port;
 use common::{json_with_exit, kiln};
 
 /// `kiln demo-shop`, exporting its spans to 127.0.0.1:`otlp_port`; killed when dropped.
@@ -49,14 +49,6 @@ impl Drop for Shop {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// Loads the shop for 4 s at 50 requests/s while receiving its spans; the run's JSON.
