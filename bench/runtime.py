@@ -3,8 +3,9 @@
 
 1. The default layer (hsperfdata read every 10 ms, a record a second): the CPU of kiln's own
    `kiln-runtime` thread over a `kiln watch` of a JVM that collects garbage many times a
-   second (tests/apps/java_gc/GcPattern), from the kernel's per-thread counters. Goal: under
-   0.5% of one core. The target pays nothing: kiln reads a file the JVM writes anyway.
+   second (tests/apps/java_gc/GcPattern), from the scheduler's per-thread runtime
+   (schedstat, ns). Goal: under 0.5% of one core. The target pays nothing: kiln reads a file
+   the JVM writes anyway.
 2. `--runtime deep` (a thread dump every 2 s over the attach socket): the same JVM serving
    HTTP at a fixed rate (open model), loaded with and without it, interleaved rounds;
    throughput, p99 and p99.9 side by side, and the dumps' own cost as kiln measured it (round
