@@ -526,7 +526,16 @@ fn exceptions_per_second_are_k_times_the_throughput() {
         kiln_run_watched(
             port,
             &out,
-            &["-c", "2", "--warmup", "2s", "-d", seconds, "--runtime", "deep"],
+            &[
+                "-c",
+                "2",
+                "--warmup",
+                "2s",
+                "-d",
+                seconds,
+                "--runtime",
+                "deep",
+            ],
         )
     };
     let planted = run("planted", "12s");
