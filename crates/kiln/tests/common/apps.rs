@@ -190,10 +190,12 @@ pub fn python_shop_file() -> PathBuf {
     let dir = workspace().join("target/python-shop/opentelemetry/sqlalchemy");
     std::fs::create_dir_all(&dir).unwrap();
     let copy = dir.join("app.py");
-    // written whole, then renamed: tests running at once never see half a file
-    let tmp = dir.join(format!(".app.py.{}", std::process::id()));
-    std::fs::copy(&source, &tmp).unwrap();
-    std::fs::rename(&tmp, &copy).unwrap();
+    // written whole, then renamed: tests running at once never see half a file (a name of
+    // its own per call: two tests of one binary share a process id, and one's rename took
+    // the other's file away)
+    let tmp = tempfile::NamedTempFile::new_in(&dir).unwrap();
+    std::fs::copy(&source, tmp.path()).unwrap();
+    tmp.persist(&copy).unwrap();
     copy.canonicalize().unwrap()
 }
 
@@ -370,6 +372,11 @@ impl LogShop {
         let app = workspace().join("tests/apps/java_logs");
         let mut child = Command::new("java")
             .arg("-XX:+PreserveFramePointer")
+            // the method that throws keeps a frame of its own: the JVM's perf map has no
+            // inlining, and C2 once inlined it (with the handler) into the JDK server's
+            // Filter$Chain.doFilter, the only frame left to name as the thrower
+            .arg("-XX:CompileCommand=quiet")
+            .arg("-XX:CompileCommand=dontinline,LogShop::cachedPrice")
             // the JDK's server answers in two writes: without this, Nagle and delayed ACKs
             // add 40 ms
             .arg("-Dsun.net.httpserver.nodelay=true")
