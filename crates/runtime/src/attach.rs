@@ -7,23 +7,35 @@
 //! (or its /tmp), send SIGQUIT, and wait for the socket. A request is `1`, the command and three
 //! arguments, each NUL-terminated; the reply is a status line (0 = done) and text until EOF.
 //! The JVM answers only a peer with its own uid and gid, or root.
+//!
+//! kiln does not trust the process it watches: the trigger file is created as the target's
+//! owner (exclusively, never through a link, never truncating), the socket is used only when
+//! the target's owner (or root) owns it and is connected to as that owner, and a reply is read
+//! up to [`MAX_REPLY_BYTES`] within one deadline for the whole exchange.
 
 use std::io::{Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use crate::as_target::{is_owned_socket, Owner};
 use crate::jvm::ns_pid;
 
 /// The longest wait for a JVM to open its attach socket after SIGQUIT (it answers in
 /// milliseconds unless it is stuck at a safepoint or started with attach disabled).
 pub const ATTACH_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// The most of one reply kiln reads: a thread dump of a JVM with thousands of deep threads is
+/// a few megabytes.
+pub const MAX_REPLY_BYTES: u64 = 64 << 20;
+
 /// An open line to one JVM's attach listener.
 #[derive(Debug, Clone)]
 pub struct Attach {
     socket: PathBuf,
-    /// How long a reply may take before kiln gives up on it.
+    owner: Owner,
+    /// How long one whole exchange (connect, request, reply) may take.
     pub reply_timeout: Duration,
 }
 
@@ -32,14 +44,16 @@ impl Attach {
     /// SIGQUIT, which would kill it: the caller says it is a JVM; this checks the handler).
     pub fn open(pid: i32, proc_root: &Path) -> Result<Self, String> {
         let ns = ns_pid(pid, proc_root)?;
+        let owner = Owner::of(pid, proc_root)?;
         let base = proc_root.join(pid.to_string());
         let tmp = base.join("root/tmp");
         let socket = tmp.join(format!(".java_pid{ns}"));
         let attach = Self {
             socket: socket.clone(),
+            owner,
             reply_timeout: Duration::from_secs(10),
         };
-        if socket.exists() {
+        if is_owned_socket(&owner, &socket)? {
             return Ok(attach);
         }
         let status = std::fs::read_to_string(base.join("status"))
@@ -56,36 +70,46 @@ impl Attach {
             tmp.join(&trigger_name),
         ]
         .into_iter()
-        .find(|path| std::fs::write(path, b"").is_ok())
+        .find(|path| owner.run(|| create_trigger(path)).is_ok())
         .ok_or_else(|| {
             format!(
-                "cannot create {trigger_name} in pid {pid}'s working directory or /tmp \
-                     (permissions)"
+                "cannot create {trigger_name} in pid {pid}'s working directory or /tmp as its \
+                 owner (uid {}), or one is there already",
+                owner.uid
             )
         })?;
         // SAFETY: kill(2) with a pid and a signal number has no memory effects.
         let sent = unsafe { libc::kill(pid, libc::SIGQUIT) } == 0;
+        let signal_error = std::io::Error::last_os_error();
         let deadline = Instant::now() + ATTACH_TIMEOUT;
         let mut wait = Duration::from_millis(5);
-        while sent && !socket.exists() && Instant::now() < deadline {
+        let mut ready = Ok(false);
+        while sent && Instant::now() < deadline {
+            ready = is_owned_socket(&owner, &socket);
+            if !matches!(ready, Ok(false)) {
+                break;
+            }
             std::thread::sleep(wait);
             wait = (wait * 2).min(Duration::from_millis(200));
         }
-        let _ = std::fs::remove_file(&trigger);
+        // as the owner too: a directory swapped meanwhile leads to nothing of root's
+        let _ = owner.run(|| std::fs::remove_file(&trigger));
         if !sent {
-            return Err(format!(
-                "cannot signal pid {pid}: {}",
-                std::io::Error::last_os_error()
-            ));
+            return Err(format!("cannot signal pid {pid}: {signal_error}"));
         }
-        if !socket.exists() {
-            return Err(format!(
+        match ready? {
+            true => Ok(attach),
+            false => Err(format!(
                 "pid {pid} opened no attach socket within {}s (started with \
                  -XX:+DisableAttachMechanism?)",
                 ATTACH_TIMEOUT.as_secs()
-            ));
+            )),
         }
-        Ok(attach)
+    }
+
+    /// The owner of the JVM's process (its files are touched as this owner).
+    pub fn owner(&self) -> Owner {
+        self.owner
     }
 
     /// Runs one diagnostic command (what `jcmd <pid> <command>` runs) and returns its output.
@@ -93,20 +117,23 @@ impl Attach {
         self.execute("jcmd", [command, "", ""])
     }
 
-    /// Sends one request of the protocol's version 1 and reads the whole reply.
+    /// Sends one request of the protocol's version 1 and reads the whole reply, within
+    /// `reply_timeout` for all of it and up to [`MAX_REPLY_BYTES`].
     fn execute(&self, command: &str, args: [&str; 3]) -> Result<String, String> {
-        let mut stream = UnixStream::connect(&self.socket)
+        let deadline = Instant::now() + self.reply_timeout;
+        // connected as the owner: the kernel checks the socket's permissions for the target's
+        // uid, so a link toward another service's socket leads nowhere
+        let mut stream = self
+            .owner
+            .run(|| UnixStream::connect(&self.socket))
             .map_err(|e| format!("cannot connect to {}: {e}", self.socket.display()))?;
         stream
-            .set_read_timeout(Some(self.reply_timeout))
-            .and_then(|()| stream.set_write_timeout(Some(self.reply_timeout)))
+            .set_write_timeout(Some(self.reply_timeout))
             .map_err(|e| format!("cannot set a timeout on the attach socket: {e}"))?;
         stream
             .write_all(&request(command, args))
             .map_err(|e| format!("cannot send {command} to the JVM: {e}"))?;
-        let mut reply = Vec::new();
-        stream
-            .read_to_end(&mut reply)
+        let reply = read_reply(&mut stream, deadline, MAX_REPLY_BYTES)
             .map_err(|e| format!("no full reply to {command} from the JVM: {e}"))?;
         let reply = String::from_utf8_lossy(&reply);
         let (status, text) = reply.split_once('\n').unwrap_or((&reply, ""));
@@ -121,6 +148,59 @@ impl Attach {
                 "the JVM's reply to {command} does not start with a status: {:?}",
                 reply.chars().take(80).collect::<String>()
             )),
+        }
+    }
+}
+
+/// Creates the empty trigger file: exclusively (an existing file or link is left alone and
+/// refused), without following a link, readable by its owner only.
+fn create_trigger(path: &Path) -> std::io::Result<std::fs::File> {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+}
+
+/// Reads until end of file, giving up at `deadline` or past `max_bytes`.
+fn read_reply(
+    stream: &mut UnixStream,
+    deadline: Instant,
+    max_bytes: u64,
+) -> Result<Vec<u8>, String> {
+    let mut reply = Vec::new();
+    let mut chunk = [0u8; 64 * 1024];
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(format!(
+                "no end within the deadline ({} bytes read)",
+                reply.len()
+            ));
+        }
+        stream
+            .set_read_timeout(Some(left))
+            .map_err(|e| format!("cannot set a timeout on the attach socket: {e}"))?;
+        match stream.read(&mut chunk) {
+            Ok(0) => return Ok(reply),
+            Ok(n) if reply.len() as u64 + n as u64 > max_bytes => {
+                return Err(format!("the reply is longer than {max_bytes} bytes"))
+            }
+            Ok(n) => reply.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return Err(format!(
+                    "no end within the deadline ({} bytes read)",
+                    reply.len()
+                ))
+            }
+            Err(e) => return Err(e.to_string()),
         }
     }
 }

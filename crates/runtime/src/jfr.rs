@@ -1,9 +1,13 @@
 //! A JFR recording for `--runtime deep`, started and dumped over the attach socket, read at
-//! the end with the target JDK's own `jfr` tool (`jfr print --json`): the count of throwables
+//! the end with a JDK's `jfr` tool (`jfr print --json`): the count of throwables
 //! the JVM created (`jdk.ExceptionStatistics`, a cumulative count once a second) and every
 //! wait for a lock of `LOCK_THRESHOLD` or more (`jdk.JavaMonitorEnter` for `synchronized`,
 //! `jdk.ThreadPark` for java.util.concurrent's locks), with its stack, summed per place.
 //! JFR's binary format is not parsed here: the JDK's reader is the reference for it.
+//!
+//! The tool is kiln's own (JAVA_HOME, then PATH, owned by root or kiln's user), never one
+//! beside the target's `java`: the target's owner chooses that path, and kiln runs as root.
+//! The recording is copied out of the target's /tmp as its owner before the tool reads it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufReader, Read};
@@ -13,6 +17,7 @@ use std::process::{Command, Stdio};
 use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
 
+use crate::as_target::copy_regular;
 use crate::attach::Attach;
 
 /// One reading of the JVM's count of throwables created since it started.
@@ -121,76 +126,129 @@ impl Recording {
     }
 
     /// Dumps and stops the recording, and reads the throwable counts and lock waits from it
-    /// with the target JDK's `jfr` tool. The dump is written by the JVM into its own /tmp and
-    /// removed after.
+    /// with kiln's `jfr` tool. The dump is written by the JVM into its own /tmp, copied out as
+    /// its owner and removed.
     pub fn finish(self, attach: &Attach, pid: i32, proc_root: &Path) -> Result<JfrRead, String> {
         let file = format!("/tmp/{}-{pid}.jfr", self.name);
         let dumped = attach.jcmd(&format!("JFR.dump name={} filename={file}", self.name));
         let _ = attach.jcmd(&format!("JFR.stop name={}", self.name));
         dumped?;
-        let ours = proc_root
+        let theirs = proc_root
             .join(pid.to_string())
             .join("root")
             .join(file.trim_start_matches('/'));
-        let read = jfr_tool(pid, proc_root).and_then(|jfr| {
-            // the stack deep enough to get past a java.util.concurrent lock's own frames
-            let mut child = Command::new(&jfr)
-                .args(["print", "--json", "--stack-depth", "16", "--events"])
-                .arg("jdk.ExceptionStatistics,jdk.JavaMonitorEnter,jdk.ThreadPark")
-                .arg(&ours)
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .map_err(|e| format!("cannot run {}: {e}", jfr.display()))?;
-            // stderr drained aside, so a chatty tool cannot stall on a full pipe meanwhile
-            let stderr = child.stderr.take().map(|mut err| {
-                std::thread::spawn(move || {
-                    let mut text = String::new();
-                    let _ = err.read_to_string(&mut text);
-                    text
-                })
-            });
-            // read as it is printed: a busy lock's events with their stacks are many
-            // megabytes of JSON, kept here only as the sites' sums
-            let printed = child
-                .stdout
-                .take()
-                .map(|out| read_printed(BufReader::new(out)));
-            let status = child
-                .wait()
-                .map_err(|e| format!("{}: {e}", jfr.display()))?;
-            let stderr = stderr
-                .and_then(|reader| reader.join().ok())
-                .unwrap_or_default();
-            if !status.success() {
-                return Err(format!("{} print failed: {}", jfr.display(), stderr.trim()));
-            }
-            printed.unwrap_or_else(|| Err("jfr print gave no output".into()))
+        let owner = attach.owner();
+        let ours = tempfile::Builder::new()
+            .prefix("kiln-jfr-")
+            .tempdir()
+            .map_err(|e| format!("cannot make a folder for the recording: {e}"))?;
+        let copy = ours.path().join("recording.jfr");
+        let copied = copy_regular(&owner, &theirs, &copy, MAX_RECORDING_BYTES);
+        let _ = owner.run(|| std::fs::remove_file(&theirs));
+        copied?;
+        let jfr = jfr_tool(&std::env::var_os("JAVA_HOME"), &std::env::var_os("PATH"))?;
+        // the stack deep enough to get past a java.util.concurrent lock's own frames
+        let mut child = Command::new(&jfr)
+            .args(["print", "--json", "--stack-depth", "16", "--events"])
+            .arg("jdk.ExceptionStatistics,jdk.JavaMonitorEnter,jdk.ThreadPark")
+            .arg(&copy)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("cannot run {}: {e}", jfr.display()))?;
+        // stderr drained aside, so a chatty tool cannot stall on a full pipe meanwhile
+        let stderr = child.stderr.take().map(|mut err| {
+            std::thread::spawn(move || {
+                let mut text = String::new();
+                let _ = err.read_to_string(&mut text);
+                text
+            })
         });
-        let _ = std::fs::remove_file(&ours);
-        read
+        // read as it is printed: a busy lock's events with their stacks are many
+        // megabytes of JSON, kept here only as the sites' sums
+        let printed = child
+            .stdout
+            .take()
+            .map(|out| read_printed(BufReader::new(out)));
+        let status = child
+            .wait()
+            .map_err(|e| format!("{}: {e}", jfr.display()))?;
+        let stderr = stderr
+            .and_then(|reader| reader.join().ok())
+            .unwrap_or_default();
+        if !status.success() {
+            return Err(format!("{} print failed: {}", jfr.display(), stderr.trim()));
+        }
+        printed.unwrap_or_else(|| Err("jfr print gave no output".into()))
     }
 }
 
-/// The `jfr` tool beside the target's `java` (its own JDK reads its own recordings best),
-/// else one on PATH.
-fn jfr_tool(pid: i32, proc_root: &Path) -> Result<PathBuf, String> {
-    let beside = std::fs::read_link(proc_root.join(pid.to_string()).join("exe"))
-        .ok()
-        .and_then(|java| Some(java.parent()?.join("jfr")))
-        .filter(|jfr| jfr.exists());
-    if let Some(jfr) = beside {
-        return Ok(jfr);
-    }
-    std::env::var_os("PATH")
+/// The largest recording kiln reads: a run's events with 16-frame stacks are megabytes.
+const MAX_RECORDING_BYTES: u64 = 1 << 30;
+
+/// kiln's own `jfr` tool: `$JAVA_HOME/bin/jfr`, else the first on PATH, taken only when the
+/// file it resolves to is owned by root or by kiln's user and no one else may write it (kiln
+/// runs it, usually as root). Never a path derived from the target.
+fn jfr_tool(
+    java_home: &Option<std::ffi::OsString>,
+    path: &Option<std::ffi::OsString>,
+) -> Result<PathBuf, String> {
+    let candidates = java_home
         .iter()
-        .flat_map(std::env::split_paths)
-        .map(|dir| dir.join("jfr"))
-        .find(|jfr| jfr.exists())
-        .ok_or_else(|| {
-            "no jfr tool beside the target's java or on PATH (a JRE without jdk.jfr's tool)"
-                .to_string()
-        })
+        .map(|home| Path::new(home).join("bin/jfr"))
+        .chain(
+            path.iter()
+                .flat_map(std::env::split_paths)
+                .map(|dir| dir.join("jfr")),
+        );
+    let mut refused = Vec::new();
+    for jfr in candidates {
+        match trusted_executable(&jfr) {
+            Ok(true) => return Ok(jfr),
+            Ok(false) => {}
+            Err(why) => refused.push(why),
+        }
+    }
+    let mut why =
+        "no jfr tool in $JAVA_HOME/bin or on PATH (a JRE without jdk.jfr's tool)".to_string();
+    for refusal in refused {
+        why.push_str("; ");
+        why.push_str(&refusal);
+    }
+    Err(why)
+}
+
+/// Whether `path` is there and safe to run: the file it resolves to, and the folders it is in,
+/// owned by root or kiln's user and not writable by group or others. `Ok(false)`: not there.
+fn trusted_executable(path: &Path) -> Result<bool, String> {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(real) = std::fs::canonicalize(path) else {
+        return Ok(false);
+    };
+    // SAFETY: geteuid has no arguments and no memory effects.
+    let me = unsafe { libc::geteuid() };
+    let meta = std::fs::metadata(&real).map_err(|e| format!("{}: {e}", real.display()))?;
+    if !meta.is_file() {
+        return Ok(false);
+    }
+    for (place, meta) in std::iter::once((real.as_path(), meta)).chain(
+        real.ancestors()
+            .skip(1)
+            .filter_map(|dir| Some((dir, std::fs::metadata(dir).ok()?))),
+    ) {
+        let sticky = meta.mode() & 0o1000 != 0 && place != real;
+        if (meta.uid() != 0 && meta.uid() != me) || (meta.mode() & 0o022 != 0 && !sticky) {
+            return Err(format!(
+                "{} not run: {} is owned by uid {} with mode {:o} (kiln runs only what root or \
+                 its own user owns and no one else may change)",
+                path.display(),
+                place.display(),
+                meta.uid(),
+                meta.mode() & 0o7777
+            ));
+        }
+    }
+    Ok(true)
 }
 
 /// `{"recording": {"events": [...]}}` walked with each event handed to `f` as it is read, so
@@ -531,6 +589,46 @@ pub fn rate_within(counts: &[ThrowableCount], from_ms: u64, to_ms: u64) -> Optio
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A `jfr` in a folder of its own, with its mode; the folder is `root` of the returned.
+    fn tool(mode: u32) -> tempfile::TempDir {
+        use std::os::unix::fs::PermissionsExt;
+        let home = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(home.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::create_dir(home.path().join("bin")).unwrap();
+        let jfr = home.path().join("bin/jfr");
+        std::fs::write(&jfr, "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(&jfr, std::fs::Permissions::from_mode(mode)).unwrap();
+        home
+    }
+
+    #[test]
+    fn the_jfr_tool_is_kilns_own_and_nobody_elses() {
+        let good = tool(0o755);
+        let bin = good.path().join("bin");
+        let path = Some(bin.clone().into_os_string());
+        // JAVA_HOME first, PATH next
+        assert_eq!(
+            jfr_tool(&Some(good.path().into()), &None),
+            Ok(bin.join("jfr"))
+        );
+        assert_eq!(jfr_tool(&None, &path), Ok(bin.join("jfr")));
+        // one that others may change is passed over, with the reason
+        let writable = tool(0o777);
+        let found = jfr_tool(&Some(writable.path().into()), &path);
+        assert_eq!(found, Ok(bin.join("jfr")));
+        let refused = jfr_tool(&Some(writable.path().into()), &None).unwrap_err();
+        assert!(refused.contains("mode 777"), "{refused}");
+        // one owned by another user (as the target's owner would plant it)
+        // SAFETY: geteuid has no arguments and no memory effects.
+        if unsafe { libc::geteuid() } == 0 {
+            let theirs = tool(0o755);
+            std::os::unix::fs::chown(theirs.path().join("bin/jfr"), Some(65534), None).unwrap();
+            let refused = jfr_tool(&Some(theirs.path().into()), &None).unwrap_err();
+            assert!(refused.contains("owned by uid 65534"), "{refused}");
+        }
+        assert!(jfr_tool(&None, &None).unwrap_err().contains("no jfr tool"));
+    }
 
     const PRINTED: &str = r#"{"recording": {"events": [
         {"type": "jdk.ExceptionStatistics", "values": {"startTime": "2026-11-24T08:04:15.119509299Z", "throwables": 54089}},
