@@ -8,6 +8,7 @@
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
+use crate::as_target::{open_regular, Owner};
 use crate::hsperf::{layout_of, Directory, MAX_FILE};
 use crate::{CollectorSecond, GcPause, JvmSecond};
 
@@ -88,21 +89,20 @@ pub struct JvmReader {
     ticks_per_ms: f64,
     vm_start_unix_ms: f64,
     collectors: Vec<Collector>,
+    /// Whether `dir` has been parsed from the file once.
+    parsed: bool,
 }
 
 impl JvmReader {
     /// Opens `pid`'s hsperfdata; the error says why it cannot be read.
+    /// The file is opened as the JVM's owner, never through a link, a FIFO or a device, and
+    /// no larger than [`MAX_FILE`] (it is the target's file: its owner may have put anything
+    /// there).
     pub fn open(pid: i32, proc_root: &Path) -> Result<Self, String> {
         let path = locate(pid, proc_root)?;
-        Self::open_file(&path)
-    }
-
-    pub fn open_file(path: &Path) -> Result<Self, String> {
-        let file = std::fs::File::open(path).map_err(|e| {
-            format!(
-                "cannot read {}: {e} (it is readable by the JVM's user and root only)",
-                path.display()
-            )
+        let owner = Owner::of(pid, proc_root)?;
+        let file = open_regular(&owner, &path, MAX_FILE as u64).map_err(|e| {
+            format!("{e} (the JVM's counters are readable by the JVM's user and root only)")
         })?;
         let mut reader = Self {
             path: path.to_path_buf(),
@@ -113,6 +113,7 @@ impl JvmReader {
             ticks_per_ms: 1e6,
             vm_start_unix_ms: 0.0,
             collectors: Vec::new(),
+            parsed: false,
         };
         reader.refresh()?;
         Ok(reader)
@@ -132,13 +133,16 @@ impl JvmReader {
         }
         self.read_whole()?;
         let (layout, _) = layout_of(&self.buf).map_err(|e| e.to_string())?;
-        if layout != self.dir.layout() || self.collectors.is_empty() {
+        // parsed again only when the layout changed: a file that never shows a collector is
+        // not parsed at every poll
+        if !self.parsed || layout != self.dir.layout() {
             let size = self.file_size()?;
             if size != self.size {
                 self.size = size;
                 self.read_whole()?;
             }
             self.dir = Directory::parse(&self.buf).map_err(|e| e.to_string())?;
+            self.parsed = true;
             self.learn_layout();
         }
         Ok(())

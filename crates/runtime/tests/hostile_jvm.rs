@@ -6,7 +6,8 @@
 //!   them; now it creates nothing and the file is whole;
 //! - the trigger kiln creates is owned by the target's owner, as the JVM checks;
 //! - a reply without end is cut at the cap, a reply of a byte at a time at the deadline of
-//!   the whole exchange.
+//!   the whole exchange;
+//! - JVM counters that are a FIFO are refused without waiting.
 
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
@@ -26,6 +27,9 @@ victim = os.environ.get("VICTIM")
 if victim:
     for place in (os.getcwd(), "/tmp"):
         os.symlink(victim, os.path.join(place, f".attach_pid{pid}"))
+if os.environ.get("FIFO"):
+    os.makedirs("/tmp/hsperfdata_nobody", exist_ok=True)
+    os.mkfifo(f"/tmp/hsperfdata_nobody/{pid}")
 
 def serve():
     path = f"/tmp/.java_pid{pid}"
@@ -77,6 +81,7 @@ impl Drop for Fake {
         for name in [
             format!("/tmp/.java_pid{}", self.pid),
             format!("/tmp/.attach_pid{}", self.pid),
+            format!("/tmp/hsperfdata_nobody/{}", self.pid),
         ] {
             let _ = std::fs::remove_file(name);
         }
@@ -84,7 +89,7 @@ impl Drop for Fake {
 }
 
 /// A fake JVM as `nobody`, in a working directory of nobody's, writing what it sees to `out`.
-fn fake(dir: &Path, victim: Option<&Path>) -> Fake {
+fn fake(dir: &Path, victim: Option<&Path>, fifo: bool) -> Fake {
     let cwd = dir.join("cwd");
     let out = dir.join("out");
     for d in [&cwd, &out] {
@@ -108,6 +113,9 @@ fn fake(dir: &Path, victim: Option<&Path>) -> Fake {
         .stdout(Stdio::piped());
     if let Some(victim) = victim {
         command.env("VICTIM", victim);
+    }
+    if fifo {
+        command.env("FIFO", "1");
     }
     let mut child = command.spawn().expect("setpriv and python3");
     let mut line = String::new();
@@ -138,7 +146,7 @@ fn a_planted_link_at_the_trigger_leaves_the_file_it_points_to_whole() {
     let vault = tempfile::tempdir().unwrap();
     let victim = vault.path().join("precious");
     std::fs::write(&victim, "root's data").unwrap();
-    let fake = fake(dir.path(), Some(&victim));
+    let fake = fake(dir.path(), Some(&victim), false);
     let opened = Attach::open(fake.pid, Path::new("/proc"));
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "root's data");
     let refused = opened.unwrap_err();
@@ -151,7 +159,7 @@ fn the_trigger_is_the_owners_and_a_reply_is_bounded_in_size_and_time() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let fake = fake(dir.path(), None);
+    let fake = fake(dir.path(), None, false);
     let mut attach = Attach::open(fake.pid, Path::new("/proc")).expect("the fake listens");
     let seen = std::fs::read_to_string(dir.path().join("out/seen")).unwrap();
     let cwd = std::fs::canonicalize(dir.path().join("cwd")).unwrap();
@@ -171,4 +179,20 @@ fn the_trigger_is_the_owners_and_a_reply_is_bounded_in_size_and_time() {
         took >= Duration::from_millis(1400) && took < Duration::from_secs(4),
         "{took:?}"
     );
+}
+
+/// hsperfdata that is a FIFO: kiln hung on it forever; now it is refused at once.
+#[test]
+fn counters_that_are_a_fifo_are_refused_without_waiting() {
+    if !root() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let fake = fake(dir.path(), None, true);
+    let started = Instant::now();
+    let Err(refused) = kiln_runtime::jvm::JvmReader::open(fake.pid, Path::new("/proc")) else {
+        panic!("a FIFO read as counters");
+    };
+    assert!(refused.contains("not a regular file"), "{refused}");
+    assert!(started.elapsed() < Duration::from_secs(2));
 }
