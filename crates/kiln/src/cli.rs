@@ -438,6 +438,11 @@ pub struct RunArgs {
     #[arg(long = "barrier", value_name = "DIR|http://HOST:PORT")]
     pub barrier: Option<String>,
 
+    /// A secret every shard of an HTTP barrier is given: shard 0 refuses requests without
+    /// it. Better from the environment, KILN_BARRIER_TOKEN, which `ps` does not show.
+    #[arg(long = "barrier-token", value_name = "TOKEN")]
+    pub barrier_token: Option<String>,
+
     /// How long --barrier waits for the other shards.
     #[arg(
         long = "barrier-timeout",

@@ -19,8 +19,8 @@ pub fn job(args: K8sJobArgs) -> Result<u8> {
     // the plan is checked here, before the cluster sees it
     let plan = kiln_plan::load(path, &[])?;
     let data_files = data_files(path, &plan)?;
-    let plan_text =
-        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", args.plan))?;
+    let plan_text = kiln_record::input::read_regular_text(path, kiln_plan::MAX_PLAN_BYTES as u64)
+        .with_context(|| format!("cannot read {}", args.plan))?;
     let plan_name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -64,9 +64,17 @@ pub fn job(args: K8sJobArgs) -> Result<u8> {
 }
 
 /// The files the plan's data sections read, by their paths relative to the plan's folder
-/// (an absolute path or one through `..` stays as written: the check refuses it).
+/// (an absolute path or one through `..` stays as written: the check refuses it). A link that
+/// leads out of the plan's folder is refused: its target would travel into the ConfigMap. Each
+/// is read up to one byte past what a ConfigMap holds (the check then names it).
 fn data_files(plan_path: &Path, plan: &kiln_plan::Plan) -> Result<Vec<(String, Vec<u8>)>> {
     let dir = plan_path.parent().unwrap_or(Path::new(""));
+    let real_dir = std::fs::canonicalize(if dir.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        dir
+    })
+    .with_context(|| format!("cannot read the folder of {}", plan_path.display()))?;
     let mut files: Vec<(String, Vec<u8>)> = Vec::new();
     for feeder in &plan.workload.feeders {
         let relative = feeder.path.strip_prefix(dir).unwrap_or(&feeder.path);
@@ -74,7 +82,16 @@ fn data_files(plan_path: &Path, plan: &kiln_plan::Plan) -> Result<Vec<(String, V
         if files.iter().any(|(n, _)| *n == name) {
             continue;
         }
-        let bytes = std::fs::read(&feeder.path)
+        let real = std::fs::canonicalize(&feeder.path)
+            .with_context(|| format!("cannot read {}", feeder.path.display()))?;
+        if relative.is_relative() && !real.starts_with(&real_dir) {
+            bail!(
+                "{} leads to {}, outside the plan's folder: copy the data beside the plan",
+                feeder.path.display(),
+                real.display()
+            );
+        }
+        let bytes = kiln_record::input::read_regular(&feeder.path, k8s::CONFIG_MAP_MAX as u64 + 1)
             .with_context(|| format!("cannot read {}", feeder.path.display()))?;
         files.push((name, bytes));
     }

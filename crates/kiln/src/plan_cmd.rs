@@ -120,8 +120,12 @@ fn load_text(model: &Model, duration: std::time::Duration, iterations: Option<u6
     }
 }
 
+/// The largest HAR read: a browser's recording of a long session with bodies is hundreds of
+/// megabytes.
+const MAX_HAR_BYTES: u64 = 1 << 30;
+
 fn from_har(args: FromHarArgs) -> Result<u8> {
-    let text = std::fs::read_to_string(&args.har)
+    let text = kiln_record::input::read_regular_text(&args.har, MAX_HAR_BYTES)
         .with_context(|| format!("cannot read {}", args.har.display()))?;
     let made = kiln_plan::har::to_plan(&text, args.keep_static)
         .map_err(|e| anyhow::anyhow!("{}: {e}", args.har.display()))?;

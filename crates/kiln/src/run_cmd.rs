@@ -39,23 +39,11 @@ const MAX_BODY_BYTES: u64 = 64 << 20;
 /// `-b TEXT` or `-b @FILE`, as curl reads it; at most `MAX_BODY_BYTES` (`@/dev/zero` would
 /// otherwise fill memory).
 fn read_body(arg: &str) -> Result<Vec<u8>> {
-    use std::io::Read as _;
     let Some(path) = arg.strip_prefix('@') else {
         return Ok(arg.as_bytes().to_vec());
     };
-    let file =
-        std::fs::File::open(path).with_context(|| format!("cannot read the body file '{path}'"))?;
-    let mut body = Vec::new();
-    file.take(MAX_BODY_BYTES + 1)
-        .read_to_end(&mut body)
-        .with_context(|| format!("cannot read the body file '{path}'"))?;
-    if body.len() as u64 > MAX_BODY_BYTES {
-        bail!(
-            "the body file '{path}' is larger than {} MiB",
-            MAX_BODY_BYTES >> 20
-        );
-    }
-    Ok(body)
+    kiln_record::input::read_regular(std::path::Path::new(path), MAX_BODY_BYTES)
+        .with_context(|| format!("cannot read the body file '{path}'"))
 }
 
 /// The longest `--warmup auto` when no cap is given.
@@ -436,6 +424,11 @@ fn start_at(args: &RunArgs, shard: Option<kiln_load::plan::Shard>) -> Result<Opt
                 count: shard.count,
                 plan: plan_id(&args.url),
                 timeout,
+                token: args
+                    .barrier_token
+                    .clone()
+                    .or_else(|| std::env::var("KILN_BARRIER_TOKEN").ok())
+                    .filter(|t| !t.is_empty()),
             };
             let start = barrier.wait().map_err(anyhow::Error::msg)?;
             return Ok(Some(Start {
@@ -474,7 +467,10 @@ fn start_at(args: &RunArgs, shard: Option<kiln_load::plan::Shard>) -> Result<Opt
 /// given and the file's bytes, hashed (FNV-1a: stable across builds and machines, which
 /// std's hasher does not promise).
 fn plan_id(url_or_plan: &str) -> String {
-    let bytes = std::fs::read(url_or_plan).unwrap_or_default();
+    const MAX_PLAN_ID_BYTES: u64 = kiln_plan::MAX_PLAN_BYTES as u64;
+    let bytes =
+        kiln_record::input::read_regular(std::path::Path::new(url_or_plan), MAX_PLAN_ID_BYTES)
+            .unwrap_or_default();
     let hash = url_or_plan
         .as_bytes()
         .iter()

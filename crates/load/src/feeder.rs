@@ -170,7 +170,8 @@ impl Feeder {
                     .into(),
             );
         }
-        let file = File::open(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+        let file = kiln_record::input::open_regular(path)
+            .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
         let len = file
             .metadata()
             .map_err(|e| format!("cannot read {}: {e}", path.display()))?
@@ -266,7 +267,7 @@ impl Feeder {
     }
 
     fn open_stream(&self) -> Result<Stream, String> {
-        let mut file = File::open(&self.path)
+        let mut file = kiln_record::input::open_regular(&self.path)
             .map_err(|e| format!("cannot open {}: {e}", self.path.display()))?;
         file.seek(SeekFrom::Start(self.data_start))
             .map_err(|e| format!("cannot read {}: {e}", self.path.display()))?;

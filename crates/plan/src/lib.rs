@@ -100,14 +100,14 @@ pub fn load(path: &Path, sets: &[(String, String)]) -> Result<Plan, PlanFileErro
         column: 0,
         message,
     };
-    let meta = std::fs::metadata(path).map_err(|e| whole(format!("cannot read: {e}")))?;
-    if meta.len() > MAX_PLAN_BYTES as u64 {
-        return Err(whole(format!(
-            "the file is {} bytes; a plan is at most {MAX_PLAN_BYTES}",
-            meta.len()
-        )));
-    }
-    let text = std::fs::read_to_string(path).map_err(|e| whole(format!("cannot read: {e}")))?;
+    let text = kiln_record::input::read_regular_text(path, MAX_PLAN_BYTES as u64).map_err(|e| {
+        whole(match e.kind() {
+            std::io::ErrorKind::InvalidData if e.to_string().starts_with("larger") => {
+                format!("the file is larger than {MAX_PLAN_BYTES} bytes, the most a plan may be")
+            }
+            _ => format!("cannot read: {e}"),
+        })
+    })?;
     let dir = path.parent().unwrap_or(Path::new("."));
     parse(&text, &file, dir, sets)
 }

@@ -7,6 +7,7 @@
 mod error;
 mod hedge;
 mod histogram;
+pub mod input;
 mod load;
 mod manifest;
 pub mod parts;

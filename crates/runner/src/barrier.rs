@@ -14,6 +14,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 /// folder's listing for a second or two).
 pub const BARRIER_LEAD: Duration = Duration::from_secs(3);
 const POLL: Duration = Duration::from_millis(100);
+/// A ready file holds one number of milliseconds.
+const READY_FILE_MAX: u64 = 64;
 
 /// A file barrier for shard `index` of `count`.
 #[derive(Clone, Debug)]
@@ -53,7 +55,10 @@ impl FileBarrier {
         let oldest = unix_ms(mine).saturating_sub(self.timeout.as_millis() as u64);
         let deadline = std::time::Instant::now() + self.timeout;
         loop {
-            let ready = self.ready_times(oldest);
+            // a forged time far ahead (the year 3000, 2^64-1 ms) would keep this shard waiting
+            // or overflow: a ready time is believed up to the timeout ahead of this clock
+            let newest = unix_ms(SystemTime::now()).saturating_add(self.timeout.as_millis() as u64);
+            let ready = self.ready_times(oldest, newest);
             if ready.iter().all(Option::is_some) {
                 let last = ready.iter().flatten().max().copied().unwrap_or(0);
                 return Ok(UNIX_EPOCH + Duration::from_millis(last) + BARRIER_LEAD);
@@ -77,14 +82,16 @@ impl FileBarrier {
         }
     }
 
-    /// Each shard's ready time, `None` while its file is missing, unreadable or older than
-    /// `oldest_ms` (an earlier run's).
-    fn ready_times(&self, oldest_ms: u64) -> Vec<Option<u64>> {
+    /// Each shard's ready time, `None` while its file is missing, unreadable, not a regular
+    /// file of a few bytes, older than `oldest_ms` (an earlier run's) or later than `newest_ms`.
+    fn ready_times(&self, oldest_ms: u64, newest_ms: u64) -> Vec<Option<u64>> {
         (0..self.count)
             .map(|i| {
-                let text = std::fs::read_to_string(self.ready_file(i)).ok()?;
+                let text =
+                    kiln_record::input::read_regular_text(&self.ready_file(i), READY_FILE_MAX)
+                        .ok()?;
                 let ms: u64 = text.trim().parse().ok()?;
-                (ms >= oldest_ms).then_some(ms)
+                (oldest_ms..=newest_ms).contains(&ms).then_some(ms)
             })
             .collect()
     }
@@ -156,5 +163,32 @@ mod tests {
         std::fs::write(tmp.path().join("ready-1-of-3"), stale.to_string()).unwrap();
         let err = barrier(tmp.path(), 0, 3, 300).wait().unwrap_err();
         assert!(err.contains("shards 1, 2 of 3 were not ready"), "{err}");
+    }
+
+    /// Ready files that lie: one linked to /dev/zero (read until memory ran out), a FIFO
+    /// (which blocked the barrier past its timeout), a time far ahead (the wait went to the year
+    /// 3000) and 2^64-1 ms (a panic). None counts as ready; the wait ends at its timeout.
+    #[test]
+    fn forged_ready_files_are_not_believed_and_the_timeout_holds() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink("/dev/zero", tmp.path().join("ready-1-of-4")).unwrap();
+        let fifo = std::ffi::CString::new(
+            tmp.path()
+                .join("ready-2-of-4")
+                .as_os_str()
+                .as_encoded_bytes(),
+        )
+        .unwrap();
+        // SAFETY: mkfifo reads a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        let far = unix_ms(SystemTime::now()) + 30_000_000_000_000;
+        std::fs::write(tmp.path().join("ready-3-of-4"), far.to_string()).unwrap();
+        let started = std::time::Instant::now();
+        let err = barrier(tmp.path(), 0, 4, 400).wait().unwrap_err();
+        assert!(err.contains("shards 1, 2, 3 of 4 were not ready"), "{err}");
+        assert!(started.elapsed() < Duration::from_secs(3));
+        std::fs::write(tmp.path().join("ready-1-of-2"), u64::MAX.to_string()).unwrap();
+        let err = barrier(tmp.path(), 0, 2, 300).wait().unwrap_err();
+        assert!(err.contains("shards 1 of 2 were not ready"), "{err}");
     }
 }

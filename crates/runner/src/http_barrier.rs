@@ -8,6 +8,12 @@
 //!
 //! HTTP by hand over std's sockets, with `httparse` reading the messages: the barrier answers
 //! a few small requests a second, one JSON object each, and needs no async runtime.
+//!
+//! The barrier is not open to strangers: with a token (`--barrier-token`, or
+//! `KILN_BARRIER_TOKEN` so that it stays out of `ps`) every request carries it and shard 0
+//! refuses any other; a request must arrive whole within [`REQUEST_DEADLINE`] (one byte every
+//! second kept shard 0 from answering anyone); a start time further than the timeout from
+//! shard 0's clock is not believed.
 
 use std::collections::BTreeSet;
 use std::io::{Read, Write};
@@ -24,6 +30,8 @@ const SERVE_AFTER_START: Duration = Duration::from_secs(10);
 /// Asks after the start is known, to find a quicker round trip for the offset.
 const EXTRA_ASKS: usize = 4;
 const IO_TIMEOUT: Duration = Duration::from_secs(2);
+/// The longest a request may take to arrive whole (a shard sends it in one packet).
+pub const REQUEST_DEADLINE: Duration = Duration::from_millis(500);
 
 /// The barrier at `addr` (`host:port`) for shard `index` of `count`.
 #[derive(Clone, Debug)]
@@ -35,6 +43,8 @@ pub struct HttpBarrier {
     pub plan: String,
     /// How long to wait for the others before giving up.
     pub timeout: Duration,
+    /// A secret every shard is given: requests without it are refused.
+    pub token: Option<String>,
 }
 
 /// When to start, on this machine's clock, and how its clock stands against shard 0's.
@@ -129,18 +139,49 @@ impl HttpBarrier {
         })
     }
 
-    /// An IP address is listened on as given (127.0.0.1 stays on loopback); a name (a
-    /// Kubernetes Service) is this machine's, so every interface is.
-    fn bind_addr(&self) -> Result<SocketAddr, String> {
-        if let Ok(addr) = self.addr.parse::<SocketAddr>() {
-            return Ok(addr);
-        }
+    /// An IP address is listened on as given (127.0.0.1 stays on loopback); a name that
+    /// resolves to loopback only (`localhost`) is listened on at loopback; another name (a
+    /// Kubernetes Service) is this machine's, so every interface is, said on stderr. Port 0
+    /// is refused: the others could not know the port.
+    pub fn bind_addr(&self) -> Result<SocketAddr, String> {
         let port = self
             .addr
             .rsplit_once(':')
             .and_then(|(_, p)| p.parse::<u16>().ok())
             .ok_or_else(|| format!("{}: no port (http://HOST:PORT)", self.name()))?;
-        Ok(SocketAddr::from(([0, 0, 0, 0], port)))
+        if port == 0 {
+            return Err(format!(
+                "{}: port 0 would listen on a port the other shards cannot know",
+                self.name()
+            ));
+        }
+        let addr = match self.addr.parse::<SocketAddr>() {
+            Ok(addr) => addr,
+            Err(_) => {
+                let resolved: Vec<SocketAddr> = self
+                    .addr
+                    .to_socket_addrs()
+                    .map(Iterator::collect)
+                    .unwrap_or_default();
+                if !resolved.is_empty() && resolved.iter().all(|a| a.ip().is_loopback()) {
+                    SocketAddr::from(([127, 0, 0, 1], port))
+                } else {
+                    SocketAddr::from(([0, 0, 0, 0], port))
+                }
+            }
+        };
+        if addr.ip().is_unspecified() {
+            eprintln!(
+                "kiln: the barrier listens on every interface at port {port}{}",
+                if self.token.is_some() {
+                    ""
+                } else {
+                    " without a token: anyone who reaches it can say a shard is ready \
+                     (give every shard --barrier-token or KILN_BARRIER_TOKEN)"
+                }
+            );
+        }
+        Ok(addr)
     }
 
     fn answer_until_told(
@@ -186,16 +227,19 @@ impl HttpBarrier {
         shared: &(Mutex<State>, Condvar),
     ) -> std::io::Result<()> {
         stream.set_nonblocking(false)?;
-        stream.set_read_timeout(Some(IO_TIMEOUT))?;
         stream.set_write_timeout(Some(IO_TIMEOUT))?;
-        let path = read_request_path(&mut stream)?;
-        let (status, body) = match path {
+        let request = read_request(&mut stream, Instant::now() + REQUEST_DEADLINE)?;
+        let (status, body) = match request {
             None => (400, "not an HTTP request".to_string()),
-            Some(path) => self.respond_to(&path, shared),
+            Some(request) if !self.token_matches(request.token.as_deref()) => {
+                (401, "this barrier asks for the shards' token".to_string())
+            }
+            Some(request) => self.respond_to(&request.path, shared),
         };
         let reason = match status {
             200 => "OK",
             400 => "Bad Request",
+            401 => "Unauthorized",
             404 => "Not Found",
             _ => "Conflict",
         };
@@ -211,6 +255,21 @@ impl HttpBarrier {
             body.len()
         )?;
         stream.flush()
+    }
+
+    /// Whether a request's token is the barrier's (compared in constant time: a guess learns
+    /// nothing from how long the refusal took).
+    fn token_matches(&self, given: Option<&str>) -> bool {
+        let Some(token) = &self.token else {
+            return true;
+        };
+        let given = given.unwrap_or("").as_bytes();
+        given.len() == token.len()
+            && given
+                .iter()
+                .zip(token.as_bytes())
+                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+                == 0
     }
 
     fn respond_to(&self, path: &str, shared: &(Mutex<State>, Condvar)) -> (u16, String) {
@@ -278,6 +337,16 @@ impl HttpBarrier {
                         best = Some((rtt, offset));
                     }
                     if let Some(start) = answer.start_unix_ms {
+                        // a forged answer (the year 3000, 2^64-1) must not keep this shard
+                        // waiting or overflow: the start is near shard 0's own clock
+                        let near = self.timeout.as_millis() as u64 + HTTP_LEAD.as_millis() as u64;
+                        let now_ms = answer.now_unix_us / 1000;
+                        if start.abs_diff(now_ms) > near || now_ms > i64::MAX as u64 / 1000 {
+                            return Err(format!(
+                                "{}: a start {start} ms is not near shard 0's clock ({now_ms} ms)",
+                                self.name()
+                            ));
+                        }
                         for _ in 0..EXTRA_ASKS {
                             std::thread::sleep(Duration::from_millis(20));
                             if let Ok((_, rtt, offset)) = self.ask_once() {
@@ -288,6 +357,14 @@ impl HttpBarrier {
                         }
                         let (rtt, offset) = best.unwrap_or((0, 0));
                         let local_us = (start as i64 * 1000 - offset).max(0) as u64;
+                        let local_now_ms = unix_us(SystemTime::now()) / 1000;
+                        if (local_us / 1000).abs_diff(local_now_ms) > near {
+                            return Err(format!(
+                                "{}: the start read on this clock is {} s away",
+                                self.name(),
+                                (local_us / 1000).abs_diff(local_now_ms) / 1000
+                            ));
+                        }
                         return Ok(BarrierStart {
                             at: UNIX_EPOCH + Duration::from_micros(local_us),
                             offset_ms: offset as f64 / 1000.0,
@@ -326,8 +403,14 @@ impl HttpBarrier {
         let io = |e: std::io::Error| Asked::Unreachable(e.to_string());
         stream.set_read_timeout(Some(IO_TIMEOUT)).map_err(io)?;
         stream.set_nodelay(true).map_err(io)?;
+        let authorization = self
+            .token
+            .as_ref()
+            .map(|t| format!("Authorization: Bearer {t}\r\n"))
+            .unwrap_or_default();
         let request = format!(
-            "GET /ready?shard={}&of={}&plan={} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+            "GET /ready?shard={}&of={}&plan={} HTTP/1.1\r\nHost: {}\r\n{authorization}\
+             Connection: close\r\n\r\n",
             self.index, self.count, self.plan, self.addr
         );
         let sent = SystemTime::now();
@@ -344,7 +427,7 @@ impl HttpBarrier {
         let body = String::from_utf8_lossy(&raw[body_at..]).into_owned();
         match response.code {
             Some(200) => {}
-            Some(400 | 404 | 409) => return Err(Asked::Refused(body)),
+            Some(400 | 401 | 404 | 409) => return Err(Asked::Refused(body)),
             other => return Err(Asked::Unreachable(format!("status {other:?}"))),
         }
         let answer: Answer = serde_json::from_str(&body)
@@ -393,12 +476,36 @@ fn start_after_lead() -> u64 {
     unix_us(SystemTime::now() + HTTP_LEAD).div_ceil(1000)
 }
 
-/// The request line's path, once the headers are in (None if it is not HTTP).
-fn read_request_path(stream: &mut TcpStream) -> std::io::Result<Option<String>> {
+/// What shard 0 reads of a request.
+struct Request {
+    path: String,
+    /// The `Authorization: Bearer` token, if one was sent.
+    token: Option<String>,
+}
+
+/// The request line's path and token, once the headers are in (None if it is not HTTP or
+/// did not arrive whole by `deadline`).
+fn read_request(stream: &mut TcpStream, deadline: Instant) -> std::io::Result<Option<Request>> {
     let mut raw = Vec::new();
     let mut chunk = [0u8; 1024];
     loop {
-        let n = stream.read(&mut chunk)?;
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Ok(None);
+        }
+        stream.set_read_timeout(Some(left))?;
+        let n = match stream.read(&mut chunk) {
+            Ok(n) => n,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return Ok(None)
+            }
+            Err(e) => return Err(e),
+        };
         if n == 0 {
             return Ok(None);
         }
@@ -407,7 +514,17 @@ fn read_request_path(stream: &mut TcpStream) -> std::io::Result<Option<String>> 
         let mut request = httparse::Request::new(&mut headers);
         match request.parse(&raw) {
             Ok(httparse::Status::Complete(_)) => {
-                return Ok(request.path.map(str::to_string));
+                let token = request
+                    .headers
+                    .iter()
+                    .find(|h| h.name.eq_ignore_ascii_case("authorization"))
+                    .and_then(|h| std::str::from_utf8(h.value).ok())
+                    .and_then(|v| v.strip_prefix("Bearer "))
+                    .map(str::to_string);
+                return Ok(request.path.map(|path| Request {
+                    path: path.to_string(),
+                    token,
+                }));
             }
             Ok(httparse::Status::Partial) if raw.len() < 8 * 1024 => {}
             _ => return Ok(None),
@@ -426,6 +543,7 @@ mod tests {
             count,
             plan: plan.into(),
             timeout: Duration::from_millis(timeout_ms),
+            token: None,
         }
     }
 
@@ -526,5 +644,108 @@ mod tests {
             Err(e) => e.duration(),
         };
         assert!(apart < Duration::from_millis(5), "{one:?} {zero:?}");
+    }
+
+    /// With a token, a forged `ready` without it is refused (it once started shard 0 alone)
+    /// and the shards that have it start together.
+    #[test]
+    fn a_request_without_the_token_is_refused() {
+        let port = free_port();
+        let with_token = |i: u32| HttpBarrier {
+            token: Some("s3cret".into()),
+            ..barrier(port, i, 2, "p", 5000)
+        };
+        let zero = {
+            let b = with_token(0);
+            std::thread::spawn(move || b.wait())
+        };
+        std::thread::sleep(Duration::from_millis(200));
+        let forged = barrier(port, 1, 2, "p", 1000).wait().unwrap_err();
+        assert!(forged.contains("asks for the shards' token"), "{forged}");
+        let wrong = HttpBarrier {
+            token: Some("s3creT".into()),
+            ..barrier(port, 1, 2, "p", 1000)
+        };
+        assert!(wrong.wait().is_err());
+        let one = with_token(1).wait().unwrap();
+        let zero = zero.join().unwrap().unwrap();
+        let apart = match one.at.duration_since(zero.at) {
+            Ok(d) => d,
+            Err(e) => e.duration(),
+        };
+        assert!(apart < Duration::from_millis(5), "{one:?} {zero:?}");
+    }
+
+    /// A client sending a byte a second held shard 0 for every read's timeout and failed both
+    /// shards; now its request is dropped at the deadline and the shards start.
+    #[test]
+    fn a_slow_client_does_not_hold_the_barrier() {
+        let port = free_port();
+        let zero = std::thread::spawn(move || barrier(port, 0, 2, "p", 6000).wait());
+        std::thread::sleep(Duration::from_millis(200));
+        let slow = std::thread::spawn(move || {
+            let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+            for byte in b"GET /ready?shard=1&of=2" {
+                if s.write_all(&[*byte]).is_err() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(300));
+            }
+        });
+        std::thread::sleep(Duration::from_millis(100));
+        let started = Instant::now();
+        let one = barrier(port, 1, 2, "p", 6000).wait().unwrap();
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "{:?}",
+            started.elapsed()
+        );
+        let zero = zero.join().unwrap().unwrap();
+        assert!(one.at.duration_since(zero.at).unwrap_or_default() < Duration::from_millis(5));
+        slow.join().unwrap();
+    }
+
+    /// A "shard 0" that answers a start in the year 3000 (or 2^64-1 ms) is not believed.
+    #[test]
+    fn a_forged_start_is_refused() {
+        for start in [32_503_680_000_000u64, u64::MAX] {
+            let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+            let port = listener.local_addr().unwrap().port();
+            let fake = std::thread::spawn(move || {
+                let (mut s, _) = listener.accept().unwrap();
+                let mut buf = [0u8; 1024];
+                let _ = s.read(&mut buf);
+                let body = format!(
+                    r#"{{"now_unix_us":{},"ready":[0,1],"of":2,"start_unix_ms":{start}}}"#,
+                    unix_us(SystemTime::now())
+                );
+                let _ = write!(
+                    s,
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            });
+            let refused = barrier(port, 1, 2, "p", 1000).wait().unwrap_err();
+            assert!(refused.contains("is not near shard 0's clock"), "{refused}");
+            fake.join().unwrap();
+        }
+    }
+
+    /// `localhost` is listened on at loopback, not every interface; port 0 is refused.
+    #[test]
+    fn a_loopback_name_stays_on_loopback() {
+        let b = HttpBarrier {
+            addr: "localhost:4567".into(),
+            ..barrier(0, 0, 2, "p", 100)
+        };
+        assert_eq!(
+            b.bind_addr().unwrap(),
+            SocketAddr::from(([127, 0, 0, 1], 4567))
+        );
+        let zero = HttpBarrier {
+            addr: "127.0.0.1:0".into(),
+            ..barrier(0, 0, 2, "p", 100)
+        };
+        assert!(zero.bind_addr().unwrap_err().contains("port 0"));
     }
 }
