@@ -144,6 +144,9 @@ fn plan_without_shard(plan: &Value) -> Value {
     plan
 }
 
+/// The most shards a record may claim (as `--shard` accepts).
+pub const MAX_SHARDS: u64 = 100_000;
+
 /// Reads `dirs`, merges them into a new run directory at `out`.
 pub fn merge(dirs: &[PathBuf], out: &Path, options: MergeOptions) -> Result<Merged, MergeError> {
     let err = |m: String| MergeError(m);
@@ -175,11 +178,31 @@ pub fn merge(dirs: &[PathBuf], out: &Path, options: MergeOptions) -> Result<Merg
         let s = &run.manifest.plan["shard"];
         Some((s["index"].as_u64()?, s["count"].as_u64()?))
     };
+    // a record is read, not believed: it may claim 10^12 shards (the list of the missing
+    // ran out of memory) or a shard past its count
+    for run in &runs {
+        if let Some((index, count)) = shard_of(run) {
+            if !(1..=MAX_SHARDS).contains(&count) || index >= count {
+                return Err(err(format!(
+                    "{} says it is shard {index} of {count}: kiln runs 1 to {MAX_SHARDS} shards, \
+                     each below the count",
+                    run.path().display()
+                )));
+            }
+        }
+    }
     let mut missing = Vec::new();
     if let Some((_, count)) = shard_of(&runs[0]) {
         let mut seen = BTreeMap::new();
         for run in &runs {
-            if let Some((index, _)) = shard_of(run) {
+            if let Some((index, other_count)) = shard_of(run) {
+                if other_count != count {
+                    return Err(err(format!(
+                        "{} is one of {count} shards and {} one of {other_count}",
+                        runs[0].path().display(),
+                        run.path().display()
+                    )));
+                }
                 if let Some(other) = seen.insert(index, run.path().to_path_buf()) {
                     return Err(err(format!(
                         "{} and {} are both shard {index}",
@@ -552,5 +575,34 @@ mod tests {
         };
         assert_eq!(zero.start_on_common_clock(), Some(1_000_000));
         assert_eq!(behind.start_on_common_clock(), Some(1_000_020));
+    }
+
+    /// A record claiming 10^12 shards once took the merge out of memory listing the missing
+    /// ones; one past its own count, or counts that disagree, are refused by name too.
+    #[test]
+    fn a_record_claiming_absurd_shards_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let run = |name: &str, index: u64, count: u64| {
+            let dir = tmp.path().join(name);
+            let plan = serde_json::json!({"shard": {"index": index, "count": count}});
+            let mut run = RunDir::create(
+                &kiln_record::RunLocation::Named(dir.clone()),
+                name,
+                vec![],
+                plan,
+            )
+            .unwrap();
+            run.finish(RunStatus::Complete, None).unwrap();
+            dir
+        };
+        let huge = run("huge", 0, 1_000_000_000_000);
+        let past = run("past", 5, 2);
+        let two = run("two", 0, 2);
+        let three = run("three", 1, 3);
+        let out = tmp.path().join("out");
+        let merged = |dirs: &[PathBuf]| merge(dirs, &out, MergeOptions::default()).unwrap_err().0;
+        assert!(merged(&[huge]).contains("shard 0 of 1000000000000"));
+        assert!(merged(&[past]).contains("shard 5 of 2"));
+        assert!(merged(&[two, three]).contains("one of 2 shards and"));
     }
 }
