@@ -18,6 +18,8 @@ use crate::thresholds::{self, Threshold};
 
 /// Exit codes, documented in `kiln --help`.
 pub const EXIT_INTERRUPTED: u8 = 3;
+/// A run that sent nothing: an error, not a result.
+pub const EXIT_SENT_NOTHING: u8 = 1;
 
 /// A run stopped by a signal exits as shells report it: 128 + the signal (Ctrl-C 130,
 /// SIGTERM 143, SIGHUP 129).
@@ -603,6 +605,15 @@ pub fn print_outcome(
             .with_context(|| format!("cannot write the JUnit file {}", path.display()))?;
     }
     let failed_findings = fail_on.is_some_and(|f| outcome.findings.any_at_least(f.severity()));
+    if !shard
+        && sent_nothing(&outcome.phases)
+        && outcome.dir.effective_status() == RunStatus::Complete
+    {
+        eprintln!(
+            "kiln: the run sent no request in its measured time: nothing was measured (exit 1)"
+        );
+        return Ok(EXIT_SENT_NOTHING);
+    }
     Ok(match outcome.dir.effective_status() {
         RunStatus::Complete
             if failed_thresholds || failed_findings || outcome.queries_gate_failed || regressed =>
@@ -612,6 +623,14 @@ pub fn print_outcome(
         RunStatus::Complete => 0,
         _ => interrupted_exit_code(outcome.interrupted_by),
     })
+}
+
+/// Whether the measured phases sent no request and got no answer: such a run is not a
+/// success, whatever else it says (a plan whose every request could not be built once ended
+/// `complete`, exit 0, "failed 0%").
+fn sent_nothing(phases: &[PhaseSummary]) -> bool {
+    PhaseSummary::measured_total(phases)
+        .is_some_and(|t| t.totals.requests == 0 && t.totals.sent == 0)
 }
 
 pub fn run(args: RunArgs, stop: &StopSignal) -> Result<u8> {
@@ -747,4 +766,28 @@ pub fn run(args: RunArgs, stop: &StopSignal) -> Result<u8> {
         compare.as_ref(),
         args.junit.as_deref(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_that_sent_nothing_is_told_from_one_that_did() {
+        let phase = |requests: u64, sent: u64, measured: bool| {
+            let mut p = PhaseSummary::new(if measured { "run" } else { "warmup" });
+            p.measured = measured;
+            p.totals.requests = requests;
+            p.totals.sent = sent;
+            p
+        };
+        assert!(sent_nothing(&[phase(0, 0, true)]));
+        // the warm-up's requests are not the measurement's
+        assert!(sent_nothing(&[phase(9, 9, false), phase(0, 0, true)]));
+        assert!(!sent_nothing(&[phase(1, 1, true)]));
+        // requests sent and never answered (cut at the end) are not nothing
+        assert!(!sent_nothing(&[phase(0, 3, true)]));
+        // no measured phase at all: nothing to judge here
+        assert!(!sent_nothing(&[]));
+    }
 }

@@ -202,6 +202,7 @@ pub fn compile(
     };
     let mut default_headers = Vec::new();
     for (name, value) in &defaults.headers {
+        header_value_text(&cx, name, value)?;
         default_headers.push((
             header_name(&cx, name, value.referenced)?,
             cx.template(value)?,
@@ -492,6 +493,37 @@ fn open_feeder(
         })
 }
 
+/// A header's value as written may not hold a line break or another control character (a tab
+/// aside): CR/LF would end the header and start another, and the request would not be sent.
+fn header_value_text(cx: &Ctx, name: &str, value: &Text) -> Result<(), PlanFileError> {
+    match outside_placeholders(&value.value.0).find(|c| c.is_control() && *c != '\t') {
+        Some(c) => Err(cx.err_at(
+            value.referenced,
+            format!("header '{name}' holds {c:?}, which no header value may hold"),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// The characters of a template's text outside its `{{...}}` placeholders (what is sent as
+/// written).
+fn outside_placeholders(text: &str) -> impl Iterator<Item = char> + '_ {
+    let mut depth_open = false;
+    let mut chars = text.chars().peekable();
+    std::iter::from_fn(move || loop {
+        let c = chars.next()?;
+        if !depth_open && c == '{' && chars.peek() == Some(&'{') {
+            chars.next();
+            depth_open = true;
+        } else if depth_open && c == '}' && chars.peek() == Some(&'}') {
+            chars.next();
+            depth_open = false;
+        } else if !depth_open {
+            return Some(c);
+        }
+    })
+}
+
 fn header_name(cx: &Ctx, name: &str, at: Location) -> Result<HeaderName, PlanFileError> {
     HeaderName::from_bytes(name.trim().as_bytes())
         .map_err(|_| cx.err_at(at, format!("'{name}' is not a header name")))
@@ -614,6 +646,16 @@ fn flatten_step(
         )
     })?;
     let (origin, path_text) = cx.split_url(url)?;
+    if let Some(c) = outside_placeholders(&path_text).find(|c| c.is_whitespace() || c.is_control())
+    {
+        return Err(cx.err_at(
+            url.referenced,
+            format!(
+                "the URL's path holds {c:?}, which would end the request line: encode it \
+                 (a space as %20)"
+            ),
+        ));
+    }
     let path = cx.template(&Spanned::new(
         Scalar(path_text.clone()),
         url.referenced,
@@ -627,6 +669,7 @@ fn flatten_step(
 
     let mut headers: Vec<(HeaderName, Template)> = Vec::new();
     for (n, v) in &s.headers {
+        header_value_text(cx, n, v)?;
         headers.push((header_name(cx, n, v.referenced)?, cx.template(v)?));
     }
     for (n, v) in defaults.headers {

@@ -405,3 +405,29 @@ proptest::proptest! {
         let _ = check(&lines.join("\n"), &[]);
     }
 }
+
+/// A literal CR/LF in a header or a space in a path passed the check, and the run then sent
+/// nothing and ended `complete`: both are refused where they stand. A placeholder's braces
+/// may hold spaces.
+#[test]
+fn a_line_break_in_a_header_or_a_space_in_a_path_is_refused() {
+    let header = error(
+        "base_url: http://127.0.0.1:8080\nscenarios:\n  - name: s\n    steps:\n      - url: /a\n        headers:\n          X-A: \"one\\r\\nX-B: two\"\nload: {vus: 1, duration: 1s}\n",
+    );
+    assert!(header.message.contains("header 'X-A' holds '\\r'"), "{header}");
+    assert_eq!(header.line, 7);
+    let default = error(
+        "base_url: http://127.0.0.1:8080\ndefaults:\n  headers:\n    X-A: \"a\\nb\"\nscenarios:\n  - name: s\n    steps:\n      - url: /a\nload: {vus: 1, duration: 1s}\n",
+    );
+    assert!(default.message.contains("holds '\\n'"), "{default}");
+    let path = error(
+        "base_url: http://127.0.0.1:8080\nscenarios:\n  - name: s\n    steps:\n      - url: /a b\nload: {vus: 1, duration: 1s}\n",
+    );
+    assert!(path.message.contains("the URL's path holds ' '"), "{path}");
+    assert_eq!(path.line, 5);
+    check(
+        "base_url: http://127.0.0.1:8080\nvars: {id: '7'}\nscenarios:\n  - name: s\n    steps:\n      - url: /a/{{ id }}\n        headers:\n          X-A: \"{{ id }}\\tok\"\nload: {vus: 1, duration: 1s}\n",
+        &[],
+    )
+    .expect("placeholders may hold spaces, a header a tab");
+}
