@@ -580,3 +580,42 @@ fn a_spawned_target_goes_with_kiln_on_ctrl_c_and_on_sigkill() {
         );
     }
 }
+
+/// `--spawn` through a wrapper: the server is the wrapper's child, once in its process group
+/// and once in a session of its own (`setsid`). Stopping the leader alone left the server
+/// running and holding its port; now the whole family stops with the run.
+#[test]
+fn a_spawned_wrappers_children_stop_with_the_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    for (name, how) in [("group", ""), ("session", "setsid ")] {
+        let port = common::apps::free_port();
+        let wrapper = format!(
+            "sh -c '{how}python3 -m http.server {port} --bind 127.0.0.1 >/dev/null 2>&1 & wait'"
+        );
+        let dir = tmp.path().join(name);
+        let out = kiln(&[
+            "run",
+            &format!("http://127.0.0.1:{port}/"),
+            "--rate",
+            "20",
+            "-c",
+            "2",
+            "-d",
+            "2s",
+            "--spawn",
+            &wrapper,
+            "--json",
+            "--out",
+            dir.to_str().unwrap(),
+        ]);
+        json_with_exit(&out, 0);
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            assert!(
+                Instant::now() < deadline,
+                "{name}: the wrapper's server still serves port {port} after kiln ended"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}

@@ -414,7 +414,10 @@ fn a_line_break_in_a_header_or_a_space_in_a_path_is_refused() {
     let header = error(
         "base_url: http://127.0.0.1:8080\nscenarios:\n  - name: s\n    steps:\n      - url: /a\n        headers:\n          X-A: \"one\\r\\nX-B: two\"\nload: {vus: 1, duration: 1s}\n",
     );
-    assert!(header.message.contains("header 'X-A' holds '\\r'"), "{header}");
+    assert!(
+        header.message.contains("header 'X-A' holds '\\r'"),
+        "{header}"
+    );
     assert_eq!(header.line, 7);
     let default = error(
         "base_url: http://127.0.0.1:8080\ndefaults:\n  headers:\n    X-A: \"a\\nb\"\nscenarios:\n  - name: s\n    steps:\n      - url: /a\nload: {vus: 1, duration: 1s}\n",

@@ -24,6 +24,8 @@ const SETTLE: Duration = Duration::from_millis(500);
 pub struct SpawnedTarget {
     child: Child,
     pub pid: i32,
+    /// The address it serves, checked free once it is stopped.
+    addr: Option<SocketAddr>,
     /// GC cycles from a Go target's stderr.
     pub gctrace: GcTraceFeed,
     output: Arc<Mutex<VecDeque<String>>>,
@@ -86,6 +88,7 @@ impl SpawnedTarget {
         let mut target = Self {
             child,
             pid,
+            addr,
             gctrace,
             output,
         };
@@ -136,9 +139,54 @@ impl SpawnedTarget {
 }
 
 impl Drop for SpawnedTarget {
+    /// Stops the target and everything it started: its process group (a wrapper script's
+    /// children, `go run`'s server) and descendants that left the group, SIGTERM first and
+    /// SIGKILL after the grace. Stopping the leader alone once left the real server running,
+    /// and the next run loaded that stale process.
     fn drop(&mut self) {
-        crate::child::stop_gracefully(&mut self.child, Duration::from_secs(5));
+        let mut family = descendants(self.pid);
+        family.push(self.pid);
+        crate::child::stop_group_gracefully(
+            &mut self.child,
+            self.pid,
+            &family,
+            Duration::from_secs(5),
+        );
+        if let Some(addr) = self.addr {
+            if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+                eprintln!(
+                    "kiln: warning: something still accepts connections on {addr} after the \
+                     spawned target stopped (a process it started that left its family?)"
+                );
+            }
+        }
     }
+}
+
+/// Every process descended from `pid`, read from /proc's children lists (one level a
+/// time, each thread's), at most a few thousand.
+fn descendants(pid: i32) -> Vec<i32> {
+    let mut found = Vec::new();
+    let mut next = vec![pid];
+    while let Some(parent) = next.pop() {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{parent}/task")) else {
+            continue;
+        };
+        for task in tasks.flatten() {
+            let children =
+                std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+            for child in children
+                .split_whitespace()
+                .filter_map(|c| c.parse::<i32>().ok())
+            {
+                if !found.contains(&child) && found.len() < 4096 {
+                    found.push(child);
+                    next.push(child);
+                }
+            }
+        }
+    }
+    found
 }
 
 /// Reads `from` line by line on its own thread: gctrace lines to the feed, the others kept.
