@@ -4,7 +4,7 @@
 //! token and the cookie must be carried on every request, and a failing check must be
 //! counted exactly.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 
@@ -99,6 +99,7 @@ fn run_plan(dir: &Path, text: &str, extra: &[&str]) -> Value {
 
 #[test]
 fn a_closed_plan_matches_the_servers_counts_exactly() {
+    let _turn = common::beside();
     let api = ShopApi::start("pw-1").unwrap();
     let dir = tempfile::tempdir().unwrap();
     write_users(dir.path());
@@ -174,6 +175,7 @@ fn a_closed_plan_matches_the_servers_counts_exactly() {
 
 #[test]
 fn per_vu_data_and_an_open_model() {
+    let _turn = common::beside();
     let api = ShopApi::start("pw-2").unwrap();
     let dir = tempfile::tempdir().unwrap();
     write_users(dir.path());
@@ -213,6 +215,7 @@ fn per_vu_data_and_an_open_model() {
 
 #[test]
 fn a_correlation_that_fails_is_counted_and_cuts_the_iteration() {
+    let _turn = common::beside();
     let api = ShopApi::start("pw-4").unwrap();
     let dir = tempfile::tempdir().unwrap();
     write_users(dir.path());
@@ -260,6 +263,7 @@ fn a_correlation_that_fails_is_counted_and_cuts_the_iteration() {
 
 #[test]
 fn plan_check_shows_the_plan_and_points_at_mistakes() {
+    let _turn = common::beside();
     let api = ShopApi::start("pw-5").unwrap();
     let dir = tempfile::tempdir().unwrap();
     write_users(dir.path());
@@ -307,6 +311,7 @@ fn plan_check_shows_the_plan_and_points_at_mistakes() {
 /// allows, the last VU in leaves first, and kiln's counts are the server's.
 #[test]
 fn vu_stages_start_and_stop_vus_on_the_ramp() {
+    let _turn = common::beside();
     let api = ShopApi::start("pw-6").unwrap();
     let dir = tempfile::tempdir().unwrap();
     let text = format!(
@@ -365,6 +370,7 @@ load:
 /// the data file, and every login's token works.
 #[test]
 fn json_and_form_bodies_escape_what_they_carry() {
+    let _turn = common::beside();
     let api = ShopApi::start("p&w =\"1\"").unwrap();
     let dir = tempfile::tempdir().unwrap();
     let users = ["o\"neil & co", "a+b=c", "zoë ☃", "back\\slash"];
@@ -440,6 +446,7 @@ load:
 /// VU's jar to the cart, so the server sees no failure.
 #[test]
 fn a_har_recording_becomes_a_plan_that_runs() {
+    let _turn = common::beside();
     let api = ShopApi::start("pw-7").unwrap();
     let dir = tempfile::tempdir().unwrap();
     let base = api.url("");

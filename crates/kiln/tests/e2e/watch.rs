@@ -5,15 +5,8 @@ use std::process::Command;
 
 use serde_json::Value;
 
-mod common;
+use crate::common;
 use common::{json_with_exit, kiln, manifest};
-
-/// CPU figures need the machine to themselves: these tests run one at a time.
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn alone() -> std::sync::MutexGuard<'static, ()> {
-    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 fn samples(out: &std::process::Output) -> Vec<Value> {
     String::from_utf8_lossy(&out.stdout)
@@ -37,7 +30,7 @@ fn kernel_cpu_seconds(pid: u32) -> (f64, f64) {
 /// window (a busy machine gives it less of a core, and both figures say so alike).
 #[test]
 fn a_spinning_process_is_seen_using_one_core_of_user_time() {
-    let _alone = alone();
+    let _turn = common::alone();
     let mut busy = Command::new("sh")
         .args(["-c", "while :; do :; done"])
         .spawn()
@@ -106,7 +99,7 @@ fn a_spinning_process_is_seen_using_one_core_of_user_time() {
 
 #[test]
 fn watch_port_finds_the_listening_process() {
-    let _alone = alone();
+    let _turn = common::alone();
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port().to_string();
     let tmp = tempfile::tempdir().unwrap();
@@ -136,7 +129,7 @@ fn watch_port_finds_the_listening_process() {
 
 #[test]
 fn a_process_that_exits_ends_the_watch_as_interrupted() {
-    let _alone = alone();
+    let _turn = common::alone();
     let mut short = Command::new("sleep").arg("1.5").spawn().unwrap();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("w");
@@ -166,7 +159,7 @@ fn a_process_that_exits_ends_the_watch_as_interrupted() {
 
 #[test]
 fn watching_nothing_or_a_missing_process_is_a_clear_error() {
-    let _alone = alone();
+    let _turn = common::alone();
     for (args, expected) in [
         (vec!["watch"], "--pid PID or --port PORT"),
         (vec!["watch", "--pid", "999999999"], "no process 999999999"),
@@ -184,7 +177,7 @@ fn watching_nothing_or_a_missing_process_is_a_clear_error() {
 
 #[test]
 fn a_load_run_records_the_watched_process_beside_its_seconds() {
-    let _alone = alone();
+    let _turn = common::alone();
     // The target runs in this test process, so --watch-port finds this process, whose
     // target threads sleep 2 ms per request: the watched CPU is small but its voluntary
     // context switches are at least one per request.

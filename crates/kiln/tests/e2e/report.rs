@@ -2,7 +2,7 @@
 //! the charts hold the run's own numbers (read back from the DOM and checked against the
 //! record), and hostile text in the record never runs or loads anything.
 
-mod common;
+use crate::common;
 
 use std::io::Read;
 use std::net::TcpListener;
@@ -27,15 +27,7 @@ fn data_attr(dom: &str, name: &str) -> Vec<Value> {
         .collect()
 }
 
-/// Every second of the load part (all phases), as the record wrote it.
-fn seconds(dir: &Path) -> Vec<Value> {
-    std::fs::read_to_string(dir.join("load-seconds.jsonl"))
-        .unwrap()
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter_map(|v| v.get("second").cloned())
-        .collect()
-}
+use common::load_seconds as seconds;
 
 /// The share a flame graph's search matched, in percent, with the page opened at `hash`.
 fn match_share(page: &std::path::Path, hash: &str) -> f64 {
@@ -72,6 +64,7 @@ fn drawn_pixels(png: &Path, top: u32, height: u32) -> usize {
 
 #[test]
 fn every_section_is_drawn_and_the_charts_hold_the_runs_numbers() {
+    let _turn = common::group("report");
     let tmp = tempfile::tempdir().unwrap();
     let target = TargetServer::start(Behavior {
         service_time: Duration::from_millis(1),
@@ -314,6 +307,7 @@ fn every_section_is_drawn_and_the_charts_hold_the_runs_numbers() {
 
 #[test]
 fn hostile_text_in_the_record_stays_text_and_loads_nothing() {
+    let _turn = common::group("report");
     let tmp = tempfile::tempdir().unwrap();
     // anything the page loads or runs calls home here
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -465,6 +459,7 @@ fn hostile_text_in_the_record_stays_text_and_loads_nothing() {
 
 #[test]
 fn an_interrupted_or_damaged_record_still_gets_its_page() {
+    let _turn = common::group("report");
     let tmp = tempfile::tempdir().unwrap();
     let target = TargetServer::start(Behavior::default()).unwrap();
     let dir = tmp.path().join("run");

@@ -3,7 +3,7 @@
 //! (tests/apps/go_cache writes `runtime.MemStats` when it is stopped), and where they come:
 //! in the seconds after each cache rebuild, at a known wall-clock phase.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -72,6 +72,7 @@ fn recorded_cycles(out: &Path) -> (Vec<Value>, f64) {
 
 #[test]
 fn a_spawned_go_targets_gc_cycles_are_its_own_and_come_after_each_cache_rebuild() {
+    let _turn = common::group("runtime_go");
     let tmp = tempfile::tempdir().unwrap();
     let bin = go_cache(tmp.path());
     let (run, out, truth_file) = go_cache_run(&bin, tmp.path(), "background", 10, "24s", &[]);
@@ -190,6 +191,7 @@ fn a_spawned_go_targets_gc_cycles_are_its_own_and_come_after_each_cache_rebuild(
 
 #[test]
 fn spawn_refusals_and_a_target_that_never_listens() {
+    let _turn = common::group("runtime_go");
     let port = free_port();
     let url = format!("http://127.0.0.1:{port}/");
     let out = kiln(&[
@@ -257,6 +259,7 @@ fn go_cache_run(
 /// cycles to speak of and no finding, though the rule judged the run.
 #[test]
 fn a_go_cache_rebuilt_at_once_makes_gc_in_the_slow_seconds_and_one_refreshed_in_place_does_not() {
+    let _turn = common::group("runtime_go");
     let tmp = tempfile::tempdir().unwrap();
     let bin = go_cache(tmp.path());
     let (inline, in_place) = std::thread::scope(|s| {
@@ -302,6 +305,7 @@ fn a_go_cache_rebuilt_at_once_makes_gc_in_the_slow_seconds_and_one_refreshed_in_
 /// page, each one's pause and end exactly the runtime's own (`MemStats.PauseEnd`), none lost.
 #[test]
 fn a_watched_go_targets_gc_cycles_come_from_its_expvar_page() {
+    let _turn = common::group("runtime_go");
     let tmp = tempfile::tempdir().unwrap();
     let bin = go_cache(tmp.path());
     let port = free_port();
@@ -382,6 +386,7 @@ fn a_watched_go_targets_gc_cycles_come_from_its_expvar_page() {
 /// having judged the dumps.
 #[test]
 fn goroutines_waiting_for_a_mutex_are_found_and_the_same_call_outside_the_lock_is_not() {
+    let _turn = common::group("runtime_go");
     let tmp = tempfile::tempdir().unwrap();
     let bin = go_cache(tmp.path());
     let port = free_port();
@@ -463,6 +468,7 @@ fn goroutines_waiting_for_a_mutex_are_found_and_the_same_call_outside_the_lock_i
 /// stops it at the end, when it writes its MemStats.
 #[test]
 fn kiln_watch_spawns_a_go_target_reads_its_gc_and_stops_it() {
+    let _turn = common::group("runtime_go");
     let tmp = tempfile::tempdir().unwrap();
     let bin = go_cache(tmp.path());
     let port = free_port();
@@ -510,6 +516,7 @@ fn kiln_watch_spawns_a_go_target_reads_its_gc_and_stops_it() {
 /// often wait in assist longer than the rebuild works in it.)
 #[test]
 fn execution_traces_put_mark_assist_in_the_seconds_and_functions_that_paid_it() {
+    let _turn = common::group("runtime_go");
     let tmp = tempfile::tempdir().unwrap();
     let bin = go_cache(tmp.path());
     let (run, out, _) = go_cache_run(&bin, tmp.path(), "inline", 4, "16s", &["--runtime", "deep"]);

@@ -3,7 +3,7 @@
 //! JVM's own logs in kiln-runtime's tests), and `kiln report` shows the same from the record.
 //! A native target is named as such, with what kiln could not read.
 
-mod common;
+use crate::common;
 
 use std::process::{Command, Stdio};
 
@@ -12,6 +12,7 @@ use common::{finding, json_with_exit, kiln};
 
 #[test]
 fn a_jvm_target_shows_its_gc_safepoints_and_threads() {
+    let _turn = common::group("runtime");
     let tmp = tempfile::tempdir().unwrap();
     let classes = gc_pattern_classes(tmp.path());
     let gc_log = tmp.path().join("gc.log");
@@ -74,6 +75,7 @@ fn a_jvm_target_shows_its_gc_safepoints_and_threads() {
 
 #[test]
 fn a_native_target_is_named_with_what_kiln_cannot_read() {
+    let _turn = common::group("runtime");
     let target = kiln_targets::TargetServer::start(kiln_targets::Behavior::default()).unwrap();
     let tmp = tempfile::tempdir().unwrap();
     let out_dir = tmp.path().join("run");
@@ -149,6 +151,7 @@ const RING_FULL: &str = "log4j2 async logger ring buffer full";
 
 #[test]
 fn request_threads_blocked_behind_a_full_log4j2_ring_buffer_are_named_and_discard_has_none() {
+    let _turn = common::group("runtime");
     common::apps::fetch("java-agent.sh");
     let jar = |group: &str, name: &str, version: &str| common::apps::m2_jar(group, name, version);
     let classpath = [
@@ -246,6 +249,7 @@ fn request_threads_blocked_behind_a_full_log4j2_ring_buffer_are_named_and_discar
 /// -XX:+DisableExplicitGC has only short young pauses and no finding.
 #[test]
 fn gc_pauses_from_explicit_full_collections_are_found_and_disable_explicit_gc_clears_them() {
+    let _turn = common::group("runtime");
     let tmp = tempfile::tempdir().unwrap();
     let classes = gc_pattern_classes(tmp.path());
     let run = |fixed: bool| {
@@ -303,6 +307,7 @@ fn gc_pauses_from_explicit_full_collections_are_found_and_disable_explicit_gc_cl
 /// up (runtime.jit-warmup); warmed up by `auto`, it is not.
 #[test]
 fn warmup_auto_ends_when_the_jit_has_gone_quiet_and_a_cold_run_is_found_warming_up() {
+    let _turn = common::group("runtime");
     let tmp = tempfile::tempdir().unwrap();
     let shop = common::apps::LogShop::compile(tmp.path());
     // a fresh JVM per run, and kiln run against it with `warmup`
@@ -395,6 +400,7 @@ fn warmup_auto_ends_when_the_jit_has_gone_quiet_and_a_cold_run_is_found_warming_
 
 #[test]
 fn warmup_auto_without_a_jvm_goes_by_throughput_and_a_bad_cap_is_refused() {
+    let _turn = common::group("runtime");
     // 10 ms a request over 4 connections: throughput set by the target's sleep, not by CPU
     // a busy machine shares out unevenly (one connection to an instant target swung from 1
     // to 36,000 responses a second on a loaded CI host and never settled)
@@ -479,6 +485,7 @@ fn warmup_auto_without_a_jvm_goes_by_throughput_and_a_bad_cap_is_refused() {
 /// runtime's part in the watch's directory, a thread dump in its seconds.
 #[test]
 fn kiln_watch_reads_the_runtime_too() {
+    let _turn = common::group("runtime");
     let tmp = tempfile::tempdir().unwrap();
     let classes = gc_pattern_classes(tmp.path());
     let (jvm, _) = gc_pattern(&classes, &["-Xmx64m", "-Xmn8m"], &["500", "60"]);
@@ -514,6 +521,7 @@ fn kiln_watch_reads_the_runtime_too() {
 /// does not.
 #[test]
 fn exceptions_per_second_are_k_times_the_throughput() {
+    let _turn = common::group("runtime");
     let tmp = tempfile::tempdir().unwrap();
     let shop = common::apps::LogShop::compile(tmp.path());
     // JFR stamps its once-a-second reading when its periodic thread sets out, and reads the
@@ -661,6 +669,7 @@ fn gc_pattern(classes: &std::path::Path, flags: &[&str], args: &[&str]) -> (Kill
 /// `kiln watch --runtime deep` reads them with py-spy.
 #[test]
 fn python_threads_and_the_gil_holder_come_from_py_spy() {
+    let _turn = common::group("runtime");
     const SCRIPT: &str = "
 import sys, threading, time
 def spin_forever():
@@ -795,6 +804,7 @@ time.sleep(120)
 /// across the call, has no waits and no finding.
 #[test]
 fn lock_waits_from_jfr_match_the_services_own_stopwatch() {
+    let _turn = common::group("runtime");
     let tmp = tempfile::tempdir().unwrap();
     let classes = tmp.path().join("lockshop");
     javac(

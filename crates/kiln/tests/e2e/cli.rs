@@ -7,11 +7,12 @@ use std::time::{Duration, Instant};
 
 use kiln_targets::{Behavior, TargetServer};
 
-mod common;
+use crate::common;
 use common::{json_of, json_with_exit, kiln, manifest};
 
 #[test]
 fn bad_input_gets_one_clear_line_and_a_nonzero_exit() {
+    let _turn = common::beside();
     let target = TargetServer::start(Behavior::default()).unwrap();
     let url = target.url("/");
     let cases: Vec<(Vec<&str>, &str)> = vec![
@@ -63,6 +64,7 @@ fn bad_input_gets_one_clear_line_and_a_nonzero_exit() {
 
 #[test]
 fn a_closed_run_reports_what_the_target_counted_and_report_rebuilds_it() {
+    let _turn = common::beside();
     let target = TargetServer::start(Behavior {
         service_time: Duration::from_millis(1),
         ..Default::default()
@@ -115,6 +117,7 @@ fn a_closed_run_reports_what_the_target_counted_and_report_rebuilds_it() {
 
 #[test]
 fn jmeter_lines_give_one_summary_per_measured_run_and_no_empty_window() {
+    let _turn = common::beside();
     let target = TargetServer::start(Behavior::default()).unwrap();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("r");
@@ -146,6 +149,7 @@ fn jmeter_lines_give_one_summary_per_measured_run_and_no_empty_window() {
 
 #[test]
 fn warmup_and_repeats_are_reported_apart_and_merged_exactly() {
+    let _turn = common::beside();
     let target = TargetServer::start(Behavior::default()).unwrap();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("r");
@@ -216,6 +220,7 @@ fn send_signal(pid: u32, signal: &str) {
 
 #[test]
 fn ctrl_c_leaves_an_interrupted_record_that_still_reports() {
+    let _turn = common::beside();
     let target = TargetServer::start(Behavior::default()).unwrap();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("r");
@@ -237,6 +242,7 @@ fn ctrl_c_leaves_an_interrupted_record_that_still_reports() {
 
 #[test]
 fn a_killed_run_is_read_as_interrupted_and_keeps_its_finished_seconds() {
+    let _turn = common::beside();
     let target = TargetServer::start(Behavior::default()).unwrap();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("r");
@@ -254,6 +260,7 @@ fn a_killed_run_is_read_as_interrupted_and_keeps_its_finished_seconds() {
 
 #[test]
 fn a_target_that_dies_mid_run_ends_it_as_interrupted_with_exit_3() {
+    let _turn = common::beside();
     let target = TargetServer::start(Behavior {
         hang_after: Some(100),
         ..Default::default()
@@ -290,6 +297,7 @@ fn a_target_that_dies_mid_run_ends_it_as_interrupted_with_exit_3() {
 
 #[test]
 fn https_with_a_self_signed_certificate_needs_insecure() {
+    let _turn = common::beside();
     let target = TargetServer::start(Behavior {
         tls: true,
         ..Default::default()
@@ -327,6 +335,7 @@ fn https_with_a_self_signed_certificate_needs_insecure() {
 
 #[test]
 fn post_bodies_from_a_file_and_headers_reach_the_target() {
+    let _turn = common::beside();
     let target = TargetServer::start(Behavior::default()).unwrap();
     let tmp = tempfile::tempdir().unwrap();
     let body = tmp.path().join("body.json");
@@ -357,6 +366,7 @@ fn post_bodies_from_a_file_and_headers_reach_the_target() {
 
 #[test]
 fn thresholds_gate_the_exit_code_like_k6_and_report_rechecks_them() {
+    let _turn = common::beside();
     let target = TargetServer::start(Behavior {
         service_time: Duration::from_millis(5),
         ..Default::default()
@@ -403,6 +413,7 @@ fn thresholds_gate_the_exit_code_like_k6_and_report_rechecks_them() {
 /// and the same seed sends the same number.
 #[test]
 fn poisson_arrivals_send_about_the_rate_and_repeat_with_their_seed() {
+    let _turn = common::beside();
     let target = TargetServer::start(Behavior::default()).unwrap();
     let url = target.url("/");
     let tmp = tempfile::tempdir().unwrap();
@@ -447,6 +458,7 @@ fn poisson_arrivals_send_about_the_rate_and_repeat_with_their_seed() {
 /// to exactly the run's latency figures (read here with hdrhistogram's own log reader).
 #[test]
 fn the_latency_log_merges_back_to_the_summary() {
+    let _turn = common::beside();
     use hdrhistogram::serialization::interval_log::{IntervalLogIterator, LogEntry};
     use hdrhistogram::serialization::Deserializer;
     let target = TargetServer::start(Behavior {

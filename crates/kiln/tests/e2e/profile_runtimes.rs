@@ -2,7 +2,7 @@
 //! and a Go program's own pprof CPU profile imported. The programs are written here with a
 //! known CPU split and built by the tests (javac, go), like a user's service would be.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -36,6 +36,7 @@ impl Drop for Killed {
 
 #[test]
 fn a_hot_java_method_is_named_in_the_profile() {
+    let _turn = common::group("profile_runtimes");
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("Hot.java"), JAVA_HOT).unwrap();
     let javac = Command::new("javac")
@@ -96,6 +97,7 @@ console.log(s);
 
 #[test]
 fn a_hot_javascript_function_is_named_with_perf_basic_prof() {
+    let _turn = common::group("profile_runtimes");
     let dir = tempfile::tempdir().unwrap();
     let script = dir.path().join("hot.js");
     std::fs::write(&script, NODE_HOT).unwrap();
@@ -207,6 +209,7 @@ fn go_cpu_profile(dir: &Path) -> std::path::PathBuf {
 
 #[test]
 fn a_go_pprof_profile_imports_with_its_known_split() {
+    let _turn = common::group("profile_runtimes");
     let dir = tempfile::tempdir().unwrap();
     let profile = go_cpu_profile(dir.path());
     let out = dir.path().join("run");
@@ -259,6 +262,7 @@ fn a_go_pprof_profile_imports_with_its_known_split() {
 
 #[test]
 fn a_corrupt_or_truncated_pprof_file_is_a_clear_error() {
+    let _turn = common::group("profile_runtimes");
     let dir = tempfile::tempdir().unwrap();
     let profile = go_cpu_profile(dir.path());
     let data = std::fs::read(&profile).unwrap();

@@ -2,7 +2,7 @@
 //! must not hold unbounded memory nor block a real exporter, silent connections are closed,
 //! and padded gzip bodies stay small on disk.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -66,6 +66,7 @@ fn rss_mib(pid: u32) -> u64 {
 
 #[test]
 fn half_sent_bodies_hold_bounded_memory_and_a_real_exporter_still_gets_through() {
+    let _turn = common::beside();
     let tmp = tempfile::tempdir().unwrap();
     let listening = Listening::start(&tmp.path().join("q"));
     let port = listening.port;
@@ -111,6 +112,7 @@ fn half_sent_bodies_hold_bounded_memory_and_a_real_exporter_still_gets_through()
 
 #[test]
 fn padded_gzip_bodies_are_recorded_compressed_and_read_back() {
+    let _turn = common::beside();
     use flate2::write::GzEncoder;
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("q");

@@ -4,6 +4,8 @@
 //! to the byte.
 
 use std::net::TcpListener;
+
+use crate::common;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -88,6 +90,7 @@ http {{
 
 #[test]
 fn requests_kiln_counts_are_the_lines_nginx_logged() {
+    let _turn = common::beside();
     let nginx = start_nginx();
     let url = format!("http://127.0.0.1:{}/", nginx.port);
     let run = kiln_json(&url, "8", "2s", &[]);
@@ -158,6 +161,7 @@ fn body_over_http10(port: u16, path: &str, headers: &str) -> Vec<u8> {
 
 #[test]
 fn every_framing_nginx_uses_is_read_to_the_byte() {
+    let _turn = common::beside();
     let nginx = start_nginx_with(
         "gzip on; gzip_types text/plain; gzip_min_length 1; gzip_http_version 1.0;",
         r#"location /nothing { return 204; }

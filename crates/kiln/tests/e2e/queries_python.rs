@@ -4,7 +4,7 @@
 //! construction (tests/apps/python_shop/app.py); kiln must report exactly them. The app runs
 //! from a folder named like libraries (`opentelemetry/sqlalchemy/`): still the app's code.
 
-mod common;
+use crate::common;
 
 use common::apps::{
     assert_shop_findings, findings, free_port, get, line_of, python_shop_file, start_python_shop,
@@ -15,6 +15,7 @@ use kiln_targets::postgres::Postgres;
 
 #[test]
 fn flask_on_postgres_n_plus_one_bulk_and_repeats() {
+    let _turn = common::beside();
     const AUTHORS: usize = 12;
     const REPEATS: usize = 4;
     const ROUNDS: usize = 3;
@@ -118,6 +119,7 @@ fn flask_on_postgres_n_plus_one_bulk_and_repeats() {
 /// run's summary and record, and again from `kiln report`.
 #[test]
 fn kiln_run_receives_the_traces_of_its_own_load() {
+    let _turn = common::beside();
     const AUTHORS: usize = 6;
     let pg = Postgres::start().expect("PostgreSQL starts");
     let tmp = tempfile::tempdir().unwrap();

@@ -3,7 +3,7 @@
 //! 50th request is slow (2%), so p99 halves and p50 does not move; between the two runs of
 //! the first target nothing changes.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Command;
@@ -71,6 +71,7 @@ fn row<'a>(c: &'a Value, metric: &str) -> &'a Value {
 
 #[test]
 fn a_shrinking_stall_improves_p99_and_the_same_target_shows_no_change() {
+    let _turn = common::group("compare");
     let tmp = tempfile::tempdir().unwrap();
     let (a, b, c) = (
         tmp.path().join("a"),
@@ -191,6 +192,7 @@ fn a_shrinking_stall_improves_p99_and_the_same_target_shows_no_change() {
 
 #[test]
 fn bad_input_is_a_clear_error() {
+    let _turn = common::group("compare");
     let tmp = tempfile::tempdir().unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_kiln"))
         .arg("compare")

@@ -6,7 +6,7 @@
 //! two classes, and it served traffic before kiln listened. kiln must name the loop's line,
 //! find exactly the loop and the double load, and count only the measured requests.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -72,6 +72,7 @@ fn route<'a>(analysis: &'a Value, route: &str) -> &'a Value {
 
 #[test]
 fn spring_data_jpa_under_the_agent_loop_line_double_load_and_only_the_measured_requests() {
+    let _turn = common::beside();
     fetch("spring-shop.sh");
     let app_dir = workspace().join("tests/apps/spring_shop");
     let tmp = tempfile::tempdir().unwrap();

@@ -2,8 +2,12 @@
 //! profiled by `kiln run`, must get the finding with the right evidence; the same target
 //! with the problem fixed must not. The target runs in its own process (this test binary
 //! started again as `as_target`), so what kiln sees of it is the target's alone.
+//!
+//! Latency figures need the machine to themselves: those tests run alone (a CPU-bound target
+//! beside a warming one has hidden the warm-up in scheduling noise). Tests of shares of the
+//! target's own CPU, of counts and of socket queues run two at a time (`group("findings")`).
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener};
@@ -21,14 +25,6 @@ const TARGET_ENV: &str = "KILN_FINDINGS_TARGET";
 const STALL_PERIOD_S: u64 = 5;
 
 /// The target's behaviour by name; `fixed` is the same target with its problem fixed.
-/// Latency and CPU figures need the machine to themselves: these tests run one at a time
-/// (a CPU-bound target beside a warming one has hidden the warm-up in scheduling noise).
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn alone() -> std::sync::MutexGuard<'static, ()> {
-    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 fn behavior(name: &str, log_peer: Option<SocketAddr>) -> Behavior {
     let planted = match name {
         "page-faults" | "page-faults-fixed" => Planted {
@@ -154,7 +150,7 @@ fn behavior(name: &str, log_peer: Option<SocketAddr>) -> Behavior {
 /// Not a test of its own: the target process the tests below start.
 #[test]
 fn as_target() {
-    let _alone = alone();
+    let _turn = common::alone();
     let Ok(name) = std::env::var(TARGET_ENV) else {
         return;
     };
@@ -187,10 +183,15 @@ impl Target {
             Some(ns) => ns.command(exe.to_str().unwrap()),
             None => Command::new(exe),
         };
-        cmd.args(["--exact", "as_target", "--nocapture", "--test-threads=1"])
-            .env(TARGET_ENV, name)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null());
+        cmd.args([
+            "--exact",
+            "findings::as_target",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(TARGET_ENV, name)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
         if let Some(peer) = peer {
             cmd.env("KILN_FINDINGS_PEER", peer.to_string());
         }
@@ -274,26 +275,11 @@ fn run_in(
     v["findings"].clone()
 }
 
-fn finding<'a>(findings: &'a Value, rule: &str) -> Option<&'a Value> {
-    findings["findings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|f| f["rule"] == rule)
-}
-
-fn rules(findings: &Value) -> Vec<String> {
-    findings["findings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|f| f["rule"].as_str().unwrap().to_string())
-        .collect()
-}
+use common::{finding_in as finding, rules_in as rules};
 
 #[test]
 fn page_faults_make_system_time_above_user_and_reused_memory_does_not() {
-    let _alone = alone();
+    let _turn = common::group("findings");
     let tmp = tempfile::tempdir().unwrap();
     let target = Target::start("page-faults", None);
     let f = run_and_judge(&target, &tmp.path().join("faults"), &["-c", "2"]);
@@ -332,7 +318,7 @@ fn page_faults_make_system_time_above_user_and_reused_memory_does_not() {
 
 #[test]
 fn threads_queueing_for_a_lock_are_found_and_the_lock_held_briefly_is_not() {
-    let _alone = alone();
+    let _turn = common::alone();
     let tmp = tempfile::tempdir().unwrap();
     // 300 requests a second arriving as independent users do (Poisson), each holding the
     // lock 2 ms: it is busy 60% of the time, so about 60% of requests find it taken (16
@@ -379,7 +365,7 @@ fn threads_queueing_for_a_lock_are_found_and_the_lock_held_briefly_is_not() {
 
 #[test]
 fn a_warm_up_inside_the_measurement_is_found_and_one_left_to_warmup_is_not() {
-    let _alone = alone();
+    let _turn = common::alone();
     let tmp = tempfile::tempdir().unwrap();
     // 16 s measured from the target's first request: its latency falls from 16 ms to 1 ms
     // over the first 10 s (most of the run: a plateau's noise on a busy machine cannot hide
@@ -479,7 +465,7 @@ impl Drop for Netns {
 
 #[test]
 fn packets_lost_on_the_way_are_found_and_a_clean_loopback_is_not() {
-    let _alone = alone();
+    let _turn = common::group("findings");
     let tmp = tempfile::tempdir().unwrap();
     let load = ["--rate", "200", "-c", "8"];
     // 2% of TCP packets dropped: about 2% of the segments sent again
@@ -519,7 +505,7 @@ fn packets_lost_on_the_way_are_found_and_a_clean_loopback_is_not() {
 
 #[test]
 fn requests_waiting_for_a_small_pool_are_found_and_a_pool_sized_to_the_load_is_not() {
-    let _alone = alone();
+    let _turn = common::alone();
     let tmp = tempfile::tempdir().unwrap();
     // 8 connections, each sending its next request as the last is answered
     let load = ["-c", "8"];
@@ -542,7 +528,7 @@ fn requests_waiting_for_a_small_pool_are_found_and_a_pool_sized_to_the_load_is_n
 
 #[test]
 fn connections_dropped_by_a_full_accept_queue_are_found_and_a_long_queue_is_not() {
-    let _alone = alone();
+    let _turn = common::group("findings");
     let tmp = tempfile::tempdir().unwrap();
     // 64 connections opened at once; each namespace has its own TCP counters, so no other
     // test's listener is counted
@@ -568,9 +554,49 @@ fn connections_dropped_by_a_full_accept_queue_are_found_and_a_long_queue_is_not(
     );
 }
 
+/// Another listener on the host (here: the namespace kiln and the target share) with a
+/// backlog of 1 that never accepts, flooded until it overflows, while the target keeps up:
+/// the host's counters count its overflows, and kiln once blamed the target for them (HIGH,
+/// "the accept queue overflowed"). Now it is a note naming the host, and no finding.
+#[test]
+fn another_listeners_overflows_are_a_host_note_not_the_targets() {
+    let _turn = common::group("findings");
+    let tmp = tempfile::tempdir().unwrap();
+    let ns = Netns::new(0);
+    let target = Target::start_in("small-backlog-fixed", None, Some(&ns));
+    // a listener that never accepts, and 300 connection attempts at it over the run
+    let flood = "import socket, time\n\
+                 l = socket.socket(); l.bind(('127.0.0.1', 0)); l.listen(1)\n\
+                 port = l.getsockname()[1]; held = []\n\
+                 for i in range(300):\n\
+                 \x20   c = socket.socket(); c.setblocking(False)\n\
+                 \x20   c.connect_ex(('127.0.0.1', port)); held.append(c); time.sleep(0.02)\n\
+                 time.sleep(30)\n";
+    let mut flooder = ns
+        .command("python3")
+        .args(["-c", flood])
+        .spawn()
+        .expect("python3 in the namespace");
+    let f = run_in(
+        Some(&ns),
+        &target,
+        &tmp.path().join("host"),
+        "6s",
+        &["--rate", "50", "-c", "2"],
+    );
+    let _ = flooder.kill();
+    let _ = flooder.wait();
+    assert!(finding(&f, "kernel.listen-overflow").is_none(), "{f:#}");
+    let note = f["unjudged"].to_string();
+    assert!(
+        note.contains("but not the target's") && note.contains("another listener"),
+        "{f:#}"
+    );
+}
+
 #[test]
 fn json_parsed_on_every_request_is_found_and_parsed_once_is_not() {
-    let _alone = alone();
+    let _turn = common::group("findings");
     let tmp = tempfile::tempdir().unwrap();
     // enough samples to judge a share by even when a parse takes 1 ms (a release build)
     let load = ["--rate", "50", "-c", "4", "--profile-frequency", "999"];
@@ -590,7 +616,7 @@ fn json_parsed_on_every_request_is_found_and_parsed_once_is_not() {
 
 #[test]
 fn a_slow_fiftieth_request_makes_a_heavy_tail_and_an_even_target_does_not() {
-    let _alone = alone();
+    let _turn = common::alone();
     let tmp = tempfile::tempdir().unwrap();
     // 2% of requests 100 ms slower: p95 stays at the 1 ms service, p99 is the slow ones
     let load = ["--rate", "200", "-c", "8"];
@@ -612,7 +638,7 @@ fn a_slow_fiftieth_request_makes_a_heavy_tail_and_an_even_target_does_not() {
 
 #[test]
 fn clock_reads_through_syscall_are_found_and_vdso_reads_are_not() {
-    let _alone = alone();
+    let _turn = common::group("findings");
     let tmp = tempfile::tempdir().unwrap();
     let target = Target::start("clock-syscall", None);
     let f = run_and_judge(&target, &tmp.path().join("syscall"), &["-c", "2"]);
@@ -652,7 +678,7 @@ fn log_server(reads: bool) -> SocketAddr {
 
 #[test]
 fn a_peer_that_does_not_read_is_named_and_one_that_reads_is_not() {
-    let _alone = alone();
+    let _turn = common::group("findings");
     let tmp = tempfile::tempdir().unwrap();
     let stuck = log_server(false);
     let target = Target::start("log-peer", Some(stuck));
@@ -683,7 +709,7 @@ fn a_peer_that_does_not_read_is_named_and_one_that_reads_is_not() {
 /// The two stall targets run side by side (the test takes as long as one run).
 #[test]
 fn stalls_at_a_wall_clock_phase_are_periodic_and_random_stalls_are_not() {
-    let _alone = alone();
+    let _turn = common::alone();
     let tmp = tempfile::tempdir().unwrap();
     let periodic = Target::start("periodic-stall", None);
     let random = Target::start("random-stall", None);
@@ -742,7 +768,7 @@ fn run_java(port: u16, pid: u32, out: &Path) -> Value {
 
 #[test]
 fn java_exceptions_for_control_flow_and_log4j2_location_are_found_and_their_fixes_are_not() {
-    let _alone = alone();
+    let _turn = common::alone();
     let tmp = tempfile::tempdir().unwrap();
     let shop = common::apps::LogShop::compile(tmp.path());
 
@@ -785,7 +811,7 @@ fn java_exceptions_for_control_flow_and_log4j2_location_are_found_and_their_fixe
 
 #[test]
 fn requests_that_wait_are_told_from_requests_that_run() {
-    let _alone = alone();
+    let _turn = common::alone();
     let tmp = tempfile::tempdir().unwrap();
     let target = Target::start("waiting", None);
     let f = run_and_judge(&target, &tmp.path().join("waiting"), &["-c", "4"]);
@@ -829,7 +855,7 @@ fn requests_that_wait_are_told_from_requests_that_run() {
 
 #[test]
 fn failed_requests_are_found_by_kind_and_a_target_that_answers_all_has_none() {
-    let _alone = alone();
+    let _turn = common::group("findings");
     let tmp = tempfile::tempdir().unwrap();
     let target = Target::start("resets", None);
     let f = run_and_judge(&target, &tmp.path().join("resets"), &["-c", "2"]);
@@ -851,7 +877,7 @@ fn failed_requests_are_found_by_kind_and_a_target_that_answers_all_has_none() {
 
 #[test]
 fn a_rate_above_what_the_target_serves_is_found_and_one_below_is_not() {
-    let _alone = alone();
+    let _turn = common::alone();
     let tmp = tempfile::tempdir().unwrap();
     let target = Target::start("slow", None);
     let cap = ["--max-connections", "4", "-c", "4"];
@@ -904,7 +930,7 @@ impl Drop for CpuQuota {
 
 #[test]
 fn a_cpu_quota_that_throttles_is_found_and_the_same_target_without_it_is_not() {
-    let _alone = alone();
+    let _turn = common::alone();
     let tmp = tempfile::tempdir().unwrap();
     let target = Target::start("cpu-bound", None);
     let quota = CpuQuota::new(target.child.id(), 0.2);
@@ -954,7 +980,7 @@ impl Drop for Neighbours {
 
 #[test]
 fn a_host_kept_busy_by_other_processes_is_found_and_a_quiet_host_is_not() {
-    let _alone = alone();
+    let _turn = common::alone();
     let tmp = tempfile::tempdir().unwrap();
     // a target that mostly waits (20 ms a request), and one spinning process per core beside it
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
@@ -1056,7 +1082,7 @@ fn pin_to_cpu(cpu: usize) {
 /// run on CPU 1 at a light load. The same run without the flood is judged and clear.
 #[test]
 fn a_core_saturated_by_softirqs_is_found_and_the_same_run_without_them_is_not() {
-    let _alone = alone();
+    let _turn = common::alone();
     if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
         eprintln!("one CPU: no core to leave idle");
         return;

@@ -3,17 +3,13 @@
 //! proves the fixes; the pages open in Chromium. And without perf, the demo says what it
 //! skipped and still finds what the traces and the clock show.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::path::Path;
-use std::sync::Mutex;
 
 use common::kiln_with_env;
 use serde_json::Value;
-
-/// The two demos load the same two cores: one at a time.
-static ONE_DEMO: Mutex<()> = Mutex::new(());
 
 fn demo(seconds: &str, runs: &Path, env: &[(&str, &str)]) -> (Value, String) {
     let out = kiln_with_env(
@@ -37,22 +33,14 @@ fn demo(seconds: &str, runs: &Path, env: &[(&str, &str)]) -> (Value, String) {
 /// The rules that found something about the shop (a host busy with other work, as a shared
 /// CI machine may be, is a finding about the machine: left out).
 fn rules(side: &Value) -> BTreeSet<String> {
-    side["findings"]["findings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|f| f["rule"].as_str().unwrap().to_string())
+    common::rules_in(&side["findings"])
+        .into_iter()
         .filter(|rule| rule != "cpu.host-busy")
         .collect()
 }
 
 fn finding<'a>(side: &'a Value, rule: &str) -> &'a Value {
-    side["findings"]["findings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|f| f["rule"] == rule)
-        .unwrap_or_else(|| panic!("no {rule} finding"))
+    common::finding(side, rule).unwrap_or_else(|| panic!("no {rule} finding"))
 }
 
 /// The line of the shop's N+1 loop, from its source: the query call after the marker.
@@ -75,7 +63,7 @@ fn n_plus_one_line() -> u64 {
 
 #[test]
 fn the_demo_finds_every_planted_problem_and_proves_the_fixes() {
-    let _one = ONE_DEMO.lock().unwrap_or_else(|e| e.into_inner());
+    let _turn = common::alone();
     let dir = tempfile::tempdir().unwrap();
     // 30 s: the periodic-stall rule needs 30 seconds (ten cycles of the 3-second price list)
     let (json, stderr) = demo("30", dir.path(), &[]);
@@ -218,7 +206,7 @@ fn the_demo_finds_every_planted_problem_and_proves_the_fixes() {
 
 #[test]
 fn without_perf_the_demo_says_what_it_skipped_and_finds_the_rest() {
-    let _one = ONE_DEMO.lock().unwrap_or_else(|e| e.into_inner());
+    let _turn = common::alone();
     let dir = tempfile::tempdir().unwrap();
     let (json, stderr) = demo("6", dir.path(), &[("PERF", "/nonexistent/perf")]);
     assert!(stderr.contains("no profiles (perf cannot run:"), "{stderr}");

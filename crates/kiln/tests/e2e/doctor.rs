@@ -1,7 +1,7 @@
 //! `kiln doctor` from the command line: a fixture tree with known bad settings (through
 //! `--root`) and the live host.
 
-mod common;
+use crate::common;
 
 use common::{json_of, kiln};
 
@@ -13,6 +13,7 @@ fn write(root: &std::path::Path, rel: &str, text: &str) {
 
 #[test]
 fn a_bad_setting_is_named_with_its_evidence_and_fix_and_exits_4() {
+    let _turn = common::beside();
     let root = tempfile::tempdir().unwrap();
     write(
         root.path(),
@@ -61,6 +62,7 @@ fn a_bad_setting_is_named_with_its_evidence_and_fix_and_exits_4() {
 
 #[test]
 fn the_live_host_is_audited_with_the_test_process_as_target() {
+    let _turn = common::beside();
     let pid = std::process::id().to_string();
     let out = kiln(&["doctor", "--pid", &pid, "--json"]);
     assert!(
@@ -86,6 +88,7 @@ fn the_live_host_is_audited_with_the_test_process_as_target() {
 
 #[test]
 fn a_settings_file_linked_to_dev_zero_is_read_only_so_far() {
+    let _turn = common::beside();
     let root = tempfile::tempdir().unwrap();
     for rel in [
         "proc/interrupts",
@@ -96,15 +99,8 @@ fn a_settings_file_linked_to_dev_zero_is_read_only_so_far() {
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::os::unix::fs::symlink("/dev/zero", path).unwrap();
     }
-    let out = kiln(&["doctor", "--root", root.path().to_str().unwrap(), "--json"]);
+    let (out, max_rss_mib) =
+        common::kiln_with_peak_rss(&["doctor", "--root", root.path().to_str().unwrap(), "--json"]);
     assert!(out.status.code().is_some_and(|c| c == 0 || c == 4));
-    // The largest child this test process has waited for: kiln, which read 3 GB before.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: getrusage writes into the struct we own.
-    assert_eq!(
-        unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage) },
-        0
-    );
-    let max_rss_mib = usage.ru_maxrss / 1024;
     assert!(max_rss_mib < 300, "kiln doctor peaked at {max_rss_mib} MiB");
 }

@@ -2,7 +2,7 @@
 //! process that spend fixed shares of each 10 ms in known functions, in the kernel, or asleep.
 //! perf profiles this process from outside, as it would any target.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::Ordering;
 use std::thread;
@@ -95,12 +95,9 @@ fn leaf(stack: &str) -> &str {
     stack.rsplit(';').next().unwrap_or("")
 }
 
-/// Serialized: each test's worker would otherwise take CPU from the other's.
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
 #[test]
 fn a_seventy_thirty_split_of_cpu_time_shows_as_seventy_thirty() {
-    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _turn = common::alone();
     let mut rounds = RandomRounds::new();
     let stop = worker("burn-split", move || {
         let (t0, round) = (Instant::now(), rounds.next());
@@ -154,7 +151,7 @@ fn a_seventy_thirty_split_of_cpu_time_shows_as_seventy_thirty() {
 
 #[test]
 fn time_spent_in_system_calls_shows_as_kernel_frames() {
-    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _turn = common::alone();
     let mut zero = std::fs::File::open("/dev/zero").unwrap();
     let mut buf = vec![0u8; 1 << 20];
     let mut rounds = RandomRounds::new();
@@ -196,7 +193,7 @@ fn block_here() {
 
 #[test]
 fn a_thread_that_blocks_at_a_known_rate_shows_in_the_context_switch_profile() {
-    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _turn = common::alone();
     let stop = worker("blocker", block_here);
     timing_attempts(3, || {
         let (blocks_before, t0) = (BLOCKS.load(Ordering::Relaxed), Instant::now());
@@ -224,7 +221,7 @@ fn a_thread_that_blocks_at_a_known_rate_shows_in_the_context_switch_profile() {
 
 #[test]
 fn a_process_that_exits_mid_profile_keeps_what_was_taken() {
-    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _turn = common::alone();
     // A shell that burns CPU until it is killed 1.5 s into a 20 s profile.
     let mut child = std::process::Command::new("sh")
         .args(["-c", "while :; do :; done"])
@@ -277,6 +274,7 @@ fn a_process_that_exits_mid_profile_keeps_what_was_taken() {
 
 #[test]
 fn bad_targets_get_one_clear_line() {
+    let _turn = common::group("profile");
     for (args, expected) in [
         (
             vec!["profile", "--pid", "999999999"],
@@ -302,6 +300,7 @@ fn bad_targets_get_one_clear_line() {
 
 #[test]
 fn a_missing_perf_says_what_to_install() {
+    let _turn = common::group("profile");
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_kiln"))
         .args([
             "profile",
@@ -323,6 +322,7 @@ fn a_missing_perf_says_what_to_install() {
 
 #[test]
 fn collapsed_files_import_and_diff_with_hostile_names_kept_as_text() {
+    let _turn = common::group("profile");
     let dir = tempfile::tempdir().unwrap();
     let before = dir.path().join("before.folded");
     let after = dir.path().join("after.folded");
@@ -386,7 +386,7 @@ fn collapsed_files_import_and_diff_with_hostile_names_kept_as_text() {
 
 #[test]
 fn a_profiled_load_run_finds_the_targets_hot_function_and_report_shows_it_again() {
-    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _turn = common::alone();
     // Each request burns 300 us of CPU in a known function, then answers.
     let target = kiln_targets::TargetServer::start(kiln_targets::Behavior {
         cpu_per_request: Duration::from_micros(300),
@@ -468,6 +468,7 @@ fn a_profiled_load_run_finds_the_targets_hot_function_and_report_shows_it_again(
 
 #[test]
 fn profile_without_a_process_to_watch_is_refused() {
+    let _turn = common::group("profile");
     let out = kiln(&["run", "http://127.0.0.1:9/", "--profile", "-d", "1s"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
@@ -523,7 +524,7 @@ fn profiling_a_sleeper(out: &std::path::Path) -> (std::process::Child, std::proc
 
 #[test]
 fn perf_stops_when_kiln_is_killed_mid_profile() {
-    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _turn = common::alone();
     let dir = tempfile::tempdir().unwrap();
     let (mut target, mut kiln_process, perf) = profiling_a_sleeper(&dir.path().join("run"));
     // As the OOM killer would: no chance for kiln to clean up.
@@ -546,7 +547,7 @@ fn perf_stops_when_kiln_is_killed_mid_profile() {
 
 #[test]
 fn ctrl_c_before_the_first_sample_leaves_no_perf_data() {
-    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _turn = common::alone();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("run");
     let (mut target, mut kiln_process, _) = profiling_a_sleeper(&out);

@@ -1,7 +1,7 @@
 //! `--http2` against hyper's HTTP/2 server: h2 chosen by ALPN over TLS, h2c by prior
 //! knowledge over plain TCP; kiln's counts equal the server's, which counts by protocol.
 
-mod common;
+use crate::common;
 
 use common::{json_with_exit, kiln};
 use kiln_targets::h2::H2Target;
@@ -25,6 +25,7 @@ fn run(args: &[&str]) -> Value {
 
 #[test]
 fn http2_over_tls_and_h2c_count_what_the_server_answered() {
+    let _turn = common::beside();
     for tls in [true, false] {
         let target = H2Target::start(tls).unwrap();
         let url = target.url(tls, "/");
@@ -46,6 +47,7 @@ fn http2_over_tls_and_h2c_count_what_the_server_answered() {
 
 #[test]
 fn without_http2_tls_stays_on_http1_and_the_open_model_works_over_h2() {
+    let _turn = common::beside();
     let target = H2Target::start(true).unwrap();
     let json = run(&[&target.url(true, "/"), "-k", "-c", "2"]);
     let requests = json["total"]["requests"].as_u64().unwrap();
@@ -69,6 +71,7 @@ fn without_http2_tls_stays_on_http1_and_the_open_model_works_over_h2() {
 
 #[test]
 fn a_plan_over_http2_carries_its_token() {
+    let _turn = common::beside();
     let target = H2Target::start(true).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let plan = dir.path().join("plan.yaml");

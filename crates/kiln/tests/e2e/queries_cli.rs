@@ -1,7 +1,7 @@
 //! `kiln queries` on files: bad input, exit codes, the HTML report in a real browser
 //! (Chromium renders the treemap; hostile SQL and frame names stay text).
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 
@@ -41,6 +41,7 @@ fn spans_file(dir: &Path, n: usize, payload: &str) -> std::path::PathBuf {
 
 #[test]
 fn missing_and_malformed_files_get_one_clear_line() {
+    let _turn = common::beside();
     let tmp = tempfile::tempdir().unwrap();
     let out = kiln(&["queries", "/nonexistent/spans.jsonl"]);
     assert_eq!(out.status.code(), Some(1));
@@ -93,6 +94,7 @@ fn missing_and_malformed_files_get_one_clear_line() {
 
 #[test]
 fn fail_on_gates_with_exit_99() {
+    let _turn = common::beside();
     let tmp = tempfile::tempdir().unwrap();
     let file = spans_file(tmp.path(), 6, "plain");
     let run = |name: &str, extra: &[&str]| {
@@ -122,6 +124,7 @@ fn fail_on_gates_with_exit_99() {
 
 #[test]
 fn html_report_renders_in_chromium_and_keeps_hostile_text_as_text() {
+    let _turn = common::beside();
     let tmp = tempfile::tempdir().unwrap();
     let payload = "<img src=x onerror=\"document.title='PWNED'\"></script><script>document.title='PWNED'</script>";
     let file = spans_file(tmp.path(), 5, payload);
@@ -150,6 +153,7 @@ fn html_report_renders_in_chromium_and_keeps_hostile_text_as_text() {
 
 #[test]
 fn an_endless_line_is_skipped_with_bounded_memory_and_the_next_lines_still_read() {
+    let _turn = common::beside();
     let tmp = tempfile::tempdir().unwrap();
     let good = std::fs::read_to_string(spans_file(tmp.path(), 6, "ok")).unwrap();
     // A line of 1 GiB (a sparse hole, so it costs no disk), then a good document.
@@ -163,7 +167,7 @@ fn an_endless_line_is_skipped_with_bounded_memory_and_the_next_lines_still_read(
         f.write_all(good.as_bytes()).unwrap();
     }
     let out_dir = tmp.path().join("q");
-    let out = kiln(&[
+    let (out, max_rss_mib) = common::kiln_with_peak_rss(&[
         "queries",
         path.to_str().unwrap(),
         "--json",
@@ -179,13 +183,6 @@ fn an_endless_line_is_skipped_with_bounded_memory_and_the_next_lines_still_read(
     );
     let problems = analysis["coverage"]["problems"].to_string();
     assert!(problems.contains("longer than 256 MiB"), "{problems}");
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: getrusage writes into the struct we own.
-    assert_eq!(
-        unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage) },
-        0
-    );
-    let max_rss_mib = usage.ru_maxrss / 1024;
     assert!(
         max_rss_mib < 800,
         "kiln queries peaked at {max_rss_mib} MiB"

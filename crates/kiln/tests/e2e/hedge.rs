@@ -2,7 +2,7 @@
 //! known by construction: every 25th request 60 ms slower (independent of time: a second
 //! copy is fast), and a whole-server stall every 3 s (a second copy waits as long).
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::time::Duration;
@@ -40,6 +40,7 @@ fn hedge(out: &Path, args: &[&str]) -> Value {
 
 #[test]
 fn random_slow_requests_are_cut_by_a_hedge_as_the_formula_says() {
+    let _turn = common::group("hedge");
     let tmp = tempfile::tempdir().unwrap();
     let target = TargetServer::start(Behavior {
         service_time: Duration::from_millis(1),
@@ -111,6 +112,7 @@ fn random_slow_requests_are_cut_by_a_hedge_as_the_formula_says() {
 
 #[test]
 fn slow_requests_from_a_shared_stall_are_not_sent_to_hedging() {
+    let _turn = common::group("hedge");
     let tmp = tempfile::tempdir().unwrap();
     let target = common::stalling_target();
     let dir = tmp.path().join("stalls");
@@ -130,6 +132,7 @@ fn slow_requests_from_a_shared_stall_are_not_sent_to_hedging() {
 
 #[test]
 fn bad_delays_and_missing_runs_are_clear_errors() {
+    let _turn = common::group("hedge");
     let tmp = tempfile::tempdir().unwrap();
     let out = kiln(&["hedge", tmp.path().to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(1));

@@ -2,7 +2,7 @@
 //! OpenAPI schema (kubernetes-validate from PyPI, which bundles the schemas) for several
 //! worker counts and options; and refused inputs.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Command;
@@ -46,6 +46,7 @@ fn validate(manifests: &Path) {
 
 #[test]
 fn the_manifests_validate_against_the_kubernetes_schema() {
+    let _turn = common::beside();
     let tmp = tempfile::tempdir().unwrap();
     let plan = tmp.path().join("shop-plan.yaml");
     std::fs::write(&plan, PLAN).unwrap();
@@ -106,6 +107,7 @@ fn the_manifests_validate_against_the_kubernetes_schema() {
 
 #[test]
 fn what_kubernetes_or_kiln_would_refuse_is_refused_before_the_cluster() {
+    let _turn = common::beside();
     let tmp = tempfile::tempdir().unwrap();
     let plan = tmp.path().join("plan.yaml");
     std::fs::write(&plan, PLAN).unwrap();
@@ -131,6 +133,7 @@ fn what_kubernetes_or_kiln_would_refuse_is_refused_before_the_cluster() {
 /// too large for a ConfigMap, is refused.
 #[test]
 fn the_plans_data_files_travel_with_it() {
+    let _turn = common::beside();
     let tmp = tempfile::tempdir().unwrap();
     std::fs::create_dir(tmp.path().join("data")).unwrap();
     std::fs::write(tmp.path().join("data/users.csv"), "user\nann\nbob\n").unwrap();
@@ -163,6 +166,23 @@ fn the_plans_data_files_travel_with_it() {
     let out = job(&outside, &["--workers", "2"]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("not inside the plan's folder"));
+
+    // a link beside the plan that leads out of its folder: its target would travel into the
+    // ConfigMap (a secret beside the plan's folder, here)
+    let linked = tmp.path().join("linked");
+    std::fs::create_dir_all(linked.join("data")).unwrap();
+    std::fs::write(tmp.path().join("secret.csv"), "user\nroot:hash\n").unwrap();
+    std::os::unix::fs::symlink(tmp.path().join("secret.csv"), linked.join("data/users.csv"))
+        .unwrap();
+    let linked_plan = linked.join("plan.yaml");
+    std::fs::write(&linked_plan, with_data("data/users.csv")).unwrap();
+    let out = job(&linked_plan, &["--workers", "2"]);
+    assert!(!out.status.success());
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("is a link to") && said.contains("outside the plan's folder"),
+        "{said}"
+    );
 
     let big: String = std::iter::once("user\n".to_string())
         .chain((0..200_000).map(|i| format!("user-{i:08}\n")))

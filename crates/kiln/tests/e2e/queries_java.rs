@@ -2,7 +2,7 @@
 //! Java agent, with the contrib span-stacktrace extension at min.duration=0 (the setup the
 //! README documents), exporting OTLP/protobuf to `kiln queries --listen`.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::time::Duration;
@@ -15,6 +15,7 @@ use kiln_targets::postgres::Postgres;
 
 #[test]
 fn jdbc_under_the_java_agent_n_plus_one_bulk_and_repeats() {
+    let _turn = common::beside();
     const AUTHORS: usize = 9;
     const REPEATS: usize = 3;
     const ROUNDS: usize = 2;

@@ -4,7 +4,7 @@
 //! statements per request, 8 of them from one loop with 8 different product ids; the fixed
 //! shop makes one join per request and has no DB finding.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -78,6 +78,7 @@ fn run_against(shop_args: &[&str]) -> serde_json::Value {
 
 #[test]
 fn every_request_of_the_rust_sdk_shop_reaches_the_db_analysis() {
+    let _turn = common::beside();
     let run = run_against(&["--fix", "backtraces,json,mmap,stall,lock"]);
     let sent = run["total"]["requests"].as_u64().unwrap();
     assert!(sent >= 150, "{sent} requests");

@@ -2,7 +2,7 @@
 //! started together with `--start-at`, merged into one record; against a single process on
 //! the same schedule, and with a shard cut short, missing or running another plan.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -106,6 +106,7 @@ fn shards_json(dir: &Path) -> Vec<Value> {
 
 #[test]
 fn shards_merged_are_the_single_process_plan() {
+    let _turn = common::group("merge");
     let target = target();
     let url = target.url("/");
     let tmp = tempfile::tempdir().unwrap();
@@ -191,6 +192,7 @@ fn shards_merged_are_the_single_process_plan() {
 
 #[test]
 fn a_closed_model_divides_its_connections_and_the_index_can_come_from_the_job() {
+    let _turn = common::group("merge");
     let target = target();
     let url = target.url("/");
     let tmp = tempfile::tempdir().unwrap();
@@ -230,6 +232,7 @@ fn a_closed_model_divides_its_connections_and_the_index_can_come_from_the_job() 
 
 #[test]
 fn a_shard_cut_short_or_missing_leaves_an_incomplete_merge_and_other_plans_are_refused() {
+    let _turn = common::group("merge");
     let target = target();
     let url = target.url("/");
     let tmp = tempfile::tempdir().unwrap();
@@ -302,6 +305,7 @@ fn a_shard_cut_short_or_missing_leaves_an_incomplete_merge_and_other_plans_are_r
 /// iterations are divided, not multiplied.
 #[test]
 fn shards_deal_a_plans_data_rows_and_divide_its_iterations() {
+    let _turn = common::group("merge");
     use kiln_targets::shop_api::ShopApi;
     let api = ShopApi::start("pw").unwrap();
     let tmp = tempfile::tempdir().unwrap();
@@ -417,6 +421,7 @@ fn shards_launched_apart(
 /// only and is one way of saying when, not two.
 #[test]
 fn shards_started_apart_meet_at_a_file_barrier() {
+    let _turn = common::group("merge");
     let target = target();
     let url = target.url("/");
     let tmp = tempfile::tempdir().unwrap();
@@ -457,6 +462,7 @@ fn shards_started_apart_meet_at_a_file_barrier() {
 /// the merge shows it; a shard of another plan is refused by shard 0.
 #[test]
 fn shards_meet_at_an_http_barrier_and_measure_their_clocks() {
+    let _turn = common::group("merge");
     let target = target();
     let url = target.url("/");
     let tmp = tempfile::tempdir().unwrap();

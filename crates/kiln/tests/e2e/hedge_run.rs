@@ -4,7 +4,7 @@
 //! run. A server that stalls as a whole: hedging does not help, and the run shows it. A server
 //! overloaded past its pool: the budget holds and hedging pauses while requests fail.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::time::Duration;
@@ -50,15 +50,7 @@ fn run(url: &str, rate: &str, secs: &str, out: &Path, extra: &[&str]) -> Value {
     json_with_exit(&kiln(&args), 0)
 }
 
-/// The measured seconds of a run directory's load record.
-fn seconds(dir: &Path) -> Vec<Value> {
-    std::fs::read_to_string(dir.join("load-seconds.jsonl"))
-        .unwrap()
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter_map(|l| l.get("second").cloned())
-        .collect()
-}
+use common::load_seconds as seconds;
 
 fn us(v: &Value) -> f64 {
     v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
@@ -66,6 +58,7 @@ fn us(v: &Value) -> f64 {
 
 #[test]
 fn hedging_to_a_replica_cuts_the_tail_as_the_formula_and_the_what_if_say() {
+    let _turn = common::group("hedge_run");
     let tmp = tempfile::tempdir().unwrap();
     let (a, b) = (replica(), replica());
     let (url, replica_url) = (a.url("/"), b.url("/"));
@@ -181,6 +174,7 @@ fn hedging_to_a_replica_cuts_the_tail_as_the_formula_and_the_what_if_say() {
 
 #[test]
 fn a_stall_the_whole_server_shares_is_not_cut_by_hedging() {
+    let _turn = common::group("hedge_run");
     let tmp = tempfile::tempdir().unwrap();
     // the whole server stalls for 400 ms every 3 s: a second copy waits as long as the first
     let target = common::stalling_target();
@@ -213,6 +207,7 @@ fn a_stall_the_whole_server_shares_is_not_cut_by_hedging() {
 
 #[test]
 fn under_overload_the_budget_holds_and_hedging_pauses_while_requests_fail() {
+    let _turn = common::group("hedge_run");
     let tmp = tempfile::tempdir().unwrap();
     // a pool of 2 workers at 5 ms a request serves 400 requests/s; 700 are offered, so the
     // queue and the latency grow until requests time out
@@ -262,6 +257,7 @@ fn under_overload_the_budget_holds_and_hedging_pauses_while_requests_fail() {
 
 #[test]
 fn hedging_refuses_what_it_must_not_do() {
+    let _turn = common::group("hedge_run");
     let target = replica();
     let url = target.url("/");
     let refused = |args: &[&str], says: &str| {
@@ -306,4 +302,55 @@ fn hedging_refuses_what_it_must_not_do() {
         "--replica",
     );
     assert_eq!(target.received(), 0, "nothing was sent");
+}
+
+/// A replica that accepts and never answers. First copies go to the URL and the replica in
+/// turn: a second copy to the silent replica lost to the first copy and was read until its
+/// timeout, and a first copy to it, rescued by a second copy, was too. Now a second copy is
+/// cut when the first copy answers, and a rescued first copy when the run's time is up (its
+/// own latency is the unhedged figure until then). Requests the budget did not hedge still
+/// wait for their timeout, as they would without hedging.
+#[test]
+fn copies_that_lost_to_a_silent_replica_are_cut() {
+    let _turn = common::group("hedge_run");
+    let target = TargetServer::start(Behavior {
+        service_time: Duration::from_millis(20),
+        ..Default::default()
+    })
+    .unwrap();
+    // accepts every connection and holds it without a word
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let replica = format!("http://{}/", silent.local_addr().unwrap());
+    std::thread::spawn(move || {
+        let mut kept = Vec::new();
+        for stream in silent.incoming().take(500).flatten() {
+            kept.push(stream);
+        }
+        std::thread::sleep(Duration::from_secs(30));
+    });
+    let tmp = tempfile::tempdir().unwrap();
+    let summary = run(
+        &target.url("/"),
+        "50",
+        "3s",
+        &tmp.path().join("cut"),
+        &[
+            "--hedge",
+            "5ms",
+            "--hedge-cap",
+            "100%",
+            "--replica",
+            &replica,
+            "--timeout",
+            "3s",
+        ],
+    );
+    let h = &summary["hedging"];
+    let count = |v: &Value| v.as_u64().unwrap_or(0);
+    // the rescued first copies' second copies answered; the losers were cut
+    assert!(count(&h["won"]) > 0, "{h:#}");
+    assert!(count(&h["cut"]) >= count(&h["won"]), "{h:#}");
+    let seconds = common::load_seconds(&tmp.path().join("cut"));
+    let cut: u64 = seconds.iter().map(|s| count(&s["hedge"]["cut"])).sum();
+    assert_eq!(cut, count(&h["cut"]), "the seconds add up to the summary");
 }

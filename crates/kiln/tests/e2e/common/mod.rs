@@ -1,0 +1,297 @@
+//! Helpers shared by the binary's end-to-end tests: run `kiln`, read its JSON and records, and
+//! take turns on the machine.
+#![allow(dead_code)] // each test module uses its own subset
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+use serde_json::Value;
+
+/// Runs the `kiln` binary built for these tests, with no standard input.
+pub fn kiln(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("kiln runs")
+}
+
+/// Runs `kiln` and returns its output with its own peak resident memory in MiB, from wait4
+/// on its pid (`RUSAGE_CHILDREN` would give the largest child this test binary ever waited
+/// for: a JVM, Chromium).
+// reaped by wait4 below, which std's Child does not know of
+#[allow(clippy::zombie_processes)]
+pub fn kiln_with_peak_rss(args: &[&str]) -> (Output, i64) {
+    use std::io::Read as _;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kiln runs");
+    // drained aside: a full pipe would stall kiln before it exits
+    let mut stderr = child.stderr.take().unwrap();
+    let err = std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        let _ = stderr.read_to_end(&mut bytes);
+        bytes
+    });
+    let mut stdout = Vec::new();
+    let _ = child.stdout.take().unwrap().read_to_end(&mut stdout);
+    let mut status = 0;
+    // SAFETY: wait4 writes into the status and struct owned here, for the child started here.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    let pid = child.id() as i32;
+    assert_eq!(unsafe { libc::wait4(pid, &mut status, 0, &mut usage) }, pid);
+    use std::os::unix::process::ExitStatusExt as _;
+    let output = Output {
+        status: std::process::ExitStatus::from_raw(status),
+        stdout,
+        stderr: err.join().unwrap(),
+    };
+    (output, usage.ru_maxrss / 1024)
+}
+
+/// Runs `kiln` with these environment variables set.
+pub fn kiln_with_env(args: &[&str], env: &[(&str, &str)]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(args)
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .output()
+        .expect("kiln runs")
+}
+
+/// The JSON kiln printed on stdout; on failure the panic shows both streams.
+pub fn json_of(out: &Output) -> Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not JSON ({e}): {}\nstderr: {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+/// A run directory's `run.json`.
+pub fn manifest(dir: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(dir.join("run.json")).unwrap()).unwrap()
+}
+
+/// Asserts kiln exited with `code` (showing its stderr if not) and returns its JSON.
+pub fn json_with_exit(out: &Output, code: i32) -> Value {
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    json_of(out)
+}
+
+/// The finding of `rule` in a run's JSON (`kiln run --json`), if it found one.
+pub fn finding<'a>(run: &'a Value, rule: &str) -> Option<&'a Value> {
+    finding_in(&run["findings"], rule)
+}
+
+/// The finding of `rule` in findings' JSON (`kiln findings --json`, a run's `findings`).
+pub fn finding_in<'a>(findings: &'a Value, rule: &str) -> Option<&'a Value> {
+    findings["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["rule"] == rule)
+}
+
+/// The rules that found something, in findings' JSON, in their order.
+pub fn rules_in(findings: &Value) -> Vec<String> {
+    findings["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["rule"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// Every second of a run directory's load part (all phases), as the record wrote it.
+pub fn load_seconds(dir: &Path) -> Vec<Value> {
+    std::fs::read_to_string(dir.join("load-seconds.jsonl"))
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter_map(|l| l.get("second").cloned())
+        .collect()
+}
+
+/// `kiln profile --pid PID --json --out OUT` plus `args`, expected to complete; its JSON.
+pub fn profile_pid(pid: u32, out: &Path, args: &[&str]) -> Value {
+    let pid = pid.to_string();
+    let mut all = vec![
+        "profile",
+        "--pid",
+        &pid,
+        "--json",
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    all.extend_from_slice(args);
+    json_with_exit(&kiln(&all), 0)
+}
+pub mod apps;
+
+/// Turns on the machine, so that one binary keeps what separate binaries gave: a test that
+/// measures time or shares of CPU never runs beside a test of another kind.
+///
+/// - [`alone`]: nothing else runs (a warming JVM or a second load beside it has hidden the
+///   effect measured in scheduling noise);
+/// - [`group`]: a module's timing tests, which hold beside each other (they did as one binary
+///   on two threads) and beside nothing else, at most [`GROUP_AT_ONCE`] at a time;
+/// - [`beside`]: tests that measure no time (counts, files, pages, refusals), up to
+///   [`BESIDE_AT_ONCE`] at a time, never beside the two kinds above.
+///
+/// A turn waiting for the machine stops the current kind from taking more (no starvation).
+pub const GROUP_AT_ONCE: usize = 2;
+pub const BESIDE_AT_ONCE: usize = 4;
+
+#[derive(Default)]
+struct Turns {
+    /// The kind holding the machine and how many of its tests run.
+    holder: Option<(&'static str, usize)>,
+    /// Tests waiting for another kind than the holder's.
+    waiting_other: usize,
+}
+
+static TURNS: std::sync::Mutex<Turns> = std::sync::Mutex::new(Turns {
+    holder: None,
+    waiting_other: 0,
+});
+static TURN_TAKEN: std::sync::Condvar = std::sync::Condvar::new();
+
+/// A turn on the machine, given back when dropped.
+pub struct Turn(&'static str);
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        let mut turns = TURNS.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((kind, n)) = turns.holder {
+            if kind == self.0 {
+                turns.holder = (n > 1).then_some((kind, n - 1));
+            }
+        }
+        TURN_TAKEN.notify_all();
+    }
+}
+
+fn take_turn(kind: &'static str, at_once: usize) -> Turn {
+    let mut turns = TURNS.lock().unwrap_or_else(|e| e.into_inner());
+    let mut counted = false;
+    loop {
+        let free = match turns.holder {
+            None => true,
+            Some((holder, n)) => {
+                holder == kind && n < at_once && (counted || turns.waiting_other == 0)
+            }
+        };
+        if free {
+            if counted {
+                turns.waiting_other -= 1;
+            }
+            let n = turns.holder.map_or(0, |(_, n)| n);
+            turns.holder = Some((kind, n + 1));
+            return Turn(kind);
+        }
+        if !counted && turns.holder.is_some_and(|(holder, _)| holder != kind) {
+            turns.waiting_other += 1;
+            counted = true;
+        }
+        turns = TURN_TAKEN.wait(turns).unwrap_or_else(|e| e.into_inner());
+    }
+}
+
+/// The machine to this test alone, until the turn is dropped.
+pub fn alone() -> Turn {
+    take_turn("alone", 1)
+}
+
+/// The machine shared with the timing tests of one module (`kind`: the module's name).
+pub fn group(kind: &'static str) -> Turn {
+    take_turn(kind, GROUP_AT_ONCE)
+}
+
+/// The machine shared with other tests that measure no time.
+pub fn beside() -> Turn {
+    take_turn("beside", BESIDE_AT_ONCE)
+}
+
+/// Headless Chromium (Debian's package; scripts/test.sh installs it).
+pub fn chromium() -> &'static str {
+    ["chromium", "chromium-browser", "google-chrome"]
+        .into_iter()
+        .find(|b| {
+            Command::new(b)
+                .arg("--version")
+                .output()
+                .is_ok_and(|o| o.status.success())
+        })
+        .expect("Chromium is installed (scripts/test.sh installs it)")
+}
+
+fn headless(page: &Path, fragment: &str, window: &str, action: &str) -> Output {
+    Command::new(chromium())
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            window,
+            "--virtual-time-budget=5000",
+            action,
+        ])
+        .arg(format!("file://{}{fragment}", page.display()))
+        .stdin(Stdio::null())
+        .output()
+        .expect("chromium runs")
+}
+
+/// The page's DOM after its scripts ran.
+pub fn dump_dom(page: &Path) -> String {
+    dump_dom_at(page, "")
+}
+
+/// As `dump_dom`, with a fragment (`#search=...`) in the page's address.
+pub fn dump_dom_at(page: &Path, fragment: &str) -> String {
+    String::from_utf8_lossy(
+        &headless(page, fragment, "--window-size=1300,900", "--dump-dom").stdout,
+    )
+    .into_owned()
+}
+
+/// A PNG screenshot of the page in a window `width` x `height`.
+pub fn screenshot(page: &Path, png: &Path, width: u32, height: u32) {
+    let out = headless(
+        page,
+        "",
+        &format!("--window-size={width},{height}"),
+        &format!("--screenshot={}", png.display()),
+    );
+    assert!(
+        png.exists(),
+        "no screenshot: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A target that answers in 1 ms, except that the whole server stalls for 400 ms every 3 s:
+/// slow requests that come together (a second copy waits as long as the first).
+pub fn stalling_target() -> kiln_targets::TargetServer {
+    kiln_targets::TargetServer::start(kiln_targets::Behavior {
+        service_time: std::time::Duration::from_millis(1),
+        stall: Some(kiln_targets::Stall {
+            every: std::time::Duration::from_secs(3),
+            length: std::time::Duration::from_millis(400),
+        }),
+        ..Default::default()
+    })
+    .expect("the stalling target starts")
+}

@@ -1,0 +1,32 @@
+//! kiln's end-to-end tests, one binary: the `kiln` binary run against real targets, servers,
+//! runtimes and browsers. One binary links once, and its tests take turns on the machine
+//! through [`common::alone`] (tests that measure time: nothing beside them) and
+//! [`common::beside`] (the others, several at once).
+
+mod common;
+
+mod cli;
+mod compare;
+mod demo;
+mod doctor;
+mod findings;
+mod hardening;
+mod hedge;
+mod hedge_run;
+mod http2;
+mod k8s;
+mod merge;
+mod nginx;
+mod plans;
+mod profile;
+mod profile_runtimes;
+mod queries_cli;
+mod queries_java;
+mod queries_python;
+mod queries_spring;
+mod receiver_hostile;
+mod report;
+mod runtime;
+mod runtime_go;
+mod shop;
+mod watch;

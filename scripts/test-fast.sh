@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# The fast tier, for every change: format, lint, and every test that starts no target, runtime
+# or browser (the libraries' unit tests and fixture tests). The end-to-end tests
+# (crates/kiln/tests/e2e, which need what scripts/test.sh installs) are left to the whole suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets --locked -- -D warnings
+cargo test --workspace --locked --lib --bins \
+  --test check --test har --test analysis --test fingerprint_golden --test readers_fuzz \
+  --test statistics
