@@ -271,13 +271,10 @@ impl RunRecord {
 
     /// The measured load's wall-clock window.
     pub fn window(&self) -> Option<Window> {
-        let measured = self.phases.iter().filter(|p| p.measured);
-        let from = measured.clone().filter_map(|p| p.first_unix_ms).min()?;
-        let to = measured.filter_map(|p| p.last_unix_ms).max()?;
-        // a second's time is its end: the window opens a second before the first one
+        let span = kiln_record::Span::measured(&self.phases)?;
         Some(Window {
-            from_unix_ms: from.saturating_sub(1000),
-            to_unix_ms: to,
+            from_unix_ms: span.from_unix_ms,
+            to_unix_ms: span.to_unix_ms,
         })
     }
 
@@ -287,7 +284,7 @@ impl RunRecord {
             let first = self.resources.first()?;
             let last = self.resources.last()?;
             Some(Window {
-                from_unix_ms: first.unix_ms.saturating_sub(1000),
+                from_unix_ms: kiln_record::second_start_ms(first.unix_ms),
                 to_unix_ms: last.unix_ms,
             })
         })
@@ -303,7 +300,11 @@ impl RunRecord {
 /// A sample covers the second before its time; it belongs to the window when that second
 /// overlaps it by more than half.
 fn overlaps(s: &ResourceSecond, w: Window) -> bool {
-    s.unix_ms > w.from_unix_ms + 500 && s.unix_ms <= w.to_unix_ms + 500
+    kiln_record::Span {
+        from_unix_ms: w.from_unix_ms,
+        to_unix_ms: w.to_unix_ms,
+    }
+    .holds_second(s.unix_ms)
 }
 
 /// A JVM's runtime summary gets its threads' CPU by role (compilers, GC, ...) over the

@@ -9,14 +9,15 @@ use serde_json::{json, Value};
 
 use crate::format::{self, safe_text};
 
-/// The samples taken while the measured phases ran (a sample covers the second before it).
+/// The samples taken while the measured phases ran, by the rule every reader of the record
+/// uses ([`kiln_record::Span::holds_second`]: the findings read the same samples).
 pub fn during(total: &PhaseSummary, samples: &[ResourceSecond]) -> Vec<ResourceSecond> {
-    let (Some(first), Some(last)) = (total.first_unix_ms, total.last_unix_ms) else {
+    let Some(span) = kiln_record::Span::measured(std::slice::from_ref(total)) else {
         return samples.to_vec();
     };
     samples
         .iter()
-        .filter(|s| s.unix_ms + 1000 > first && s.unix_ms <= last + 500)
+        .filter(|s| span.holds_second(s.unix_ms))
         .cloned()
         .collect()
 }

@@ -548,7 +548,7 @@ fn runtime_during(
     let (info, seconds) = runtime?;
     let window = total.and_then(|t| Some((t.first_unix_ms?, t.last_unix_ms?)));
     // a second's time is its end: the load began a second before its first
-    let load_window = window.map(|(first, last)| (first.saturating_sub(1000), last));
+    let load_window = window.map(|(first, last)| (kiln_record::second_start_ms(first), last));
     let mut summary = kiln_runtime::summary::summarize_within(
         info,
         &kiln_runtime::summary::during(seconds, window),

@@ -12,6 +12,7 @@ mod load;
 mod manifest;
 pub mod parts;
 mod run_dir;
+pub mod seconds;
 pub mod text;
 
 pub use error::RecordError;
@@ -25,3 +26,4 @@ pub use manifest::{PartRef, RunManifest, RunStatus, SCHEMA_VERSION};
 pub use run_dir::{
     default_run_dir_name, now_rfc3339, JsonLinesWriter, RunDir, RunLocation, MANIFEST_FILE,
 };
+pub use seconds::{second_start_ms, Span, SECOND_MS};

@@ -492,7 +492,7 @@ pub fn write_hlog<S: std::borrow::Borrow<SecondRecord>>(
     let mut seconds = seconds.into_iter().peekable();
     let base_ms = seconds
         .peek()
-        .map_or(0, |s| s.borrow().unix_ms.saturating_sub(1000));
+        .map_or(0, |s| crate::second_start_ms(s.borrow().unix_ms));
     let base = UNIX_EPOCH + Duration::from_millis(base_ms);
     let mut serializer = V2DeflateSerializer::new();
     let mut writer = IntervalLogWriterBuilder::new()
@@ -504,7 +504,8 @@ pub fn write_hlog<S: std::borrow::Borrow<SecondRecord>>(
     let fail = |e| std::io::Error::other(format!("{e:?}"));
     for s in seconds {
         let s = s.borrow();
-        let start = Duration::from_millis(s.unix_ms.saturating_sub(1000).saturating_sub(base_ms));
+        let start =
+            Duration::from_millis(crate::second_start_ms(s.unix_ms).saturating_sub(base_ms));
         let tag = |t| Tag::new(t);
         writer
             .write_histogram(

@@ -705,7 +705,7 @@ impl Load {
                     "name": p.phase,
                     "measured": p.measured,
                     // a second's time is its end
-                    "from": p.first_unix_ms.map(|ms| ms.saturating_sub(1000) as f64 / 1000.0),
+                    "from": p.first_unix_ms.map(|ms| kiln_record::second_start_ms(ms) as f64 / 1000.0),
                     "to": p.last_unix_ms.map(|ms| ms as f64 / 1000.0),
                 })
             })

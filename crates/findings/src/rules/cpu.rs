@@ -43,7 +43,7 @@ fn target_cores(seconds: &[&ResourceSecond]) -> Option<f64> {
 
 fn window_of(seconds: &[&ResourceSecond]) -> Option<Window> {
     Some(Window {
-        from_unix_ms: seconds.first()?.unix_ms.saturating_sub(1000),
+        from_unix_ms: kiln_record::second_start_ms(seconds.first()?.unix_ms),
         to_unix_ms: seconds.last()?.unix_ms,
     })
 }

@@ -77,7 +77,7 @@ fn drift(run: &RunRecord) -> Verdict {
         })
         .flatten();
     let window = Some(Window {
-        from_unix_ms: points[0].unix_ms.saturating_sub(1000),
+        from_unix_ms: kiln_record::second_start_ms(points[0].unix_ms),
         to_unix_ms: points[points.len() - 1].unix_ms,
     });
     let start_ms = points[0].unix_ms;

@@ -103,7 +103,7 @@ fn errors(run: &RunRecord) -> Verdict {
 
 fn failing_window(failing: &[&LoadPoint]) -> Option<Window> {
     Some(Window {
-        from_unix_ms: failing.first()?.unix_ms.saturating_sub(1000),
+        from_unix_ms: kiln_record::second_start_ms(failing.first()?.unix_ms),
         to_unix_ms: failing.last()?.unix_ms,
     })
 }

@@ -54,6 +54,19 @@ fn listen_overflow(run: &RunRecord) -> Verdict {
         .flat_map(|s| s.listen_backlog.iter())
         .max_by_key(|(_, queued, _)| *queued);
     if let Some((addr, queued, limit)) = fullest {
+        // The counters are the whole host's (its network namespace's): another listener's
+        // overflows are counted too. They are the target's only when its own queue was seen
+        // at its limit; a queue that never filled is another process's trouble, said as such
+        // and not blamed on the target (a demo once printed HIGH "overflowed 82 times" above
+        // "held up to 0 of 128").
+        if queued < limit {
+            return Verdict::Unjudged(format!(
+                "this host's accept queues overflowed {overflows} times, but not the \
+                 target's: its queue on {} held at most {queued} of {limit} connections \
+                 (another listener on this host dropped them)",
+                safe_text(addr)
+            ));
+        }
         evidence.push(format!(
             "the target's accept queue on {} held up to {queued} of {limit} connections",
             safe_text(addr)
@@ -78,7 +91,9 @@ fn listen_overflow(run: &RunRecord) -> Verdict {
         title: format!("The accept queue overflowed {overflows} times: connections were dropped"),
         evidence,
         window: Some(Window {
-            from_unix_ms: hit.first().map_or(0, |s| s.unix_ms.saturating_sub(1000)),
+            from_unix_ms: hit
+                .first()
+                .map_or(0, |s| kiln_record::second_start_ms(s.unix_ms)),
             to_unix_ms: hit.last().map_or(0, |s| s.unix_ms),
         }),
         cause: "connections arrived faster than the target accepted them; the kernel dropped \
@@ -185,7 +200,7 @@ fn send_queue_growth(run: &RunRecord) -> Verdict {
         title: format!("Data piles up toward {peer_text}: the peer does not read it"),
         evidence,
         window: Some(Window {
-            from_unix_ms: from.unix_ms.saturating_sub(1000),
+            from_unix_ms: kiln_record::second_start_ms(from.unix_ms),
             to_unix_ms: to.unix_ms,
         }),
         cause: format!(
@@ -268,7 +283,9 @@ fn retransmits(run: &RunRecord) -> Verdict {
         ),
         evidence,
         window: Some(Window {
-            from_unix_ms: hit.first().map_or(0, |s| s.unix_ms.saturating_sub(1000)),
+            from_unix_ms: hit
+                .first()
+                .map_or(0, |s| kiln_record::second_start_ms(s.unix_ms)),
             to_unix_ms: hit.last().map_or(0, |s| s.unix_ms),
         }),
         cause: "segments are dropped on the way (a lossy link, a full NIC ring or switch \
@@ -383,6 +400,27 @@ mod tests {
             "{:?}",
             found[0]
         );
+        // the same host counters while the target's queue stayed nearly empty: another
+        // listener's overflows, a note and no finding about the target
+        let mut samples = vec![sockets(None); 10];
+        for s in &mut samples {
+            if let Some(sockets) = s.process.as_mut().and_then(|p| p.sockets.as_mut()) {
+                sockets.listen_backlog = vec![("127.0.0.1:8080".into(), 0, 128)];
+            }
+        }
+        samples[4].kernel = Some(KernelSecond {
+            listen_overflows: Some(82),
+            listen_drops: Some(82),
+            ..Default::default()
+        });
+        let Verdict::Unjudged(note) = listen_overflow(&resource_run(samples)) else {
+            panic!("a host's overflow blamed on the target");
+        };
+        assert!(
+            note.contains("overflowed 82 times, but not the target's"),
+            "{note}"
+        );
+        assert!(note.contains("held at most 0 of 128"), "{note}");
     }
 
     fn kernel(retrans: u64, out: u64) -> ResourceSecond {

@@ -1,0 +1,61 @@
+//! How a record's seconds sit on the wall clock, said once for every reader: a second (of
+//! load, resources or runtime) is stamped at its end, and a sample belongs to a span of time
+//! when more than half of its second lies inside it. The summary and the findings once read
+//! different samples of one run (82 listen overflows against 38) by two rules of their own.
+
+use crate::PhaseSummary;
+
+/// A second's length, in the milliseconds of its stamps.
+pub const SECOND_MS: u64 = 1000;
+
+/// Where the second stamped `end_unix_ms` began.
+pub fn second_start_ms(end_unix_ms: u64) -> u64 {
+    end_unix_ms.saturating_sub(SECOND_MS)
+}
+
+/// A span of wall-clock time, ms since the Unix epoch, from the start of its first second to
+/// the end of its last.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Span {
+    pub from_unix_ms: u64,
+    pub to_unix_ms: u64,
+}
+
+impl Span {
+    /// The measured phases' span (warm-ups left out), if any second was measured.
+    pub fn measured(phases: &[PhaseSummary]) -> Option<Self> {
+        let measured = phases.iter().filter(|p| p.measured);
+        let first = measured.clone().filter_map(|p| p.first_unix_ms).min()?;
+        let last = measured.filter_map(|p| p.last_unix_ms).max()?;
+        Some(Self {
+            from_unix_ms: second_start_ms(first),
+            to_unix_ms: last,
+        })
+    }
+
+    /// Whether the sample stamped `end_unix_ms` (covering the second before it) belongs to the
+    /// span: more than half of its second lies inside.
+    pub fn holds_second(&self, end_unix_ms: u64) -> bool {
+        let half = SECOND_MS / 2;
+        end_unix_ms > self.from_unix_ms + half && end_unix_ms <= self.to_unix_ms + half
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sample_belongs_where_most_of_its_second_lies() {
+        let span = Span {
+            from_unix_ms: 10_000,
+            to_unix_ms: 20_000,
+        };
+        // the second 9.4-10.4 s lies mostly before the span; 9.6-10.6 s mostly inside
+        assert!(!span.holds_second(10_400));
+        assert!(span.holds_second(10_600));
+        assert!(span.holds_second(20_500));
+        assert!(!span.holds_second(20_501));
+        assert_eq!(second_start_ms(500), 0);
+    }
+}
