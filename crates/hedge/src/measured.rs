@@ -24,6 +24,8 @@ pub struct Measured {
     /// paused because copies were failing.
     pub over_budget: u64,
     pub paused: u64,
+    /// Copies cut because the other copy answered while they were out.
+    pub cut: u64,
     /// The requests' latency (the first answer, from the scheduled time of the first copy).
     pub hedged: Quantiles,
     /// The first copies' own latency over the same run: what it was without the hedges.
@@ -74,6 +76,7 @@ pub fn measured(totals: &SecondRecord, plan: &serde_json::Value) -> Option<Measu
         extra_share: h.extra_share(),
         over_budget: h.over_budget,
         paused: h.paused,
+        cut: h.cut,
         hedged: Quantiles::of(&totals.latency),
         first_copy: Quantiles::of(&h.first_copy),
         targets,
@@ -104,6 +107,13 @@ pub fn measured_text(m: &Measured) -> String {
         m.won,
         pct(m.won, m.hedges),
     );
+    if m.cut > 0 {
+        let _ = writeln!(
+            out,
+            "           {} copies cut when the other copy answered (their connections closed; a first copy cut has no latency of its own below)",
+            m.cut
+        );
+    }
     if m.over_budget > 0 || m.paused > 0 {
         let _ = writeln!(
             out,

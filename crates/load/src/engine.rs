@@ -1045,8 +1045,8 @@ type CopyEnd = (Result<crate::http1::Response, ErrorKind>, Instant);
 /// Sends a request with `--hedge`: its first copy to the next target; if no answer came
 /// after the delay and the budget and throttle allow, a second copy to the target after it.
 /// The first answer is the request's (latency from the first copy's scheduled time); the
-/// other copy is read to its end and discarded, which keeps its connection and gives the
-/// first copy's own latency for the side-by-side figures.
+/// other copy is cut when it comes (see `race`). A first copy that answers is timed on its
+/// own too, for the side-by-side figures.
 async fn send_hedged(
     state: &WorkerLocal,
     hedge: &RefCell<HedgeWorker>,
@@ -1088,7 +1088,7 @@ async fn send_hedged(
     let first_timer = &mut first_slot.timer;
     let second_conn = &mut second_slot.conn;
     let second_timer = &mut second_slot.timer;
-    let (first_end, winner) = {
+    let (first_end, winner, second_cut) = {
         let mut first = pin!(async {
             let outcome = first_timer.run(sent, first_conn.send(first_setup)).await;
             (outcome.unwrap_or(Err(ErrorKind::Timeout)), Instant::now())
@@ -1102,7 +1102,7 @@ async fn send_hedged(
             },
         };
         match early {
-            Some(end) => (end, Winner::First),
+            Some(end) => (Some(end), Winner::First, false),
             None => {
                 let due = Instant::now();
                 let taken = hedge.borrow_mut().take_hedge();
@@ -1110,7 +1110,7 @@ async fn send_hedged(
                     Err(why) => {
                         let paused = why == Refused::Paused;
                         state.recorder.borrow_mut().hedge_refused(paused, due);
-                        (first.await, Winner::First)
+                        (Some(first.await), Winner::First, false)
                     }
                     Ok(()) => {
                         let second =
@@ -1122,7 +1122,21 @@ async fn send_hedged(
         }
     };
     state.in_flight.set(state.in_flight.get() - 1);
-    let (outcome, done) = first_end;
+    // a cut exchange leaves its connection mid-response: it cannot carry another
+    if second_cut && second_slot.conn.take().is_some() {
+        state.recorder.borrow_mut().connections -= 1;
+    }
+    let Some((outcome, done)) = first_end else {
+        // the first copy was cut after the second answered: nothing else of it is counted
+        // (no error, no latency of its own, no failure for the throttle)
+        if first_slot.conn.take().is_some() {
+            state.recorder.borrow_mut().connections -= 1;
+        }
+        return Sent {
+            done: Instant::now(),
+            connect_failed: false,
+        };
+    };
     hedge
         .borrow_mut()
         .copy_ended(outcome.as_ref().ok().map(|r| r.status));
@@ -1188,9 +1202,14 @@ async fn send_second_copy(
     (outcome, done)
 }
 
-/// Runs both copies to their ends. The first answer is recorded as the request's when it
-/// comes; a copy that failed wins only when the other failed too. Returns the first copy's
-/// end and which copy's end was (or is to be) the request's.
+/// Runs both copies until the request is decided: the first answer is recorded as the
+/// request's when it comes. A second copy still out when the first copy answered is cut (its
+/// connection closed). A first copy that lost is the unhedged request, timed on its own for
+/// the side-by-side figures: it is read until it ends or the run's time is up, then cut. A
+/// copy that failed wins only when the other failed too. A target that never answered once
+/// kept every loser to the timeout, past the run's end (a 4 s run took 14 s). Returns the
+/// first copy's end (`None`: cut at the run's end after the second copy answered), which
+/// copy's end was (or is to be) the request's, and whether the second copy was cut.
 async fn race(
     state: &WorkerLocal,
     hedge: &RefCell<HedgeWorker>,
@@ -1199,15 +1218,15 @@ async fn race(
     mut first: Pin<&mut impl Future<Output = CopyEnd>>,
     second: impl Future<Output = CopyEnd>,
     second_target: usize,
-) -> (CopyEnd, Winner) {
+) -> (Option<CopyEnd>, Winner, bool) {
     let mut second = pin!(second);
     let mut first_end: Option<CopyEnd> = None;
     let mut second_done = false;
     let mut winner: Option<Winner> = None;
-    while first_end.is_none() || !second_done {
+    while winner.is_none() && (first_end.is_none() || !second_done) {
         tokio::select! {
             end = first.as_mut(), if first_end.is_none() => {
-                if end.0.is_ok() && winner.is_none() {
+                if end.0.is_ok() {
                     winner = Some(Winner::First);
                 }
                 first_end = Some(end);
@@ -1215,7 +1234,7 @@ async fn race(
             (outcome, done) = second.as_mut(), if !second_done => {
                 second_done = true;
                 hedge.borrow_mut().copy_ended(outcome.as_ref().ok().map(|r| r.status));
-                if let (Ok(response), None) = (&outcome, winner) {
+                if let Ok(response) = &outcome {
                     winner = Some(Winner::Second);
                     let mut rec = state.recorder.borrow_mut();
                     rec.hedge_won(second_target, done);
@@ -1224,9 +1243,19 @@ async fn race(
             }
         }
     }
-    let first_end = first_end.unwrap_or((Err(ErrorKind::Other), Instant::now()));
+    if winner == Some(Winner::Second) && first_end.is_none() {
+        tokio::select! {
+            end = first.as_mut() => first_end = Some(end),
+            _ = tokio::time::sleep_until(state.shared.deadline.into()) => {}
+        }
+    }
+    let now = Instant::now();
+    let cut = usize::from(first_end.is_none()) + usize::from(!second_done);
+    if cut > 0 {
+        state.recorder.borrow_mut().hedge_cut(cut as u64, now);
+    }
     // Both failed: the request failed as its first copy did.
-    (first_end, winner.unwrap_or(Winner::First))
+    (first_end, winner.unwrap_or(Winner::First), !second_done)
 }
 
 async fn closed_connection(state: Rc<WorkerLocal>, global: usize, mut stop: watch::Receiver<bool>) {

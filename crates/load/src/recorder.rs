@@ -145,6 +145,13 @@ impl WorkerRecorder {
         }
     }
 
+    /// Copies cut: the other copy answered while they were out.
+    pub fn hedge_cut(&mut self, copies: u64, at: Instant) {
+        if let Some(h) = self.hedge_at(at) {
+            h.cut += copies;
+        }
+    }
+
     /// A request was due a second copy and got none: over budget, or hedging paused.
     pub fn hedge_refused(&mut self, paused: bool, at: Instant) {
         if let Some(h) = self.hedge_at(at) {

@@ -14,6 +14,10 @@ pub struct HedgeSecond {
     /// Requests whose second copy answered first.
     #[serde(default)]
     pub won: u64,
+    /// Copies cut because the other copy answered while they were out (their connections
+    /// closed). A first copy cut has no latency of its own in `first_copy`.
+    #[serde(default)]
+    pub cut: u64,
     /// Requests due a second copy that the budget (`--hedge-cap`) had no token for.
     #[serde(default)]
     pub over_budget: u64,
@@ -52,6 +56,7 @@ impl HedgeSecond {
         self.won = self.won.saturating_add(other.won);
         self.over_budget = self.over_budget.saturating_add(other.over_budget);
         self.paused = self.paused.saturating_add(other.paused);
+        self.cut = self.cut.saturating_add(other.cut);
         self.delay_us = self.delay_us.max(other.delay_us);
         self.first_copy.merge(&other.first_copy);
         if self.targets.len() < other.targets.len() {
