@@ -348,22 +348,17 @@ pub struct RunArgs {
     #[arg(long = "max-connections", default_value_t = 1000)]
     pub max_connections: usize,
 
-    /// Closed model: pause between a response and the connection's next request.
-    #[arg(long = "think-time", default_value = "0s")]
-    pub think_time: String,
+    /// Closed model: pause between a response and the connection's next request [default: 0s].
+    #[arg(long = "think-time")]
+    pub think_time: Option<String>,
 
-    /// Closed model: start the connections evenly over this time.
-    #[arg(long = "ramp-up", default_value = "0s")]
-    pub ramp_up: String,
+    /// Closed model: start the connections evenly over this time [default: 0s].
+    #[arg(long = "ramp-up")]
+    pub ramp_up: Option<String>,
 
-    /// HTTP method.
-    #[arg(
-        short = 'm',
-        long = "method",
-        visible_short_alias = 'X',
-        default_value = "GET"
-    )]
-    pub method: String,
+    /// HTTP method [default: GET].
+    #[arg(short = 'm', long = "method", visible_short_alias = 'X')]
+    pub method: Option<String>,
 
     /// A request header, 'Name: value' (repeatable).
     #[arg(short = 'H', long = "header")]
@@ -574,6 +569,10 @@ pub struct FromHarArgs {
     /// Keep requests for images, fonts, style sheets and scripts too.
     #[arg(long = "keep-static")]
     pub keep_static: bool,
+    /// Keep requests to this host too, beside the recording's main one (repeatable; `*`
+    /// keeps every host but link-local addresses such as a cloud's metadata service).
+    #[arg(long = "hosts", value_name = "HOST")]
+    pub hosts: Vec<String>,
 }
 
 #[derive(Args, Debug)]

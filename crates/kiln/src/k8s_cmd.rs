@@ -84,15 +84,34 @@ fn data_files(plan_path: &Path, plan: &kiln_plan::Plan) -> Result<Vec<(String, V
         }
         let real = std::fs::canonicalize(&feeder.path)
             .with_context(|| format!("cannot read {}", feeder.path.display()))?;
-        if relative.is_relative() && !real.starts_with(&real_dir) {
+        // a path through `..` or an absolute one is named by the check below; a plain path
+        // that leads out is a link
+        let plain = relative.components().all(|c| {
+            matches!(
+                c,
+                std::path::Component::Normal(_) | std::path::Component::CurDir
+            )
+        });
+        if plain && !real.starts_with(&real_dir) {
             bail!(
-                "{} leads to {}, outside the plan's folder: copy the data beside the plan",
+                "{} is a link to {}, outside the plan's folder: copy the data beside the plan",
                 feeder.path.display(),
                 real.display()
             );
         }
-        let bytes = kiln_record::input::read_regular(&feeder.path, k8s::CONFIG_MAP_MAX as u64 + 1)
-            .with_context(|| format!("cannot read {}", feeder.path.display()))?;
+        let max = k8s::CONFIG_MAP_MAX as u64;
+        let bytes = match kiln_record::input::read_regular(&feeder.path, max) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => bail!(
+                "{} is {e}; a ConfigMap holds at most {max} (1 MiB): build an image with the \
+                 data in it (FROM the kiln image, COPY the plan's folder) and run the plan \
+                 from there",
+                feeder.path.display()
+            ),
+            Err(e) => {
+                return Err(e).with_context(|| format!("cannot read {}", feeder.path.display()))
+            }
+        };
         files.push((name, bytes));
     }
     Ok(files)

@@ -127,8 +127,23 @@ const MAX_HAR_BYTES: u64 = 1 << 30;
 fn from_har(args: FromHarArgs) -> Result<u8> {
     let text = kiln_record::input::read_regular_text(&args.har, MAX_HAR_BYTES)
         .with_context(|| format!("cannot read {}", args.har.display()))?;
-    let made = kiln_plan::har::to_plan(&text, args.keep_static)
+    let options = kiln_plan::har::HarOptions {
+        keep_static: args.keep_static,
+        hosts: args.hosts.clone(),
+    };
+    let made = kiln_plan::har::to_plan_with(&text, &options)
         .map_err(|e| anyhow::anyhow!("{}: {e}", args.har.display()))?;
+    if !made.other_hosts_left_out.is_empty() {
+        let hosts: Vec<String> = made
+            .other_hosts_left_out
+            .iter()
+            .map(|(origin, n)| format!("{} ({n})", crate::format::safe_text(origin)))
+            .collect();
+        eprintln!(
+            "kiln: requests to other hosts left out: {} (--hosts NAME keeps one)",
+            hosts.join(", ")
+        );
+    }
     match &args.out {
         Some(path) => {
             std::fs::write(path, &made.yaml)

@@ -160,9 +160,11 @@ fn build_from_plan_file(args: &RunArgs) -> Result<Built> {
         (args.stages.is_some(), "--stages"),
         (!args.headers.is_empty(), "-H"),
         (args.body.is_some(), "-b"),
-        (args.method != "GET", "-m"),
-        (args.think_time != "0s", "--think-time"),
-        (args.ramp_up != "0s", "--ramp-up"),
+        // given at all, whatever the value: `--think-time 0` beside a plan once was refused
+        // and `--think-time 0s` passed silently
+        (args.method.is_some(), "-m"),
+        (args.think_time.is_some(), "--think-time"),
+        (args.ramp_up.is_some(), "--ramp-up"),
     ] {
         if given {
             bail!("{flag} does not go with a plan file: write it in the plan");
@@ -242,7 +244,7 @@ fn check_repeat(args: &RunArgs) -> Result<()> {
 pub fn build_plan(args: &RunArgs) -> Result<LoadPlan> {
     let target = Target::parse(&args.url)?;
     let mut request = RequestSpec {
-        method: RequestSpec::parse_method(&args.method)?,
+        method: RequestSpec::parse_method(args.method.as_deref().unwrap_or("GET"))?,
         ..Default::default()
     };
     for h in &args.headers {
@@ -268,8 +270,8 @@ pub fn build_plan(args: &RunArgs) -> Result<LoadPlan> {
         (None, None) => (
             Model::Closed {
                 connections: connections(args),
-                think_time: parse_duration(&args.think_time)?,
-                ramp_up: parse_duration(&args.ramp_up)?,
+                think_time: parse_duration(args.think_time.as_deref().unwrap_or("0s"))?,
+                ramp_up: parse_duration(args.ramp_up.as_deref().unwrap_or("0s"))?,
                 stages: Vec::new(),
             },
             parse_duration(args.duration.as_deref().unwrap_or(DEFAULT_DURATION))?,
@@ -789,5 +791,33 @@ mod tests {
         assert!(!sent_nothing(&[phase(0, 3, true)]));
         // no measured phase at all: nothing to judge here
         assert!(!sent_nothing(&[]));
+    }
+
+    fn run_args(argv: &[&str]) -> RunArgs {
+        use clap::Parser as _;
+        match crate::cli::Cli::try_parse_from(argv).unwrap().command {
+            crate::cli::Command::Run(args) => *args,
+            _ => unreachable!("a run"),
+        }
+    }
+
+    /// A flag that a plan file holds is refused beside it whatever its value: `--think-time 0`
+    /// was refused and `--think-time 0s` (the default's text) passed silently.
+    #[test]
+    fn a_plan_files_flags_are_refused_beside_it_whatever_their_value() {
+        for (flag, value) in [
+            ("--think-time", "0"),
+            ("--think-time", "0s"),
+            ("--ramp-up", "0s"),
+            ("-m", "GET"),
+        ] {
+            let Err(refused) = build(&run_args(&["kiln", "run", "plan.yaml", flag, value])) else {
+                panic!("{flag} {value} taken beside a plan file");
+            };
+            assert!(
+                refused.to_string().contains("does not go with a plan file"),
+                "{flag} {value}: {refused}"
+            );
+        }
     }
 }

@@ -4,6 +4,12 @@
 //! style sheets, scripts) are left out unless asked for: a load test of the service rarely
 //! wants the CDN's files.
 //!
+//! Only the recording's main host (its first request's) is kept unless others are asked for
+//! (`hosts`): a page's recording calls analytics, CDNs and sometimes a cloud's metadata
+//! address, and a load test must not load them. The hosts left out are listed in a comment at
+//! the top of the plan; a link-local address (169.254.0.0/16, the cloud metadata service;
+//! fe80::/10) is never kept.
+//!
 //! The plan is written as YAML by hand, every string double-quoted in JSON's escaping
 //! (which YAML reads as it is) and any `{{` in recorded text escaped, so nothing recorded
 //! can change the plan's structure or become a variable.
@@ -80,6 +86,39 @@ pub struct MadePlan {
     pub yaml: String,
     pub requests: usize,
     pub static_left_out: usize,
+    /// Requests to other hosts than the main one, left out, by origin.
+    pub other_hosts_left_out: Vec<(String, usize)>,
+}
+
+/// What [`to_plan_with`] keeps.
+#[derive(Clone, Debug, Default)]
+pub struct HarOptions {
+    /// Static files (images, fonts, style sheets, scripts) kept too.
+    pub keep_static: bool,
+    /// Other hosts kept beside the main one, by name (`api.example.com`), or `*` for all
+    /// (never a link-local address).
+    pub hosts: Vec<String>,
+}
+
+/// The host of an origin (`https://user@Host:8443` gives `host`), lower-cased.
+fn host_of(origin: &str) -> String {
+    let authority = origin.split("://").nth(1).unwrap_or(origin);
+    let authority = authority.rsplit('@').next().unwrap_or(authority);
+    let host = match authority.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or(v6),
+        None => authority.split(':').next().unwrap_or(authority),
+    };
+    host.to_ascii_lowercase()
+}
+
+/// A link-local address (the cloud metadata service at 169.254.169.254, fe80::/10) or the
+/// metadata service's name: never loaded.
+fn link_local(host: &str) -> bool {
+    match host.parse::<std::net::IpAddr>() {
+        Ok(std::net::IpAddr::V4(v4)) => v4.is_link_local(),
+        Ok(std::net::IpAddr::V6(v6)) => (v6.segments()[0] & 0xffc0) == 0xfe80,
+        Err(_) => host == "metadata.google.internal" || host == "metadata",
+    }
 }
 
 /// Headers a plan should not replay: the connection's own, what kiln sets itself, and the
@@ -136,7 +175,19 @@ fn is_static(e: &Entry) -> bool {
 /// A YAML double-quoted string holding `text` literally: JSON's escaping, and `{{` escaped
 /// for kiln's templates.
 fn quoted(text: &str) -> String {
-    serde_json::to_string(&text.replace("{{", "\\{{")).unwrap_or_else(|_| "\"\"".into())
+    let json = serde_json::to_string(&text.replace("{{", "\\{{")).unwrap_or_else(|_| "\"\"".into());
+    // JSON leaves DEL, the C1 controls and U+FEFF raw; YAML may not hold them unescaped (a
+    // recorded body with U+0088 made a plan `kiln plan check` refused)
+    let mut out = String::with_capacity(json.len());
+    for c in json.chars() {
+        match c {
+            '\u{7f}'..='\u{9f}' | '\u{feff}' | '\u{fffe}' | '\u{ffff}' => {
+                let _ = write!(out, "\\u{:04X}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// `scheme://host[:port]` and the rest (path and query) of a URL.
@@ -167,14 +218,52 @@ fn millis_of(time: &str) -> Option<f64> {
 
 /// Makes the plan; an error says what in the file is not a HAR.
 pub fn to_plan(text: &str, keep_static: bool) -> Result<MadePlan, String> {
+    to_plan_with(
+        text,
+        &HarOptions {
+            keep_static,
+            ..Default::default()
+        },
+    )
+}
+
+/// Makes the plan with `options`; an error says what in the file is not a HAR.
+pub fn to_plan_with(text: &str, options: &HarOptions) -> Result<MadePlan, String> {
+    // a byte-order mark before the JSON (some tools write one) is not part of it
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let har: Har = serde_json::from_str(text).map_err(|e| format!("not a HAR file: {e}"))?;
+    let main_host = har
+        .log
+        .entries
+        .iter()
+        .find_map(|e| split_origin(&e.request.url))
+        .map(|(origin, _)| host_of(origin));
+    if let Some(host) = main_host.as_deref().filter(|h| link_local(h)) {
+        return Err(format!(
+            "the recording's main host {host} is a link-local address (a cloud's metadata \
+             service): kiln does not load it"
+        ));
+    }
+    let wanted = |host: &str| {
+        Some(host) == main_host.as_deref()
+            || (!link_local(host)
+                && options
+                    .hosts
+                    .iter()
+                    .any(|h| h == "*" || h.eq_ignore_ascii_case(host)))
+    };
     let mut kept: Vec<&Entry> = Vec::new();
     let mut static_left_out = 0;
+    let mut other_hosts: std::collections::BTreeMap<String, usize> = Default::default();
     for e in &har.log.entries {
-        if split_origin(&e.request.url).is_none() {
+        let Some((origin, _)) = split_origin(&e.request.url) else {
+            continue;
+        };
+        if !wanted(&host_of(origin)) {
+            *other_hosts.entry(origin.to_string()).or_default() += 1;
             continue;
         }
-        if !keep_static && is_static(e) {
+        if !options.keep_static && is_static(e) {
             static_left_out += 1;
             continue;
         }
@@ -193,6 +282,17 @@ pub fn to_plan(text: &str, keep_static: bool) -> Result<MadePlan, String> {
         kept.len(),
         static_left_out
     );
+    if !other_hosts.is_empty() {
+        let _ = writeln!(
+            y,
+            "# Requests to other hosts, left out (kiln plan from-har --hosts NAME keeps one; \
+             link-local addresses never):"
+        );
+        for (origin, n) in &other_hosts {
+            // a comment line: the origin is shown as JSON would quote it, never raw
+            let _ = writeln!(y, "#   {} ({n})", quoted(origin));
+        }
+    }
     let _ = writeln!(y, "base_url: {}", quoted(base));
     y.push_str("scenarios:\n  - name: \"recorded\"\n    steps:\n");
     for (i, e) in kept.iter().enumerate() {
@@ -213,7 +313,16 @@ pub fn to_plan(text: &str, keep_static: bool) -> Result<MadePlan, String> {
         let _ = writeln!(y, "        url: {}", quoted(&url));
         let mut headers: Vec<(&str, &str)> = Vec::new();
         let mut seen = std::collections::HashSet::new();
-        for h in e.request.headers.iter().filter(|h| replayed(&h.name)) {
+        // a value with a line break or another control character cannot be sent as a header
+        // (no browser sent it): left out, or the plan would not check
+        let sendable = |h: &&Header| !h.value.chars().any(|c| c.is_control() && c != '\t');
+        for h in e
+            .request
+            .headers
+            .iter()
+            .filter(|h| replayed(&h.name))
+            .filter(sendable)
+        {
             // YAML keys are unique; a repeated header keeps its first value.
             if seen.insert(h.name.to_ascii_lowercase()) {
                 headers.push((&h.name, &h.value));
@@ -273,5 +382,6 @@ pub fn to_plan(text: &str, keep_static: bool) -> Result<MadePlan, String> {
         yaml: y,
         requests: kept.len(),
         static_left_out,
+        other_hosts_left_out: other_hosts.into_iter().collect(),
     })
 }

@@ -22,13 +22,15 @@ const HAR: &str = r#"{"log": {"version": "1.2", "creator": {"name": "WebInspecto
      "postData": {"mimeType": "application/json", "text": "{\"user\":\"ann\",\"note\":\"{{not a var}}\"}"}},
    "response": {"status": 302, "content": {}}},
   {"startedDateTime": "2026-11-24T02:00:03.000Z", "time": 20,
-   "request": {"method": "GET", "url": "http://127.0.0.1:9090/api/cart", "headers": [{"name": "X-Trace", "value": "a\"b\nc"}]},
+   "request": {"method": "GET", "url": "http://127.0.0.1:9090/api/cart", "headers": [{"name": "X-Trace", "value": "a\"b\tc"}, {"name": "X-Broken", "value": "x\ny"}]},
    "response": {"status": 200, "content": {"mimeType": "application/json"}}}
  ]}}"#;
 
 #[test]
 fn a_recording_becomes_a_plan_that_checks() {
     let made = to_plan(HAR, false).unwrap();
+    // a header value with a line break cannot be sent: left out
+    assert!(!made.yaml.contains("X-Broken"), "{}", made.yaml);
     assert_eq!((made.requests, made.static_left_out), (3, 1));
     let plan = kiln_plan::parse(&made.yaml, "recorded.yaml", std::path::Path::new("."), &[])
         .unwrap_or_else(|e| panic!("{e}\n{}", made.yaml));
@@ -62,7 +64,7 @@ fn a_recording_becomes_a_plan_that_checks() {
     assert!(matches!(&steps[1].checks[0].kind, CheckKind::Status(s) if s == &[302]));
     assert_eq!(steps[2].origin, 1);
     let trace = &steps[2].headers[0].1;
-    assert_eq!(trace.as_literal().unwrap(), "a\"b\nc");
+    assert_eq!(trace.as_literal().unwrap(), "a\"b\tc");
 }
 
 #[test]
@@ -109,4 +111,71 @@ proptest::proptest! {
         let any = step.headers.iter().find(|(n, _)| n == "x-any").unwrap();
         proptest::prop_assert_eq!(any.1.as_literal().unwrap(), header);
     }
+}
+
+/// A page's recording also calls analytics and a cloud's metadata address: only the main
+/// host's requests are kept (the others named in a comment), `--hosts` keeps another, and a
+/// link-local address is never kept, even with `*`.
+#[test]
+fn other_hosts_are_left_out_unless_asked_and_metadata_never() {
+    let har = r#"{"log": {"entries": [
+      {"request": {"method": "GET", "url": "https://shop.example.com/", "headers": []}},
+      {"request": {"method": "POST", "url": "https://analytics.example.net/collect", "headers": []}},
+      {"request": {"method": "GET", "url": "http://169.254.169.254/latest/meta-data/", "headers": []}},
+      {"request": {"method": "GET", "url": "https://shop.example.com:8443/api", "headers": []}}
+    ]}}"#;
+    let made = to_plan(har, false).unwrap();
+    assert_eq!(made.requests, 2, "{}", made.yaml);
+    assert_eq!(
+        made.other_hosts_left_out,
+        [
+            ("http://169.254.169.254".to_string(), 1),
+            ("https://analytics.example.net".to_string(), 1)
+        ]
+    );
+    assert!(made
+        .yaml
+        .contains("#   \"https://analytics.example.net\" (1)"));
+    let with = |hosts: &[&str]| {
+        kiln_plan::har::to_plan_with(
+            har,
+            &kiln_plan::har::HarOptions {
+                keep_static: false,
+                hosts: hosts.iter().map(|h| h.to_string()).collect(),
+            },
+        )
+        .unwrap()
+    };
+    let analytics = with(&["Analytics.Example.NET"]);
+    assert_eq!(analytics.requests, 3);
+    assert!(analytics
+        .yaml
+        .contains("https://analytics.example.net/collect"));
+    let all = with(&["*"]);
+    assert_eq!(all.requests, 3);
+    assert!(!all.yaml.contains("url: \"http://169.254.169.254"));
+    let metadata_first = r#"{"log": {"entries": [
+      {"request": {"method": "GET", "url": "http://169.254.169.254/latest/", "headers": []}}]}}"#;
+    assert!(to_plan(metadata_first, false)
+        .unwrap_err()
+        .contains("link-local"));
+}
+
+/// A HAR that starts with a byte-order mark was refused ("expected value at line 1 column
+/// 1"); a body with C1 controls and DEL was written raw into the plan, which YAML forbids.
+#[test]
+fn a_byte_order_mark_and_c1_controls_make_a_plan_that_checks() {
+    let har = "\u{feff}{\"log\": {\"entries\": [{\"request\": {\"method\": \"POST\", \
+               \"url\": \"http://127.0.0.1:8080/x\", \"headers\": [], \"postData\": \
+               {\"mimeType\": \"text/plain\", \"text\": \"a\\u0088b\\u007fc\\u0085d\"}}}]}}";
+    let made = to_plan(har, false).unwrap();
+    assert_eq!(made.requests, 1);
+    assert!(
+        made.yaml.contains(r"a\u0088b\u007Fc\u0085d"),
+        "{}",
+        made.yaml
+    );
+    assert!(!made.yaml.contains('\u{88}'));
+    kiln_plan::parse(&made.yaml, "recorded.yaml", std::path::Path::new("."), &[])
+        .unwrap_or_else(|e| panic!("{e}\n{}", made.yaml));
 }
