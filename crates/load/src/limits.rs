@@ -7,6 +7,13 @@ use crate::plan::{LoadPlan, Model};
 /// sampler's /proc files, perf's pipes, the OTLP receiver's connections.
 pub const RESERVED_FILES: u64 = 256;
 
+/// The descriptors kept aside under a limit of `soft`: [`RESERVED_FILES`], or a quarter of a
+/// small limit (a limit of 256 once left room for no connection at all: "lower -c to at most
+/// 0").
+pub fn reserved_files(soft: u64) -> u64 {
+    RESERVED_FILES.min(soft / 4)
+}
+
 /// The open-files limit (soft, hard).
 pub fn open_files_limit() -> Option<(u64, u64)> {
     let mut limit = libc::rlimit {
@@ -52,7 +59,7 @@ pub fn connections_needed(plan: &LoadPlan) -> u64 {
 /// then counted as unsent, as any other shortage of connections.
 pub fn fit_max_connections(plan: &mut LoadPlan) -> Option<String> {
     let soft = raise_open_files_limit()?;
-    let room = soft.saturating_sub(RESERVED_FILES) as usize;
+    let room = soft.saturating_sub(reserved_files(soft)) as usize;
     match &mut plan.model {
         Model::Open {
             connections,
@@ -76,7 +83,8 @@ pub fn check_open_files(plan: &LoadPlan) -> Result<(), String> {
         return Ok(());
     };
     let needed = connections_needed(plan);
-    if needed + RESERVED_FILES > soft {
+    let reserved = reserved_files(soft);
+    if needed + reserved > soft {
         let flag = match plan.model {
             Model::Closed { .. } => "-c",
             Model::Open { .. } => "--max-connections",
@@ -84,8 +92,8 @@ pub fn check_open_files(plan: &LoadPlan) -> Result<(), String> {
         return Err(format!(
             "{flag} {needed} needs about {} open files and kiln may open {soft} (its hard \
              limit): lower {flag} to at most {}, or raise the limit (ulimit -Hn / LimitNOFILE)",
-            needed + RESERVED_FILES,
-            soft.saturating_sub(RESERVED_FILES)
+            needed + reserved,
+            soft.saturating_sub(reserved)
         ));
     }
     Ok(())
@@ -100,5 +108,12 @@ mod tests {
         let (_, hard) = open_files_limit().unwrap();
         assert_eq!(raise_open_files_limit(), Some(hard));
         assert_eq!(open_files_limit().unwrap().0, hard);
+    }
+
+    #[test]
+    fn a_small_limit_keeps_room_for_connections() {
+        assert_eq!(reserved_files(256), 64);
+        assert_eq!(reserved_files(1 << 20), RESERVED_FILES);
+        assert_eq!(reserved_files(0), 0);
     }
 }

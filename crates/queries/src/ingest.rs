@@ -25,6 +25,10 @@ pub const MAX_DECOMPRESSED: u64 = 4 << 30;
 pub const MAX_DOCUMENT: usize = 256 << 20;
 /// How many problem descriptions are kept; the rest are only counted.
 const MAX_PROBLEMS_KEPT: usize = 10;
+/// How many spans are kept for the analysis (0.7-1.5 KB each: about half a gigabyte at
+/// most); the rest are counted in [`Coverage::spans_not_kept`] and said to be left out. A
+/// million spans once took 1.5 GB.
+pub const MAX_SPANS_KEPT: usize = 500_000;
 
 /// How much of what came in the analysis can use: an instrumentation gap shows here
 /// instead of as a silently empty result.
@@ -42,6 +46,8 @@ pub struct Coverage {
     pub rejected_lines: u64,
     /// Lines whose invalid UTF-8 was replaced before parsing.
     pub lossy_lines: u64,
+    /// Spans read past [`MAX_SPANS_KEPT`]: counted, not analysed.
+    pub spans_not_kept: u64,
     pub problems: Vec<String>,
 }
 
@@ -55,6 +61,8 @@ pub struct Ingest {
     /// Stacks by hash: a loop's calls share one.
     stacks: HashMap<u64, Arc<str>>,
     scopes: HashMap<String, Arc<str>>,
+    /// At most this many spans kept (`None`: [`MAX_SPANS_KEPT`]).
+    limit: Option<usize>,
 }
 
 // ---- OTLP/JSON ----
@@ -447,6 +455,30 @@ impl Ingest {
         Self::default()
     }
 
+    /// An ingest that keeps at most `limit` spans.
+    pub fn with_limit(limit: usize) -> Self {
+        Self {
+            limit: Some(limit),
+            ..Self::default()
+        }
+    }
+
+    /// Whether one more span may be kept; when not, it is counted and said once.
+    fn room_for_a_span(&mut self) -> bool {
+        let limit = self.limit.unwrap_or(MAX_SPANS_KEPT);
+        if self.spans.len() < limit {
+            return true;
+        }
+        if self.coverage.spans_not_kept == 0 {
+            self.problem(format!(
+                "more than {limit} spans: the first {limit} are analysed, the rest only counted \
+                 (spans_not_kept)"
+            ));
+        }
+        self.coverage.spans_not_kept += 1;
+        false
+    }
+
     /// Adds what another ingest read (the receiver's, after files were read here).
     pub fn extend(&mut self, other: Ingest) {
         let remap: Vec<u32> = other
@@ -455,6 +487,9 @@ impl Ingest {
             .map(|r| self.intern_resource(r.service, r.language))
             .collect();
         for mut span in other.spans {
+            if !self.room_for_a_span() {
+                continue;
+            }
             span.resource = remap[span.resource as usize];
             self.spans.push(span);
         }
@@ -469,6 +504,7 @@ impl Ingest {
         a.rejected_spans += b.rejected_spans;
         a.rejected_lines += b.rejected_lines;
         a.lossy_lines += b.lossy_lines;
+        a.spans_not_kept += b.spans_not_kept;
         for p in b.problems {
             self.problem(p);
         }
@@ -543,6 +579,9 @@ impl Ingest {
             ));
             return;
         };
+        if !self.room_for_a_span() {
+            return;
+        }
         let mut collector = AttrCollector::default();
         for (key, value) in attrs {
             collector.add(key.as_ref(), value);
@@ -907,4 +946,44 @@ fn proto_attrs(attrs: Vec<proto::KeyValue>) -> impl Iterator<Item = (String, Att
             kv.value.map(proto_value).unwrap_or(AttrValue::Other),
         )
     })
+}
+
+#[cfg(test)]
+mod limit_tests {
+    use super::*;
+
+    /// Spans past the limit are counted and said, not kept (a million once took 1.5 GB).
+    #[test]
+    fn spans_past_the_limit_are_counted_not_kept() {
+        let span = |i: u32| {
+            format!(
+                r#"{{"traceId":"0af7651916cd43dd8448eb211c80319c","spanId":"{i:016x}","parentSpanId":"","name":"s{i}","kind":2,"startTimeUnixNano":"1","endTimeUnixNano":"2"}}"#
+            )
+        };
+        let spans: Vec<String> = (1..=5).map(span).collect();
+        let doc = format!(
+            r#"{{"resourceSpans":[{{"resource":{{"attributes":[]}},"scopeSpans":[{{"scope":{{"name":"t"}},"spans":[{}]}}]}}]}}"#,
+            spans.join(",")
+        );
+        let mut ingest = Ingest::with_limit(3);
+        assert!(ingest.add_json_text(&doc, "test"));
+        assert_eq!(ingest.spans.len(), 3);
+        assert_eq!(ingest.coverage.spans, 5);
+        assert_eq!(ingest.coverage.spans_not_kept, 2);
+        assert!(
+            ingest
+                .coverage
+                .problems
+                .iter()
+                .any(|p| p.contains("more than 3 spans")),
+            "{:?}",
+            ingest.coverage.problems
+        );
+        // what another ingest read is bounded the same way
+        let mut more = Ingest::new();
+        assert!(more.add_json_text(&doc, "test"));
+        ingest.extend(more);
+        assert_eq!(ingest.spans.len(), 3);
+        assert_eq!(ingest.coverage.spans_not_kept, 7);
+    }
 }

@@ -79,8 +79,18 @@ pub fn parse_gctrace(line: &str, started_unix_ms: f64) -> Option<GoGcCycle> {
     let [heap_start, heap_end, heap_live] = heaps[..] else {
         return None;
     };
-    let finite = [at_s, sweep_term, mark, mark_term, assist, background, idle];
-    if finite.iter().any(|v| !v.is_finite() || *v < 0.0) {
+    // a line is the target's text: figures no Go runtime prints (a pause of 10^300 ms, a
+    // heap of an exabyte) are not a cycle
+    const MAX_MS: f64 = 86_400_000.0;
+    const MAX_MB: f64 = 1e9;
+    let times = [sweep_term, mark, mark_term, assist, background, idle];
+    let sane = |v: f64, max: f64| v.is_finite() && (0.0..=max).contains(&v);
+    if !sane(at_s, 1e9)
+        || !times.iter().all(|v| sane(*v, MAX_MS))
+        || ![heap_start, heap_end, heap_live]
+            .iter()
+            .all(|v| sane(*v, MAX_MB))
+    {
         return None;
     }
     Some(GoGcCycle {
@@ -113,10 +123,17 @@ pub struct GcTraceFeed {
     cycles: Arc<Mutex<Vec<GoGcCycle>>>,
 }
 
+/// The most cycles held between two takes: a Go runtime reports hundreds a second at most,
+/// and a target that is not Go (its lines never taken) printed 764 MB of them in 6 s.
+pub const MAX_PENDING_CYCLES: usize = 10_000;
+
 impl GcTraceFeed {
+    /// Keeps `cycle` for the next take, unless [`MAX_PENDING_CYCLES`] wait already.
     pub fn push(&self, cycle: GoGcCycle) {
         if let Ok(mut cycles) = self.cycles.lock() {
-            cycles.push(cycle);
+            if cycles.len() < MAX_PENDING_CYCLES {
+                cycles.push(cycle);
+            }
         }
     }
 
@@ -216,9 +233,26 @@ mod tests {
             "gc 1 @NaNs 1%: 1+2+3 ms clock, 1+1/2/3+1 ms cpu, 1->2->3 MB",
             "gc 1 @1s 1%: 1+-2+3 ms clock, 1+1/2/3+1 ms cpu, 1->2->3 MB",
             "scvg: 0 MB released",
+            // figures no runtime prints
+            "gc 1 @1s 1%: 1e300+2+3 ms clock, 1+1/2/3+1 ms cpu, 1->2->3 MB",
+            "gc 1 @1s 1%: 1+2+3 ms clock, 1+1/2/3+1 ms cpu, 1->2->1e18 MB",
+            "gc 1 @1e300s 1%: 1+2+3 ms clock, 1+1/2/3+1 ms cpu, 1->2->3 MB",
         ] {
             assert!(parse_gctrace(line, 0.0).is_none(), "{line}");
         }
+    }
+
+    /// Cycles no one takes (a target that is not Go printing such lines) stop at the bound.
+    #[test]
+    fn a_feed_never_taken_stays_bounded() {
+        let feed = GcTraceFeed::default();
+        let line = "gc 1 @1s 1%: 1+2+3 ms clock, 1+1/2/3+1 ms cpu, 1->2->3 MB, 4 MB goal";
+        let cycle = parse_gctrace(line, 0.0).unwrap();
+        for _ in 0..MAX_PENDING_CYCLES + 50 {
+            feed.push(cycle.clone());
+        }
+        assert_eq!(feed.take().len(), MAX_PENDING_CYCLES);
+        assert!(feed.take().is_empty());
     }
 
     #[test]
