@@ -125,16 +125,7 @@ pub fn import(data: &[u8]) -> Result<PprofImport, ProfileError> {
             "pprof: the profile has no sample types".into(),
         ));
     }
-    let index = value_names
-        .iter()
-        .position(|n| n.starts_with("samples/"))
-        .or_else(|| {
-            profile
-                .sample_type
-                .iter()
-                .position(|t| t.r#type == profile.default_sample_type && t.r#type != 0)
-        })
-        .unwrap_or(0);
+    let index = chosen_value(&profile, &value_names);
     let functions: HashMap<u64, &str> = profile
         .function
         .iter()
@@ -182,11 +173,91 @@ pub fn import(data: &[u8]) -> Result<PprofImport, ProfileError> {
     })
 }
 
+/// Which of a profile's values is read, as pprof chooses: the one `default_sample_type` names,
+/// else the last. A CPU profile whose last value is a time beside `samples/count` is read in
+/// samples: the same shares, counted as the profiler took them.
+fn chosen_value(profile: &Profile, value_names: &[String]) -> usize {
+    let named = profile
+        .sample_type
+        .iter()
+        .position(|t| t.r#type == profile.default_sample_type && t.r#type != 0);
+    if let Some(index) = named {
+        return index;
+    }
+    let last = value_names.len().saturating_sub(1);
+    let time_units = ["/nanoseconds", "/microseconds", "/milliseconds", "/seconds"];
+    let samples = value_names.iter().position(|n| n == "samples/count");
+    match samples {
+        Some(index) if time_units.iter().any(|u| value_names[last].ends_with(u)) => index,
+        _ => last,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
     use std::io::Write;
+
+    /// A heap profile shaped like Go's: four values, no default: pprof shows the last
+    /// (`inuse_space`), the memory held, not `alloc_objects`, the churn.
+    #[test]
+    fn without_a_default_the_last_value_is_read_as_pprof_does() {
+        let strings = [
+            "",
+            "alloc_objects",
+            "count",
+            "alloc_space",
+            "bytes",
+            "inuse_objects",
+            "inuse_space",
+            "main.churn",
+            "main.keep",
+        ];
+        let profile = Profile {
+            sample_type: vec![
+                ValueType { r#type: 1, unit: 2 },
+                ValueType { r#type: 3, unit: 4 },
+                ValueType { r#type: 5, unit: 2 },
+                ValueType { r#type: 6, unit: 4 },
+            ],
+            sample: vec![
+                Sample {
+                    location_id: vec![1],
+                    value: vec![1000, 64_000, 0, 0],
+                },
+                Sample {
+                    location_id: vec![2],
+                    value: vec![1, 1 << 20, 1, 1 << 20],
+                },
+            ],
+            location: vec![
+                Location {
+                    id: 1,
+                    address: 0x10,
+                    line: vec![Line { function_id: 1 }],
+                },
+                Location {
+                    id: 2,
+                    address: 0x20,
+                    line: vec![Line { function_id: 2 }],
+                },
+            ],
+            function: vec![Function { id: 1, name: 7 }, Function { id: 2, name: 8 }],
+            string_table: strings.iter().map(|s| s.to_string()).collect(),
+            default_sample_type: 0,
+        };
+        let imported = import(&profile.encode_to_vec()).unwrap();
+        assert_eq!(imported.value, "inuse_space/bytes");
+        assert_eq!(imported.folded.to_text(), "main.keep 1048576\n");
+        // a default named in the file wins
+        let with_default = Profile {
+            default_sample_type: 1,
+            ..profile
+        };
+        let imported = import(&with_default.encode_to_vec()).unwrap();
+        assert_eq!(imported.value, "alloc_objects/count");
+    }
 
     /// A two-function CPU profile shaped like Go's: samples/count and cpu/nanoseconds.
     fn go_like() -> Vec<u8> {
