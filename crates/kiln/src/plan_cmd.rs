@@ -6,7 +6,6 @@ use kiln_load::Model;
 
 use crate::cli::{FromHarArgs, PlanCheckArgs, PlanCommand};
 use crate::format::safe_text;
-use crate::thresholds::Threshold;
 
 pub fn run(command: PlanCommand) -> Result<u8> {
     match command {
@@ -22,10 +21,11 @@ fn check(args: PlanCheckArgs) -> Result<u8> {
         .map(|s| kiln_plan::parse_set(s).map_err(anyhow::Error::msg))
         .collect::<Result<Vec<_>>>()?;
     let plan = kiln_plan::load(&args.plan, &sets)?;
-    for t in &plan.thresholds {
-        Threshold::parse(&t.text)
-            .map_err(|e| anyhow::anyhow!("{}:{}:{}: {e}", args.plan.display(), t.line, t.column))?;
-    }
+    crate::thresholds::check_plan_thresholds(
+        &args.plan.display().to_string(),
+        &plan.thresholds,
+        &plan.workload.names,
+    )?;
     let w = &plan.workload;
     if args.json {
         let json = serde_json::json!({

@@ -209,12 +209,8 @@ fn build_from_plan_file(args: &RunArgs) -> Result<Built> {
     if let Some(note) = kiln_load::limits::fit_max_connections(&mut load) {
         eprintln!("kiln: {note}");
     }
-    let mut thresholds = Vec::new();
-    for t in &plan.thresholds {
-        Threshold::parse(&t.text)
-            .map_err(|e| anyhow::anyhow!("{}:{}:{}: {e}", args.url, t.line, t.column))?;
-        thresholds.push(t.text.clone());
-    }
+    let mut thresholds =
+        thresholds::check_plan_thresholds(&args.url, &plan.thresholds, &plan.workload.names)?;
     for t in &args.thresholds {
         Threshold::parse(t)?;
         thresholds.push(t.clone());

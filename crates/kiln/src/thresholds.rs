@@ -95,6 +95,37 @@ fn parse_metric(name: &str) -> Option<Metric> {
     }
 }
 
+/// A plan file's thresholds, each parsed and, when it names requests (`p95{name:login}`),
+/// checked against the plan's request names: a name no step has is an error at its line
+/// before anything is sent (it once failed only after the run).
+pub fn check_plan_thresholds(
+    file: &str,
+    thresholds: &[kiln_plan::Located],
+    names: &[String],
+) -> anyhow::Result<Vec<String>> {
+    let mut texts = Vec::new();
+    for t in thresholds {
+        let at = format!("{file}:{}:{}", t.line, t.column);
+        let parsed = Threshold::parse(&t.text).map_err(|e| anyhow::anyhow!("{at}: {e}"))?;
+        if let Some(name) = parsed
+            .name
+            .as_deref()
+            .filter(|n| !names.iter().any(|m| m == n))
+        {
+            let mut known: Vec<&str> = names.iter().map(String::as_str).collect();
+            known.truncate(12);
+            anyhow::bail!(
+                "{at}: threshold '{}' is on the name '{}', which no step has (the names: {})",
+                crate::format::safe_text(&t.text),
+                crate::format::safe_text(name),
+                crate::format::safe_text(&known.join(", "))
+            );
+        }
+        texts.push(t.text.clone());
+    }
+    Ok(texts)
+}
+
 impl Threshold {
     pub fn parse(text: &str) -> Result<Self, ThresholdError> {
         let err = |why: &str| ThresholdError {
@@ -255,6 +286,32 @@ pub fn check_all(plan: &serde_json::Value, results: &PhaseSummary) -> Vec<Thresh
 
 #[cfg(test)]
 mod tests {
+    /// `p95{name:ordr}` passed `kiln plan check` and failed only after the run.
+    #[test]
+    fn a_plan_threshold_on_a_name_no_step_has_is_refused_at_its_line() {
+        let located = |text: &str| kiln_plan::Located {
+            text: text.into(),
+            line: 7,
+            column: 5,
+        };
+        let names = ["login".to_string(), "order".to_string()];
+        let ok = check_plan_thresholds("p.yaml", &[located("p95{name:order}<1s")], &names);
+        assert_eq!(ok.unwrap(), ["p95{name:order}<1s"]);
+        let typo = check_plan_thresholds("p.yaml", &[located("p95{name:ordr}<1s")], &names)
+            .unwrap_err()
+            .to_string();
+        assert!(typo.starts_with("p.yaml:7:5: "), "{typo}");
+        assert!(
+            typo.contains("'ordr', which no step has (the names: login, order)"),
+            "{typo}"
+        );
+        let bad = check_plan_thresholds("p.yaml", &[located("p95<<1s")], &names).unwrap_err();
+        assert!(
+            bad.to_string().starts_with("p.yaml:7:5: bad threshold"),
+            "{bad}"
+        );
+    }
+
     use super::*;
     use kiln_record::SecondRecord;
 

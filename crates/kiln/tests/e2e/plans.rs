@@ -304,6 +304,27 @@ fn plan_check_shows_the_plan_and_points_at_mistakes() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("bad threshold"));
     assert!(api.counts().routes.is_empty(), "a bad plan sends nothing");
+    // A threshold on a name no step has: refused by the check and the run, at its place (it
+    // once failed only after the run).
+    let typo =
+        plan(&api, "load:\n  vus: 2\n").replace("failed{name:order}<1%", "failed{name:ordr}<1%");
+    std::fs::write(&path, typo).unwrap();
+    for args in [vec!["plan", "check"], vec!["run"]] {
+        let mut args = args;
+        args.extend([path.to_str().unwrap(), "--quiet"]);
+        if args[0] == "plan" {
+            args.pop();
+        }
+        let out = kiln(&args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains(&format!("{}:45:5", path.display()))
+                && err.contains("'ordr', which no step has"),
+            "{args:?}: {err}"
+        );
+    }
+    assert!(api.counts().routes.is_empty(), "a bad plan sends nothing");
 }
 
 /// VU stages (k6's ramping-vus): 0 -> 4 VUs over 2 s, 4 for 1 s, down to 1 over 1 s, 1 for
