@@ -144,6 +144,35 @@ fn plan_without_shard(plan: &Value) -> Value {
     plan
 }
 
+/// A shard's lines up to the first one that cannot be read. The record's reader passes over a
+/// last line cut short (a killed shard) and gives an error only for a line that lines follow:
+/// a record damaged mid-file, which `damaged` then says.
+struct ReadableLines<I> {
+    lines: I,
+    damaged: std::rc::Rc<std::cell::RefCell<Option<String>>>,
+    done: bool,
+}
+
+impl<I: Iterator<Item = Result<LoadRecordLine, kiln_record::RecordError>>> Iterator
+    for ReadableLines<I>
+{
+    type Item = LoadRecordLine;
+
+    fn next(&mut self) -> Option<LoadRecordLine> {
+        if self.done {
+            return None;
+        }
+        match self.lines.next()? {
+            Ok(line) => Some(line),
+            Err(e) => {
+                self.done = true;
+                *self.damaged.borrow_mut() = Some(e.to_string());
+                None
+            }
+        }
+    }
+}
+
 /// The most shards a record may claim (as `--shard` accepts).
 pub const MAX_SHARDS: u64 = 100_000;
 
@@ -266,13 +295,24 @@ pub fn merge(dirs: &[PathBuf], out: &Path, options: MergeOptions) -> Result<Merg
         .add_json_lines_part(LOAD_SECONDS_PART, "load-seconds.jsonl", 1)
         .map_err(write_err)?;
     let mut streams = Vec::new();
+    let mut damage = Vec::new();
     let mut shards = Vec::new();
     for run in &runs {
         let lines = run
             .json_lines::<LoadRecordLine>(LOAD_SECONDS_PART)
             .map_err(|e| err(format!("{}: {e}", run.path().display())))?;
-        // a record cut mid-line (a killed shard) ends at its last whole line
-        streams.push(lines.map_while(Result::ok).peekable());
+        // a record cut mid-line (a killed shard) ends at its last whole line; one damaged
+        // further up is said (it was merged as complete, cut silently)
+        let damaged = std::rc::Rc::new(std::cell::RefCell::new(None));
+        damage.push(damaged.clone());
+        streams.push(
+            ReadableLines {
+                lines,
+                damaged,
+                done: false,
+            }
+            .peekable(),
+        );
         let clock = &run.manifest.plan["clock"];
         shards.push(ShardHealth {
             index: shard_of(run).map(|s| s.0),
@@ -356,6 +396,14 @@ pub fn merge(dirs: &[PathBuf], out: &Path, options: MergeOptions) -> Result<Merg
     let mut reasons = Vec::new();
     if !missing.is_empty() {
         reasons.push(format!("shards {} missing", list(&missing)));
+    }
+    for (shard, damaged) in shards.iter().zip(&damage) {
+        if let Some(why) = damaged.borrow().as_ref() {
+            reasons.push(format!(
+                "{}'s load record is damaged ({why}): its seconds after that are left out",
+                shard.dir
+            ));
+        }
     }
     for s in shards.iter().filter(|s| s.status != RunStatus::Complete) {
         reasons.push(format!(
@@ -604,5 +652,80 @@ mod tests {
         assert!(merged(&[huge]).contains("shard 0 of 1000000000000"));
         assert!(merged(&[past]).contains("shard 5 of 2"));
         assert!(merged(&[two, three]).contains("one of 2 shards and"));
+    }
+
+    /// A shard whose load record has a bad line with lines after it (damaged, not cut at its
+    /// end by a kill) was merged as `complete`, its later seconds dropped in silence; now the
+    /// merge is interrupted and says which shard and line. A last line cut short is not damage.
+    #[test]
+    fn a_shard_damaged_mid_file_makes_the_merge_say_so() {
+        let tmp = tempfile::tempdir().unwrap();
+        let shard = |name: &str, index: u64, damage: &str| {
+            let dir = tmp.path().join(name);
+            let plan = serde_json::json!({"shard": {"index": index, "count": 2}});
+            let mut run = RunDir::create(
+                &kiln_record::RunLocation::Named(dir.clone()),
+                name,
+                vec![],
+                plan,
+            )
+            .unwrap();
+            let mut w = run
+                .add_json_lines_part(LOAD_SECONDS_PART, "load-seconds.jsonl", 1)
+                .unwrap();
+            let second = |n: u32| {
+                LoadRecordLine::Second(Box::new(kiln_record::SecondRecord {
+                    phase: "run".into(),
+                    second: n,
+                    unix_ms: 1_000_000 + 1000 * u64::from(n + 1),
+                    requests: 10,
+                    ..Default::default()
+                }))
+            };
+            w.write(&second(0)).unwrap();
+            drop(w);
+            let path = dir.join("load-seconds.jsonl");
+            let mut text = std::fs::read_to_string(&path).unwrap();
+            text.push_str(damage);
+            std::fs::write(&path, text).unwrap();
+            let mut w = run
+                .add_json_lines_part(LOAD_SECONDS_PART, "load-seconds.jsonl", 1)
+                .unwrap();
+            if damage.ends_with('\n') {
+                w.write(&second(1)).unwrap();
+            }
+            drop(w);
+            run.finish(RunStatus::Complete, None).unwrap();
+            dir
+        };
+        let good = shard("good", 0, "");
+        let damaged = shard("damaged", 1, "{\"second\": not json}\n");
+        let merged = merge(
+            &[good.clone(), damaged],
+            &tmp.path().join("out"),
+            MergeOptions::default(),
+        )
+        .unwrap();
+        assert_eq!(merged.status, RunStatus::Interrupted);
+        let reason = merged.status_reason.unwrap();
+        assert!(
+            reason.contains("damaged's load record is damaged") || reason.contains("damaged ("),
+            "{reason}"
+        );
+        assert!(reason.contains("line 2"), "{reason}");
+        // a last line cut short: a killed shard's end, not damage
+        let cut = shard("cut", 1, "{\"second\": {\"pha");
+        let merged = merge(
+            &[good, cut],
+            &tmp.path().join("out2"),
+            MergeOptions::default(),
+        )
+        .unwrap();
+        assert_eq!(
+            merged.status,
+            RunStatus::Complete,
+            "{:?}",
+            merged.status_reason
+        );
     }
 }
