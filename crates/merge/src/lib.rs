@@ -290,157 +290,165 @@ pub fn merge(dirs: &[PathBuf], out: &Path, options: MergeOptions) -> Result<Merg
             out.display()
         ))
     })?;
-    let write_err = |e: kiln_record::RecordError| err(format!("{}: {e}", out.display()));
-    let mut writer = dir
-        .add_json_lines_part(LOAD_SECONDS_PART, "load-seconds.jsonl", 1)
-        .map_err(write_err)?;
-    let mut streams = Vec::new();
-    let mut damage = Vec::new();
-    let mut shards = Vec::new();
-    for run in &runs {
-        let lines = run
-            .json_lines::<LoadRecordLine>(LOAD_SECONDS_PART)
-            .map_err(|e| err(format!("{}: {e}", run.path().display())))?;
-        // a record cut mid-line (a killed shard) ends at its last whole line; one damaged
-        // further up is said (it was merged as complete, cut silently)
-        let damaged = std::rc::Rc::new(std::cell::RefCell::new(None));
-        damage.push(damaged.clone());
-        streams.push(
-            ReadableLines {
-                lines,
-                damaged,
-                done: false,
-            }
-            .peekable(),
-        );
-        let clock = &run.manifest.plan["clock"];
-        shards.push(ShardHealth {
-            index: shard_of(run).map(|s| s.0),
-            status_reason: run.manifest.status_reason.clone(),
-            host: clock["host"].as_str().map(str::to_string),
-            clock_synchronized: clock["sync"]["synchronized"].as_bool(),
-            clock_max_error_us: clock["sync"]["max_error_us"].as_i64(),
-            clock_offset_ms: clock["offset_to_shard0_ms"].as_f64(),
-            clock_offset_rtt_ms: clock["offset_rtt_ms"].as_f64(),
-            ..ShardHealth::new(run.path().display().to_string(), run.effective_status())
-        });
-    }
-    let mut latencies: Vec<kiln_record::LatencyHistogram> = runs
-        .iter()
-        .map(|_| kiln_record::LatencyHistogram::new())
-        .collect();
-    let mut phases: Vec<String> = Vec::new();
-    loop {
-        let key = streams
-            .iter_mut()
-            .filter_map(|s| s.peek().map(|line| line_key(line, &mut phases)))
-            .min();
-        let Some(key) = key else {
-            break;
-        };
-        let mut merged: Option<LoadRecordLine> = None;
-        for (i, stream) in streams.iter_mut().enumerate() {
-            let Some(line) = stream.next_if(|line| line_key(line, &mut phases) == key) else {
-                continue;
-            };
-            let health = &mut shards[i];
-            match &line {
-                LoadRecordLine::Second(s) => {
-                    if health.started_unix_ms.is_none() && s.unix_ms > 0 {
-                        health.started_unix_ms =
-                            Some(s.unix_ms.saturating_sub(1000 * (u64::from(s.second) + 1)));
-                    }
-                    health.requests += s.requests;
-                    health.scheduled += s.scheduled;
-                    health.send_lag_max_us = health.send_lag_max_us.max(s.send_lag_max_us);
-                    latencies[i].merge(&s.latency);
+    // whatever fails from here on leaves the merged record `failed` with why, not `running`
+    let written = (|| -> Result<Merged, MergeError> {
+        let write_err = |e: kiln_record::RecordError| err(format!("{}: {e}", out.display()));
+        let mut writer = dir
+            .add_json_lines_part(LOAD_SECONDS_PART, "load-seconds.jsonl", 1)
+            .map_err(write_err)?;
+        let mut streams = Vec::new();
+        let mut damage = Vec::new();
+        let mut shards = Vec::new();
+        for run in &runs {
+            let lines = run
+                .json_lines::<LoadRecordLine>(LOAD_SECONDS_PART)
+                .map_err(|e| err(format!("{}: {e}", run.path().display())))?;
+            // a record cut mid-line (a killed shard) ends at its last whole line; one damaged
+            // further up is said (it was merged as complete, cut silently)
+            let damaged = std::rc::Rc::new(std::cell::RefCell::new(None));
+            damage.push(damaged.clone());
+            streams.push(
+                ReadableLines {
+                    lines,
+                    damaged,
+                    done: false,
                 }
-                LoadRecordLine::PhaseEnd(e) => {
-                    health.unsent += e.unsent;
-                    health.kiln_cpu_s += (e.kiln_cpu_user_us + e.kiln_cpu_system_us) as f64 / 1e6;
-                }
-            }
-            merged = Some(match (merged, line) {
-                (None, line) => line,
-                (Some(LoadRecordLine::Second(mut into)), LoadRecordLine::Second(s)) => {
-                    into.merge(&s);
-                    LoadRecordLine::Second(into)
-                }
-                (Some(LoadRecordLine::PhaseEnd(mut into)), LoadRecordLine::PhaseEnd(e)) => {
-                    merge_end(&mut into, &e);
-                    LoadRecordLine::PhaseEnd(into)
-                }
-                (Some(other), _) => other,
+                .peekable(),
+            );
+            let clock = &run.manifest.plan["clock"];
+            shards.push(ShardHealth {
+                index: shard_of(run).map(|s| s.0),
+                status_reason: run.manifest.status_reason.clone(),
+                host: clock["host"].as_str().map(str::to_string),
+                clock_synchronized: clock["sync"]["synchronized"].as_bool(),
+                clock_max_error_us: clock["sync"]["max_error_us"].as_i64(),
+                clock_offset_ms: clock["offset_to_shard0_ms"].as_f64(),
+                clock_offset_rtt_ms: clock["offset_rtt_ms"].as_f64(),
+                ..ShardHealth::new(run.path().display().to_string(), run.effective_status())
             });
         }
-        if let Some(mut line) = merged {
-            if let LoadRecordLine::Second(s) = &mut line {
-                s.fill_percentiles();
+        let mut latencies: Vec<kiln_record::LatencyHistogram> = runs
+            .iter()
+            .map(|_| kiln_record::LatencyHistogram::new())
+            .collect();
+        let mut phases: Vec<String> = Vec::new();
+        loop {
+            let key = streams
+                .iter_mut()
+                .filter_map(|s| s.peek().map(|line| line_key(line, &mut phases)))
+                .min();
+            let Some(key) = key else {
+                break;
+            };
+            let mut merged: Option<LoadRecordLine> = None;
+            for (i, stream) in streams.iter_mut().enumerate() {
+                let Some(line) = stream.next_if(|line| line_key(line, &mut phases) == key) else {
+                    continue;
+                };
+                let health = &mut shards[i];
+                match &line {
+                    LoadRecordLine::Second(s) => {
+                        if health.started_unix_ms.is_none() && s.unix_ms > 0 {
+                            health.started_unix_ms =
+                                Some(s.unix_ms.saturating_sub(1000 * (u64::from(s.second) + 1)));
+                        }
+                        health.requests += s.requests;
+                        health.scheduled += s.scheduled;
+                        health.send_lag_max_us = health.send_lag_max_us.max(s.send_lag_max_us);
+                        latencies[i].merge(&s.latency);
+                    }
+                    LoadRecordLine::PhaseEnd(e) => {
+                        health.unsent += e.unsent;
+                        health.kiln_cpu_s +=
+                            (e.kiln_cpu_user_us + e.kiln_cpu_system_us) as f64 / 1e6;
+                    }
+                }
+                merged = Some(match (merged, line) {
+                    (None, line) => line,
+                    (Some(LoadRecordLine::Second(mut into)), LoadRecordLine::Second(s)) => {
+                        into.merge(&s);
+                        LoadRecordLine::Second(into)
+                    }
+                    (Some(LoadRecordLine::PhaseEnd(mut into)), LoadRecordLine::PhaseEnd(e)) => {
+                        merge_end(&mut into, &e);
+                        LoadRecordLine::PhaseEnd(into)
+                    }
+                    (Some(other), _) => other,
+                });
             }
-            writer.write(&line).map_err(write_err)?;
+            if let Some(mut line) = merged {
+                if let LoadRecordLine::Second(s) = &mut line {
+                    s.fill_percentiles();
+                }
+                writer.write(&line).map_err(write_err)?;
+            }
         }
-    }
-    drop(writer);
-    for (health, latency) in shards.iter_mut().zip(&latencies) {
-        health.p99_us = latency.quantile_us(0.99);
-    }
-    // starts compared on one clock: shard 0's, where an HTTP barrier measured the offsets
-    let earliest = shards
-        .iter()
-        .filter_map(ShardHealth::start_on_common_clock)
-        .min();
-    for s in &mut shards {
-        s.start_skew_ms = s.start_on_common_clock().zip(earliest).map(|(a, e)| a - e);
-    }
+        drop(writer);
+        for (health, latency) in shards.iter_mut().zip(&latencies) {
+            health.p99_us = latency.quantile_us(0.99);
+        }
+        // starts compared on one clock: shard 0's, where an HTTP barrier measured the offsets
+        let earliest = shards
+            .iter()
+            .filter_map(ShardHealth::start_on_common_clock)
+            .min();
+        for s in &mut shards {
+            s.start_skew_ms = s.start_on_common_clock().zip(earliest).map(|(a, e)| a - e);
+        }
 
-    let mut reasons = Vec::new();
-    if !missing.is_empty() {
-        reasons.push(format!("shards {} missing", list(&missing)));
-    }
-    for (shard, damaged) in shards.iter().zip(&damage) {
-        if let Some(why) = damaged.borrow().as_ref() {
+        let mut reasons = Vec::new();
+        if !missing.is_empty() {
+            reasons.push(format!("shards {} missing", list(&missing)));
+        }
+        for (shard, damaged) in shards.iter().zip(&damage) {
+            if let Some(why) = damaged.borrow().as_ref() {
+                reasons.push(format!(
+                    "{}'s load record is damaged ({why}): its seconds after that are left out",
+                    shard.dir
+                ));
+            }
+        }
+        for s in shards.iter().filter(|s| s.status != RunStatus::Complete) {
             reasons.push(format!(
-                "{}'s load record is damaged ({why}): its seconds after that are left out",
-                shard.dir
+                "{} was {}{}",
+                s.dir,
+                s.status.as_str(),
+                s.status_reason
+                    .as_deref()
+                    .map(|r| format!(": {r}"))
+                    .unwrap_or_default()
             ));
         }
-    }
-    for s in shards.iter().filter(|s| s.status != RunStatus::Complete) {
-        reasons.push(format!(
-            "{} was {}{}",
-            s.dir,
-            s.status.as_str(),
-            s.status_reason
-                .as_deref()
-                .map(|r| format!(": {r}"))
-                .unwrap_or_default()
-        ));
-    }
-    let late: Vec<String> = shards
-        .iter()
-        .filter(|s| s.start_skew_ms.is_some_and(|k| k > LATE_START_MS))
-        .map(|s| format!("{} started {} ms late", s.dir, s.start_skew_ms.unwrap_or(0)))
-        .chain(untrusted_clocks(&shards))
-        .collect();
-    let status = if reasons.is_empty() {
-        RunStatus::Complete
-    } else {
-        RunStatus::Interrupted
-    };
-    reasons.extend(late);
+        let late: Vec<String> = shards
+            .iter()
+            .filter(|s| s.start_skew_ms.is_some_and(|k| k > LATE_START_MS))
+            .map(|s| format!("{} started {} ms late", s.dir, s.start_skew_ms.unwrap_or(0)))
+            .chain(untrusted_clocks(&shards))
+            .collect();
+        let status = if reasons.is_empty() {
+            RunStatus::Complete
+        } else {
+            RunStatus::Interrupted
+        };
+        reasons.extend(late);
 
-    let shards_json = serde_json::to_vec_pretty(&shards).map_err(|e| err(e.to_string()))?;
-    dir.write_file_part(SHARDS_PART, "shards.json", 1, &shards_json)
-        .map_err(write_err)?;
-    let reason = (!reasons.is_empty()).then(|| reasons.join("; "));
-    dir.finish(status, reason.clone()).map_err(write_err)?;
-    Ok(Merged {
-        dir: dir.path().to_path_buf(),
-        status,
-        status_reason: reason,
-        shards,
-        missing,
-    })
+        let shards_json = serde_json::to_vec_pretty(&shards).map_err(|e| err(e.to_string()))?;
+        dir.write_file_part(SHARDS_PART, "shards.json", 1, &shards_json)
+            .map_err(write_err)?;
+        let reason = (!reasons.is_empty()).then(|| reasons.join("; "));
+        dir.finish(status, reason.clone()).map_err(write_err)?;
+        Ok(Merged {
+            dir: dir.path().to_path_buf(),
+            status,
+            status_reason: reason,
+            shards,
+            missing,
+        })
+    })();
+    if let Err(e) = &written {
+        let _ = dir.finish(RunStatus::Failed, Some(e.0.clone()));
+    }
+    written
 }
 
 /// Shards on more than one machine whose clocks were not synchronised, or only within more
@@ -726,6 +734,36 @@ mod tests {
             RunStatus::Complete,
             "{:?}",
             merged.status_reason
+        );
+    }
+
+    /// A merge that fails after its directory was made leaves it `failed` with why; it was
+    /// left `running`.
+    #[test]
+    fn a_merge_that_fails_midway_leaves_its_record_failed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("shard");
+        let mut run = RunDir::create(
+            &kiln_record::RunLocation::Named(dir.clone()),
+            "shard",
+            vec![],
+            serde_json::json!({}),
+        )
+        .unwrap();
+        drop(
+            run.add_json_lines_part(LOAD_SECONDS_PART, "load-seconds.jsonl", 1)
+                .unwrap(),
+        );
+        run.finish(RunStatus::Complete, None).unwrap();
+        // the part the record names is gone (a copy that left it behind)
+        std::fs::remove_file(dir.join("load-seconds.jsonl")).unwrap();
+        let out = tmp.path().join("out");
+        let failed = merge(&[dir], &out, MergeOptions::default()).unwrap_err();
+        let written = RunDir::open(&out).unwrap();
+        assert_eq!(written.manifest.status, RunStatus::Failed);
+        assert_eq!(
+            written.manifest.status_reason.as_deref(),
+            Some(failed.0.as_str())
         );
     }
 }
