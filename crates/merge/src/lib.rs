@@ -352,15 +352,15 @@ pub fn merge(dirs: &[PathBuf], out: &Path, options: MergeOptions) -> Result<Merg
                             health.started_unix_ms =
                                 Some(s.unix_ms.saturating_sub(1000 * (u64::from(s.second) + 1)));
                         }
-                        health.requests += s.requests;
-                        health.scheduled += s.scheduled;
+                        health.requests = health.requests.saturating_add(s.requests);
+                        health.scheduled = health.scheduled.saturating_add(s.scheduled);
                         health.send_lag_max_us = health.send_lag_max_us.max(s.send_lag_max_us);
                         latencies[i].merge(&s.latency);
                     }
                     LoadRecordLine::PhaseEnd(e) => {
-                        health.unsent += e.unsent;
+                        health.unsent = health.unsent.saturating_add(e.unsent);
                         health.kiln_cpu_s +=
-                            (e.kiln_cpu_user_us + e.kiln_cpu_system_us) as f64 / 1e6;
+                            e.kiln_cpu_user_us.saturating_add(e.kiln_cpu_system_us) as f64 / 1e6;
                     }
                 }
                 merged = Some(match (merged, line) {
@@ -765,5 +765,41 @@ mod tests {
             written.manifest.status_reason.as_deref(),
             Some(failed.0.as_str())
         );
+    }
+
+    /// A forged shard whose seconds claim 2^64-1 requests each: its totals saturate instead
+    /// of wrapping (or panicking).
+    #[test]
+    fn forged_counts_saturate() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("forged");
+        let mut run = RunDir::create(
+            &kiln_record::RunLocation::Named(dir.clone()),
+            "forged",
+            vec![],
+            serde_json::json!({"shard": {"index": 0, "count": 1}}),
+        )
+        .unwrap();
+        let mut w = run
+            .add_json_lines_part(LOAD_SECONDS_PART, "load-seconds.jsonl", 1)
+            .unwrap();
+        for n in 0..2u32 {
+            w.write(&LoadRecordLine::Second(Box::new(
+                kiln_record::SecondRecord {
+                    phase: "run".into(),
+                    second: n,
+                    unix_ms: 1_000_000 + 1000 * u64::from(n + 1),
+                    requests: u64::MAX,
+                    scheduled: u64::MAX,
+                    ..Default::default()
+                },
+            )))
+            .unwrap();
+        }
+        drop(w);
+        run.finish(RunStatus::Complete, None).unwrap();
+        let merged = merge(&[dir], &tmp.path().join("out"), MergeOptions::default()).unwrap();
+        assert_eq!(merged.shards[0].requests, u64::MAX);
+        assert_eq!(merged.shards[0].scheduled, u64::MAX);
     }
 }
