@@ -199,6 +199,15 @@ mod tests {
     use proptest::prelude::*;
     use std::io::Write;
 
+    /// Location `id` at address `id * 0x10`, in function `function_id`.
+    fn located(id: u64, function_id: u64) -> Location {
+        Location {
+            id,
+            address: id * 0x10,
+            line: vec![Line { function_id }],
+        }
+    }
+
     /// A heap profile shaped like Go's: four values, no default: pprof shows the last
     /// (`inuse_space`), the memory held, not `alloc_objects`, the churn.
     #[test]
@@ -231,18 +240,7 @@ mod tests {
                     value: vec![1, 1 << 20, 1, 1 << 20],
                 },
             ],
-            location: vec![
-                Location {
-                    id: 1,
-                    address: 0x10,
-                    line: vec![Line { function_id: 1 }],
-                },
-                Location {
-                    id: 2,
-                    address: 0x20,
-                    line: vec![Line { function_id: 2 }],
-                },
-            ],
+            location: vec![located(1, 1), located(2, 2)],
             function: vec![Function { id: 1, name: 7 }, Function { id: 2, name: 8 }],
             string_table: strings.iter().map(|s| s.to_string()).collect(),
             default_sample_type: 0,
@@ -287,16 +285,8 @@ mod tests {
                 },
             ],
             location: vec![
-                Location {
-                    id: 1,
-                    address: 0x10,
-                    line: vec![Line { function_id: 1 }],
-                },
-                Location {
-                    id: 2,
-                    address: 0x20,
-                    line: vec![Line { function_id: 2 }],
-                },
+                located(1, 1),
+                located(2, 2),
                 Location {
                     id: 3,
                     address: 0x30,

@@ -350,7 +350,7 @@ fn copies_that_lost_to_a_silent_replica_are_cut() {
     // the rescued first copies' second copies answered; the losers were cut
     assert!(count(&h["won"]) > 0, "{h:#}");
     assert!(count(&h["cut"]) >= count(&h["won"]), "{h:#}");
-    let seconds = common::load_seconds(&tmp.path().join("cut"));
+    let seconds = seconds(&tmp.path().join("cut"));
     let cut: u64 = seconds.iter().map(|s| count(&s["hedge"]["cut"])).sum();
     assert_eq!(cut, count(&h["cut"]), "the seconds add up to the summary");
 }
