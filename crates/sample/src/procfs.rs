@@ -386,14 +386,19 @@ impl ProcFs {
         // (and only on the live host: a fixture root has no kernel to ask)
         if self.root == Path::new("/") && sockets.iter().any(|s| s.state == "LISTEN") {
             if let Ok(queues) = crate::sock_diag::listen_queues() {
-                summary.listen_backlog = sockets
-                    .iter()
-                    .filter(|s| s.state == "LISTEN")
-                    .filter_map(|s| {
-                        let q = queues.get(&s.inode)?;
-                        Some((s.local.to_string(), u64::from(q.queued), u64::from(q.limit)))
-                    })
-                    .collect();
+                for s in sockets.iter().filter(|s| s.state == "LISTEN") {
+                    let Some(q) = queues.get(&s.inode) else {
+                        continue;
+                    };
+                    let addr = s.local.to_string();
+                    if let Some(drops) = q.drops {
+                        summary
+                            .listen_dropped
+                            .push((addr.clone(), u64::from(drops)));
+                    }
+                    let (queued, limit) = (u64::from(q.queued), u64::from(q.limit));
+                    summary.listen_backlog.push((addr, queued, limit));
+                }
             }
         }
         summary

@@ -3,12 +3,15 @@
 //! the limit it was created with, so "how full is the backlog" needs this.
 //!
 //! The request is one fixed 72-byte message and the answers are fixed-layout records
-//! (`inet_diag_msg`), over the small netlink helpers of `netlink.rs`.
+//! (`inet_diag_msg`) followed by attributes, over the small netlink helpers of `netlink.rs`.
+//! One attribute is asked for: the socket's memory figures, whose last is `sk_drops`. On a
+//! listener the kernel counts there every connection it dropped because that listener's
+//! queue was full (`tcp_listendrop`), which tells its drops from the rest of the host's.
 
 use std::collections::HashMap;
 use std::io;
 
-use crate::netlink::{messages, Message, NetlinkSocket, NLM_F_REQUEST};
+use crate::netlink::{attributes, messages, Message, NetlinkSocket, NLM_F_REQUEST};
 
 const NETLINK_SOCK_DIAG: i32 = 4;
 const SOCK_DIAG_BY_FAMILY: u16 = 20;
@@ -17,6 +20,10 @@ const TCP_LISTEN: u32 = 10;
 /// inet_diag_msg: family, state, timer, retrans (4), sockid (48), expires, rqueue, wqueue,
 /// uid, inode (20).
 const DIAG_MSG: usize = 72;
+/// The `sk_meminfo` attribute (INET_DIAG_SKMEMINFO), asked for by its bit in the request's
+/// extensions byte, and the place of `sk_drops` in its array of u32 (SK_MEMINFO_DROPS).
+const INET_DIAG_SKMEMINFO: u16 = 7;
+const SK_MEMINFO_DROPS: usize = 8;
 
 /// A listening TCP socket: its inode, connections waiting to be accepted, and the backlog
 /// limit (`listen()`'s argument, capped by net.core.somaxconn).
@@ -25,12 +32,16 @@ pub struct ListenQueue {
     pub inode: u64,
     pub queued: u32,
     pub limit: u32,
+    /// Connections dropped at this listener since it was opened (its `sk_drops`); None on a
+    /// kernel that does not report it.
+    pub drops: Option<u32>,
 }
 
 /// inet_diag_req_v2: family, protocol, extensions, pad, states, then a zero sockid.
 fn request(family: u8) -> Vec<u8> {
     let mut req = Vec::with_capacity(56);
-    req.extend_from_slice(&[family, libc::IPPROTO_TCP as u8, 0, 0]);
+    let extensions = 1u8 << (INET_DIAG_SKMEMINFO - 1);
+    req.extend_from_slice(&[family, libc::IPPROTO_TCP as u8, extensions, 0]);
     req.extend_from_slice(&(1u32 << TCP_LISTEN).to_ne_bytes());
     req.extend_from_slice(&[0u8; 48]);
     req
@@ -45,10 +56,15 @@ fn parse(buf: &[u8], out: &mut Vec<ListenQueue>) -> io::Result<bool> {
             Message::Data(SOCK_DIAG_BY_FAMILY, m) if m.len() >= DIAG_MSG => {
                 let word =
                     |at: usize| u32::from_ne_bytes(m[at..at + 4].try_into().expect("4 bytes"));
+                let drops = attributes(&m[DIAG_MSG..])
+                    .find(|(kind, _)| *kind == INET_DIAG_SKMEMINFO)
+                    .and_then(|(_, v)| v.get(SK_MEMINFO_DROPS * 4..SK_MEMINFO_DROPS * 4 + 4))
+                    .map(|b| u32::from_ne_bytes(b.try_into().expect("4 bytes")));
                 out.push(ListenQueue {
                     queued: word(56),
                     limit: word(60),
                     inode: u64::from(word(68)),
+                    drops,
                 });
             }
             Message::Data(..) => {}
@@ -95,7 +111,8 @@ mod tests {
             ListenQueue {
                 inode,
                 queued: 0,
-                limit: 7
+                limit: 7,
+                drops: Some(0)
             }
         );
     }

@@ -101,6 +101,10 @@ pub struct SocketSummary {
     /// sock_diag; empty when it could not be asked).
     #[serde(default)]
     pub listen_backlog: Vec<(String, u64, u64)>,
+    /// Listening sockets: address, and the connections the kernel dropped at it because its
+    /// queue was full, counted since it was opened (from sock_diag; empty when not known).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub listen_dropped: Vec<(String, u64)>,
 }
 
 impl SocketSummary {

@@ -163,6 +163,22 @@ fn a_listener_whose_accept_queue_is_full_shows_listen_overflows() {
         .cloned()
         .expect("the listener's backlog");
     assert_eq!(limit, 1);
+    // the listener's own count of the connections dropped at it, which no other listener's
+    // drops reach: at least one per client that did not connect
+    let (_, dropped) = sockets
+        .listen_dropped
+        .iter()
+        .find(|(a, _)| *a == addr.to_string())
+        .cloned()
+        .expect("the listener's drops");
+    assert!(
+        dropped >= (20 - connected) as u64,
+        "{dropped} dropped, {connected} connected"
+    );
+    assert!(
+        dropped <= kernel.listen_drops.unwrap(),
+        "{dropped} > the host's drops"
+    );
     // a client may count itself connected whose last ACK the full queue dropped: the queue
     // holds the connected ones up to its 2
     assert_eq!(queued, (connected as u64).min(2));

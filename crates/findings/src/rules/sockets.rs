@@ -46,27 +46,47 @@ fn listen_overflow(run: &RunRecord) -> Verdict {
         hit.len(),
         kernels.len()
     )];
-    // the target's own listening socket at its fullest
+    // The counters are the whole host's (its network namespace's): another listener's
+    // overflows are counted too (a demo once printed HIGH "overflowed 82 times" above "held
+    // up to 0 of 128"). The target's listeners count their own drops (sk_drops): when those
+    // were sampled they decide; on older records, its queue seen at its limit does (a sample
+    // a second can miss a queue that filled between two samples).
     let fullest = run
         .resources
         .iter()
         .filter_map(|s| s.process.as_ref()?.sockets.as_ref())
         .flat_map(|s| s.listen_backlog.iter())
         .max_by_key(|(_, queued, _)| *queued);
+    let held = fullest.map(|(addr, queued, limit)| {
+        format!(
+            "its queue on {} held at most {queued} of {limit} connections",
+            safe_text(addr)
+        )
+    });
+    let own = target_listen_drops(run);
+    let not_the_targets = match (&own, fullest) {
+        (Some((_, 0)), _) => true,
+        (Some(_), _) => false,
+        (None, Some((_, queued, limit))) => queued < limit,
+        (None, None) => false,
+    };
+    if not_the_targets {
+        let own_note =
+            own.map(|(addrs, _)| format!("its listener on {} dropped none", safe_text(&addrs)));
+        let said: Vec<String> = own_note.into_iter().chain(held).collect();
+        return Verdict::Unjudged(format!(
+            "this host's accept queues overflowed {overflows} times, but not the target's: \
+             {} (another listener on this host dropped them)",
+            said.join("; ")
+        ));
+    }
+    if let Some((addrs, n)) = &own {
+        evidence.push(format!(
+            "the target's listener on {} dropped {n} connections itself (its own count)",
+            safe_text(addrs)
+        ));
+    }
     if let Some((addr, queued, limit)) = fullest {
-        // The counters are the whole host's (its network namespace's): another listener's
-        // overflows are counted too. They are the target's only when its own queue was seen
-        // at its limit; a queue that never filled is another process's trouble, said as such
-        // and not blamed on the target (a demo once printed HIGH "overflowed 82 times" above
-        // "held up to 0 of 128").
-        if queued < limit {
-            return Verdict::Unjudged(format!(
-                "this host's accept queues overflowed {overflows} times, but not the \
-                 target's: its queue on {} held at most {queued} of {limit} connections \
-                 (another listener on this host dropped them)",
-                safe_text(addr)
-            ));
-        }
         evidence.push(format!(
             "the target's accept queue on {} held up to {queued} of {limit} connections",
             safe_text(addr)
@@ -75,8 +95,9 @@ fn listen_overflow(run: &RunRecord) -> Verdict {
     let (host_evidence, host_fixes) = host_checks(run, &["somaxconn", "tcp-max-syn-backlog"]);
     evidence.extend(host_evidence);
     let requests = run.measured().map_or(0, |m| m.totals.requests);
+    let dropped = own.as_ref().map_or(drops, |(_, n)| *n);
     let share = if requests > 0 {
-        drops as f64 / requests as f64
+        dropped as f64 / requests as f64
     } else {
         0.0
     };
@@ -108,9 +129,35 @@ fn listen_overflow(run: &RunRecord) -> Verdict {
                 .into(),
         ),
         impact: (share, "requests"),
-        data: json!({"listen_overflows": overflows, "listen_drops": drops}),
+        data: json!({"listen_overflows": overflows, "listen_drops": drops,
+            "target_listen_drops": own.map(|(_, n)| n)}),
     }
     .finish()])
+}
+
+/// The connections the target's listeners dropped over the run, by their own counters:
+/// their addresses (joined) and the sum of each one's growth from its first sample to its
+/// last. None when no sample carried the counters.
+fn target_listen_drops(run: &RunRecord) -> Option<(String, u64)> {
+    let mut seen: std::collections::BTreeMap<&str, (u64, u64)> = Default::default();
+    for (addr, n) in run
+        .resources
+        .iter()
+        .filter_map(|s| s.process.as_ref()?.sockets.as_ref())
+        .flat_map(|s| s.listen_dropped.iter())
+    {
+        let (low, high) = seen.entry(addr.as_str()).or_insert((*n, *n));
+        *low = (*low).min(*n);
+        *high = (*high).max(*n);
+    }
+    if seen.is_empty() {
+        return None;
+    }
+    let grown = seen
+        .values()
+        .fold(0u64, |a, (low, high)| a.saturating_add(high - low));
+    let addrs: Vec<&str> = seen.keys().copied().collect();
+    Some((addrs.join(", "), grown))
 }
 
 pub const SEND_QUEUE_GROWTH: Rule = Rule {
@@ -421,6 +468,47 @@ mod tests {
             "{note}"
         );
         assert!(note.contains("held at most 0 of 128"), "{note}");
+    }
+
+    /// The target's listener's own drop counter decides over the once-a-second queue sample:
+    /// drops counted at it are its own though no sample saw its queue full, and none counted
+    /// at it are another listener's though a sample saw its queue at its limit.
+    #[test]
+    fn the_listeners_own_drop_count_decides_whose_overflows_they_are() {
+        let with = |queued: u64, dropped: &dyn Fn(usize) -> u64| {
+            let mut samples = vec![sockets(None); 10];
+            for (i, s) in samples.iter_mut().enumerate() {
+                let sockets = s.process.as_mut().unwrap().sockets.as_mut().unwrap();
+                sockets.listen_backlog = vec![("127.0.0.1:8080".into(), queued, 128)];
+                sockets.listen_dropped = vec![("127.0.0.1:8080".into(), dropped(i))];
+            }
+            samples[4].kernel = Some(KernelSecond {
+                listen_overflows: Some(40),
+                listen_drops: Some(40),
+                ..Default::default()
+            });
+            listen_overflow(&resource_run(samples))
+        };
+        // 25 dropped at the target's listener (it had dropped 5 before the run)
+        let Verdict::Found(found) = with(3, &|i| if i < 4 { 5 } else { 30 }) else {
+            panic!("the target's own drops not found");
+        };
+        let f = &found[0];
+        assert!(
+            f.evidence
+                .iter()
+                .any(|e| e.contains("on 127.0.0.1:8080 dropped 25 connections itself")),
+            "{f:?}"
+        );
+        assert_eq!(f.data["target_listen_drops"], 25);
+        // its counter stood still (at 5, from before the run) though its queue was seen full
+        let Verdict::Unjudged(note) = with(128, &|_| 5) else {
+            panic!("another listener's drops blamed on the target");
+        };
+        assert!(
+            note.contains("but not the target's: its listener on 127.0.0.1:8080 dropped none"),
+            "{note}"
+        );
     }
 
     fn kernel(retrans: u64, out: u64) -> ResourceSecond {

@@ -541,6 +541,11 @@ fn connections_dropped_by_a_full_accept_queue_are_found_and_a_long_queue_is_not(
         overflow["data"]["listen_overflows"].as_u64().unwrap() > 0,
         "{overflow:#}"
     );
+    // by the target's listener's own count, not by a once-a-second look at its queue
+    assert!(
+        overflow["data"]["target_listen_drops"].as_u64().unwrap() > 0,
+        "{overflow:#}"
+    );
     drop(target);
     drop(ns);
 
