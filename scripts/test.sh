@@ -48,5 +48,11 @@ mkdir -p target/debug
 # A fresh checkout gains nothing from incremental caches but their disk space (gigabytes).
 export CARGO_INCREMENTAL=0
 cargo fmt --all -- --check
-cargo clippy --workspace --all-targets --locked -- -D warnings
+# Lint and test in one compile: clippy's driver builds the workspace's own crates for the
+# tests as rustc does, with clippy's lints, and -D warnings fails the build on any warning,
+# rustc's or clippy's (dependencies are built by plain rustc, their lints capped as always).
+# A separate `cargo clippy` pass compiled every crate a second time: five minutes on 2 cores.
+RUSTC_WORKSPACE_WRAPPER="$(command -v clippy-driver)"
+export RUSTC_WORKSPACE_WRAPPER
+export RUSTFLAGS="-D warnings"
 cargo test --workspace --locked --no-fail-fast

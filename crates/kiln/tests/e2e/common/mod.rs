@@ -168,8 +168,8 @@ static TURNS: std::sync::Mutex<Turns> = std::sync::Mutex::new(Turns {
 });
 static TURN_TAKEN: std::sync::Condvar = std::sync::Condvar::new();
 
-/// A turn on the machine, given back when dropped.
-pub struct Turn(&'static str);
+/// A turn on the machine, given back when dropped; when it was taken.
+pub struct Turn(&'static str, std::time::Instant);
 
 impl Drop for Turn {
     fn drop(&mut self) {
@@ -180,6 +180,26 @@ impl Drop for Turn {
             }
         }
         TURN_TAKEN.notify_all();
+        drop(turns);
+        log_turn(self.0, self.1.elapsed());
+    }
+}
+
+/// With KILN_TEST_TURNS=FILE, each test's turn is added to FILE as "seconds kind test": the
+/// time the test held the machine, without the time it waited for its turn (which libtest's
+/// --report-time counts).
+fn log_turn(kind: &str, held: std::time::Duration) {
+    use std::io::Write as _;
+    let Some(path) = std::env::var_os("KILN_TEST_TURNS") else {
+        return;
+    };
+    let test = std::thread::current().name().unwrap_or("?").to_string();
+    if let Ok(mut file) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+    {
+        let _ = writeln!(file, "{:.3} {kind} {test}", held.as_secs_f64());
     }
 }
 
@@ -199,7 +219,7 @@ fn take_turn(kind: &'static str, at_once: usize) -> Turn {
             }
             let n = turns.holder.map_or(0, |(_, n)| n);
             turns.holder = Some((kind, n + 1));
-            return Turn(kind);
+            return Turn(kind, std::time::Instant::now());
         }
         if !counted && turns.holder.is_some_and(|(holder, _)| holder != kind) {
             turns.waiting_other += 1;
