@@ -67,18 +67,24 @@ pub fn render(
     }
     if let Some(total) = total {
         for (name, n) in &total.totals.names {
-            if n.checks == 0 {
+            if n.checks == 0 && n.extractions_failed == 0 {
                 continue;
+            }
+            // checks and extractions apart: a failed extraction is no check that ran
+            let mut said = Vec::new();
+            if n.checks_failed > 0 {
+                said.push(format!("{} of {} checks failed", n.checks_failed, n.checks));
+            }
+            if n.extractions_failed > 0 {
+                said.push(format!(
+                    "{} of {} responses had nothing to extract",
+                    n.extractions_failed, n.requests
+                ));
             }
             cases.push(Case {
                 class: "kiln.checks",
                 name: name.clone(),
-                outcome: (n.checks_failed > 0).then(|| {
-                    (
-                        "failure",
-                        format!("{} of {} checks failed", n.checks_failed, n.checks),
-                    )
-                }),
+                outcome: (!said.is_empty()).then(|| ("failure", said.join("; "))),
             });
         }
     }
@@ -129,6 +135,42 @@ pub fn render(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_failed_extraction_is_said_apart_from_the_checks() {
+        let mut s = kiln_record::SecondRecord::default();
+        s.names.insert(
+            "login".into(),
+            kiln_record::NameSecond {
+                requests: 537,
+                checks: 537,
+                checks_failed: 107,
+                extractions_failed: 107,
+                ..Default::default()
+            },
+        );
+        s.names.insert(
+            "token only".into(),
+            kiln_record::NameSecond {
+                requests: 5,
+                extractions_failed: 5,
+                ..Default::default()
+            },
+        );
+        let mut total = PhaseSummary::new("run");
+        total.add_second(&s);
+        let xml = render("plan", "complete", None, &[], Some(&total), 1.0);
+        assert!(
+            xml.contains(
+                "message=\"107 of 537 checks failed; 107 of 537 responses had nothing to extract\""
+            ),
+            "{xml}"
+        );
+        assert!(
+            xml.contains("message=\"5 of 5 responses had nothing to extract\""),
+            "{xml}"
+        );
+    }
 
     #[test]
     fn cases_for_the_run_thresholds_and_checks_with_hostile_text_escaped() {

@@ -79,9 +79,14 @@ pub fn to_text(total: &PhaseSummary) -> String {
                 .map(|(c, k)| format!("{c}: {k}"))
                 .chain(n.errors.iter().map(|(e, k)| format!("{}: {k}", e.label())))
                 .collect();
+            let extractions = if n.extractions_failed > 0 {
+                format!("; nothing to extract in {}", n.extractions_failed)
+            } else {
+                String::new()
+            };
             let _ = writeln!(
                 out,
-                "  {} failed {} of {} ({})",
+                "  {} failed {} of {} ({}{extractions})",
                 safe_text(name),
                 n.failed,
                 n.requests,
@@ -136,6 +141,7 @@ pub fn to_json(total: &PhaseSummary) -> Value {
                     "error_ratio": error_ratio(n),
                     "checks": n.checks,
                     "checks_failed": n.checks_failed,
+                    "extractions_failed": n.extractions_failed,
                     "throughput_rps": if secs > 0.0 { n.requests as f64 / secs } else { 0.0 },
                     "status": n.status.iter().map(|(c, k)| (c.to_string(), json!(k))).collect::<serde_json::Map<_, _>>(),
                     "errors": n.errors,

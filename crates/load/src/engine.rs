@@ -1586,8 +1586,9 @@ async fn run_step(
                 NamedOutcome {
                     result: Ok(response.status),
                     failed: bad_status || checked.failed > 0 || extract_failed > 0,
-                    checks: checked.run + extract_failed,
-                    checks_failed: checked.failed + extract_failed,
+                    checks: checked.run,
+                    checks_failed: checked.failed,
+                    extraction_failed: extract_failed > 0,
                     body_bytes: response.body_bytes,
                     latency_us: Some(done.saturating_duration_since(start).as_micros() as u64),
                 },
@@ -1614,6 +1615,7 @@ fn failed_outcome(kind: ErrorKind) -> NamedOutcome {
         failed: true,
         checks: 0,
         checks_failed: 0,
+        extraction_failed: false,
         body_bytes: 0,
         latency_us: None,
     }

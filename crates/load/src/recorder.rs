@@ -17,6 +17,7 @@ pub(crate) struct NamedOutcome {
     pub failed: bool,
     pub checks: u64,
     pub checks_failed: u64,
+    pub extraction_failed: bool,
     pub body_bytes: u64,
     pub latency_us: Option<u64>,
 }
@@ -254,6 +255,7 @@ impl WorkerRecorder {
         }
         n.checks += outcome.checks;
         n.checks_failed += outcome.checks_failed;
+        n.extractions_failed += u64::from(outcome.extraction_failed);
         n.body_bytes += outcome.body_bytes;
         if let Some(us) = outcome.latency_us {
             n.latency.record_us(us);

@@ -130,6 +130,11 @@ pub struct NameSecond {
     pub checks: u64,
     #[serde(default)]
     pub checks_failed: u64,
+    /// Responses from which a step's extraction (a token, an id) found nothing: the
+    /// request failed, but no check did (JUnit once said "214 of 644 checks failed" for a
+    /// step with one check, counting each failed extraction as a check run and failed).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub extractions_failed: u64,
     #[serde(default)]
     pub body_bytes: u64,
     /// Counted as the whole run's latency is (the first request of an open-model iteration
@@ -145,6 +150,9 @@ impl NameSecond {
         add_counts(&mut self.errors, &other.errors);
         self.checks = self.checks.saturating_add(other.checks);
         self.checks_failed = self.checks_failed.saturating_add(other.checks_failed);
+        self.extractions_failed = self
+            .extractions_failed
+            .saturating_add(other.extractions_failed);
         self.body_bytes = self.body_bytes.saturating_add(other.body_bytes);
         self.latency.merge(&other.latency);
     }
