@@ -22,7 +22,7 @@ pub mod threads;
 
 pub use cgroup::{CgroupReading, CgroupSecond};
 pub use doctor::{Check, Doctor, DoctorRecord, Verdict, DOCTOR_FILE, DOCTOR_PART};
-pub use procfs::{CpuTimes, HostStat, ProcFs, TaskStat};
+pub use procfs::{CpuTimes, HostStat, ProcFs, SegmentsSeen, TaskStat};
 pub use rates::{host_cpu_split, task_rates, CpuSplit, TaskRates};
 pub use sampler::{
     thread_groups_mean, HostMemory, KernelSecond, ProcessSecond, ResourceSecond, Sampler,

@@ -1,7 +1,7 @@
 //! Parsers for the /proc files the sampler reads. Each returns `None` for input it cannot
 //! understand instead of failing the whole sample.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -179,6 +179,11 @@ pub struct KernelReading {
 pub struct ProcFs {
     root: PathBuf,
 }
+
+/// Where each connection's segment counters stood at the last reading (by inode), for
+/// [`ProcFs::count_segments`]; empty before the first.
+#[derive(Debug, Default)]
+pub struct SegmentsSeen(Option<HashMap<u64, crate::sock_diag::SegmentCounts>>);
 
 impl Default for ProcFs {
     fn default() -> Self {
@@ -371,10 +376,57 @@ impl ProcFs {
     /// The TCP sockets among `inodes`. The socket tables are not read at all when there are
     /// none: each read of /proc/net/tcp walks the kernel's whole connection hash table (a
     /// millisecond or more), whatever the process owns.
-    pub fn sockets_of(&self, inodes: &std::collections::HashSet<u64>) -> SocketSummary {
+    pub fn sockets_of(&self, inodes: &HashSet<u64>) -> SocketSummary {
         if inodes.is_empty() {
             return SocketSummary::default();
         }
+        self.sockets_in_tables(inodes)
+    }
+
+    /// True when this reads the live host's /proc (not a fixture tree), whose kernel can be
+    /// asked over netlink too.
+    fn is_live(&self) -> bool {
+        self.root == Path::new("/")
+    }
+
+    /// Sets the segments the connections among `inodes` sent again and sent since the last
+    /// reading in `seen` (a connection first seen counts from its opening). The first
+    /// reading only sets where each connection stood: a connection opened long before the
+    /// run would put its whole history into the run's first second.
+    pub fn count_segments(
+        &self,
+        summary: &mut SocketSummary,
+        inodes: &HashSet<u64>,
+        seen: &mut SegmentsSeen,
+    ) {
+        let connected = summary.by_state.keys().any(|state| state != "LISTEN");
+        let Some(all) = (self.is_live() && connected)
+            .then(crate::sock_diag::connection_counters)
+            .and_then(Result::ok)
+        else {
+            return;
+        };
+        let (mut retrans, mut out) = (0u64, 0u64);
+        let mut now = HashMap::new();
+        let before = seen.0.take();
+        for (inode, c) in all.into_iter().filter(|(i, _)| inodes.contains(i)) {
+            let was = before
+                .as_ref()
+                .and_then(|b| b.get(&inode))
+                .copied()
+                .unwrap_or_default();
+            retrans = retrans.saturating_add(c.retrans.saturating_sub(was.retrans));
+            out = out.saturating_add(c.out.saturating_sub(was.out));
+            now.insert(inode, c);
+        }
+        if before.is_some() {
+            summary.retrans_segs = Some(retrans);
+            summary.out_segs = Some(out);
+        }
+        seen.0 = Some(now);
+    }
+
+    fn sockets_in_tables(&self, inodes: &HashSet<u64>) -> SocketSummary {
         let sockets: Vec<_> = ["proc/net/tcp", "proc/net/tcp6"]
             .iter()
             .filter_map(|f| self.read(f))
@@ -384,7 +436,7 @@ impl ProcFs {
         let mut summary = SocketSummary::of(&sockets);
         // the backlog limits are not in /proc: ask sock_diag, only when there are listeners
         // (and only on the live host: a fixture root has no kernel to ask)
-        if self.root == Path::new("/") && sockets.iter().any(|s| s.state == "LISTEN") {
+        if self.is_live() && sockets.iter().any(|s| s.state == "LISTEN") {
             if let Ok(queues) = crate::sock_diag::listen_queues() {
                 for s in sockets.iter().filter(|s| s.state == "LISTEN") {
                     let Some(q) = queues.get(&s.inode) else {

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::cgroup::{CgroupReading, CgroupSecond};
 use crate::counters::Pressure;
-use crate::procfs::{HostStat, KernelReading, ProcFs, TaskStat};
+use crate::procfs::{HostStat, KernelReading, ProcFs, SegmentsSeen, TaskStat};
 use crate::rates::{host_cpu_split, task_rates, CpuSplit, TaskRates};
 use crate::sockets::SocketSummary;
 use crate::threads::ThreadReader;
@@ -272,6 +272,8 @@ pub struct Sampler {
     previous: Option<Reading>,
     page_kib: u64,
     threads: Option<ThreadReader>,
+    /// compare() reads with `&self`; only the segment counters change between readings.
+    segments: std::cell::RefCell<SegmentsSeen>,
 }
 
 impl Sampler {
@@ -283,6 +285,7 @@ impl Sampler {
             previous: None,
             page_kib: page_size_kib(),
             threads: pid.map(ThreadReader::new),
+            segments: Default::default(),
         };
         sampler.previous = Some(sampler.read());
         sampler
@@ -419,9 +422,12 @@ impl Sampler {
                     hottest_by_cpu,
                     hottest_by_switches,
                     cpu_by_thread_group,
-                    sockets: descriptors
-                        .as_ref()
-                        .map(|(_, inodes)| self.proc.sockets_of(inodes)),
+                    sockets: descriptors.as_ref().map(|(_, inodes)| {
+                        let mut sockets = self.proc.sockets_of(inodes);
+                        let mut seen = self.segments.borrow_mut();
+                        self.proc.count_segments(&mut sockets, inodes, &mut seen);
+                        sockets
+                    }),
                     open_fds: descriptors.as_ref().map(|(count, _)| *count),
                     cgroup: match (&a.cgroup, &b.cgroup) {
                         (Some(x), Some(y)) if x.path == y.path => {

@@ -24,6 +24,12 @@ const DIAG_MSG: usize = 72;
 /// extensions byte, and the place of `sk_drops` in its array of u32 (SK_MEMINFO_DROPS).
 const INET_DIAG_SKMEMINFO: u16 = 7;
 const SK_MEMINFO_DROPS: usize = 8;
+/// The `tcp_info` attribute (INET_DIAG_INFO) and the places in it of `tcpi_total_retrans`
+/// and `tcpi_segs_out` (Linux 4.2 and later; an older kernel's shorter struct has no
+/// segs_out and gives no figures).
+const INET_DIAG_INFO: u16 = 2;
+const TCPI_TOTAL_RETRANS: usize = 100;
+const TCPI_SEGS_OUT: usize = 136;
 
 /// A listening TCP socket: its inode, connections waiting to be accepted, and the backlog
 /// limit (`listen()`'s argument, capped by net.core.somaxconn).
@@ -38,60 +44,105 @@ pub struct ListenQueue {
 }
 
 /// inet_diag_req_v2: family, protocol, extensions, pad, states, then a zero sockid.
-fn request(family: u8) -> Vec<u8> {
+fn request(family: u8, extension: u16, states: u32) -> Vec<u8> {
     let mut req = Vec::with_capacity(56);
-    let extensions = 1u8 << (INET_DIAG_SKMEMINFO - 1);
+    let extensions = 1u8 << (extension - 1);
     req.extend_from_slice(&[family, libc::IPPROTO_TCP as u8, extensions, 0]);
-    req.extend_from_slice(&(1u32 << TCP_LISTEN).to_ne_bytes());
+    req.extend_from_slice(&states.to_ne_bytes());
     req.extend_from_slice(&[0u8; 48]);
     req
 }
 
-/// Parses the answer datagrams' records; true when the dump is complete.
-fn parse(buf: &[u8], out: &mut Vec<ListenQueue>) -> io::Result<bool> {
+/// Sends one dump request per address family and hands each answer record (the
+/// `inet_diag_msg` and its attributes) to `each`.
+fn dump(extension: u16, states: u32, mut each: impl FnMut(&[u8])) -> io::Result<()> {
+    let mut socket = NetlinkSocket::open(NETLINK_SOCK_DIAG)?;
+    let mut buf = vec![0u8; 32 * 1024];
+    for family in [libc::AF_INET as u8, libc::AF_INET6 as u8] {
+        socket.send(
+            SOCK_DIAG_BY_FAMILY,
+            NLM_F_REQUEST | NLM_F_DUMP,
+            &request(family, extension, states),
+        )?;
+        loop {
+            let n = socket.recv(&mut buf)?;
+            if n == 0 || records(&buf[..n], &mut each)? {
+                break;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A connection's TCP counters since it opened: segments sent again and segments sent.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SegmentCounts {
+    pub retrans: u64,
+    pub out: u64,
+}
+
+/// The TCP counters of every connection of the host (not listeners) by inode: what
+/// `ss -ti` shows as `retrans:` and `segs_out:`. A process's own connections tell its
+/// retransmissions from the rest of the host's.
+pub fn connection_counters() -> io::Result<HashMap<u64, SegmentCounts>> {
+    let mut found = HashMap::new();
+    // every state but LISTEN (and the request and time-wait mini-sockets, which have no
+    // inode and no tcp_info)
+    let states = !(1u32 << TCP_LISTEN) & 0xfff;
+    dump(INET_DIAG_INFO, states, |m| {
+        let inode = u64::from(u32::from_ne_bytes(m[68..72].try_into().expect("4 bytes")));
+        let Some((_, info)) = attributes(&m[DIAG_MSG..]).find(|(kind, _)| *kind == INET_DIAG_INFO)
+        else {
+            return;
+        };
+        let word = |at: usize| {
+            info.get(at..at + 4)
+                .map(|b| u64::from(u32::from_ne_bytes(b.try_into().expect("4 bytes"))))
+        };
+        if let (true, Some(retrans), Some(out)) =
+            (inode != 0, word(TCPI_TOTAL_RETRANS), word(TCPI_SEGS_OUT))
+        {
+            found.insert(inode, SegmentCounts { retrans, out });
+        }
+    })?;
+    Ok(found)
+}
+
+/// Hands each record of one answer datagram to `each`; true when the dump is complete.
+fn records(buf: &[u8], each: &mut impl FnMut(&[u8])) -> io::Result<bool> {
     for message in messages(buf) {
         match message? {
             Message::Done => return Ok(true),
             Message::Error(e) => return Err(e),
-            Message::Data(SOCK_DIAG_BY_FAMILY, m) if m.len() >= DIAG_MSG => {
-                let word =
-                    |at: usize| u32::from_ne_bytes(m[at..at + 4].try_into().expect("4 bytes"));
-                let drops = attributes(&m[DIAG_MSG..])
-                    .find(|(kind, _)| *kind == INET_DIAG_SKMEMINFO)
-                    .and_then(|(_, v)| v.get(SK_MEMINFO_DROPS * 4..SK_MEMINFO_DROPS * 4 + 4))
-                    .map(|b| u32::from_ne_bytes(b.try_into().expect("4 bytes")));
-                out.push(ListenQueue {
-                    queued: word(56),
-                    limit: word(60),
-                    inode: u64::from(word(68)),
-                    drops,
-                });
-            }
+            Message::Data(SOCK_DIAG_BY_FAMILY, m) if m.len() >= DIAG_MSG => each(m),
             Message::Data(..) => {}
         }
     }
     Ok(false)
 }
 
+/// A listener's record: its queue, limit and drops.
+fn listen_queue(m: &[u8]) -> ListenQueue {
+    let word = |at: usize| u32::from_ne_bytes(m[at..at + 4].try_into().expect("4 bytes"));
+    let drops = attributes(&m[DIAG_MSG..])
+        .find(|(kind, _)| *kind == INET_DIAG_SKMEMINFO)
+        .and_then(|(_, v)| v.get(SK_MEMINFO_DROPS * 4..SK_MEMINFO_DROPS * 4 + 4))
+        .map(|b| u32::from_ne_bytes(b.try_into().expect("4 bytes")));
+    ListenQueue {
+        queued: word(56),
+        limit: word(60),
+        inode: u64::from(word(68)),
+        drops,
+    }
+}
+
 /// Every listening TCP socket of the host (IPv4 and IPv6) by inode. Needs no privilege for
 /// the caller's own network namespace.
 pub fn listen_queues() -> io::Result<HashMap<u64, ListenQueue>> {
-    let mut socket = NetlinkSocket::open(NETLINK_SOCK_DIAG)?;
     let mut found = Vec::new();
-    let mut buf = vec![0u8; 32 * 1024];
-    for family in [libc::AF_INET as u8, libc::AF_INET6 as u8] {
-        socket.send(
-            SOCK_DIAG_BY_FAMILY,
-            NLM_F_REQUEST | NLM_F_DUMP,
-            &request(family),
-        )?;
-        loop {
-            let n = socket.recv(&mut buf)?;
-            if n == 0 || parse(&buf[..n], &mut found)? {
-                break;
-            }
-        }
-    }
+    dump(INET_DIAG_SKMEMINFO, 1 << TCP_LISTEN, |m| {
+        found.push(listen_queue(m))
+    })?;
     Ok(found.into_iter().map(|q| (q.inode, q)).collect())
 }
 
@@ -120,12 +171,13 @@ mod tests {
     #[test]
     fn malformed_answers_are_errors_not_panics() {
         let mut out = Vec::new();
-        assert!(parse(&[0u8; 3], &mut out).is_ok());
-        assert!(parse(&[255u8; 40], &mut out).is_err());
+        let mut push = |m: &[u8]| out.push(listen_queue(m));
+        assert!(records(&[0u8; 3], &mut push).is_ok());
+        assert!(records(&[255u8; 40], &mut push).is_err());
         let mut short = vec![0u8; 16];
         short[0] = 16;
         short[4] = SOCK_DIAG_BY_FAMILY as u8;
-        assert!(!parse(&short, &mut out).unwrap());
+        assert!(!records(&short, &mut push).unwrap());
         assert!(out.is_empty());
     }
 }

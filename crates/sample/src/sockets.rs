@@ -105,6 +105,13 @@ pub struct SocketSummary {
     /// queue was full, counted since it was opened (from sock_diag; empty when not known).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub listen_dropped: Vec<(String, u64)>,
+    /// The process's own connections over the second: TCP segments sent again, and sent
+    /// in all (sock_diag's tcp_info; None when not known). The host's Tcp counters count
+    /// every process's; these tell the target's losses from a neighbour's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retrans_segs: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub out_segs: Option<u64>,
 }
 
 impl SocketSummary {

@@ -469,3 +469,51 @@ fn threads_of_one_pool_are_one_group_and_the_groups_add_up_to_the_process() {
         process.cpu_by_thread_group
     );
 }
+
+#[test]
+fn a_processs_own_connections_count_the_segments_they_sent() {
+    use std::io::{Read, Write};
+    // A connection of this process's own on loopback: the client writes 64 requests of
+    // 100 bytes, each answered before the next (one segment each way per request at least,
+    // no loss on loopback). The figures are the connections' own tcp_info counters, read at
+    // two moments, so other processes' traffic is not in them.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        let mut buf = [0u8; 100];
+        for _ in 0..64 {
+            s.read_exact(&mut buf).unwrap();
+            s.write_all(&buf).unwrap();
+        }
+        s // kept open until both readings: a closed connection's counters are gone
+    });
+    let mut client = std::net::TcpStream::connect(addr).unwrap();
+    client.set_nodelay(true).unwrap();
+    let proc = ProcFs::default();
+    let pid = std::process::id() as i32;
+    let mut seen = kiln_sample::SegmentsSeen::default();
+    let read = |seen: &mut kiln_sample::SegmentsSeen| {
+        let (_, inodes) = proc.descriptors(pid).unwrap();
+        let mut sockets = proc.sockets_of(&inodes);
+        proc.count_segments(&mut sockets, &inodes, seen);
+        sockets
+    };
+    let first = read(&mut seen);
+    assert_eq!(
+        first.out_segs, None,
+        "the first reading only sets where each stood"
+    );
+    let mut buf = [0u8; 100];
+    for _ in 0..64 {
+        client.write_all(&[7u8; 100]).unwrap();
+        client.read_exact(&mut buf).unwrap();
+    }
+    let _server_end = server.join().unwrap();
+    let second = read(&mut seen);
+    // both ends are this process's: 64 requests and 64 answers at least, and some bare
+    // acknowledgements; not thousands
+    let out = second.out_segs.expect("tcp_info read");
+    assert!((128..=260).contains(&out), "{out} segments sent");
+    assert_eq!(second.retrans_segs, Some(0));
+}

@@ -291,21 +291,57 @@ fn retransmits(run: &RunRecord) -> Verdict {
     if counts.is_empty() {
         return Verdict::Unjudged(NO_KERNEL_COUNTERS.into());
     }
+    let lossy = |retrans: u64, out: u64| {
+        retrans >= MIN_RETRANS && retrans as f64 / out.max(1) as f64 >= RETRANS_SHARE
+    };
+    let host_retrans = counts.iter().fold(0u64, |a, c| a.saturating_add(c.1));
+    let host_out = counts.iter().fold(0u64, |a, c| a.saturating_add(c.2));
+    let host_said = format!(
+        "{host_retrans} of {host_out} TCP segments sent were retransmissions ({:.2}%), the \
+         whole host's (its network namespace's) Tcp counters",
+        100.0 * host_retrans as f64 / host_out.max(1) as f64
+    );
+    // The host's counters count every process's connections: a neighbour's SYNs to a full
+    // queue are retransmissions too (a demo beside one was told "20% of segments sent
+    // again"). The target's own connections decide when they were read.
+    let own: Vec<(&ResourceSecond, u64, u64)> = run
+        .resources
+        .iter()
+        .filter_map(|s| {
+            let sockets = s.process.as_ref()?.sockets.as_ref()?;
+            Some((s, sockets.retrans_segs?, sockets.out_segs?))
+        })
+        .collect();
+    let (counts, mut evidence) = if own.is_empty() {
+        (counts, vec![host_said])
+    } else {
+        let retrans = own.iter().fold(0u64, |a, c| a.saturating_add(c.1));
+        let out = own.iter().fold(0u64, |a, c| a.saturating_add(c.2));
+        let said = format!(
+            "{retrans} of {out} TCP segments the target's own connections sent were \
+             retransmissions ({:.2}%)",
+            100.0 * retrans as f64 / out.max(1) as f64
+        );
+        if !lossy(retrans, out) && lossy(host_retrans, host_out) {
+            return Verdict::Unjudged(format!(
+                "this host's connections lost packets, but not the target's: {host_said}; \
+                 {said} (another process's connections sent them again)"
+            ));
+        }
+        (own, vec![said, host_said])
+    };
     let retrans = counts.iter().fold(0u64, |a, c| a.saturating_add(c.1));
     let out = counts.iter().fold(0u64, |a, c| a.saturating_add(c.2));
     let share = retrans as f64 / out.max(1) as f64;
-    if retrans < MIN_RETRANS || share < RETRANS_SHARE {
+    if !lossy(retrans, out) {
         return Verdict::Clear;
     }
     let hit: Vec<&ResourceSecond> = counts.iter().filter(|c| c.1 > 0).map(|c| c.0).collect();
-    let mut evidence = vec![
-        format!(
-            "{retrans} of {out} TCP segments sent were retransmissions ({:.2}%), the whole \
-             host's (its network namespace's) Tcp counters",
-            100.0 * share
-        ),
-        format!("retransmits in {} of {} seconds", hit.len(), counts.len()),
-    ];
+    evidence.push(format!(
+        "retransmits in {} of {} seconds",
+        hit.len(),
+        counts.len()
+    ));
     if let Some(total) = run.measured() {
         let h = &total.totals.latency;
         evidence.push(format!(
@@ -544,5 +580,47 @@ mod tests {
             retransmits(&resource_run(vec![ResourceSecond::default(); 3])),
             Verdict::Unjudged(_)
         ));
+    }
+
+    /// The host's counters and the target's own connections' (retrans, out) per second.
+    fn host_and_own(host: (u64, u64), own: (u64, u64)) -> ResourceSecond {
+        let mut s = kernel(host.0, host.1);
+        s.process = Some(ProcessSecond {
+            sockets: Some(SocketSummary {
+                retrans_segs: Some(own.0),
+                out_segs: Some(own.1),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        s
+    }
+
+    #[test]
+    fn the_targets_own_connections_decide_whose_packets_were_lost() {
+        // the host sent 20% again (a neighbour's SYNs to a full queue), the target none
+        let neighbour = resource_run(vec![host_and_own((250, 1250), (0, 800)); 10]);
+        let Verdict::Unjudged(note) = retransmits(&neighbour) else {
+            panic!("another process's retransmissions blamed on the target");
+        };
+        assert!(note.contains("but not the target's"), "{note}");
+        assert!(
+            note.contains("0 of 8000 TCP segments the target's own"),
+            "{note}"
+        );
+        // the target's own connections lost 3%: found, by its own figures
+        let lossy = resource_run(vec![host_and_own((40, 1200), (30, 1000)); 10]);
+        let Verdict::Found(found) = retransmits(&lossy) else {
+            panic!("the target's own losses not found");
+        };
+        assert!(found[0].title.contains("3.00%"), "{}", found[0].title);
+        assert!(
+            found[0].evidence[0].starts_with("300 of 10000 TCP segments the target's own"),
+            "{:?}",
+            found[0].evidence
+        );
+        // neither lost anything
+        let clean = resource_run(vec![host_and_own((0, 1200), (0, 1000)); 10]);
+        assert!(matches!(retransmits(&clean), Verdict::Clear));
     }
 }

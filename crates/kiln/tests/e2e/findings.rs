@@ -484,6 +484,14 @@ fn packets_lost_on_the_way_are_found_and_a_clean_loopback_is_not() {
         (0.005..0.06).contains(&share),
         "{share} of segments retransmitted with 2% of packets dropped: {found:#}"
     );
+    // by the target's own connections' counters, not only the host's
+    assert!(
+        found["evidence"][0]
+            .as_str()
+            .unwrap()
+            .contains("the target's own connections"),
+        "{found:#}"
+    );
     drop(target);
     drop(lossy);
 
