@@ -111,8 +111,10 @@ impl Target {
                     80
                 }
             }
+            // digits only: Rust's integer parse takes a leading `+`, and `:+80` is no port
+            // a browser or curl would load
             Some(p) => match p.parse::<u16>() {
-                Ok(n) if n > 0 => n,
+                Ok(n) if n > 0 && p.bytes().all(|b| b.is_ascii_digit()) => n,
                 _ => return Err(bad(&format!("port '{p}' is not a number from 1 to 65535"))),
             },
         };
@@ -679,6 +681,7 @@ mod tests {
             "http://127.0.0.1:99999/",
             "http://127.0.0.1:80800/",
             "http://127.0.0.1:0/",
+            "http://127.0.0.1:+80/",
         ] {
             let err = Target::parse(bad).unwrap_err().to_string();
             assert!(err.contains("1 to 65535"), "{bad}: {err}");
