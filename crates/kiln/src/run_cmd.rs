@@ -252,7 +252,13 @@ pub fn build_plan(args: &RunArgs) -> Result<LoadPlan> {
     let (model, duration) = match (&args.rate, &args.stages) {
         (Some(rate), _) => {
             if !(rate.is_finite() && *rate > 0.0 && *rate <= 10_000_000.0) {
-                bail!("--rate is out of range: {rate} (more than 0, at most 10000000)");
+                // a float's Display prints every digit: a 300-digit rate came back in full
+                let said = if rate.abs() < 1e9 {
+                    rate.to_string()
+                } else {
+                    format!("{rate:.3e}")
+                };
+                bail!("--rate is out of range: {said} (more than 0, at most 10000000)");
             }
             let duration = parse_duration(args.duration.as_deref().unwrap_or(DEFAULT_DURATION))?;
             let stages = kiln_load::RateStage::steady(*rate, duration);

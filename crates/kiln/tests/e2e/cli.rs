@@ -57,6 +57,14 @@ fn bad_input_gets_one_clear_line_and_a_nonzero_exit() {
         );
         assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
     }
+    // a 300-digit rate is said in a few characters, not printed back in full
+    let huge = format!("1{}", "0".repeat(299));
+    let out = kiln(&["run", &url, "--rate", &huge]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--rate is out of range: 1.000e299 ("),
+        "{stderr}"
+    );
     let unknown_flag = kiln(&["run", &url, "--bogus"]);
     assert_eq!(unknown_flag.status.code(), Some(2));
     assert_eq!(target.answered(), 0, "bad input must not send load");
