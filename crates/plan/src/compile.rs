@@ -49,6 +49,9 @@ struct Ctx<'a> {
     /// The base URL's path, put before every relative URL.
     base_path: String,
     steps: usize,
+    /// The slots of every variable a template uses (URLs, headers, bodies, checks,
+    /// variables' values): a `--set` variable none of them uses is a typo.
+    used: HashSet<usize>,
 }
 
 impl Ctx<'_> {
@@ -67,8 +70,10 @@ impl Ctx<'_> {
 
     fn template(&mut self, text: &Text) -> Result<Template, PlanFileError> {
         let env = self.env;
-        Template::parse_with_env(&text.value.0, &mut self.slots, env)
-            .map_err(|e| self.err_at(text.referenced, e))
+        let t = Template::parse_with_env(&text.value.0, &mut self.slots, env)
+            .map_err(|e| self.err_at(text.referenced, e))?;
+        self.used.extend(t.vars());
+        Ok(t)
     }
 
     fn name(&mut self, name: String) -> Result<usize, PlanFileError> {
@@ -156,6 +161,7 @@ pub fn compile(
         origins: Vec::new(),
         base_path: String::new(),
         steps: 0,
+        used: HashSet::new(),
     };
     let schema::PlanFile {
         base_url,
@@ -168,7 +174,7 @@ pub fn compile(
         http2,
     } = parsed;
     let mut load = load.map(|l| l.value).unwrap_or_default();
-    apply_sets(&mut cx, sets, &mut vars, &mut load)?;
+    let set_vars = apply_sets(&mut cx, sets, &mut vars, &mut load)?;
 
     if let Some(base) = &base_url {
         let target =
@@ -297,6 +303,19 @@ pub fn compile(
         .as_ref()
         .map(|w| warmup_of(&cx, w))
         .transpose()?;
+    // A `--set` name that is no load setting and that nothing uses is a typo (`--set vsu=10`
+    // once did nothing, silently); a variable the file declares may go unused.
+    if let Some(unused) = set_vars.iter().find(|(name, declared)| {
+        !declared && cx.slots.get(name).is_none_or(|s| !cx.used.contains(&s))
+    }) {
+        return Err(cx.err(format!(
+            "--set {}: no load setting has this name and nothing in the plan uses \
+             {{{{{}}}}} (load settings: {})",
+            unused.0,
+            unused.0,
+            LOAD_KEYS.join(", ")
+        )));
+    }
     let mut initial = initial_values;
     initial.resize(cx.slots.len(), None);
     let workload = Workload {
@@ -348,12 +367,15 @@ fn located(value: &str) -> Text {
 }
 
 /// `--set`: a variable, or a load setting when the name is one and no variable has it.
+/// Returns the variables set, each with whether the file declares it in `vars:`.
 fn apply_sets(
     cx: &mut Ctx,
     sets: &[(String, String)],
     vars: &mut BTreeMap<String, Text>,
     load: &mut schema::LoadFile,
-) -> Result<(), PlanFileError> {
+) -> Result<Vec<(String, bool)>, PlanFileError> {
+    let mut set_vars = Vec::new();
+    let in_file: HashSet<String> = vars.keys().cloned().collect();
     for (key, value) in sets {
         let load_key = key
             .strip_prefix("load.")
@@ -387,10 +409,11 @@ fn apply_sets(
                 kiln_load::template::check_name(var)
                     .map_err(|e| cx.err(format!("--set {key}: {e}")))?;
                 vars.insert(var.to_string(), located(value));
+                set_vars.push((var.to_string(), in_file.contains(var)));
             }
         }
     }
-    Ok(())
+    Ok(set_vars)
 }
 
 /// Computes the plan's variables once: each may use the environment and other variables

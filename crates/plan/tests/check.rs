@@ -146,6 +146,22 @@ fn set_overrides_load_settings_and_variables() {
 }
 
 #[test]
+fn a_set_name_that_nothing_uses_is_a_typo() {
+    // `vsu` is no load setting and no template uses it: it once did nothing, silently
+    let e = check(GOOD, &[("vsu", "10")]).unwrap_err().to_string();
+    assert!(
+        e.contains("--set vsu: no load setting has this name and nothing in the plan uses {{vsu}}"),
+        "{e}"
+    );
+    assert!(e.contains("vus, max_vus"), "{e}");
+    // a variable the file declares may be set though nothing uses it...
+    let declared = GOOD.replace("vars:\n", "vars:\n  spare: x\n");
+    check(&declared, &[("spare", "y")]).unwrap();
+    // ...and one only --set gives is fine when a step uses it (`token` is also extracted)
+    check(GOOD, &[("vars.token", "t0")]).unwrap();
+}
+
+#[test]
 fn a_warm_up_is_a_time_or_auto_with_an_optional_cap() {
     let plan = |warmup: &str| {
         let text = format!(
