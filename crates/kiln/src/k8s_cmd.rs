@@ -27,7 +27,11 @@ pub fn job(args: K8sJobArgs) -> Result<u8> {
         .unwrap_or_default();
     let start = match (&args.start_at, &args.lead) {
         (Some(_), Some(_)) => bail!("--start-at and --lead both say when to start: give one"),
-        (Some(at), None) => JobStart::At(at.clone()),
+        (Some(at), None) => {
+            // refused here, not by each pod when the Job runs
+            kiln_load::plan::parse_start_at(at).map_err(anyhow::Error::msg)?;
+            JobStart::At(at.clone())
+        }
         (None, Some(lead)) => {
             let lead: Duration = parse_duration(lead)?;
             JobStart::At(humantime::format_rfc3339_seconds(SystemTime::now() + lead).to_string())

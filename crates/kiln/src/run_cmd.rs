@@ -457,10 +457,7 @@ fn start_at(args: &RunArgs, shard: Option<kiln_load::plan::Shard>) -> Result<Opt
     args.start_at
         .as_deref()
         .map(|text| {
-            let at =
-                humantime::parse_rfc3339_weak(text.trim_end_matches('Z')).with_context(|| {
-                    format!("--start-at {text:?} is not a time such as 2026-12-01T10:00:00Z (UTC)")
-                })?;
+            let at = kiln_load::plan::parse_start_at(text).map_err(anyhow::Error::msg)?;
             Ok(Start {
                 at,
                 clock_offset: None,

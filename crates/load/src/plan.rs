@@ -32,6 +32,13 @@ pub enum PlanError {
 /// overflow the clock when added to now.
 pub const MAX_DURATION: Duration = Duration::from_secs(1_000_000_000);
 
+/// A `--start-at` time: RFC 3339 in UTC (`2026-12-01T10:00:00Z`), as shards take it.
+pub fn parse_start_at(text: &str) -> Result<std::time::SystemTime, String> {
+    humantime::parse_rfc3339_weak(text.trim_end_matches('Z')).map_err(|_| {
+        format!("--start-at {text:?} is not a time such as 2026-12-01T10:00:00Z (UTC)")
+    })
+}
+
 /// Parses `500ms`, `30s`, `3m`, `1h`, `1m30s`; a bare number means seconds.
 pub fn parse_duration(text: &str) -> Result<Duration, PlanError> {
     let t = text.trim();

@@ -67,6 +67,28 @@ pub fn check(spec: &JobSpec) -> Result<(), String> {
             return Err(format!("--namespace {ns:?} is not a DNS label"));
         }
     }
+    // Kubernetes quantities: `2`, `1.5`, `500m` for CPU; `1Gi`, `512Mi`, `1G` for memory
+    let quantity = |s: &str, suffixes: &[&str]| {
+        let number = suffixes.iter().find_map(|x| s.strip_suffix(x)).unwrap_or(s);
+        let (whole, fraction) = number.split_once('.').unwrap_or((number, "0"));
+        let digits = |d: &str| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit());
+        digits(whole) && digits(fraction) && number.bytes().any(|b| (b'1'..=b'9').contains(&b))
+    };
+    if !quantity(&spec.cpu, &["m"]) {
+        return Err(format!(
+            "--cpu {:?} is not a CPU quantity such as 2, 1.5 or 500m",
+            spec.cpu
+        ));
+    }
+    let memory_suffixes = [
+        "Ki", "Mi", "Gi", "Ti", "Pi", "Ei", "k", "M", "G", "T", "P", "E",
+    ];
+    if !quantity(&spec.memory, &memory_suffixes) {
+        return Err(format!(
+            "--memory {:?} is not a memory quantity such as 1Gi or 512Mi",
+            spec.memory
+        ));
+    }
     if !(1..=10_000).contains(&spec.workers) {
         return Err(format!("--workers {}: 1 to 10000", spec.workers));
     }
@@ -360,6 +382,22 @@ mod tests {
         let mut s = spec(2);
         s.data_files = vec![("big.csv".into(), vec![b'x'; CONFIG_MAP_MAX])];
         assert!(check(&s).unwrap_err().contains("at most 1048576"));
+        // quantities Kubernetes would refuse when the Job is applied
+        for cpu in ["abc", "", "0", "2 ", "-1", "1.", "m"] {
+            let mut s = spec(2);
+            s.cpu = cpu.into();
+            assert!(check(&s).unwrap_err().contains("--cpu"), "{cpu:?}");
+        }
+        for memory in ["1GB", "lots", "0Mi", "Gi"] {
+            let mut s = spec(2);
+            s.memory = memory.into();
+            assert!(check(&s).unwrap_err().contains("--memory"), "{memory:?}");
+        }
+        for (cpu, memory) in [("2", "1Gi"), ("500m", "512Mi"), ("1.5", "2G")] {
+            let mut s = spec(2);
+            (s.cpu, s.memory) = (cpu.into(), memory.into());
+            assert!(check(&s).is_ok(), "{cpu} {memory}");
+        }
     }
 
     /// Data files travel in the ConfigMap under keys Kubernetes takes, and the volume's
