@@ -118,8 +118,13 @@ impl Ctx<'_> {
             let index = match self
                 .origins
                 .iter()
-                .position(|o| o.tls == target.tls && o.authority == target.authority)
-            {
+                // the same host with other credentials is another origin: a step once sent
+                // base_url's user and password for a URL that named its own
+                .position(|o| {
+                    o.tls == target.tls
+                        && o.authority == target.authority
+                        && o.basic_auth == target.basic_auth
+                }) {
                 Some(i) => i,
                 None => {
                     self.origins.push(target);

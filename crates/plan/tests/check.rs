@@ -450,3 +450,25 @@ fn a_line_break_in_a_header_or_a_space_in_a_path_is_refused() {
     )
     .expect("placeholders may hold spaces, a header a tab");
 }
+
+#[test]
+fn the_same_host_with_other_credentials_is_another_origin() {
+    let plan = check(
+        "base_url: http://ann:one@127.0.0.1:8080\n\
+         scenarios:\n\
+         \x20 - name: two users\n\
+         \x20   steps:\n\
+         \x20     - url: /a\n\
+         \x20     - url: http://bob:two@127.0.0.1:8080/b\n\
+         \x20     - url: http://ann:one@127.0.0.1:8080/c\n\
+         load:\n  vus: 1\n  iterations: 1\n",
+        &[],
+    )
+    .unwrap();
+    let w = &plan.workload;
+    assert_eq!(w.origins.len(), 2, "{:?}", w.origins);
+    let steps = &w.scenarios[0].steps;
+    let auth = |i: usize| w.origins[steps[i].origin].basic_auth.clone().unwrap();
+    assert_ne!(auth(0), auth(1), "bob's step has bob's credentials");
+    assert_eq!(auth(0), auth(2));
+}

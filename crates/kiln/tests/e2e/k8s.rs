@@ -120,7 +120,10 @@ fn what_kubernetes_or_kiln_would_refuse_is_refused_before_the_cluster() {
     refused(&["--workers", "2", "--name", "Shop_Load"], "--name");
     refused(&["--workers", "0"], "--workers");
     refused(&["--workers", "2", "--namespace", "a b"], "--namespace");
-    refused(&["--workers", "2", "--start-at", "not a time"], "--start-at");
+    refused(
+        &["--workers", "2", "--start-at", "not a time"],
+        "--start-at",
+    );
     refused(&["--workers", "2", "--cpu", "abc"], "--cpu");
     refused(&["--workers", "2", "--memory", "1GB"], "--memory");
     // the plan itself is checked here
