@@ -39,8 +39,21 @@ fn start_nginx() -> Nginx {
     )
 }
 
-/// nginx with `http_extra` in its http block and `locations` in its one server.
+/// nginx with `http_extra` in its http block and `locations` in its one server. The port is
+/// chosen free and then given to nginx, so another test may take it in between: nginx then
+/// fails to bind, or a probe reaches the other test's listener (a run once met "connect
+/// refused" after the probe had connected). Ready is an answer only this nginx gives; else
+/// another port.
 fn start_nginx_with(http_extra: &str, locations: &str) -> Nginx {
+    for _ in 0..5 {
+        if let Some(nginx) = try_start_nginx(http_extra, locations) {
+            return nginx;
+        }
+    }
+    panic!("nginx did not start on any of 5 ports");
+}
+
+fn try_start_nginx(http_extra: &str, locations: &str) -> Option<Nginx> {
     let port = TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -48,6 +61,13 @@ fn start_nginx_with(http_extra: &str, locations: &str) -> Nginx {
         .port();
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().display();
+    // the folder's name is this nginx's own answer to the probe
+    let token = dir
+        .path()
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
     let conf = format!(
         r#"daemon off;
 worker_processes 1;
@@ -65,6 +85,7 @@ http {{
     server {{
         listen 127.0.0.1:{port};
         root {d}/www;
+        location = /kiln-ready {{ return 200 "{token}"; }}
         {locations}
     }}
 }}
@@ -79,13 +100,34 @@ http {{
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
+    let mut nginx = Nginx { child, dir, port };
     let deadline = Instant::now() + Duration::from_secs(10);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "nginx did not start");
+    while Instant::now() < deadline {
+        if nginx.child.try_wait().unwrap().is_some() {
+            return None; // it could not bind the port: another test has it
+        }
+        if answers_ready(port, &token) {
+            // the probe's line says /kiln-ready: the tests count only their own paths
+            return Some(nginx);
+        }
         std::thread::sleep(Duration::from_millis(50));
     }
-    // The readiness probe above is not an HTTP request, so it is not logged.
-    Nginx { child, dir, port }
+    None // dropped: stopped
+}
+
+/// Whether the server on `port` answers /kiln-ready with `token` (this test's nginx).
+fn answers_ready(port: u16, token: &str) -> bool {
+    use std::io::{Read, Write};
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let Ok(mut s) = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
+    let mut answer = Vec::new();
+    s.write_all(b"GET /kiln-ready HTTP/1.0\r\nHost: x\r\n\r\n")
+        .is_ok()
+        && s.read_to_end(&mut answer).is_ok()
+        && answer.ends_with(token.as_bytes())
 }
 
 #[test]
