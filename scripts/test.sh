@@ -52,7 +52,10 @@ cargo fmt --all -- --check
 # tests as rustc does, with clippy's lints, and -D warnings fails the build on any warning,
 # rustc's or clippy's (dependencies are built by plain rustc, their lints capped as always).
 # A separate `cargo clippy` pass compiled every crate a second time: five minutes on 2 cores.
-RUSTC_WORKSPACE_WRAPPER="$(command -v clippy-driver)"
+RUSTC_WORKSPACE_WRAPPER="$(command -v clippy-driver)" || {
+  echo "test.sh: clippy-driver not found (rustup component add clippy)" >&2
+  exit 1
+}
 export RUSTC_WORKSPACE_WRAPPER
 export RUSTFLAGS="-D warnings"
 cargo test --workspace --locked --no-fail-fast

@@ -1577,7 +1577,7 @@ async fn run_step(
                 scenario::run_checks(step, response.status, &captured, &mut cx)
             };
             let extracted = scenario::run_extractions(step, &captured, &set, values);
-            let extract_failed = u64::from(extracted.is_err());
+            let extract_failed = extracted.is_err();
             let bad_status = !step.checks_status() && response.status >= 400;
             let mut rec = state.recorder.borrow_mut();
             rec.response(start, sent, done, response.status, response.body_bytes);
@@ -1585,15 +1585,15 @@ async fn run_step(
                 step.name,
                 NamedOutcome {
                     result: Ok(response.status),
-                    failed: bad_status || checked.failed > 0 || extract_failed > 0,
+                    failed: bad_status || checked.failed > 0 || extract_failed,
                     checks: checked.run,
                     checks_failed: checked.failed,
-                    extraction_failed: extract_failed > 0,
+                    extraction_failed: extract_failed,
                     body_bytes: response.body_bytes,
                     latency_us: Some(done.saturating_duration_since(start).as_micros() as u64),
                 },
             );
-            if extract_failed > 0 {
+            if extract_failed {
                 return StepEnd::CutShort { connect: false };
             }
             StepEnd::Next

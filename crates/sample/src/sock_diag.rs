@@ -74,6 +74,17 @@ fn dump(extension: u16, states: u32, mut each: impl FnMut(&[u8])) -> io::Result<
     Ok(())
 }
 
+/// The u32 at `at` in a record or attribute (native byte order, as netlink's are); None
+/// past its end.
+fn u32_at(bytes: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_ne_bytes(bytes.get(at..at + 4)?.try_into().ok()?))
+}
+
+/// The inode of an `inet_diag_msg` record (0 for the mini-sockets that have none).
+fn inode(m: &[u8]) -> u64 {
+    u32_at(m, 68).map_or(0, u64::from)
+}
+
 /// A connection's TCP counters since it opened: segments sent again and segments sent.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SegmentCounts {
@@ -90,18 +101,17 @@ pub fn connection_counters() -> io::Result<HashMap<u64, SegmentCounts>> {
     // inode and no tcp_info)
     let states = !(1u32 << TCP_LISTEN) & 0xfff;
     dump(INET_DIAG_INFO, states, |m| {
-        let inode = u64::from(u32::from_ne_bytes(m[68..72].try_into().expect("4 bytes")));
+        let inode = inode(m);
         let Some((_, info)) = attributes(&m[DIAG_MSG..]).find(|(kind, _)| *kind == INET_DIAG_INFO)
         else {
             return;
         };
-        let word = |at: usize| {
-            info.get(at..at + 4)
-                .map(|b| u64::from(u32::from_ne_bytes(b.try_into().expect("4 bytes"))))
-        };
-        if let (true, Some(retrans), Some(out)) =
-            (inode != 0, word(TCPI_TOTAL_RETRANS), word(TCPI_SEGS_OUT))
-        {
+        if let (true, Some(retrans), Some(out)) = (
+            inode != 0,
+            u32_at(info, TCPI_TOTAL_RETRANS),
+            u32_at(info, TCPI_SEGS_OUT),
+        ) {
+            let (retrans, out) = (u64::from(retrans), u64::from(out));
             found.insert(inode, SegmentCounts { retrans, out });
         }
     })?;
@@ -123,15 +133,14 @@ fn records(buf: &[u8], each: &mut impl FnMut(&[u8])) -> io::Result<bool> {
 
 /// A listener's record: its queue, limit and drops.
 fn listen_queue(m: &[u8]) -> ListenQueue {
-    let word = |at: usize| u32::from_ne_bytes(m[at..at + 4].try_into().expect("4 bytes"));
+    // a record is at least DIAG_MSG bytes (`records` hands no shorter one)
     let drops = attributes(&m[DIAG_MSG..])
         .find(|(kind, _)| *kind == INET_DIAG_SKMEMINFO)
-        .and_then(|(_, v)| v.get(SK_MEMINFO_DROPS * 4..SK_MEMINFO_DROPS * 4 + 4))
-        .map(|b| u32::from_ne_bytes(b.try_into().expect("4 bytes")));
+        .and_then(|(_, v)| u32_at(v, SK_MEMINFO_DROPS * 4));
     ListenQueue {
-        queued: word(56),
-        limit: word(60),
-        inode: u64::from(word(68)),
+        queued: u32_at(m, 56).unwrap_or(0),
+        limit: u32_at(m, 60).unwrap_or(0),
+        inode: inode(m),
         drops,
     }
 }

@@ -294,8 +294,13 @@ fn retransmits(run: &RunRecord) -> Verdict {
     let lossy = |retrans: u64, out: u64| {
         retrans >= MIN_RETRANS && retrans as f64 / out.max(1) as f64 >= RETRANS_SHARE
     };
-    let host_retrans = counts.iter().fold(0u64, |a, c| a.saturating_add(c.1));
-    let host_out = counts.iter().fold(0u64, |a, c| a.saturating_add(c.2));
+    // (segments sent again, segments sent) over the seconds
+    let totals = |c: &[(&ResourceSecond, u64, u64)]| {
+        c.iter().fold((0u64, 0u64), |(r, o), c| {
+            (r.saturating_add(c.1), o.saturating_add(c.2))
+        })
+    };
+    let (host_retrans, host_out) = totals(&counts);
     let host_said = format!(
         "{host_retrans} of {host_out} TCP segments sent were retransmissions ({:.2}%), the \
          whole host's (its network namespace's) Tcp counters",
@@ -312,11 +317,10 @@ fn retransmits(run: &RunRecord) -> Verdict {
             Some((s, sockets.retrans_segs?, sockets.out_segs?))
         })
         .collect();
-    let (counts, mut evidence) = if own.is_empty() {
-        (counts, vec![host_said])
+    let (counts, retrans, out, mut evidence) = if own.is_empty() {
+        (counts, host_retrans, host_out, vec![host_said])
     } else {
-        let retrans = own.iter().fold(0u64, |a, c| a.saturating_add(c.1));
-        let out = own.iter().fold(0u64, |a, c| a.saturating_add(c.2));
+        let (retrans, out) = totals(&own);
         let said = format!(
             "{retrans} of {out} TCP segments the target's own connections sent were \
              retransmissions ({:.2}%)",
@@ -328,10 +332,8 @@ fn retransmits(run: &RunRecord) -> Verdict {
                  {said} (another process's connections sent them again)"
             ));
         }
-        (own, vec![said, host_said])
+        (own, retrans, out, vec![said, host_said])
     };
-    let retrans = counts.iter().fold(0u64, |a, c| a.saturating_add(c.1));
-    let out = counts.iter().fold(0u64, |a, c| a.saturating_add(c.2));
     let share = retrans as f64 / out.max(1) as f64;
     if !lossy(retrans, out) {
         return Verdict::Clear;

@@ -117,17 +117,20 @@ http {{
 
 /// Whether the server on `port` answers /kiln-ready with `token` (this test's nginx).
 fn answers_ready(port: u16, token: &str) -> bool {
+    http10(port, "/kiln-ready", "").is_ok_and(|answer| answer.ends_with(token.as_bytes()))
+}
+
+/// One HTTP/1.0 request on a fresh connection: the whole answer, head and body, as the
+/// server sent it before closing.
+fn http10(port: u16, path: &str, headers: &str) -> std::io::Result<Vec<u8>> {
     use std::io::{Read, Write};
     let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
-    let Ok(mut s) = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)) else {
-        return false;
-    };
-    let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
-    let mut answer = Vec::new();
-    s.write_all(b"GET /kiln-ready HTTP/1.0\r\nHost: x\r\n\r\n")
-        .is_ok()
-        && s.read_to_end(&mut answer).is_ok()
-        && answer.ends_with(token.as_bytes())
+    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1))?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: x\r\n{headers}\r\n")?;
+    let mut all = Vec::new();
+    s.read_to_end(&mut all)?;
+    Ok(all)
 }
 
 #[test]
@@ -191,11 +194,7 @@ fn kiln_json(url: &str, connections: &str, duration: &str, args: &[&str]) -> ser
 /// One HTTP/1.0 request on a fresh connection: nginx answers it without chunking and
 /// closes, so the body is everything after the head.
 fn body_over_http10(port: u16, path: &str, headers: &str) -> Vec<u8> {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    write!(s, "GET {path} HTTP/1.0\r\nHost: x\r\n{headers}\r\n").unwrap();
-    let mut all = Vec::new();
-    s.read_to_end(&mut all).unwrap();
+    let all = http10(port, path, headers).unwrap();
     let head = all.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
     assert!(!String::from_utf8_lossy(&all[..head]).contains("chunked"));
     all[head..].to_vec()
