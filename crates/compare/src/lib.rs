@@ -18,6 +18,7 @@ mod text;
 use std::collections::BTreeSet;
 
 use kiln_findings::Report;
+use kiln_record::schema::queries::RouteSummary;
 use kiln_record::{RunDir, RunStatus};
 use serde::Serialize;
 
@@ -693,47 +694,30 @@ fn profile_changes(base: &Side, new: &Side) -> Vec<kiln_profile::ShareChange> {
 }
 
 fn db_route_changes(base: &Side, new: &Side) -> Vec<RouteChange> {
-    let routes = |side: &Side| -> Vec<serde_json::Value> {
-        side.record
-            .queries
-            .as_ref()
-            .and_then(|q| q["analysis"]["routes"].as_array().cloned())
-            .unwrap_or_default()
-    };
+    fn routes(side: &Side) -> &[RouteSummary] {
+        let queries = side.record.queries.as_ref();
+        queries.map_or(&[], |q| q.analysis.routes.as_slice())
+    }
+    fn find<'a>(list: &'a [RouteSummary], route: &str) -> Option<&'a RouteSummary> {
+        list.iter().find(|r| r.route == route)
+    }
     let (b, n) = (routes(base), routes(new));
     if b.is_empty() || n.is_empty() {
         return Vec::new();
     }
-    let find = |list: &[serde_json::Value], route: &str| {
-        list.iter()
-            .find(|r| r["route"].as_str() == Some(route))
-            .cloned()
-    };
-    let names: BTreeSet<String> = b
-        .iter()
-        .chain(&n)
-        .filter_map(|r| r["route"].as_str().map(str::to_string))
-        .collect();
+    let names: BTreeSet<&str> = b.iter().chain(n).map(|r| r.route.as_str()).collect();
     names
         .into_iter()
         .map(|route| {
-            let (rb, rn) = (find(&b, &route), find(&n, &route));
-            let num =
-                |r: &Option<serde_json::Value>, key: &str| r.as_ref().and_then(|r| r[key].as_f64());
+            let (rb, rn) = (find(b, route), find(n, route));
             RouteChange {
-                base_requests: rb
-                    .as_ref()
-                    .and_then(|r| r["requests"].as_u64())
-                    .unwrap_or(0),
-                new_requests: rn
-                    .as_ref()
-                    .and_then(|r| r["requests"].as_u64())
-                    .unwrap_or(0),
-                base_calls_per_request: num(&rb, "calls_median"),
-                new_calls_per_request: num(&rn, "calls_median"),
-                base_db_ms_per_request: num(&rb, "db_time_median_ms"),
-                new_db_ms_per_request: num(&rn, "db_time_median_ms"),
-                route,
+                base_requests: rb.map_or(0, |r| r.requests as u64),
+                new_requests: rn.map_or(0, |r| r.requests as u64),
+                base_calls_per_request: rb.map(|r| r.calls_median),
+                new_calls_per_request: rn.map(|r| r.calls_median),
+                base_db_ms_per_request: rb.map(|r| r.db_time_median_ms),
+                new_db_ms_per_request: rn.map(|r| r.db_time_median_ms),
+                route: route.to_string(),
             }
         })
         .collect()

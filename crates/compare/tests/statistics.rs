@@ -214,9 +214,10 @@ fn the_profiles_and_the_db_calls_per_route_are_set_side_by_side() {
     a.record.profile = Some(profile(300));
     b.record.profile = Some(profile(0));
     let queries = |calls: u64| {
-        serde_json::json!({"analysis": {"routes": [
+        serde_json::from_value(serde_json::json!({"analysis": {"routes": [
             {"route": "GET /owners", "requests": 40, "calls_median": calls, "db_time_median_ms": 2.5}
-        ]}})
+        ]}}))
+        .unwrap()
     };
     a.record.queries = Some(queries(9));
     b.record.queries = Some(queries(1));

@@ -7,6 +7,10 @@
 use kiln_record::parts::{
     PROFILE_FOLDED_PART, PROFILE_SUMMARY_PART, QUERIES_PART, TRIE_CALLS_PART, TRIE_TIME_PART,
 };
+use kiln_record::schema::queries::{
+    AnalysisRecord, Coverage, Finding, FindingKind, FindingSummary, FingerprintUse, QueriesRecord,
+    RouteSummary, Severity,
+};
 use kiln_record::{
     LoadRecordLine, PhaseEnd, RunDir, RunLocation, RunStatus, SecondRecord, LOAD_SECONDS_PART,
 };
@@ -112,26 +116,70 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .to_string()
             .as_bytes(),
     )?;
-    let findings: Vec<_> = (0..40)
-        .map(|i| {
-            json!({"id": format!("f{i}"), "kind": "n_plus_one", "severity": "high",
-                "route": format!("GET /r{i}"), "summary": "SELECT … FROM t WHERE id = ?",
-                "requests": 1000, "calls_median": 12.0, "calls_max": 12,
-                "evidence": "12 calls", "fix": "batch"})
+    let findings = (0..40)
+        .map(|i| FindingSummary {
+            example: Finding {
+                id: format!("f{i}"),
+                kind: FindingKind::NPlusOne,
+                severity: Severity::High,
+                route: format!("GET /r{i}"),
+                request: format!("r{i}"),
+                fingerprint: "t-by-id".into(),
+                summary: "SELECT … FROM t WHERE id = ?".into(),
+                shape: "SELECT a, b FROM t WHERE id = ?".into(),
+                calls: 12,
+                distinct_values: Some(12),
+                time_ns: 6_000_000,
+                share_of_db_time: 0.9,
+                site: Vec::new(),
+                structural: false,
+                no_app_frame: false,
+                parallel: false,
+                evidence: "12 calls".into(),
+                fix: "batch".into(),
+            },
+            requests: 1000,
+            calls_median: 12.0,
+            calls_max: 12,
+            time_total_ns: 6_000_000_000,
         })
         .collect();
+    let routes = (0..20)
+        .map(|i| RouteSummary {
+            route: format!("GET /r{i}"),
+            requests: 50_000,
+            calls_median: 20.0,
+            calls_p95: 20.0,
+            calls_max: 20,
+            db_time_median_ms: 7.0,
+            db_time_p95_ms: 9.0,
+            top_queries: vec![FingerprintUse {
+                calls: 20,
+                shape: "SELECT a, b FROM t WHERE id = ?".into(),
+                ..Default::default()
+            }],
+        })
+        .collect();
+    let queries = QueriesRecord {
+        analysis: AnalysisRecord {
+            requests_matched: 1_000_000,
+            findings,
+            routes,
+            coverage: Coverage {
+                db_spans: 1_000_000,
+                db_with_text: 1_000_000,
+                db_with_caller: 1_000_000,
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        ..Default::default()
+    };
     run.write_file_part(
         QUERIES_PART,
         "queries.json",
         1,
-        json!({"analysis": {"requests_matched": 1_000_000, "findings": findings,
-            "coverage": {"db_spans": 1_000_000, "db_with_text": 1_000_000, "db_with_caller": 1_000_000},
-            "routes": (0..20).map(|i| json!({"route": format!("GET /r{i}"), "requests": 50_000,
-                "calls_median": 20, "calls_p95": 20, "calls_max": 20, "db_time_median_ms": 7.0,
-                "db_time_p95_ms": 9.0, "top_queries": [{"calls": 20, "shape": "SELECT a, b FROM t WHERE id = ?"}]}))
-                .collect::<Vec<_>>()}})
-            .to_string()
-            .as_bytes(),
+        serde_json::to_string(&queries)?.as_bytes(),
     )?;
     // the DB stack trie of 1,000,000 calls (the spans' analysis is bench/queries.py's; the
     // record keeps the trie as collapsed calls and DB time): 20 routes, 100 frames deep

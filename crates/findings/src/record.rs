@@ -5,6 +5,7 @@
 use kiln_hedge::SecondCounts;
 use kiln_profile::Folded;
 use kiln_record::parts::{ProfileParts, OFF_CPU, ON_CPU, QUERIES_PART};
+use kiln_record::schema::queries::QueriesRecord;
 use kiln_record::{
     LoadRecordLine, PhaseSummary, RunDir, RunManifest, RunStatus, SecondRecord, LOAD_SECONDS_PART,
 };
@@ -69,7 +70,7 @@ pub struct RunRecord {
     /// Where threads left the CPU: every context switch with its stack (`--off-cpu`).
     pub off_cpu: Option<Profile>,
     /// `queries.json`: the DB-call analysis.
-    pub queries: Option<Value>,
+    pub queries: Option<QueriesRecord>,
     /// `doctor.json`: the host checks taken as the run started.
     pub doctor: Option<DoctorRecord>,
     /// The runtime's own figures over the measured load (`runtime.json` and

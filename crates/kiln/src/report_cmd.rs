@@ -2,6 +2,7 @@
 
 use anyhow::{Context, Result};
 use kiln_record::parts::{OFF_CPU, ON_CPU, QUERIES_PART};
+use kiln_record::schema::queries::QueriesRecord;
 use kiln_record::{LoadRecordLine, PhaseSummary, RunDir, LOAD_SECONDS_PART};
 
 use kiln_sample::{ResourceSecond, RESOURCES_PART};
@@ -38,7 +39,7 @@ pub fn run(args: ReportArgs) -> Result<u8> {
         dir.read_json_lines(kiln_runtime::RUNTIME_SECONDS_PART)?;
     let profile: Option<serde_json::Value> = dir.read_json_part(ON_CPU.summary.0)?;
     let off_cpu: Option<serde_json::Value> = dir.read_json_part(OFF_CPU.summary.0)?;
-    let queries: Option<serde_json::Value> = dir.read_json_part(QUERIES_PART)?;
+    let queries: Option<QueriesRecord> = dir.read_json_part(QUERIES_PART)?;
     let findings = kiln_findings::recorded_or_judged(&dir);
     let dir_text = args.run_dir.display().to_string();
     let view = summary::RunView {

@@ -1,6 +1,7 @@
 //! The end-of-run summary, as text and as JSON, built only from the run record (manifest and
 //! phase summaries), so `kiln run` and `kiln report` print the same thing.
 
+use kiln_record::schema::queries::QueriesRecord;
 use std::fmt::Write as _;
 
 use kiln_record::parts::{OFF_CPU, ON_CPU};
@@ -173,7 +174,7 @@ pub struct RunView<'a> {
     /// The off-CPU profile's record (`offcpu.json`) when one was taken.
     pub off_cpu: Option<&'a Value>,
     /// The DB-call analysis (`queries.json`) when the run received traces.
-    pub queries: Option<&'a Value>,
+    pub queries: Option<&'a QueriesRecord>,
     /// The findings over the whole record: what is wrong, ranked.
     pub findings: Option<&'a kiln_findings::Report>,
     /// `kiln run --compare BASE`: this run against the base.
@@ -497,7 +498,7 @@ fn recorded_extras(
     dir: &str,
     profile: Option<&Value>,
     off_cpu: Option<&Value>,
-    queries: Option<&Value>,
+    queries: Option<&QueriesRecord>,
 ) -> String {
     let mut out = String::new();
     if let Some(profile) = profile {
@@ -508,7 +509,7 @@ fn recorded_extras(
     }
     if let Some(queries) = queries {
         out += "DB calls (from the target's traces)\n";
-        out += &crate::queries_cmd::report_text(queries, 5);
+        out += &kiln_queries::text::report_text(queries, 5);
         let _ = writeln!(out, "Report     {dir}/queries.html");
     }
     out
@@ -669,9 +670,10 @@ mod record_fuzz {
             profile in any_json(),
             queries in any_json(),
         ) {
-            let _ = recorded_extras("run", Some(&profile), Some(&profile), Some(&queries));
+            let typed = |v: &Value| serde_json::from_value::<QueriesRecord>(v.clone()).ok();
+            let _ = recorded_extras("run", Some(&profile), Some(&profile), typed(&queries).as_ref());
             let wrapped = json!({"analysis": queries, "summary": profile});
-            let _ = recorded_extras("run", Some(&wrapped), Some(&wrapped), Some(&wrapped));
+            let _ = recorded_extras("run", Some(&wrapped), Some(&wrapped), typed(&wrapped).as_ref());
         }
     }
 }

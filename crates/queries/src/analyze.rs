@@ -20,13 +20,17 @@ use std::collections::BTreeMap;
 use foldhash::{HashMap, HashMapExt};
 use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use xxhash_rust::xxh3::xxh3_64;
 
-use crate::ingest::{Coverage, Ingest};
+use crate::ingest::Ingest;
 use crate::model::{Span, SpanKind};
-use crate::sql::{fingerprint, mask, Fingerprint, StatementClass};
-use crate::stack::{self, Frame, Language};
+use crate::sql::{fingerprint, mask, Fingerprint};
+use crate::stack::{self, Language};
+pub use kiln_record::schema::queries::{
+    AnalysisRecord, Coverage, Finding, FindingKind, FindingSummary, FingerprintUse, Frame, Request,
+    RouteSummary, Severity, StatementClass,
+};
 
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -102,141 +106,12 @@ impl DbCall {
     }
 }
 
-#[derive(Clone, Debug, Serialize)]
-pub struct Request {
-    pub id: String,
-    pub route: String,
-    pub service: String,
-    pub start_ns: u64,
-    pub duration_ns: u64,
-    pub error: bool,
-    pub db_calls: usize,
-    pub housekeeping_calls: usize,
-    /// DB time as the union of the calls' intervals (parallel calls are not counted twice).
-    pub db_time_ns: u64,
-    #[serde(skip)]
-    pub calls: Vec<usize>,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum FindingKind {
-    NPlusOne,
-    NPlusOneWrite,
-    Redundant,
-    ChunkyBatch,
-    Slow,
-    Housekeeping,
-}
-
-impl FindingKind {
-    pub fn title(self) -> &'static str {
-        match self {
-            Self::NPlusOne => "N+1 queries",
-            Self::NPlusOneWrite => "N+1 writes",
-            Self::Redundant => "Redundant queries",
-            Self::ChunkyBatch => "Batches too small",
-            Self::Slow => "Slow query",
-            Self::Housekeeping => "Housekeeping statements",
-        }
-    }
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Severity {
-    Low,
-    Medium,
-    High,
-}
-
-/// One finding in one request.
-#[derive(Clone, Debug, Serialize)]
-pub struct Finding {
-    pub id: String,
-    pub kind: FindingKind,
-    pub severity: Severity,
-    pub route: String,
-    pub request: String,
-    pub fingerprint: String,
-    pub summary: String,
-    pub shape: String,
-    /// Calls in the group.
-    pub calls: usize,
-    /// Different values among them, when known.
-    pub distinct_values: Option<usize>,
-    /// Union of the calls' intervals.
-    pub time_ns: u64,
-    /// Of the request's DB time.
-    pub share_of_db_time: f64,
-    /// Application frames root first; empty when call sites are unknown.
-    pub site: Vec<Frame>,
-    /// The group was formed by parent span, not by stack: call sites unknown.
-    pub structural: bool,
-    /// The calls' stacks hold no application frame (`site` is then empty): the call site
-    /// is the nearest frame, named in the evidence.
-    #[serde(default)]
-    pub no_app_frame: bool,
-    /// More than half the calls overlapped another: run concurrently.
-    pub parallel: bool,
-    pub evidence: String,
-    pub fix: String,
-}
-
-/// A finding across the requests it was seen in.
-#[derive(Clone, Debug, Serialize)]
-pub struct FindingSummary {
-    #[serde(flatten)]
-    pub example: Finding,
-    pub requests: usize,
-    pub calls_median: f64,
-    pub calls_max: usize,
-    pub time_total_ns: u64,
-}
-
-/// Also read back from a record's `queries.json` (missing fields left empty).
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-#[serde(default)]
-pub struct FingerprintUse {
-    pub fingerprint: String,
-    pub summary: String,
-    pub shape: String,
-    pub class: StatementClass,
-    pub calls: usize,
-    pub time_ns: u64,
-}
-
-/// Also read back from a record's `queries.json` (missing fields left empty).
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-#[serde(default)]
-pub struct RouteSummary {
-    pub route: String,
-    pub requests: usize,
-    pub calls_median: f64,
-    pub calls_p95: f64,
-    pub calls_max: usize,
-    pub db_time_median_ms: f64,
-    pub db_time_p95_ms: f64,
-    pub top_queries: Vec<FingerprintUse>,
-}
-
+/// The analysis: what `queries.json` records of it, and the requests and calls it was made
+/// from (for the trie and the page).
 #[derive(Debug, Serialize)]
 pub struct Analysis {
-    pub coverage: Coverage,
-    pub requests_total: usize,
-    pub requests_matched: usize,
-    pub db_calls: usize,
-    /// Calls left out of the findings by --ignore-sql / --ignore-frame.
-    pub ignored_calls: usize,
-    /// DB calls whose stack holds an application frame (of those with a stack).
-    pub calls_with_app_frame: usize,
-    pub calls_with_stack: usize,
-    /// Requests (and their DB calls) whose root started outside `Options::window_ns`.
-    pub requests_outside_window: usize,
-    pub calls_outside_window: usize,
-    pub routes: Vec<RouteSummary>,
-    pub findings: Vec<FindingSummary>,
-    pub worst_requests: Vec<Request>,
+    #[serde(flatten)]
+    pub summary: AnalysisRecord,
     #[serde(skip)]
     pub requests: Vec<Request>,
     /// Indices of the requests the options selected.
@@ -684,7 +559,7 @@ pub fn analyze(ingest: &Ingest, options: &Options) -> Analysis {
     worst.truncate(options.worst_requests);
     let db_calls = matched.iter().map(|&r| requests[r].db_calls).sum();
 
-    Analysis {
+    let summary = AnalysisRecord {
         coverage: ingest.coverage.clone(),
         requests_total,
         requests_matched: matched.len(),
@@ -697,6 +572,9 @@ pub fn analyze(ingest: &Ingest, options: &Options) -> Analysis {
         routes,
         findings: analysis_findings,
         worst_requests: worst,
+    };
+    Analysis {
+        summary,
         requests,
         matched,
         calls,

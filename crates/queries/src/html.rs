@@ -148,7 +148,7 @@ fn severity_class(severity: Severity) -> &'static str {
 /// The whole report page.
 pub fn render(analysis: &Analysis, trie: &StackTrie, title: &str) -> String {
     let mut out = String::with_capacity(64 * 1024);
-    let c = &analysis.coverage;
+    let c = &analysis.summary.coverage;
     let _ = write!(
         out,
         "<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>{t}</title><style>{STYLE}{TREEMAP_STYLE}</style></head><body>\
@@ -160,19 +160,19 @@ pub fn render(analysis: &Analysis, trie: &StackTrie, title: &str) -> String {
         c.db_with_text,
         c.db_with_caller,
         c.rejected_spans + c.rejected_lines,
-        analysis.requests_matched,
-        analysis.routes.len(),
+        analysis.summary.requests_matched,
+        analysis.summary.routes.len(),
         t = escape(title)
     );
     out.push_str("<h2>Findings</h2>");
-    if analysis.findings.is_empty() {
+    if analysis.summary.findings.is_empty() {
         out.push_str("<p>None.</p>");
     } else {
         out.push_str(
             "<table><tr><th>severity</th><th>what</th><th>route</th><th>requests</th><th>calls (max)</th>\
              <th>statement and call site</th><th>fix</th><th>id</th></tr>",
         );
-        for f in &analysis.findings {
+        for f in &analysis.summary.findings {
             let e = &f.example;
             let site: Vec<String> = e.site.iter().map(|f| escape(&f.label())).collect();
             let _ = write!(
@@ -195,7 +195,7 @@ pub fn render(analysis: &Analysis, trie: &StackTrie, title: &str) -> String {
         out.push_str("</table>");
     }
     out.push_str("<h2>Routes</h2>");
-    out.push_str(&routes_table(&analysis.routes));
+    out.push_str(&routes_table(&analysis.summary.routes));
     out.push_str(&treemap(trie));
     let _ = write!(
         out,

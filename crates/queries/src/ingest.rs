@@ -4,6 +4,7 @@
 //! span with a wrong type or a bad id is counted and described, and the rest is kept.
 
 use foldhash::HashMap;
+pub use kiln_record::schema::queries::Coverage;
 use std::borrow::Cow;
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
@@ -11,7 +12,7 @@ use std::sync::Arc;
 
 use flate2::read::GzDecoder;
 use serde::de::{self, Deserializer, IgnoredAny};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use crate::model::{id_from_bytes, parse_id, AttrCollector, AttrValue, Resource, Span, SpanKind};
@@ -29,27 +30,6 @@ const MAX_PROBLEMS_KEPT: usize = 10;
 /// most); the rest are counted in [`Coverage::spans_not_kept`] and said to be left out. A
 /// million spans once took 1.5 GB.
 pub const MAX_SPANS_KEPT: usize = 500_000;
-
-/// How much of what came in the analysis can use: an instrumentation gap shows here
-/// instead of as a silently empty result.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
-pub struct Coverage {
-    pub spans: u64,
-    pub db_spans: u64,
-    pub db_with_text: u64,
-    pub db_with_stack: u64,
-    pub db_with_caller: u64,
-    pub db_with_params: u64,
-    /// Spans whose SDK dropped attributes (a query text can be among them).
-    pub spans_dropped_attributes: u64,
-    pub rejected_spans: u64,
-    pub rejected_lines: u64,
-    /// Lines whose invalid UTF-8 was replaced before parsing.
-    pub lossy_lines: u64,
-    /// Spans read past [`MAX_SPANS_KEPT`]: counted, not analysed.
-    pub spans_not_kept: u64,
-    pub problems: Vec<String>,
-}
 
 /// Spans and their resources, accumulated over files and requests.
 #[derive(Debug, Default)]

@@ -13,6 +13,7 @@ pub mod model;
 pub mod receiver;
 pub mod sql;
 pub mod stack;
+pub mod text;
 pub mod trie;
 
 pub use ingest::{Coverage, Ingest};

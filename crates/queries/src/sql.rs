@@ -10,31 +10,16 @@
 //! identifiers lose their quotes, digit runs in names (partitions, shards) become `{n}`,
 //! savepoint names go, keywords are upper case and whitespace is one space.
 
+pub use kiln_record::schema::queries::StatementClass;
 use std::fmt::Write as _;
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use sqlparser::dialect::{Dialect, GenericDialect, MsSqlDialect, MySqlDialect};
 use sqlparser::tokenizer::{Token, Tokenizer};
 use xxhash_rust::xxh3::{xxh3_64, Xxh3};
 
 /// Bumped whenever a rule changes, so that a changed fingerprint is a deliberate change.
 pub const FINGERPRINT_VERSION: u8 = 1;
-
-/// What a statement does, as far as N+1 detection cares.
-#[derive(
-    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord,
-)]
-#[serde(rename_all = "snake_case")]
-pub enum StatementClass {
-    Read,
-    Write,
-    Ddl,
-    /// Transaction control, session settings, pings: real round trips, but not the
-    /// application's queries (a JDBC driver setting can add three of them per read).
-    Housekeeping,
-    #[default]
-    Other,
-}
 
 /// How the fingerprint was made.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]

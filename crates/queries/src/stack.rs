@@ -3,47 +3,7 @@
 //! Node's `at fn (file.js:1:2)`), parsed into frames root first, each marked as the
 //! application's own code or a library's (runtime, framework, driver, instrumentation).
 
-use serde::{Deserialize, Serialize};
-
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct Frame {
-    pub function: String,
-    pub file: Option<String>,
-    pub line: Option<u32>,
-    /// The application's own code, not a library's.
-    pub app: bool,
-}
-
-impl Frame {
-    /// `function (file:line)` with the file's last two path components.
-    pub fn label(&self) -> String {
-        match (&self.file, self.line) {
-            (Some(file), Some(line)) => format!("{} ({}:{line})", self.function, short_path(file)),
-            (Some(file), None) => format!("{} ({})", self.function, short_path(file)),
-            _ => self.function.clone(),
-        }
-    }
-
-    /// `file:line` where the frame is, for "the loop is at ...".
-    pub fn location(&self) -> String {
-        match (&self.file, self.line) {
-            (Some(file), Some(line)) => format!("{file}:{line}"),
-            (Some(file), None) => file.clone(),
-            _ => self.function.clone(),
-        }
-    }
-}
-
-fn short_path(path: &str) -> &str {
-    let mut cut = path.len();
-    for _ in 0..2 {
-        match path[..cut].rfind(['/', '\\']) {
-            Some(i) => cut = i,
-            None => return path,
-        }
-    }
-    &path[cut + 1..]
-}
+pub use kiln_record::schema::queries::Frame;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Language {

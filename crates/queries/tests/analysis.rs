@@ -167,17 +167,21 @@ fn shop(k: usize, r: usize) -> String {
 fn n_plus_one_redundant_and_bulk_routes_are_told_apart() {
     let (k, r) = (17, 4);
     let analysis = analyze(&ingest(&shop(k, r)), &Options::default());
-    assert_eq!(analysis.requests_total, 3);
-    assert_eq!(analysis.db_calls, 1 + k + 1 + r);
-    assert_eq!(analysis.coverage.db_spans as usize, 1 + k + 1 + r);
-    assert_eq!(analysis.coverage.db_with_stack, analysis.coverage.db_spans);
+    assert_eq!(analysis.summary.requests_total, 3);
+    assert_eq!(analysis.summary.db_calls, 1 + k + 1 + r);
+    assert_eq!(analysis.summary.coverage.db_spans as usize, 1 + k + 1 + r);
+    assert_eq!(
+        analysis.summary.coverage.db_with_stack,
+        analysis.summary.coverage.db_spans
+    );
 
     let n1: Vec<_> = analysis
+        .summary
         .findings
         .iter()
         .filter(|f| f.example.kind == FindingKind::NPlusOne)
         .collect();
-    assert_eq!(n1.len(), 1, "{:#?}", analysis.findings);
+    assert_eq!(n1.len(), 1, "{:#?}", analysis.summary.findings);
     let f = &n1[0].example;
     assert_eq!(f.route, "GET /authors");
     assert_eq!(f.calls, k);
@@ -188,23 +192,26 @@ fn n_plus_one_redundant_and_bulk_routes_are_told_apart() {
     assert_eq!(f.time_ns, k as u64 * 1_000_000);
 
     let red: Vec<_> = analysis
+        .summary
         .findings
         .iter()
         .filter(|f| f.example.kind == FindingKind::Redundant)
         .collect();
-    assert_eq!(red.len(), 1, "{:#?}", analysis.findings);
+    assert_eq!(red.len(), 1, "{:#?}", analysis.summary.findings);
     assert_eq!(red[0].example.route, "GET /again");
     assert_eq!(red[0].example.calls, r);
 
     assert!(
         analysis
+            .summary
             .findings
             .iter()
             .all(|f| f.example.route != "GET /bulk"),
         "{:#?}",
-        analysis.findings
+        analysis.summary.findings
     );
     let bulk = analysis
+        .summary
         .routes
         .iter()
         .find(|r| r.route == "GET /bulk")
@@ -216,6 +223,7 @@ fn n_plus_one_redundant_and_bulk_routes_are_told_apart() {
 fn below_the_threshold_is_no_n_plus_one_and_the_threshold_is_the_users() {
     let text = shop(4, 1);
     assert!(analyze(&ingest(&text), &Options::default())
+        .summary
         .findings
         .is_empty());
     let strict = Options {
@@ -223,8 +231,8 @@ fn below_the_threshold_is_no_n_plus_one_and_the_threshold_is_the_users() {
         ..Options::default()
     };
     let analysis = analyze(&ingest(&text), &strict);
-    assert_eq!(analysis.findings.len(), 1);
-    assert_eq!(analysis.findings[0].example.calls, 4);
+    assert_eq!(analysis.summary.findings.len(), 1);
+    assert_eq!(analysis.summary.findings[0].example.calls, 4);
 }
 
 #[test]
@@ -235,7 +243,12 @@ fn finding_ids_survive_line_edits_and_other_values() {
         &Options::default(),
     );
     let ids = |x: &kiln_queries::analyze::Analysis| {
-        let mut v: Vec<String> = x.findings.iter().map(|f| f.example.id.clone()).collect();
+        let mut v: Vec<String> = x
+            .summary
+            .findings
+            .iter()
+            .map(|f| f.example.id.clone())
+            .collect();
         v.sort();
         v
     };
@@ -249,8 +262,8 @@ fn route_filter_keeps_matching_requests_only() {
         ..Options::default()
     };
     let analysis = analyze(&ingest(&shop(6, 2)), &options);
-    assert_eq!(analysis.requests_matched, 2);
-    assert_eq!(analysis.routes.len(), 2);
+    assert_eq!(analysis.summary.requests_matched, 2);
+    assert_eq!(analysis.summary.routes.len(), 2);
     // the trie is the matched requests' only: /authors (1 + 6) and /again (2)
     assert_eq!(StackTrie::build(&analysis, Frames::App).calls(), 9);
 }
@@ -269,9 +282,9 @@ fn request_filter_gives_one_requests_trie() {
         ..Options::default()
     };
     let one = analyze(&ingest(&shop(6, 2)), &options);
-    assert_eq!(one.requests_matched, 1);
-    assert_eq!(one.findings.len(), 1);
-    assert_eq!(one.findings[0].example.kind, FindingKind::Redundant);
+    assert_eq!(one.summary.requests_matched, 1);
+    assert_eq!(one.summary.findings.len(), 1);
+    assert_eq!(one.summary.findings[0].example.kind, FindingKind::Redundant);
     assert_eq!(StackTrie::build(&one, Frames::App).calls(), 2);
 }
 
@@ -296,7 +309,7 @@ fn huge_attribute_values_are_cut_and_flagged() {
     assert!(db.stacktrace.as_ref().unwrap().len() <= kiln_queries::model::MAX_STACK_TEXT);
     // a cut statement still fingerprints (the scanner finishes the open string)
     let analysis = analyze(&ingest, &Options::default());
-    assert_eq!(analysis.db_calls, 1);
+    assert_eq!(analysis.summary.db_calls, 1);
 }
 
 #[test]
@@ -313,8 +326,8 @@ fn without_stacks_parent_spans_group_and_sites_are_unknown() {
         );
     }
     let analysis = analyze(&ingest(&document(&[t], "python")), &Options::default());
-    assert_eq!(analysis.findings.len(), 1);
-    let f = &analysis.findings[0].example;
+    assert_eq!(analysis.summary.findings.len(), 1);
+    let f = &analysis.summary.findings[0].example;
     assert!(f.structural && f.site.is_empty());
     assert!(f.evidence.contains("load_orders"), "{}", f.evidence);
     // said as before stacks were read: "under span", not "from under span"
@@ -322,7 +335,7 @@ fn without_stacks_parent_spans_group_and_sites_are_unknown() {
     assert!(!f.evidence.contains("from under"), "{}", f.evidence);
     // 60 ms in the loop: high
     assert_eq!(f.severity, kiln_queries::analyze::Severity::High);
-    assert_eq!(analysis.coverage.db_with_stack, 0);
+    assert_eq!(analysis.summary.coverage.db_with_stack, 0);
 }
 
 #[test]
@@ -333,9 +346,12 @@ fn parameterized_text_without_recorded_values_is_reported_as_unknown_values() {
         t.query(root, "SELECT * FROM t WHERE id = %s", None, 1000);
     }
     let analysis = analyze(&ingest(&document(&[t], "python")), &Options::default());
-    assert_eq!(analysis.findings.len(), 1);
-    assert_eq!(analysis.findings[0].example.kind, FindingKind::NPlusOne);
-    assert_eq!(analysis.findings[0].example.distinct_values, None);
+    assert_eq!(analysis.summary.findings.len(), 1);
+    assert_eq!(
+        analysis.summary.findings[0].example.kind,
+        FindingKind::NPlusOne
+    );
+    assert_eq!(analysis.summary.findings[0].example.distinct_values, None);
 }
 
 #[test]
@@ -356,9 +372,14 @@ fn recorded_parameters_tell_loops_from_repeats() {
     }
     let analysis = analyze(&ingest(&document(&[t], "python")), &Options::default());
     // two values among five calls: no N+1 at the default 5, a repeat of 3
-    let kinds: Vec<FindingKind> = analysis.findings.iter().map(|f| f.example.kind).collect();
+    let kinds: Vec<FindingKind> = analysis
+        .summary
+        .findings
+        .iter()
+        .map(|f| f.example.kind)
+        .collect();
     assert_eq!(kinds, [FindingKind::Redundant]);
-    assert_eq!(analysis.findings[0].example.calls, 3);
+    assert_eq!(analysis.summary.findings[0].example.calls, 3);
 }
 
 #[test]
@@ -373,13 +394,14 @@ fn housekeeping_round_trips_are_counted_apart() {
     }
     let analysis = analyze(&ingest(&document(&[t], "java")), &Options::default());
     let h: Vec<_> = analysis
+        .summary
         .findings
         .iter()
         .filter(|f| f.example.kind == FindingKind::Housekeeping)
         .collect();
     assert_eq!(h.len(), 1);
     assert_eq!(h[0].example.calls, 9);
-    assert_eq!(analysis.worst_requests[0].housekeeping_calls, 9);
+    assert_eq!(analysis.summary.worst_requests[0].housekeeping_calls, 9);
 }
 
 #[test]
@@ -555,26 +577,33 @@ fn ignore_patterns_leave_calls_out_of_the_findings_only() {
         ..Options::default()
     };
     let a = analyze(&ingest(&text), &by_frame);
-    let kinds: Vec<FindingKind> = a.findings.iter().map(|f| f.example.kind).collect();
+    let kinds: Vec<FindingKind> = a.summary.findings.iter().map(|f| f.example.kind).collect();
     assert_eq!(
         kinds,
         [FindingKind::Redundant],
         "the loop's line is ignored"
     );
-    assert_eq!(a.ignored_calls, 7);
-    assert_eq!(a.db_calls, 1 + 7 + 1 + 3, "ignored calls are still counted");
+    assert_eq!(a.summary.ignored_calls, 7);
+    assert_eq!(
+        a.summary.db_calls,
+        1 + 7 + 1 + 3,
+        "ignored calls are still counted"
+    );
     // any frame, library frames included
     let by_library = Options {
         ignore_frames: vec!["dispatch".into()],
         ..Options::default()
     };
-    assert!(analyze(&ingest(&text), &by_library).findings.is_empty());
+    assert!(analyze(&ingest(&text), &by_library)
+        .summary
+        .findings
+        .is_empty());
     let by_sql = Options {
         ignore_sql: vec!["SELECT value FROM settings *".into()],
         ..Options::default()
     };
     let a = analyze(&ingest(&text), &by_sql);
-    let kinds: Vec<FindingKind> = a.findings.iter().map(|f| f.example.kind).collect();
+    let kinds: Vec<FindingKind> = a.summary.findings.iter().map(|f| f.example.kind).collect();
     assert_eq!(kinds, [FindingKind::NPlusOne]);
     assert_eq!(
         StackTrie::build(&a, Frames::App).calls(),
@@ -678,8 +707,8 @@ fn an_app_under_a_vendor_prefix_is_found_at_its_line_and_jit_variants_are_one_fi
         traces.push(t);
     }
     let a = analyze(&ingest(&document(&traces, "java")), &Options::default());
-    assert_eq!(a.findings.len(), 1, "{:#?}", a.findings);
-    let f = &a.findings[0];
+    assert_eq!(a.summary.findings.len(), 1, "{:#?}", a.summary.findings);
+    let f = &a.summary.findings[0];
     assert_eq!(f.example.kind, FindingKind::NPlusOne);
     assert_eq!(f.requests, 20);
     assert!(!f.example.no_app_frame);
@@ -690,7 +719,10 @@ fn an_app_under_a_vendor_prefix_is_found_at_its_line_and_jit_variants_are_one_fi
         "{}",
         f.example.evidence
     );
-    assert_eq!((a.calls_with_app_frame, a.calls_with_stack), (120, 120));
+    assert_eq!(
+        (a.summary.calls_with_app_frame, a.summary.calls_with_stack),
+        (120, 120)
+    );
     // The DB stack trie reaches the controller in two levels, not thirty.
     let trie = StackTrie::build(&a, Frames::App);
     let text = trie.text(0.0, 10);
@@ -716,7 +748,7 @@ fn a_stack_without_an_application_frame_says_so_and_app_package_names_the_code()
     }
     let doc = document(&[t], "java");
     let a = analyze(&ingest(&doc), &Options::default());
-    let f = &a.findings[0].example;
+    let f = &a.summary.findings[0].example;
     assert!(f.no_app_frame);
     assert!(f.site.is_empty());
     // The nearest frame that is not the agent's, and what to do.
@@ -728,7 +760,10 @@ fn a_stack_without_an_application_frame_says_so_and_app_package_names_the_code()
         "{}",
         f.evidence
     );
-    assert_eq!((a.calls_with_app_frame, a.calls_with_stack), (0, 6));
+    assert_eq!(
+        (a.summary.calls_with_app_frame, a.summary.calls_with_stack),
+        (0, 6)
+    );
     // The user says which code is theirs.
     let a = analyze(
         &ingest(&doc),
@@ -737,7 +772,7 @@ fn a_stack_without_an_application_frame_says_so_and_app_package_names_the_code()
             ..Default::default()
         },
     );
-    let f = &a.findings[0].example;
+    let f = &a.summary.findings[0].example;
     assert!(!f.no_app_frame);
     assert_eq!(
         f.site[0].function,
@@ -766,8 +801,8 @@ fn ignoring_the_agents_frames_does_not_ignore_every_call() {
             ..Default::default()
         },
     );
-    assert_eq!(a.ignored_calls, 0);
-    assert_eq!(a.findings.len(), 1);
+    assert_eq!(a.summary.ignored_calls, 0);
+    assert_eq!(a.summary.findings.len(), 1);
     let a = analyze(
         &ingest(&doc),
         &Options {
@@ -775,7 +810,7 @@ fn ignoring_the_agents_frames_does_not_ignore_every_call() {
             ..Default::default()
         },
     );
-    assert_eq!(a.ignored_calls, 6);
+    assert_eq!(a.summary.ignored_calls, 6);
 }
 
 #[test]
@@ -811,11 +846,12 @@ fn the_same_row_loaded_twice_from_two_methods_is_one_redundant_finding_naming_bo
     );
     let a = analyze(&ingest(&document(&[t], "python")), &Options::default());
     let redundant: Vec<_> = a
+        .summary
         .findings
         .iter()
         .filter(|f| f.example.kind == FindingKind::Redundant)
         .collect();
-    assert_eq!(redundant.len(), 1, "{:#?}", a.findings);
+    assert_eq!(redundant.len(), 1, "{:#?}", a.summary.findings);
     let f = &redundant[0].example;
     assert_eq!(f.calls, 2);
     assert!(
@@ -839,8 +875,8 @@ fn the_same_row_loaded_twice_from_two_methods_is_one_redundant_finding_naming_bo
         200_000,
     );
     let a = analyze(&ingest(&document(&[t], "python")), &Options::default());
-    assert_eq!(a.findings.len(), 1);
-    assert!(a.findings[0]
+    assert_eq!(a.summary.findings.len(), 1);
+    assert!(a.summary.findings[0]
         .example
         .evidence
         .contains("ran 2 times from /srv/shop/repo.py:5"));
@@ -868,11 +904,11 @@ fn db_spans_whose_server_span_was_lost_are_one_request_per_trace_not_routes_of_s
         );
     }
     let a = analyze(&ingest(&document(&[t], "python")), &Options::default());
-    assert_eq!(a.requests_total, 1);
-    assert_eq!(a.routes.len(), 1);
-    assert_eq!(a.routes[0].route, "(trace without its server span)");
-    assert_eq!(a.findings[0].example.kind, FindingKind::NPlusOne);
-    assert_eq!(a.findings[0].example.calls, 6);
+    assert_eq!(a.summary.requests_total, 1);
+    assert_eq!(a.summary.routes.len(), 1);
+    assert_eq!(a.summary.routes[0].route, "(trace without its server span)");
+    assert_eq!(a.summary.findings[0].example.kind, FindingKind::NPlusOne);
+    assert_eq!(a.summary.findings[0].example.calls, 6);
 }
 
 #[test]
@@ -896,7 +932,7 @@ fn requests_outside_the_measured_window_are_left_out_and_counted() {
     }
     let text = document(&traces, "python");
     let all = analyze(&ingest(&text), &Options::default());
-    assert_eq!(all.requests_total, 3);
+    assert_eq!(all.summary.requests_total, 3);
     let second = 1_700_000_001_000_000_000;
     let a = analyze(
         &ingest(&text),
@@ -905,13 +941,13 @@ fn requests_outside_the_measured_window_are_left_out_and_counted() {
             ..Default::default()
         },
     );
-    assert_eq!(a.requests_total, 2);
-    assert_eq!(a.requests_outside_window, 1);
-    assert_eq!(a.calls_outside_window, 6);
-    assert_eq!(a.db_calls, 12);
-    assert_eq!(a.routes.len(), 1);
-    assert_eq!(a.routes[0].route, "GET /authors");
-    assert_eq!(a.findings[0].requests, 2);
+    assert_eq!(a.summary.requests_total, 2);
+    assert_eq!(a.summary.requests_outside_window, 1);
+    assert_eq!(a.summary.calls_outside_window, 6);
+    assert_eq!(a.summary.db_calls, 12);
+    assert_eq!(a.summary.routes.len(), 1);
+    assert_eq!(a.summary.routes[0].route, "GET /authors");
+    assert_eq!(a.summary.findings[0].requests, 2);
 }
 
 #[test]
@@ -929,7 +965,7 @@ fn a_fast_loop_that_is_all_of_a_fast_requests_db_time_is_not_high() {
             );
         }
         let a = analyze(&ingest(&document(&[t], "python")), &Options::default());
-        format!("{:?}", a.findings[0].example.severity)
+        format!("{:?}", a.summary.findings[0].example.severity)
     };
     // 0.8 ms in all: medium, though it is all of the request's DB time.
     assert_eq!(severity(80_000), "Medium");
@@ -977,7 +1013,7 @@ fn an_app_under_a_vendor_wide_prefix_is_learned_from_its_handler_spans() {
         analyze(&ingest(&document(&[t], "java")), &Options::default())
     };
     let a = build(true);
-    let f = &a.findings[0].example;
+    let f = &a.summary.findings[0].example;
     assert!(!f.no_app_frame, "{}", f.evidence);
     assert!(
         f.evidence.ends_with("from Orders.java:31"),
@@ -987,5 +1023,5 @@ fn an_app_under_a_vendor_wide_prefix_is_learned_from_its_handler_spans() {
     assert_eq!(f.site.len(), 2);
     // Without the handler span there is nothing to learn from: said so, not guessed.
     let a = build(false);
-    assert!(a.findings[0].example.no_app_frame);
+    assert!(a.summary.findings[0].example.no_app_frame);
 }

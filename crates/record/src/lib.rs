@@ -12,6 +12,7 @@ mod load;
 mod manifest;
 pub mod parts;
 mod run_dir;
+pub mod schema;
 pub mod seconds;
 pub mod text;
 

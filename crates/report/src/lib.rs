@@ -24,9 +24,9 @@ pub use compare::render_compare;
 
 use kiln_findings::{Finding, Report};
 use kiln_profile::Folded;
-use kiln_queries::analyze::RouteSummary;
 use kiln_queries::trie::StackTrie;
 use kiln_record::parts::{OFF_CPU, ON_CPU, QUERIES_PART, TRIE_CALLS_PART, TRIE_TIME_PART};
+use kiln_record::schema::queries::QueriesRecord;
 use kiln_record::text::{html_escape as esc, script_json, us};
 use kiln_record::{
     LatencyHistogram, LoadRecordLine, PhaseSummary, RecordError, RunDir, LOAD_SECONDS_PART,
@@ -519,7 +519,7 @@ fn read_folded(dir: &RunDir, kind: &str) -> Result<Option<Folded>, String> {
 /// The DB section, and whether it holds the treemap (whose script the page then needs).
 fn queries_section(dir: &RunDir) -> (String, bool) {
     let mut out = String::from("<section id=\"queries\"><h2>DB calls</h2>");
-    let q = match dir.read_json_part::<Value>(QUERIES_PART) {
+    let q = match dir.read_json_part::<QueriesRecord>(QUERIES_PART) {
         Ok(Some(q)) => q,
         Ok(None) => {
             let none = "<p class=\"muted\">No traces in this run (kiln run --otlp-listen).</p>";
@@ -533,33 +533,18 @@ fn queries_section(dir: &RunDir) -> (String, bool) {
             );
         }
     };
-    let a = &q["analysis"];
-    let c = &a["coverage"];
-    let n = |v: &Value| v.as_u64().unwrap_or(0);
-    let routes: Result<Vec<RouteSummary>, _> = match &a["routes"] {
-        Value::Null => Ok(Vec::new()),
-        routes => serde_json::from_value(routes.clone()),
-    };
+    let (a, c) = (&q.analysis, &q.analysis.coverage);
     let _ = write!(
         out,
         "<p>{} DB calls in {} requests over {} routes ({} with query text, {} with a stack). \
 The DB findings are with the others above; the same as its own page: <code>queries.html</code>.</p>",
-        n(&c["db_spans"]),
-        n(&a["requests_matched"]),
-        routes.as_ref().map_or(0, Vec::len),
-        n(&c["db_with_text"]),
-        n(&c["db_with_caller"]),
+        c.db_spans,
+        a.requests_matched,
+        a.routes.len(),
+        c.db_with_text,
+        c.db_with_caller,
     );
-    match routes {
-        Ok(routes) => out += &kiln_queries::html::routes_table(&routes),
-        Err(e) => {
-            let _ = write!(
-                out,
-                "<p class=\"muted\">routes: {}</p>",
-                esc(&e.to_string())
-            );
-        }
-    }
+    out += &kiln_queries::html::routes_table(&a.routes);
     let folded = |kind: &str| read_folded(dir, kind).ok().flatten();
     let mut has_map = false;
     if let (Some(calls), Some(time)) = (folded(TRIE_CALLS_PART), folded(TRIE_TIME_PART)) {

@@ -10,6 +10,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use kiln_load::{LoadPlan, PhaseSpec, StopSignal};
 use kiln_profile::Event;
+use kiln_record::schema::queries::QueriesRecord;
 use kiln_record::{
     JsonLinesWriter, LoadRecordLine, PhaseEnd, PhaseSummary, RunDir, RunLocation, RunStatus,
     SecondRecord, LOAD_SECONDS_PART,
@@ -54,7 +55,7 @@ pub struct RunOutcome {
     /// The off-CPU profile's record (`offcpu.json`), when one was taken.
     pub off_cpu: Option<serde_json::Value>,
     /// The DB-call analysis (`queries.json`), when traces were received.
-    pub queries: Option<serde_json::Value>,
+    pub queries: Option<QueriesRecord>,
     /// `--fail-on` met by a DB-call finding.
     pub queries_gate_failed: bool,
     /// The signal that stopped the run, if one did.
@@ -322,7 +323,7 @@ fn finish_queries(
     stop: &StopSignal,
     measured_window: Option<(u64, u64)>,
     warnings: &mut Vec<String>,
-) -> Result<(serde_json::Value, bool)> {
+) -> Result<(QueriesRecord, bool)> {
     query_parts::drain(&o.receiver, o.wait, stop);
     let received = o.receiver.stop();
     query_parts::list_recorded(dir, &received.recorded)?;

@@ -10,8 +10,8 @@ use kiln_queries::analyze::{analyze, Analysis, Options, Severity};
 use kiln_queries::receiver::{Receiver, JSON_RECORD};
 use kiln_queries::trie::{Frames, StackTrie};
 use kiln_queries::{html, Ingest};
+use kiln_record::schema::queries::{QueriesRecord, QueryCost, TrieRecord};
 use kiln_record::RunDir;
-use serde_json::{json, Value};
 
 pub use kiln_record::parts::{QUERIES_PART, TRIE_CALLS_PART, TRIE_TIME_PART};
 pub const TRIE_SPEEDSCOPE_PART: &str = "db-trie-speedscope";
@@ -35,7 +35,7 @@ pub struct QuerySettings {
 pub struct QueryReport {
     pub analysis: Analysis,
     /// What queries.json holds: the analysis and the trie's heaviest paths.
-    pub record: Value,
+    pub record: QueriesRecord,
     pub html: PathBuf,
     pub files: Vec<PathBuf>,
 }
@@ -69,11 +69,22 @@ pub fn write_report(
     let speedscope = trie.speedscope(title);
     let outputs_ms = ms(started);
     // kiln's own cost, per stage (reading includes parsing; analysis includes fingerprints)
-    let record = json!({"analysis": &analysis, "trie": {"calls": trie.calls(), "nodes": trie.node_count(),
-        "frames": format!("{:?}", settings.frames).to_lowercase(), "heaviest": trie.text(0.05, 30)},
-        "html": "queries.html",
-        "cost_ms": {"read": read.as_secs_f64() * 1e3, "analysis": analysis_ms, "trie": trie_ms,
-            "html_and_speedscope": outputs_ms}});
+    let record = QueriesRecord {
+        analysis: analysis.summary.clone(),
+        trie: TrieRecord {
+            calls: trie.calls(),
+            nodes: trie.node_count(),
+            frames: format!("{:?}", settings.frames).to_lowercase(),
+            heaviest: trie.text(0.05, 30),
+        },
+        html: "queries.html".into(),
+        cost_ms: QueryCost {
+            read: read.as_secs_f64() * 1e3,
+            analysis: analysis_ms,
+            trie: trie_ms,
+            html_and_speedscope: outputs_ms,
+        },
+    };
     let files = vec![
         dir.write_file_part(
             QUERIES_PART,
@@ -117,6 +128,7 @@ pub fn write_report(
 pub fn gate(analysis: &Analysis, fail_on: Option<Severity>) -> bool {
     fail_on.is_some_and(|threshold| {
         analysis
+            .summary
             .findings
             .iter()
             .any(|f| f.example.severity >= threshold)

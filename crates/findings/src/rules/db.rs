@@ -1,9 +1,9 @@
 //! The DB-call analysis' findings (N+1, redundant, slow, housekeeping...) in the same ranking
 //! as the others, read from `queries.json`.
 
-use kiln_queries::analyze::FindingKind;
+use kiln_record::schema::queries::{FindingKind, Severity as QuerySeverity};
 use kiln_record::text::safe_text;
-use serde_json::{json, Value};
+use serde_json::json;
 
 use super::{Draft, Rule};
 use crate::{RunRecord, Severity, Verdict};
@@ -14,38 +14,37 @@ pub const DB_CALLS: Rule = Rule {
 };
 
 /// Why each kind of DB finding happens, in words for someone new to it.
-fn cause_of(kind: Option<FindingKind>) -> &'static str {
+fn cause_of(kind: FindingKind) -> &'static str {
     match kind {
-        Some(FindingKind::NPlusOne) => {
+        FindingKind::NPlusOne => {
             "code loops over rows and runs one query per row (often an ORM loading \
                          a relation lazily)"
         }
-        Some(FindingKind::NPlusOneWrite) => {
+        FindingKind::NPlusOneWrite => {
             "code loops over rows and writes each one with its own statement"
         }
-        Some(FindingKind::Redundant) => {
+        FindingKind::Redundant => {
             "the same statement with the same values runs several times in one \
                         request"
         }
-        Some(FindingKind::ChunkyBatch) => {
+        FindingKind::ChunkyBatch => {
             "rows are sent in many small batches instead of a few large ones"
         }
-        Some(FindingKind::Slow) => {
+        FindingKind::Slow => {
             "one statement takes long: a missing index, a large scan or a lock wait"
         }
-        Some(FindingKind::Housekeeping) => {
+        FindingKind::Housekeeping => {
             "the driver or pool sends session statements (SET, transaction \
                            control) around the real work"
         }
-        None => "the DB calls of a request follow a costly pattern",
     }
 }
 
-fn severity_of(v: &Value) -> Severity {
-    match v.as_str() {
-        Some("high") => Severity::High,
-        Some("medium") => Severity::Medium,
-        _ => Severity::Low,
+fn severity_of(severity: QuerySeverity) -> Severity {
+    match severity {
+        QuerySeverity::High => Severity::High,
+        QuerySeverity::Medium => Severity::Medium,
+        QuerySeverity::Low => Severity::Low,
     }
 }
 
@@ -57,45 +56,42 @@ fn db_calls(run: &RunRecord) -> Verdict {
                 .into(),
         );
     };
-    let analysis = &queries["analysis"];
-    let Some(findings) = analysis["findings"].as_array() else {
-        return Verdict::Unjudged("queries.json holds no findings list".into());
-    };
-    let matched = analysis["requests_matched"].as_u64().unwrap_or(0);
-    let found = findings
+    let analysis = &queries.analysis;
+    let matched = analysis.requests_matched;
+    let found = analysis
+        .findings
         .iter()
         .map(|f| {
-            let text = |k: &str| safe_text(f[k].as_str().unwrap_or(""));
-            let kind = serde_json::from_value::<FindingKind>(f["kind"].clone()).ok();
-            let kind_name = f["kind"].as_str().unwrap_or("unknown");
-            let requests = f["requests"].as_u64().unwrap_or(0);
+            let e = &f.example;
             let share = if matched > 0 {
-                requests as f64 / matched as f64
+                f.requests as f64 / matched as f64
             } else {
                 0.0
             };
             let title = format!(
                 "{} in {}: {}",
-                kind.map_or("DB calls", FindingKind::title),
-                text("route"),
-                text("summary")
+                e.kind.title(),
+                safe_text(&e.route),
+                safe_text(&e.summary)
             );
-            let mut evidence = vec![text("evidence")];
-            evidence.push(format!(
-                "in {requests} of {matched} requests; {} calls per request (median), {} at most",
-                f["calls_median"], f["calls_max"]
-            ));
+            let evidence = vec![
+                safe_text(&e.evidence),
+                format!(
+                    "in {} of {matched} requests; {} calls per request (median), {} at most",
+                    f.requests, f.calls_median, f.calls_max
+                ),
+            ];
             Draft {
-                rule: &format!("db.{}", kind_name.replace('_', "-")),
-                key: f["id"].as_str().unwrap_or(""),
-                severity: severity_of(&f["severity"]),
+                rule: &format!("db.{}", e.kind.name().replace('_', "-")),
+                key: &e.id,
+                severity: severity_of(e.severity),
                 title,
                 evidence,
                 window: run.window(),
-                cause: cause_of(kind).into(),
-                fix: text("fix"),
+                cause: cause_of(e.kind).into(),
+                fix: safe_text(&e.fix),
                 impact: (share, "requests"),
-                data: json!({"finding": f}),
+                data: json!({ "finding": f }),
             }
             .finish()
         })
@@ -112,10 +108,14 @@ mod tests {
     fn db_findings_join_with_their_severity_and_share_of_requests() {
         let mut run = load_run(&vec![Second::ok(100); 5]);
         assert!(matches!(db_calls(&run), Verdict::Unjudged(r) if r.contains("--otlp-listen")));
-        run.queries = Some(json!({"analysis": {"requests_matched": 200, "findings": []}}));
+        let queries = |v| Some(serde_json::from_value(v).unwrap());
+        run.queries = queries(json!({"analysis": {"requests_matched": 200, "findings": []}}));
         assert!(matches!(db_calls(&run), Verdict::Found(f) if f.is_empty()));
-        run.queries = Some(json!({"analysis": {"requests_matched": 200, "findings": [{
+        run.queries = queries(json!({"analysis": {"requests_matched": 200, "findings": [{
             "id": "a1b2c3", "kind": "n_plus_one", "severity": "high", "route": "GET /owners",
+            "request": "r1", "fingerprint": "f1", "shape": "SELECT … FROM pets WHERE owner_id = ?",
+            "calls": 10, "distinct_values": 10, "time_ns": 5_000_000, "share_of_db_time": 0.9,
+            "site": [], "structural": false, "parallel": false, "time_total_ns": 750_000_000,
             "summary": "SELECT … FROM pets WHERE owner_id = ?", "requests": 150,
             "calls_median": 10.0, "calls_max": 12, "evidence": "10 calls from OwnerController.list",
             "fix": "load the rows in one query"}]}}));
