@@ -19,7 +19,6 @@ mod plan_cmd;
 mod profile_cmd;
 mod queries_cmd;
 mod report_cmd;
-mod resources_summary;
 mod run_cmd;
 mod runtime_summary;
 mod summary;

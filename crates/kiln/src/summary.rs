@@ -9,11 +9,12 @@ use kiln_record::{LatencyHistogram, LatencyStats, PhaseSummary, RunManifest};
 use serde_json::{json, Value};
 
 use crate::format::{self, safe_text};
-use crate::{profile_cmd, resources_summary, runtime_summary, thresholds};
+use crate::{profile_cmd, runtime_summary, thresholds};
 use kiln_profile::ProfileSummary;
 use kiln_runtime::summary::RuntimeSummary;
 use kiln_runtime::{RuntimeInfo, RuntimeSecond};
 use kiln_sample::ResourceSecond;
+use kiln_summary::resources::{self, comma_list_or_none, ResourcesSummary};
 
 fn is_open_model(manifest: &RunManifest) -> bool {
     manifest.plan["workload"]["model"] == "open"
@@ -145,16 +146,6 @@ fn phase_row(p: &PhaseSummary) -> String {
         p.failed_ratio() * 100.0,
         p.unsent()
     )
-}
-
-/// `a, b, c`, or `none` for no items.
-pub fn comma_list_or_none(items: impl Iterator<Item = String>) -> String {
-    let items: Vec<String> = items.collect();
-    if items.is_empty() {
-        "none".to_string()
-    } else {
-        items.join(", ")
-    }
 }
 
 /// Prints the summary of a run, as JSON or text, on stdout; what `kiln run` and
@@ -429,10 +420,7 @@ pub fn render_text(view: &RunView) -> String {
             );
         }
     }
-    out += &resources_summary::to_text(
-        &resources_summary::during(&total, resources),
-        "the measured load",
-    );
+    out += &resources::text_of(&resources::during(&total, resources), "the measured load");
     if let Some(r) = runtime_during(runtime, Some(&total), resources) {
         out += &runtime_summary::to_text(&r);
     }
@@ -556,7 +544,7 @@ fn runtime_during(
         load_window,
     );
     let samples = match total {
-        Some(t) => resources_summary::during(t, resources),
+        Some(t) => resources::during(t, resources),
         None => resources.to_vec(),
     };
     kiln_findings::record::add_thread_roles(&mut summary, &samples);
@@ -597,8 +585,7 @@ pub fn render_json(view: &RunView) -> Value {
         "across_runs": if across.is_empty() { Value::Null } else { Value::Object(across) },
         "resources": total
             .as_ref()
-            .map(|t| resources_summary::to_json(&resources_summary::during(t, view.resources)))
-            .unwrap_or(Value::Null),
+            .and_then(|t| ResourcesSummary::of(&resources::during(t, view.resources))),
         "runtime": runtime_during(view.runtime, total.as_ref(), view.resources),
         "hedging": total.as_ref().and_then(|t| kiln_hedge::measured(&t.totals, &manifest.plan)),
         "thresholds": total

@@ -16,7 +16,7 @@ use serde_json::json;
 use crate::cli::WatchArgs;
 use crate::format::{self, safe_text};
 use crate::run_cmd::{create_run_dir, interrupted_exit_code};
-use crate::{resources_summary, runtime_summary, target_process};
+use crate::{runtime_summary, target_process};
 
 fn one_line(s: &ResourceSecond) -> String {
     let mut line = format!("{:>4}s", s.second);
@@ -116,7 +116,7 @@ pub fn run(args: WatchArgs, stop: &StopSignal) -> Result<u8> {
     if !args.json {
         out!(
             "\n{}",
-            resources_summary::to_text(&samples, &format!("the watch of process {pid}"))
+            kiln_summary::resources::text_of(&samples, &format!("the watch of process {pid}"))
         );
         let all: Vec<&RuntimeSecond> = runtime_seconds.iter().collect();
         let mut runtime = summarize(&runtime_info, &all);
