@@ -287,7 +287,7 @@ mod tests {
             id: "t".into(),
             name: "t".into(),
             command: vec![],
-            plan: serde_json::Value::Null,
+            plan: kiln_record::schema::plan::PlanRecord::Other(serde_json::Value::Null),
             started_at: String::new(),
             ended_at: None,
             status: RunStatus::Complete,

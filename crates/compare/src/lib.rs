@@ -482,7 +482,8 @@ fn summary(side: &Side) -> SideSummary {
 fn hygiene(base: &Side, new: &Side) -> Vec<String> {
     let mut lines = Vec::new();
     let (bm, nm) = (&base.record.manifest, &new.record.manifest);
-    let differing = plan_differences(&bm.plan, &nm.plan);
+    let as_json = |plan| serde_json::to_value(plan).unwrap_or_default();
+    let differing = plan_differences(&as_json(&bm.plan), &as_json(&nm.plan));
     if differing.is_empty() {
         lines.push("same plan".to_string());
     } else {

@@ -73,7 +73,9 @@ impl Process {
                 id: "synthetic".into(),
                 name: "synthetic".into(),
                 command: vec![],
-                plan: serde_json::json!({"rate": self.rate}),
+                plan: kiln_record::schema::plan::PlanRecord::Other(
+                    serde_json::json!({"rate": self.rate}),
+                ),
                 started_at: String::new(),
                 ended_at: None,
                 status: RunStatus::Complete,
@@ -206,10 +208,7 @@ fn the_profiles_and_the_db_calls_per_route_are_set_side_by_side() {
         let mut folded = kiln_profile::Folded::new();
         folded.add(&["main", "handle", "fillInStackTrace"], hot);
         folded.add(&["main", "handle", "work"], 100);
-        kiln_findings::record::Profile {
-            folded,
-            record: serde_json::Value::Null,
-        }
+        kiln_findings::record::Profile::of(folded, kiln_record::schema::profile::Event::Cpu)
     };
     a.record.profile = Some(profile(300));
     b.record.profile = Some(profile(0));

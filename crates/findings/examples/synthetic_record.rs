@@ -7,6 +7,8 @@
 use kiln_record::parts::{
     PROFILE_FOLDED_PART, PROFILE_SUMMARY_PART, QUERIES_PART, TRIE_CALLS_PART, TRIE_TIME_PART,
 };
+use kiln_record::schema::plan::{Arrivals, LoadPlanRecord, Model, RateStage};
+use kiln_record::schema::profile::{Event, ProfileRecord};
 use kiln_record::schema::queries::{
     AnalysisRecord, Coverage, Finding, FindingKind, FindingSummary, FingerprintUse, QueriesRecord,
     RouteSummary, Severity,
@@ -15,7 +17,6 @@ use kiln_record::{
     LoadRecordLine, PhaseEnd, RunDir, RunLocation, RunStatus, SecondRecord, LOAD_SECONDS_PART,
 };
 use kiln_sample::{CpuSplit, ProcessSecond, ResourceSecond, TaskRates, RESOURCES_PART};
-use serde_json::json;
 
 const PROFILE_SAMPLES: u64 = 100_000;
 
@@ -26,7 +27,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .ok_or("usage: synthetic_record DIR [SECONDS] [RATE]")?;
     let seconds: u64 = args.get(1).map_or(Ok(600), |s| s.parse())?;
     let rate: u64 = args.get(2).map_or(Ok(10_000), |s| s.parse())?;
-    let plan = json!({"workload": {"model": "open"}, "threads": 2, "duration_s": seconds});
+    let workload = Model::Open {
+        stages: RateStage::steady(rate as f64, std::time::Duration::from_secs(seconds)),
+        connections: 64,
+        max_connections: 256,
+        arrivals: Arrivals::Uniform,
+    };
+    let url = "http://127.0.0.1:8080/";
+    let plan = LoadPlanRecord::new(url, workload, seconds as f64, 2).into();
     let mut run = RunDir::create(
         &RunLocation::Named(dir.into()),
         "synthetic",
@@ -108,13 +116,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         );
     }
     run.write_file_part(PROFILE_FOLDED_PART, "profile.folded", 1, folded.as_bytes())?;
+    let (folded, _) = kiln_profile::Folded::parse(&folded)?;
+    let mut profile = ProfileRecord::new(kiln_profile::summarize(&folded, 10), "samples");
+    profile.event = Some(Event::Cpu);
     run.write_file_part(
         PROFILE_SUMMARY_PART,
         "profile.json",
         1,
-        json!({"event": "cpu-clock", "summary": {}})
-            .to_string()
-            .as_bytes(),
+        serde_json::to_string(&profile)?.as_bytes(),
     )?;
     let findings = (0..40)
         .map(|i| FindingSummary {

@@ -5,6 +5,7 @@
 use kiln_hedge::SecondCounts;
 use kiln_profile::Folded;
 use kiln_record::parts::{ProfileParts, OFF_CPU, ON_CPU, QUERIES_PART};
+use kiln_record::schema::profile::{Event, ProfileRecord};
 use kiln_record::schema::queries::QueriesRecord;
 use kiln_record::{
     LoadRecordLine, PhaseSummary, RunDir, RunManifest, RunStatus, SecondRecord, LOAD_SECONDS_PART,
@@ -12,7 +13,6 @@ use kiln_record::{
 use kiln_runtime::summary::{during, summarize_within, RuntimeSummary};
 use kiln_runtime::{RuntimeInfo, RuntimeSecond, RUNTIME_PART, RUNTIME_SECONDS_PART};
 use kiln_sample::{DoctorRecord, ResourceSecond, DOCTOR_PART, RESOURCES_PART};
-use serde_json::Value;
 
 use crate::Window;
 
@@ -49,11 +49,22 @@ impl LoadPoint {
 }
 
 /// The profile of the run: its collapsed stacks and `profile.json`.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct Profile {
     pub folded: Folded,
     /// `profile.json`: the summary and how the profile was taken.
-    pub record: Value,
+    pub record: ProfileRecord,
+}
+
+impl Profile {
+    /// A profile of `folded` taken by perf with `event`, nothing else recorded (for records
+    /// built by hand).
+    pub fn of(folded: Folded, event: Event) -> Self {
+        let mut record =
+            ProfileRecord::new(kiln_profile::summarize(&folded, 10), event.count_name());
+        record.event = Some(event);
+        Self { folded, record }
+    }
 }
 
 /// A run record as the rules see it.
@@ -134,7 +145,7 @@ impl RunRecord {
             && record
                 .profile
                 .as_ref()
-                .is_some_and(|p| p.record["event"] == "cswitch")
+                .is_some_and(|p| p.record.event == Some(Event::Cswitch))
         {
             record.off_cpu = record.profile.take();
         }
@@ -294,7 +305,7 @@ impl RunRecord {
     /// Whether the run loaded with an open model (a rate), where latency counts from the
     /// intended send.
     pub fn open_model(&self) -> bool {
-        self.manifest.plan["workload"]["model"] == "open"
+        self.manifest.plan.open_model()
     }
 }
 

@@ -1,6 +1,7 @@
 //! What `kiln run --hedge` did: second copies sent and won, the extra load, and the run's
 //! latency with hedging beside its first copies' own latency.
 
+use kiln_record::schema::plan::PlanRecord;
 use kiln_record::{HedgeSecond, SecondRecord};
 use serde::Serialize;
 
@@ -44,13 +45,12 @@ pub struct MeasuredTarget {
 
 /// The hedged figures of a phase's merged seconds, with the plan as `run.json` records it
 /// (`plan.hedge`: delay, cap, replicas); `None` for a run without hedging.
-pub fn measured(totals: &SecondRecord, plan: &serde_json::Value) -> Option<Measured> {
+pub fn measured(totals: &SecondRecord, plan: &PlanRecord) -> Option<Measured> {
     let h: &HedgeSecond = totals.hedge.as_ref()?;
-    let hedge = &plan["hedge"];
-    let mut urls = vec![plan["url"].as_str().unwrap_or("the URL").to_string()];
-    if let Some(replicas) = hedge["replicas"].as_array() {
-        urls.extend(replicas.iter().filter_map(|r| r.as_str()).map(String::from));
-    }
+    let load = plan.load();
+    let hedge = load.and_then(|p| p.hedge.as_ref());
+    let mut urls = vec![load.map_or("the URL".to_string(), |p| p.url.clone())];
+    urls.extend(hedge.into_iter().flat_map(|h| h.replicas.iter().cloned()));
     let targets = h
         .targets
         .iter()
@@ -67,9 +67,9 @@ pub fn measured(totals: &SecondRecord, plan: &serde_json::Value) -> Option<Measu
         .collect();
     Some(Measured {
         version: 1,
-        delay: hedge["delay"].as_str().unwrap_or("?").to_string(),
+        delay: hedge.map_or("?".to_string(), |h| h.delay.clone()),
         delay_us_at_end: h.delay_us,
-        cap: hedge["cap"].as_f64().unwrap_or(0.0),
+        cap: hedge.map_or(0.0, |h| h.cap),
         first_copies: h.first_sent(),
         hedges: h.sent,
         won: h.won,
@@ -157,7 +157,6 @@ pub fn measured_text(m: &Measured) -> String {
 mod tests {
     use super::*;
     use kiln_record::TargetHedge;
-    use serde_json::json;
 
     #[test]
     fn figures_come_from_the_seconds_and_urls_from_the_plan() {
@@ -185,8 +184,20 @@ mod tests {
         h.first_copy.record_n_us(1_000, 950);
         h.first_copy.record_n_us(61_000, 50);
         totals.hedge = Some(h);
-        let plan = json!({"url": "http://a/", "hedge": {"delay": "20.0ms", "cap": 0.1,
-            "replicas": ["http://b/\u{1b}[31m"]}});
+        let workload = kiln_record::schema::plan::Model::Closed {
+            connections: 1,
+            think_time: std::time::Duration::ZERO,
+            ramp_up: std::time::Duration::ZERO,
+            stages: Vec::new(),
+        };
+        let mut load =
+            kiln_record::schema::plan::LoadPlanRecord::new("http://a/", workload, 1.0, 1);
+        load.hedge = Some(kiln_record::schema::plan::HedgePlanRecord {
+            delay: "20.0ms".into(),
+            cap: 0.1,
+            replicas: vec!["http://b/\u{1b}[31m".into()],
+        });
+        let plan = PlanRecord::from(load);
         let m = measured(&totals, &plan).unwrap();
         assert_eq!((m.first_copies, m.hedges, m.won), (1000, 50, 45));
         assert!((m.extra_share - 0.05).abs() < 1e-12);

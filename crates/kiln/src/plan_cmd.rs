@@ -80,8 +80,7 @@ fn load_text(model: &Model, duration: std::time::Duration, iterations: Option<u6
     let d = humantime::format_duration(duration);
     match model {
         Model::Closed { stages, .. } if !stages.is_empty() => {
-            let stages = serde_json::to_value(stages).unwrap_or_default();
-            let text = crate::summary::stages_text(&stages, "target_vus", " VUs");
+            let text = crate::summary::vu_stages_text(stages);
             match iterations {
                 Some(n) => format!("closed, {text}, {n} iterations (at most {d})"),
                 None => format!("closed, {text}"),

@@ -2,6 +2,7 @@
 //! (`import`), and of the difference between two (`diff`). Each writes a run directory:
 //! collapsed stacks, an interactive SVG, a speedscope file and the summary as JSON.
 
+use kiln_record::schema::plan::PlanRecord;
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
@@ -11,8 +12,9 @@ use kiln_profile::{
     profile_processes, CallGraph, Event, FlameStyle, FoldedDiff, FunctionShare, ProfileSummary,
     RecordOptions,
 };
+use kiln_record::schema::profile::ImportSource;
 use kiln_record::{RunDir, RunLocation, RunStatus};
-use kiln_runner::profile_parts::{how_taken, parts_of, write_profile, WrittenProfile, ON_CPU};
+use kiln_runner::profile_parts::{parts_of, write_profile, Origin, WrittenProfile, ON_CPU};
 use kiln_sample::ProcFs;
 use serde_json::{json, Value};
 
@@ -37,7 +39,7 @@ fn create_dir(output: &ProfileOutput, name: &str, plan: Value) -> Result<RunDir>
     crate::run_cmd::create_run_dir(
         &RunLocation::from_flag(output.out.as_deref(), name),
         name,
-        plan,
+        PlanRecord::Other(plan),
     )
 }
 
@@ -139,7 +141,6 @@ fn record(args: &ProfileArgs, stop: &StopSignal) -> Result<u8> {
         },
         proc.process(pid).map_or_else(String::new, |p| p.name)
     );
-    let extra = how_taken(&profiled, args.frequency);
     let written = write_profile(
         &mut dir,
         parts_of(event),
@@ -147,7 +148,7 @@ fn record(args: &ProfileArgs, stop: &StopSignal) -> Result<u8> {
         &title,
         event.count_name(),
         args.output.top,
-        extra.clone(),
+        Origin::Perf(&profiled, args.frequency),
     )?;
     let (status, reason, code) = if let Some(signal) = stop.interrupted_by() {
         (
@@ -166,10 +167,18 @@ fn record(args: &ProfileArgs, stop: &StopSignal) -> Result<u8> {
     };
     dir.finish(status, reason.clone())?;
     if args.output.json {
-        let mut out = json!({"run_dir": dir.path(), "status": status.as_str(), "summary": written.summary,
-            "flame": written.flame, "folded": written.folded, "speedscope": written.speedscope});
-        if let (Some(obj), Value::Object(extra)) = (out.as_object_mut(), extra) {
-            obj.extend(extra);
+        // the record (summary, how it was taken) with where it went
+        let mut out = serde_json::to_value(&written.record)?;
+        if let Some(obj) = out.as_object_mut() {
+            for (key, value) in [
+                ("run_dir", json!(dir.path())),
+                ("status", json!(status.as_str())),
+                ("flame", json!(written.flame)),
+                ("folded", json!(written.folded)),
+                ("speedscope", json!(written.speedscope)),
+            ] {
+                obj.insert(key.into(), value);
+            }
         }
         outln!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(code);
@@ -236,8 +245,12 @@ fn file_stem(path: &Path) -> String {
 fn import(file: &Path, output: &ProfileOutput) -> Result<u8> {
     let imported = read_profile(file)?;
     let name = format!("import-{}", file_stem(file));
-    let source = json!({"file": file, "format": imported.format, "value": imported.value,
-        "ignored_lines": imported.ignored_lines});
+    let source = ImportSource {
+        file: file.to_path_buf(),
+        format: imported.format,
+        value: imported.value.clone(),
+        ignored_lines: imported.ignored_lines,
+    };
     let mut dir = create_dir(output, &name, json!({"profile_import": source}))?;
     let title = format!("Profile {}", file.display());
     let count_name = match imported.value.as_deref() {
@@ -251,7 +264,7 @@ fn import(file: &Path, output: &ProfileOutput) -> Result<u8> {
         &title,
         &count_name,
         output.top,
-        json!({"source": source}),
+        Origin::Import(source.clone()),
     )?;
     dir.finish(RunStatus::Complete, None)?;
     if output.json {

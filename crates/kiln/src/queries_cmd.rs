@@ -2,6 +2,7 @@
 //! OTLP/HTTP endpoint, and report N+1 loops, repeats, slow and housekeeping statements and
 //! the DB stack trie (terminal tree, HTML treemap, collapsed stacks, speedscope).
 
+use kiln_record::schema::plan::PlanRecord;
 use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -110,7 +111,7 @@ pub fn run(args: QueriesArgs, stop: &StopSignal) -> Result<u8> {
     let out = RunLocation::from_flag(args.out.as_deref(), "queries");
     let plan = json!({"files": args.files, "listen": args.listen, "duration": args.duration,
         "route": args.analysis.route, "n_plus_one": args.analysis.n_plus_one, "slow_ms": args.analysis.slow_ms});
-    let mut dir = create_run_dir(&out, "queries", plan)?;
+    let mut dir = create_run_dir(&out, "queries", PlanRecord::Other(plan))?;
     let mut status = RunStatus::Complete;
     let mut reason = None;
     if let Some(receiver) = receiver {

@@ -2,6 +2,7 @@
 
 use anyhow::{Context, Result};
 use kiln_record::parts::{OFF_CPU, ON_CPU, QUERIES_PART};
+use kiln_record::schema::profile::ProfileRecord;
 use kiln_record::schema::queries::QueriesRecord;
 use kiln_record::{LoadRecordLine, PhaseSummary, RunDir, LOAD_SECONDS_PART};
 
@@ -37,9 +38,10 @@ pub fn run(args: ReportArgs) -> Result<u8> {
         dir.read_json_part(kiln_runtime::RUNTIME_PART)?;
     let runtime_seconds: Vec<kiln_runtime::RuntimeSecond> =
         dir.read_json_lines(kiln_runtime::RUNTIME_SECONDS_PART)?;
-    let profile: Option<serde_json::Value> = dir.read_json_part(ON_CPU.summary.0)?;
-    let off_cpu: Option<serde_json::Value> = dir.read_json_part(OFF_CPU.summary.0)?;
-    let queries: Option<QueriesRecord> = dir.read_json_part(QUERIES_PART)?;
+    // a part that does not read is said and left out: the rest still reports
+    let profile: Option<ProfileRecord> = part_or_warning(&dir, ON_CPU.summary.0);
+    let off_cpu: Option<ProfileRecord> = part_or_warning(&dir, OFF_CPU.summary.0);
+    let queries: Option<QueriesRecord> = part_or_warning(&dir, QUERIES_PART);
     let findings = kiln_findings::recorded_or_judged(&dir);
     let dir_text = args.run_dir.display().to_string();
     let view = summary::RunView {
@@ -63,5 +65,15 @@ pub fn run(args: ReportArgs) -> Result<u8> {
         run_cmd::EXIT_THRESHOLDS_FAILED
     } else {
         0
+    })
+}
+
+fn part_or_warning<T: serde::de::DeserializeOwned>(dir: &RunDir, kind: &str) -> Option<T> {
+    dir.read_json_part(kind).unwrap_or_else(|e| {
+        eprintln!(
+            "kiln: warning: {}",
+            crate::format::safe_text(&e.to_string())
+        );
+        None
     })
 }

@@ -1,5 +1,6 @@
 //! `kiln run`: flags -> plan -> phases (warm-up, measured runs) -> run directory and summary.
 
+use kiln_record::schema::plan::{ScenarioOutline, ShardClock};
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
@@ -583,7 +584,7 @@ pub fn print_outcome(
     };
     // a shard's thresholds are judged by kiln merge, on all the shards' requests: one shard's
     // share is not the run
-    let shard = !manifest.plan["shard"].is_null();
+    let shard = manifest.plan.load().is_some_and(|p| p.shard.is_some());
     let failed_thresholds = !shard && thresholds_failed(manifest, &outcome.phases);
     if shard && thresholds_failed(manifest, &outcome.phases) && !json {
         outln!("Thresholds judged on this shard alone; kiln merge judges them on the whole run");
@@ -647,37 +648,37 @@ pub fn run(args: RunArgs, stop: &StopSignal) -> Result<u8> {
     let out = RunLocation::from_flag(args.out.as_deref(), &name);
     let mut live = LiveOutput::new(args.quiet, interval.as_secs() as u32);
     let mut plan_record = plan.to_record();
-    plan_record["thresholds"] = serde_json::json!(built.thresholds);
-    if let Some(at) = &args.start_at {
-        plan_record["start_at"] = serde_json::json!(at);
-    }
+    plan_record.thresholds = built.thresholds.clone();
+    plan_record.start_at = args.start_at.clone();
     if let (Some(dir), Some(at)) = (
         &args.barrier,
         phase_list.first().and_then(|(p, _)| p.start_at),
     ) {
-        plan_record["barrier"] = serde_json::json!(dir);
-        plan_record["start_at"] =
-            serde_json::json!(humantime::format_rfc3339_millis(at).to_string());
+        plan_record.barrier = Some(dir.clone());
+        plan_record.start_at = Some(humantime::format_rfc3339_millis(at).to_string());
     }
     if plan.shard.is_some() {
         // shards on several machines start and count seconds by their own clocks
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-        plan_record["clock"] = serde_json::json!({
-            "host": host.trim(),
-            "sync": kiln_sample::clock::ClockSync::read(),
-        });
-        if let Some((offset_ms, rtt_ms)) = start.as_ref().and_then(|s| s.clock_offset) {
+        let offset = start.as_ref().and_then(|s| s.clock_offset);
+        plan_record.clock = Some(ShardClock {
+            host: host.trim().to_string(),
+            sync: kiln_sample::clock::read(),
             // shard 0's clock minus this one's, measured by the HTTP barrier
-            plan_record["clock"]["offset_to_shard0_ms"] = serde_json::json!(offset_ms);
-            plan_record["clock"]["offset_rtt_ms"] = serde_json::json!(rtt_ms);
-        }
+            offset_to_shard0_ms: offset.map(|(offset_ms, _)| offset_ms),
+            offset_rtt_ms: offset.map(|(_, rtt_ms)| rtt_ms),
+        });
     }
     if let Some(outline) = &built.outline {
-        plan_record["plan_file"] = serde_json::json!(args.url);
-        plan_record["scenarios"] = serde_json::json!(outline
+        plan_record.plan_file = Some(args.url.clone());
+        plan_record.scenarios = outline
             .iter()
-            .map(|(name, weight, steps)| serde_json::json!({"name": name, "weight": weight, "steps": steps}))
-            .collect::<Vec<_>>());
+            .map(|(name, weight, steps)| ScenarioOutline {
+                name: name.clone(),
+                weight: *weight,
+                steps: steps.clone(),
+            })
+            .collect();
     }
     // --spawn: the target is started before anything is measured, and stopped when this
     // function returns (however it returns)

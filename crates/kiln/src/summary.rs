@@ -1,6 +1,8 @@
 //! The end-of-run summary, as text and as JSON, built only from the run record (manifest and
 //! phase summaries), so `kiln run` and `kiln report` print the same thing.
 
+use kiln_record::schema::plan::{Arrivals, LoadPlanRecord, Model, RateStage, VuStage};
+use kiln_record::schema::profile::ProfileRecord;
 use kiln_record::schema::queries::QueriesRecord;
 use std::fmt::Write as _;
 
@@ -10,69 +12,81 @@ use serde_json::{json, Value};
 
 use crate::format::{self, safe_text};
 use crate::{profile_cmd, runtime_summary, thresholds};
-use kiln_profile::ProfileSummary;
 use kiln_runtime::summary::RuntimeSummary;
 use kiln_runtime::{RuntimeInfo, RuntimeSecond};
 use kiln_sample::ResourceSecond;
 use kiln_summary::resources::{self, comma_list_or_none, ResourcesSummary};
 
-fn is_open_model(manifest: &RunManifest) -> bool {
-    manifest.plan["workload"]["model"] == "open"
-}
-
-fn workload_line(plan: &Value) -> String {
-    let w = &plan["workload"];
-    let threads = plan["threads"].as_u64().unwrap_or(0);
-    let secs = plan["duration_s"].as_f64().unwrap_or(0.0);
+fn workload_line(plan: &LoadPlanRecord) -> String {
+    let threads = plan.threads;
+    let secs = plan.duration_s;
     // A plan file's VUs each hold a connection per origin; a URL run's are connections.
-    let (units, think) = match plan["scenarios"].as_array() {
-        Some(scenarios) => (
+    let (units, think) = match plan.scenarios.len() {
+        0 => ("connections", None),
+        n => (
             "VUs",
-            format!(
-                "{} scenario{} (iterations)",
-                scenarios.len(),
-                if scenarios.len() == 1 { "" } else { "s" }
-            ),
+            Some(format!(
+                "{n} scenario{} (iterations)",
+                if n == 1 { "" } else { "s" }
+            )),
         ),
-        None => ("connections", format!("think time {} s", w["think_time"])),
     };
-    match w["model"].as_str() {
-        Some("open") => format!(
-            "open model, {}{} ({secs} s), {} {units} up front (max {}), {threads} threads",
-            rate_stages_text(&w["stages"]),
-            match w["arrivals"]["kind"].as_str() {
-                Some("poisson") => format!(", Poisson arrivals (seed {})", w["arrivals"]["seed"]),
-                _ => String::new(),
+    match &plan.workload {
+        Model::Open {
+            stages,
+            connections,
+            max_connections,
+            arrivals,
+        } => format!(
+            "open model, {}{} ({secs} s), {connections} {units} up front (max {max_connections}), {threads} threads",
+            rate_stages_text(stages),
+            match arrivals {
+                Arrivals::Poisson { seed } => format!(", Poisson arrivals (seed {seed})"),
+                Arrivals::Uniform => String::new(),
             },
-            w["connections"],
-            w["max_connections"]
         ),
-        _ if w["stages"].is_array() => format!(
-            "closed model, {} (at most {} {units}), {think}, {secs} s per run, {threads} threads",
-            stages_text(&w["stages"], "target_vus", " VUs"),
-            w["connections"]
-        ),
-        _ => format!(
-            "closed model, {} {units}, {think}, ramp-up {} s, {secs} s per run, {threads} threads",
-            w["connections"], w["ramp_up"]
-        ),
+        Model::Closed {
+            connections,
+            think_time,
+            ramp_up,
+            stages,
+        } => {
+            let think =
+                think.unwrap_or_else(|| format!("think time {} s", think_time.as_secs_f64()));
+            if stages.is_empty() {
+                format!(
+                    "closed model, {connections} {units}, {think}, ramp-up {} s, {secs} s per run, {threads} threads",
+                    ramp_up.as_secs_f64()
+                )
+            } else {
+                format!(
+                    "closed model, {} (at most {connections} {units}), {think}, {secs} s per run, {threads} threads",
+                    vu_stages_text(stages)
+                )
+            }
+        }
     }
 }
 
 /// `500/s` for a constant rate, `0->100/s in 30s, 100->2000/s in 60s` for ramps.
-fn rate_stages_text(stages: &Value) -> String {
-    stages_text(stages, "target_rate", "/s")
+fn rate_stages_text(stages: &[RateStage]) -> String {
+    let levels = stages
+        .iter()
+        .map(|s| (s.duration.as_secs_f64(), s.target_rate));
+    stages_text(levels, "/s")
 }
 
-/// A recorded model's stages in a line (rates or VUs): `0->4 VUs in 2s, 4 VUs for 1s`.
-pub(crate) fn stages_text(stages: &Value, key: &str, unit: &str) -> String {
+/// A closed model's VU stages in a line: `0->4 VUs in 2s, 4 VUs for 1s`.
+pub(crate) fn vu_stages_text(stages: &[VuStage]) -> String {
+    let levels = (stages.iter()).map(|s| (s.duration.as_secs_f64(), s.target_vus as f64));
+    stages_text(levels, " VUs")
+}
+
+/// Stages as (seconds, level to reach) in a line.
+fn stages_text(stages: impl Iterator<Item = (f64, f64)>, unit: &str) -> String {
     let mut parts = Vec::new();
     let mut level = 0.0;
-    for s in stages.as_array().into_iter().flatten() {
-        let (d, to) = (
-            s["duration"].as_f64().unwrap_or(0.0),
-            s[key].as_f64().unwrap_or(0.0),
-        );
+    for (d, to) in stages {
         if d > 0.0 {
             parts.push(if to == level {
                 format!("{to}{unit} for {d}s")
@@ -161,9 +175,9 @@ pub struct RunView<'a> {
     /// The watched process's runtime and its own seconds (a JVM's GC, ...).
     pub runtime: Option<(&'a RuntimeInfo, &'a [RuntimeSecond])>,
     /// The profile's record (`profile.json`) when the run was profiled.
-    pub profile: Option<&'a Value>,
+    pub profile: Option<&'a ProfileRecord>,
     /// The off-CPU profile's record (`offcpu.json`) when one was taken.
-    pub off_cpu: Option<&'a Value>,
+    pub off_cpu: Option<&'a ProfileRecord>,
     /// The DB-call analysis (`queries.json`) when the run received traces.
     pub queries: Option<&'a QueriesRecord>,
     /// The findings over the whole record: what is wrong, ranked.
@@ -243,28 +257,28 @@ pub fn render_text(view: &RunView) -> String {
         .as_deref()
         .map(|r| format!(": {}", safe_text(r)))
         .unwrap_or_default();
-    if plan.get("url").is_none() {
+    let Some(plan) = plan.load() else {
         // a run without load (kiln profile, kiln queries): what it recorded
         let _ = writeln!(out, "Run        {} ({status}{reason})", safe_text(dir));
         out += &recorded_extras(dir, profile, off_cpu, queries);
         return out;
-    }
-    let open = is_open_model(manifest);
-    match plan["plan_file"].as_str() {
+    };
+    let open = plan.open_model();
+    match &plan.plan_file {
         Some(file) => {
             let _ = writeln!(
                 out,
                 "\nPlan       {} -> {}",
                 safe_text(file),
-                safe_text(plan["url"].as_str().unwrap_or("?"))
+                safe_text(&plan.url)
             );
         }
         None => {
             let _ = writeln!(
                 out,
                 "\nTarget     {} {}",
-                safe_text(plan["method"].as_str().unwrap_or("GET")),
-                safe_text(plan["url"].as_str().unwrap_or("?"))
+                safe_text(&plan.method),
+                safe_text(&plan.url)
             );
         }
     }
@@ -366,7 +380,7 @@ pub fn render_text(view: &RunView) -> String {
             histogram_chart(&total.totals.latency).trim_end()
         );
     }
-    if let Some(hedging) = kiln_hedge::measured(&total.totals, plan) {
+    if let Some(hedging) = kiln_hedge::measured(&total.totals, &manifest.plan) {
         out += &kiln_hedge::measured_text(&hedging);
     }
     let by_name = crate::names_summary::to_text(&total);
@@ -425,7 +439,7 @@ pub fn render_text(view: &RunView) -> String {
         out += &runtime_summary::to_text(&r);
     }
     out += &recorded_extras(dir, profile, off_cpu, queries);
-    for t in thresholds::check_all(plan, &total) {
+    for t in thresholds::check_all(&manifest.plan, &total) {
         let _ = writeln!(
             out,
             "Threshold  {} {} (measured {})",
@@ -484,8 +498,8 @@ fn phase_json(p: &PhaseSummary) -> Value {
 /// The sections of what was recorded beside the load: the profile and the DB calls.
 fn recorded_extras(
     dir: &str,
-    profile: Option<&Value>,
-    off_cpu: Option<&Value>,
+    profile: Option<&ProfileRecord>,
+    off_cpu: Option<&ProfileRecord>,
     queries: Option<&QueriesRecord>,
 ) -> String {
     let mut out = String::new();
@@ -505,24 +519,18 @@ fn recorded_extras(
 
 /// A profile's section of a run's text summary, from its record (`profile.json`,
 /// `offcpu.json`), under a label of ten columns.
-fn profile_text(dir: &str, profile: &Value, label: &str, flame: &str) -> String {
-    let Ok(summary) = serde_json::from_value::<ProfileSummary>(profile["summary"].clone()) else {
-        return format!("{label:<10} (the profile record is unreadable)\n");
-    };
+fn profile_text(dir: &str, profile: &ProfileRecord, label: &str, flame: &str) -> String {
+    let pid = profile.pids.first().map_or("?".to_string(), i32::to_string);
     let mut out = format!(
-        "{label:<10} pid {} over {:.1} s of the measured load{}\n",
-        profile["pids"][0],
-        profile["duration_s"].as_f64().unwrap_or(0.0),
-        profile["perf_cpu_pct"]
-            .as_f64()
+        "{label:<10} pid {pid} over {:.1} s of the measured load{}\n",
+        profile.duration_s.unwrap_or(0.0),
+        profile
+            .perf_cpu_pct
             .map_or(String::new(), |p| format!("; perf used {p:.1}% of a core"))
     );
-    out += &profile_cmd::summary_text(
-        &summary,
-        profile["count_name"].as_str().unwrap_or("samples"),
-    );
-    for advice in profile["jit"]["advice"].as_array().into_iter().flatten() {
-        out += &format!("Advice     {}\n", safe_text(advice.as_str().unwrap_or("")));
+    out += &profile_cmd::summary_text(&profile.summary, &profile.count_name);
+    for advice in profile.jit.iter().flat_map(|j| &j.advice) {
+        out += &format!("Advice     {}\n", safe_text(advice));
     }
     out += &format!("Flame      {}\n", safe_text(&format!("{dir}/{flame}")));
     out
@@ -657,10 +665,13 @@ mod record_fuzz {
             profile in any_json(),
             queries in any_json(),
         ) {
-            let typed = |v: &Value| serde_json::from_value::<QueriesRecord>(v.clone()).ok();
-            let _ = recorded_extras("run", Some(&profile), Some(&profile), typed(&queries).as_ref());
+            let queries_of = |v: &Value| serde_json::from_value::<QueriesRecord>(v.clone()).ok();
+            let profile_of = |v: &Value| serde_json::from_value::<ProfileRecord>(v.clone()).ok();
+            let (p, q) = (profile_of(&profile), queries_of(&queries));
+            let _ = recorded_extras("run", p.as_ref(), p.as_ref(), q.as_ref());
             let wrapped = json!({"analysis": queries, "summary": profile});
-            let _ = recorded_extras("run", Some(&wrapped), Some(&wrapped), typed(&wrapped).as_ref());
+            let (p, q) = (profile_of(&wrapped), queries_of(&wrapped));
+            let _ = recorded_extras("run", p.as_ref(), p.as_ref(), q.as_ref());
         }
     }
 }

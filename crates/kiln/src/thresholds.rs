@@ -2,6 +2,7 @@
 //! Evaluated on the measured results (warm-up excluded); any failure exits with 99, as k6
 //! does, so CI can gate on latency. Stored in the plan so `kiln report` re-checks them.
 
+use kiln_record::schema::plan::PlanRecord;
 use std::fmt;
 
 use kiln_load::plan::parse_duration;
@@ -273,12 +274,10 @@ impl Threshold {
 }
 
 /// Checks every threshold stored in a plan record against the results.
-pub fn check_all(plan: &serde_json::Value, results: &PhaseSummary) -> Vec<ThresholdResult> {
-    plan["thresholds"]
-        .as_array()
+pub fn check_all(plan: &PlanRecord, results: &PhaseSummary) -> Vec<ThresholdResult> {
+    plan.load()
         .into_iter()
-        .flatten()
-        .filter_map(|t| t.as_str())
+        .flat_map(|p| &p.thresholds)
         .filter_map(|t| Threshold::parse(t).ok())
         .map(|t| t.check(results))
         .collect()

@@ -1,6 +1,7 @@
 //! `kiln watch --pid P | --port P`: the sampler on its own. A compact line per sample on
 //! stderr, every sample in the run directory (`resources.jsonl`), a summary at the end.
 
+use kiln_record::schema::plan::PlanRecord;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
@@ -79,7 +80,7 @@ pub fn run(args: WatchArgs, stop: &StopSignal) -> Result<u8> {
     let out = RunLocation::from_flag(args.out.as_deref(), &name);
     let plan = json!({"watch": {"pid": pid, "port": args.port, "duration_s": duration.as_secs_f64(),
                       "interval_s": interval.as_secs_f64(), "spawn": args.spawn}});
-    let mut dir = create_run_dir(&out, &name, plan)?;
+    let mut dir = create_run_dir(&out, &name, PlanRecord::Other(plan))?;
     let mut writer = dir.add_json_lines_part(RESOURCES_PART, "resources.jsonl", 1)?;
     let gctrace = spawned.as_ref().map(|s| s.gctrace.clone());
     let runtime = RuntimeWatcher::start(&mut dir, pid, args.runtime.depth(), gctrace)?;

@@ -1,13 +1,15 @@
 //! What to load and how: the target, the request, the workload model. Built from flags or
 //! YAML by the binary; validated here so every front end gives the same clear errors.
 
+pub use kiln_record::schema::plan::{
+    Arrivals, HedgePlanRecord, LoadPlanRecord, Model, RateStage, Shard, VuStage,
+};
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::{HeaderName, HeaderValue};
 use http::{Method, Uri};
-use serde::Serialize;
 
 /// A plan that cannot run, with what to change.
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -238,41 +240,6 @@ impl RequestSpec {
     }
 }
 
-/// One stage of an open-model rate ramp: go linearly to `target_rate` (requests per second)
-/// over `duration`; a zero duration jumps.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
-pub struct RateStage {
-    #[serde(serialize_with = "ser_secs")]
-    pub duration: Duration,
-    pub target_rate: f64,
-}
-
-impl RateStage {
-    /// A constant rate for `duration`: a jump to `rate`, then `rate` held (what `--rate` means).
-    pub fn steady(rate: f64, duration: Duration) -> Vec<RateStage> {
-        vec![
-            RateStage {
-                duration: Duration::ZERO,
-                target_rate: rate,
-            },
-            RateStage {
-                duration,
-                target_rate: rate,
-            },
-        ]
-    }
-}
-
-/// One stage of a closed model's VU ramp (k6's ramping-vus): go linearly to `target_vus`
-/// over `duration`; a zero duration jumps. VU `g` (from 0) runs iterations while the count
-/// is above `g`; one that falls out finishes its iteration first, as a user would.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-pub struct VuStage {
-    #[serde(serialize_with = "ser_secs")]
-    pub duration: Duration,
-    pub target_vus: usize,
-}
-
 /// The VU count the stages give at `elapsed` (from 0 before the first stage).
 pub fn vus_at(stages: &[VuStage], elapsed: Duration) -> f64 {
     let mut from = 0.0;
@@ -363,53 +330,6 @@ pub fn parse_stages(text: &str) -> Result<Vec<RateStage>, PlanError> {
     Ok(stages)
 }
 
-fn ser_secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_f64(d.as_secs_f64())
-}
-
-/// How load is offered.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-#[serde(tag = "model", rename_all = "snake_case")]
-pub enum Model {
-    /// N connections each sending back to back (after an optional think time): the load
-    /// follows the target's speed, as in wrk, oha and JMeter thread groups.
-    Closed {
-        connections: usize,
-        #[serde(serialize_with = "ser_secs")]
-        think_time: Duration,
-        #[serde(serialize_with = "ser_secs")]
-        ramp_up: Duration,
-        /// The VU count over time; `connections` is its most. Empty: all from the start (after
-        /// `ramp_up`).
-        #[serde(skip_serializing_if = "Vec::is_empty")]
-        stages: Vec<VuStage>,
-    },
-    /// Requests arrive on a schedule whatever the target does, as users do; latency counts
-    /// from the scheduled time.
-    Open {
-        stages: Vec<RateStage>,
-        /// Connections opened before the start.
-        connections: usize,
-        /// The most connections kiln opens to keep the schedule when the target falls behind.
-        max_connections: usize,
-        /// How arrivals are spaced at the scheduled rate.
-        arrivals: Arrivals,
-    },
-}
-
-/// How an open model spaces its arrivals.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case", tag = "kind")]
-pub enum Arrivals {
-    /// Evenly, 1/rate apart (wrk2, k6's constant-arrival-rate).
-    #[default]
-    Uniform,
-    /// As independent users arrive: exponential gaps with mean 1/rate (a Poisson process,
-    /// time-changed through the stages' rate), from a seed recorded with the plan so a run
-    /// can be repeated exactly.
-    Poisson { seed: u64 },
-}
-
 /// Everything one load phase needs.
 #[derive(Clone, Debug)]
 pub struct LoadPlan {
@@ -438,52 +358,6 @@ pub struct LoadPlan {
     pub shard: Option<Shard>,
     /// Idle connections handed from one phase to the next (clones of a plan share them).
     pub kept: crate::connection::KeptConnections,
-}
-
-/// One of N load processes running one plan together (`--shard i/N`, i from 0, as a
-/// Kubernetes Indexed Job's completion index). Open model: arrival j of the whole schedule is
-/// shard `j mod N`'s, so the shards' arrivals together are exactly the single-process
-/// schedule. Closed model: the connections are divided, the first `c mod N` shards taking one
-/// more.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-pub struct Shard {
-    pub index: u32,
-    pub count: u32,
-}
-
-impl Shard {
-    /// `i/N`, or `auto/N` with the index from `JOB_COMPLETION_INDEX` (`job_index`).
-    pub fn parse(text: &str, job_index: Option<&str>) -> Result<Self, String> {
-        let bad = |why: &str| format!("--shard {text:?}: {why} (i/N with 0 <= i < N, or auto/N)");
-        let (index, count) = text.split_once('/').ok_or_else(|| bad("no '/'"))?;
-        let count: u32 = count
-            .trim()
-            .parse()
-            .map_err(|_| bad("N is not a whole number"))?;
-        let index = match index.trim() {
-            "auto" => job_index
-                .ok_or_else(|| bad("auto needs JOB_COMPLETION_INDEX set"))?
-                .trim()
-                .parse()
-                .map_err(|_| bad("JOB_COMPLETION_INDEX is not a whole number"))?,
-            i => i.parse().map_err(|_| bad("i is not a whole number"))?,
-        };
-        if !(1..=100_000).contains(&count) || index >= count {
-            return Err(bad("out of range"));
-        }
-        Ok(Self { index, count })
-    }
-
-    /// This shard's part of `total` (connections, VUs): a largest-remainder split.
-    pub fn part_of(&self, total: usize) -> usize {
-        let (n, i) = (self.count as usize, self.index as usize);
-        total / n + usize::from(i < total % n)
-    }
-
-    /// Whether arrival `j` of the whole schedule is this shard's.
-    pub fn takes(&self, j: u64) -> bool {
-        j % u64::from(self.count) == u64::from(self.index)
-    }
 }
 
 impl LoadPlan {
@@ -597,25 +471,28 @@ impl LoadPlan {
     }
 
     /// The plan as recorded in `run.json`. Header values are left out: they may be secrets.
-    pub fn to_record(&self) -> serde_json::Value {
-        serde_json::json!({
-            "url": self.target.url,
-            "method": self.request.method.as_str(),
-            "headers": self.request.headers.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(),
-            "body_bytes": self.request.body.len(),
-            "workload": self.model,
-            "duration_s": self.duration.as_secs_f64(),
-            "timeout_s": self.timeout.as_secs_f64(),
-            "threads": self.threads,
-            "insecure": self.insecure,
-            "http2": self.http2,
-            "shard": self.shard,
-            "hedge": self.hedge.as_ref().map(|h| serde_json::json!({
-                "delay": h.delay.to_string(),
-                "cap": h.cap,
-                "replicas": h.replicas.iter().map(|t| t.url.as_str()).collect::<Vec<_>>(),
-            })),
-        })
+    pub fn to_record(&self) -> LoadPlanRecord {
+        let mut record = LoadPlanRecord::new(
+            &self.target.url,
+            self.model.clone(),
+            self.duration.as_secs_f64(),
+            self.threads,
+        );
+        record.method = self.request.method.as_str().to_string();
+        record.headers = (self.request.headers.iter())
+            .map(|(n, _)| n.as_str().to_string())
+            .collect();
+        record.body_bytes = self.request.body.len();
+        record.timeout_s = self.timeout.as_secs_f64();
+        record.insecure = self.insecure;
+        record.http2 = self.http2;
+        record.shard = self.shard;
+        record.hedge = self.hedge.as_ref().map(|h| HedgePlanRecord {
+            delay: h.delay.to_string(),
+            cap: h.cap,
+            replicas: h.replicas.iter().map(|t| t.url.clone()).collect(),
+        });
+        record
     }
 }
 

@@ -9,12 +9,12 @@
 
 pub mod k8s;
 
+use kiln_record::schema::plan::{MergedFrom, Model, PlanRecord};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use kiln_record::{LoadRecordLine, PhaseEnd, RunDir, RunLocation, RunStatus, LOAD_SECONDS_PART};
 use serde::Serialize;
-use serde_json::Value;
 
 /// The part that names each shard and its own health.
 pub const SHARDS_PART: &str = "shards";
@@ -126,22 +126,34 @@ pub const CLOCK_ERROR_BOUND_US: i64 = 100_000;
 
 /// The plan with what sharding changes taken out: the shard, the start time, and the
 /// connection counts the shards divided.
-fn plan_without_shard(plan: &Value) -> Value {
-    let mut plan = plan.clone();
-    if let Some(p) = plan.as_object_mut() {
-        p.remove("shard");
-        p.remove("start_at");
-        p.remove("barrier");
-        p.remove("clock");
-    }
-    if let Some(w) = plan.get_mut("workload").and_then(Value::as_object_mut) {
-        w.remove("connections");
-        w.remove("max_connections");
-        if w.get("model").and_then(Value::as_str) == Some("closed") {
-            w.remove("stages");
+fn plan_without_shard(plan: &PlanRecord) -> PlanRecord {
+    let PlanRecord::Load(load) = plan else {
+        return plan.clone();
+    };
+    let mut load = load.clone();
+    load.shard = None;
+    load.start_at = None;
+    load.barrier = None;
+    load.clock = None;
+    match &mut load.workload {
+        Model::Closed {
+            connections,
+            stages,
+            ..
+        } => {
+            *connections = 0;
+            stages.clear();
+        }
+        Model::Open {
+            connections,
+            max_connections,
+            ..
+        } => {
+            *connections = 0;
+            *max_connections = 0;
         }
     }
-    plan
+    PlanRecord::Load(load)
 }
 
 /// A shard's lines up to the first one that cannot be read. The record's reader passes over a
@@ -204,8 +216,8 @@ pub fn merge(dirs: &[PathBuf], out: &Path, options: MergeOptions) -> Result<Merg
     }
     // the shards that should be there: 0..N of the first one's count
     let shard_of = |run: &RunDir| -> Option<(u64, u64)> {
-        let s = &run.manifest.plan["shard"];
-        Some((s["index"].as_u64()?, s["count"].as_u64()?))
+        let s = run.manifest.plan.load()?.shard?;
+        Some((u64::from(s.index), u64::from(s.count)))
     };
     // a record is read, not believed: it may claim 10^12 shards (the list of the missing
     // ran out of memory) or a shard past its count
@@ -254,28 +266,43 @@ pub fn merge(dirs: &[PathBuf], out: &Path, options: MergeOptions) -> Result<Merg
     // stays flat however long the run: each shard's file is in (phase, second) order, and the
     // heads of all shards are merged at the least (phase, second) key.
     let mut plan = runs[0].manifest.plan.clone();
-    // the connections the shards divided, added back up
-    if let Some(w) = plan.get_mut("workload").and_then(Value::as_object_mut) {
-        for key in ["connections", "max_connections"] {
-            if w.contains_key(key) {
-                let sum: u64 = runs
-                    .iter()
-                    .filter_map(|r| r.manifest.plan["workload"][key].as_u64())
-                    .sum();
-                w.insert(key.into(), sum.into());
+    if let PlanRecord::Load(merged) = &mut plan {
+        // the connections the shards divided, added back up
+        let workloads = runs
+            .iter()
+            .filter_map(|r| r.manifest.plan.load())
+            .map(|p| &p.workload);
+        let (mut sum, mut sum_max) = (0, 0);
+        for w in workloads {
+            match w {
+                Model::Closed { connections, .. } => sum += connections,
+                Model::Open {
+                    connections,
+                    max_connections,
+                    ..
+                } => {
+                    sum += connections;
+                    sum_max += max_connections;
+                }
             }
         }
-    }
-    if let Some(p) = plan.as_object_mut() {
-        p.remove("shard");
-        p.remove("clock");
-        p.insert(
-            "merged_from".into(),
-            serde_json::json!({
-                "shards": runs.len(),
-                "of": shard_of(&runs[0]).map(|s| s.1),
-            }),
-        );
+        match &mut merged.workload {
+            Model::Closed { connections, .. } => *connections = sum,
+            Model::Open {
+                connections,
+                max_connections,
+                ..
+            } => {
+                *connections = sum;
+                *max_connections = sum_max;
+            }
+        }
+        merged.merged_from = Some(MergedFrom {
+            shards: runs.len(),
+            of: merged.shard.map(|s| s.count),
+        });
+        merged.shard = None;
+        merged.clock = None;
     }
     let name = format!("{}-merged", runs[0].manifest.name);
     let mut dir = RunDir::create(
@@ -315,15 +342,16 @@ pub fn merge(dirs: &[PathBuf], out: &Path, options: MergeOptions) -> Result<Merg
                 }
                 .peekable(),
             );
-            let clock = &run.manifest.plan["clock"];
+            let clock = run.manifest.plan.load().and_then(|p| p.clock.as_ref());
+            let sync = clock.and_then(|c| c.sync);
             shards.push(ShardHealth {
                 index: shard_of(run).map(|s| s.0),
                 status_reason: run.manifest.status_reason.clone(),
-                host: clock["host"].as_str().map(str::to_string),
-                clock_synchronized: clock["sync"]["synchronized"].as_bool(),
-                clock_max_error_us: clock["sync"]["max_error_us"].as_i64(),
-                clock_offset_ms: clock["offset_to_shard0_ms"].as_f64(),
-                clock_offset_rtt_ms: clock["offset_rtt_ms"].as_f64(),
+                host: clock.map(|c| c.host.clone()),
+                clock_synchronized: sync.map(|s| s.synchronized),
+                clock_max_error_us: sync.map(|s| s.max_error_us),
+                clock_offset_ms: clock.and_then(|c| c.offset_to_shard0_ms),
+                clock_offset_rtt_ms: clock.and_then(|c| c.offset_rtt_ms),
                 ..ShardHealth::new(run.path().display().to_string(), run.effective_status())
             });
         }
@@ -577,6 +605,20 @@ pub fn shards_text(m: &Merged) -> String {
 mod tests {
     use super::*;
 
+    /// A load plan recorded by shard `index` of `count`.
+    fn shard_plan(index: u32, count: u32) -> PlanRecord {
+        let workload = Model::Closed {
+            connections: 1,
+            think_time: std::time::Duration::ZERO,
+            ramp_up: std::time::Duration::ZERO,
+            stages: Vec::new(),
+        };
+        let mut plan =
+            kiln_record::schema::plan::LoadPlanRecord::new("http://127.0.0.1/", workload, 1.0, 1);
+        plan.shard = Some(kiln_record::schema::plan::Shard { index, count });
+        plan.into()
+    }
+
     fn shard(dir: &str, host: &str, synchronized: bool, max_error_us: i64) -> ShardHealth {
         ShardHealth {
             host: Some(host.into()),
@@ -638,26 +680,36 @@ mod tests {
     #[test]
     fn a_record_claiming_absurd_shards_is_refused() {
         let tmp = tempfile::tempdir().unwrap();
-        let run = |name: &str, index: u64, count: u64| {
+        let run = |name: &str, index: u32, count: u32| {
             let dir = tmp.path().join(name);
-            let plan = serde_json::json!({"shard": {"index": index, "count": count}});
             let mut run = RunDir::create(
                 &kiln_record::RunLocation::Named(dir.clone()),
                 name,
                 vec![],
-                plan,
+                shard_plan(index, count),
             )
             .unwrap();
             run.finish(RunStatus::Complete, None).unwrap();
             dir
         };
-        let huge = run("huge", 0, 1_000_000_000_000);
+        let huge = run("huge", 0, 1_000_000);
+        // a count past what the record's type holds is a record that does not read
+        let forged = run("forged", 0, 7);
+        let manifest = forged.join("run.json");
+        let text = std::fs::read_to_string(&manifest).unwrap();
+        let text = text.replace("\"count\": 7", "\"count\": 1000000000000");
+        std::fs::write(&manifest, text).unwrap();
         let past = run("past", 5, 2);
         let two = run("two", 0, 2);
         let three = run("three", 1, 3);
         let out = tmp.path().join("out");
         let merged = |dirs: &[PathBuf]| merge(dirs, &out, MergeOptions::default()).unwrap_err().0;
-        assert!(merged(&[huge]).contains("shard 0 of 1000000000000"));
+        assert!(merged(&[huge]).contains("shard 0 of 1000000"));
+        let unread = merged(&[forged]);
+        assert!(
+            unread.contains("cannot read the run") && unread.contains("load plan"),
+            "{unread}"
+        );
         assert!(merged(&[past]).contains("shard 5 of 2"));
         assert!(merged(&[two, three]).contains("one of 2 shards and"));
     }
@@ -668,14 +720,13 @@ mod tests {
     #[test]
     fn a_shard_damaged_mid_file_makes_the_merge_say_so() {
         let tmp = tempfile::tempdir().unwrap();
-        let shard = |name: &str, index: u64, damage: &str| {
+        let shard = |name: &str, index: u32, damage: &str| {
             let dir = tmp.path().join(name);
-            let plan = serde_json::json!({"shard": {"index": index, "count": 2}});
             let mut run = RunDir::create(
                 &kiln_record::RunLocation::Named(dir.clone()),
                 name,
                 vec![],
-                plan,
+                shard_plan(index, 2),
             )
             .unwrap();
             let mut w = run
@@ -747,7 +798,7 @@ mod tests {
             &kiln_record::RunLocation::Named(dir.clone()),
             "shard",
             vec![],
-            serde_json::json!({}),
+            PlanRecord::Other(serde_json::json!({})),
         )
         .unwrap();
         drop(
@@ -777,7 +828,7 @@ mod tests {
             &kiln_record::RunLocation::Named(dir.clone()),
             "forged",
             vec![],
-            serde_json::json!({"shard": {"index": 0, "count": 1}}),
+            shard_plan(0, 1),
         )
         .unwrap();
         let mut w = run

@@ -3,6 +3,7 @@
 //! what FlameGraph, inferno, async-profiler (`-o collapsed`), py-spy (`--format raw`) and
 //! speedscope read and write.
 
+use kiln_record::schema::profile::FunctionShare;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
@@ -21,17 +22,6 @@ pub struct ParseReport {
     pub ignored: usize,
     /// The first ignored line's number (1-based) and a short copy of it.
     pub first_ignored: Option<(usize, String)>,
-}
-
-/// One function's share of the samples: where it was the leaf (self) and where it was on
-/// the stack at all (total, counted once per sample even when it recurses).
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct FunctionShare {
-    pub name: String,
-    pub self_samples: u64,
-    pub total_samples: u64,
-    pub self_pct: f64,
-    pub total_pct: f64,
 }
 
 impl Folded {

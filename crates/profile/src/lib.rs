@@ -14,8 +14,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 pub use flame::{svg, FlameStyle, FoldedDiff, ShareChange};
-pub use folded::{Folded, FunctionShare, ParseReport};
+pub use folded::{Folded, ParseReport};
 pub use inferno::flamegraph::color::{BasicPalette, MultiPalette, Palette};
+pub use kiln_record::schema::profile::{FunctionShare, ProfileSummary, SourceFormat};
 pub use perf::{CallGraph, Event, RecordOptions};
 pub use speedscope::to_json as speedscope_json;
 pub use speedscope::{to_json_profiles as speedscope_json_profiles, WeightedProfile};
@@ -50,15 +51,6 @@ impl ProfileError {
             source,
         }
     }
-}
-
-/// The formats `import` recognizes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum SourceFormat {
-    Pprof,
-    Collapsed,
-    PerfScript,
 }
 
 /// A profile read from a file made elsewhere.
@@ -303,24 +295,14 @@ pub fn profile_processes(
     })
 }
 
-/// The short summary printed in the terminal and in `--json`.
-#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
-pub struct ProfileSummary {
-    pub samples: u64,
-    pub distinct_stacks: usize,
-    /// Percent of samples whose leaf frame is in the kernel.
-    pub kernel_pct: f64,
-    pub top_self: Vec<FunctionShare>,
-    pub top_total: Vec<FunctionShare>,
-}
-
-impl ProfileSummary {
-    pub fn of(folded: &Folded, top: usize) -> Self {
+/// The summary of a profile with its `top` functions by self and by total samples.
+pub fn summarize(folded: &Folded, top: usize) -> ProfileSummary {
+    {
         let mut shares = folded.function_shares();
         let top_self = folded::top_self(&shares, top);
         // Frames that only pass samples on (thread entries) are on nearly every stack.
         folded.drop_pass_through(&mut shares);
-        Self {
+        ProfileSummary {
             samples: folded.total(),
             distinct_stacks: folded.distinct_stacks(),
             kernel_pct: 100.0 * folded.kernel_share(),
@@ -365,7 +347,7 @@ mod tests {
         let mut folded = Folded::new();
         folded.add(&frames, 3);
         // Quadratic, this took minutes; the test would time out.
-        let summary = ProfileSummary::of(&folded, 5);
+        let summary = summarize(&folded, 5);
         assert_eq!(summary.samples, 3);
         assert_eq!(summary.top_self[0].name, "f499999");
         assert_eq!(summary.top_total[0].total_samples, 3);

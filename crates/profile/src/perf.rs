@@ -1,6 +1,7 @@
 //! Drives the real `perf`: `perf record` on the target's processes, then `perf script`
 //! streamed into inferno's perf collapser.
 
+pub use kiln_record::schema::profile::{CallGraph, Event};
 use std::fs::File;
 use std::io::{BufReader, Read};
 use std::path::{Path, PathBuf};
@@ -11,48 +12,6 @@ use inferno::collapse::perf::{Folder, Options as CollapseOptions};
 use inferno::collapse::Collapse;
 
 use crate::{Folded, ProfileError};
-
-/// What to sample.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Event {
-    /// On-CPU: the `cpu-clock` software event at a fixed frequency (works without hardware
-    /// counters, e.g. in VMs).
-    Cpu,
-    /// Off-CPU, counted: every `context-switches` software event, with the stack the thread
-    /// switched out from (where it blocked or was preempted).
-    Cswitch,
-}
-
-impl Event {
-    pub fn perf_name(self) -> &'static str {
-        match self {
-            Event::Cpu => "cpu-clock",
-            Event::Cswitch => "context-switches",
-        }
-    }
-
-    /// What one sample of this event stands for, for titles and summaries.
-    pub fn count_name(self) -> &'static str {
-        match self {
-            Event::Cpu => "samples",
-            Event::Cswitch => "switches",
-        }
-    }
-}
-
-/// How perf walks the stacks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum CallGraph {
-    /// Frame pointers: cheap, and the only way through JIT code (Java with
-    /// -XX:+PreserveFramePointer, Node, Python -X perf); loses callers in code built without
-    /// them (most distributions' C libraries, Rust release builds).
-    Fp,
-    /// DWARF unwinding of a copy of each sample's user stack: whole stacks for native code
-    /// built without frame pointers, at a larger perf.data and a slower perf script.
-    Dwarf,
-}
 
 #[derive(Clone, Debug)]
 pub struct RecordOptions {

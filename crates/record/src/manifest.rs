@@ -2,8 +2,12 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::schema::plan::PlanRecord;
+
 /// The manifest schema this kiln writes. Readers accept this version and older.
-pub const SCHEMA_VERSION: u32 = 1;
+/// 2: the plan is typed ([`PlanRecord`]): a load plan must read whole, and an empty
+/// `thresholds` list is left out. Version 1 records read as they are.
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// How a run ended. `Running` on disk means the process died without saying: readers treat
 /// it as interrupted.
@@ -45,8 +49,8 @@ pub struct RunManifest {
     /// The command line as typed, for humans reading the record later.
     #[serde(default)]
     pub command: Vec<String>,
-    /// The plan as kiln understood it (resolved flags or YAML), opaque to this crate.
-    pub plan: serde_json::Value,
+    /// The plan as kiln understood it (resolved flags or YAML).
+    pub plan: PlanRecord,
     /// RFC 3339 UTC timestamps.
     pub started_at: String,
     #[serde(default)]

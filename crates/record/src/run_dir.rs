@@ -3,6 +3,7 @@
 //! The manifest is rewritten atomically (temp file + rename) so a crash never leaves a torn
 //! `run.json`; parts are JSON lines flushed as they are written.
 
+use crate::schema::plan::PlanRecord;
 use std::fs::{self, File, OpenOptions};
 use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -171,7 +172,7 @@ impl RunDir {
         location: &RunLocation,
         name: &str,
         command: Vec<String>,
-        plan: serde_json::Value,
+        plan: PlanRecord,
     ) -> Result<Self, RecordError> {
         let path = match location {
             RunLocation::Named(path) => {
@@ -529,7 +530,13 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let path = tmp.path().join("r1");
         let named = RunLocation::Named(path.clone());
-        let mut dir = RunDir::create(&named, "t", vec![], serde_json::json!({"a": 1})).unwrap();
+        let mut dir = RunDir::create(
+            &named,
+            "t",
+            vec![],
+            PlanRecord::Other(serde_json::json!({"a": 1})),
+        )
+        .unwrap();
         let mut w = dir.add_json_lines_part("nums", "nums.jsonl", 1).unwrap();
         w.write(&1u32).unwrap();
         w.write(&2u32).unwrap();
@@ -558,7 +565,13 @@ mod tests {
             RunDir::open(&path).unwrap().manifest.status,
             RunStatus::Complete
         );
-        assert!(RunDir::create(&named, "t", vec![], serde_json::Value::Null).is_err());
+        assert!(RunDir::create(
+            &named,
+            "t",
+            vec![],
+            PlanRecord::Other(serde_json::Value::Null)
+        )
+        .is_err());
     }
 
     /// A run directory whose run.json lists one part at `part_path`.
@@ -569,7 +582,7 @@ mod tests {
             &RunLocation::Named(path.clone()),
             "t",
             vec![],
-            serde_json::Value::Null,
+            PlanRecord::Other(serde_json::Value::Null),
         )
         .unwrap();
         dir.manifest.parts.push(PartRef {
@@ -645,10 +658,15 @@ mod tests {
             let handles: Vec<_> = (0..8)
                 .map(|_| {
                     scope.spawn(|| {
-                        RunDir::create(&fresh, "same", vec![], serde_json::Value::Null)
-                            .unwrap()
-                            .path()
-                            .to_path_buf()
+                        RunDir::create(
+                            &fresh,
+                            "same",
+                            vec![],
+                            PlanRecord::Other(serde_json::Value::Null),
+                        )
+                        .unwrap()
+                        .path()
+                        .to_path_buf()
                     })
                 })
                 .collect();
@@ -662,7 +680,13 @@ mod tests {
             let handles: Vec<_> = (0..8)
                 .map(|_| {
                     scope.spawn(|| {
-                        RunDir::create(&named, "mine", vec![], serde_json::Value::Null).is_ok()
+                        RunDir::create(
+                            &named,
+                            "mine",
+                            vec![],
+                            PlanRecord::Other(serde_json::Value::Null),
+                        )
+                        .is_ok()
                     })
                 })
                 .collect();

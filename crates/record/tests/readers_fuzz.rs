@@ -17,7 +17,7 @@ fn run_with_seconds(root: &Path, seconds: &[u8]) -> RunDir {
         &RunLocation::Named(path.clone()),
         "fuzz",
         vec![],
-        serde_json::Value::Null,
+        kiln_record::schema::plan::PlanRecord::Other(serde_json::Value::Null),
     )
     .unwrap();
     drop(

@@ -26,6 +26,7 @@ use kiln_findings::{Finding, Report};
 use kiln_profile::Folded;
 use kiln_queries::trie::StackTrie;
 use kiln_record::parts::{OFF_CPU, ON_CPU, QUERIES_PART, TRIE_CALLS_PART, TRIE_TIME_PART};
+use kiln_record::schema::plan::PlanRecord;
 use kiln_record::schema::queries::QueriesRecord;
 use kiln_record::text::{html_escape as esc, script_json, us};
 use kiln_record::{
@@ -321,7 +322,7 @@ fn percent_encode(text: &str) -> String {
     out
 }
 
-fn load_section(load: &Load, plan: &Value) -> String {
+fn load_section(load: &Load, plan: &PlanRecord) -> String {
     let mut out = String::from(
         "<section id=\"load\"><h2>Load</h2>\
 <div class=\"chart\" id=\"chart-latency\"></div><div class=\"chart\" id=\"chart-throughput\"></div>\

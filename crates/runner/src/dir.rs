@@ -1,15 +1,12 @@
 //! Run directories: creating one, and marking it failed when an error ends the work in it.
 
 use anyhow::{Context, Result};
+use kiln_record::schema::plan::PlanRecord;
 use kiln_record::{RunDir, RunLocation, RunStatus};
 
 /// Creates a run directory: `out` when given, else a fresh one under `runs/` named for the
 /// time and `name`. The command line is recorded with any URL password redacted.
-pub fn create_run_dir(
-    location: &RunLocation,
-    name: &str,
-    plan: serde_json::Value,
-) -> Result<RunDir> {
+pub fn create_run_dir(location: &RunLocation, name: &str, plan: PlanRecord) -> Result<RunDir> {
     let command: Vec<String> = std::env::args()
         .map(|a| kiln_load::plan::redact_password(&a))
         .collect();

@@ -10,6 +10,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use kiln_load::{LoadPlan, PhaseSpec, StopSignal};
 use kiln_profile::Event;
+use kiln_record::schema::profile::ProfileRecord;
 use kiln_record::schema::queries::QueriesRecord;
 use kiln_record::{
     JsonLinesWriter, LoadRecordLine, PhaseEnd, PhaseSummary, RunDir, RunLocation, RunStatus,
@@ -51,9 +52,9 @@ pub struct RunOutcome {
     /// The watched process's runtime and its own figures per second (a JVM's GC, ...).
     pub runtime: Option<(RuntimeInfo, Vec<RuntimeSecond>)>,
     /// The profile's record (`profile.json`), when the run was profiled.
-    pub profile: Option<serde_json::Value>,
+    pub profile: Option<ProfileRecord>,
     /// The off-CPU profile's record (`offcpu.json`), when one was taken.
-    pub off_cpu: Option<serde_json::Value>,
+    pub off_cpu: Option<ProfileRecord>,
     /// The DB-call analysis (`queries.json`), when traces were received.
     pub queries: Option<QueriesRecord>,
     /// `--fail-on` met by a DB-call finding.
@@ -80,7 +81,7 @@ pub struct OtlpSpec<'a> {
 pub struct RunSpec<'a> {
     pub plan: &'a LoadPlan,
     /// The plan as written to `run.json` (with what the engine does not know, e.g. thresholds).
-    pub plan_record: serde_json::Value,
+    pub plan_record: kiln_record::schema::plan::LoadPlanRecord,
     pub phases: &'a [(PhaseSpec, Duration)],
     pub out: RunLocation,
     pub name: &'a str,
@@ -117,7 +118,7 @@ pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut dyn Progress) -> Res
         gctrace,
     } = spec;
     kiln_load::preflight(plan)?;
-    let mut dir = create_run_dir(&out, name, plan_record)?;
+    let mut dir = create_run_dir(&out, name, plan_record.into())?;
     let mut writer = dir.add_json_lines_part(LOAD_SECONDS_PART, "load-seconds.jsonl", 1)?;
     let mut warnings = Vec::new();
     // The host as the run found it: the report shows it, the findings cite it.
@@ -401,7 +402,7 @@ impl ProfileWatcher {
 
     /// Stops perf and writes the profile into the run directory. A profile that failed
     /// (perf missing, forbidden) is reported and the run's other records stand.
-    fn finish(self, dir: &mut RunDir, warnings: &mut Vec<String>) -> Option<serde_json::Value> {
+    fn finish(self, dir: &mut RunDir, warnings: &mut Vec<String>) -> Option<ProfileRecord> {
         self.done.store(true, Ordering::SeqCst);
         let joined = self.thread.join();
         let _ = std::fs::remove_file(dir.path().join(Self::data_file(self.event)));
@@ -417,7 +418,6 @@ impl ProfileWatcher {
             }
             Err(_) => return None,
         };
-        let extra = profile_parts::how_taken(&profiled, self.hz);
         let title = match self.event {
             Event::Cpu => format!("On-CPU of pid {} during the measured load", self.pid),
             Event::Cswitch => format!(
@@ -427,7 +427,9 @@ impl ProfileWatcher {
         };
         let parts = profile_parts::parts_of(self.event);
         let count = self.event.count_name();
-        match profile_parts::write_profile(dir, parts, &profiled.folded, &title, count, 10, extra) {
+        let origin = profile_parts::Origin::Perf(&profiled, self.hz);
+        match profile_parts::write_profile(dir, parts, &profiled.folded, &title, count, 10, origin)
+        {
             Ok(written) => Some(written.record),
             Err(e) => {
                 warnings.push(format!("{flag}: {e}"));

@@ -5,8 +5,8 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use kiln_profile::{speedscope_json, svg, Event, FlameStyle, Folded, ProfileSummary, Profiled};
+use kiln_record::schema::profile::{ImportSource, JitRecord, ProfileRecord};
 use kiln_record::RunDir;
-use serde_json::{json, Value};
 
 pub use kiln_record::parts::{ProfileParts, OFF_CPU, ON_CPU};
 
@@ -14,7 +14,7 @@ pub use kiln_record::parts::{ProfileParts, OFF_CPU, ON_CPU};
 pub struct WrittenProfile {
     pub summary: ProfileSummary,
     /// What `profile.json` holds: the summary and how the profile was taken.
-    pub record: Value,
+    pub record: ProfileRecord,
     pub flame: PathBuf,
     pub folded: PathBuf,
     pub speedscope: PathBuf,
@@ -28,8 +28,15 @@ pub fn parts_of(event: Event) -> ProfileParts {
     }
 }
 
-/// Writes collapsed stacks, the flame graph, the speedscope file and the summary (with
-/// `extra` fields about how the profile was taken) into `dir`.
+/// Where a profile came from, for `profile.json` beside its summary.
+pub enum Origin<'a> {
+    /// Taken by perf at this frequency.
+    Perf(&'a Profiled, u32),
+    Import(ImportSource),
+}
+
+/// Writes collapsed stacks, the flame graph, the speedscope file and the summary (with how
+/// the profile was taken) into `dir`.
 pub fn write_profile(
     dir: &mut RunDir,
     parts: ProfileParts,
@@ -37,9 +44,9 @@ pub fn write_profile(
     title: &str,
     count_name: &str,
     top: usize,
-    extra: Value,
+    origin: Origin,
 ) -> Result<WrittenProfile> {
-    let summary = ProfileSummary::of(folded, top);
+    let summary = kiln_profile::summarize(folded, top);
     let folded_path = dir.write_file_part(
         parts.folded.0,
         parts.folded.1,
@@ -58,9 +65,23 @@ pub fn write_profile(
         1,
         speedscope_json(folded, title).as_bytes(),
     )?;
-    let mut record = json!({ "summary": summary, "count_name": count_name });
-    if let (Some(obj), Value::Object(extra)) = (record.as_object_mut(), extra) {
-        obj.extend(extra);
+    let mut record = ProfileRecord::new(summary.clone(), count_name);
+    match origin {
+        Origin::Perf(profiled, frequency_hz) => {
+            record.event = Some(profiled.event);
+            record.pids = profiled.pids.clone();
+            record.duration_s = Some(profiled.duration.as_secs_f64());
+            record.sampled_s = profiled.sampled_s;
+            record.frequency_hz = Some(frequency_hz);
+            record.call_graph = Some(profiled.call_graph);
+            record.perf_cpu_pct = profiled.perf_cpu_pct;
+            record.target_exited = Some(profiled.target_exited);
+            record.jit = Some(JitRecord {
+                done: profiled.jit.done.clone(),
+                advice: profiled.jit.advice.clone(),
+            });
+        }
+        Origin::Import(source) => record.source = Some(source),
     }
     dir.write_file_part(
         parts.summary.0,
@@ -75,13 +96,4 @@ pub fn write_profile(
         folded: folded_path,
         speedscope,
     })
-}
-
-/// How a perf profile was taken, for `profile.json` beside its summary.
-pub fn how_taken(profiled: &Profiled, frequency_hz: u32) -> Value {
-    json!({"event": profiled.event, "pids": profiled.pids,
-        "duration_s": profiled.duration.as_secs_f64(), "sampled_s": profiled.sampled_s,
-        "frequency_hz": frequency_hz,
-        "call_graph": profiled.call_graph, "perf_cpu_pct": profiled.perf_cpu_pct,
-        "target_exited": profiled.target_exited, "jit": profiled.jit})
 }

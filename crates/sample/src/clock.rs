@@ -4,39 +4,21 @@
 //! synchronised, or whose error bound is large, makes a shard's start and seconds unreliable.
 //! It only reads: it never sets the clock.
 
-use serde::{Deserialize, Serialize};
+pub use kiln_record::schema::plan::ClockSync;
 
-/// One reading of the kernel's clock discipline.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-pub struct ClockSync {
-    /// The kernel says the clock is synchronised (NTP, chrony, PTP ... have disciplined it).
-    pub synchronized: bool,
-    /// The kernel's bound on the clock's error (`maxerror`), microseconds.
-    pub max_error_us: i64,
-    /// Its estimate of the error (`esterror`), microseconds.
-    pub est_error_us: i64,
-}
-
-impl ClockSync {
-    /// Reads the kernel's clock discipline; `None` where the call is refused (seccomp).
-    pub fn read() -> Option<Self> {
-        // SAFETY: a zeroed timex with modes 0 asks for a reading and changes nothing.
-        let mut tx: libc::timex = unsafe { std::mem::zeroed() };
-        let state = unsafe { libc::ntp_adjtime(&mut tx) };
-        if state < 0 {
-            return None;
-        }
-        Some(Self {
-            synchronized: state != libc::TIME_ERROR && tx.status & libc::STA_UNSYNC == 0,
-            max_error_us: tx.maxerror,
-            est_error_us: tx.esterror,
-        })
+/// Reads the kernel's clock discipline; `None` where the call is refused (seccomp).
+pub fn read() -> Option<ClockSync> {
+    // SAFETY: a zeroed timex with modes 0 asks for a reading and changes nothing.
+    let mut tx: libc::timex = unsafe { std::mem::zeroed() };
+    let state = unsafe { libc::ntp_adjtime(&mut tx) };
+    if state < 0 {
+        return None;
     }
-
-    /// Whether the clock can be trusted to within `bound_us` for starting together.
-    pub fn trusted_within(&self, bound_us: i64) -> bool {
-        self.synchronized && self.max_error_us <= bound_us
-    }
+    Some(ClockSync {
+        synchronized: state != libc::TIME_ERROR && tx.status & libc::STA_UNSYNC == 0,
+        max_error_us: tx.maxerror,
+        est_error_us: tx.esterror,
+    })
 }
 
 #[cfg(test)]
@@ -47,9 +29,9 @@ mod tests {
     /// negative, and a clock is trusted only when synchronised within the bound.
     #[test]
     fn the_kernels_clock_discipline_is_read_without_changing_it() {
-        let a = ClockSync::read().expect("ntp_adjtime answers");
+        let a = read().expect("ntp_adjtime answers");
         assert!(a.max_error_us >= 0 && a.est_error_us >= 0, "{a:?}");
-        let b = ClockSync::read().unwrap();
+        let b = read().unwrap();
         assert_eq!(a.synchronized, b.synchronized);
         eprintln!("this host's clock: {a:?}");
         let unsynced = ClockSync {

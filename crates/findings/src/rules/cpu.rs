@@ -846,10 +846,7 @@ fn host_busy(run: &RunRecord) -> Verdict {
         evidence.push(format!("kiln's own load generation used {k:.2} of them"));
     }
     // perf is a process of its own: without this line its share reads as a neighbour's
-    let perf = run
-        .profile
-        .as_ref()
-        .and_then(|p| p.record["perf_cpu_pct"].as_f64());
+    let perf = run.profile.as_ref().and_then(|p| p.record.perf_cpu_pct);
     if let Some(pct) = perf.filter(|pct| *pct > 0.0) {
         evidence.push(format!(
             "kiln's profiler (perf record) used {:.2} of them",
@@ -1238,10 +1235,12 @@ mod waiting_tests {
         assert!(!f[0].evidence.iter().any(|e| e.contains("perf")));
         // a profiled run says what perf itself took of the others' share
         let mut run = run;
-        run.profile = Some(crate::record::Profile {
-            folded: Default::default(),
-            record: serde_json::json!({ "perf_cpu_pct": 12.5 }),
-        });
+        let mut profile = crate::record::Profile::of(
+            Default::default(),
+            kiln_record::schema::profile::Event::Cpu,
+        );
+        profile.record.perf_cpu_pct = Some(12.5);
+        run.profile = Some(profile);
         let Verdict::Found(f) = host_busy(&run) else {
             panic!("the busy host is not found");
         };

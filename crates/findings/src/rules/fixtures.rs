@@ -6,7 +6,6 @@ use std::collections::BTreeMap;
 use kiln_profile::Folded;
 use kiln_record::{ErrorKind, PhaseEnd, PhaseSummary, RunManifest, RunStatus, SecondRecord};
 use kiln_sample::ResourceSecond;
-use serde_json::json;
 
 use crate::record::{LoadPoint, Profile};
 use crate::RunRecord;
@@ -39,13 +38,28 @@ impl Second {
     }
 }
 
+/// A complete run's manifest: an open model at 100/s on one thread.
 pub fn manifest() -> RunManifest {
-    serde_json::from_value(json!({
-        "schema_version": 1, "kiln_version": "test", "id": "fixture", "name": "fixture",
-        "plan": {"workload": {"model": "open"}, "threads": 1},
-        "started_at": "2026-11-23T10:00:00Z", "status": "complete"
-    }))
-    .expect("a valid manifest")
+    use kiln_record::schema::plan::{Arrivals, LoadPlanRecord, Model, RateStage};
+    let workload = Model::Open {
+        stages: RateStage::steady(100.0, std::time::Duration::from_secs(10)),
+        connections: 1,
+        max_connections: 16,
+        arrivals: Arrivals::Uniform,
+    };
+    RunManifest {
+        schema_version: 1,
+        kiln_version: "test".into(),
+        id: "fixture".into(),
+        name: "fixture".into(),
+        command: Vec::new(),
+        plan: LoadPlanRecord::new("http://127.0.0.1/", workload, 10.0, 1).into(),
+        started_at: "2026-11-23T10:00:00Z".into(),
+        ended_at: None,
+        status: RunStatus::Complete,
+        status_reason: None,
+        parts: Vec::new(),
+    }
 }
 
 /// A complete run of one measured phase with these seconds.
@@ -110,9 +124,10 @@ pub fn resource_run(samples: Vec<ResourceSecond>) -> RunRecord {
 /// A run with a profile of these collapsed stacks (`frame;frame;leaf count` lines).
 pub fn profiled_run(folded: &str) -> RunRecord {
     let mut run = RunRecord::empty(manifest());
-    run.profile = Some(Profile {
-        folded: Folded::parse(folded).expect("valid collapsed stacks").0,
-        record: json!({"event": "cpu-clock"}),
-    });
+    let folded = Folded::parse(folded).expect("valid collapsed stacks").0;
+    run.profile = Some(Profile::of(
+        folded,
+        kiln_record::schema::profile::Event::Cpu,
+    ));
     run
 }

@@ -184,7 +184,7 @@ fn rate_not_reached(run: &RunRecord) -> Verdict {
         .collect();
     let unsent = ends.iter().fold(0u64, |a, e| a.saturating_add(e.unsent));
     let scheduled = total.totals.scheduled;
-    let threads = run.manifest.plan["threads"].as_u64().unwrap_or(0).max(1) as f64;
+    let threads = run.manifest.plan.load().map_or(1, |p| p.threads.max(1)) as f64;
     let kiln_cores = run.kiln_cores().unwrap_or(0.0);
     let unsent_share = if scheduled > 0 {
         unsent as f64 / scheduled as f64

@@ -190,10 +190,11 @@ mod tests {
 
     fn with_off_cpu(requests: u64, folded: &str) -> RunRecord {
         let mut run = load_run(&vec![Second::ok(requests / 10); 10]);
-        run.off_cpu = Some(Profile {
-            folded: Folded::parse(folded).unwrap().0,
-            record: json!({"event": "cswitch"}),
-        });
+        let folded = Folded::parse(folded).unwrap().0;
+        run.off_cpu = Some(Profile::of(
+            folded,
+            kiln_record::schema::profile::Event::Cswitch,
+        ));
         run
     }
 

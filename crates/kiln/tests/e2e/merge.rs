@@ -171,7 +171,7 @@ fn shards_merged_are_the_single_process_plan() {
         // the shards started together: each one's start is within a scheduling hiccup
         // and each recorded its host and its clock's synchronisation, as the kernel says it
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
-        let clock = kiln_sample::clock::ClockSync::read().unwrap();
+        let clock = kiln_sample::clock::read().unwrap();
         for s in shards_json(&out) {
             assert!(s["start_skew_ms"].as_u64().unwrap() < 500, "{s:#}");
             assert_eq!(s["host"], host.trim(), "{s:#}");

@@ -1,0 +1,323 @@
+//! `run.json`'s plan: what a run was asked to do, as kiln understood it. The load's model,
+//! stages and shard are the engine's own types (pure data, defined here so that every reader
+//! of a record shares them).
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// One stage of an open-model rate ramp: go linearly to `target_rate` (requests per second)
+/// over `duration`; a zero duration jumps.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RateStage {
+    #[serde(with = "secs")]
+    pub duration: Duration,
+    pub target_rate: f64,
+}
+
+impl RateStage {
+    /// A constant rate for `duration`: a jump to `rate`, then `rate` held (what `--rate` means).
+    pub fn steady(rate: f64, duration: Duration) -> Vec<RateStage> {
+        vec![
+            RateStage {
+                duration: Duration::ZERO,
+                target_rate: rate,
+            },
+            RateStage {
+                duration,
+                target_rate: rate,
+            },
+        ]
+    }
+}
+
+/// One stage of a closed model's VU ramp (k6's ramping-vus): go linearly to `target_vus`
+/// over `duration`; a zero duration jumps. VU `g` (from 0) runs iterations while the count
+/// is above `g`; one that falls out finishes its iteration first, as a user would.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VuStage {
+    #[serde(with = "secs")]
+    pub duration: Duration,
+    pub target_vus: usize,
+}
+
+/// A duration recorded as seconds (a number), as every duration in the plan record is.
+mod secs {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_f64(d.as_secs_f64())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let secs = f64::deserialize(d)?;
+        Duration::try_from_secs_f64(secs).map_err(serde::de::Error::custom)
+    }
+}
+
+/// How load is offered.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "model", rename_all = "snake_case")]
+pub enum Model {
+    /// N connections each sending back to back (after an optional think time): the load
+    /// follows the target's speed, as in wrk, oha and JMeter thread groups.
+    Closed {
+        connections: usize,
+        #[serde(with = "secs")]
+        think_time: Duration,
+        #[serde(with = "secs")]
+        ramp_up: Duration,
+        /// The VU count over time; `connections` is its most. Empty: all from the start (after
+        /// `ramp_up`).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        stages: Vec<VuStage>,
+    },
+    /// Requests arrive on a schedule whatever the target does, as users do; latency counts
+    /// from the scheduled time.
+    Open {
+        stages: Vec<RateStage>,
+        /// Connections opened before the start.
+        connections: usize,
+        /// The most connections kiln opens to keep the schedule when the target falls behind.
+        max_connections: usize,
+        /// How arrivals are spaced at the scheduled rate.
+        arrivals: Arrivals,
+    },
+}
+
+/// How an open model spaces its arrivals.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum Arrivals {
+    /// Evenly, 1/rate apart (wrk2, k6's constant-arrival-rate).
+    #[default]
+    Uniform,
+    /// As independent users arrive: exponential gaps with mean 1/rate (a Poisson process,
+    /// time-changed through the stages' rate), from a seed recorded with the plan so a run
+    /// can be repeated exactly.
+    Poisson { seed: u64 },
+}
+
+/// One of N load processes running one plan together (`--shard i/N`, i from 0, as a
+/// Kubernetes Indexed Job's completion index). Open model: arrival j of the whole schedule is
+/// shard `j mod N`'s, so the shards' arrivals together are exactly the single-process
+/// schedule. Closed model: the connections are divided, the first `c mod N` shards taking one
+/// more.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Shard {
+    pub index: u32,
+    pub count: u32,
+}
+
+impl Shard {
+    /// `i/N`, or `auto/N` with the index from `JOB_COMPLETION_INDEX` (`job_index`).
+    pub fn parse(text: &str, job_index: Option<&str>) -> Result<Self, String> {
+        let bad = |why: &str| format!("--shard {text:?}: {why} (i/N with 0 <= i < N, or auto/N)");
+        let (index, count) = text.split_once('/').ok_or_else(|| bad("no '/'"))?;
+        let count: u32 = count
+            .trim()
+            .parse()
+            .map_err(|_| bad("N is not a whole number"))?;
+        let index = match index.trim() {
+            "auto" => job_index
+                .ok_or_else(|| bad("auto needs JOB_COMPLETION_INDEX set"))?
+                .trim()
+                .parse()
+                .map_err(|_| bad("JOB_COMPLETION_INDEX is not a whole number"))?,
+            i => i.parse().map_err(|_| bad("i is not a whole number"))?,
+        };
+        if !(1..=100_000).contains(&count) || index >= count {
+            return Err(bad("out of range"));
+        }
+        Ok(Self { index, count })
+    }
+
+    /// This shard's part of `total` (connections, VUs): a largest-remainder split.
+    pub fn part_of(&self, total: usize) -> usize {
+        let (n, i) = (self.count as usize, self.index as usize);
+        total / n + usize::from(i < total % n)
+    }
+
+    /// Whether arrival `j` of the whole schedule is this shard's.
+    pub fn takes(&self, j: u64) -> bool {
+        j % u64::from(self.count) == u64::from(self.index)
+    }
+}
+
+/// One reading of the kernel's clock discipline (kiln-sample reads it).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ClockSync {
+    /// The kernel says the clock is synchronised (NTP, chrony, PTP ... have disciplined it).
+    pub synchronized: bool,
+    /// The kernel's bound on the clock's error (`maxerror`), microseconds.
+    pub max_error_us: i64,
+    /// Its estimate of the error (`esterror`), microseconds.
+    pub est_error_us: i64,
+}
+
+impl ClockSync {
+    /// Whether the clock can be trusted to within `bound_us` for starting together.
+    pub fn trusted_within(&self, bound_us: i64) -> bool {
+        self.synchronized && self.max_error_us <= bound_us
+    }
+}
+
+/// A shard's clock: shards on several machines start and count seconds by their own clocks.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ShardClock {
+    pub host: String,
+    /// None where the kernel refused the reading (seccomp).
+    pub sync: Option<ClockSync>,
+    /// Shard 0's clock minus this one's, measured by the HTTP barrier.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offset_to_shard0_ms: Option<f64>,
+    /// The round trip of that measurement: the offset is known to within half of it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offset_rtt_ms: Option<f64>,
+}
+
+/// Hedged requests as planned.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HedgePlanRecord {
+    /// The delay as typed (`p95`, `20ms`, ...).
+    pub delay: String,
+    /// Second copies per first copy at most (0.05 is 5%).
+    pub cap: f64,
+    /// The targets after the URL.
+    pub replicas: Vec<String>,
+}
+
+/// A plan file's scenario in outline.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ScenarioOutline {
+    pub name: String,
+    pub weight: u32,
+    /// Its steps' names, in order.
+    pub steps: Vec<String>,
+}
+
+/// A load run's plan (`kiln run`, `kiln demo`). Header values are left out: they may be
+/// secrets.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LoadPlanRecord {
+    pub url: String,
+    pub method: String,
+    /// The headers' names.
+    pub headers: Vec<String>,
+    pub body_bytes: usize,
+    pub workload: Model,
+    pub duration_s: f64,
+    pub timeout_s: f64,
+    pub threads: usize,
+    pub insecure: bool,
+    pub http2: bool,
+    pub shard: Option<Shard>,
+    pub hedge: Option<HedgePlanRecord>,
+    /// The thresholds as written (`p99<200ms`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub thresholds: Vec<String>,
+    /// `--start-at` as given, or the barrier's agreed start (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_at: Option<String>,
+    /// The barrier directory shards met at.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub barrier: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clock: Option<ShardClock>,
+    /// The plan file a run came from, and its scenarios.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan_file: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub scenarios: Vec<ScenarioOutline>,
+    /// A merged record's shards (`kiln merge`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub merged_from: Option<MergedFrom>,
+}
+
+/// The shards a merged record was made from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MergedFrom {
+    /// Shard records merged.
+    pub shards: usize,
+    /// Of how many (None when the records were not shards of one run).
+    pub of: Option<u32>,
+}
+
+impl LoadPlanRecord {
+    /// A GET of `url` with `workload` for `duration_s` on `threads` threads, nothing else set
+    /// (for records built by hand: tests, benchmarks).
+    pub fn new(url: &str, workload: Model, duration_s: f64, threads: usize) -> Self {
+        Self {
+            url: url.to_string(),
+            method: "GET".into(),
+            headers: Vec::new(),
+            body_bytes: 0,
+            workload,
+            duration_s,
+            timeout_s: 10.0,
+            threads,
+            insecure: false,
+            http2: false,
+            shard: None,
+            hedge: None,
+            thresholds: Vec::new(),
+            start_at: None,
+            barrier: None,
+            clock: None,
+            plan_file: None,
+            scenarios: Vec::new(),
+            merged_from: None,
+        }
+    }
+
+    /// Whether load came on a schedule (latency counts from the intended send).
+    pub fn open_model(&self) -> bool {
+        matches!(self.workload, Model::Open { .. })
+    }
+}
+
+/// `run.json`'s plan. A plan with a `workload` is a load plan and must read as one: a
+/// damaged or forged load plan is an error, not a plan without load.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum PlanRecord {
+    Load(Box<LoadPlanRecord>),
+    /// A run without load (`kiln queries`, `kiln profile`, `kiln watch`): what its command
+    /// was told, kept to be shown, never read.
+    Other(serde_json::Value),
+}
+
+impl PlanRecord {
+    /// The load's plan, for a load run.
+    pub fn load(&self) -> Option<&LoadPlanRecord> {
+        match self {
+            PlanRecord::Load(plan) => Some(plan),
+            PlanRecord::Other(_) => None,
+        }
+    }
+
+    /// Whether load came on a schedule (latency counts from the intended send).
+    pub fn open_model(&self) -> bool {
+        self.load().is_some_and(LoadPlanRecord::open_model)
+    }
+}
+
+impl<'de> Deserialize<'de> for PlanRecord {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let value = serde_json::Value::deserialize(d)?;
+        if value.get("workload").is_none() {
+            return Ok(PlanRecord::Other(value));
+        }
+        serde_json::from_value(value)
+            .map(|load| PlanRecord::Load(Box::new(load)))
+            .map_err(|e| serde::de::Error::custom(format!("a load plan that does not read: {e}")))
+    }
+}
+
+impl From<LoadPlanRecord> for PlanRecord {
+    fn from(plan: LoadPlanRecord) -> Self {
+        PlanRecord::Load(Box::new(plan))
+    }
+}
