@@ -21,7 +21,7 @@ fn check(args: PlanCheckArgs) -> Result<u8> {
         .map(|s| kiln_plan::parse_set(s).map_err(anyhow::Error::msg))
         .collect::<Result<Vec<_>>>()?;
     let plan = kiln_plan::load(&args.plan, &sets)?;
-    crate::thresholds::check_plan_thresholds(
+    kiln_summary::thresholds::check_plan_thresholds(
         &args.plan.display().to_string(),
         &plan.thresholds,
         &plan.workload.names,
@@ -80,7 +80,7 @@ fn load_text(model: &Model, duration: std::time::Duration, iterations: Option<u6
     let d = humantime::format_duration(duration);
     match model {
         Model::Closed { stages, .. } if !stages.is_empty() => {
-            let text = crate::summary::vu_stages_text(stages);
+            let text = kiln_summary::run::vu_stages_text(stages);
             match iterations {
                 Some(n) => format!("closed, {text}, {n} iterations (at most {d})"),
                 None => format!("closed, {text}"),

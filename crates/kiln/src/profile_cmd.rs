@@ -8,10 +8,7 @@ use std::path::Path;
 use anyhow::{bail, Context, Result};
 use kiln_load::plan::parse_duration;
 use kiln_load::StopSignal;
-use kiln_profile::{
-    profile_processes, CallGraph, Event, FlameStyle, FoldedDiff, FunctionShare, ProfileSummary,
-    RecordOptions,
-};
+use kiln_profile::{profile_processes, CallGraph, Event, FlameStyle, FoldedDiff, RecordOptions};
 use kiln_record::schema::profile::ImportSource;
 use kiln_record::{RunDir, RunLocation, RunStatus};
 use kiln_runner::profile_parts::{parts_of, write_profile, Origin, WrittenProfile, ON_CPU};
@@ -41,30 +38,6 @@ fn create_dir(output: &ProfileOutput, name: &str, plan: Value) -> Result<RunDir>
         name,
         PlanRecord::Other(plan),
     )
-}
-
-fn share_rows(
-    label: &str,
-    shares: &[FunctionShare],
-    pct: impl Fn(&FunctionShare) -> f64,
-) -> String {
-    let mut out = String::new();
-    for (i, s) in shares.iter().enumerate() {
-        let head = if i == 0 { label } else { "" };
-        out += &format!("{head:<11}{:>6.1}%  {}\n", pct(s), safe_text(&s.name));
-    }
-    out
-}
-
-/// The terminal summary: top functions by self and by total, and the kernel's share.
-pub fn summary_text(summary: &ProfileSummary, count_name: &str) -> String {
-    let mut out = format!(
-        "Samples    {} {count_name}, {} distinct stacks, {:.1}% with a kernel frame on top\n",
-        summary.samples, summary.distinct_stacks, summary.kernel_pct
-    );
-    out += &share_rows("Top self", &summary.top_self, |s| s.self_pct);
-    out += &share_rows("Top total", &summary.top_total, |s| s.total_pct);
-    out
 }
 
 fn files_text(written: &WrittenProfile, dir: &RunDir) -> String {
@@ -191,7 +164,10 @@ fn record(args: &ProfileArgs, stop: &StopSignal) -> Result<u8> {
             .unwrap_or(""),
         reason.map_or_else(String::new, |r| format!(" — {}", safe_text(&r)))
     );
-    out!("{}", summary_text(&written.summary, event.count_name()));
+    out!(
+        "{}",
+        kiln_summary::profile::summary_text(&written.summary, event.count_name())
+    );
     for done in &profiled.jit.done {
         outln!("JIT        {}", safe_text(done));
     }
@@ -286,7 +262,10 @@ fn import(file: &Path, output: &ProfileOutput) -> Result<u8> {
             .value
             .map_or_else(String::new, |v| format!(", counts are {v}"))
     );
-    out!("{}", summary_text(&written.summary, &count_name));
+    out!(
+        "{}",
+        kiln_summary::profile::summary_text(&written.summary, &count_name)
+    );
     out!("{}", files_text(&written, &dir));
     Ok(0)
 }

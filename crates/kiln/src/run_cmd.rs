@@ -15,7 +15,7 @@ pub use kiln_runner::{create_run_dir, error_text, or_fail};
 use crate::cli::{CompareMethod, FailOn, RunArgs};
 use crate::live::LiveOutput;
 use crate::summary;
-use crate::thresholds::{self, Threshold};
+use kiln_summary::thresholds::{self, Threshold};
 
 /// Exit codes, documented in `kiln --help`.
 pub const EXIT_INTERRUPTED: u8 = 3;
@@ -595,7 +595,7 @@ pub fn print_outcome(
             .as_ref()
             .map(|t| thresholds::check_all(&manifest.plan, t))
             .unwrap_or_default();
-        let xml = crate::junit::render(
+        let xml = kiln_summary::junit::render(
             &manifest.name,
             outcome.dir.effective_status().as_str(),
             manifest.status_reason.as_deref(),

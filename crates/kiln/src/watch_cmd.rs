@@ -17,7 +17,7 @@ use serde_json::json;
 use crate::cli::WatchArgs;
 use crate::format::{self, safe_text};
 use crate::run_cmd::{create_run_dir, interrupted_exit_code};
-use crate::{runtime_summary, target_process};
+use crate::target_process;
 
 fn one_line(s: &ResourceSecond) -> String {
     let mut line = format!("{:>4}s", s.second);
@@ -122,7 +122,7 @@ pub fn run(args: WatchArgs, stop: &StopSignal) -> Result<u8> {
         let all: Vec<&RuntimeSecond> = runtime_seconds.iter().collect();
         let mut runtime = summarize(&runtime_info, &all);
         kiln_findings::record::add_thread_roles(&mut runtime, &samples);
-        out!("{}", runtime_summary::to_text(&runtime));
+        out!("{}", kiln_summary::runtime::to_text(&runtime));
         for warning in &warnings {
             outln!("Warning    {}", safe_text(warning));
         }

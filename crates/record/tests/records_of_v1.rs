@@ -118,7 +118,10 @@ fn v1_profile_records_read_typed_and_lose_no_field() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/v1-parts");
     let read = |file: &str| -> (ProfileRecord, Value) {
         let text = std::fs::read_to_string(dir.join(file)).unwrap();
-        (serde_json::from_str(&text).expect(file), serde_json::from_str(&text).unwrap())
+        (
+            serde_json::from_str(&text).expect(file),
+            serde_json::from_str(&text).unwrap(),
+        )
     };
     for file in ["profile.json", "profile-import.json"] {
         let (typed, raw) = read(file);
@@ -126,7 +129,10 @@ fn v1_profile_records_read_typed_and_lose_no_field() {
         assert_eq!(written, without_nulls(raw), "{file}");
     }
     let (perf, _) = read("profile.json");
-    assert_eq!((perf.event, perf.call_graph), (Some(Event::Cpu), Some(CallGraph::Dwarf)));
+    assert_eq!(
+        (perf.event, perf.call_graph),
+        (Some(Event::Cpu), Some(CallGraph::Dwarf))
+    );
     assert_eq!((perf.summary.samples, perf.pids.len()), (17, 1));
     let (import, _) = read("profile-import.json");
     assert_eq!(import.source.unwrap().format, SourceFormat::Pprof);

@@ -96,6 +96,15 @@ fn parse_metric(name: &str) -> Option<Metric> {
     }
 }
 
+/// A plan file's threshold that is wrong, at its line and column.
+#[derive(Debug, thiserror::Error, PartialEq)]
+#[error("{at}: {why}")]
+pub struct PlanThresholdError {
+    /// `file:line:column`.
+    at: String,
+    why: String,
+}
+
 /// A plan file's thresholds, each parsed and, when it names requests (`p95{name:login}`),
 /// checked against the plan's request names: a name no step has is an error at its line
 /// before anything is sent (it once failed only after the run).
@@ -103,11 +112,14 @@ pub fn check_plan_thresholds(
     file: &str,
     thresholds: &[kiln_plan::Located],
     names: &[String],
-) -> anyhow::Result<Vec<String>> {
+) -> Result<Vec<String>, PlanThresholdError> {
     let mut texts = Vec::new();
     for t in thresholds {
         let at = format!("{file}:{}:{}", t.line, t.column);
-        let parsed = Threshold::parse(&t.text).map_err(|e| anyhow::anyhow!("{at}: {e}"))?;
+        let parsed = Threshold::parse(&t.text).map_err(|e| PlanThresholdError {
+            at: at.clone(),
+            why: e.to_string(),
+        })?;
         if let Some(name) = parsed
             .name
             .as_deref()
@@ -115,12 +127,15 @@ pub fn check_plan_thresholds(
         {
             let mut known: Vec<&str> = names.iter().map(String::as_str).collect();
             known.truncate(12);
-            anyhow::bail!(
-                "{at}: threshold '{}' is on the name '{}', which no step has (the names: {})",
-                crate::format::safe_text(&t.text),
-                crate::format::safe_text(name),
-                crate::format::safe_text(&known.join(", "))
-            );
+            return Err(PlanThresholdError {
+                at,
+                why: format!(
+                    "threshold '{}' is on the name '{}', which no step has (the names: {})",
+                    kiln_record::text::safe_text(&t.text),
+                    kiln_record::text::safe_text(name),
+                    kiln_record::text::safe_text(&known.join(", "))
+                ),
+            });
         }
         texts.push(t.text.clone());
     }
@@ -262,7 +277,7 @@ impl Threshold {
             Metric::FailedRatio | Metric::Checks => format!("{:.2}%", actual * 100.0),
             Metric::Throughput => format!("{actual:.1}/s"),
             Metric::Unsent => format!("{actual}"),
-            _ => crate::format::us_f(actual),
+            _ => kiln_record::text::us_f(actual),
         };
         ThresholdResult {
             threshold: self.text.clone(),

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use kiln_record::{NameSecond, PhaseSummary};
 use serde_json::{json, Value};
 
-use crate::format::{safe_text, us};
+use kiln_record::text::{safe_text, us};
 
 /// Labels longer than this are cut in the table (the JSON keeps them whole).
 const LABEL_WIDTH: usize = 36;

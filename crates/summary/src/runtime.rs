@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 
 use kiln_runtime::summary::{GoSummary, PythonSummary, RuntimeSummary, ThreadsSummary};
 
-use crate::format::{self, safe_text};
+use kiln_record::text::{self as format, safe_text};
 
 fn ms(v: f64) -> String {
     if v >= 1000.0 {
