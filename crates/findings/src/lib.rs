@@ -22,24 +22,7 @@ use kiln_record::{RecordError, RunDir};
 /// The version of `findings.json`.
 pub const FINDINGS_VERSION: u32 = 1;
 
-/// How much a finding matters; `--fail-on` compares with it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Severity {
-    Low,
-    Medium,
-    High,
-}
-
-impl Severity {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Low => "low",
-            Self::Medium => "medium",
-            Self::High => "high",
-        }
-    }
-}
+pub use kiln_record::schema::Severity;
 
 /// What a finding costs, by which findings are ranked: a share of something the user pays.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -163,15 +163,6 @@ impl FailOn {
             Self::High => kiln_findings::Severity::High,
         }
     }
-
-    /// The same for the DB-call analysis alone (`kiln queries`).
-    pub fn query_severity(self) -> kiln_queries::analyze::Severity {
-        match self {
-            Self::Low => kiln_queries::analyze::Severity::Low,
-            Self::Medium => kiln_queries::analyze::Severity::Medium,
-            Self::High => kiln_queries::analyze::Severity::High,
-        }
-    }
 }
 
 #[derive(Args, Debug)]

@@ -49,7 +49,7 @@ pub fn settings(args: &QueryAnalysisArgs) -> Result<QuerySettings> {
             TrieFrames::All => Frames::All,
         },
         html: args.html.clone(),
-        fail_on: args.fail_on.map(FailOn::query_severity),
+        fail_on: args.fail_on.map(FailOn::severity),
     })
 }
 

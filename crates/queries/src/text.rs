@@ -99,7 +99,7 @@ pub fn report_text(record: &QueriesRecord, top: usize) -> String {
         let _ = writeln!(
             out,
             "  {:<6} {}  {}  [{}]\n         {}\n         in {} request(s), calls median {} max {}, {:.1} ms in all\n         {}",
-            e.severity.name().to_uppercase(),
+            e.severity.as_str().to_uppercase(),
             e.kind.title(),
             safe_text(&e.route),
             safe_text(&e.id),

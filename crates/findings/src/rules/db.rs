@@ -1,12 +1,12 @@
 //! The DB-call analysis' findings (N+1, redundant, slow, housekeeping...) in the same ranking
 //! as the others, read from `queries.json`.
 
-use kiln_record::schema::queries::{FindingKind, Severity as QuerySeverity};
+use kiln_record::schema::queries::FindingKind;
 use kiln_record::text::safe_text;
 use serde_json::json;
 
 use super::{Draft, Rule};
-use crate::{RunRecord, Severity, Verdict};
+use crate::{RunRecord, Verdict};
 
 pub const DB_CALLS: Rule = Rule {
     id: "db.calls",
@@ -37,14 +37,6 @@ fn cause_of(kind: FindingKind) -> &'static str {
             "the driver or pool sends session statements (SET, transaction \
                            control) around the real work"
         }
-    }
-}
-
-fn severity_of(severity: QuerySeverity) -> Severity {
-    match severity {
-        QuerySeverity::High => Severity::High,
-        QuerySeverity::Medium => Severity::Medium,
-        QuerySeverity::Low => Severity::Low,
     }
 }
 
@@ -84,7 +76,7 @@ fn db_calls(run: &RunRecord) -> Verdict {
             Draft {
                 rule: &format!("db.{}", e.kind.name().replace('_', "-")),
                 key: &e.id,
-                severity: severity_of(e.severity),
+                severity: e.severity,
                 title,
                 evidence,
                 window: run.window(),
@@ -125,7 +117,7 @@ mod tests {
         let f = &found[0];
         assert_eq!(
             (f.rule.as_str(), f.severity),
-            ("db.n-plus-one", Severity::High)
+            ("db.n-plus-one", crate::Severity::High)
         );
         assert_eq!(
             f.title,

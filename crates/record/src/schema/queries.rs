@@ -3,6 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
+pub use super::Severity;
+
 /// How much of what came in the analysis can use: an instrumentation gap shows here
 /// instead of as a silently empty result.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -129,25 +131,6 @@ impl FindingKind {
             Self::ChunkyBatch => "Batches too small",
             Self::Slow => "Slow query",
             Self::Housekeeping => "Housekeeping statements",
-        }
-    }
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Severity {
-    Low,
-    Medium,
-    High,
-}
-
-impl Severity {
-    /// The severity as recorded, e.g. `high`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Low => "low",
-            Self::Medium => "medium",
-            Self::High => "high",
         }
     }
 }
@@ -296,7 +279,7 @@ mod tests {
             assert_eq!(serde_json::to_value(kind).unwrap(), kind.name());
         }
         for severity in [Severity::Low, Severity::Medium, Severity::High] {
-            assert_eq!(serde_json::to_value(severity).unwrap(), severity.name());
+            assert_eq!(serde_json::to_value(severity).unwrap(), severity.as_str());
         }
     }
 }
