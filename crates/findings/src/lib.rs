@@ -19,8 +19,9 @@ pub use text::to_text;
 use kiln_record::parts::FINDINGS_PART;
 use kiln_record::{RecordError, RunDir};
 
-/// The version of `findings.json`.
-pub const FINDINGS_VERSION: u32 = 1;
+/// The version of `findings.json`. 2: a finding names the frame it cites in a flame graph
+/// (`flame`); a record of version 1 is judged again.
+pub const FINDINGS_VERSION: u32 = 2;
 
 pub use kiln_record::schema::Severity;
 
@@ -60,9 +61,28 @@ pub struct Finding {
     /// The fix to try: the setting, flag or code change.
     pub fix: String,
     pub impact: Impact,
+    /// The frame the finding cites in one of the run's flame graphs, for the report's link.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flame: Option<FlameCite>,
     /// The evidence as data (series, frames, statements), for the report and scripts.
     #[serde(default)]
     pub data: serde_json::Value,
+}
+
+impl Finding {
+    /// The finding, citing `flame` in a flame graph.
+    pub fn citing(mut self, flame: Option<FlameCite>) -> Self {
+        self.flame = flame;
+        self
+    }
+}
+
+/// A frame a finding cites, and which profile's flame graph shows it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FlameCite {
+    /// The profile's event: `cpu` (on-CPU) or `cswitch` (off-CPU).
+    pub event: kiln_record::schema::profile::Event,
+    pub frame: String,
 }
 
 /// A rule that could not judge this record, and why (no profile, too few samples...).

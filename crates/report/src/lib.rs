@@ -22,11 +22,12 @@ mod flame;
 
 pub use compare::render_compare;
 
-use kiln_findings::{Finding, Report};
+use kiln_findings::{Finding, FlameCite, Report};
 use kiln_profile::Folded;
 use kiln_queries::trie::StackTrie;
 use kiln_record::parts::{OFF_CPU, ON_CPU, QUERIES_PART, TRIE_CALLS_PART, TRIE_TIME_PART};
 use kiln_record::schema::plan::PlanRecord;
+use kiln_record::schema::profile::Event;
 use kiln_record::schema::queries::QueriesRecord;
 use kiln_record::text::{html_escape as esc, script_json, us};
 use kiln_record::{
@@ -268,12 +269,10 @@ fn finding_card(f: &Finding) -> String {
 /// in the charts, its statements in the DB section.
 fn finding_links(f: &Finding) -> String {
     let mut links = Vec::new();
-    if let Some(frame) = f.data["frames"][0][0].as_str() {
-        // a finding over the off-CPU profile says so in its data
-        let (hash, which) = if f.data["profile"] == "off-cpu" {
-            ("offcpu-search", "off-CPU flame graph")
-        } else {
-            ("search", "flame graph")
+    if let Some(FlameCite { event, frame }) = &f.flame {
+        let (hash, which) = match event {
+            Event::Cswitch => ("offcpu-search", "off-CPU flame graph"),
+            Event::Cpu => ("search", "flame graph"),
         };
         links.push(format!(
             "<a href=\"#{hash}={}\">find {} in the {which}</a>",
@@ -873,7 +872,7 @@ mod tests {
 
     #[test]
     fn a_finding_over_the_off_cpu_profile_links_to_its_flame_graph() {
-        let finding = |data: Value| Finding {
+        let finding = |flame: Option<(Event, &str)>| Finding {
             id: "x".into(),
             rule: "r".into(),
             severity: kiln_findings::Severity::High,
@@ -886,17 +885,19 @@ mod tests {
                 share: 0.5,
                 of: "x".into(),
             },
-            data,
+            flame: flame.map(|(event, frame)| FlameCite {
+                event,
+                frame: frame.into(),
+            }),
+            data: Value::Null,
         };
-        let off = finding_links(&finding(
-            json!({"profile": "off-cpu", "frames": [["app::get", 0.5]]}),
-        ));
+        let off = finding_links(&finding(Some((Event::Cswitch, "app::get"))));
         assert!(
             off.contains("href=\"#offcpu-search=app%3A%3Aget\""),
             "{off}"
         );
         assert!(off.contains("off-CPU flame graph"), "{off}");
-        let on = finding_links(&finding(json!({"frames": [["app::get", 0.5]]})));
+        let on = finding_links(&finding(Some((Event::Cpu, "app::get"))));
         assert!(on.contains("href=\"#search=app%3A%3Aget\""), "{on}");
     }
 }

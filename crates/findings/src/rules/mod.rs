@@ -97,6 +97,7 @@ impl Draft<'_> {
                 },
                 of: self.impact.1.to_string(),
             },
+            flame: None,
             data: self.data,
         }
     }

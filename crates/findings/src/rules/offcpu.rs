@@ -138,6 +138,10 @@ fn lock_contention(run: &RunRecord) -> Verdict {
         .collect();
     evidence.push(format!("threads: {}", names.join(", ")));
     let waiter = callers.first().map(|(f, _)| f.as_str());
+    let flame = waiter.map(|frame| crate::FlameCite {
+        event: kiln_record::schema::profile::Event::Cswitch,
+        frame: frame.to_string(),
+    });
     let gil = lock_frames.iter().any(|(f, _)| f.contains("take_gil"));
     Verdict::Found(vec![Draft {
         rule: LOCK_CONTENTION.id,
@@ -178,7 +182,8 @@ fn lock_contention(run: &RunRecord) -> Verdict {
             "per_request": if per_request.is_finite() { json!(per_request) } else { json!(null) },
             "frames": callers, "locks": lock_frames, "threads": thread_names}),
     }
-    .finish()])
+    .finish()
+    .citing(flame)])
 }
 
 #[cfg(test)]

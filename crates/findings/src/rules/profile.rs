@@ -488,6 +488,10 @@ fn categories(run: &RunRecord) -> Verdict {
         } else {
             Severity::Low
         };
+        let flame = frames.first().map(|(frame, _)| crate::FlameCite {
+            event: kiln_record::schema::profile::Event::Cpu,
+            frame: frame.clone(),
+        });
         found.push(
             Draft {
                 rule: category.rule,
@@ -506,7 +510,8 @@ fn categories(run: &RunRecord) -> Verdict {
                 data: json!({"samples": t.samples, "total": total,
                     "frames": frames, "callers": callers}),
             }
-            .finish(),
+            .finish()
+            .citing(flame),
         );
     }
     Verdict::Found(found)
