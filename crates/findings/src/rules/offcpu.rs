@@ -235,6 +235,10 @@ mod tests {
         );
         assert_eq!(f.data["frames"][0][0], "app::cache::get");
         assert_eq!(f.data["profile"], "off-cpu");
+        // the report links it to the off-CPU flame graph at the waiting frame
+        let flame = f.flame.as_ref().expect("the frame it cites");
+        assert_eq!(flame.event, kiln_record::schema::profile::Event::Cswitch);
+        assert_eq!(flame.frame, "app::cache::get");
         assert!((f.impact.share - 0.6).abs() < 1e-9);
     }
 

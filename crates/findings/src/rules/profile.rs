@@ -674,6 +674,13 @@ mod tests {
             "{:?}",
             f[0].data
         );
+        // the report links it to the on-CPU flame graph at its top frame
+        let flame = f[0].flame.as_ref().expect("the frame it cites");
+        assert_eq!(flame.event, kiln_record::schema::profile::Event::Cpu);
+        assert_eq!(
+            Some(flame.frame.as_str()),
+            f[0].data["frames"][0][0].as_str()
+        );
     }
 
     #[test]

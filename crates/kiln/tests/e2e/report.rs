@@ -353,6 +353,7 @@ fn hostile_text_in_the_record_stays_text_and_loads_nothing() {
         "id": all, "rule": all, "severity": "high", "title": all,
         "evidence": payloads, "window": {"from_unix_ms": 1, "to_unix_ms": 2}, "cause": all,
         "fix": all, "impact": {"share": 0.5, "of": all},
+        "flame": {"event": "cpu", "frame": payloads[0]},
         "data": {"frames": payloads.iter().map(|p| serde_json::json!([p, 0.5])).collect::<Vec<_>>()}
     }]);
     findings["unjudged"] = serde_json::json!([{"rule": all, "reason": all}]);
