@@ -8,4 +8,4 @@ cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo test --workspace --locked --lib --bins \
   --test check --test har --test analysis --test fingerprint_golden --test readers_fuzz \
-  --test statistics
+  --test statistics --test records_of_v1

@@ -152,7 +152,7 @@ pub fn run(args: DemoArgs, stop: &StopSignal) -> Result<u8> {
         eprintln!("kiln demo: runs under 30 s are too short to find the periodic stall");
     }
     eprintln!();
-    let analysis = crate::queries_cmd::settings(&QueryAnalysisArgs {
+    let analysis = crate::traces::settings(&QueryAnalysisArgs {
         route: None,
         request: None,
         n_plus_one: 5,
@@ -178,7 +178,7 @@ pub fn run(args: DemoArgs, stop: &StopSignal) -> Result<u8> {
                 "The shop with every fix (--fixed)"
             }
         );
-        let receiver = crate::queries_cmd::start_receiver("127.0.0.1:0")?;
+        let receiver = crate::traces::start_receiver("127.0.0.1:0")?;
         let shop = ShopProcess::start(shop_args, Some(receiver.addr()))?;
         let plan = LoadPlan {
             target: Target::parse(&shop.url(ORDER_PATH))?,
@@ -272,13 +272,13 @@ pub fn run(args: DemoArgs, stop: &StopSignal) -> Result<u8> {
         eprintln!("kiln demo: interrupted; the run above is recorded");
         return Ok(0);
     };
-    let comparison = crate::compare_cmd::compare(
+    let comparison = crate::comparison::compare(
         planted.dir.path(),
         fixed.dir.path(),
         &CompareMethod::default(),
     )?;
     let compare_page = fixed.dir.path().join("compare.html");
-    crate::compare_cmd::write_page(
+    crate::comparison::write_page(
         planted.dir.path(),
         fixed.dir.path(),
         &comparison,

@@ -4,7 +4,7 @@ use anyhow::{Context, Result};
 use kiln_record::RunDir;
 
 use crate::cli::FindingsArgs;
-use crate::run_cmd::EXIT_THRESHOLDS_FAILED;
+use crate::exit::EXIT_THRESHOLDS_FAILED;
 
 pub fn run(args: FindingsArgs) -> Result<u8> {
     let dir = RunDir::open(&args.run_dir)

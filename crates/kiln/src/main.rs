@@ -5,8 +5,10 @@
 mod stdout;
 mod cli;
 mod compare_cmd;
+mod comparison;
 mod demo;
 mod doctor_cmd;
+mod exit;
 mod findings_cmd;
 mod format;
 mod hedge_cmd;
@@ -20,6 +22,7 @@ mod report_cmd;
 mod run_cmd;
 mod summary;
 mod target_process;
+mod traces;
 mod watch_cmd;
 
 use std::io::Write as _;
@@ -58,7 +61,7 @@ fn watch_for_interrupts(stop: StopSignal) {
                         _ = hup.recv() => (libc::SIGHUP, "SIGHUP"),
                     };
                     if round > 0 {
-                        std::process::exit(run_cmd::signal_exit_code(signo).into());
+                        std::process::exit(exit::signal_exit_code(signo).into());
                     }
                     // A closed terminal (SIGHUP) cannot take the message: ignore the error.
                     let _ = writeln!(
@@ -119,7 +122,7 @@ fn finish(result: anyhow::Result<u8>) -> ExitCode {
     match result {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
-            let text = run_cmd::error_text(&e);
+            let text = exit::error_text(&e);
             eprintln!("kiln: error: {}", format::safe_text(&text));
             ExitCode::from(1)
         }

@@ -4,7 +4,7 @@
 use anyhow::{Context, Result};
 use kiln_record::RunDir;
 
-use crate::cli::{MergeArgs, ReportArgs};
+use crate::cli::MergeArgs;
 
 pub fn run(args: MergeArgs) -> Result<u8> {
     let options = kiln_merge::MergeOptions {
@@ -19,9 +19,5 @@ pub fn run(args: MergeArgs) -> Result<u8> {
     if !args.json {
         out!("{}\n", kiln_merge::shards_text(&merged));
     }
-    crate::report_cmd::run(ReportArgs {
-        run_dir: merged.dir,
-        json: args.json,
-        html: None,
-    })
+    crate::summary::print_run(&dir, &merged.dir, args.json)
 }

@@ -16,8 +16,8 @@ use kiln_sample::ProcFs;
 use serde_json::{json, Value};
 
 use crate::cli::{ProfileAction, ProfileArgs, ProfileCallGraph, ProfileEvent, ProfileOutput};
+use crate::exit::{signal_exit_code, EXIT_INTERRUPTED};
 use crate::format::safe_text;
-use crate::run_cmd::{signal_exit_code, EXIT_INTERRUPTED};
 use crate::target_process;
 
 pub fn run(args: ProfileArgs, stop: &StopSignal) -> Result<u8> {
@@ -33,7 +33,7 @@ pub fn run(args: ProfileArgs, stop: &StopSignal) -> Result<u8> {
 }
 
 fn create_dir(output: &ProfileOutput, name: &str, plan: Value) -> Result<RunDir> {
-    crate::run_cmd::create_run_dir(
+    kiln_runner::create_run_dir(
         &RunLocation::from_flag(output.out.as_deref(), name),
         name,
         PlanRecord::Other(plan),

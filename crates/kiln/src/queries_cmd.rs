@@ -4,54 +4,23 @@
 
 use kiln_record::schema::plan::PlanRecord;
 use std::io::IsTerminal;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use kiln_load::plan::parse_duration;
 use kiln_load::StopSignal;
-use kiln_queries::analyze::Options;
-use kiln_queries::receiver::{Receiver, JSON_RECORD, LEGACY_RECORDS, PROTOBUF_RECORD};
-use kiln_queries::trie::Frames;
+use kiln_queries::receiver::{JSON_RECORD, LEGACY_RECORDS, PROTOBUF_RECORD};
 use kiln_queries::Ingest;
 use kiln_record::{RunLocation, RunStatus};
 use kiln_runner::query_parts::{gate, list_recorded, write_report};
-use kiln_runner::QuerySettings;
 use serde_json::json;
 
-use crate::cli::{FailOn, QueriesArgs, QueryAnalysisArgs, TrieFrames};
-use crate::run_cmd::{create_run_dir, interrupted_exit_code, or_fail, EXIT_THRESHOLDS_FAILED};
+use crate::cli::QueriesArgs;
+use crate::exit::{interrupted_exit_code, EXIT_THRESHOLDS_FAILED};
+use kiln_runner::{create_run_dir, or_fail};
 
-/// How spans are analysed, from the flags.
-pub fn settings(args: &QueryAnalysisArgs) -> Result<QuerySettings> {
-    if !(args.slow_ms.is_finite() && args.slow_ms > 0.0) {
-        bail!(
-            "--slow-ms must be a positive number of milliseconds, not {}",
-            args.slow_ms
-        );
-    }
-    let options = Options {
-        n_plus_one_min: args.n_plus_one as usize,
-        slow_ms: args.slow_ms,
-        route: args.route.clone(),
-        request: args.request.clone(),
-        worst_requests: 10,
-        ignore_sql: args.ignore_sql.clone(),
-        ignore_frames: args.ignore_frames.clone(),
-        app_packages: args.app_packages.clone(),
-        window_ns: None,
-    };
-    Ok(QuerySettings {
-        options,
-        frames: match args.frames {
-            TrieFrames::App => Frames::App,
-            TrieFrames::All => Frames::All,
-        },
-        html: args.html.clone(),
-        fail_on: args.fail_on.map(FailOn::severity),
-    })
-}
+use crate::traces::{settings, start_receiver};
 
 fn files_of_dir(dir: &Path) -> Result<Vec<PathBuf>> {
     let found: Vec<PathBuf> = [JSON_RECORD, PROTOBUF_RECORD]
@@ -84,17 +53,6 @@ pub fn read_files(ingest: &mut Ingest, files: &[PathBuf]) -> Result<()> {
         }
     }
     Ok(())
-}
-
-/// Starts the receiver (before the run directory exists, so that a bad address leaves no
-/// directory behind); a non-loopback address gets a warning.
-pub fn start_receiver(addr: &str) -> Result<Receiver> {
-    let receiver = Receiver::start(addr, None)?;
-    let local: SocketAddr = receiver.addr();
-    if !local.ip().is_loopback() {
-        eprintln!("kiln: warning: receiving traces on {local}, reachable from other hosts");
-    }
-    Ok(receiver)
 }
 
 pub fn run(args: QueriesArgs, stop: &StopSignal) -> Result<u8> {

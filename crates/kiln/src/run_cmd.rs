@@ -10,31 +10,11 @@ use kiln_record::{PhaseSummary, RunLocation, RunStatus};
 use kiln_runner::{execute, OtlpSpec, RunOutcome, RunSpec};
 use kiln_sample::ProcFs;
 
-pub use kiln_runner::{create_run_dir, error_text, or_fail};
-
 use crate::cli::{CompareMethod, FailOn, RunArgs};
+use crate::exit::{interrupted_exit_code, EXIT_SENT_NOTHING, EXIT_THRESHOLDS_FAILED};
 use crate::live::LiveOutput;
 use crate::summary;
 use kiln_summary::thresholds::{self, Threshold};
-
-/// Exit codes, documented in `kiln --help`.
-pub const EXIT_INTERRUPTED: u8 = 3;
-/// A run that sent nothing: an error, not a result.
-pub const EXIT_SENT_NOTHING: u8 = 1;
-
-/// A run stopped by a signal exits as shells report it: 128 + the signal (Ctrl-C 130,
-/// SIGTERM 143, SIGHUP 129).
-pub fn signal_exit_code(signal: i32) -> u8 {
-    128u8.saturating_add(u8::try_from(signal).unwrap_or(0))
-}
-
-/// The exit code of an interrupted run: the signal's when one stopped it, else 3.
-pub fn interrupted_exit_code(signal: Option<i32>) -> u8 {
-    signal.map_or(EXIT_INTERRUPTED, signal_exit_code)
-}
-
-/// As k6's ThresholdsHaveFailed.
-pub const EXIT_THRESHOLDS_FAILED: u8 = 99;
 
 /// The largest request body kiln sends (each connection holds the encoded request).
 const MAX_BODY_BYTES: u64 = 64 << 20;
@@ -116,8 +96,6 @@ pub struct Built {
 }
 
 const DEFAULT_CONNECTIONS: usize = 50;
-/// How long a `--spawn`ed target has to accept connections.
-pub const SPAWN_READY_WITHIN: Duration = Duration::from_secs(30);
 const DEFAULT_DURATION: &str = "10s";
 const DEFAULT_TIMEOUT: &str = "10s";
 
@@ -513,15 +491,6 @@ fn name_from_plan_file(path: &str) -> String {
         .unwrap_or_else(|| "plan".into())
 }
 
-/// Whether a `--threshold` recorded in the plan fails on the measured phases.
-pub fn thresholds_failed(manifest: &kiln_record::RunManifest, phases: &[PhaseSummary]) -> bool {
-    PhaseSummary::measured_total(phases).is_some_and(|total| {
-        thresholds::check_all(&manifest.plan, &total)
-            .iter()
-            .any(|t| !t.ok)
-    })
-}
-
 /// `kiln run --compare BASE`: the base run and how to compare with it.
 pub struct CompareWith {
     pub base: std::path::PathBuf,
@@ -560,7 +529,7 @@ pub fn print_outcome(
     };
     // A run compared with a base: the comparison is part of the summary (and of its JSON).
     let comparison = match compare {
-        Some(with) => Some(crate::compare_cmd::compare(
+        Some(with) => Some(crate::comparison::compare(
             &with.base,
             outcome.dir.path(),
             &with.method,
@@ -579,14 +548,14 @@ pub fn print_outcome(
         );
     }
     let regressed = match (compare, &comparison) {
-        (Some(with), Some(c)) => crate::compare_cmd::exit_code(c, &with.method) != 0,
+        (Some(with), Some(c)) => crate::comparison::exit_code(c, &with.method) != 0,
         _ => false,
     };
     // a shard's thresholds are judged by kiln merge, on all the shards' requests: one shard's
     // share is not the run
     let shard = manifest.plan.load().is_some_and(|p| p.shard.is_some());
-    let failed_thresholds = !shard && thresholds_failed(manifest, &outcome.phases);
-    if shard && thresholds_failed(manifest, &outcome.phases) && !json {
+    let failed_thresholds = !shard && thresholds::thresholds_failed(manifest, &outcome.phases);
+    if shard && thresholds::thresholds_failed(manifest, &outcome.phases) && !json {
         outln!("Thresholds judged on this shard alone; kiln merge judges them on the whole run");
     }
     if let Some(path) = junit {
@@ -689,7 +658,7 @@ pub fn run(args: RunArgs, stop: &StopSignal) -> Result<u8> {
         Some(command) => Some(kiln_runner::spawn::SpawnedTarget::start(
             command,
             Some(plan.target.addr),
-            SPAWN_READY_WITHIN,
+            kiln_runner::spawn::READY_WITHIN,
         )?),
         None => None,
     };
@@ -720,12 +689,12 @@ pub fn run(args: RunArgs, stop: &StopSignal) -> Result<u8> {
     // `--fail-on` judges every finding, the DB calls' among them, once the run is recorded
     let settings = kiln_runner::QuerySettings {
         fail_on: None,
-        ..crate::queries_cmd::settings(&args.queries)?
+        ..crate::traces::settings(&args.queries)?
     };
     let otlp = match &args.otlp_listen {
         Some(addr) => {
             let wait = parse_duration(&args.otlp_wait)?;
-            let receiver = crate::queries_cmd::start_receiver(addr)?;
+            let receiver = crate::traces::start_receiver(addr)?;
             eprintln!(
                 "kiln: receiving OTLP traces at http://{}/v1/traces",
                 receiver.addr()

@@ -15,9 +15,10 @@ use kiln_sample::{ProcFs, ResourceSecond, Sampler, RESOURCES_PART};
 use serde_json::json;
 
 use crate::cli::WatchArgs;
+use crate::exit::interrupted_exit_code;
 use crate::format::{self, safe_text};
-use crate::run_cmd::{create_run_dir, interrupted_exit_code};
 use crate::target_process;
+use kiln_runner::create_run_dir;
 
 fn one_line(s: &ResourceSecond) -> String {
     let mut line = format!("{:>4}s", s.second);
@@ -63,7 +64,7 @@ pub fn run(args: WatchArgs, stop: &StopSignal) -> Result<u8> {
             command,
             args.port
                 .map(|port| std::net::SocketAddr::from(([127, 0, 0, 1], port))),
-            crate::run_cmd::SPAWN_READY_WITHIN,
+            kiln_runner::spawn::READY_WITHIN,
         )?),
         None => None,
     };

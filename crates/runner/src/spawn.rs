@@ -16,6 +16,9 @@ use anyhow::{bail, Context, Result};
 use kiln_runtime::go::{parse_gctrace, GcTraceFeed};
 
 /// Lines of the target's output kept for error messages.
+/// How long a `--spawn`ed target has to accept connections (kiln run, kiln watch).
+pub const READY_WITHIN: Duration = Duration::from_secs(30);
+
 const KEPT_LINES: usize = 50;
 /// Without an address to wait for, the target is taken as started once it has lived this
 /// long.

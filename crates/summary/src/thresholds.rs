@@ -288,6 +288,12 @@ impl Threshold {
     }
 }
 
+/// Whether a `--threshold` recorded in the plan fails on the measured phases.
+pub fn thresholds_failed(manifest: &kiln_record::RunManifest, phases: &[PhaseSummary]) -> bool {
+    PhaseSummary::measured_total(phases)
+        .is_some_and(|total| check_all(&manifest.plan, &total).iter().any(|t| !t.ok))
+}
+
 /// Checks every threshold stored in a plan record against the results.
 pub fn check_all(plan: &PlanRecord, results: &PhaseSummary) -> Vec<ThresholdResult> {
     plan.load()
