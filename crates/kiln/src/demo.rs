@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use kiln_demo_shop::{Config, Problem};
-use kiln_load::{Arrivals, LoadPlan, Model, PhaseSpec, RateStage, RequestSpec, StopSignal, Target};
+use kiln_load::{Arrivals, LoadPlan, Model, PhaseSpec, RateStage, StopSignal, Target};
 use kiln_record::RunLocation;
 use kiln_runner::{execute, OtlpSpec, RunOutcome, RunSpec};
 use kiln_runtime::watch::Depth;
@@ -180,28 +180,19 @@ pub fn run(args: DemoArgs, stop: &StopSignal) -> Result<u8> {
         );
         let receiver = crate::traces::start_receiver("127.0.0.1:0")?;
         let shop = ShopProcess::start(shop_args, Some(receiver.addr()))?;
-        let plan = LoadPlan {
-            target: Target::parse(&shop.url(ORDER_PATH))?,
-            request: RequestSpec::default(),
-            model: Model::Open {
-                stages: RateStage::steady(args.rate, duration),
-                connections: 16,
-                max_connections: 256,
-                arrivals: Arrivals::Poisson {
-                    seed: step as u64 + 1,
-                },
+        let model = Model::Open {
+            stages: RateStage::steady(args.rate, duration),
+            connections: 16,
+            max_connections: 256,
+            arrivals: Arrivals::Poisson {
+                seed: step as u64 + 1,
             },
-            duration,
+        };
+        let plan = LoadPlan {
             timeout: Duration::from_secs(5),
             connect_timeout: Duration::from_secs(2),
             threads: 1,
-            insecure: false,
-            dead_after: Duration::from_secs(5),
-            http2: false,
-            workload: None,
-            hedge: None,
-            shard: None,
-            kept: Default::default(),
+            ..LoadPlan::new(Target::parse(&shop.url(ORDER_PATH))?, model, duration)
         };
         // the shop's first seconds (threads started, connections opened, pages first
         // touched) are left out, as a user's run would leave them out

@@ -167,23 +167,12 @@ fn build_from_plan_file(args: &RunArgs) -> Result<Built> {
     }
     let plan = kiln_plan::load(std::path::Path::new(&args.url), &sets)?;
     let mut load = LoadPlan {
-        target: plan.base().clone(),
-        request: RequestSpec::default(),
-        model: plan.model.clone(),
-        duration: plan.duration,
-        timeout: plan.timeout.unwrap_or(parse_duration(DEFAULT_TIMEOUT)?),
-        connect_timeout: parse_duration(&args.connect_timeout)?,
-        threads: args
-            .threads
-            .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get())),
-        insecure: args.insecure,
-        dead_after: parse_duration(&args.dead_after)?,
-        http2: args.http2 || plan.http2,
         workload: Some(plan.workload.clone()),
-        hedge: None,
-        shard: None,
-        kept: Default::default(),
+        http2: args.http2 || plan.http2,
+        timeout: plan.timeout.unwrap_or(parse_duration(DEFAULT_TIMEOUT)?),
+        ..LoadPlan::new(plan.base().clone(), plan.model.clone(), plan.duration)
     };
+    common_flags(&mut load, args)?;
     load.validate()?;
     if let Some(note) = kiln_load::limits::fit_max_connections(&mut load) {
         eprintln!("kiln: {note}");
@@ -206,6 +195,18 @@ fn build_from_plan_file(args: &RunArgs) -> Result<Built> {
         warmup_auto,
         outline: Some(plan.outline),
     })
+}
+
+/// The flags a URL run and a plan file's run share: connecting, threads, certificates and
+/// when a failing run is dead.
+fn common_flags(plan: &mut LoadPlan, args: &RunArgs) -> Result<()> {
+    plan.connect_timeout = parse_duration(&args.connect_timeout)?;
+    if let Some(threads) = args.threads {
+        plan.threads = threads;
+    }
+    plan.insecure = args.insecure;
+    plan.dead_after = parse_duration(&args.dead_after)?;
+    Ok(())
 }
 
 fn check_repeat(args: &RunArgs) -> Result<()> {
@@ -259,23 +260,12 @@ pub fn build_plan(args: &RunArgs) -> Result<LoadPlan> {
         ),
     };
     let mut plan = LoadPlan {
-        target,
         request,
-        model,
-        duration,
         timeout: parse_duration(args.timeout.as_deref().unwrap_or(DEFAULT_TIMEOUT))?,
-        connect_timeout: parse_duration(&args.connect_timeout)?,
-        threads: args
-            .threads
-            .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get())),
-        insecure: args.insecure,
-        dead_after: parse_duration(&args.dead_after)?,
         http2: args.http2,
-        workload: None,
-        hedge: None,
-        shard: None,
-        kept: Default::default(),
+        ..LoadPlan::new(target, model, duration)
     };
+    common_flags(&mut plan, args)?;
     plan.hedge = hedge_plan(args, &plan.request)?;
     plan.validate()?;
     if let Some(note) = kiln_load::limits::fit_max_connections(&mut plan) {

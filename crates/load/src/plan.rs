@@ -361,6 +361,28 @@ pub struct LoadPlan {
 }
 
 impl LoadPlan {
+    /// A GET of `target` with `model` for `duration`, everything else as `kiln run`'s
+    /// defaults: 10 s timeout, 5 s to connect, one thread per CPU, HTTP/1.1, certificates
+    /// checked, a run ended after 5 s without any response while requests fail.
+    pub fn new(target: Target, model: Model, duration: Duration) -> Self {
+        Self {
+            target,
+            request: RequestSpec::default(),
+            model,
+            duration,
+            timeout: Duration::from_secs(10),
+            connect_timeout: Duration::from_secs(5),
+            threads: std::thread::available_parallelism().map_or(2, |n| n.get()),
+            insecure: false,
+            dead_after: Duration::from_secs(5),
+            http2: false,
+            workload: None,
+            hedge: None,
+            shard: None,
+            kept: Default::default(),
+        }
+    }
+
     /// Checks ranges; call before running.
     pub fn validate(&self) -> Result<(), PlanError> {
         let range = |what, ok: bool, why: String| {

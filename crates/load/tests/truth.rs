@@ -4,9 +4,7 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use kiln_load::{
-    run_phase, Arrivals, LoadPlan, Model, PhaseSpec, RateStage, RequestSpec, StopSignal, Target,
-};
+use kiln_load::{run_phase, Arrivals, LoadPlan, Model, PhaseSpec, RateStage, StopSignal, Target};
 use kiln_record::{ErrorKind, PhaseEnd, PhaseSummary};
 use kiln_targets::{ensure, timing_attempts, Behavior, Stall, TargetServer};
 
@@ -30,20 +28,14 @@ fn open(rate: f64, secs: u64, connections: usize, max_connections: usize) -> Mod
 
 fn plan(target: &TargetServer, model: Model, secs: u64) -> LoadPlan {
     LoadPlan {
-        target: Target::parse(&target.url("/")).unwrap(),
-        request: RequestSpec::default(),
-        model,
-        duration: Duration::from_secs(secs),
-        timeout: Duration::from_secs(5),
         connect_timeout: Duration::from_secs(2),
         threads: 2,
-        insecure: false,
-        dead_after: Duration::from_secs(5),
-        http2: false,
-        workload: None,
-        hedge: None,
-        shard: None,
-        kept: Default::default(),
+        timeout: Duration::from_secs(5),
+        ..LoadPlan::new(
+            Target::parse(&target.url("/")).unwrap(),
+            model,
+            Duration::from_secs(secs),
+        )
     }
 }
 
