@@ -27,8 +27,9 @@ const LARGE_CHANGE_US: f64 = 1_000.0;
 const MAX_P_LARGE_CHANGE: f64 = 0.01;
 /// The first and last fifths' medians must differ by this share...
 const MIN_CHANGE: f64 = 0.25;
-/// ...and by this much: below it a trend is scheduling noise.
-const MIN_CHANGE_US: f64 = 200.0;
+/// ...and by this much: below it a trend is scheduling and cache noise on a shared host (the
+/// demo's fixed shop, alone on a CI machine, once "fell" from 588 to 386 us over 30 s).
+const MIN_CHANGE_US: f64 = 500.0;
 
 pub const DRIFT: Rule = Rule {
     id: "latency.drift",
@@ -309,6 +310,10 @@ mod tests {
         // a small but steady rise: 2.00 to 2.10 ms is a trend, not a problem
         let small = run_of(60, |i| 2_000 + 2 * i as u64);
         assert!(matches!(drift(&small), Verdict::Clear));
+        // a sub-millisecond target whose median slid 600 -> 380 us over 30 s, as the demo's
+        // fixed shop once did on a CI machine: steady, 35%, but scheduling noise in size
+        let sliding = run_of(30, |i| 620 - 9 * i as u64);
+        assert!(matches!(drift(&sliding), Verdict::Clear));
     }
 
     #[test]

@@ -226,6 +226,7 @@ fn a_correlation_that_fails_is_counted_and_cuts_the_iteration() {
     let path = dir.path().join("plan.yaml");
     std::fs::write(&path, text).unwrap();
     let junit = dir.path().join("junit.xml");
+    let record = dir.path().join("run");
     let out = kiln(&[
         "run",
         path.to_str().unwrap(),
@@ -233,6 +234,8 @@ fn a_correlation_that_fails_is_counted_and_cuts_the_iteration() {
         "--quiet",
         "--junit",
         junit.to_str().unwrap(),
+        "--out",
+        record.to_str().unwrap(),
     ]);
     // The per-name threshold on `order` fails: no order was sent.
     let json = json_with_exit(&out, 99);
