@@ -8,7 +8,7 @@ use kiln_record::parts::{
     PROFILE_FOLDED_PART, PROFILE_SUMMARY_PART, QUERIES_PART, TRIE_CALLS_PART, TRIE_TIME_PART,
 };
 use kiln_record::schema::plan::{Arrivals, LoadPlanRecord, Model, RateStage};
-use kiln_record::schema::profile::{Event, ProfileRecord};
+use kiln_record::schema::profile::Event;
 use kiln_record::schema::queries::{
     AnalysisRecord, Coverage, Finding, FindingKind, FindingSummary, FingerprintUse, QueriesRecord,
     RouteSummary, Severity,
@@ -117,8 +117,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     run.write_file_part(PROFILE_FOLDED_PART, "profile.folded", 1, folded.as_bytes())?;
     let (folded, _) = kiln_profile::Folded::parse(&folded)?;
-    let mut profile = ProfileRecord::new(kiln_profile::summarize(&folded, 10), "samples");
-    profile.event = Some(Event::Cpu);
+    let profile = kiln_findings::record::Profile::of(folded, Event::Cpu).record;
     run.write_file_part(
         PROFILE_SUMMARY_PART,
         "profile.json",

@@ -166,7 +166,7 @@ fn record(args: &ProfileArgs, stop: &StopSignal) -> Result<u8> {
     );
     out!(
         "{}",
-        kiln_summary::profile::summary_text(&written.summary, event.count_name())
+        kiln_summary::profile::summary_text(&written.record.summary, event.count_name())
     );
     for done in &profiled.jit.done {
         outln!("JIT        {}", safe_text(done));
@@ -247,7 +247,7 @@ fn import(file: &Path, output: &ProfileOutput) -> Result<u8> {
         outln!(
             "{}",
             serde_json::to_string_pretty(&json!({"run_dir": dir.path(), "source": source,
-            "summary": written.summary, "flame": written.flame, "folded": written.folded,
+            "summary": written.record.summary, "flame": written.flame, "folded": written.folded,
             "speedscope": written.speedscope}))?
         );
         return Ok(0);
@@ -264,7 +264,7 @@ fn import(file: &Path, output: &ProfileOutput) -> Result<u8> {
     );
     out!(
         "{}",
-        kiln_summary::profile::summary_text(&written.summary, &count_name)
+        kiln_summary::profile::summary_text(&written.record.summary, &count_name)
     );
     out!("{}", files_text(&written, &dir));
     Ok(0)

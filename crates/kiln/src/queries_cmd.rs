@@ -136,7 +136,7 @@ pub fn run(args: QueriesArgs, stop: &StopSignal) -> Result<u8> {
             "{}",
             serde_json::to_string_pretty(
                 &json!({"run_dir": dir.path(), "status": status.as_str(),
-                "analysis": &report.analysis, "cost_ms": report.record.cost_ms, "html": report.html, "files": report.files})
+                "analysis": &report.record.analysis, "cost_ms": report.record.cost_ms, "html": report.html, "files": report.files})
             )?
         );
     } else {
@@ -152,7 +152,7 @@ pub fn run(args: QueriesArgs, stop: &StopSignal) -> Result<u8> {
     }
     Ok(if status == RunStatus::Interrupted {
         interrupted_exit_code(stop.interrupted_by())
-    } else if gate(&report.analysis, settings.fail_on) {
+    } else if gate(&report.record.analysis, settings.fail_on) {
         EXIT_THRESHOLDS_FAILED
     } else {
         0

@@ -135,23 +135,9 @@ fn plan_without_shard(plan: &PlanRecord) -> PlanRecord {
     load.start_at = None;
     load.barrier = None;
     load.clock = None;
-    match &mut load.workload {
-        Model::Closed {
-            connections,
-            stages,
-            ..
-        } => {
-            *connections = 0;
-            stages.clear();
-        }
-        Model::Open {
-            connections,
-            max_connections,
-            ..
-        } => {
-            *connections = 0;
-            *max_connections = 0;
-        }
+    load.workload.set_connections(0, 0);
+    if let Model::Closed { stages, .. } = &mut load.workload {
+        stages.clear();
     }
     PlanRecord::Load(load)
 }
@@ -267,36 +253,15 @@ pub fn merge(dirs: &[PathBuf], out: &Path, options: MergeOptions) -> Result<Merg
     // heads of all shards are merged at the least (phase, second) key.
     let mut plan = runs[0].manifest.plan.clone();
     if let PlanRecord::Load(merged) = &mut plan {
-        // the connections the shards divided, added back up
-        let workloads = runs
-            .iter()
+        // the connections the shards divided, added back up (saturating: a record is read,
+        // not believed)
+        let (sum, sum_max) = (runs.iter())
             .filter_map(|r| r.manifest.plan.load())
-            .map(|p| &p.workload);
-        let (mut sum, mut sum_max) = (0, 0);
-        for w in workloads {
-            match w {
-                Model::Closed { connections, .. } => sum += connections,
-                Model::Open {
-                    connections,
-                    max_connections,
-                    ..
-                } => {
-                    sum += connections;
-                    sum_max += max_connections;
-                }
-            }
-        }
-        match &mut merged.workload {
-            Model::Closed { connections, .. } => *connections = sum,
-            Model::Open {
-                connections,
-                max_connections,
-                ..
-            } => {
-                *connections = sum;
-                *max_connections = sum_max;
-            }
-        }
+            .map(|p| p.workload.connections())
+            .fold((0usize, 0usize), |(c, m), (dc, dm)| {
+                (c.saturating_add(dc), m.saturating_add(dm))
+            });
+        merged.workload.set_connections(sum, sum_max);
         merged.merged_from = Some(MergedFrom {
             shards: runs.len(),
             of: merged.shard.map(|s| s.count),

@@ -339,7 +339,7 @@ fn finish_queries(
         Duration::ZERO, // read as it arrived, during the run
         measured_window,
     )?;
-    let gate = query_parts::gate(&report.analysis, o.settings.fail_on);
+    let gate = query_parts::gate(&report.record.analysis, o.settings.fail_on);
     Ok((report.record, gate))
 }
 

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use anyhow::Result;
-use kiln_profile::{speedscope_json, svg, Event, FlameStyle, Folded, ProfileSummary, Profiled};
+use kiln_profile::{speedscope_json, svg, Event, FlameStyle, Folded, Profiled};
 use kiln_record::schema::profile::{ImportSource, JitRecord, ProfileRecord};
 use kiln_record::RunDir;
 
@@ -12,7 +12,6 @@ pub use kiln_record::parts::{ProfileParts, OFF_CPU, ON_CPU};
 
 /// The files of one profile in a run directory, and its summary.
 pub struct WrittenProfile {
-    pub summary: ProfileSummary,
     /// What `profile.json` holds: the summary and how the profile was taken.
     pub record: ProfileRecord,
     pub flame: PathBuf,
@@ -65,7 +64,7 @@ pub fn write_profile(
         1,
         speedscope_json(folded, title).as_bytes(),
     )?;
-    let mut record = ProfileRecord::new(summary.clone(), count_name);
+    let mut record = ProfileRecord::new(summary, count_name);
     match origin {
         Origin::Perf(profiled, frequency_hz) => {
             record.event = Some(profiled.event);
@@ -90,7 +89,6 @@ pub fn write_profile(
         serde_json::to_string_pretty(&record)?.as_bytes(),
     )?;
     Ok(WrittenProfile {
-        summary,
         record,
         flame,
         folded: folded_path,

@@ -6,11 +6,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use kiln_load::StopSignal;
-use kiln_queries::analyze::{analyze, Analysis, Options, Severity};
+use kiln_queries::analyze::{analyze, Options, Severity};
 use kiln_queries::receiver::{Receiver, JSON_RECORD};
 use kiln_queries::trie::{Frames, StackTrie};
 use kiln_queries::{html, Ingest};
-use kiln_record::schema::queries::{QueriesRecord, QueryCost, TrieRecord};
+use kiln_record::schema::queries::{AnalysisRecord, QueriesRecord, QueryCost, TrieRecord};
 use kiln_record::RunDir;
 
 pub use kiln_record::parts::{QUERIES_PART, TRIE_CALLS_PART, TRIE_TIME_PART};
@@ -33,7 +33,6 @@ pub struct QuerySettings {
 
 /// The analysis written into a run directory.
 pub struct QueryReport {
-    pub analysis: Analysis,
     /// What queries.json holds: the analysis and the trie's heaviest paths.
     pub record: QueriesRecord,
     pub html: PathBuf,
@@ -70,7 +69,8 @@ pub fn write_report(
     let outputs_ms = ms(started);
     // kiln's own cost, per stage (reading includes parsing; analysis includes fingerprints)
     let record = QueriesRecord {
-        analysis: analysis.summary.clone(),
+        // the working data (requests, calls) is done with: what is recorded moves out
+        analysis: analysis.summary,
         trie: TrieRecord {
             calls: trie.calls(),
             nodes: trie.node_count(),
@@ -117,7 +117,6 @@ pub fn write_report(
             .with_context(|| format!("cannot write {}", extra.display()))?;
     }
     Ok(QueryReport {
-        analysis,
         record,
         html: html_path,
         files,
@@ -125,10 +124,9 @@ pub fn write_report(
 }
 
 /// Whether a finding is at least as severe as `fail_on` (exit code 99).
-pub fn gate(analysis: &Analysis, fail_on: Option<Severity>) -> bool {
+pub fn gate(analysis: &AnalysisRecord, fail_on: Option<Severity>) -> bool {
     fail_on.is_some_and(|threshold| {
         analysis
-            .summary
             .findings
             .iter()
             .any(|f| f.example.severity >= threshold)

@@ -87,6 +87,36 @@ pub enum Model {
     },
 }
 
+impl Model {
+    /// The connections the model opens, and (open model) the most it opens: what shards
+    /// divide between them; a closed model's most is 0.
+    pub fn connections(&self) -> (usize, usize) {
+        match self {
+            Model::Closed { connections, .. } => (*connections, 0),
+            Model::Open {
+                connections,
+                max_connections,
+                ..
+            } => (*connections, *max_connections),
+        }
+    }
+
+    /// Sets what [`Model::connections`] reads (`max` is ignored by a closed model).
+    pub fn set_connections(&mut self, count: usize, max: usize) {
+        match self {
+            Model::Closed { connections, .. } => *connections = count,
+            Model::Open {
+                connections,
+                max_connections,
+                ..
+            } => {
+                *connections = count;
+                *max_connections = max;
+            }
+        }
+    }
+}
+
 /// How an open model spaces its arrivals.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "kind")]
