@@ -124,6 +124,10 @@ pub struct FindingsChange {
     pub unchanged: Vec<FindingChange>,
     /// In BASE, but NEW could not judge it (no profile, too few samples...).
     pub not_judged_in_new: Vec<FindingChange>,
+    /// About the host or kiln itself (a busy host, kiln starved of a CPU), in either run:
+    /// not the target's to fix or to break, so never fixed or new.
+    #[serde(default)]
+    pub host: Vec<FindingChange>,
 }
 
 /// A route's DB calls per request in both runs (medians over its requests).
@@ -734,7 +738,14 @@ fn findings_change(base: &Report, new: &Report) -> FindingsChange {
     let in_new: BTreeSet<&str> = new.findings.iter().map(|f| f.id.as_str()).collect();
     let in_base: BTreeSet<&str> = base.findings.iter().map(|f| f.id.as_str()).collect();
     let mut out = FindingsChange::default();
-    for f in &base.findings {
+    let about_target = |f: &&kiln_findings::Finding| f.about == kiln_findings::About::Target;
+    let mut host: Vec<&kiln_findings::Finding> =
+        base.findings.iter().chain(&new.findings).collect();
+    host.retain(|f| !about_target(f));
+    host.sort_by(|a, b| a.id.cmp(&b.id));
+    host.dedup_by(|a, b| a.id == b.id);
+    out.host = host.into_iter().map(change).collect();
+    for f in base.findings.iter().filter(about_target) {
         if in_new.contains(f.id.as_str()) {
             out.unchanged.push(change(f));
         } else if new
@@ -750,6 +761,7 @@ fn findings_change(base: &Report, new: &Report) -> FindingsChange {
     out.new = new
         .findings
         .iter()
+        .filter(about_target)
         .filter(|f| !in_base.contains(f.id.as_str()))
         .map(change)
         .collect();
@@ -791,4 +803,58 @@ fn warnings(base: &Side, new: &Side) -> Vec<String> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kiln_findings::{About, Finding, Impact, Severity};
+
+    fn finding(rule: &str) -> Finding {
+        Finding {
+            id: kiln_findings::finding_id(rule, ""),
+            rule: rule.into(),
+            severity: Severity::Medium,
+            about: About::of_rule(rule),
+            title: rule.into(),
+            evidence: Vec::new(),
+            window: None,
+            cause: String::new(),
+            fix: String::new(),
+            impact: Impact {
+                share: 0.5,
+                of: "latency".into(),
+            },
+            flame: None,
+            data: serde_json::Value::Null,
+        }
+    }
+
+    #[test]
+    fn findings_about_the_host_or_kiln_are_never_fixed_or_new() {
+        let judged: Vec<String> = ["cpu.categories", "cpu.host-busy", "load.generator-starved"]
+            .map(String::from)
+            .to_vec();
+        let base = Report {
+            findings: vec![finding("cpu.json"), finding("cpu.host-busy")],
+            judged: judged.clone(),
+            ..Report::default()
+        };
+        let new = Report {
+            findings: vec![finding("load.generator-starved"), finding("cpu.host-busy")],
+            judged,
+            ..Report::default()
+        };
+        let change = findings_change(&base, &new);
+        let rules = |list: &[FindingChange]| -> Vec<String> {
+            list.iter().map(|f| f.rule.clone()).collect()
+        };
+        assert_eq!(rules(&change.fixed), ["cpu.json"]);
+        assert!(change.new.is_empty(), "{:?}", change.new);
+        assert!(change.unchanged.is_empty(), "{:?}", change.unchanged);
+        assert_eq!(
+            rules(&change.host),
+            ["cpu.host-busy", "load.generator-starved"]
+        );
+    }
 }

@@ -61,7 +61,7 @@ pub fn to_text(c: &Comparison) -> String {
         let _ = writeln!(out, "{}", row_line(row, verdict.trim_end()));
     }
     let f = &c.findings;
-    if !(f.fixed.is_empty() && f.new.is_empty() && f.unchanged.is_empty()) {
+    if !(f.fixed.is_empty() && f.new.is_empty() && f.unchanged.is_empty() && f.host.is_empty()) {
         let _ = writeln!(
             out,
             "\nFindings: {} fixed, {} new, {} unchanged",
@@ -75,6 +75,8 @@ pub fn to_text(c: &Comparison) -> String {
             ("new", &f.new, usize::MAX),
             ("unchanged", &f.unchanged, 5),
             ("not judged in NEW", &f.not_judged_in_new, 5),
+            // a busy host, kiln starved: neither run's target made them
+            ("host", &f.host, 5),
         ] {
             for item in list.iter().take(most) {
                 let _ = writeln!(

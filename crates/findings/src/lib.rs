@@ -50,6 +50,9 @@ pub struct Finding {
     /// The rule that fired, e.g. `cpu.system-above-user`.
     pub rule: String,
     pub severity: Severity,
+    /// Whose evidence it is: the target's own, the host's, or kiln's own.
+    #[serde(default)]
+    pub about: About,
     /// One line in the user's words.
     pub title: String,
     /// The numbers behind it, each with its unit, one per line.
@@ -74,6 +77,31 @@ impl Finding {
     pub fn citing(mut self, flame: Option<FlameCite>) -> Self {
         self.flame = flame;
         self
+    }
+}
+
+/// Whose evidence a finding rests on. Only the target's findings are the target's to fix: a
+/// comparison never counts the others as fixed or new.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum About {
+    /// The target's process, threads, sockets or cgroup.
+    #[default]
+    Target,
+    /// Other processes on the host.
+    Host,
+    /// kiln itself (the load generator).
+    Kiln,
+}
+
+impl About {
+    /// Whose evidence findings of `rule` rest on.
+    pub fn of_rule(rule: &str) -> Self {
+        match rule {
+            "cpu.host-busy" => Self::Host,
+            "load.generator-starved" => Self::Kiln,
+            _ => Self::Target,
+        }
     }
 }
 
@@ -142,6 +170,7 @@ pub fn judge(record: &RunRecord) -> Report {
         }
     }
     relate(&mut report.findings);
+    rules::blame_the_generator(&mut report.findings, record);
     rank(&mut report.findings);
     report
 }
@@ -200,7 +229,15 @@ pub fn write(dir: &mut RunDir, report: &Report) -> Result<std::path::PathBuf, Re
 /// The findings a run recorded, when it recorded them in a version this kiln reads.
 pub fn read(dir: &RunDir) -> Result<Option<Report>, RecordError> {
     let report: Option<Report> = dir.read_json_part(FINDINGS_PART)?;
-    Ok(report.filter(|r| r.version == FINDINGS_VERSION))
+    Ok(report
+        .filter(|r| r.version == FINDINGS_VERSION)
+        .map(|mut r| {
+            // recorded before findings said whose evidence they rest on
+            for f in &mut r.findings {
+                f.about = About::of_rule(&f.rule);
+            }
+            r
+        }))
 }
 
 /// The findings a run recorded; judged now when it recorded none this kiln reads (an older

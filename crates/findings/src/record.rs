@@ -12,7 +12,9 @@ use kiln_record::{
 };
 use kiln_runtime::summary::{during, summarize_within, RuntimeSummary};
 use kiln_runtime::{RuntimeInfo, RuntimeSecond, RUNTIME_PART, RUNTIME_SECONDS_PART};
-use kiln_sample::{DoctorRecord, ResourceSecond, DOCTOR_PART, RESOURCES_PART};
+use kiln_sample::{
+    DoctorRecord, NoiseSecond, ResourceSecond, DOCTOR_PART, NOISE_PART, RESOURCES_PART,
+};
 
 use crate::Window;
 
@@ -77,6 +79,9 @@ pub struct RunRecord {
     pub seconds: Vec<LoadPoint>,
     /// The sampler's seconds that overlap the measured load (all of them without load).
     pub resources: Vec<ResourceSecond>,
+    /// kiln's own waits for a CPU in the measured seconds (`noise.jsonl`; none in records
+    /// from before kiln measured them).
+    pub noise: Vec<NoiseSecond>,
     pub profile: Option<Profile>,
     /// Where threads left the CPU: every context switch with its stack (`--off-cpu`).
     pub off_cpu: Option<Profile>,
@@ -105,6 +110,7 @@ impl RunRecord {
             phases: Vec::new(),
             seconds: Vec::new(),
             resources: Vec::new(),
+            noise: Vec::new(),
             profile: None,
             off_cpu: None,
             queries: None,
@@ -134,6 +140,13 @@ impl RunRecord {
                         }
                     }
                 }
+            }
+            Err(e) => record.problems.push(e.to_string()),
+        }
+        match dir.read_json_lines::<NoiseSecond>(NOISE_PART) {
+            Ok(seconds) => {
+                let span = kiln_record::Span::measured(&record.phases);
+                record.noise = kiln_record::Span::keep(span, &seconds, |s| s.unix_ms);
             }
             Err(e) => record.problems.push(e.to_string()),
         }

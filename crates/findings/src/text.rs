@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use kiln_record::text::safe_text;
 
-use crate::{Report, Severity};
+use crate::{About, Report, Severity};
 
 /// The findings section of a run's summary. Outside text in a finding (frames, statements,
 /// addresses) was made safe when the finding was built; it is made safe again here, since a
@@ -32,9 +32,15 @@ pub fn to_text(report: &Report) -> String {
         report.unjudged.len()
     );
     for (i, f) in report.findings.iter().enumerate() {
+        // whose evidence, when it is not the target's
+        let about = match f.about {
+            About::Target => "",
+            About::Host => "(the host) ",
+            About::Kiln => "(kiln itself) ",
+        };
         let _ = writeln!(
             out,
-            "{:>3}. {:<6} {}  [{}]",
+            "{:>3}. {:<6} {about}{}  [{}]",
             i + 1,
             f.severity.as_str().to_uppercase(),
             safe_text(&f.title),

@@ -507,6 +507,7 @@ pub fn print_outcome(
         status: outcome.dir.effective_status().as_str(),
         phases: &outcome.phases,
         resources: &outcome.resources,
+        noise: &outcome.noise,
         runtime: outcome
             .runtime
             .as_ref()

@@ -7,7 +7,7 @@ use kiln_record::parts::{OFF_CPU, ON_CPU, QUERIES_PART};
 use kiln_record::schema::profile::ProfileRecord;
 use kiln_record::schema::queries::QueriesRecord;
 use kiln_record::{LoadRecordLine, PhaseSummary, RunDir, LOAD_SECONDS_PART};
-use kiln_sample::{ResourceSecond, RESOURCES_PART};
+use kiln_sample::{NoiseSecond, ResourceSecond, NOISE_PART, RESOURCES_PART};
 
 use crate::exit::EXIT_THRESHOLDS_FAILED;
 
@@ -32,6 +32,7 @@ pub fn print_run(dir: &RunDir, path: &Path, json: bool) -> Result<u8> {
         PhaseSummary::add_line(&mut phases, &line?);
     }
     let resources: Vec<ResourceSecond> = dir.read_json_lines(RESOURCES_PART)?;
+    let noise: Vec<NoiseSecond> = or_warning(dir.read_json_lines(NOISE_PART)).unwrap_or_default();
     let runtime_info: Option<kiln_runtime::RuntimeInfo> =
         dir.read_json_part(kiln_runtime::RUNTIME_PART)?;
     let runtime_seconds: Vec<kiln_runtime::RuntimeSecond> =
@@ -48,6 +49,7 @@ pub fn print_run(dir: &RunDir, path: &Path, json: bool) -> Result<u8> {
         status: dir.effective_status().as_str(),
         phases: &phases,
         resources: &resources,
+        noise: &noise,
         runtime: runtime_info
             .as_ref()
             .map(|info| (info, runtime_seconds.as_slice())),
@@ -69,11 +71,16 @@ pub fn print_run(dir: &RunDir, path: &Path, json: bool) -> Result<u8> {
 }
 
 fn part_or_warning<T: serde::de::DeserializeOwned>(dir: &RunDir, kind: &str) -> Option<T> {
-    dir.read_json_part(kind).unwrap_or_else(|e| {
+    or_warning(dir.read_json_part(kind)).flatten()
+}
+
+/// What was read, or None with the reason said on stderr.
+fn or_warning<T>(read: Result<T, kiln_record::RecordError>) -> Option<T> {
+    read.map_err(|e| {
         eprintln!(
             "kiln: warning: {}",
             crate::format::safe_text(&e.to_string())
-        );
-        None
+        )
     })
+    .ok()
 }

@@ -33,6 +33,23 @@ impl Span {
         })
     }
 
+    /// The items of `items` whose second belongs to the span (all of them without a span: a
+    /// record without measured load); `end_unix_ms` is an item's stamp.
+    pub fn keep<T: Clone>(
+        span: Option<Self>,
+        items: &[T],
+        end_unix_ms: impl Fn(&T) -> u64,
+    ) -> Vec<T> {
+        match span {
+            Some(span) => items
+                .iter()
+                .filter(|item| span.holds_second(end_unix_ms(item)))
+                .cloned()
+                .collect(),
+            None => items.to_vec(),
+        }
+    }
+
     /// Whether the sample stamped `end_unix_ms` (covering the second before it) belongs to the
     /// span: more than half of its second lies inside.
     pub fn holds_second(&self, end_unix_ms: u64) -> bool {

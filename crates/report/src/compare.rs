@@ -139,6 +139,10 @@ fn findings(c: &Comparison) -> String {
         ("New", &f.new),
         ("Unchanged", &f.unchanged),
         ("In BASE, not judged in NEW", &f.not_judged_in_new),
+        (
+            "About the host or kiln, not the target (in either run)",
+            &f.host,
+        ),
     ] {
         if list.is_empty() {
             continue;

@@ -33,7 +33,9 @@ use kiln_record::text::{html_escape as esc, script_json, us};
 use kiln_record::{
     LatencyHistogram, LoadRecordLine, PhaseSummary, RecordError, RunDir, LOAD_SECONDS_PART,
 };
-use kiln_sample::{DoctorRecord, ResourceSecond, DOCTOR_PART, RESOURCES_PART};
+use kiln_sample::{
+    DoctorRecord, NoiseSecond, ResourceSecond, DOCTOR_PART, NOISE_PART, RESOURCES_PART,
+};
 use serde_json::{json, Value};
 
 /// The part kind and file name of the report.
@@ -60,6 +62,7 @@ pub fn render(dir: &RunDir) -> String {
         "seconds": load.series,
         "phases": load.phase_spans,
         "resources": resources,
+        "noise": read_noise(dir),
         "distribution": load.distribution(),
     });
     let m = &dir.manifest;
@@ -326,6 +329,7 @@ fn load_section(load: &Load, plan: &PlanRecord) -> String {
         "<section id=\"load\"><h2>Load</h2>\
 <div class=\"chart\" id=\"chart-latency\"></div><div class=\"chart\" id=\"chart-throughput\"></div>\
 <div class=\"chart\" id=\"chart-distribution\"></div>\
+<div class=\"chart\" id=\"chart-noise\"></div>\
 <table><tr><th>phase</th><th class=\"n\">requests</th><th class=\"n\">per second</th>\
 <th class=\"n\">failed</th><th class=\"n\">p50</th><th class=\"n\">p90</th><th class=\"n\">p99</th>\
 <th class=\"n\">p99.9</th><th class=\"n\">max</th></tr>",
@@ -747,6 +751,23 @@ fn percentile_steps() -> Vec<f64> {
         .collect()
 }
 
+/// kiln's own waits for a CPU per second (`noise.jsonl`): its worst thread's and its probe's.
+fn read_noise(dir: &RunDir) -> Value {
+    let Ok(lines) = dir.json_lines::<NoiseSecond>(NOISE_PART) else {
+        return Value::Null;
+    };
+    let (mut t, mut wait, mut late) = (Vec::new(), Vec::new(), Vec::new());
+    for s in lines.map_while(Result::ok) {
+        t.push(s.unix_ms as f64 / 1000.0);
+        wait.push(s.wait_max_ms);
+        late.push(s.probe_late_max_ms);
+    }
+    if t.is_empty() {
+        return Value::Null;
+    }
+    json!({"t": t, "wait_max": wait, "probe_late": late})
+}
+
 /// The sampler's series, one column per figure (null where a second lacks it).
 fn read_resources(dir: &RunDir) -> Value {
     let Ok(lines) = dir.json_lines::<ResourceSecond>(RESOURCES_PART) else {
@@ -876,6 +897,7 @@ mod tests {
             id: "x".into(),
             rule: "r".into(),
             severity: kiln_findings::Severity::High,
+            about: kiln_findings::About::Target,
             title: "t".into(),
             evidence: vec![],
             window: None,

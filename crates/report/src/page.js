@@ -82,6 +82,12 @@
     timeChart("chart-throughput", "Requests and failures per second",
       ["requests/s", "failed/s"], [s.t, s.requests, s.failed], "per second");
   }
+  // The host's noise as kiln felt it: a second of long waits is one whose requests left late.
+  var n = data.noise;
+  if (n) {
+    timeChart("chart-noise", "Host noise: kiln's own wait for a CPU (ms)",
+      ["worst thread's wait", "probe woke late"], [n.t, n.wait_max, n.probe_late], "ms");
+  }
   // The comparison: both runs' measured seconds on one axis (second 0 is each one's start).
   var o = data.overlay;
   if (o) {

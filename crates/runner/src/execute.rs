@@ -17,7 +17,8 @@ use kiln_record::{
     SecondRecord, LOAD_SECONDS_PART,
 };
 use kiln_sample::{
-    Doctor, DoctorRecord, ProcFs, ResourceSecond, Sampler, DOCTOR_FILE, DOCTOR_PART, RESOURCES_PART,
+    Doctor, DoctorRecord, NoiseProbe, NoiseSecond, ProcFs, ResourceSecond, Sampler, DOCTOR_FILE,
+    DOCTOR_PART, NOISE_FILE, NOISE_PART, RESOURCES_PART,
 };
 
 use kiln_runtime::watch::Depth;
@@ -49,6 +50,8 @@ pub struct RunOutcome {
     pub phases: Vec<PhaseSummary>,
     /// The sampler's seconds, when a process was watched.
     pub resources: Vec<ResourceSecond>,
+    /// How long kiln itself waited for a CPU, each second of the run.
+    pub noise: Vec<NoiseSecond>,
     /// The watched process's runtime and its own figures per second (a JVM's GC, ...).
     pub runtime: Option<(RuntimeInfo, Vec<RuntimeSecond>)>,
     /// The profile's record (`profile.json`), when the run was profiled.
@@ -135,6 +138,13 @@ pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut dyn Progress) -> Res
     if let Some(o) = &otlp {
         o.receiver.record_to(dir.path());
     }
+    // kiln's own waits for a CPU, watched or not: the host's noise as the generator felt it
+    let noise = NoiseProbe::start({
+        let mut writer = dir.add_json_lines_part(NOISE_PART, NOISE_FILE, 1)?;
+        move |second| {
+            let _ = writer.write(second);
+        }
+    })?;
     let watcher = match watch_pid {
         Some(pid) => Some(ResourceWatcher::start(
             dir.add_json_lines_part(RESOURCES_PART, "resources.jsonl", 1)?,
@@ -227,6 +237,7 @@ pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut dyn Progress) -> Res
         }
     }
     let resources = watcher.map(ResourceWatcher::finish).unwrap_or_default();
+    let noise = noise.finish();
     let runtime = runtime_watcher.map(|w| w.finish(&mut dir, &mut warnings));
     let (mut profile, mut off_cpu) = (None, None);
     for p in profilers {
@@ -273,6 +284,7 @@ pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut dyn Progress) -> Res
         dir,
         phases,
         resources,
+        noise,
         runtime,
         profile,
         off_cpu,

@@ -12,6 +12,7 @@ pub mod clock;
 pub mod counters;
 pub mod doctor;
 mod netlink;
+pub mod noise;
 pub mod procfs;
 pub mod rates;
 pub mod sampler;
@@ -22,6 +23,7 @@ pub mod threads;
 
 pub use cgroup::{CgroupReading, CgroupSecond};
 pub use doctor::{Check, Doctor, DoctorRecord, Verdict, DOCTOR_FILE, DOCTOR_PART};
+pub use noise::{NoiseProbe, NoiseSecond, NOISE_FILE, NOISE_PART, STARVED_MS};
 pub use procfs::{CpuTimes, HostStat, ProcFs, SegmentsSeen, TaskStat};
 pub use rates::{host_cpu_split, task_rates, CpuSplit, TaskRates};
 pub use sampler::{

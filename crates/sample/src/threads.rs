@@ -22,7 +22,7 @@ use crate::taskstats::Taskstats;
 
 /// The times a task was put on a CPU, from `/proc/.../schedstat` (`run_ns wait_ns count`).
 pub fn parse_schedstat_runs(text: &str) -> Option<u64> {
-    text.split_whitespace().nth(2)?.parse().ok()
+    crate::noise::parse_schedstat_waits(text).map(|(_, runs)| runs)
 }
 
 /// One file of a thread, kept open while the descriptor budget allows.

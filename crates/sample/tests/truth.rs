@@ -7,7 +7,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use kiln_sample::threads::ThreadReader;
-use kiln_sample::{task_rates, ProcFs, TaskStat};
+use kiln_sample::{task_rates, NoiseProbe, NoiseSecond, ProcFs, TaskStat};
 use kiln_targets::{ensure, named_loop, timing_attempts};
 
 const USER_HZ: f64 = 100.0;
@@ -516,4 +516,69 @@ fn a_processs_own_connections_count_the_segments_they_sent() {
     let out = second.out_segs.expect("tcp_info read");
     assert!((128..=260).contains(&out), "{out} segments sent");
     assert_eq!(second.retrans_segs, Some(0));
+}
+
+/// Pins the calling thread (and the threads it starts later) to `cpu`.
+fn pin_to(cpu: usize) {
+    // SAFETY: a cpu_set_t owned here, set with the libc macros, for the calling thread (0).
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        assert_eq!(
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set),
+            0,
+            "sched_setaffinity"
+        );
+    }
+}
+
+/// A stall made by construction: a SCHED_FIFO thread pinned to the probe's CPU spins 60 ms,
+/// three times, 1.5 s apart. Nothing of lower priority runs on that CPU while it spins, so the
+/// probe (waking every 10 ms) wakes 50-60 ms late once per stall, and the kernel's own
+/// run-delay accounting of kiln's threads (schedstat) shows at least that wait in the same
+/// second. No other second comes near: what a busy neighbour adds is milliseconds.
+#[test]
+fn a_real_time_hog_on_the_probes_cpu_is_the_wait_the_probe_and_schedstat_report() {
+    const SPIN: Duration = Duration::from_millis(60);
+    let cpu = thread::available_parallelism().map_or(1, |n| n.get()) - 1;
+    let probe = thread::spawn(move || {
+        pin_to(cpu);
+        NoiseProbe::start(|_| {}).expect("the probe starts")
+    })
+    .join()
+    .unwrap();
+    thread::sleep(Duration::from_millis(700));
+    let hog = thread::spawn(move || {
+        pin_to(cpu);
+        let param = libc::sched_param { sched_priority: 10 };
+        // SAFETY: sets this thread's own policy with a parameter owned here.
+        let rt = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) };
+        assert_eq!(rt, 0, "SCHED_FIFO needs root (the suite runs as root)");
+        for _ in 0..3 {
+            thread::sleep(Duration::from_millis(1500));
+            let began = Instant::now();
+            while began.elapsed() < SPIN {
+                std::hint::spin_loop();
+            }
+        }
+    });
+    hog.join().unwrap();
+    thread::sleep(Duration::from_millis(1200));
+    let seconds = probe.finish();
+    let stalled: Vec<&NoiseSecond> = seconds
+        .iter()
+        .filter(|s| s.probe_late_max_ms >= 40.0)
+        .collect();
+    assert_eq!(stalled.len(), 3, "{seconds:#?}");
+    for s in stalled {
+        // 60 ms less the part of an interval the stall began after the probe's last wake-up
+        assert!((49.0..80.0).contains(&s.probe_late_max_ms), "{s:#?}");
+        assert!(s.starved(), "{s:#?}");
+        // the scheduler's own count: the probe was runnable the whole time it was late (other
+        // tests' threads of this process may have waited longer)
+        let waited = s.wait_max_ms.expect("the kernel keeps schedstat");
+        assert!(waited >= s.probe_late_max_ms - 2.0, "{s:#?}");
+        assert!(s.wait_total_ms.unwrap() >= waited, "{s:#?}");
+    }
+    assert!(seconds.iter().all(|s| s.probe_wakeups > 0));
 }

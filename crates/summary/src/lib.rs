@@ -4,6 +4,7 @@
 
 pub mod junit;
 pub mod names;
+pub mod noise;
 pub mod profile;
 pub mod resources;
 pub mod run;

@@ -12,14 +12,8 @@ use serde::Serialize;
 /// The samples taken while the measured phases ran, by the rule every reader of the record
 /// uses ([`kiln_record::Span::holds_second`]: the findings read the same samples).
 pub fn during(total: &PhaseSummary, samples: &[ResourceSecond]) -> Vec<ResourceSecond> {
-    let Some(span) = kiln_record::Span::measured(std::slice::from_ref(total)) else {
-        return samples.to_vec();
-    };
-    samples
-        .iter()
-        .filter(|s| span.holds_second(s.unix_ms))
-        .cloned()
-        .collect()
+    let span = kiln_record::Span::measured(std::slice::from_ref(total));
+    kiln_record::Span::keep(span, samples, |s| s.unix_ms)
 }
 
 fn mean(values: impl Iterator<Item = f64>) -> Option<f64> {

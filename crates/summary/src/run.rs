@@ -10,12 +10,13 @@ use kiln_record::parts::{OFF_CPU, ON_CPU};
 use kiln_record::{LatencyHistogram, LatencyStats, PhaseSummary, RunManifest};
 use serde_json::{json, Value};
 
+use crate::noise::{self, NoiseSummary};
 use crate::resources::{self, comma_list_or_none, ResourcesSummary};
 use crate::{profile, runtime, thresholds};
 use kiln_record::text::{self as format, safe_text};
 use kiln_runtime::summary::RuntimeSummary;
 use kiln_runtime::{RuntimeInfo, RuntimeSecond};
-use kiln_sample::ResourceSecond;
+use kiln_sample::{NoiseSecond, ResourceSecond};
 
 fn workload_line(plan: &LoadPlanRecord) -> String {
     let threads = plan.threads;
@@ -172,6 +173,8 @@ pub struct RunView<'a> {
     pub status: &'a str,
     pub phases: &'a [PhaseSummary],
     pub resources: &'a [ResourceSecond],
+    /// How long kiln itself waited for a CPU, per second (`noise.jsonl`).
+    pub noise: &'a [NoiseSecond],
     /// The watched process's runtime and its own seconds (a JVM's GC, ...).
     pub runtime: Option<(&'a RuntimeInfo, &'a [RuntimeSecond])>,
     /// The profile's record (`profile.json`) when the run was profiled.
@@ -234,6 +237,7 @@ pub fn render_text(view: &RunView) -> String {
         status,
         phases,
         resources,
+        noise,
         runtime,
         profile,
         off_cpu,
@@ -425,6 +429,9 @@ pub fn render_text(view: &RunView) -> String {
             );
         }
     }
+    if let Some(n) = NoiseSummary::of(&noise::during(&total, noise)) {
+        out += &n.text();
+    }
     out += &resources::text_of(&resources::during(&total, resources), "the measured load");
     if let Some(r) = runtime_during(runtime, Some(&total), resources) {
         out += &runtime::to_text(&r);
@@ -586,6 +593,9 @@ pub fn render_json(view: &RunView) -> Value {
             .as_ref()
             .and_then(|t| ResourcesSummary::of(&resources::during(t, view.resources))),
         "runtime": runtime_during(view.runtime, total.as_ref(), view.resources),
+        "host_noise": total
+            .as_ref()
+            .and_then(|t| NoiseSummary::of(&noise::during(t, view.noise))),
         "hedging": total.as_ref().and_then(|t| kiln_hedge::measured(&t.totals, &manifest.plan)),
         "thresholds": total
             .as_ref()

@@ -5,6 +5,7 @@ mod cpu;
 mod db;
 mod drift;
 mod latency;
+mod noise;
 mod offcpu;
 mod periodic;
 mod profile;
@@ -27,6 +28,7 @@ pub const ALL: &[Rule] = &[
     latency::ERRORS,
     latency::RATE_NOT_REACHED,
     latency::TAIL_HEAVY,
+    noise::GENERATOR_STARVED,
     drift::DRIFT,
     periodic::PERIODIC_SPIKES,
     cpu::SATURATED,
@@ -48,6 +50,8 @@ pub const ALL: &[Rule] = &[
     python::GIL_CONTENTION,
     db::DB_CALLS,
 ];
+
+pub(crate) use noise::blame_the_generator;
 
 /// The rule in `ALL` whose verdict covers findings of `rule`: the categories rule judges
 /// `cpu.json`, `cpu.exceptions` and the rest of its categories, the DB rule every kind of DB
@@ -84,6 +88,7 @@ impl Draft<'_> {
             id: finding_id(self.rule, self.key),
             rule: self.rule.to_string(),
             severity: self.severity,
+            about: crate::About::of_rule(self.rule),
             title: self.title,
             evidence: self.evidence,
             window: self.window,

@@ -1189,3 +1189,145 @@ while time.time() < end:
         "{quiet:#}"
     );
 }
+
+/// A real-time hog: a thread of this test process pinned to `cpu` at SCHED_FIFO, spinning for
+/// `spin` every `every` until dropped. Nothing of normal priority runs on that CPU meanwhile.
+struct RealTimeHog {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl RealTimeHog {
+    fn start(cpu: usize, spin: Duration, every: Duration) -> Self {
+        use std::sync::atomic::Ordering;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            // SAFETY: this thread's own affinity and policy, from values owned here.
+            unsafe {
+                let mut set: libc::cpu_set_t = std::mem::zeroed();
+                libc::CPU_SET(cpu, &mut set);
+                assert_eq!(
+                    libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set),
+                    0
+                );
+                let param = libc::sched_param { sched_priority: 10 };
+                assert_eq!(
+                    libc::sched_setscheduler(0, libc::SCHED_FIFO, &param),
+                    0,
+                    "SCHED_FIFO (root)"
+                );
+            }
+            while !flag.load(Ordering::Relaxed) {
+                std::thread::sleep(every - spin);
+                let began = std::time::Instant::now();
+                while began.elapsed() < spin {
+                    std::hint::spin_loop();
+                }
+            }
+        });
+        Self {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for RealTimeHog {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// `kiln run` at 200 requests/s for 6 s, pinned to `cpu` with the target on another; its JSON.
+fn run_pinned(target: &Target, cpu: usize, out: &Path) -> Value {
+    let other = if cpu == 0 { 1 } else { 0 };
+    let pinned = Command::new("taskset")
+        .args(["-a", "-p", "-c", &other.to_string()])
+        .arg(target.child.id().to_string())
+        .output()
+        .expect("taskset runs");
+    assert!(pinned.status.success(), "{pinned:?}");
+    let out = Command::new("taskset")
+        .args(["-c", &cpu.to_string(), env!("CARGO_BIN_EXE_kiln"), "run"])
+        .arg(format!("http://{}/", target.addr))
+        .args(["--rate", "200", "-d", "6s", "--json", "--quiet", "--out"])
+        .arg(out)
+        .stdin(Stdio::null())
+        .output()
+        .expect("kiln runs");
+    common::json_with_exit(&out, 0)
+}
+
+#[test]
+fn kiln_starved_of_its_cpu_is_named_as_its_own_lateness_and_kiln_with_a_cpu_is_not() {
+    let _turn = common::alone();
+    let tmp = tempfile::tempdir().unwrap();
+    let cpu = std::thread::available_parallelism().map_or(2, |n| n.get()) - 1;
+    let target = Target::start("answers", None);
+    // 80 ms of every 1.5 s, kiln's CPU taken: the requests due then leave up to 80 ms late
+    let hog = RealTimeHog::start(cpu, Duration::from_millis(80), Duration::from_millis(1500));
+    let run = run_pinned(&target, cpu, &tmp.path().join("starved"));
+    drop(hog);
+    let noise = &run["host_noise"];
+    let starved = common::finding(&run, "load.generator-starved")
+        .unwrap_or_else(|| panic!("not found: {:#}\n{noise:#}", run["findings"]));
+    assert_eq!(starved["about"], "kiln", "{starved:#}");
+    let data = &starved["data"];
+    // 6 s hold 4 stalls, give or take the one at an edge
+    let seconds = data["starved_seconds"].as_array().unwrap().len();
+    assert!((3..=5).contains(&seconds), "{starved:#}");
+    assert_eq!(
+        noise["starved_seconds"].as_u64(),
+        Some(seconds as u64),
+        "{noise:#}"
+    );
+    // the probe wakes every 10 ms: at most one interval of the stall went by before it slept
+    let late = data["probe_late_max_ms"].as_f64().unwrap();
+    assert!((65.0..130.0).contains(&late), "{starved:#}");
+    assert!(
+        data["send_lag_max_us"].as_u64().unwrap() >= 50_000,
+        "{starved:#}"
+    );
+    // the slowest seconds are the stalls: kiln's, said as such
+    let (slow, of_kiln) = (
+        data["slow_seconds"].as_u64().unwrap(),
+        data["slow_seconds_starved"].as_u64().unwrap(),
+    );
+    assert!(slow > 0 && 2 * of_kiln >= slow, "{starved:#}");
+    assert_eq!(starved["severity"], "medium", "{starved:#}");
+    for f in run["findings"]["findings"].as_array().unwrap() {
+        if f["rule"].as_str().unwrap().starts_with("latency.") {
+            assert!(
+                f["cause"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("the load generator was late, not the target"),
+                "{f:#}"
+            );
+        }
+    }
+
+    // the same run with kiln's CPU its own
+    let run = run_pinned(&target, cpu, &tmp.path().join("own-cpu"));
+    let noise = &run["host_noise"];
+    assert!(
+        common::finding(&run, "load.generator-starved").is_none(),
+        "{:#}\n{noise:#}",
+        run["findings"]
+    );
+    assert!(
+        run["findings"]["judged"]
+            .to_string()
+            .contains("load.generator-starved"),
+        "{:#}",
+        run["findings"]
+    );
+    assert!(
+        noise["probe_late_max_ms"].as_f64().unwrap() < 20.0,
+        "{noise:#}"
+    );
+}

@@ -183,6 +183,27 @@ fn every_section_is_drawn_and_the_charts_hold_the_runs_numbers() {
         .find(|c| c["sums"].get("steal").is_some())
         .unwrap();
     assert_eq!(host["points"].as_u64().unwrap() as usize, sampled);
+    // the host's noise: every second kiln measured its own waits, as noise.jsonl holds them
+    let noise: Vec<Value> = std::fs::read_to_string(dir.join("noise.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    // warm-up and two repeats of 3 s
+    assert!(noise.len() >= 6, "{noise:?}");
+    let late: f64 = noise
+        .iter()
+        .map(|s| s["probe_late_max_ms"].as_f64().unwrap())
+        .sum();
+    assert!((series("probe woke late") - late).abs() < 0.01, "{late}");
+    let noise_chart = charts
+        .iter()
+        .find(|c| c["sums"].get("probe woke late").is_some())
+        .unwrap();
+    assert_eq!(
+        noise_chart["points"].as_u64().unwrap() as usize,
+        noise.len()
+    );
 
     // the flame graph holds every sample of the profile, and its search finds the hot
     // function with the share the profile's table gives it
