@@ -9,7 +9,7 @@ use kiln_record::text::safe_text;
 use kiln_sample::ResourceSecond;
 use serde_json::json;
 
-use super::{duration_us, host_checks, mean, with_host_fixes, Draft, Rule, NO_PROCESS};
+use super::{duration_us, host_checks, mean, with_host_fixes, Draft, Fix, Rule, NO_PROCESS};
 use crate::{RunRecord, Severity, Verdict, Window};
 
 /// Fewer seconds of samples than this and a mean is one burst.
@@ -58,8 +58,34 @@ struct KernelWork {
     name: &'static str,
     frames: &'static [&'static str],
     cause: &'static str,
-    fix: &'static str,
+    fix: Fix,
 }
+
+/// Memory mapped and touched per request: the kernel's page faults (the profile's category and
+/// the kernel work of system time alike).
+pub(crate) const PAGE_FAULTS_FIX: Fix = Fix {
+    any: "keep memory instead of mapping it per request: reuse buffers and pools",
+    runtimes: &[
+        (
+            "native",
+            "native code",
+            "with glibc malloc, blocks above 128 KiB are mmap'ed and returned on free (raise \
+             MALLOC_MMAP_THRESHOLD_ and MALLOC_TRIM_THRESHOLD_, or use jemalloc)",
+        ),
+        (
+            "python",
+            "Python",
+            "large objects come from glibc malloc: raise MALLOC_MMAP_THRESHOLD_ and \
+             MALLOC_TRIM_THRESHOLD_",
+        ),
+        ("jvm", "a JVM", "pre-touch the heap (-XX:+AlwaysPreTouch)"),
+        (
+            "go",
+            "Go",
+            "keep large buffers in a sync.Pool; GOGC or GOMEMLIMIT to return memory less eagerly",
+        ),
+    ],
+};
 
 /// In order: the first that matches a sample's kernel frames takes it.
 const KERNEL_WORK: &[KernelWork] = &[
@@ -72,9 +98,15 @@ const KERNEL_WORK: &[KernelWork] = &[
             "khugepaged",
         ],
         cause: "the kernel compacts memory to make huge pages for the process's faults",
-        fix: "set /sys/kernel/mm/transparent_hugepage/defrag to defer+madvise (or madvise), \
-              or transparent huge pages to madvise; pre-touch the heap at start \
-              (-XX:+AlwaysPreTouch for a JVM)",
+        fix: Fix {
+            any: "set /sys/kernel/mm/transparent_hugepage/defrag to defer+madvise (or \
+                  madvise), or transparent huge pages to madvise",
+            runtimes: &[(
+                "jvm",
+                "a JVM",
+                "pre-touch the heap at start (-XX:+AlwaysPreTouch)",
+            )],
+        },
     },
     KernelWork {
         name: "page faults",
@@ -90,17 +122,16 @@ const KERNEL_WORK: &[KernelWork] = &[
         ],
         cause: "memory is mapped, touched for the first time and unmapped again, over and \
                 over: each new page costs a fault and zeroing",
-        fix: "keep memory instead of mapping it per request: reuse buffers and pools; with \
-              glibc malloc, blocks above 128 KiB are mmap'ed and returned on free \
-              (raise MALLOC_MMAP_THRESHOLD_ and MALLOC_TRIM_THRESHOLD_, or use jemalloc); a \
-              JVM can pre-touch its heap (-XX:+AlwaysPreTouch)",
+        fix: PAGE_FAULTS_FIX,
     },
     KernelWork {
         name: "lock waits (futex)",
         frames: &["futex_"],
         cause: "threads go to the kernel to wait for and wake each other on contended locks",
-        fix: "find the contended lock (the lock findings, a thread dump); hold it shorter, \
+        fix: Fix::any(
+            "find the contended lock (the lock findings, a thread dump); hold it shorter, \
               shard it, or use a lock-free structure",
+        ),
     },
     KernelWork {
         name: "clock reads",
@@ -111,8 +142,10 @@ const KERNEL_WORK: &[KernelWork] = &[
             "pvclock_clocksource_read",
         ],
         cause: "time reads enter the kernel instead of staying in the vDSO",
-        fix: "check /sys/devices/system/clocksource/clocksource0/current_clocksource (tsc \
+        fix: Fix::any(
+            "check /sys/devices/system/clocksource/clocksource0/current_clocksource (tsc \
               keeps reads in user space); read the clock less often in hot loops",
+        ),
     },
     KernelWork {
         name: "the network stack",
@@ -127,8 +160,10 @@ const KERNEL_WORK: &[KernelWork] = &[
             "__dev_queue_xmit",
         ],
         cause: "the kernel sends and receives many small packets for the process",
-        fix: "write responses in fewer, larger writes; keep connections alive; batch small \
+        fix: Fix::any(
+            "write responses in fewer, larger writes; keep connections alive; batch small \
               messages",
+        ),
     },
     KernelWork {
         name: "file I/O",
@@ -141,7 +176,7 @@ const KERNEL_WORK: &[KernelWork] = &[
             "do_fsync",
         ],
         cause: "the process reads and writes files in small pieces or syncs them often",
-        fix: "buffer writes, avoid fsync per request, cache what is read",
+        fix: Fix::any("buffer writes, avoid fsync per request, cache what is read"),
     },
 ];
 
@@ -243,7 +278,7 @@ fn system_above_user(run: &RunRecord) -> Verdict {
                 .map(|(w, n)| json!({"work": w.name, "samples": n}))
                 .collect();
             match work.first() {
-                Some((w, _)) => (w.cause.to_string(), w.fix.to_string()),
+                Some((w, _)) => (w.cause.to_string(), w.fix.for_run(run)),
                 None => (
                     "the profile's kernel frames do not point at one kind of work".into(),
                     "read the kernel frames (marked _[k]) in the flame graph".into(),
@@ -357,8 +392,14 @@ fn cgroup_throttled(run: &RunRecord) -> Verdict {
             host_fixes,
             format!(
                 "raise or remove the CPU limit (cpu.max; resources.limits.cpu in Kubernetes); \
-                 size thread pools to the quota ({quota:.2} CPUs: GOMAXPROCS, \
-                 -XX:ActiveProcessorCount); allow bursts with cpu.max.burst"
+                 size thread pools to the quota ({quota:.2} CPUs{}); allow bursts with \
+                 cpu.max.burst",
+                match run.runtime.as_ref().map(|r| r.info.runtime.as_str()) {
+                    Some("go") => ": GOMAXPROCS",
+                    Some("jvm") => ": -XX:ActiveProcessorCount",
+                    Some(_) => "",
+                    None => ": GOMAXPROCS for Go, -XX:ActiveProcessorCount for a JVM",
+                }
             ),
         ),
         impact: (share, "scheduling periods"),

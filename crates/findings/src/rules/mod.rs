@@ -108,6 +108,50 @@ impl Draft<'_> {
     }
 }
 
+/// A fix: what any target can do, and what only some runtimes can. A runtime's own advice is
+/// given when kiln knows the target runs on it (watched: `run.runtime`), every runtime's
+/// (each named) when it does not, and none of it for a target on another runtime: no JVM
+/// flags for a native or Go target.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Fix {
+    pub any: &'static str,
+    /// (runtime as `RuntimeInfo::runtime` names it, its name in a sentence, its advice)
+    pub runtimes: &'static [(&'static str, &'static str, &'static str)],
+}
+
+impl Fix {
+    /// Advice for any runtime alone.
+    pub const fn any(text: &'static str) -> Self {
+        Self {
+            any: text,
+            runtimes: &[],
+        }
+    }
+
+    /// The fix for the target of `run`.
+    pub fn for_run(&self, run: &RunRecord) -> String {
+        self.text(run.runtime.as_ref().map(|r| r.info.runtime.as_str()))
+    }
+
+    /// The fix for a target on `runtime` (None: not known).
+    pub fn text(&self, runtime: Option<&str>) -> String {
+        let mut out = self.any.to_string();
+        for (kind, name, advice) in self.runtimes {
+            match runtime {
+                Some(r) if r == *kind => {
+                    out += "; ";
+                    out += advice;
+                }
+                Some(_) => {}
+                None => {
+                    out += &format!("; for {name}: {advice}");
+                }
+            }
+        }
+        out
+    }
+}
+
 /// The mean of some values, None for none (or only non-finite ones).
 pub(crate) fn mean(values: impl IntoIterator<Item = f64>) -> Option<f64> {
     let (sum, n) = values

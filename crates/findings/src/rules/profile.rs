@@ -11,7 +11,7 @@ use kiln_profile::Folded;
 use kiln_record::text::safe_text;
 use serde_json::json;
 
-use super::{Draft, Rule};
+use super::{Draft, Fix, Rule};
 use crate::{RunRecord, Severity, Verdict};
 
 /// Fewer samples than this and a share is noise.
@@ -33,7 +33,7 @@ struct Category {
     enclosing: Option<(&'static [&'static str], &'static [&'static str])>,
     threshold: f64,
     cause: &'static str,
-    fix: &'static str,
+    fix: Fix,
 }
 
 const CATEGORIES: &[Category] = &[
@@ -67,8 +67,10 @@ const CATEGORIES: &[Category] = &[
         cause: "the logging pattern or configuration asks for the caller's class, method or \
                 line: every event walks the stack to find it (log4j2: location is several \
                 times slower, and 30-100x slower with async loggers)",
-        fix: "set includeLocation=\"false\" on the loggers and appenders, and drop %C %F %L %l \
+        fix: Fix::any(
+            "set includeLocation=\"false\" on the loggers and appenders, and drop %C %F %L %l \
               %M (and logback's %caller) from the patterns",
+        ),
     },
     Category {
         rule: "cpu.exceptions",
@@ -95,9 +97,37 @@ const CATEGORIES: &[Category] = &[
         threshold: 0.05,
         cause: "exceptions (or stack traces) are made for ordinary control flow: each one \
                 captures the whole stack",
-        fix: "return a status or an Optional instead of throwing for expected outcomes; if an \
-              exception must be thrown often, reuse a preallocated one or override \
-              fillInStackTrace (writableStackTrace=false); capture backtraces only on errors",
+        fix: Fix {
+            any: "don't throw for expected outcomes: return a status (a Result, an Optional, an \
+                  error value); capture backtraces only on errors",
+            runtimes: &[
+                (
+                    "jvm",
+                    "a JVM",
+                    "if an exception must be thrown often, reuse a preallocated one or create \
+                     it without a stack trace (writableStackTrace=false, or override \
+                     fillInStackTrace)",
+                ),
+                (
+                    "native",
+                    "native code",
+                    "Rust's Backtrace::force_capture walks the stack every time; \
+                     Backtrace::capture only when RUST_LIB_BACKTRACE (or RUST_BACKTRACE) asks",
+                ),
+                (
+                    "go",
+                    "Go",
+                    "panics and runtime.Callers walk the stack: return errors instead of \
+                     recovering panics",
+                ),
+                (
+                    "python",
+                    "Python",
+                    "traceback.extract_stack and logging's stack_info walk the stack: keep \
+                     them off the hot path",
+                ),
+            ],
+        },
     },
     Category {
         rule: "cpu.json",
@@ -123,8 +153,10 @@ const CATEGORIES: &[Category] = &[
         threshold: 0.10,
         cause: "the same documents are parsed or written again and again, or they are larger \
                 than the request needs",
-        fix: "parse once and keep the result (cache parsed configuration and templates); reuse \
+        fix: Fix::any(
+            "parse once and keep the result (cache parsed configuration and templates); reuse \
               mappers and readers; send smaller payloads; stream large ones",
+        ),
     },
     Category {
         rule: "cpu.regex",
@@ -146,8 +178,10 @@ const CATEGORIES: &[Category] = &[
         cause: "regular expressions run on every request, or are compiled each time \
                 (String.split, String.replaceAll and matches compile their pattern on every \
                 call in Java)",
-        fix: "compile patterns once and keep them; use plain string functions where a pattern \
+        fix: Fix::any(
+            "compile patterns once and keep them; use plain string functions where a pattern \
               is not needed; check patterns for backtracking",
+        ),
     },
     Category {
         rule: "cpu.reflection",
@@ -163,8 +197,10 @@ const CATEGORIES: &[Category] = &[
         enclosing: None,
         threshold: 0.10,
         cause: "code looks up and invokes methods or fields reflectively on the hot path",
-        fix: "cache the looked-up Method/Field or use MethodHandles; generate code at build \
+        fix: Fix::any(
+            "cache the looked-up Method/Field or use MethodHandles; generate code at build \
               time instead of reflecting per call",
+        ),
     },
     Category {
         rule: "cpu.logging",
@@ -184,8 +220,10 @@ const CATEGORIES: &[Category] = &[
         enclosing: None,
         threshold: 0.10,
         cause: "every request writes log events, formatted and written on the request thread",
-        fix: "log less on the hot path (levels, sampling); use asynchronous appenders; avoid \
+        fix: Fix::any(
+            "log less on the hot path (levels, sampling); use asynchronous appenders; avoid \
               building messages that are not written (parameterized messages)",
+        ),
     },
     Category {
         rule: "cpu.clock-syscall",
@@ -208,9 +246,11 @@ const CATEGORIES: &[Category] = &[
         cause: "clock reads enter the kernel instead of staying in the vDSO: the clocksource \
                 cannot be read from user space (xen, hpet, acpi_pm), or the code calls \
                 syscall(SYS_clock_gettime) directly",
-        fix: "use the tsc clocksource where it is stable \
+        fix: Fix::any(
+            "use the tsc clocksource where it is stable \
               (/sys/devices/system/clocksource/clocksource0/current_clocksource); call \
               clock_gettime through libc, not syscall(); read the clock less often",
+        ),
     },
     Category {
         rule: "cpu.page-faults",
@@ -228,8 +268,7 @@ const CATEGORIES: &[Category] = &[
         threshold: 0.10,
         cause: "memory is mapped and touched for the first time on the hot path (large \
                 allocations freed back to the kernel and mapped again)",
-        fix: "reuse buffers; keep freed memory in the allocator (MALLOC_MMAP_THRESHOLD_, \
-              MALLOC_TRIM_THRESHOLD_, jemalloc); pre-touch a JVM heap (-XX:+AlwaysPreTouch)",
+        fix: super::cpu::PAGE_FAULTS_FIX,
     },
     Category {
         rule: "cpu.lock-spin",
@@ -254,8 +293,10 @@ const CATEGORIES: &[Category] = &[
         threshold: 0.10,
         cause: "threads contend for the same lock: they spin and call into the kernel to wait \
                 and wake each other",
-        fix: "find the lock (the callers below); hold it for less time, split it (per-key or \
+        fix: Fix::any(
+            "find the lock (the callers below); hold it for less time, split it (per-key or \
               striped locks), or replace it with a concurrent structure",
+        ),
     },
     Category {
         rule: "cpu.gc",
@@ -280,8 +321,10 @@ const CATEGORIES: &[Category] = &[
         threshold: 0.10,
         cause: "the program allocates fast enough that collecting garbage takes a large share \
                 of the CPU",
-        fix: "allocate less per request (reuse objects, avoid boxing and temporary \
+        fix: Fix::any(
+            "allocate less per request (reuse objects, avoid boxing and temporary \
               collections); give the heap more room (-Xmx, GOGC/GOMEMLIMIT)",
+        ),
     },
     Category {
         rule: "cpu.jit",
@@ -297,8 +340,10 @@ const CATEGORIES: &[Category] = &[
         threshold: 0.10,
         cause: "the JIT compiler was still busy: the measured load began before warm-up ended, \
                 or code keeps being deoptimized and recompiled",
-        fix: "warm up longer before measuring (--warmup); if it persists, look for \
+        fix: Fix::any(
+            "warm up longer before measuring (--warmup); if it persists, look for \
               deoptimization (-XX:+PrintCompilation shows 'made not entrant')",
+        ),
     },
     Category {
         rule: "cpu.allocation",
@@ -319,8 +364,10 @@ const CATEGORIES: &[Category] = &[
         enclosing: None,
         threshold: 0.15,
         cause: "the hot path allocates and frees many objects",
-        fix: "allocate less per request: reuse buffers, preallocate collections, avoid \
+        fix: Fix::any(
+            "allocate less per request: reuse buffers, preallocate collections, avoid \
               temporary strings",
+        ),
     },
 ];
 
@@ -505,7 +552,7 @@ fn categories(run: &RunRecord) -> Verdict {
                 evidence,
                 window: run.window(),
                 cause: category.cause.into(),
-                fix: category.fix.into(),
+                fix: category.fix.for_run(run),
                 impact: (share, "the target's CPU"),
                 data: json!({"samples": t.samples, "total": total,
                     "frames": frames, "callers": callers}),
@@ -680,6 +727,49 @@ mod tests {
         assert_eq!(
             Some(flame.frame.as_str()),
             f[0].data["frames"][0][0].as_str()
+        );
+    }
+
+    #[test]
+    fn the_fix_fits_the_runtime_kiln_found() {
+        let folded =
+            "app;shop::render;asm_exc_page_fault_[k];handle_mm_fault_[k];clear_page_erms_[k] 60\n\
+                      app;shop::render;work 140\n";
+        let fix_for = |runtime: Option<&str>| {
+            let mut run = profiled_run(folded);
+            run.runtime = runtime.map(|r| kiln_runtime::summary::RuntimeSummary {
+                info: kiln_runtime::RuntimeInfo {
+                    runtime: r.into(),
+                    ..Default::default()
+                },
+                ..Default::default()
+            });
+            let Verdict::Found(f) = categories(&run) else {
+                panic!("no page faults");
+            };
+            f[0].fix.clone()
+        };
+        // a native target: the allocator's advice, no JVM flag
+        let native = fix_for(Some("native"));
+        assert!(native.contains("MALLOC_MMAP_THRESHOLD_"), "{native}");
+        assert!(
+            !native.contains("-XX") && !native.contains("sync.Pool"),
+            "{native}"
+        );
+        // a JVM: its flag, no glibc tunables
+        let jvm = fix_for(Some("jvm"));
+        assert!(
+            jvm.contains("-XX:+AlwaysPreTouch") && !jvm.contains("MALLOC"),
+            "{jvm}"
+        );
+        // not known: each runtime's advice, each named
+        let any = fix_for(None);
+        assert!(any.contains("; for a JVM: pre-touch the heap"), "{any}");
+        assert!(any.contains("; for Go: keep large buffers"), "{any}");
+        // a runtime with no advice of its own: the general part alone
+        assert_eq!(
+            fix_for(Some("node")),
+            "keep memory instead of mapping it per request: reuse buffers and pools"
         );
     }
 

@@ -137,6 +137,11 @@ fn the_demo_finds_every_planted_problem_and_proves_the_fixes() {
     // the stall holds requests PRICE_FETCH (300 ms) at most, plus their own time
     let spike_ms = periodic["spike_worst_us"].as_f64().unwrap() / 1000.0;
     assert!((250.0..1000.0).contains(&spike_ms), "{periodic}");
+    // the shop is native code (kiln found it so): no fix names a JVM flag or Go setting
+    for f in planted["findings"]["findings"].as_array().unwrap() {
+        let fix = f["fix"].as_str().unwrap();
+        assert!(!fix.contains("-XX") && !fix.contains("GOMAXPROCS"), "{f:#}");
+    }
     let kernel = &finding(planted, "cpu.system-above-user")["data"];
     assert_eq!(kernel["kernel_work"][0]["work"], "page faults", "{kernel}");
 
