@@ -266,7 +266,7 @@ pub fn compare_sides(
     // 1 - (1 - confidence)/k, so that all k hold together at `confidence` and a comparison of
     // two run sets of one target says "no change" that often, not 1 - k(1 - confidence).
     // the target's CPU per request, second by second, when both sides watched it
-    let cpu = [cpu_seconds(base), cpu_seconds(new)];
+    let cpu = [base.record.cpu_seconds(), new.record.cpu_seconds()];
     let judged = 2
         + usize::from(cpu.iter().all(|c| !c.is_empty()))
         + PERCENTILES.iter().filter(|p| tail_enough(p.1)).count();
@@ -576,37 +576,6 @@ const CPU_BLOCK_SECONDS: usize = 5;
 /// CPU per request changes within this share are no change (the sampler reads clock ticks).
 const CPU_BAND: f64 = 0.05;
 
-/// Each sampled second of the target over the measured load: its CPU seconds (user, system)
-/// and the requests answered in the load second that ends nearest to it.
-fn cpu_seconds(side: &Side) -> Vec<(f64, f64, u64)> {
-    let load = &side.record.seconds;
-    side.record
-        .resources
-        .iter()
-        .filter_map(|s| {
-            let p = s.process.as_ref()?;
-            // the load's seconds are in time order: the nearest is at or just before the
-            // first one ending after this sample
-            let after = load.partition_point(|l| l.unix_ms <= s.unix_ms);
-            let nearest = [after.checked_sub(1), Some(after)]
-                .into_iter()
-                .flatten()
-                .filter_map(|i| load.get(i))
-                .min_by_key(|l| l.unix_ms.abs_diff(s.unix_ms))
-                .filter(|l| l.unix_ms.abs_diff(s.unix_ms) <= 500)?;
-            let (user, system) = (
-                p.rates.cpu_user_pct / 100.0 * s.interval_s,
-                p.rates.cpu_system_pct / 100.0 * s.interval_s,
-            );
-            (user.is_finite() && system.is_finite() && nearest.requests > 0).then_some((
-                user,
-                system,
-                nearest.requests,
-            ))
-        })
-        .collect()
-}
-
 /// CPU per request (ms) of a moving-block resample of the seconds (circular blocks).
 fn cpu_per_request_draw(seconds: &[(f64, f64, u64)], rng: &mut fastrand::Rng) -> f64 {
     let n = seconds.len();
@@ -827,6 +796,7 @@ mod tests {
             },
             flame: None,
             data: serde_json::Value::Null,
+            seconds: Vec::new(),
         }
     }
 

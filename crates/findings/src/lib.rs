@@ -9,12 +9,13 @@
 
 pub mod record;
 pub mod rules;
+pub mod symptoms;
 mod text;
 
 use serde::{Deserialize, Serialize};
 
 pub use record::RunRecord;
-pub use text::to_text;
+pub use text::{symptoms_text, to_text};
 
 use kiln_record::parts::FINDINGS_PART;
 use kiln_record::{RecordError, RunDir};
@@ -70,9 +71,21 @@ pub struct Finding {
     /// The evidence as data (series, frames, statements), for the report and scripts.
     #[serde(default)]
     pub data: serde_json::Value,
+    /// The load's seconds (their ends, ms since the Unix epoch) this finding explains, when
+    /// it is some of them (a period's spikes, the seconds kiln was starved): the share of the
+    /// requests above p99 it accounts for is counted in them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub seconds: Vec<u64>,
 }
 
 impl Finding {
+    /// The finding, explaining these seconds of the load.
+    pub fn in_seconds(mut self, mut seconds: Vec<u64>) -> Self {
+        seconds.sort_unstable();
+        self.seconds = seconds;
+        self
+    }
+
     /// The finding, citing `flame` in a flame graph.
     pub fn citing(mut self, flame: Option<FlameCite>) -> Self {
         self.flame = flame;
@@ -132,6 +145,9 @@ pub struct Report {
     /// What could not be read from the record (a damaged part); the rules judged the rest.
     #[serde(default)]
     pub read_problems: Vec<String>,
+    /// What the run shows (p99, throughput, CPU per request) and which findings explain it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub symptoms: Option<symptoms::Symptoms>,
 }
 
 impl Report {
@@ -170,8 +186,10 @@ pub fn judge(record: &RunRecord) -> Report {
         }
     }
     relate(&mut report.findings);
+    merge_one_cause(&mut report.findings);
     rules::blame_the_generator(&mut report.findings, record);
     rank(&mut report.findings);
+    report.symptoms = symptoms::Symptoms::of(record, &report.findings);
     report
 }
 
@@ -195,6 +213,29 @@ fn relate(findings: &mut [Finding]) {
              first"
         ));
     }
+}
+
+/// Findings of one cause become one: system time above user time whose kernel work is mostly
+/// page faults (the profile's kernel frames say so) is the page-fault finding's evidence, not
+/// a second problem (its share of the CPU is those faults, counted twice otherwise).
+fn merge_one_cause(findings: &mut Vec<Finding>) {
+    let kernel_is_faults = |f: &Finding| {
+        f.rule == "cpu.system-above-user" && f.data["kernel_work"][0]["work"] == "page faults"
+    };
+    let (Some(kernel_at), true) = (
+        findings.iter().position(kernel_is_faults),
+        findings.iter().any(|f| f.rule == "cpu.page-faults"),
+    ) else {
+        return;
+    };
+    let kernel = findings.remove(kernel_at);
+    let Some(faults) = findings.iter_mut().find(|f| f.rule == "cpu.page-faults") else {
+        return;
+    };
+    faults.severity = faults.severity.max(kernel.severity);
+    faults.evidence.push(kernel.title);
+    faults.evidence.extend(kernel.evidence);
+    faults.data["system_above_user"] = kernel.data;
 }
 
 /// Most severe first; among equals the larger impact first; ties by id, so the order is stable.
@@ -267,7 +308,7 @@ mod related {
         let seconds: Vec<Second> = (0..180)
             .map(|t| {
                 if t % 10 == 0 {
-                    Second::latencies(&[(2_000, 80), (400_000, 20)])
+                    Second::latencies(&[(2_000, 80), (300_000, 15), (400_000, 5)])
                 } else {
                     Second::ok(100)
                 }
@@ -280,6 +321,13 @@ mod related {
             ["latency.periodic-spikes", "latency.tail-heavy"],
             "{report:?}"
         );
+        // the symptom: every request slower than p99 (the 400 ms ones) lies in a spike second
+        let symptoms = report.symptoms.as_ref().unwrap();
+        assert_eq!(symptoms.p99_us, 300_031, "{symptoms:?}");
+        assert_eq!(symptoms.above_p99, 90);
+        assert_eq!(symptoms.p99_explained.len(), 1, "{symptoms:?}");
+        assert_eq!(symptoms.p99_explained[0].rule, "latency.periodic-spikes");
+        assert_eq!(symptoms.p99_explained[0].share, 1.0);
         let tail = &report.findings[1];
         assert_eq!(tail.severity, Severity::Low);
         assert!(tail
@@ -302,6 +350,57 @@ mod related {
             .unwrap();
         assert_eq!(tail.severity, Severity::High, "{tail:?}");
         assert!(!tail.evidence.iter().any(|e| e.contains("periodic")));
+    }
+
+    fn finding(rule: &str, severity: Severity, data: serde_json::Value) -> Finding {
+        Finding {
+            id: rule.into(),
+            rule: rule.into(),
+            severity,
+            about: About::Target,
+            title: format!("{rule} title"),
+            evidence: vec![format!("{rule} evidence")],
+            window: None,
+            cause: String::new(),
+            fix: String::new(),
+            impact: Impact {
+                share: 0.4,
+                of: "the target's CPU".into(),
+            },
+            flame: None,
+            data,
+            seconds: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn system_time_that_is_page_faults_is_the_page_fault_finding() {
+        let kernel = serde_json::json!({"kernel_work": [{"work": "page faults", "samples": 9}]});
+        let mut findings = vec![
+            finding("cpu.system-above-user", Severity::Medium, kernel.clone()),
+            finding("cpu.page-faults", Severity::High, serde_json::json!({})),
+        ];
+        merge_one_cause(&mut findings);
+        assert_eq!(findings.len(), 1, "{findings:?}");
+        let f = &findings[0];
+        assert_eq!(f.rule, "cpu.page-faults");
+        assert_eq!(
+            f.evidence,
+            [
+                "cpu.page-faults evidence",
+                "cpu.system-above-user title",
+                "cpu.system-above-user evidence"
+            ]
+        );
+        assert_eq!(f.data["system_above_user"], kernel);
+        // kernel time of another kind stands on its own
+        let futex = serde_json::json!({"kernel_work": [{"work": "lock waits (futex)"}]});
+        let mut findings = vec![
+            finding("cpu.system-above-user", Severity::Medium, futex),
+            finding("cpu.page-faults", Severity::High, serde_json::json!({})),
+        ];
+        merge_one_cause(&mut findings);
+        assert_eq!(findings.len(), 2);
     }
 }
 

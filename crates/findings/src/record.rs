@@ -97,6 +97,9 @@ pub struct RunRecord {
     /// The measured seconds' responses and how many were slower than the run's p95 (the
     /// delay a hedge would wait), with that delay: how the tail spreads over the run.
     pub tail: Option<(u64, Vec<SecondCounts>)>,
+    /// Each measured second's end and how many of its requests were slower than the run's
+    /// p99: where the symptom lies.
+    pub above_p99: Vec<(u64, u64)>,
     /// Parts that could not be read.
     pub problems: Vec<String>,
 }
@@ -118,6 +121,7 @@ impl RunRecord {
             runtime: None,
             runtime_seconds: Vec::new(),
             tail: None,
+            above_p99: Vec::new(),
             problems: Vec::new(),
         }
     }
@@ -223,12 +227,27 @@ impl RunRecord {
         if let Some(total) = self.measured() {
             let p95 = total.totals.latency.quantile_us(0.95);
             self.tail = Some((p95, self.slow_seconds(dir, p95)));
+            let p99 = total.totals.latency.quantile_us(0.99);
+            self.above_p99 =
+                self.each_measured_second(dir, |s| (s.unix_ms, s.latency.count_above(p99)));
         }
     }
 
     /// Each measured second's responses and how many were slower than `delay_us`: a second
     /// pass over the load's seconds (their histograms are not kept in memory).
     pub fn slow_seconds(&self, dir: &RunDir, delay_us: u64) -> Vec<SecondCounts> {
+        self.each_measured_second(dir, |s| {
+            // a hedged run's own view without hedging: its first copies
+            let latency = s.hedge.as_ref().map_or(&s.latency, |h| &h.first_copy);
+            SecondCounts {
+                requests: latency.count(),
+                slow: latency.count_above(delay_us),
+            }
+        })
+    }
+
+    /// `f` of each measured second of the load, read again from the record.
+    fn each_measured_second<T>(&self, dir: &RunDir, f: impl Fn(&SecondRecord) -> T) -> Vec<T> {
         let measured = PhaseSummary::measured_names(&self.phases);
         let Ok(lines) = dir.json_lines::<LoadRecordLine>(LOAD_SECONDS_PART) else {
             return Vec::new();
@@ -236,15 +255,39 @@ impl RunRecord {
         lines
             .map_while(Result::ok)
             .filter_map(|line| match line {
-                LoadRecordLine::Second(s) if measured.contains(&s.phase.as_str()) => {
-                    // a hedged run's own view without hedging: its first copies
-                    let latency = s.hedge.as_ref().map_or(&s.latency, |h| &h.first_copy);
-                    Some(SecondCounts {
-                        requests: latency.count(),
-                        slow: latency.count_above(delay_us),
-                    })
-                }
+                LoadRecordLine::Second(s) if measured.contains(&s.phase.as_str()) => Some(f(&s)),
                 _ => None,
+            })
+            .collect()
+    }
+
+    /// The target's CPU (user and system seconds) in each sampled second, with the requests
+    /// of the load second nearest it (within half a second): CPU per request, second by
+    /// second, when the target was watched.
+    pub fn cpu_seconds(&self) -> Vec<(f64, f64, u64)> {
+        let load = &self.seconds;
+        self.resources
+            .iter()
+            .filter_map(|s| {
+                let p = s.process.as_ref()?;
+                // the load's seconds are in time order: the nearest is at or just before the
+                // first one ending after this sample
+                let after = load.partition_point(|l| l.unix_ms <= s.unix_ms);
+                let nearest = [after.checked_sub(1), Some(after)]
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|i| load.get(i))
+                    .min_by_key(|l| l.unix_ms.abs_diff(s.unix_ms))
+                    .filter(|l| l.unix_ms.abs_diff(s.unix_ms) <= 500)?;
+                let (user, system) = (
+                    p.rates.cpu_user_pct / 100.0 * s.interval_s,
+                    p.rates.cpu_system_pct / 100.0 * s.interval_s,
+                );
+                (user.is_finite() && system.is_finite() && nearest.requests > 0).then_some((
+                    user,
+                    system,
+                    nearest.requests,
+                ))
             })
             .collect()
     }

@@ -65,3 +65,63 @@ pub fn to_text(report: &Report) -> String {
     }
     out
 }
+
+/// The run's symptoms and the findings that explain them, in a few lines: what the summary
+/// and the report open with.
+pub fn symptoms_text(s: &crate::symptoms::Symptoms) -> String {
+    use kiln_record::text::us;
+    let mut out = format!(
+        "Symptoms   p99 {} (p50 {}) at {:.1}/s",
+        us(s.p99_us),
+        us(s.p50_us),
+        s.throughput
+    );
+    if let Some(asked) = s.asked_per_s {
+        let _ = write!(out, " of {asked:.1}/s asked");
+    }
+    if let Some(cpu) = s.cpu_ms_per_request {
+        let _ = write!(out, "; the target's CPU {cpu:.2} ms per request");
+    }
+    out += "\n";
+    if s.above_p99 > 0 {
+        if s.p99_explained.is_empty() {
+            let _ = writeln!(
+                out,
+                "  p99      the {} requests slower than p99 lie in no finding's seconds",
+                s.above_p99
+            );
+        } else {
+            let explained: Vec<String> = s
+                .p99_explained
+                .iter()
+                .map(|e| {
+                    format!(
+                        "{:.0}% in the seconds of {} [{}]",
+                        100.0 * e.share,
+                        safe_text(&e.title),
+                        safe_text(&e.rule)
+                    )
+                })
+                .collect();
+            let _ = writeln!(
+                out,
+                "  p99      of the {} requests slower than p99: {}",
+                s.above_p99,
+                explained.join("; ")
+            );
+        }
+    }
+    if !s.cpu_explained.is_empty() {
+        let shares: Vec<String> = s
+            .cpu_explained
+            .iter()
+            .map(|e| format!("{:.0}% {}", 100.0 * e.share, safe_text(&e.rule)))
+            .collect();
+        let _ = writeln!(
+            out,
+            "  CPU      of the target's CPU per request: {}",
+            shares.join(", ")
+        );
+    }
+    out
+}

@@ -243,6 +243,12 @@ pub fn run(args: DemoArgs, stop: &StopSignal) -> Result<u8> {
             eprintln!("   kiln: {}", safe_text(w));
         }
         eprintln!("   {}", run_line(&outcome));
+        // which findings explain the p99 and the CPU per request (the line above has the p99)
+        if let Some(symptoms) = &outcome.findings.symptoms {
+            for line in kiln_findings::symptoms_text(symptoms).lines().skip(1) {
+                eprintln!("   {}", line.trim_start());
+            }
+        }
         for f in &outcome.findings.findings {
             eprintln!(
                 "   {:<6} {}",

@@ -218,7 +218,52 @@ fn verdict_section(findings: &Report, load: &Load) -> String {
             us(stats.max_us)
         );
     }
+    if let Some(s) = &findings.symptoms {
+        out += &symptoms_list(s);
+    }
     out + "</div></section>"
+}
+
+/// Which findings explain the p99 and the CPU per request, with their shares.
+fn symptoms_list(s: &kiln_findings::symptoms::Symptoms) -> String {
+    let mut out = String::from("<ul class=\"symptoms\">");
+    if s.above_p99 > 0 {
+        let _ = write!(
+            out,
+            "<li>p99 {}: of the {} requests slower than it, ",
+            us(s.p99_us),
+            s.above_p99
+        );
+        if s.p99_explained.is_empty() {
+            out += "none lies in a finding's seconds";
+        }
+        let held: Vec<String> = s
+            .p99_explained
+            .iter()
+            .map(|e| {
+                format!(
+                    "{:.0}% in the seconds of <b>{}</b>",
+                    100.0 * e.share,
+                    esc(&e.title)
+                )
+            })
+            .collect();
+        out += &held.join("; ");
+        out += "</li>";
+    }
+    if let Some(cpu) = s.cpu_ms_per_request {
+        let _ = write!(out, "<li>the target's CPU {cpu:.2} ms per request");
+        let shares: Vec<String> = s
+            .cpu_explained
+            .iter()
+            .map(|e| format!("{:.0}% <code>{}</code>", 100.0 * e.share, esc(&e.rule)))
+            .collect();
+        if !shares.is_empty() {
+            let _ = write!(out, ": {}", shares.join("; "));
+        }
+        out += "</li>";
+    }
+    out + "</ul>"
 }
 
 fn findings_section(report: &Report) -> String {
@@ -912,6 +957,7 @@ mod tests {
                 frame: frame.into(),
             }),
             data: Value::Null,
+            seconds: Vec::new(),
         };
         let off = finding_links(&finding(Some((Event::Cswitch, "app::get"))));
         assert!(

@@ -282,6 +282,10 @@ pub fn render_text(view: &RunView) -> String {
     }
     let _ = writeln!(out, "Workload   {}", workload_line(plan));
     let _ = writeln!(out, "Run        {} ({status}{reason})", safe_text(dir));
+    // what the run shows and which findings explain it, before the detail
+    if let Some(symptoms) = findings.and_then(|f| f.symptoms.as_ref()) {
+        out += &kiln_findings::symptoms_text(symptoms);
+    }
 
     let measured: Vec<&PhaseSummary> = phases.iter().filter(|p| p.measured).collect();
     if let Some(w) = phases.iter().find(|p| !p.measured) {

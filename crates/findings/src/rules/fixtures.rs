@@ -95,6 +95,11 @@ pub fn load_run(seconds: &[Second]) -> RunRecord {
         slow: r.latency.count_above(p95),
     });
     run.tail = Some((p95, counts.collect()));
+    let p99 = phase.totals.latency.quantile_us(0.99);
+    run.above_p99 = records
+        .iter()
+        .map(|r| (r.unix_ms, r.latency.count_above(p99)))
+        .collect();
     phase.set_end(&PhaseEnd {
         phase: "run".into(),
         measured: true,

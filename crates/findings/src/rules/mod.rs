@@ -104,6 +104,7 @@ impl Draft<'_> {
             },
             flame: None,
             data: self.data,
+            seconds: Vec::new(),
         }
     }
 }

@@ -71,13 +71,17 @@ fn generator_starved(run: &RunRecord) -> Verdict {
     let p99 = total.totals.latency.quantile_us(0.99);
     let slow = slow_seconds(&run.seconds, p99);
     let explained = starved_among(&slow, &run.noise);
-    let lag_max = run
+    let in_starved: Vec<&LoadPoint> = run
         .seconds
         .iter()
         .filter(|s| starved.iter().any(|n| coincide(s.unix_ms, n)))
+        .collect();
+    let lag_max = in_starved
+        .iter()
         .map(|s| s.send_lag_max_us)
         .max()
         .unwrap_or(0);
+    let starved_load_seconds: Vec<u64> = in_starved.iter().map(|s| s.unix_ms).collect();
     let mut evidence = vec![
         format!(
             "kiln got a CPU {STARVED_MS:.0} ms or more late in {} of {} measured seconds",
@@ -152,7 +156,8 @@ fn generator_starved(run: &RunRecord) -> Verdict {
             "slow_seconds_starved": explained,
         }),
     }
-    .finish()])
+    .finish()
+    .in_seconds(starved_load_seconds)])
 }
 
 /// A latency finding whose slowest seconds are mostly seconds in which kiln was starved says

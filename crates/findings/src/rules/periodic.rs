@@ -254,6 +254,18 @@ fn periodic_spikes(run: &RunRecord) -> Verdict {
         })
         .map(|t| worst[t])
         .collect();
+    // the load seconds the spikes at the phase lie in: what the period explains
+    let at_phase_seconds: Vec<u64> = run
+        .seconds
+        .iter()
+        .filter(|s| s.requests > 0 && s.unix_ms > 0)
+        .filter(|s| {
+            let wall = (s.unix_ms - 1) / 1000;
+            let (t, k) = ((wall - first) as usize, wall % period as u64);
+            (k == phase as u64 || k == (phase as u64 + 1) % period as u64) && spikes[t]
+        })
+        .map(|s| s.unix_ms)
+        .collect();
     let mut at = at_phase.clone();
     at.sort_unstable();
     let spike_median = at.get(at.len() / 2).copied().unwrap_or(0);
@@ -310,7 +322,8 @@ fn periodic_spikes(run: &RunRecord) -> Verdict {
             "hit_share": share, "p_value": p_value, "usual_worst_us": usual,
             "spike_worst_us": spike_median}),
     }
-    .finish()])
+    .finish()
+    .in_seconds(at_phase_seconds)])
 }
 
 #[cfg(test)]
