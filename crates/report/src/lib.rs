@@ -75,30 +75,73 @@ pub fn render(dir: &RunDir) -> String {
         esc(&m.started_at),
         esc(&m.kiln_version)
     );
-    html += &nav();
-    html += &verdict_section(&findings, &load);
-    html += &findings_section(&findings);
-    html += &load_section(&load, &m.plan);
-    html += "<section id=\"resources\"><h2>Resources</h2>";
+    // (id, label, html) of each section the run recorded; what it did not record is said in
+    // one line at the end instead of an empty section each
+    let mut sections: Vec<(&str, &str, String)> = vec![(
+        "verdict",
+        "Verdict",
+        verdict_section(&findings, &load, &m.plan),
+    )];
+    if let Some(plan) = plan_section(&load, &m.plan) {
+        sections.push(("plan", "Requests by name", plan));
+    }
+    sections.push(("findings", "Findings", findings_section(&findings)));
+    sections.push(("load", "Load", load_section(&load, &m.plan)));
+    let mut not_recorded = Vec::new();
     if resources.is_null() {
-        html += "<p class=\"muted\">The sampler recorded nothing in this run.</p>";
+        not_recorded.push("resources (kiln run --watch-pid PID or --watch-port PORT)");
     } else {
-        html += "<div class=\"chart\" id=\"chart-host-cpu\"></div>\
+        sections.push((
+            "resources",
+            "Resources",
+            "<section id=\"resources\"><h2>Resources</h2>\
+<div class=\"chart\" id=\"chart-host-cpu\"></div>\
 <div class=\"chart\" id=\"chart-target-cpu\"></div>\
 <div class=\"chart\" id=\"chart-target-switches\"></div>\
 <div class=\"chart\" id=\"chart-target-memory\"></div>\
 <div class=\"chart\" id=\"chart-sockets\"></div>\
 <div class=\"chart\" id=\"chart-threads\"></div>\
 <div class=\"chart\" id=\"chart-cores\"></div>\
-<div class=\"chart\" id=\"chart-kernel\"></div>";
+<div class=\"chart\" id=\"chart-kernel\"></div></section>"
+                .to_string(),
+        ));
     }
-    html += "</section>";
-    html += &profile_html;
-    html += &off_cpu_html;
+    for (id, label, html, absent) in [
+        ("profile", "Profile", profile_html, "a profile (--profile)"),
+        (
+            "offcpu",
+            "Off-CPU",
+            off_cpu_html,
+            "an off-CPU profile (--off-cpu)",
+        ),
+    ] {
+        match html {
+            Some(html) => sections.push((id, label, html)),
+            None => not_recorded.push(absent),
+        }
+    }
     let (queries_html, has_map) = queries_section(dir);
-    html += &queries_html;
-    html += &host_section(dir);
-    html += &command_section(dir);
+    match queries_html {
+        Some(html) => sections.push(("queries", "DB calls", html)),
+        None => not_recorded.push("DB calls (traces: --otlp-listen)"),
+    }
+    sections.push(("host", "Host", host_section(dir)));
+    sections.push(("command", "Command", command_section(dir)));
+    html += "<nav>";
+    for (id, label, _) in &sections {
+        let _ = write!(html, "<a href=\"#{id}\">{label}</a>");
+    }
+    html += "</nav>";
+    for (_, _, section) in &sections {
+        html += section;
+    }
+    if !not_recorded.is_empty() {
+        let _ = write!(
+            html,
+            "<p class=\"muted\" id=\"not-recorded\">Not recorded in this run: {}.</p>",
+            not_recorded.join("; ")
+        );
+    }
     page(&format!("kiln report: {}", m.name), &html, &data, has_map)
 }
 
@@ -156,6 +199,8 @@ code,pre{font:12px/1.35 ui-monospace,monospace;white-space:pre-wrap;word-break:b
 .finding ul{margin:4px 0 4px 18px;padding:0}
 .verdict{font-size:16px;background:#fff;border:1px solid #ddd;padding:10px 14px}
 .muted{color:#666}
+.fail{color:#b00020}
+tr.fail td{background:#fdecea}
 .chart{margin:10px 0;background:#fff}
 .flame-box{position:relative;background:#fff;border:1px solid #ddd;overflow:hidden}
 .fr{position:absolute;height:15px;box-sizing:border-box;border:1px solid #fff;font:11px/13px ui-monospace,monospace;
@@ -168,27 +213,28 @@ tr.check-bad td{background:#fde7e9}tr.check-warn td{background:#fff4e0}
 tr.improved td{background:#e6f4ea}tr.regressed td{background:#fde7e9}
 "#;
 
-fn nav() -> String {
-    let links = [
-        ("verdict", "Verdict"),
-        ("findings", "Findings"),
-        ("load", "Load"),
-        ("resources", "Resources"),
-        ("profile", "Profile"),
-        ("offcpu", "Off-CPU"),
-        ("queries", "DB calls"),
-        ("host", "Host"),
-        ("command", "Command"),
-    ];
-    let mut out = String::from("<nav>");
-    for (id, label) in links {
-        let _ = write!(out, "<a href=\"#{id}\">{label}</a>");
-    }
-    out + "</nav>"
-}
-
-fn verdict_section(findings: &Report, load: &Load) -> String {
+fn verdict_section(findings: &Report, load: &Load, plan: &PlanRecord) -> String {
     let mut out = String::from("<section id=\"verdict\"><h2>Verdict</h2><div class=\"verdict\">");
+    // a plan's thresholds decide the run's exit (99 when one fails, as k6): said first
+    if let Some(total) = PhaseSummary::measured_total(&load.phases) {
+        let checked = kiln_summary::thresholds::check_all(plan, &total);
+        let failed = checked.iter().filter(|t| !t.ok).count();
+        if failed > 0 {
+            let _ = write!(
+                out,
+                "<div class=\"fail\"><b>{failed} of {} thresholds failed</b> (exit 99): {}</div>",
+                checked.len(),
+                checked
+                    .iter()
+                    .filter(|t| !t.ok)
+                    .map(|t| format!("{} (measured {})", esc(&t.threshold), esc(&t.actual_text)))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            );
+        } else if !checked.is_empty() {
+            let _ = write!(out, "<div>All {} thresholds passed.</div>", checked.len());
+        }
+    }
     match findings.findings.first() {
         Some(top) => {
             let _ = write!(
@@ -222,6 +268,71 @@ fn verdict_section(findings: &Report, load: &Load) -> String {
         out += &symptoms_list(s);
     }
     out + "</div></section>"
+}
+
+/// A plan run's thresholds and its requests by name (JMeter's aggregate table with kiln's
+/// checks beside it), first after the verdict as Gatling and JMeter put them; None for a run
+/// with neither.
+fn plan_section(load: &Load, plan: &PlanRecord) -> Option<String> {
+    let total = PhaseSummary::measured_total(&load.phases)?;
+    let checked = kiln_summary::thresholds::check_all(plan, &total);
+    let rows = kiln_summary::names::rows(&total);
+    if checked.is_empty() && rows.is_empty() {
+        return None;
+    }
+    let mut out = String::from("<section id=\"plan\"><h2>Requests by name</h2>");
+    if !checked.is_empty() {
+        out += "<table><tr><th>threshold</th><th>result</th><th class=\"n\">measured</th></tr>";
+        for t in &checked {
+            let _ = write!(
+                out,
+                "<tr class=\"{}\"><td><code>{}</code></td><td>{}</td><td class=\"n\">{}</td></tr>",
+                if t.ok { "pass" } else { "fail" },
+                esc(&t.threshold),
+                if t.ok { "pass" } else { "FAIL" },
+                esc(&t.actual_text)
+            );
+        }
+        out += "</table>";
+    }
+    let t = &total.totals;
+    if t.iterations > 0 || t.checks > 0 {
+        let _ = write!(
+            out,
+            "<p>{} iterations; checks {} run, {} failed</p>",
+            t.iterations, t.checks, t.checks_failed
+        );
+    }
+    if !rows.is_empty() {
+        out +=
+            "<table><tr><th>label</th><th class=\"n\"># samples</th><th class=\"n\">error %</th>\
+<th class=\"n\">median</th><th class=\"n\">90% line</th><th class=\"n\">95% line</th>\
+<th class=\"n\">99% line</th><th class=\"n\">max</th><th class=\"n\">throughput</th>\
+<th class=\"n\">checks failed</th><th class=\"n\">nothing to extract</th></tr>";
+        for r in &rows {
+            let line = |i: usize| r.lines_us.map_or("-".to_string(), |l| us(l[i]));
+            let _ = write!(
+                out,
+                "<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{:.2}%</td><td class=\"n\">{}</td>\
+<td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>\
+<td class=\"n\">{:.1}/s</td><td class=\"n\">{} of {}</td><td class=\"n\">{}</td></tr>",
+                esc(&r.label),
+                r.samples,
+                r.error_pct,
+                line(0),
+                line(1),
+                line(2),
+                line(3),
+                line(4),
+                r.throughput,
+                r.checks_failed,
+                r.checks,
+                r.extractions_failed
+            );
+        }
+        out += "</table>";
+    }
+    Some(out + "</section>")
 }
 
 /// Which findings explain the p99 and the CPU per request, with their shares.
@@ -475,13 +586,12 @@ answered first; {} not hedged over the budget, {} while copies were failing.</p>
 
 /// A profile's section (on-CPU or off-CPU), and its flame graph's data for the page's
 /// script. The section's id names its elements (`ID-search`, `ID-match`, ...).
-fn profile_section(dir: &RunDir, kind: ProfileKind) -> (String, Value) {
-    let (id, heading, parts, none, what, unit) = match kind {
+fn profile_section(dir: &RunDir, kind: ProfileKind) -> (Option<String>, Value) {
+    let (id, heading, parts, what, unit) = match kind {
         ProfileKind::OnCpu => (
             "profile",
             "Profile",
             ON_CPU,
-            "No profile in this run (kiln run --profile).",
             "On-CPU flame graph",
             "samples",
         ),
@@ -489,8 +599,6 @@ fn profile_section(dir: &RunDir, kind: ProfileKind) -> (String, Value) {
             "offcpu",
             "Off-CPU",
             OFF_CPU,
-            "No off-CPU profile in this run (kiln run --off-cpu): where threads block, wait \
-and are preempted.",
             "Off-CPU flame graph (where threads left the CPU: every context switch with its stack)",
             "switches",
         ),
@@ -503,17 +611,15 @@ and are preempted.",
     let mut out = format!("<section id=\"{id}\"><h2>{heading}</h2>");
     let folded = match read_folded(dir, parts.folded.0) {
         Ok(Some(folded)) => Some(folded),
-        Ok(None) => {
-            let _ = write!(out, "<p class=\"muted\">{none}</p>");
-            None
-        }
+        // not recorded: said once with the others, no section
+        Ok(None) => return (None, Value::Null),
         Err(problem) => {
             let _ = write!(out, "<p class=\"muted\">{}</p>", esc(&problem));
             None
         }
     };
     let Some(folded) = folded else {
-        return (out + "</section>", Value::Null);
+        return (Some(out + "</section>"), Value::Null);
     };
     let _ = write!(
         out,
@@ -543,7 +649,7 @@ speedscope: <code>{}</code>.</p>\
         o.insert("section".into(), json!(id));
         o.insert("unit".into(), json!(unit));
     }
-    (out, data)
+    (Some(out), data)
 }
 
 /// Which of a run's profiles.
@@ -566,18 +672,16 @@ fn read_folded(dir: &RunDir, kind: &str) -> Result<Option<Folded>, String> {
 }
 
 /// The DB section, and whether it holds the treemap (whose script the page then needs).
-fn queries_section(dir: &RunDir) -> (String, bool) {
+fn queries_section(dir: &RunDir) -> (Option<String>, bool) {
     let mut out = String::from("<section id=\"queries\"><h2>DB calls</h2>");
     let q = match dir.read_json_part::<QueriesRecord>(QUERIES_PART) {
         Ok(Some(q)) => q,
-        Ok(None) => {
-            let none = "<p class=\"muted\">No traces in this run (kiln run --otlp-listen).</p>";
-            return (format!("{out}{none}</section>"), false);
-        }
+        // no traces: said once with the other parts not recorded
+        Ok(None) => return (None, false),
         Err(e) => {
             let problem = esc(&e.to_string());
             return (
-                format!("{out}<p class=\"muted\">{problem}</p></section>"),
+                Some(format!("{out}<p class=\"muted\">{problem}</p></section>")),
                 false,
             );
         }
@@ -600,7 +704,7 @@ The DB findings are with the others above; the same as its own page: <code>queri
         out += &kiln_queries::html::treemap(&StackTrie::from_folded(&calls, &time));
         has_map = true;
     }
-    (out + "</section>", has_map)
+    (Some(out + "</section>"), has_map)
 }
 
 /// The doctor's checks as the run found the host: the ones that are not ok, with their

@@ -29,6 +29,69 @@ fn cut(label: &str) -> String {
     short
 }
 
+/// One row of the aggregate table: a request name's figures (latencies in µs, None without
+/// responses), or the total's.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NameRow {
+    pub label: String,
+    pub samples: u64,
+    pub error_pct: f64,
+    /// Median, 90%, 95% and 99% lines, and the maximum.
+    pub lines_us: Option<[u64; 5]>,
+    pub throughput: f64,
+    pub checks: u64,
+    pub checks_failed: u64,
+    pub extractions_failed: u64,
+}
+
+impl NameRow {
+    fn of(label: &str, n: &NameSecond, secs: f64) -> Self {
+        let h = &n.latency;
+        Self {
+            label: label.to_string(),
+            samples: n.requests,
+            error_pct: error_ratio(n) * 100.0,
+            lines_us: (!h.is_empty()).then(|| {
+                [
+                    h.quantile_us(0.5),
+                    h.quantile_us(0.9),
+                    h.quantile_us(0.95),
+                    h.quantile_us(0.99),
+                    h.max_us(),
+                ]
+            }),
+            throughput: if secs > 0.0 {
+                n.requests as f64 / secs
+            } else {
+                0.0
+            },
+            checks: n.checks,
+            checks_failed: n.checks_failed,
+            extractions_failed: n.extractions_failed,
+        }
+    }
+}
+
+/// Each name's row in the record's order, then the TOTAL row (none for a run without names).
+pub fn rows(total: &PhaseSummary) -> Vec<NameRow> {
+    let t = &total.totals;
+    if t.names.is_empty() {
+        return Vec::new();
+    }
+    let secs = total.duration_secs();
+    let mut all = NameSecond::default();
+    let mut rows: Vec<NameRow> = t
+        .names
+        .iter()
+        .map(|(name, n)| {
+            all.merge(n);
+            NameRow::of(name, n, secs)
+        })
+        .collect();
+    rows.push(NameRow::of("TOTAL", &all, secs));
+    rows
+}
+
 /// The aggregate table, or nothing for a run without names.
 pub fn to_text(total: &PhaseSummary) -> String {
     let t = &total.totals;
@@ -65,12 +128,9 @@ pub fn to_text(total: &PhaseSummary) -> String {
         "Throughput",
         "Checks✗"
     );
-    let mut all = NameSecond::default();
-    for (name, n) in &t.names {
-        out += &row(&cut(name), n, per_s(n.requests));
-        all.merge(n);
+    for r in rows(total) {
+        out += &row(&r);
     }
-    out += &row("TOTAL", &all, per_s(all.requests));
     for (name, n) in &t.names {
         if n.failed > 0 {
             let statuses: Vec<String> = n
@@ -97,31 +157,20 @@ pub fn to_text(total: &PhaseSummary) -> String {
     out
 }
 
-fn row(label: &str, n: &NameSecond, throughput: f64) -> String {
-    let h = &n.latency;
-    let cell = |q: f64| {
-        if h.is_empty() {
-            "-".to_string()
-        } else {
-            us(h.quantile_us(q))
-        }
-    };
+fn row(r: &NameRow) -> String {
+    let cell = |i: usize| r.lines_us.map_or("-".to_string(), |l| us(l[i]));
     format!(
         "{:<LABEL_WIDTH$} {:>9} {:>7.2}% {:>9} {:>9} {:>9} {:>9} {:>9} {:>8.1}/s {:>7}\n",
-        label,
-        n.requests,
-        error_ratio(n) * 100.0,
-        cell(0.5),
-        cell(0.9),
-        cell(0.95),
-        cell(0.99),
-        if h.is_empty() {
-            "-".into()
-        } else {
-            us(h.max_us())
-        },
-        throughput,
-        n.checks_failed
+        cut(&r.label),
+        r.samples,
+        r.error_pct,
+        cell(0),
+        cell(1),
+        cell(2),
+        cell(3),
+        cell(4),
+        r.throughput,
+        r.checks_failed
     )
 }
 

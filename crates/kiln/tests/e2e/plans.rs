@@ -164,6 +164,28 @@ fn a_closed_plan_matches_the_servers_counts_exactly() {
     assert!(thresholds.iter().all(|t| t["ok"] == true), "{thresholds:?}");
     // The run record keeps the per-name figures second by second.
     let run_dir = Path::new(json["run_dir"].as_str().unwrap());
+    // The page says the thresholds first and has JMeter's table with the checks; the parts
+    // this run did not record are one line, not empty sections.
+    let page = std::fs::read_to_string(run_dir.join("report.html")).unwrap();
+    assert!(page.contains("All 2 thresholds passed."), "{page}");
+    assert!(
+        page.contains("<code>p99{name:order}&lt;5s</code>"),
+        "{page}"
+    );
+    let by_name = &page[page
+        .find("<section id=\"plan\">")
+        .expect("the plan section")..];
+    let health = &by_name[by_name.find("<td>health</td>").expect("health's row")..];
+    let health_row = &health[..health.find("</tr>").unwrap()];
+    assert!(
+        health_row.contains("<td class=\"n\">40 of 40</td>"),
+        "{health_row}"
+    );
+    assert!(
+        page.contains("Not recorded in this run: resources"),
+        "{page}"
+    );
+    assert!(!page.contains("<section id=\"resources\">"), "{page}");
     let seconds = std::fs::read_to_string(run_dir.join("load-seconds.jsonl")).unwrap();
     let logins_recorded: u64 = seconds
         .lines()
@@ -273,6 +295,18 @@ fn a_correlation_that_fails_is_counted_and_cuts_the_iteration() {
         "{xml}"
     );
     assert!(names.get("order").is_none(), "{names}");
+    // the page opens with the failed thresholds, as the exit code says
+    let page = std::fs::read_to_string(record.join("report.html")).unwrap();
+    let verdict = &page[page.find("<section id=\"verdict\">").unwrap()..];
+    let verdict = &verdict[..verdict.find("</section>").unwrap()];
+    assert!(
+        verdict.contains("<b>2 of 2 thresholds failed</b> (exit 99)"),
+        "{verdict}"
+    );
+    assert!(
+        page.contains("<tr class=\"fail\"><td><code>failed{name:order}&lt;1%</code></td>"),
+        "{page}"
+    );
     let server = api.counts();
     assert_eq!(server.bad_logins, 10);
     assert_eq!(server.routes.get("GET /orders"), None);
