@@ -534,7 +534,7 @@ fn pin_to(cpu: usize) {
 
 /// A stall made by construction: a SCHED_FIFO thread pinned to the probe's CPU spins 60 ms,
 /// three times, 1.5 s apart. Nothing of lower priority runs on that CPU while it spins, so the
-/// probe (waking every 10 ms) wakes 50-60 ms late once per stall, and the kernel's own
+/// probe (waking every 20 ms) wakes 40-60 ms late once per stall, and the kernel's own
 /// run-delay accounting of kiln's threads (schedstat) shows at least that wait in the same
 /// second. No other second comes near: what a busy neighbour adds is milliseconds.
 #[test]
@@ -567,12 +567,12 @@ fn a_real_time_hog_on_the_probes_cpu_is_the_wait_the_probe_and_schedstat_report(
     let seconds = probe.finish();
     let stalled: Vec<&NoiseSecond> = seconds
         .iter()
-        .filter(|s| s.probe_late_max_ms >= 40.0)
+        .filter(|s| s.probe_late_max_ms >= 35.0)
         .collect();
     assert_eq!(stalled.len(), 3, "{seconds:#?}");
     for s in stalled {
         // 60 ms less the part of an interval the stall began after the probe's last wake-up
-        assert!((49.0..80.0).contains(&s.probe_late_max_ms), "{s:#?}");
+        assert!((39.0..80.0).contains(&s.probe_late_max_ms), "{s:#?}");
         assert!(s.starved(), "{s:#?}");
         // the scheduler's own count: the probe was runnable the whole time it was late (other
         // tests' threads of this process may have waited longer)

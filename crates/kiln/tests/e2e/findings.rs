@@ -1289,9 +1289,9 @@ fn kiln_starved_of_its_cpu_is_named_as_its_own_lateness_and_kiln_with_a_cpu_is_n
         Some(seconds as u64),
         "{noise:#}"
     );
-    // the probe wakes every 10 ms: at most one interval of the stall went by before it slept
+    // the probe wakes every 20 ms: at most one interval of the stall went by before it slept
     let late = data["probe_late_max_ms"].as_f64().unwrap();
-    assert!((65.0..130.0).contains(&late), "{starved:#}");
+    assert!((55.0..130.0).contains(&late), "{starved:#}");
     assert!(
         data["send_lag_max_us"].as_u64().unwrap() >= 50_000,
         "{starved:#}"
