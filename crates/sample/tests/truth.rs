@@ -518,20 +518,6 @@ fn a_processs_own_connections_count_the_segments_they_sent() {
     assert_eq!(second.retrans_segs, Some(0));
 }
 
-/// Pins the calling thread (and the threads it starts later) to `cpu`.
-fn pin_to(cpu: usize) {
-    // SAFETY: a cpu_set_t owned here, set with the libc macros, for the calling thread (0).
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        assert_eq!(
-            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set),
-            0,
-            "sched_setaffinity"
-        );
-    }
-}
-
 /// A stall made by construction: a SCHED_FIFO thread pinned to the probe's CPU spins 60 ms,
 /// three times, 1.5 s apart. Nothing of lower priority runs on that CPU while it spins, so the
 /// probe (waking every 20 ms) wakes 40-60 ms late once per stall, and the kernel's own
@@ -542,14 +528,14 @@ fn a_real_time_hog_on_the_probes_cpu_is_the_wait_the_probe_and_schedstat_report(
     const SPIN: Duration = Duration::from_millis(60);
     let cpu = thread::available_parallelism().map_or(1, |n| n.get()) - 1;
     let probe = thread::spawn(move || {
-        pin_to(cpu);
+        kiln_targets::pin_to_cpu(cpu);
         NoiseProbe::start(|_| {}).expect("the probe starts")
     })
     .join()
     .unwrap();
     thread::sleep(Duration::from_millis(700));
     let hog = thread::spawn(move || {
-        pin_to(cpu);
+        kiln_targets::pin_to_cpu(cpu);
         let param = libc::sched_param { sched_priority: 10 };
         // SAFETY: sets this thread's own policy with a parameter owned here.
         let rt = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) };

@@ -456,6 +456,21 @@ pub(crate) fn self_signed_tls() -> io::Result<Arc<rustls::ServerConfig>> {
     Ok(Arc::new(config))
 }
 
+/// Pins the calling thread to one CPU (the threads and processes it starts later inherit it).
+pub fn pin_to_cpu(cpu: usize) {
+    // SAFETY: a zeroed cpu_set_t is empty; CPU_SET and sched_setaffinity(0) touch only it and
+    // the calling thread's own mask.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        assert_eq!(
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set),
+            0,
+            "pin to CPU {cpu}"
+        );
+    }
+}
+
 /// A TCP listener on 127.0.0.1 with the given accept backlog that never accepts (for the
 /// socket tests: queues, overflows, limits), and its address.
 pub fn idle_listener(backlog: i32) -> (socket2::Socket, std::net::SocketAddr) {

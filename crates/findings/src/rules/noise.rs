@@ -268,12 +268,14 @@ mod tests {
         run.noise = (0..20)
             .map(|i| noise(&run, i, if [4, 9, 14].contains(&i) { 58.0 } else { 0.3 }))
             .collect();
-        let report = crate::judge(&run);
-        let tail = report
-            .findings
-            .iter()
-            .find(|f| f.rule == "latency.tail-heavy")
-            .expect("the tail is heavy");
+        let tail_of = |run: &RunRecord| {
+            crate::judge(run)
+                .findings
+                .into_iter()
+                .find(|f| f.rule == "latency.tail-heavy")
+                .expect("the tail is heavy")
+        };
+        let tail = tail_of(&run);
         assert_eq!(tail.severity, Severity::Low, "{tail:#?}");
         assert!(tail
             .cause
@@ -285,12 +287,7 @@ mod tests {
             .starts_with("3 of its 3 slowest seconds"));
         // and one of the target's own is not
         run.noise = (0..20).map(|i| noise(&run, i, 0.3)).collect();
-        let report = crate::judge(&run);
-        let tail = report
-            .findings
-            .iter()
-            .find(|f| f.rule == "latency.tail-heavy")
-            .expect("the tail is heavy");
+        let tail = tail_of(&run);
         assert!(!tail.cause.contains("generator"), "{tail:#?}");
 
         // a record from before the probe

@@ -1077,21 +1077,6 @@ fn cpu_ticks(select: impl Fn(&str) -> bool) -> (u64, u64) {
     sums
 }
 
-/// Pins the calling thread to one CPU (processes it starts inherit it).
-fn pin_to_cpu(cpu: usize) {
-    // SAFETY: a zeroed cpu_set_t is empty; CPU_SET and sched_setaffinity(0) touch only it and
-    // the calling thread's own mask.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        assert_eq!(
-            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set),
-            0,
-            "pin to CPU {cpu}"
-        );
-    }
-}
-
 /// One core saturated by softirqs while the other has room, built on loopback: in a network
 /// namespace whose input hook holds 2,000 nftables rules (each datagram's receive, the NET_RX
 /// softirq, walks them all), two processes pinned to CPU 0 send UDP datagrams to themselves
@@ -1147,7 +1132,7 @@ while time.time() < end:
         let out = tmp.path().join(name);
         let findings = std::thread::scope(|s| {
             s.spawn(|| {
-                pin_to_cpu(1);
+                kiln_targets::pin_to_cpu(1);
                 let target = Target::start("answers", None);
                 run_for(&target, &out, "8s", &["--rate", "50", "-c", "2"])
             })
@@ -1207,14 +1192,9 @@ impl RealTimeHog {
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let flag = stop.clone();
         let thread = std::thread::spawn(move || {
-            // SAFETY: this thread's own affinity and policy, from values owned here.
+            kiln_targets::pin_to_cpu(cpu);
+            // SAFETY: this thread's own policy, from a parameter owned here.
             unsafe {
-                let mut set: libc::cpu_set_t = std::mem::zeroed();
-                libc::CPU_SET(cpu, &mut set);
-                assert_eq!(
-                    libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set),
-                    0
-                );
                 let param = libc::sched_param { sched_priority: 10 };
                 assert_eq!(
                     libc::sched_setscheduler(0, libc::SCHED_FIFO, &param),
