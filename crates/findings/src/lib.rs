@@ -111,7 +111,9 @@ impl About {
     /// Whose evidence findings of `rule` rest on.
     pub fn of_rule(rule: &str) -> Self {
         match rule {
-            "cpu.host-busy" => Self::Host,
+            // other processes' CPU; the host's interrupt placement (its fix is the host's:
+            // receive queues, RPS, irqbalance), whoever's traffic it is
+            "cpu.host-busy" | "cpu.irq-hotspot" => Self::Host,
             "load.generator-starved" => Self::Kiln,
             _ => Self::Target,
         }

@@ -185,11 +185,18 @@ fn periodic_spikes(run: &RunRecord) -> Verdict {
     // (unix_ms), which is not aligned with the wall clock, and holds latencies by when the
     // requests ended: it is labelled with the wall second its end falls in, so the phase is
     // when the slow requests ended, to within a second.
-    let points: Vec<(u64, u64)> = run
+    // A second in which kiln itself was starved of a CPU is kiln's lateness, not the
+    // target's: it is no spike, and its latency does not raise the bar for the others.
+    let starved = |unix_ms: u64| {
+        run.noise
+            .iter()
+            .any(|n| n.starved() && super::noise::coincide(unix_ms, n))
+    };
+    let points: Vec<(u64, u64, bool)> = run
         .seconds
         .iter()
         .filter(|s| s.requests > 0 && s.unix_ms > 0)
-        .map(|s| ((s.unix_ms - 1) / 1000, s.max_us))
+        .map(|s| ((s.unix_ms - 1) / 1000, s.max_us, starved(s.unix_ms)))
         .collect();
     let (Some(first), Some(last)) = (
         points.iter().map(|p| p.0).min(),
@@ -211,18 +218,32 @@ fn periodic_spikes(run: &RunRecord) -> Verdict {
         ));
     }
     let mut worst = vec![0u64; len];
-    for (t, max) in &points {
+    let mut kilns = vec![false; len];
+    for (t, max, starved) in &points {
         let i = (t - first) as usize;
         worst[i] = worst[i].max(*max);
+        kilns[i] |= *starved;
     }
-    let mut sorted: Vec<u64> = points.iter().map(|p| p.1).collect();
+    let mut sorted: Vec<u64> = points.iter().filter(|p| !p.2).map(|p| p.1).collect();
+    if sorted.is_empty() {
+        return Verdict::Clear;
+    }
     sorted.sort_unstable();
     let usual = sorted[sorted.len() / 4].max(1);
     // far above the usual, and among the run's largest: scheduling noise on a busy machine
     // (a few milliseconds) is not a spike beside a stall
     let largest = sorted.last().copied().unwrap_or(0);
     let threshold = (SPIKE_FACTOR * usual as f64).max(LARGEST_SHARE * largest as f64);
-    let spikes: Vec<bool> = worst.iter().map(|w| *w as f64 >= threshold).collect();
+    let spikes: Vec<bool> = worst
+        .iter()
+        .zip(&kilns)
+        .map(|(w, kilns)| *w as f64 >= threshold && !kilns)
+        .collect();
+    let left_out = worst
+        .iter()
+        .zip(&kilns)
+        .filter(|(w, kilns)| **kilns && **w as f64 >= threshold)
+        .count();
     // A run of spiking seconds is one event, at its first second: a stall that straddles a
     // second boundary (how often depends on where the run's seconds fall on the wall clock)
     // is one stall, and counting its tail as a second spike would make random placements
@@ -309,7 +330,15 @@ fn periodic_spikes(run: &RunRecord) -> Verdict {
                  shuffles",
                 100.0 * p_value
             ),
-        ],
+        ]
+        .into_iter()
+        .chain((left_out > 0).then(|| {
+            format!(
+                "{left_out} slow seconds in which kiln itself was starved of a CPU were left out \
+                 (load.generator-starved)"
+            )
+        }))
+        .collect(),
         window: run.window(),
         cause: "something runs on a timer at that moment: a cache expiring, a scheduled job, \
                 a flush or log rotation, a garbage collection triggered by either"
@@ -381,6 +410,46 @@ mod tests {
             panic!("no finding");
         };
         assert!(found[0].title.contains("every 3 s"), "{}", found[0].title);
+    }
+
+    #[test]
+    fn a_period_among_seconds_kiln_was_late_in_is_found_and_not_without_knowing_them() {
+        // a 10 s period at phase 7, and about as many slow seconds again at random (a
+        // neighbour starving kiln): half the spikes on the phase, under the 80% the rule asks
+        let noise_at = |t: u64| {
+            !(6..=8).contains(&(t % 10))
+                && (t.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32).is_multiple_of(6)
+        };
+        let noisy = (0..180).filter(|t| noise_at(*t)).count();
+        assert!(noisy >= 10, "{noisy}");
+        let mut run = run_with(|t| t % 10 == 7 || noise_at(t));
+        assert!(matches!(periodic_spikes(&run), Verdict::Clear));
+        // kiln's probe saw itself starved in exactly the random ones
+        run.noise = run
+            .seconds
+            .iter()
+            .enumerate()
+            .map(|(t, s)| kiln_record::schema::noise::NoiseSecond {
+                unix_ms: s.unix_ms,
+                interval_s: 1.0,
+                probe_late_max_ms: if noise_at(t as u64) { 120.0 } else { 0.4 },
+                ..Default::default()
+            })
+            .collect();
+        let Verdict::Found(found) = periodic_spikes(&run) else {
+            panic!("not found");
+        };
+        assert_eq!(found[0].data["period_s"], 10);
+        assert_eq!(found[0].data["phase_s"], 7);
+        assert!(
+            found[0]
+                .evidence
+                .last()
+                .unwrap()
+                .starts_with(&format!("{noisy} slow seconds in which kiln")),
+            "{:?}",
+            found[0].evidence
+        );
     }
 
     #[test]

@@ -228,6 +228,7 @@ fn a_load_run_records_the_watched_process_beside_its_seconds() {
         [
             "load-seconds.jsonl",
             "doctor.json",
+            "noise.jsonl",
             "resources.jsonl",
             "runtime.json",
             "latency.hlog",
