@@ -226,24 +226,23 @@ impl RunRecord {
             .collect();
         if let Some(total) = self.measured() {
             let p95 = total.totals.latency.quantile_us(0.95);
-            self.tail = Some((p95, self.slow_seconds(dir, p95)));
             let p99 = total.totals.latency.quantile_us(0.99);
-            self.above_p99 =
-                self.each_measured_second(dir, |s| (s.unix_ms, s.latency.count_above(p99)));
+            // one more pass for both: the tail's spread and where the requests above p99 lie
+            let (tail, above) = self
+                .each_measured_second(dir, |s| {
+                    (tail_counts(s, p95), (s.unix_ms, s.latency.count_above(p99)))
+                })
+                .into_iter()
+                .unzip();
+            self.tail = Some((p95, tail));
+            self.above_p99 = above;
         }
     }
 
     /// Each measured second's responses and how many were slower than `delay_us`: a second
     /// pass over the load's seconds (their histograms are not kept in memory).
     pub fn slow_seconds(&self, dir: &RunDir, delay_us: u64) -> Vec<SecondCounts> {
-        self.each_measured_second(dir, |s| {
-            // a hedged run's own view without hedging: its first copies
-            let latency = s.hedge.as_ref().map_or(&s.latency, |h| &h.first_copy);
-            SecondCounts {
-                requests: latency.count(),
-                slow: latency.count_above(delay_us),
-            }
-        })
+        self.each_measured_second(dir, |s| tail_counts(s, delay_us))
     }
 
     /// `f` of each measured second of the load, read again from the record.
@@ -367,6 +366,16 @@ impl RunRecord {
 
 /// A sample covers the second before its time; it belongs to the window when that second
 /// overlaps it by more than half.
+/// A second's responses and how many were slower than `delay_us`; a hedged run's own view
+/// without hedging: its first copies.
+fn tail_counts(s: &SecondRecord, delay_us: u64) -> SecondCounts {
+    let latency = s.hedge.as_ref().map_or(&s.latency, |h| &h.first_copy);
+    SecondCounts {
+        requests: latency.count(),
+        slow: latency.count_above(delay_us),
+    }
+}
+
 fn overlaps(s: &ResourceSecond, w: Window) -> bool {
     kiln_record::Span {
         from_unix_ms: w.from_unix_ms,

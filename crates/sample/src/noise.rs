@@ -5,14 +5,16 @@
 //! beside kiln gives milliseconds, and those seconds' requests left late.
 //!
 //! The probe costs 50 wake-ups a second and one read of each thread's schedstat per second
-//! (bench/noise.py: 0.17% of a core here, where a wake-up costs about 34 us of CPU; cyclictest
+//! (bench/noise.py: 0.13% of a core here, where a wake-up costs about 34 us of CPU; cyclictest
 //! at 10 ms costs 0.67%).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
+
+use crate::sampler::unix_ms_now;
 
 pub use kiln_record::schema::noise::{NoiseSecond, NOISE_FILE, NOISE_PART, STARVED_MS};
 
@@ -121,12 +123,6 @@ fn sleep_until(deadline: Instant) {
     if !wait.is_zero() {
         std::thread::sleep(wait);
     }
-}
-
-fn unix_ms_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// A thread's schedstat: time waited on a run queue (ns) and times put on a CPU.

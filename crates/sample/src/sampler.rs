@@ -458,7 +458,7 @@ fn page_size_kib() -> u64 {
         .unwrap_or(4)
 }
 
-fn unix_ms_now() -> u64 {
+pub(crate) fn unix_ms_now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)

@@ -1,5 +1,5 @@
-//! The load generator starved of a CPU: seconds in which kiln's own threads waited for a CPU
-//! (or its probe woke late) by [`STARVED_MS`] or more. Requests due in them left late, and the
+//! The load generator starved of a CPU: seconds in which kiln's probe thread woke
+//! [`STARVED_MS`] or more late (its threads' waits are shown beside it). Requests due in them left late, and the
 //! open model counts a late request's wait from its schedule: that latency is the host's (or
 //! kiln's placement), not the target's. Said as kiln's own evidence, beside whatever latency
 //! finding those seconds would otherwise lead to.
@@ -44,11 +44,14 @@ pub(crate) fn coincide(load_ms: u64, noise: &NoiseSecond) -> bool {
     to.saturating_sub(from) >= 500
 }
 
+/// Whether kiln was starved in the load second ending at `load_ms`.
+pub(crate) fn starved_in(load_ms: u64, noise: &[NoiseSecond]) -> bool {
+    noise.iter().any(|n| n.starved() && coincide(load_ms, n))
+}
+
 /// How many of `slow` coincide with a second in which kiln was starved.
 pub(crate) fn starved_among(slow: &[&LoadPoint], noise: &[NoiseSecond]) -> usize {
-    slow.iter()
-        .filter(|s| noise.iter().any(|n| n.starved() && coincide(s.unix_ms, n)))
-        .count()
+    slow.iter().filter(|s| starved_in(s.unix_ms, noise)).count()
 }
 
 fn generator_starved(run: &RunRecord) -> Verdict {
@@ -74,7 +77,7 @@ fn generator_starved(run: &RunRecord) -> Verdict {
     let in_starved: Vec<&LoadPoint> = run
         .seconds
         .iter()
-        .filter(|s| starved.iter().any(|n| coincide(s.unix_ms, n)))
+        .filter(|s| starved_in(s.unix_ms, &run.noise))
         .collect();
     let lag_max = in_starved
         .iter()

@@ -187,11 +187,7 @@ fn periodic_spikes(run: &RunRecord) -> Verdict {
     // when the slow requests ended, to within a second.
     // A second in which kiln itself was starved of a CPU is kiln's lateness, not the
     // target's: it is no spike, and its latency does not raise the bar for the others.
-    let starved = |unix_ms: u64| {
-        run.noise
-            .iter()
-            .any(|n| n.starved() && super::noise::coincide(unix_ms, n))
-    };
+    let starved = |unix_ms: u64| super::noise::starved_in(unix_ms, &run.noise);
     let points: Vec<(u64, u64, bool)> = run
         .seconds
         .iter()
@@ -268,11 +264,13 @@ fn periodic_spikes(run: &RunRecord) -> Verdict {
     if p_value > MAX_P_VALUE {
         return Verdict::Clear;
     }
+    // a spike on the phase or the second after it, at offset t of the series
+    let on_phase = |t: usize| {
+        let k = (first + t as u64) % period as u64;
+        (k == phase as u64 || k == (phase as u64 + 1) % period as u64) && spikes[t]
+    };
     let at_phase: Vec<u64> = (0..len)
-        .filter(|t| {
-            let k = (first + *t as u64) % period as u64;
-            (k == phase as u64 || k == (phase as u64 + 1) % period as u64) && spikes[*t]
-        })
+        .filter(|t| on_phase(*t))
         .map(|t| worst[t])
         .collect();
     // the load seconds the spikes at the phase lie in: what the period explains
@@ -280,11 +278,7 @@ fn periodic_spikes(run: &RunRecord) -> Verdict {
         .seconds
         .iter()
         .filter(|s| s.requests > 0 && s.unix_ms > 0)
-        .filter(|s| {
-            let wall = (s.unix_ms - 1) / 1000;
-            let (t, k) = ((wall - first) as usize, wall % period as u64);
-            (k == phase as u64 || k == (phase as u64 + 1) % period as u64) && spikes[t]
-        })
+        .filter(|s| on_phase(((s.unix_ms - 1) / 1000 - first) as usize))
         .map(|s| s.unix_ms)
         .collect();
     let mut at = at_phase.clone();
