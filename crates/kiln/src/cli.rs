@@ -549,6 +549,10 @@ pub struct PlanCheckArgs {
     /// Print what the plan runs as JSON.
     #[arg(long = "json")]
     pub json: bool,
+    /// Look the plan's host names up too (a check sends nothing and looks nothing up
+    /// unless asked).
+    #[arg(long = "resolve")]
+    pub resolve: bool,
 }
 
 #[derive(Args, Debug)]

@@ -16,8 +16,9 @@ pub fn job(args: K8sJobArgs) -> Result<u8> {
         bail!("{}: kiln k8s job takes a plan file (.yaml)", args.plan);
     }
     let path = Path::new(&args.plan);
-    // the plan is checked here, before the cluster sees it
-    let plan = kiln_plan::load(path, &[])?;
+    // the plan is checked here, before the cluster sees it; its names are the cluster's
+    // (a Service's), looked up only in the pods
+    let plan = kiln_plan::load_with(path, &[], kiln_plan::Lookup::Never)?;
     let data_files = data_files(path, &plan)?;
     let plan_text = kiln_record::input::read_regular_text(path, kiln_plan::MAX_PLAN_BYTES as u64)
         .with_context(|| format!("cannot read {}", args.plan))?;

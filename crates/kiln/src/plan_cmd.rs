@@ -20,7 +20,14 @@ fn check(args: PlanCheckArgs) -> Result<u8> {
         .iter()
         .map(|s| kiln_plan::parse_set(s).map_err(anyhow::Error::msg))
         .collect::<Result<Vec<_>>>()?;
-    let plan = kiln_plan::load(&args.plan, &sets)?;
+    // nothing is sent, so no name is looked up unless asked: a recording of public sites
+    // checks offline
+    let lookup = if args.resolve {
+        kiln_plan::Lookup::Now
+    } else {
+        kiln_plan::Lookup::Never
+    };
+    let plan = kiln_plan::load_with(&args.plan, &sets, lookup)?;
     kiln_summary::thresholds::check_plan_thresholds(
         &args.plan.display().to_string(),
         &plan.thresholds,
@@ -45,7 +52,10 @@ fn check(args: PlanCheckArgs) -> Result<u8> {
     }
     outln!("{}: ok", safe_text(&args.plan.display().to_string()));
     for o in &w.origins {
-        outln!("  target     {}", safe_text(&o.url));
+        match args.resolve {
+            true => outln!("  target     {} ({})", safe_text(&o.url), o.addr),
+            false => outln!("  target     {}", safe_text(&o.url)),
+        }
     }
     for (name, weight, steps) in &plan.outline {
         outln!(
@@ -141,6 +151,13 @@ fn from_har(args: FromHarArgs) -> Result<u8> {
         eprintln!(
             "kiln: requests to other hosts left out: {} (--hosts NAME keeps one)",
             hosts.join(", ")
+        );
+    }
+    if made.websockets_left_out > 0 {
+        eprintln!(
+            "kiln: {} WebSocket connection(s) left out: kiln replays HTTP requests, not a \
+             socket's messages",
+            made.websockets_left_out
         );
     }
     match &args.out {

@@ -83,6 +83,29 @@ pub struct Target {
 impl Target {
     /// Parses and resolves a URL; only `http` and `https` are accepted.
     pub fn parse(url: &str) -> Result<Self, PlanError> {
+        Self::parse_unresolved(url)?.resolved()
+    }
+
+    /// The host's address looked up (the first the resolver gives).
+    pub fn resolved(mut self) -> Result<Self, PlanError> {
+        self.addr = (self.host.as_str(), self.port)
+            .to_socket_addrs()
+            .map_err(|e| PlanError::Resolve {
+                host: self.host.clone(),
+                why: e.to_string(),
+            })?
+            .next()
+            .ok_or_else(|| PlanError::Resolve {
+                host: self.host.clone(),
+                why: "no addresses".into(),
+            })?;
+        Ok(self)
+    }
+
+    /// Parses a URL without looking its host up, for a plan checked or shipped elsewhere
+    /// (a cluster's service names resolve only there). Its `addr` is `0.0.0.0:0`, which no
+    /// connection reaches: [`Target::resolved`] before loading it.
+    pub fn parse_unresolved(url: &str) -> Result<Self, PlanError> {
         let bad = |why: &str| PlanError::BadUrl {
             url: url.to_string(),
             why: why.to_string(),
@@ -138,17 +161,6 @@ impl Target {
             .map(basic_auth_header)
             .transpose()
             .map_err(|e| bad(&e))?;
-        let addr = (host.as_str(), port)
-            .to_socket_addrs()
-            .map_err(|e| PlanError::Resolve {
-                host: host.clone(),
-                why: e.to_string(),
-            })?
-            .next()
-            .ok_or_else(|| PlanError::Resolve {
-                host: host.clone(),
-                why: "no addresses".into(),
-            })?;
         // The URL as shown and recorded: a password never reaches run.json or the terminal.
         let shown_url = redact_password(url.trim());
         Ok(Self {
@@ -159,7 +171,7 @@ impl Target {
             path_and_query,
             authority: host_port.to_string(),
             basic_auth,
-            addr,
+            addr: SocketAddr::from(([0, 0, 0, 0], 0)),
         })
     }
 }

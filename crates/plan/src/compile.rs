@@ -16,7 +16,7 @@ use kiln_load::{Arrivals, Model, Target};
 use serde_saphyr::{Location, Spanned};
 
 use crate::schema::{self, Scalar, Text};
-use crate::{Located, Plan, PlanFileError};
+use crate::{Located, Lookup, Plan, PlanFileError};
 
 /// The load settings `--set` can change (bare or as `load.NAME`).
 pub const LOAD_KEYS: [&str; 10] = [
@@ -42,6 +42,7 @@ struct Ctx<'a> {
     file: &'a str,
     dir: &'a Path,
     env: &'a dyn Fn(&str) -> Option<String>,
+    lookup: Lookup,
     slots: Slots,
     names: Vec<String>,
     name_index: HashMap<String, usize>,
@@ -55,6 +56,13 @@ struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
+    fn target(&self, url: &str) -> Result<Target, kiln_load::plan::PlanError> {
+        match self.lookup {
+            Lookup::Now => Target::parse(url),
+            Lookup::Never => Target::parse_unresolved(url),
+        }
+    }
+
     fn err_at(&self, at: Location, message: impl Into<String>) -> PlanFileError {
         PlanFileError {
             file: self.file.to_string(),
@@ -114,7 +122,9 @@ impl Ctx<'_> {
             } else {
                 format!("/{path}")
             };
-            let target = Target::parse(origin_text).map_err(|e| self.err_at(at, e.to_string()))?;
+            let target = self
+                .target(origin_text)
+                .map_err(|e| self.err_at(at, e.to_string()))?;
             let index = match self
                 .origins
                 .iter()
@@ -155,11 +165,13 @@ pub fn compile(
     dir: &Path,
     sets: &[(String, String)],
     env: &dyn Fn(&str) -> Option<String>,
+    lookup: Lookup,
 ) -> Result<Plan, PlanFileError> {
     let mut cx = Ctx {
         file,
         dir,
         env,
+        lookup,
         slots: Slots::default(),
         names: Vec::new(),
         name_index: HashMap::new(),
@@ -182,8 +194,9 @@ pub fn compile(
     let set_vars = apply_sets(&mut cx, sets, &mut vars, &mut load)?;
 
     if let Some(base) = &base_url {
-        let target =
-            Target::parse(&base.value.0).map_err(|e| cx.err_at(base.referenced, e.to_string()))?;
+        let target = cx
+            .target(&base.value.0)
+            .map_err(|e| cx.err_at(base.referenced, e.to_string()))?;
         cx.base_path = target
             .path_and_query
             .split('?')

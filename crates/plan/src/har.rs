@@ -66,6 +66,19 @@ struct Header {
 struct PostData {
     mime_type: Option<String>,
     text: Option<String>,
+    /// A form as name/value pairs: HAR 1.2's alternative to `text`.
+    #[serde(default)]
+    params: Vec<Param>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Param {
+    name: String,
+    #[serde(default)]
+    value: String,
+    file_name: Option<String>,
+    content_type: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -86,6 +99,8 @@ pub struct MadePlan {
     pub yaml: String,
     pub requests: usize,
     pub static_left_out: usize,
+    /// WebSocket handshakes (status 101) left out: kiln replays HTTP requests.
+    pub websockets_left_out: usize,
     /// Requests to other hosts than the main one, left out, by origin.
     pub other_hosts_left_out: Vec<(String, usize)>,
 }
@@ -143,12 +158,14 @@ fn replayed(name: &str) -> bool {
         ))
 }
 
+/// A static file: by the browser's resource type where it names one, else (no type, or
+/// "other" as some recorders write for everything) by the response's type or the path's
+/// extension.
 fn is_static(e: &Entry) -> bool {
-    if let Some(t) = &e.resource_type {
-        return matches!(
-            t.as_str(),
-            "image" | "font" | "stylesheet" | "script" | "media" | "manifest"
-        );
+    match e.resource_type.as_deref() {
+        Some("image" | "font" | "stylesheet" | "script" | "media" | "manifest") => return true,
+        Some("document" | "xhr" | "fetch" | "eventsource" | "websocket") => return false,
+        _ => {}
     }
     let mime = e
         .response
@@ -170,6 +187,71 @@ fn is_static(e: &Entry) -> bool {
     ]
     .iter()
     .any(|ext| path.to_ascii_lowercase().ends_with(ext))
+}
+
+/// A WebSocket handshake: answered 101, typed "websocket", or asking to upgrade to one.
+fn is_websocket(e: &Entry) -> bool {
+    e.response.as_ref().is_some_and(|r| r.status == 101)
+        || e.resource_type.as_deref() == Some("websocket")
+        || e.request.headers.iter().any(|h| {
+            h.name.eq_ignore_ascii_case("upgrade") && h.value.eq_ignore_ascii_case("websocket")
+        })
+}
+
+/// The boundary a multipart content type names (`multipart/form-data; boundary=X`).
+fn boundary_of(content_type: &str) -> Option<&str> {
+    content_type.split(';').find_map(|part| {
+        let (key, value) = part.split_once('=')?;
+        key.trim()
+            .eq_ignore_ascii_case("boundary")
+            .then(|| value.trim().trim_matches('"'))
+            .filter(|b| !b.is_empty())
+    })
+}
+
+/// A form recorded as name/value pairs (`postData.params`) made into the body the browser
+/// sent: URL-encoded, or multipart with the recorded boundary (a file's content is not in a
+/// HAR: its part is sent empty, with its name). Returns the body and, for multipart without
+/// a recorded boundary, the Content-Type to send with kiln's own.
+fn form_body(
+    params: &[Param],
+    mime: &str,
+    content_type_header: Option<&str>,
+) -> (String, Option<String>) {
+    if !mime.to_ascii_lowercase().starts_with("multipart/") {
+        let mut form = form_urlencoded::Serializer::new(String::new());
+        for p in params {
+            form.append_pair(&p.name, &p.value);
+        }
+        return (form.finish(), None);
+    }
+    let recorded = content_type_header
+        .and_then(boundary_of)
+        .or_else(|| boundary_of(mime));
+    let boundary = recorded.unwrap_or("kiln-form-boundary-7MA4YWxkTrZu0gW");
+    // a name or file name holding a quote or a line break would end its header early
+    let clean = |t: &str| t.replace(['"', '\r', '\n'], "_");
+    let mut body = String::new();
+    for p in params {
+        let _ = write!(
+            body,
+            "--{boundary}\r\nContent-Disposition: form-data; name=\"{}\"",
+            clean(&p.name)
+        );
+        if let Some(file) = &p.file_name {
+            let _ = write!(body, "; filename=\"{}\"", clean(file));
+        }
+        body.push_str("\r\n");
+        if let Some(ct) = &p.content_type {
+            let _ = write!(body, "Content-Type: {}\r\n", clean(ct));
+        }
+        let _ = write!(body, "\r\n{}\r\n", p.value);
+    }
+    let _ = write!(body, "--{boundary}--\r\n");
+    let header = recorded
+        .is_none()
+        .then(|| format!("multipart/form-data; boundary={boundary}"));
+    (body, header)
 }
 
 /// A YAML double-quoted string holding `text` literally: JSON's escaping, and `{{` escaped
@@ -254,6 +336,7 @@ pub fn to_plan_with(text: &str, options: &HarOptions) -> Result<MadePlan, String
     };
     let mut kept: Vec<&Entry> = Vec::new();
     let mut static_left_out = 0;
+    let mut websockets_left_out = 0;
     let mut other_hosts: std::collections::BTreeMap<String, usize> = Default::default();
     for e in &har.log.entries {
         let Some((origin, _)) = split_origin(&e.request.url) else {
@@ -261,6 +344,10 @@ pub fn to_plan_with(text: &str, options: &HarOptions) -> Result<MadePlan, String
         };
         if !wanted(&host_of(origin)) {
             *other_hosts.entry(origin.to_string()).or_default() += 1;
+            continue;
+        }
+        if is_websocket(e) {
+            websockets_left_out += 1;
             continue;
         }
         if !options.keep_static && is_static(e) {
@@ -282,6 +369,13 @@ pub fn to_plan_with(text: &str, options: &HarOptions) -> Result<MadePlan, String
         kept.len(),
         static_left_out
     );
+    if websockets_left_out > 0 {
+        let _ = writeln!(
+            y,
+            "# {websockets_left_out} WebSocket connection(s) left out: kiln replays HTTP \
+             requests, not a socket's messages."
+        );
+    }
     if !other_hosts.is_empty() {
         let _ = writeln!(
             y,
@@ -328,18 +422,34 @@ pub fn to_plan_with(text: &str, options: &HarOptions) -> Result<MadePlan, String
                 headers.push((&h.name, &h.value));
             }
         }
-        let body = e
+        let post = e.request.post_data.as_ref();
+        let mime = post.and_then(|p| p.mime_type.as_deref());
+        let recorded_type = e
             .request
-            .post_data
-            .as_ref()
-            .and_then(|p| p.text.as_deref())
-            .filter(|b| !b.is_empty());
-        let mime = e
-            .request
-            .post_data
-            .as_ref()
-            .and_then(|p| p.mime_type.as_deref());
-        if let (Some(_), Some(mime), false) = (body, mime, seen.contains("content-type")) {
+            .headers
+            .iter()
+            .find(|h| h.name.eq_ignore_ascii_case("content-type"))
+            .map(|h| h.value.as_str());
+        let mut form_type = None;
+        let body: Option<std::borrow::Cow<str>> = match post {
+            Some(p) if p.text.as_deref().is_some_and(|t| !t.is_empty()) => {
+                p.text.as_deref().map(Into::into)
+            }
+            Some(p) if !p.params.is_empty() => {
+                let (body, content_type) = form_body(
+                    &p.params,
+                    mime.or(recorded_type).unwrap_or(""),
+                    recorded_type,
+                );
+                form_type = content_type;
+                Some(body.into())
+            }
+            _ => None,
+        };
+        if let Some(content_type) = &form_type {
+            headers.retain(|(n, _)| !n.eq_ignore_ascii_case("content-type"));
+            headers.push(("Content-Type", content_type));
+        } else if let (Some(_), Some(mime), false) = (&body, mime, seen.contains("content-type")) {
             headers.push(("Content-Type", mime));
         }
         if !headers.is_empty() {
@@ -348,7 +458,7 @@ pub fn to_plan_with(text: &str, options: &HarOptions) -> Result<MadePlan, String
                 let _ = writeln!(y, "          {}: {}", quoted(n), quoted(v));
             }
         }
-        if let Some(body) = body {
+        if let Some(body) = &body {
             let _ = writeln!(y, "        body: {}", quoted(body));
         }
         if let Some(status) = e
@@ -382,6 +492,7 @@ pub fn to_plan_with(text: &str, options: &HarOptions) -> Result<MadePlan, String
         yaml: y,
         requests: kept.len(),
         static_left_out,
+        websockets_left_out,
         other_hosts_left_out: other_hosts.into_iter().collect(),
     })
 }

@@ -91,8 +91,26 @@ pub fn is_plan_path(arg: &str) -> bool {
     !arg.contains("://") && (arg.ends_with(".yaml") || arg.ends_with(".yml"))
 }
 
-/// Reads and checks a plan file; `sets` are `--set` values.
+/// Whether a plan's host names are looked up as it is read: a run needs their addresses; a
+/// check sends nothing (and must work offline), and a Kubernetes job's names are the
+/// cluster's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lookup {
+    Now,
+    Never,
+}
+
+/// Reads and checks a plan file, its hosts looked up; `sets` are `--set` values.
 pub fn load(path: &Path, sets: &[(String, String)]) -> Result<Plan, PlanFileError> {
+    load_with(path, sets, Lookup::Now)
+}
+
+/// Reads and checks a plan file, its hosts looked up or not.
+pub fn load_with(
+    path: &Path,
+    sets: &[(String, String)],
+    lookup: Lookup,
+) -> Result<Plan, PlanFileError> {
     let file = path.display().to_string();
     let whole = |message: String| PlanFileError {
         file: file.clone(),
@@ -109,7 +127,14 @@ pub fn load(path: &Path, sets: &[(String, String)]) -> Result<Plan, PlanFileErro
         })
     })?;
     let dir = path.parent().unwrap_or(Path::new("."));
-    parse(&text, &file, dir, sets)
+    parse_with(
+        &text,
+        &file,
+        dir,
+        sets,
+        &|name| std::env::var(name).ok(),
+        lookup,
+    )
 }
 
 /// Checks plan text; data file paths are relative to `dir`.
@@ -130,6 +155,18 @@ pub fn parse_with_env(
     sets: &[(String, String)],
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Plan, PlanFileError> {
+    parse_with(text, file, dir, sets, env, Lookup::Now)
+}
+
+/// As [`parse_with_env`], its hosts looked up or not.
+pub fn parse_with(
+    text: &str,
+    file: &str,
+    dir: &Path,
+    sets: &[(String, String)],
+    env: &dyn Fn(&str) -> Option<String>,
+    lookup: Lookup,
+) -> Result<Plan, PlanFileError> {
     if text.len() > MAX_PLAN_BYTES {
         return Err(PlanFileError {
             file: file.to_string(),
@@ -147,7 +184,7 @@ pub fn parse_with_env(
             message: first_line(&e.to_string()),
         }
     })?;
-    compile::compile(parsed, file, dir, sets, env)
+    compile::compile(parsed, file, dir, sets, env, lookup)
 }
 
 /// serde-saphyr's message without the source snippet it draws under it (we print the

@@ -179,3 +179,135 @@ fn a_byte_order_mark_and_c1_controls_make_a_plan_that_checks() {
     kiln_plan::parse(&made.yaml, "recorded.yaml", std::path::Path::new("."), &[])
         .unwrap_or_else(|e| panic!("{e}\n{}", made.yaml));
 }
+
+/// A form recorded as `postData.params` (HAR 1.2's alternative to `text`, as Chrome saves
+/// many form posts) was replayed with a form Content-Type and an empty body: it is sent as
+/// the browser sent it, URL-encoded or multipart with the recorded boundary.
+#[test]
+fn a_form_recorded_as_params_is_sent_as_the_browser_sent_it() {
+    let har = serde_json::json!({"log": {"entries": [
+        {"request": {"method": "POST", "url": "http://127.0.0.1:1/login",
+            "headers": [{"name": "Content-Type", "value": "application/x-www-form-urlencoded"}],
+            "postData": {"mimeType": "application/x-www-form-urlencoded",
+                "params": [{"name": "user", "value": "ann smith"}, {"name": "pass", "value": "a&b=c"},
+                           {"name": "next", "value": "/cart?x=1"}]}},
+         "response": {"status": 302}},
+        {"request": {"method": "POST", "url": "http://127.0.0.1:1/upload",
+            "headers": [{"name": "content-type", "value": "multipart/form-data; boundary=----WebKitFormBoundaryAbC"}],
+            "postData": {"mimeType": "multipart/form-data; boundary=----WebKitFormBoundaryAbC",
+                "params": [{"name": "title", "value": "holiday"},
+                           {"name": "photo", "fileName": "a\"b.jpg", "contentType": "image/jpeg"}]}},
+         "response": {"status": 200}},
+        {"request": {"method": "POST", "url": "http://127.0.0.1:1/upload2", "headers": [],
+            "postData": {"mimeType": "multipart/form-data", "params": [{"name": "k", "value": "v"}]}},
+         "response": {"status": 200}}
+    ]}});
+    let made = to_plan(&har.to_string(), false).unwrap();
+    let plan = kiln_plan::parse(&made.yaml, "p.yaml", std::path::Path::new("."), &[])
+        .unwrap_or_else(|e| panic!("{e}\n{}", made.yaml));
+    let steps = &plan.workload.scenarios[0].steps;
+    let header = |i: usize| {
+        let (_, v) = steps[i]
+            .headers
+            .iter()
+            .find(|(n, _)| n == "content-type")
+            .unwrap();
+        v.as_literal().unwrap()
+    };
+    assert_eq!(
+        steps[0].body.as_literal().unwrap(),
+        "user=ann+smith&pass=a%26b%3Dc&next=%2Fcart%3Fx%3D1"
+    );
+    assert_eq!(header(0), "application/x-www-form-urlencoded");
+    assert_eq!(
+        steps[1].body.as_literal().unwrap(),
+        "------WebKitFormBoundaryAbC\r\nContent-Disposition: form-data; name=\"title\"\r\n\r\nholiday\r\n\
+         ------WebKitFormBoundaryAbC\r\nContent-Disposition: form-data; name=\"photo\"; filename=\"a_b.jpg\"\r\n\
+         Content-Type: image/jpeg\r\n\r\n\r\n------WebKitFormBoundaryAbC--\r\n"
+    );
+    assert_eq!(
+        header(1),
+        "multipart/form-data; boundary=----WebKitFormBoundaryAbC"
+    );
+    // no boundary recorded: kiln's own, named in the Content-Type it sends
+    let own = header(2);
+    let boundary = own.strip_prefix("multipart/form-data; boundary=").unwrap();
+    let body = steps[2].body.as_literal().unwrap();
+    assert!(body.starts_with(&format!("--{boundary}\r\n")), "{body}");
+    assert!(body.ends_with(&format!("--{boundary}--\r\n")), "{body}");
+}
+
+/// A recorder that types every entry "other" (as some proxies do) kept its style sheets,
+/// scripts and images: they are known by their response type or extension then; an entry
+/// typed as the page's own call is never static, whatever its path.
+#[test]
+fn static_files_typed_other_are_known_by_type_or_extension() {
+    let entry = |url: &str, kind: &str, mime: &str| {
+        serde_json::json!({"request": {"method": "GET", "url": url, "headers": []},
+            "response": {"status": 200, "content": {"mimeType": mime}}, "_resourceType": kind})
+    };
+    let har = serde_json::json!({"log": {"entries": [
+        entry("http://127.0.0.1:1/", "other", "text/html"),
+        entry("http://127.0.0.1:1/site.css", "other", ""),
+        entry("http://127.0.0.1:1/app.js?v=3", "other", ""),
+        entry("http://127.0.0.1:1/img/1", "other", "image/gif"),
+        entry("http://127.0.0.1:1/logo.JPG", "other", "application/octet-stream"),
+        entry("http://127.0.0.1:1/api/config.js", "xhr", "application/javascript"),
+    ]}});
+    let made = to_plan(&har.to_string(), false).unwrap();
+    assert_eq!(
+        (made.requests, made.static_left_out),
+        (2, 4),
+        "{}",
+        made.yaml
+    );
+    assert!(
+        made.yaml.contains("url: \"/api/config.js\""),
+        "{}",
+        made.yaml
+    );
+}
+
+/// A WebSocket handshake was replayed as a GET checked for 101, so every check failed: it is
+/// left out and said so.
+#[test]
+fn websocket_handshakes_are_left_out_and_named() {
+    let har = serde_json::json!({"log": {"entries": [
+        {"request": {"method": "GET", "url": "http://127.0.0.1:1/", "headers": []},
+         "response": {"status": 200}},
+        {"request": {"method": "GET", "url": "http://127.0.0.1:1/socket",
+            "headers": [{"name": "Upgrade", "value": "websocket"}]},
+         "response": {"status": 101}, "_resourceType": "websocket"},
+        {"request": {"method": "GET", "url": "http://127.0.0.1:1/live",
+            "headers": [{"name": "upgrade", "value": "WebSocket"}]},
+         "response": {"status": 0}}
+    ]}});
+    let made = to_plan(&har.to_string(), false).unwrap();
+    assert_eq!((made.requests, made.websockets_left_out), (1, 2));
+    assert!(made.yaml.contains("# 2 WebSocket connection(s) left out"));
+    assert!(!made.yaml.contains("101"), "{}", made.yaml);
+}
+
+/// `kiln plan check` resolved every host, so checking a recording of public sites offline
+/// failed on the first name: a plan read without lookups keeps its names and an address no
+/// connection reaches; read for a run, a name that does not resolve is still an error.
+#[test]
+fn a_plan_is_checked_without_looking_its_names_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("p.yaml");
+    std::fs::write(
+        &path,
+        "base_url: http://kiln-no-such-host.invalid:8080/api\n\
+         scenarios:\n  - name: s\n    steps:\n      - url: /x\n      - url: https://other.invalid/y\n",
+    )
+    .unwrap();
+    let plan = kiln_plan::load_with(&path, &[], kiln_plan::Lookup::Never).unwrap();
+    let origins = &plan.workload.origins;
+    assert_eq!(origins.len(), 2);
+    assert_eq!(origins[0].host, "kiln-no-such-host.invalid");
+    assert_eq!(origins[0].port, 8080);
+    assert_eq!(origins[1].port, 443);
+    assert_eq!(origins[0].addr.port(), 0);
+    let e = kiln_plan::load(&path, &[]).unwrap_err();
+    assert!(e.to_string().contains("cannot resolve host"), "{e}");
+}
