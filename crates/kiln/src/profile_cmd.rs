@@ -166,7 +166,7 @@ fn record(args: &ProfileArgs, stop: &StopSignal) -> Result<u8> {
     );
     out!(
         "{}",
-        kiln_summary::profile::summary_text(&written.record.summary, event.count_name())
+        kiln_summary::profile::summary_text(&written.record.summary, event.count_name(), None)
     );
     for done in &profiled.jit.done {
         outln!("JIT        {}", safe_text(done));
@@ -226,13 +226,11 @@ fn import(file: &Path, output: &ProfileOutput) -> Result<u8> {
         format: imported.format,
         value: imported.value.clone(),
         ignored_lines: imported.ignored_lines,
+        samples: imported.samples,
     };
     let mut dir = create_dir(output, &name, json!({"profile_import": source}))?;
     let title = format!("Profile {}", file.display());
-    let count_name = match imported.value.as_deref() {
-        Some(v) => v.split('/').next().unwrap_or("samples").to_string(),
-        None => "samples".into(),
-    };
+    let count_name = imported.value.clone().unwrap_or_else(|| "samples".into());
     let written = write_profile(
         &mut dir,
         ON_CPU,
@@ -264,7 +262,7 @@ fn import(file: &Path, output: &ProfileOutput) -> Result<u8> {
     );
     out!(
         "{}",
-        kiln_summary::profile::summary_text(&written.record.summary, &count_name)
+        kiln_summary::profile::summary_text(&written.record.summary, &count_name, imported.samples)
     );
     out!("{}", files_text(&written, &dir));
     Ok(0)

@@ -275,14 +275,19 @@ fn top_by(
     top.into_iter().take(n).cloned().collect()
 }
 
+/// The frame of samples recorded without a stack: py-spy's `--format raw` writes them as
+/// ` COUNT`, and flamegraph.pl counts them in the total (leaving them out made every share
+/// too high).
+pub const NO_STACK: &str = "[no stack]";
+
 /// `stack count`: the count is the last whitespace-separated field, an unsigned integer (a
 /// fractional count, which flamegraph.pl allows, is rounded).
 fn parse_line(line: &str) -> Option<(&str, u64)> {
     let (stack, count) = line.trim_end().rsplit_once([' ', '\t'])?;
-    let stack = stack.trim_end();
-    if stack.is_empty() {
-        return None;
-    }
+    let stack = match stack.trim_end() {
+        "" => NO_STACK,
+        stack => stack,
+    };
     let count = match count.parse::<u64>() {
         Ok(c) => c,
         Err(_) => {
@@ -319,6 +324,18 @@ mod tests {
         let err = Folded::parse("garbage\n").unwrap_err().to_string();
         assert!(err.contains("line 1"), "{err}");
         assert!(Folded::parse("").is_err());
+    }
+
+    /// py-spy's `--format raw` writes samples without a stack as ` COUNT`: counted in the
+    /// total as flamegraph.pl does (dropped, every share was ~5% too high).
+    #[test]
+    fn samples_without_a_stack_count_in_the_total() {
+        let (f, report) = Folded::parse("main;a 19\n 1\n").unwrap();
+        assert_eq!(report.ignored, 0);
+        assert_eq!(f.total(), 20);
+        let shares = f.function_shares();
+        assert!((shares["a"].self_pct - 95.0).abs() < 1e-9);
+        assert!((shares[NO_STACK].self_pct - 5.0).abs() < 1e-9);
     }
 
     #[test]

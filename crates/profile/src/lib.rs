@@ -60,13 +60,39 @@ pub struct Imported {
     pub format: SourceFormat,
     /// Lines of collapsed text that were not `stack count` and were skipped.
     pub ignored_lines: usize,
-    /// For pprof: which sample value the counts are.
+    /// For pprof, and perf script with periods: which value the counts are, with its unit
+    /// (`inuse_space/bytes`, `cpu-clock/nanoseconds`).
     pub value: Option<String>,
+    /// The samples behind the counts when each weighs more than one.
+    pub samples: Option<u64>,
+}
+
+impl Imported {
+    fn perf_script(read: perf::PerfScript) -> Self {
+        Self {
+            samples: read.value.is_some().then_some(read.samples),
+            value: read.value,
+            folded: read.folded,
+            format: SourceFormat::PerfScript,
+            ignored_lines: 0,
+        }
+    }
+
+    fn collapsed(folded: Folded, report: ParseReport) -> Self {
+        Self {
+            folded,
+            format: SourceFormat::Collapsed,
+            ignored_lines: report.ignored,
+            value: None,
+            samples: None,
+        }
+    }
 }
 
 /// Reads pprof (gzipped or not), collapsed stacks (FlameGraph, inferno, async-profiler
 /// `-o collapsed`, py-spy `--format raw`) or `perf script` text, telling them apart by content.
 pub fn import(data: &[u8]) -> Result<Imported, ProfileError> {
+    refuse_legacy(data)?;
     if looks_binary(data) {
         match pprof::import(data) {
             Ok(p) => {
@@ -75,7 +101,9 @@ pub fn import(data: &[u8]) -> Result<Imported, ProfileError> {
                     format: SourceFormat::Pprof,
                     ignored_lines: 0,
                     value: Some(p.value),
-                })
+                    // a pprof sample is a stack with its summed values, not one sample taken
+                    samples: None,
+                });
             }
             // Gzip is never text; anything else that is not pprof may be text with a stray
             // control byte: read it as text, and say pprof's error only if that fails too.
@@ -91,20 +119,63 @@ fn import_text(data: &[u8]) -> Result<Imported, ProfileError> {
     let text = String::from_utf8_lossy(data);
     let text = text.as_ref();
     if looks_like_perf_script(text) {
-        return Ok(Imported {
-            folded: perf::collapse_perf_script(text.as_bytes())?,
-            format: SourceFormat::PerfScript,
-            ignored_lines: 0,
-            value: None,
-        });
+        return Ok(Imported::perf_script(perf::read_perf_script(
+            text.as_bytes(),
+        )?));
     }
     let (folded, report) = Folded::parse_reader(data)?;
-    Ok(Imported {
-        folded,
-        format: SourceFormat::Collapsed,
-        ignored_lines: report.ignored,
-        value: None,
-    })
+    Ok(Imported::collapsed(folded, report))
+}
+
+/// The profile formats pprof read before profile.proto (Go's `debug=1` text, gperftools'
+/// binary CPU profile), named by their opening: read as collapsed stacks they printed
+/// nonsense ("cycles/second =" at 99.5%) with exit 0.
+fn legacy_pprof(head: &[u8]) -> Option<&'static str> {
+    let text = String::from_utf8_lossy(&head[..head.len().min(256)]);
+    let first = text.lines().next().unwrap_or("").trim();
+    let named = [
+        (
+            "--- contention",
+            "a legacy contention profile (Go's debug=1 text)",
+        ),
+        (
+            "--- mutex",
+            "a legacy contention profile (mutex; Go's debug=1 text)",
+        ),
+        ("heap profile:", "a legacy heap profile (Go's debug=1 text)"),
+        ("goroutine profile:", "a goroutine dump (Go's debug=1 text)"),
+        (
+            "threadcreate profile:",
+            "a legacy thread profile (Go's debug=1 text)",
+        ),
+        ("--- threadz", "a legacy thread profile"),
+    ];
+    if let Some((_, kind)) = named.iter().find(|(start, _)| first.starts_with(start)) {
+        return Some(kind);
+    }
+    // gperftools' CPU profile opens with the words 0, 3, 0 (header count, version) in
+    // 64- or 32-bit native words
+    let words = |size: usize| -> Option<[u64; 3]> {
+        let word = |i: usize| -> Option<u64> {
+            let bytes = head.get(i * size..(i + 1) * size)?;
+            Some(bytes.iter().rev().fold(0, |v, b| v << 8 | u64::from(*b)))
+        };
+        Some([word(0)?, word(1)?, word(2)?])
+    };
+    (words(8) == Some([0, 3, 0]) || words(4) == Some([0, 3, 0]))
+        .then_some("a legacy binary CPU profile (gperftools' format)")
+}
+
+/// A legacy pprof profile is an error that says how to convert it.
+fn refuse_legacy(head: &[u8]) -> Result<(), ProfileError> {
+    match legacy_pprof(head) {
+        Some(kind) => Err(ProfileError::Format(format!(
+            "{kind}: kiln reads profile.proto; convert it with \
+             `go tool pprof -proto FILE > FILE.pb.gz` (or google/pprof's `pprof -proto`) and \
+             import that"
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// Protobuf (pprof) rather than text: gzip's magic, or NUL and other control bytes that text
@@ -130,6 +201,7 @@ pub fn import_file(path: &Path) -> Result<Imported, ProfileError> {
         .fill_buf()
         .map_err(|e| ProfileError::io(path, e))?
         .to_vec();
+    refuse_legacy(&head)?;
     let text_head = (!looks_binary(&head)).then(|| String::from_utf8_lossy(&head));
     match text_head.as_deref() {
         None => {
@@ -148,20 +220,12 @@ pub fn import_file(path: &Path) -> Result<Imported, ProfileError> {
             }
             import(&data)
         }
-        Some(t) if looks_like_perf_script(t) => Ok(Imported {
-            folded: perf::collapse_perf_script(reader)?,
-            format: SourceFormat::PerfScript,
-            ignored_lines: 0,
-            value: None,
-        }),
+        Some(t) if looks_like_perf_script(t) => {
+            Ok(Imported::perf_script(perf::read_perf_script(reader)?))
+        }
         Some(_) => {
             let (folded, report) = Folded::parse_reader(reader)?;
-            Ok(Imported {
-                folded,
-                format: SourceFormat::Collapsed,
-                ignored_lines: report.ignored,
-                value: None,
-            })
+            Ok(Imported::collapsed(folded, report))
         }
     }
 }
@@ -327,6 +391,48 @@ mod tests {
         assert_eq!(imported.folded.to_text(), "burn;hot 1\n");
         let err = import(b"\x00\x01\x02garbage").unwrap_err().to_string();
         assert!(err.contains("pprof"), "{err}");
+    }
+
+    /// perf script text with periods (`-F ...,period`) is weighted by them, as inferno,
+    /// flamegraph.pl and perf report do; its counts are then nanoseconds of cpu-clock (the
+    /// summary once said "316633264 samples" for 158), and the samples are counted apart.
+    #[test]
+    fn perf_script_with_periods_counts_nanoseconds_and_its_samples() {
+        let script = "burn 1/1 [000] 1.000000:   10101010 cpu-clock:\n\t    55d0 hot+0x10 (/b)\n\n\
+                      burn 1/1 [000] 1.010000:   10101010 cpu-clock:\n\t    55d0 hot+0x10 (/b)\n\n\
+                      burn 1/1 [000] 1.020000:   20202020 cpu-clock:\n\t    55e0 cold+0x10 (/b)\n\n";
+        let imported = import(script.as_bytes()).unwrap();
+        assert_eq!(imported.value.as_deref(), Some("cpu-clock/nanoseconds"));
+        assert_eq!(imported.samples, Some(3));
+        assert_eq!(
+            imported.folded.to_text(),
+            "burn;cold 20202020\nburn;hot 20202020\n"
+        );
+        let cycles = script.replace("cpu-clock", "cycles");
+        let imported = import(cycles.as_bytes()).unwrap();
+        assert_eq!(imported.value.as_deref(), Some("cycles/count"));
+        // without periods each sample counts once
+        let plain = "burn 1/1 1.0: cpu-clock:\n\t    55d0c0a01130 hot+0x10 (/usr/bin/burn)\n\n";
+        let imported = import(plain.as_bytes()).unwrap();
+        assert_eq!((imported.value, imported.samples), (None, None));
+    }
+
+    /// Formats pprof read before profile.proto are refused by name, with the conversion.
+    #[test]
+    fn legacy_pprof_profiles_are_refused_by_name() {
+        let mut gperftools = Vec::new();
+        for word in [0u64, 3, 0, 10_000, 0] {
+            gperftools.extend_from_slice(&word.to_ne_bytes());
+        }
+        gperftools.extend_from_slice(&[1, 0, 0, 0, 0, 0, 0, 0]);
+        for data in [
+            &gperftools[..],
+            b"--- contention:\ncycles/second=2445405836\n5926 798 @ 0x4dd2cf 0x4dd2ce\n",
+            b"heap profile: 1: 2 [3: 4] @ heap/1048576\n",
+        ] {
+            let err = import(data).unwrap_err().to_string();
+            assert!(err.contains("legacy") && err.contains("-proto"), "{err}");
+        }
     }
 
     #[test]

@@ -354,6 +354,10 @@ struct SampleClock<R> {
     in_header: bool,
     first: Option<f64>,
     last: Option<f64>,
+    samples: u64,
+    /// The event of the first sample whose header carries a period (`perf script -F
+    /// ...,period`): the collapser then weighs each sample by it.
+    period_event: Option<String>,
 }
 
 impl<R> SampleClock<R> {
@@ -365,6 +369,8 @@ impl<R> SampleClock<R> {
             in_header: false,
             first: None,
             last: None,
+            samples: 0,
+            period_event: None,
         }
     }
 
@@ -403,16 +409,29 @@ impl<R> SampleClock<R> {
         }
     }
 
-    /// `comm pid/tid [cpu] 12345.678901: event:` -> 12345.678901
+    /// `comm pid/tid [cpu] 12345.678901: [period] event:` -> 12345.678901, and the event
+    /// when a period follows the time.
     fn header_done(&mut self) {
         let line = String::from_utf8_lossy(&self.header);
-        let time = line
-            .split_whitespace()
-            .filter_map(|t| t.strip_suffix(':'))
-            .find_map(|t| t.contains('.').then(|| t.parse::<f64>().ok()).flatten());
-        if let Some(t) = time {
+        let tokens: Vec<&str> = line.split_whitespace().collect();
+        let time = tokens.iter().enumerate().find_map(|(i, t)| {
+            let t = t.strip_suffix(':')?;
+            t.contains('.')
+                .then(|| t.parse::<f64>().ok().map(|t| (i, t)))
+                .flatten()
+        });
+        if let Some((i, t)) = time {
             self.first.get_or_insert(t);
             self.last = Some(t);
+            self.samples += 1;
+            if let (None, Some(period), Some(event)) =
+                (&self.period_event, tokens.get(i + 1), tokens.get(i + 2))
+            {
+                let event = event.strip_suffix(':').filter(|e| !e.is_empty());
+                if let (true, Some(event)) = (period.bytes().all(|b| b.is_ascii_digit()), event) {
+                    self.period_event = Some(event.to_string());
+                }
+            }
         }
         self.in_header = false;
     }
@@ -449,19 +468,42 @@ impl<R: std::io::BufRead> std::io::BufRead for SampleClock<R> {
 
 /// Collapses `perf script` text (from kiln's own run or a file made elsewhere).
 pub fn collapse_perf_script(reader: impl std::io::BufRead) -> Result<Folded, ProfileError> {
-    Ok(collapse_perf_script_timed(reader)?.0)
+    Ok(read_perf_script(reader)?.folded)
 }
 
 /// `collapse_perf_script`, and the seconds from the first sample to the last.
 pub fn collapse_perf_script_timed(
     reader: impl std::io::BufRead,
 ) -> Result<(Folded, Option<f64>), ProfileError> {
+    let read = read_perf_script(reader)?;
+    Ok((read.folded, read.window))
+}
+
+/// `perf script` text collapsed, with what its counts are.
+pub struct PerfScript {
+    pub folded: Folded,
+    /// Seconds from the first sample to the last.
+    pub window: Option<f64>,
+    pub samples: u64,
+    /// When the text carries periods, each sample weighs its period (as in `perf report`
+    /// and flame graphs): the value counted, pprof-style (`cpu-clock/nanoseconds`,
+    /// `cycles/count`).
+    pub value: Option<String>,
+}
+
+/// Reads `perf script` text: stacks, window, samples and what the counts are.
+pub fn read_perf_script(reader: impl std::io::BufRead) -> Result<PerfScript, ProfileError> {
     let mut out = Vec::new();
     let mut clock = SampleClock::new(reader);
     Folder::from(collapse_options())
         .collapse(&mut clock, &mut out)
         .map_err(|e| ProfileError::Format(format!("perf script text: {e}")))?;
     let window = clock.window();
+    // the software clocks' periods are nanoseconds; other events' are event counts
+    let value = clock.period_event.as_deref().map(|event| match event {
+        "cpu-clock" | "task-clock" => format!("{event}/nanoseconds"),
+        _ => format!("{event}/count"),
+    });
     let text = String::from_utf8_lossy(&out);
     if text.trim().is_empty() {
         return Err(ProfileError::Empty);
@@ -478,7 +520,12 @@ pub fn collapse_perf_script_timed(
     if text.contains("_[j]") {
         folded = folded.map_frames(crate::jit::without_return_type);
     }
-    Ok((folded, window))
+    Ok(PerfScript {
+        folded,
+        window,
+        samples: clock.samples,
+        value,
+    })
 }
 
 #[cfg(test)]

@@ -51,16 +51,29 @@ pub struct WeightedProfile<'a> {
     pub unit: &'static str,
 }
 
-/// The speedscope JSON of `folded`, named `name`.
-pub fn to_json(folded: &Folded, name: &str) -> String {
+/// The speedscope JSON of `folded`, named `name`, its weights in `unit` as pprof names it
+/// (`bytes`, `nanoseconds`; anything speedscope has no name for is "none", a count).
+pub fn to_json(folded: &Folded, name: &str, unit: Option<&str>) -> String {
     to_json_profiles(
         name,
         &[WeightedProfile {
             name,
             folded,
-            unit: "none",
+            unit: speedscope_unit(unit),
         }],
     )
+}
+
+/// speedscope's name for a unit (its file format's `ValueUnit`).
+fn speedscope_unit(unit: Option<&str>) -> &'static str {
+    match unit {
+        Some("bytes") => "bytes",
+        Some("nanoseconds") => "nanoseconds",
+        Some("microseconds") => "microseconds",
+        Some("milliseconds") => "milliseconds",
+        Some("seconds") => "seconds",
+        _ => "none",
+    }
 }
 
 /// A speedscope file of several profiles over one shared frame table (the DB stack trie
@@ -113,7 +126,7 @@ mod tests {
     #[test]
     fn frames_are_shared_and_samples_weighted() {
         let (f, _) = Folded::parse("main;a 3\nmain;b 2\n").unwrap();
-        let v: serde_json::Value = serde_json::from_str(&to_json(&f, "t")).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&to_json(&f, "t", None)).unwrap();
         let frames: Vec<&str> = v["shared"]["frames"]
             .as_array()
             .unwrap()
@@ -126,5 +139,19 @@ mod tests {
         assert_eq!(p["samples"], serde_json::json!([[0, 1], [0, 2]]));
         assert_eq!(p["weights"], serde_json::json!([3, 2]));
         assert_eq!(p["endValue"], 5);
+    }
+
+    /// A heap profile's bytes and perf script's nanoseconds were written as unit "none".
+    #[test]
+    fn weights_carry_their_unit() {
+        let (f, _) = Folded::parse("main;a 3\n").unwrap();
+        let unit = |u| {
+            let v: serde_json::Value = serde_json::from_str(&to_json(&f, "t", u)).unwrap();
+            v["profiles"][0]["unit"].as_str().unwrap().to_string()
+        };
+        assert_eq!(unit(Some("bytes")), "bytes");
+        assert_eq!(unit(Some("nanoseconds")), "nanoseconds");
+        assert_eq!(unit(Some("count")), "none");
+        assert_eq!(unit(None), "none");
     }
 }

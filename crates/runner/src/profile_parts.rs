@@ -46,6 +46,8 @@ pub fn write_profile(
     origin: Origin,
 ) -> Result<WrittenProfile> {
     let summary = kiln_profile::summarize(folded, top);
+    // a value with a unit (`inuse_space/bytes`) is counted in that unit
+    let (counted, unit) = kiln_record::schema::profile::count_unit(count_name);
     let folded_path = dir.write_file_part(
         parts.folded.0,
         parts.folded.1,
@@ -54,7 +56,7 @@ pub fn write_profile(
     )?;
     let style = FlameStyle {
         title,
-        count_name,
+        count_name: unit.unwrap_or(counted),
         ..FlameStyle::default()
     };
     let flame = dir.write_file_part(parts.flame.0, parts.flame.1, 1, &svg(folded, &style)?)?;
@@ -62,7 +64,7 @@ pub fn write_profile(
         parts.speedscope.0,
         parts.speedscope.1,
         1,
-        speedscope_json(folded, title).as_bytes(),
+        speedscope_json(folded, title, unit).as_bytes(),
     )?;
     let mut record = ProfileRecord::new(summary, count_name);
     match origin {

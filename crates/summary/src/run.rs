@@ -530,7 +530,8 @@ fn profile_text(dir: &str, profile: &ProfileRecord, label: &str, flame: &str) ->
             .perf_cpu_pct
             .map_or(String::new(), |p| format!("; perf used {p:.1}% of a core"))
     );
-    out += &profile::summary_text(&profile.summary, &profile.count_name);
+    let samples = profile.source.as_ref().and_then(|s| s.samples);
+    out += &profile::summary_text(&profile.summary, &profile.count_name, samples);
     for advice in profile.jit.iter().flat_map(|j| &j.advice) {
         out += &format!("Advice     {}\n", safe_text(advice));
     }

@@ -133,10 +133,69 @@ import (
 	"fmt"
 	"math/rand"
 	"os"
+	"path/filepath"
+	"runtime"
 	"runtime/pprof"
+	"sync"
 	"syscall"
 	"time"
 )
+
+// retained holds 48 MiB for the heap profile's inuse_space; churn's garbage is most of its
+// alloc_objects
+var retained [][]byte
+var sink []byte
+
+//go:noinline
+func retain() {
+	for i := 0; i < 48; i++ {
+		retained = append(retained, make([]byte, 1<<20))
+	}
+}
+
+//go:noinline
+func churn() {
+	for i := 0; i < 200000; i++ {
+		sink = make([]byte, 64)
+	}
+}
+
+// heapAndLegacy writes a heap profile (profile.proto) and the legacy debug=1 texts of the
+// mutex, block and threadcreate profiles beside the CPU profile
+func heapAndLegacy(dir string) {
+	runtime.MemProfileRate = 1
+	runtime.SetMutexProfileFraction(1)
+	runtime.SetBlockProfileRate(1)
+	retain()
+	churn()
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for i := 0; i < 4; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := 0; j < 200; j++ {
+				mu.Lock()
+				time.Sleep(10 * time.Microsecond)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	runtime.GC()
+	write := func(name, file string, debug int) {
+		f, err := os.Create(filepath.Join(dir, file))
+		if err != nil {
+			panic(err)
+		}
+		pprof.Lookup(name).WriteTo(f, debug)
+		f.Close()
+	}
+	write("heap", "heap.pb.gz", 0)
+	write("mutex", "mutex.txt", 1)
+	write("block", "block.txt", 1)
+	write("threadcreate", "threadcreate.txt", 1)
+}
 
 func cpuTime() time.Duration {
 	var u syscall.Rusage
@@ -185,7 +244,8 @@ func main() {
 	}
 	pprof.StopCPUProfile()
 	f.Close()
-	fmt.Println(x)
+	heapAndLegacy(filepath.Dir(os.Args[1]))
+	fmt.Println(x, len(retained), len(sink))
 }
 "#;
 
@@ -260,11 +320,60 @@ fn a_go_pprof_profile_imports_with_its_known_split() {
     );
 }
 
+/// The Go program's heap profile is read in its default value, inuse_space, in bytes (it
+/// once read alloc_objects: the churn at 100%), in the summary and the speedscope file; its
+/// legacy debug=1 texts (mutex, block, threadcreate) are refused by name with the way to
+/// convert them (they were read as collapsed stacks: "cycles/second =" at 99.5%, exit 0); a
+/// cut or corrupt file is a clear error.
 #[test]
-fn a_corrupt_or_truncated_pprof_file_is_a_clear_error() {
+fn a_go_heap_profile_reads_in_bytes_and_legacy_or_corrupt_files_are_clear_errors() {
     let _turn = common::group("profile_runtimes");
     let dir = tempfile::tempdir().unwrap();
     let profile = go_cpu_profile(dir.path());
+    let heap = dir.path().join("heap.pb.gz");
+    let out = dir.path().join("heap-run");
+    let run = kiln(&[
+        "profile",
+        "import",
+        heap.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let text = String::from_utf8_lossy(&run.stdout);
+    assert!(run.status.success(), "{text}");
+    assert!(text.contains("counts are inuse_space/bytes"), "{text}");
+    // 48 MiB retained by construction, at MemProfileRate 1 (every allocation recorded)
+    let total = text
+        .lines()
+        .find_map(|l| l.strip_prefix("Total      "))
+        .unwrap_or_else(|| panic!("{text}"));
+    let mib: f64 = total.split(' ').next().unwrap().parse().unwrap();
+    assert!(
+        total.contains("MiB of inuse_space") && (48.0..56.0).contains(&mib),
+        "{text}"
+    );
+    let top = text.lines().find(|l| l.starts_with("Top self")).unwrap();
+    assert!(top.contains("main.retain"), "{text}");
+    let speedscope: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(out.join("profile.speedscope.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(speedscope["profiles"][0]["unit"], "bytes");
+    for (file, kind) in [
+        ("mutex.txt", "legacy contention profile"),
+        ("block.txt", "legacy contention profile"),
+        ("threadcreate.txt", "legacy thread profile"),
+    ] {
+        let path = dir.path().join(file);
+        let head = std::fs::read_to_string(&path).unwrap();
+        let run = kiln(&["profile", "import", path.to_str().unwrap()]);
+        let stderr = String::from_utf8_lossy(&run.stderr);
+        assert_eq!(run.status.code(), Some(1), "{file}: {stderr}\n{head}");
+        assert!(
+            stderr.contains(kind) && stderr.contains("go tool pprof -proto"),
+            "{file}: {stderr}\n{head}"
+        );
+    }
     let data = std::fs::read(&profile).unwrap();
     let cut = dir.path().join("cut.pb.gz");
     std::fs::write(&cut, &data[..data.len() / 2]).unwrap();

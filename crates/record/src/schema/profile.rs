@@ -97,6 +97,21 @@ pub struct ImportSource {
     pub value: Option<String>,
     /// Lines of collapsed text that were not `stack count` and were skipped.
     pub ignored_lines: usize,
+    /// The samples behind the counts when each weighs more than one (pprof's values,
+    /// perf script's periods).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub samples: Option<u64>,
+}
+
+/// A count name split into what is counted and its unit, as pprof writes a value
+/// (`inuse_space/bytes`, `cpu-clock/nanoseconds`); `samples`, `switches` and `x/count` have
+/// none.
+pub fn count_unit(count_name: &str) -> (&str, Option<&str>) {
+    match count_name.rsplit_once('/') {
+        Some((name, "count" | "")) => (name, None),
+        Some((name, unit)) => (name, Some(unit)),
+        None => (count_name, None),
+    }
 }
 
 fn samples() -> String {
@@ -108,7 +123,8 @@ fn samples() -> String {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ProfileRecord {
     pub summary: ProfileSummary,
-    /// What one sample stands for (`samples`, `switches`, a pprof value's name).
+    /// What one sample stands for (`samples`, `switches`, a pprof value's name and unit,
+    /// see [`count_unit`]).
     #[serde(default = "samples")]
     pub count_name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
