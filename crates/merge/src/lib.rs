@@ -377,6 +377,8 @@ pub fn merge(dirs: &[PathBuf], out: &Path, options: MergeOptions) -> Result<Merg
             }
         }
         drop(writer);
+        // a merged directory is presented as a run: its latency log too
+        kiln_record::write_latency_log(&mut dir).map_err(write_err)?;
         for (health, latency) in shards.iter_mut().zip(&latencies) {
             health.p99_us = latency.quantile_us(0.99);
         }

@@ -20,8 +20,8 @@ pub use error::RecordError;
 pub use hedge::{HedgeSecond, TargetHedge};
 pub use histogram::{LatencyHistogram, LatencyStats, MAX_LATENCY_US};
 pub use load::{
-    record_warnings, write_hlog, ErrorKind, LoadRecordLine, NameSecond, PhaseEnd, PhaseSummary,
-    SecondRecord, LOAD_SECONDS_PART,
+    record_warnings, write_hlog, write_latency_log, ErrorKind, LoadRecordLine, NameSecond,
+    PhaseEnd, PhaseSummary, SecondRecord, HLOG_PART, LOAD_SECONDS_PART,
 };
 pub use manifest::{PartRef, RunManifest, RunStatus, SCHEMA_VERSION};
 pub use run_dir::{

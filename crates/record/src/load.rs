@@ -489,7 +489,9 @@ impl PhaseSummary {
 /// Writes the seconds' histograms as an HdrHistogram interval log (`.hlog`, what the Java
 /// `HistogramLogWriter` writes and HistogramLogAnalyzer, hdr-plot and `HistogramLogProcessor`
 /// read): one `latency` line per second and, in an open model, one `service` line; values in
-/// microseconds, timestamps in seconds since the first second began.
+/// microseconds, timestamps in seconds since the first second began. The warm-up's seconds
+/// are tagged `warmup-latency` and `warmup-service`: a reader asking for `latency` gets the
+/// measured figures kiln reports (read whole, the warm-up was counted in).
 pub fn write_hlog<S: std::borrow::Borrow<SecondRecord>>(
     out: &mut impl std::io::Write,
     seconds: impl IntoIterator<Item = S>,
@@ -504,7 +506,7 @@ pub fn write_hlog<S: std::borrow::Borrow<SecondRecord>>(
     let base = UNIX_EPOCH + Duration::from_millis(base_ms);
     let mut serializer = V2DeflateSerializer::new();
     let mut writer = IntervalLogWriterBuilder::new()
-        .add_comment("kiln latency log: values in microseconds; tags latency (from the scheduled send) and service (from the actual send)")
+        .add_comment("kiln latency log: values in microseconds; tags latency (from the scheduled send) and service (from the actual send), warmup-latency and warmup-service for the warm-up (left out of kiln's figures); HistogramLogProcessor: -tag latency -outputValueUnitRatio 1000")
         .with_start_time(base)
         .with_base_time(base)
         .with_max_value_divisor(1000.0)
@@ -514,7 +516,12 @@ pub fn write_hlog<S: std::borrow::Borrow<SecondRecord>>(
         let s = s.borrow();
         let start =
             Duration::from_millis(crate::second_start_ms(s.unix_ms).saturating_sub(base_ms));
-        let tag = |t| Tag::new(t);
+        let warmup = s.phase.starts_with("warmup");
+        let tag = |t: &'static str| match (warmup, t) {
+            (true, "latency") => Tag::new("warmup-latency"),
+            (true, _) => Tag::new("warmup-service"),
+            (false, _) => Tag::new(t),
+        };
         writer
             .write_histogram(
                 s.latency.inner(),
@@ -535,6 +542,31 @@ pub fn write_hlog<S: std::borrow::Borrow<SecondRecord>>(
         }
     }
     Ok(())
+}
+
+/// The run record's part holding `latency.hlog`.
+pub const HLOG_PART: &str = "latency-hlog";
+
+/// Writes `latency.hlog` from the directory's load record (a run's, or a merged one's).
+/// The seconds are read back one at a time and the log written as it is made: memory stays
+/// flat however long the run was.
+pub fn write_latency_log(
+    dir: &mut crate::RunDir,
+) -> Result<std::path::PathBuf, crate::RecordError> {
+    let lines = dir.json_lines::<LoadRecordLine>(LOAD_SECONDS_PART)?;
+    let mut read_error = None;
+    let seconds = lines
+        .map_while(|line| line.map_err(|e| read_error = Some(e)).ok())
+        .filter_map(|line| match line {
+            LoadRecordLine::Second(s) => Some(*s),
+            LoadRecordLine::PhaseEnd(_) => None,
+        });
+    let path =
+        dir.write_file_part_with(HLOG_PART, "latency.hlog", 1, |out| write_hlog(out, seconds))?;
+    match read_error {
+        Some(e) => Err(e),
+        None => Ok(path),
+    }
 }
 
 /// What a reader must be told about a load record before its numbers: lines left out as

@@ -260,7 +260,7 @@ pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut dyn Progress) -> Res
         dir.finish(RunStatus::Failed, Some(e.to_string()))?;
         return Err(e.into());
     }
-    let wrote = write_latency_log(&mut dir);
+    let wrote = kiln_record::write_latency_log(&mut dir).context("cannot write the latency log");
     or_fail(&mut dir, wrote)?;
     let interrupted_by = stop.interrupted_by();
     match early {
@@ -301,32 +301,6 @@ fn unix_ns_now() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64)
-}
-
-/// The run record's part holding `latency.hlog`.
-pub const HLOG_PART: &str = "latency-hlog";
-
-/// The run's per-second histograms as an HdrHistogram interval log (`latency.hlog`), for
-/// HistogramLogAnalyzer, hdr-plot and HistogramLogProcessor.
-fn write_latency_log(dir: &mut RunDir) -> Result<()> {
-    // The seconds are read back one at a time (each holds its histograms) and the log is
-    // written as it is made: memory stays flat however long the run was.
-    let lines = dir.json_lines::<LoadRecordLine>(LOAD_SECONDS_PART)?;
-    let mut read_error = None;
-    let seconds = lines
-        .map_while(|line| line.map_err(|e| read_error = Some(e)).ok())
-        .filter_map(|line| match line {
-            LoadRecordLine::Second(s) => Some(*s),
-            LoadRecordLine::PhaseEnd(_) => None,
-        });
-    dir.write_file_part_with(HLOG_PART, "latency.hlog", 1, |out| {
-        kiln_record::write_hlog(out, seconds)
-    })
-    .context("cannot write the latency log")?;
-    match read_error {
-        Some(e) => Err(e.into()),
-        None => Ok(()),
-    }
 }
 
 /// Waits for the last spans, stops the receiver and writes the DB-call analysis.

@@ -162,6 +162,14 @@ fn shards_merged_are_the_single_process_plan() {
             assert_eq!(merged_h.quantile_us(q), added.quantile_us(q), "q {q}");
         }
         assert_eq!(merged_h.count(), added.count());
+        // a merged directory is a run: its latency log reads as its figures
+        let lat = &total["latency"];
+        let figure = |k: &str| lat[k].as_u64().unwrap();
+        assert_eq!(
+            common::apps::hlog_processor(&out.join("latency.hlog")),
+            (figure("count"), figure("max_us"), figure("p50_us")),
+            "{n} shards"
+        );
         // and it says what the single process said, within scheduling noise (2 ms a request)
         let (m50, s50) = (
             total["latency"]["p50_us"].as_f64().unwrap(),

@@ -292,6 +292,47 @@ pub fn m2_jar(group: &str, name: &str, version: &str) -> String {
     path.to_string_lossy().into_owned()
 }
 
+/// What HdrHistogram's own Java reader (HistogramLogProcessor, from Maven Central) makes of a
+/// `latency.hlog`, asked for the `latency` tag in kiln's microseconds: (total count, max,
+/// p50), in microseconds.
+pub fn hlog_processor(hlog: &Path) -> (u64, u64, u64) {
+    let jar = m2_jar("org.hdrhistogram", "HdrHistogram", "2.2.2");
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let status = Command::new("java")
+        .args(["-cp", &jar, "org.HdrHistogram.HistogramLogProcessor", "-i"])
+        .arg(hlog)
+        .args(["-tag", "latency", "-outputValueUnitRatio", "1000", "-o"])
+        .arg(&out)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success(), "HistogramLogProcessor failed on {hlog:?}");
+    let hgrm = std::fs::read_to_string(dir.path().join("out.hgrm")).unwrap();
+    // values are milliseconds with three decimals: kiln's microseconds exactly
+    let us = |ms: &str| (ms.trim().parse::<f64>().unwrap() * 1000.0).round() as u64;
+    let summary = hgrm
+        .lines()
+        .find_map(|l| l.strip_prefix("#[Max"))
+        .unwrap_or_else(|| panic!("{hgrm}"));
+    let (max, count) = summary.split_once(',').unwrap();
+    let max = us(max.trim_start_matches([' ', '=']));
+    let count = count
+        .split('=')
+        .nth(1)
+        .unwrap()
+        .trim_end_matches(']')
+        .trim();
+    let p50 = hgrm
+        .lines()
+        .find(|l| l.split_whitespace().nth(1) == Some("0.500000000000"))
+        .and_then(|l| l.split_whitespace().next())
+        .map(us)
+        .unwrap_or_else(|| panic!("{hgrm}"));
+    (count.parse().unwrap(), max, p50)
+}
+
 /// Compiles `sources` with javac (against `classpath` when given) into `classes`.
 pub fn javac(sources: &[PathBuf], classpath: Option<&str>, classes: &Path) {
     let mut javac = Command::new("javac");
