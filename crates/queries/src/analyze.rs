@@ -25,7 +25,7 @@ use xxhash_rust::xxh3::xxh3_64;
 
 use crate::ingest::Ingest;
 use crate::model::{Span, SpanKind};
-use crate::sql::{fingerprint, mask, Fingerprint};
+use crate::sql::{fingerprint, mask, Fingerprint, Mode};
 use crate::stack::{self, Language};
 pub use kiln_record::schema::queries::{
     AnalysisRecord, Coverage, Finding, FindingKind, FindingSummary, FingerprintUse, Frame, Request,
@@ -189,8 +189,27 @@ pub struct FingerprintCache {
 impl FingerprintCache {
     const MAX_ENTRIES: usize = 200_000;
 
-    /// The statement's fingerprint and the hash of its literal values.
-    pub fn get(&mut self, system: &str, text: &str) -> (Arc<Fingerprint>, Option<u64>) {
+    /// The statement's fingerprint and the hash of its literal values; `collection` joins
+    /// the shape of a statement that is not SQL (see [`crate::nosql`]).
+    pub fn get(
+        &mut self,
+        system: &str,
+        text: &str,
+        collection: Option<&str>,
+    ) -> (Arc<Fingerprint>, Option<u64>) {
+        if let Some(grammar) = crate::nosql::grammar(system) {
+            // one shared fingerprint per shape, as for SQL (a mask never starts with \u{1})
+            let (fp, values) = crate::nosql::fingerprint(grammar, system, text, collection);
+            if self.map.len() >= Self::MAX_ENTRIES {
+                self.map.clear();
+            }
+            let fp = self
+                .map
+                .entry(format!("\u{1}{}", fp.id))
+                .or_insert_with(|| Arc::new(fp))
+                .clone();
+            return (fp, values);
+        }
         let masked = mask(system, text);
         if let Some(fp) = self.map.get(&masked.mask) {
             return (fp.clone(), masked.values);
@@ -431,7 +450,7 @@ pub fn analyze(ingest: &Ingest, options: &Options) -> Analysis {
                 requests.len() - 1
             })
         };
-        let (fp, literals) = cache.get(&db.system, text);
+        let (fp, literals) = cache.get(&db.system, text, db.collection.as_deref());
         let language = ingest.resources[span.resource as usize]
             .language
             .as_deref()
@@ -848,7 +867,7 @@ fn request_findings(
                         format!(
                             "{n} calls of one statement with {distinct} different values {where_}"
                         ),
-                        loop_fix(write),
+                        loop_fix(fp.mode, write),
                     ));
                 }
                 let repeats = counts.values().copied().max().unwrap_or(0);
@@ -881,7 +900,7 @@ fn request_findings(
                         "{n} calls of one statement {where_}; its values were not recorded, so identical \
                          repeats cannot be told apart (record them: db.query.parameter.*)"
                     ),
-                    loop_fix(write),
+                    loop_fix(fp.mode, write),
                 ));
             }
             None => {}
@@ -989,7 +1008,10 @@ fn site_text(call: &DbCall, index: &SpanIndex) -> String {
     }
 }
 
-fn loop_fix(write: bool) -> String {
+fn loop_fix(mode: Mode, write: bool) -> String {
+    if let Some(fix) = crate::nosql::loop_fix(mode, write) {
+        return fix.into();
+    }
     if write {
         "send the rows in one statement: a multi-row INSERT/UPDATE, executemany/addBatch, or COPY"
             .into()

@@ -10,6 +10,7 @@ pub mod analyze;
 pub mod html;
 pub mod ingest;
 pub mod model;
+pub mod nosql;
 pub mod receiver;
 pub mod sql;
 pub mod stack;

@@ -27,6 +27,10 @@ pub const FINGERPRINT_VERSION: u8 = 1;
 pub enum Mode {
     Tokenizer,
     Fallback,
+    /// Not SQL: a JSON document (MongoDB, search bodies; see `nosql`).
+    Document,
+    /// Not SQL: a command and its arguments (Redis; see `nosql`).
+    Command,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]

@@ -1,0 +1,97 @@
+//! MongoDB calls as PyMongo's OpenTelemetry instrumentation records them: spans recorded from
+//! tests/apps/python_mongo against a real MongoDB wire server (FerretDB) by
+//! scripts/record-mongo-spans.sh (no mongod installs here). The app's N+1 of 15 and its
+//! double read are known by construction, at lines marked in its source.
+//!
+//! Read with SQL's rules, a statement's double-quoted values were names: every repeat looked
+//! like the same values, and the N+1 was reported as "run it once and reuse the result".
+
+use std::path::{Path, PathBuf};
+
+use kiln_queries::analyze::{analyze, FindingKind, Options};
+use kiln_queries::Ingest;
+use kiln_record::schema::queries::FindingSummary;
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn findings(fixture: &str) -> Vec<FindingSummary> {
+    let mut ingest = Ingest::new();
+    ingest
+        .add_file(
+            &workspace()
+                .join("crates/queries/tests/fixtures")
+                .join(fixture),
+        )
+        .unwrap();
+    analyze(&ingest, &Options::default()).summary.findings
+}
+
+/// The app's line holding `marker`.
+fn line_of(marker: &str) -> String {
+    let app = std::fs::read_to_string(workspace().join("tests/apps/python_mongo/app.py")).unwrap();
+    // the marker as a comment at the line's end, not the docstring naming it
+    let n = app
+        .lines()
+        .position(|l| l.ends_with(&format!("# {marker}")))
+        .unwrap()
+        + 1;
+    format!("python_mongo/app.py:{n}")
+}
+
+fn on_route<'a>(all: &'a [FindingSummary], route: &str) -> Vec<&'a FindingSummary> {
+    all.iter()
+        .filter(|f| f.example.route.starts_with(route))
+        .collect()
+}
+
+/// With statements captured (real values in a Python dict's repr): the loop is an N+1 of 15
+/// different values at its line, with MongoDB's fix; the double read is redundant, from both
+/// its lines; the batched route ($in) has none.
+#[test]
+fn an_n_plus_one_and_a_double_read_are_told_apart_by_their_values() {
+    let all = findings("pymongo-statements.otlp.pb");
+    let loop_ = on_route(&all, "GET /orders/");
+    assert_eq!(loop_.len(), 1, "{all:#?}");
+    let f = &loop_[0].example;
+    assert_eq!(f.kind, FindingKind::NPlusOne, "{f:#?}");
+    assert_eq!((f.calls, f.distinct_values), (15, Some(15)));
+    assert_eq!(f.shape, "find items {order_id: ?}");
+    assert_eq!(f.summary, "find items");
+    let site = f.site.last().unwrap().location();
+    assert!(site.ends_with(&line_of("N_PLUS_ONE")), "{site}");
+    assert!(f.fix.contains("$in"), "{}", f.fix);
+
+    let double = on_route(&all, "GET /profile/");
+    assert_eq!(double.len(), 1, "{all:#?}");
+    let f = &double[0].example;
+    assert_eq!((f.kind, f.calls), (FindingKind::Redundant, 2));
+    assert_eq!(f.shape, "find users {_id: ?}");
+    for marker in ["FIRST_READ", "SECOND_READ"] {
+        assert!(f.evidence.contains(&line_of(marker)), "{}", f.evidence);
+    }
+    assert!(
+        on_route(&all, "GET /orders-batched/").is_empty(),
+        "{all:#?}"
+    );
+}
+
+/// Without statements (PyMongo's default: the command name alone) the values are unknown:
+/// the loop is still an N+1, never "the same values ran 15 times".
+#[test]
+fn without_recorded_values_a_loop_is_an_n_plus_one_not_a_redundant_read() {
+    let all = findings("pymongo-commands.otlp.pb");
+    let loop_ = on_route(&all, "GET /orders/");
+    assert_eq!(loop_.len(), 1, "{all:#?}");
+    let f = &loop_[0].example;
+    assert_eq!(
+        (f.kind, f.calls, f.distinct_values),
+        (FindingKind::NPlusOne, 15, None)
+    );
+    assert_eq!(f.shape, "find items");
+    assert!(
+        all.iter().all(|f| f.example.kind != FindingKind::Redundant),
+        "{all:#?}"
+    );
+}
