@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Records the spans of tests/apps/python_mongo (PyMongo's OpenTelemetry instrumentation) into
+# Records the spans of tests/apps/python_mongo (PyMongo's OpenTelemetry instrumentation) and
+# tests/apps/java_mongo (the MongoDB Java driver under the OpenTelemetry Java agent) into
 # crates/queries/tests/fixtures, against FerretDB (a MongoDB wire-protocol server, built from
 # the Go module proxy, on SQLite) on loopback. Not run by the test suite: no mongod installs
 # here (Debian has none, PyPI's need the internet), so the tests read the recorded spans.
-# Run it again after changing the app; it needs go and python3, and takes about 3 minutes.
+# Run it again after changing an app; it needs go, python3, a JDK and maven (and builds kiln
+# for its OTLP receiver), and takes about 3 minutes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 work="$PWD/target/mongo-recording"
@@ -39,4 +41,38 @@ MONGO_URL="mongodb://127.0.0.1:$port/" CAPTURE=1 \
   "$work/env/bin/python" tests/apps/python_mongo/app.py "$out/pymongo-statements.otlp.pb"
 MONGO_URL="mongodb://127.0.0.1:$port/" CAPTURE=0 \
   "$work/env/bin/python" tests/apps/python_mongo/app.py "$out/pymongo-commands.otlp.pb"
-ls -l "$out"/pymongo-*.otlp.pb
+# The Java agent's Mongo instrumentation (its statements JSON, values "?"), received by kiln
+bash scripts/java-agent.sh
+m2="$PWD/target/m2"
+jars=""
+for name in mongodb-driver-sync mongodb-driver-core bson bson-record-codec; do
+  group=org.mongodb version=5.7.1
+  jar="$m2/${group//.//}/$name/$version/$name-$version.jar"
+  [ -f "$jar" ] || mvn -q -B dependency:get -Dartifact="$group:$name:$version" -Dtransitive=false \
+    -Dmaven.repo.local="$m2" >/dev/null
+  jars="$jars:$jar"
+done
+jars="${jars#:}"
+rm -rf "$work/java-classes" "$work/java-run"
+javac -cp "$jars" -d "$work/java-classes" tests/apps/java_mongo/MongoShop.java
+cargo build -q --bin kiln
+receiver=4319
+target/debug/kiln queries --listen "127.0.0.1:$receiver" --out "$work/java-run" >"$work/receiver.log" 2>&1 &
+kiln_pid=$!
+for _ in $(seq 50); do (exec 3<>"/dev/tcp/127.0.0.1/$receiver") 2>/dev/null && break; sleep 0.2; done
+agent="$m2/io/opentelemetry/javaagent/opentelemetry-javaagent/2.33.1/opentelemetry-javaagent-2.33.1.jar"
+extension="$m2/io/opentelemetry/contrib/opentelemetry-span-stacktrace/1.51.0-alpha/opentelemetry-span-stacktrace-1.51.0-alpha.jar"
+java -javaagent:"$agent" -Dotel.javaagent.extensions="$extension" \
+  -Dotel.java.experimental.span-stacktrace.min.duration=0 \
+  -Dotel.instrumentation.java-http-client.enabled=false \
+  -Dotel.instrumentation.http-url-connection.enabled=false \
+  -Dotel.exporter.otlp.protocol=http/protobuf -Dotel.metrics.exporter=none \
+  -Dotel.logs.exporter=none -Dotel.bsp.schedule.delay=100 -Dotel.javaagent.logging=none \
+  -Dotel.service.name=java-mongo-shop \
+  -Dotel.exporter.otlp.traces.endpoint="http://127.0.0.1:$receiver/v1/traces" \
+  -cp "$work/java-classes:$jars" MongoShop "mongodb://127.0.0.1:$port/"
+sleep 1
+kill -INT "$kiln_pid"
+wait "$kiln_pid" || true
+cp "$work/java-run/spans.otlp.delimited.pb.gz" "$out/java-mongo.otlp.delimited.pb.gz"
+ls -l "$out"

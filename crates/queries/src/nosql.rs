@@ -228,7 +228,9 @@ fn scan_document(text: &str, mongo: bool) -> Scanned {
                         &mut first_key_pending,
                         &mut keep_next_value,
                     );
-                } else if let Some(kept) = std::mem::take(&mut keep_next_value) {
+                } else if let Some(kept) =
+                    std::mem::take(&mut keep_next_value).filter(|_| string != "?")
+                {
                     if kept == Kept::Collection {
                         s.collection = Some(string.clone());
                     }

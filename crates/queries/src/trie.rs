@@ -41,17 +41,23 @@ pub struct StackTrie {
 #[derive(Serialize)]
 pub struct TreeNode<'a>(pub &'a str, pub u64, pub u64, pub Vec<TreeNode<'a>>);
 
-/// The statement node's label: its shape, cut for display.
-fn statement_label(shape: &str) -> String {
+/// The statement node's label: `SQL` (or `DB` for a MongoDB or Redis command) and its shape,
+/// cut for display.
+fn statement_label(fingerprint: &crate::sql::Fingerprint) -> String {
     const MAX: usize = 160;
+    let kind = match fingerprint.mode {
+        crate::sql::Mode::Document | crate::sql::Mode::Command => "DB",
+        crate::sql::Mode::Tokenizer | crate::sql::Mode::Fallback => "SQL",
+    };
+    let shape = &fingerprint.shape;
     if shape.len() <= MAX {
-        return format!("SQL {shape}");
+        return format!("{kind} {shape}");
     }
     let mut cut = MAX;
     while !shape.is_char_boundary(cut) {
         cut -= 1;
     }
-    format!("SQL {}…", &shape[..cut])
+    format!("{kind} {}…", &shape[..cut])
 }
 
 impl StackTrie {
@@ -142,7 +148,7 @@ impl StackTrie {
                 });
                 statements
                     .entry(Arc::as_ptr(&call.fingerprint))
-                    .or_insert_with(|| statement_label(&call.fingerprint.shape));
+                    .or_insert_with(|| statement_label(&call.fingerprint));
                 let stack = &labels[&Arc::as_ptr(&call.frames)];
                 let mut path: Vec<&str> = Vec::with_capacity(stack.len() + 2);
                 path.push(&request.route);
