@@ -95,12 +95,14 @@ pub fn run(args: QueriesArgs, stop: &StopSignal) -> Result<u8> {
             if last.elapsed() >= every {
                 last = Instant::now();
                 let s = receiver.stats();
+                // the application's export batches, not its requests: those are counted
+                // when the spans are analysed
                 let line = format!(
-                    "kiln: {:>4.0}s  {} requests, {} spans, {} DB calls, {} rejected",
+                    "kiln: {:>4.0}s  {} spans ({} DB calls) in {} exports, {} exports rejected",
                     started.elapsed().as_secs_f64(),
-                    s.requests,
                     s.spans,
                     s.db_spans,
+                    s.requests,
                     s.rejected_requests
                 );
                 if tty {

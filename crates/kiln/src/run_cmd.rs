@@ -596,6 +596,37 @@ fn sent_nothing(phases: &[PhaseSummary]) -> bool {
 }
 
 pub fn run(args: RunArgs, stop: &StopSignal) -> Result<u8> {
+    let junit = args.junit.clone();
+    let name = args
+        .name
+        .clone()
+        .unwrap_or_else(|| match kiln_plan::is_plan_path(&args.url) {
+            true => name_from_plan_file(&args.url),
+            false => args.url.clone(),
+        });
+    let ran = run_load(args, stop);
+    // a run that could not start (a bad plan, a name that does not resolve) still leaves CI
+    // a JUnit file that says why
+    if let (Err(e), Some(path)) = (&ran, junit) {
+        let xml = kiln_summary::junit::render(
+            &kiln_load::plan::redact_password(&name),
+            "unable to start",
+            Some(&format!("{e:#}")),
+            &[],
+            None,
+            0.0,
+        );
+        if let Err(write) = std::fs::write(&path, xml) {
+            eprintln!(
+                "kiln: warning: cannot write the JUnit file {}: {write}",
+                path.display()
+            );
+        }
+    }
+    ran
+}
+
+fn run_load(args: RunArgs, stop: &StopSignal) -> Result<u8> {
     let built = build(&args)?;
     let plan = built.load;
     let start = start_at(&args, plan.shard)?;

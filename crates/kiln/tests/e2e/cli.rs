@@ -551,3 +551,34 @@ fn the_latency_log_merges_back_to_the_summary() {
         .iter()
         .any(|p| p["kind"] == "latency-hlog"));
 }
+
+/// A run that cannot start (here a name that does not resolve) still leaves CI a JUnit file
+/// that says why: none was written, and a CI job had nothing to show.
+#[test]
+fn a_run_that_cannot_start_writes_a_junit_file_that_says_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let junit = dir.path().join("junit.xml");
+    let out = kiln(&[
+        "run",
+        "http://kiln-no-such-host.invalid:8080/",
+        "-d",
+        "1s",
+        "--quiet",
+        "--junit",
+        junit.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let xml = std::fs::read_to_string(&junit).unwrap();
+    let doc = roxmltree::Document::parse(&xml).unwrap();
+    let error = doc
+        .descendants()
+        .find(|n| n.has_tag_name("error"))
+        .unwrap_or_else(|| panic!("{xml}"));
+    let message = error.attribute("message").unwrap();
+    assert!(
+        message.starts_with(
+            "the run is unable to start: cannot resolve host 'kiln-no-such-host.invalid'"
+        ),
+        "{xml}"
+    );
+}
