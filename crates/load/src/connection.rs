@@ -5,7 +5,7 @@
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use kiln_record::ErrorKind;
 use rustls::pki_types::ServerName;
@@ -201,8 +201,10 @@ impl ConnectionSetup {
         });
     }
 
-    /// Opens a connection (and completes the TLS handshake).
+    /// Opens a connection (and completes the TLS handshake); its times are taken once with
+    /// [`Connection::take_connect_times`].
     pub async fn connect(&self) -> Result<Connection, ErrorKind> {
+        let began = Instant::now();
         let tcp = tokio::time::timeout(self.connect_timeout, TcpStream::connect(self.target.addr))
             .await
             .map_err(|_| ErrorKind::ConnectTimeout)?
@@ -217,6 +219,11 @@ impl ConnectionSetup {
                 }
             })?;
         let _ = tcp.set_nodelay(true);
+        let connected = Instant::now();
+        let mut times = ConnectTimes {
+            connect: connected.saturating_duration_since(began),
+            ..ConnectTimes::default()
+        };
         let stream = match &self.tls {
             None => Stream::Plain(tcp),
             Some((connector, name)) => {
@@ -230,6 +237,9 @@ impl ConnectionSetup {
                     self.tls_failure.note(|| e.to_string());
                     ErrorKind::Tls
                 })?;
+                times.tls = Some(connected.elapsed());
+                times.tls_resumed =
+                    tls.get_ref().1.handshake_kind() == Some(rustls::HandshakeKind::Resumed);
                 Stream::Tls(Box::new(tls))
             }
         };
@@ -240,20 +250,24 @@ impl ConnectionSetup {
         if h2 {
             return H2Connection::handshake(stream, &self.target)
                 .await
-                .map(|c| Connection(Inner::H2(c)));
+                .map(|c| Connection(Inner::H2(c), Some(times)));
         }
-        Ok(self.h1(stream))
+        Ok(Connection(self.h1(stream).0, Some(times)))
     }
 
     fn h1(&self, stream: Stream) -> Connection {
-        Connection(Inner::H1(H1Connection {
-            stream,
-            buf: vec![0; READ_BUFFER],
-            start: 0,
-            end: 0,
-            reader: ResponseReader::new(&self.method),
-            reusable: true,
-        }))
+        Connection(
+            Inner::H1(H1Connection {
+                stream,
+                buf: vec![0; READ_BUFFER],
+                start: 0,
+                end: 0,
+                reader: ResponseReader::new(&self.method),
+                reusable: true,
+                first_byte: None,
+            }),
+            None,
+        )
     }
 
     /// An open, idle connection the phase before left (see [`KeptConnections`]), if any.
@@ -335,7 +349,16 @@ impl AsyncWrite for Stream {
 
 /// An open connection, HTTP/1.1 or HTTP/2 (chosen when it was made). An enum: no dynamic
 /// call per request on the HTTP/1.1 fast path.
-pub struct Connection(Inner);
+pub struct Connection(Inner, Option<ConnectTimes>);
+
+/// What opening a connection cost: its TCP connect and, over TLS, its handshake.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ConnectTimes {
+    pub connect: Duration,
+    pub tls: Option<Duration>,
+    /// The TLS handshake resumed an earlier session (no full key exchange).
+    pub tls_resumed: bool,
+}
 
 enum Inner {
     H1(H1Connection),
@@ -353,6 +376,21 @@ pub struct RequestParts {
 }
 
 impl Connection {
+    /// What opening this connection cost; None for one taken over from the phase before,
+    /// or once taken.
+    pub fn take_connect_times(&mut self) -> Option<ConnectTimes> {
+        self.1.take()
+    }
+
+    /// When the last complete HTTP/1.1 response's first bytes arrived: None over HTTP/2,
+    /// after a failure, or when it was already read with the one before.
+    pub fn first_byte(&self) -> Option<Instant> {
+        match &self.0 {
+            Inner::H1(c) => c.first_byte,
+            Inner::H2(_) => None,
+        }
+    }
+
     /// False if the connection cannot take another request (the server closed it or asked
     /// to); the caller opens a new one. Not an error.
     pub async fn ready(&mut self) -> bool {
@@ -408,6 +446,8 @@ struct H1Connection {
     reader: ResponseReader,
     /// False once the server said it closes, or closed: the next request needs a new one.
     reusable: bool,
+    /// When the last complete response's first bytes arrived (None after a failure).
+    first_byte: Option<Instant>,
 }
 
 impl H1Connection {
@@ -449,6 +489,10 @@ impl H1Connection {
             self.stream.flush().await.map_err(|e| classify_io(&e))?;
         }
         self.reader.reset();
+        self.first_byte = None;
+        // one clock read per response, at its first bytes: the gap to its last (taken by the
+        // caller at completion) shows a body held back behind headers
+        let mut first_byte = None;
         loop {
             let progress = self.reader.advance(&self.buf[self.start..self.end]);
             let progress = progress.inspect_err(|_| self.reusable = false)?;
@@ -456,6 +500,7 @@ impl H1Connection {
             if progress.complete {
                 let response = self.reader.response();
                 self.reusable &= response.keep_alive;
+                self.first_byte = first_byte;
                 return Ok(response);
             }
             self.make_room();
@@ -469,6 +514,9 @@ impl H1Connection {
             if n == 0 {
                 self.reusable = false;
                 return self.reader.end_of_input();
+            }
+            if first_byte.is_none() {
+                first_byte = Some(Instant::now());
             }
             self.end += n;
         }

@@ -827,13 +827,18 @@ async fn ensure_connected(
             return Ok(());
         }
         *conn = None;
-        state.recorder.borrow_mut().connections -= 1;
+        let mut rec = state.recorder.borrow_mut();
+        rec.connections -= 1;
+        rec.closed_by_target(Instant::now());
     }
-    let (c, kept) = match setup.take_kept() {
+    let (mut c, kept) = match setup.take_kept() {
         Some(c) => (c, true),
         None => (setup.connect().await?, false),
     };
     let mut rec = state.recorder.borrow_mut();
+    if let Some(times) = c.take_connect_times() {
+        rec.connected(times, Instant::now());
+    }
     rec.connections += 1;
     if kept {
         rec.connections_kept += 1;
@@ -1002,6 +1007,12 @@ async fn send_and_record(
     state.in_flight.set(state.in_flight.get() - 1);
     let done = Instant::now();
     let start = intended.map_or(sent, |i| i.min(sent));
+    if let (Some(Ok(_)), Some(first_byte)) = (&outcome, c.first_byte()) {
+        state
+            .recorder
+            .borrow_mut()
+            .response_arrival(first_byte, done);
+    }
     if record_outcome(
         state,
         start,
@@ -1581,6 +1592,9 @@ async fn run_step(
             let bad_status = !step.checks_status() && response.status >= 400;
             let mut rec = state.recorder.borrow_mut();
             rec.response(start, sent, done, response.status, response.body_bytes);
+            if let Some(first_byte) = c.first_byte() {
+                rec.response_arrival(first_byte, done);
+            }
             rec.named(
                 step.name,
                 NamedOutcome {

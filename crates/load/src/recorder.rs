@@ -230,6 +230,34 @@ impl WorkerRecorder {
         }
     }
 
+    /// An HTTP/1.1 response's first bytes came at `first_byte`, its last at `done`.
+    pub fn response_arrival(&mut self, first_byte: Instant, done: Instant) {
+        self.roll_to(done);
+        let gap = done.saturating_duration_since(first_byte).as_micros() as u64;
+        self.current.wire.response(gap);
+    }
+
+    /// A new connection was opened (what it cost), now.
+    pub fn connected(&mut self, times: crate::connection::ConnectTimes, at: Instant) {
+        self.roll_to(at);
+        let w = &mut self.current.wire;
+        w.connects += 1;
+        w.connect_us = w
+            .connect_us
+            .saturating_add(times.connect.as_micros() as u64);
+        if let Some(tls) = times.tls {
+            w.tls_handshakes += 1;
+            w.tls_us = w.tls_us.saturating_add(tls.as_micros() as u64);
+            w.tls_resumed += u64::from(times.tls_resumed);
+        }
+    }
+
+    /// The target ended a connection: it said it closes, or closed while idle.
+    pub fn closed_by_target(&mut self, at: Instant) {
+        self.roll_to(at);
+        self.current.wire.closed_by_target += 1;
+    }
+
     /// A request that got no response.
     pub fn error(&mut self, done: Instant, kind: ErrorKind) {
         self.roll_to(done);

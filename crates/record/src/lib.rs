@@ -15,6 +15,7 @@ mod run_dir;
 pub mod schema;
 pub mod seconds;
 pub mod text;
+pub mod wire;
 
 pub use error::RecordError;
 pub use hedge::{HedgeSecond, TargetHedge};

@@ -108,6 +108,9 @@ pub struct SecondRecord {
     /// `kiln run --hedge`: second copies sent and won, the first copies' own latency.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hedge: Option<crate::HedgeSecond>,
+    /// What the wire showed: how responses arrived, connections opened and ended.
+    #[serde(default, skip_serializing_if = "crate::wire::WireSecond::is_empty")]
+    pub wire: crate::wire::WireSecond,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -197,6 +200,7 @@ impl SecondRecord {
         if let Some(hedge) = &other.hedge {
             self.hedge.get_or_insert_with(Default::default).merge(hedge);
         }
+        self.wire.merge(&other.wire);
     }
 
     /// Fills the derived percentile fields from the histogram.

@@ -10,3 +10,4 @@ pub mod resources;
 pub mod run;
 pub mod runtime;
 pub mod thresholds;
+pub mod wire;

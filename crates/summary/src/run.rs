@@ -398,6 +398,9 @@ pub fn render_text(view: &RunView) -> String {
         "Received   {} of response bodies",
         format::bytes(total.totals.body_bytes)
     );
+    if let Some(wire) = crate::wire::WireSummary::of(&total) {
+        out += &wire.text();
+    }
     if let Some(end) = &total.end {
         let cpu_s = (end.kiln_cpu_user_us + end.kiln_cpu_system_us) as f64 / 1e6;
         let per_cpu = if cpu_s > 0.0 {
@@ -494,6 +497,7 @@ fn phase_json(p: &PhaseSummary) -> Value {
         "checks": p.totals.checks,
         "checks_failed": p.totals.checks_failed,
         "names": crate::names::to_json(p),
+        "wire": crate::wire::WireSummary::of(p),
     })
 }
 

@@ -12,6 +12,7 @@ mod profile;
 mod python;
 mod runtime;
 mod sockets;
+mod wire;
 
 #[cfg(test)]
 pub(crate) mod fixtures;
@@ -41,6 +42,8 @@ pub const ALL: &[Rule] = &[
     sockets::LISTEN_OVERFLOW,
     sockets::SEND_QUEUE_GROWTH,
     sockets::RETRANSMITS,
+    wire::DELAYED_ACK,
+    wire::CONNECTION_CHURN,
     profile::CATEGORIES_RULE,
     offcpu::LOCK_CONTENTION,
     runtime::GC_PAUSES,

@@ -30,3 +30,4 @@ mod runtime;
 mod runtime_go;
 mod shop;
 mod watch;
+mod wire;

@@ -1,0 +1,142 @@
+//! What the wire shows, against Python's own http.server (tests/apps/python_wire): the 40 ms
+//! delayed-ACK stall of a server writing headers and body apart, found with a share that is
+//! the share of slow requests and gone with the fix (one buffered write); a server slow for
+//! 40 ms of real work in one write is not taken for it; a server closing every connection is
+//! connection churn, and the same server keeping them alive is not.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+
+use kiln_record::{LatencyHistogram, LoadRecordLine, RunDir, LOAD_SECONDS_PART};
+use serde_json::Value;
+
+use crate::common::{self, apps::Killed, finding, json_with_exit, kiln};
+
+/// tests/apps/python_wire/server.py in `mode`, and its port.
+fn server(mode: &str) -> (Killed, u16) {
+    let script = common::apps::workspace().join("tests/apps/python_wire/server.py");
+    let mut child = Command::new("python3")
+        .arg(script)
+        .arg(mode)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let port = line
+        .trim()
+        .strip_prefix("listening on ")
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("the server said {line:?}"));
+    (Killed(child), port)
+}
+
+/// `kiln run` of 3 s on 2 connections against `mode`: its JSON, and the share of its
+/// responses that took 30 ms or more, from the load record's own histograms.
+fn run(mode: &str) -> (Value, f64) {
+    let (_server, port) = server(mode);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let json = json_with_exit(
+        &kiln(&[
+            "run",
+            &format!("http://127.0.0.1:{port}/"),
+            "-c",
+            "2",
+            "-d",
+            "3s",
+            "--json",
+            "--quiet",
+            "--out",
+            out.to_str().unwrap(),
+        ]),
+        0,
+    );
+    let record = RunDir::open(&out).unwrap();
+    let mut latency = LatencyHistogram::new();
+    for line in record
+        .read_json_lines::<LoadRecordLine>(LOAD_SECONDS_PART)
+        .unwrap()
+    {
+        if let LoadRecordLine::Second(s) = line {
+            latency.merge(&s.latency);
+        }
+    }
+    let slow = latency.count_above(30_000) as f64 / latency.count().max(1) as f64;
+    (json, slow)
+}
+
+#[test]
+fn a_delayed_ack_stall_is_found_and_its_fix_and_slow_work_are_not() {
+    let _turn = common::group("wire");
+    let (split, slow) = run("split");
+    let stall = finding(&split, "net.delayed-ack")
+        .unwrap_or_else(|| panic!("no delayed-ACK finding: {:#}", split["findings"]));
+    let share = stall["data"]["share"].as_f64().unwrap();
+    assert!(
+        (share - slow).abs() <= 0.10,
+        "the finding's share {share:.2} against {slow:.2} of requests above 30 ms"
+    );
+    assert!(
+        stall["fix"].as_str().unwrap().contains("TCP_NODELAY"),
+        "{stall:#}"
+    );
+    let wire = &split["total"]["wire"];
+    assert!(wire["two_part_share"].as_f64().unwrap() > 0.5, "{wire:#}");
+
+    let (fixed, _) = run("buffered");
+    assert!(
+        finding(&fixed, "net.delayed-ack").is_none(),
+        "{:#}",
+        fixed["findings"]
+    );
+    let wire = &fixed["total"]["wire"];
+    assert!(wire["two_part_share"].as_f64().unwrap() < 0.05, "{wire:#}");
+
+    // 40 ms of work, answered in one write: slow, but no stall on the wire
+    let (slow_work, _) = run("slow");
+    assert!(
+        slow_work["total"]["latency"]["p50_us"].as_u64().unwrap() >= 40_000,
+        "{:#}",
+        slow_work["total"]["latency"]
+    );
+    assert!(
+        finding(&slow_work, "net.delayed-ack").is_none(),
+        "{:#}",
+        slow_work["findings"]
+    );
+}
+
+#[test]
+fn a_connection_per_request_is_churn_and_keep_alive_is_not() {
+    let _turn = common::group("wire");
+    let (close, _) = run("close");
+    let churn = finding(&close, "net.connection-churn")
+        .unwrap_or_else(|| panic!("no churn finding: {:#}", close["findings"]));
+    let per = churn["data"]["requests_per_connection"].as_f64().unwrap();
+    assert!((0.95..1.05).contains(&per), "{churn:#}");
+    let wire = &close["total"]["wire"];
+    // one connection a request, give or take the two each connection slot opens ahead
+    // of its first request and the two the run's end leaves open
+    let n = |v: &Value| v.as_u64().unwrap() as i64;
+    let requests = n(&close["total"]["requests"]);
+    assert!(
+        (n(&wire["connections_opened"]) - requests).abs() <= 2,
+        "{requests} requests: {wire:#}"
+    );
+    assert!(
+        (n(&wire["closed_by_target"]) - requests).abs() <= 2,
+        "{requests} requests: {wire:#}"
+    );
+
+    let (kept, _) = run("buffered");
+    assert!(
+        finding(&kept, "net.connection-churn").is_none(),
+        "{:#}",
+        kept["findings"]
+    );
+    assert_eq!(kept["total"]["wire"]["connections_opened"], 2);
+}
