@@ -1,10 +1,12 @@
-//! What the wire shows, against Python's own http.server (tests/apps/python_wire): the 40 ms
-//! delayed-ACK stall of a server writing headers and body apart, found with a share that is
-//! the share of slow requests and gone with the fix (one buffered write); a server slow for
-//! 40 ms of real work in one write is not taken for it; a server closing every connection is
+//! What the wire shows, against Python's own http.server (tests/apps/python_wire) and the
+//! JDK's (tests/apps/java_wire): the 40 ms delayed-ACK stall of a server writing headers and
+//! body apart, found with a share that is the share of slow requests and gone with the fix
+//! (one buffered write; the JDK's nodelay setting); a server slow for 40 ms of real work in
+//! one write is not taken for it; a server closing every connection is
 //! connection churn, and the same server keeping them alive is not.
 
 use std::io::{BufRead, BufReader};
+use std::path::Path;
 use std::process::{Command, Stdio};
 
 use kiln_record::{LatencyHistogram, LoadRecordLine, RunDir, LOAD_SECONDS_PART};
@@ -12,12 +14,9 @@ use serde_json::Value;
 
 use crate::common::{self, apps::Killed, finding, json_with_exit, kiln};
 
-/// tests/apps/python_wire/server.py in `mode`, and its port.
-fn server(mode: &str) -> (Killed, u16) {
-    let script = common::apps::workspace().join("tests/apps/python_wire/server.py");
-    let mut child = Command::new("python3")
-        .arg(script)
-        .arg(mode)
+/// A server started with `command`, and the port it says it listens on.
+fn started(mut command: Command) -> (Killed, u16) {
+    let mut child = command
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -34,10 +33,30 @@ fn server(mode: &str) -> (Killed, u16) {
     (Killed(child), port)
 }
 
+/// tests/apps/python_wire/server.py in `mode`.
+fn python(mode: &str) -> Command {
+    let mut command = Command::new("python3");
+    command
+        .arg(common::apps::workspace().join("tests/apps/python_wire/server.py"))
+        .arg(mode);
+    command
+}
+
+/// tests/apps/java_wire's JDK HttpServer, compiled into `classes`, with Nagle's algorithm
+/// on its sockets (the JDK's default) or off (`-Dsun.net.httpserver.nodelay=true`).
+fn java(classes: &Path, nodelay: bool) -> Command {
+    let mut command = Command::new("java");
+    if nodelay {
+        command.arg("-Dsun.net.httpserver.nodelay=true");
+    }
+    command.arg("-cp").arg(classes).arg("WireServer");
+    command
+}
+
 /// `kiln run` of 3 s on 2 connections against `mode`: its JSON, and the share of its
 /// responses that took 30 ms or more, from the load record's own histograms.
-fn run(mode: &str) -> (Value, f64) {
-    let (_server, port) = server(mode);
+fn run(server: Command) -> (Value, f64) {
+    let (_server, port) = started(server);
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("run");
     let json = json_with_exit(
@@ -72,7 +91,7 @@ fn run(mode: &str) -> (Value, f64) {
 #[test]
 fn a_delayed_ack_stall_is_found_and_its_fix_and_slow_work_are_not() {
     let _turn = common::group("wire");
-    let (split, slow) = run("split");
+    let (split, slow) = run(python("split"));
     let stall = finding(&split, "net.delayed-ack")
         .unwrap_or_else(|| panic!("no delayed-ACK finding: {:#}", split["findings"]));
     let share = stall["data"]["share"].as_f64().unwrap();
@@ -87,7 +106,7 @@ fn a_delayed_ack_stall_is_found_and_its_fix_and_slow_work_are_not() {
     let wire = &split["total"]["wire"];
     assert!(wire["two_part_share"].as_f64().unwrap() > 0.5, "{wire:#}");
 
-    let (fixed, _) = run("buffered");
+    let (fixed, _) = run(python("buffered"));
     assert!(
         finding(&fixed, "net.delayed-ack").is_none(),
         "{:#}",
@@ -97,7 +116,30 @@ fn a_delayed_ack_stall_is_found_and_its_fix_and_slow_work_are_not() {
     assert!(wire["two_part_share"].as_f64().unwrap() < 0.05, "{wire:#}");
 
     // 40 ms of work, answered in one write: slow, but no stall on the wire
-    let (slow_work, _) = run("slow");
+    // the JDK's HttpServer the same: stalled by default, clear with nodelay
+    let dir = tempfile::tempdir().unwrap();
+    let classes = dir.path().join("classes");
+    common::apps::javac(
+        &[common::apps::workspace().join("tests/apps/java_wire/WireServer.java")],
+        None,
+        &classes,
+    );
+    let (jdk, slow) = run(java(&classes, false));
+    let stall = finding(&jdk, "net.delayed-ack")
+        .unwrap_or_else(|| panic!("no delayed-ACK finding: {:#}", jdk["findings"]));
+    let share = stall["data"]["share"].as_f64().unwrap();
+    assert!(
+        (share - slow).abs() <= 0.10,
+        "JDK: {share:.2} against {slow:.2}"
+    );
+    let (nodelay, _) = run(java(&classes, true));
+    assert!(
+        finding(&nodelay, "net.delayed-ack").is_none(),
+        "{:#}",
+        nodelay["findings"]
+    );
+
+    let (slow_work, _) = run(python("slow"));
     assert!(
         slow_work["total"]["latency"]["p50_us"].as_u64().unwrap() >= 40_000,
         "{:#}",
@@ -113,7 +155,7 @@ fn a_delayed_ack_stall_is_found_and_its_fix_and_slow_work_are_not() {
 #[test]
 fn a_connection_per_request_is_churn_and_keep_alive_is_not() {
     let _turn = common::group("wire");
-    let (close, _) = run("close");
+    let (close, _) = run(python("close"));
     let churn = finding(&close, "net.connection-churn")
         .unwrap_or_else(|| panic!("no churn finding: {:#}", close["findings"]));
     let per = churn["data"]["requests_per_connection"].as_f64().unwrap();
@@ -132,7 +174,7 @@ fn a_connection_per_request_is_churn_and_keep_alive_is_not() {
         "{requests} requests: {wire:#}"
     );
 
-    let (kept, _) = run("buffered");
+    let (kept, _) = run(python("buffered"));
     assert!(
         finding(&kept, "net.connection-churn").is_none(),
         "{:#}",
