@@ -441,6 +441,14 @@ pub fn read_request<S: Read + Write>(
     Ok(Some(request))
 }
 
+/// A self-signed certificate for localhost and 127.0.0.1, and its key, as PEM (for a real
+/// server's TLS, e.g. nginx's ssl_certificate).
+pub fn self_signed_pem() -> (String, String) {
+    let cert = rcgen::generate_simple_self_signed(vec!["localhost".into(), "127.0.0.1".into()])
+        .expect("rcgen makes a self-signed certificate");
+    (cert.cert.pem(), cert.key_pair.serialize_pem())
+}
+
 pub(crate) fn self_signed_tls() -> io::Result<Arc<rustls::ServerConfig>> {
     let other = io::Error::other;
     let cert = rcgen::generate_simple_self_signed(vec!["localhost".into(), "127.0.0.1".into()])

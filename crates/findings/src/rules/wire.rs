@@ -178,7 +178,12 @@ fn connection_churn(run: &RunRecord) -> Verdict {
             Severity::Medium
         },
         title: format!(
-            "A new connection for every request ({per_connection:.2} requests a connection)"
+            "A new connection{} for every request ({per_connection:.2} requests a connection)",
+            if wire.tls_handshakes > 0 {
+                " and TLS handshake"
+            } else {
+                ""
+            }
         ),
         evidence,
         window: None,

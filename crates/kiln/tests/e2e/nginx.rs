@@ -259,3 +259,69 @@ fn every_framing_nginx_uses_is_read_to_the_byte() {
         "{opened} connections for {n} requests"
     );
 }
+
+/// nginx over TLS (a self-signed certificate) closing every connection (keepalive_timeout 0)
+/// and keeping them: closing, every request pays a TCP connect and a TLS handshake, which
+/// the churn finding names with their cost and whether sessions resumed; kept, a handshake
+/// serves hundreds of requests, and nothing is found.
+#[test]
+fn tls_handshakes_on_every_connection_are_churn_and_kept_connections_are_not() {
+    let _turn = common::beside();
+    let (cert, key) = kiln_targets::self_signed_pem();
+    let pem = tempfile::tempdir().unwrap();
+    std::fs::write(pem.path().join("cert.pem"), cert).unwrap();
+    std::fs::write(pem.path().join("key.pem"), key).unwrap();
+    for keepalive in ["0", "75"] {
+        let tls_port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let server = format!(
+            r#"server {{
+        listen 127.0.0.1:{tls_port} ssl;
+        ssl_certificate {p}/cert.pem;
+        ssl_certificate_key {p}/key.pem;
+        keepalive_timeout {keepalive};
+        location / {{ return 200 "hello over TLS\n"; }}
+    }}"#,
+            p = pem.path().display()
+        );
+        let _nginx = start_nginx_with(&server, "");
+        let v = kiln_json(
+            &format!("https://127.0.0.1:{tls_port}/"),
+            "2",
+            "2s",
+            &["--insecure", "--quiet"],
+        );
+        let wire = &v["total"]["wire"];
+        let churn = common::finding(&v, "net.connection-churn");
+        let handshakes = wire["tls_handshakes"].as_u64().unwrap();
+        assert_eq!(
+            handshakes,
+            wire["connections_opened"].as_u64().unwrap(),
+            "{wire:#}"
+        );
+        assert!(wire["tls_mean_us"].as_f64().unwrap() > 0.0, "{wire:#}");
+        if keepalive == "0" {
+            let churn = churn.unwrap_or_else(|| panic!("no churn finding: {:#}", v["findings"]));
+            let evidence = churn["evidence"].to_string();
+            assert!(evidence.contains("of TLS handshake"), "{churn:#}");
+            assert!(evidence.contains("resumed a session"), "{churn:#}");
+            assert!(handshakes > 50, "{wire:#}");
+            // nginx hands out session tickets: most reconnections resume
+            assert!(
+                wire["tls_resumed"].as_u64().unwrap() > handshakes / 2,
+                "{wire:#}"
+            );
+        } else {
+            assert!(churn.is_none(), "{:#}", v["findings"]);
+            // nginx closes a kept connection after keepalive_requests (1000): still
+            // hundreds of requests a handshake
+            assert!(
+                wire["requests_per_connection"].as_f64().unwrap() > 500.0,
+                "{wire:#}"
+            );
+        }
+    }
+}
