@@ -486,6 +486,7 @@ fn load_section(load: &Load, plan: &PlanRecord) -> String {
 <div class=\"chart\" id=\"chart-latency\"></div><div class=\"chart\" id=\"chart-throughput\"></div>\
 <div class=\"chart\" id=\"chart-distribution\"></div>\
 <div class=\"chart\" id=\"chart-noise\"></div>\
+<div class=\"chart\" id=\"chart-wire\"></div>\
 <table><tr><th>phase</th><th class=\"n\">requests</th><th class=\"n\">per second</th>\
 <th class=\"n\">failed</th><th class=\"n\">p50</th><th class=\"n\">p90</th><th class=\"n\">p99</th>\
 <th class=\"n\">p99.9</th><th class=\"n\">max</th></tr>",
@@ -778,8 +779,9 @@ struct Load {
 impl Load {
     fn read(dir: &RunDir) -> Self {
         let mut load = Load::default();
-        let mut cols: [Vec<Value>; 8] = Default::default();
+        let mut cols: [Vec<Value>; 10] = Default::default();
         let mut any_service = false;
+        let mut any_wire = false;
         let mut last_phase: Option<String> = None;
         match dir.json_lines::<LoadRecordLine>(LOAD_SECONDS_PART) {
             Ok(lines) => {
@@ -816,6 +818,9 @@ impl Load {
                         cols[5].push(json!(s.requests));
                         cols[6].push(json!(failed));
                         cols[7].push(s.service.as_ref().map_or(Value::Null, |h| ms(h, 0.99)));
+                        cols[8].push(json!(s.wire.connects));
+                        cols[9].push(json!(s.wire.long_gaps()));
+                        any_wire |= !s.wire.is_empty();
                         load.points.push((
                             s.phase.clone(),
                             ms(&s.latency, 0.5),
@@ -829,11 +834,13 @@ impl Load {
             }
             Err(e) => load.problems.push(e.to_string()),
         }
-        let [t, p50, p90, p99, max, requests, failed, service] = cols;
+        let [t, p50, p90, p99, max, requests, failed, service, connects, two_part] = cols;
         load.series = json!({
             "t": t, "p50": p50, "p90": p90, "p99": p99, "max": max,
             "requests": requests, "failed": failed,
             "service_p99": if any_service { json!(service) } else { Value::Null },
+            "connects": if any_wire { json!(connects) } else { Value::Null },
+            "two_part": if any_wire { json!(two_part) } else { Value::Null },
         });
         load.phase_spans = load
             .phases

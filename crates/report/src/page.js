@@ -81,6 +81,13 @@
       [s.t, s.p50, s.p90, s.p99, s.max].concat(s.service_p99 ? [s.service_p99] : []), "ms");
     timeChart("chart-throughput", "Requests and failures per second",
       ["requests/s", "failed/s"], [s.t, s.requests, s.failed], "per second");
+    // the wire: as many connections as requests is churn; as many responses in two parts
+    // (their last byte 30 ms or more after the first) as requests is a delayed-ACK stall
+    if (s.connects) {
+      timeChart("chart-wire", "Wire: connections opened and responses in two parts per second",
+        ["connections opened/s", "responses in two parts/s"],
+        [s.t, s.connects, s.two_part], "per second");
+    }
   }
   // The host's noise as kiln felt it: a second of long waits is one whose requests left late.
   var n = data.noise;

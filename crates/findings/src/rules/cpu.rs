@@ -41,6 +41,43 @@ fn target_cores(seconds: &[&ResourceSecond]) -> Option<f64> {
     }))
 }
 
+/// Whether in sample `s` the host's CPU was saturated by other work: less than
+/// [`HOST_IDLE_BELOW`] idle, the target using less than half of what was busy.
+pub(crate) fn saturated_by_others(s: &ResourceSecond) -> bool {
+    let (Some(c), Some(p)) = (s.host_cpu, s.process.as_ref()) else {
+        return false;
+    };
+    let cores = s.host_cpu_per_core.len() as f64;
+    let idle = c.idle + c.iowait;
+    let busy = (1.0 - idle / 100.0) * cores;
+    let target = (p.rates.cpu_user_pct + p.rates.cpu_system_pct) / 100.0;
+    cores > 0.0 && idle < HOST_IDLE_BELOW && target < 0.5 * busy
+}
+
+/// The host saturated by other work in at least this share of the load's seconds hides the
+/// target's own waits and stalls in its waits for a CPU.
+pub(crate) const SATURATED_SHARE: f64 = 0.5;
+
+/// Why the target's own waits cannot be told from its waits for a CPU, when the host was
+/// saturated by other work in most of the load's seconds (None otherwise).
+pub(crate) fn saturated_host(run: &RunRecord) -> Option<String> {
+    let from = run.seconds.iter().map(|s| s.unix_ms).min()?;
+    let to = run.seconds.iter().map(|s| s.unix_ms).max()?;
+    let during: Vec<&ResourceSecond> = run
+        .resources
+        .iter()
+        .filter(|s| (from..=to).contains(&s.unix_ms))
+        .collect();
+    let saturated = during.iter().filter(|s| saturated_by_others(s)).count();
+    (!during.is_empty() && saturated as f64 >= SATURATED_SHARE * during.len() as f64).then(|| {
+        format!(
+            "the host's CPU was saturated by other work in {saturated} of {} seconds (under \
+             {HOST_IDLE_BELOW:.0}% idle, the target using less than half of it)",
+            during.len()
+        )
+    })
+}
+
 fn window_of(seconds: &[&ResourceSecond]) -> Option<Window> {
     Some(Window {
         from_unix_ms: kiln_record::second_start_ms(seconds.first()?.unix_ms),
@@ -1053,6 +1090,11 @@ fn waiting_not_running(run: &RunRecord) -> Verdict {
     if p50_us < 1000.0 || p50_us < WAITING_FACTOR * cpu_us {
         return Verdict::Clear;
     }
+    if let Some(why) = saturated_host(run) {
+        return Verdict::Unjudged(format!(
+            "{why}: a request's wait cannot be told from its wait for a CPU"
+        ));
+    }
     let waiting = 1.0 - cpu_us / p50_us;
     Verdict::Found(vec![Draft {
         rule: WAITING_NOT_RUNNING.id,
@@ -1119,6 +1161,29 @@ mod waiting_tests {
         };
         run.resources = vec![second; 10];
         run
+    }
+
+    /// On a host saturated by other work the wait is for a CPU as much as for anything the
+    /// target does: not judged (a demo beside a build blamed the shop's "lock, pool, disk").
+    #[test]
+    fn waiting_on_a_host_saturated_by_others_is_not_judged() {
+        let mut run = with_target_cpu(
+            load_run(&vec![Second::latencies(&[(20_000, 100)]); 10]),
+            5.0,
+        );
+        for (s, load) in run.resources.iter_mut().zip(&run.seconds) {
+            s.unix_ms = load.unix_ms;
+            s.host_cpu = Some(CpuSplit {
+                idle: 3.0,
+                user: 97.0,
+                ..Default::default()
+            });
+            s.host_cpu_per_core = vec![(0, CpuSplit::default()), (1, CpuSplit::default())];
+        }
+        let Verdict::Unjudged(why) = waiting_not_running(&run) else {
+            panic!("{:?}", waiting_not_running(&run));
+        };
+        assert!(why.contains("saturated by other work in 10 of 10 seconds"), "{why}");
     }
 
     #[test]

@@ -34,6 +34,24 @@ fn demo(seconds: &str, runs: &Path, env: &[(&str, &str)]) -> (Value, String) {
 /// CPU, as on a shared CI machine.
 const HOST_RULES: [&str; 2] = ["cpu.host-busy", "load.generator-starved"];
 
+/// Why `rule` was not judged on one side of the demo, if it was not.
+fn unjudged_because(side: &Value, rule: &str) -> Option<String> {
+    side["findings"]["unjudged"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|u| u["rule"] == rule)
+        .map(|u| u["reason"].as_str().unwrap().to_string())
+}
+
+/// Whether the periodic rule said, on this side, that the host was too busy with other work
+/// to tell the shop's stalls from its waits for a CPU (a build beside the test on a shared
+/// machine; the rule's unit tests hold it to the sampled seconds).
+fn host_too_busy_for_periods(side: &Value) -> bool {
+    unjudged_because(side, "latency.periodic-spikes")
+        .is_some_and(|why| why.contains("saturated by other work"))
+}
+
 /// The rules that found something about the shop.
 fn rules(side: &Value) -> BTreeSet<String> {
     common::rules_in(&side["findings"])
@@ -73,8 +91,11 @@ fn the_demo_finds_every_planted_problem_and_proves_the_fixes() {
     let (planted, fixed) = (&json["planted"], &json["fixed"]);
 
     // every planted problem, and nothing else (the mmap's page faults are also the system time
-    // above user time: one finding with both)
-    let expected: BTreeSet<String> = [
+    // above user time: one finding with both); on a host saturated by other work the stall
+    // that comes back every 3 s drowns in waits for a CPU, and kiln must say it could not
+    // judge it rather than find none
+    let busy_host = host_too_busy_for_periods(planted);
+    let mut expected: BTreeSet<String> = [
         "db.n-plus-one",
         "cpu.exceptions",
         "cpu.json",
@@ -84,6 +105,9 @@ fn the_demo_finds_every_planted_problem_and_proves_the_fixes() {
     ]
     .map(String::from)
     .into();
+    if busy_host {
+        expected.remove("latency.periodic-spikes");
+    }
     assert_eq!(
         rules(planted),
         expected,
@@ -131,11 +155,13 @@ fn the_demo_finds_every_planted_problem_and_proves_the_fixes() {
             .ends_with("Shop::record_view"),
         "{lock}"
     );
-    let periodic = &finding(planted, "latency.periodic-spikes")["data"];
-    assert_eq!(periodic["period_s"], 3, "{periodic}");
-    // the stall holds requests PRICE_FETCH (300 ms) at most, plus their own time
-    let spike_ms = periodic["spike_worst_us"].as_f64().unwrap() / 1000.0;
-    assert!((250.0..1000.0).contains(&spike_ms), "{periodic}");
+    if !busy_host {
+        let periodic = &finding(planted, "latency.periodic-spikes")["data"];
+        assert_eq!(periodic["period_s"], 3, "{periodic}");
+        // the stall holds requests PRICE_FETCH (300 ms) at most, plus their own time
+        let spike_ms = periodic["spike_worst_us"].as_f64().unwrap() / 1000.0;
+        assert!((250.0..1000.0).contains(&spike_ms), "{periodic}");
+    }
     // the shop is native code (kiln found it so): no fix names a JVM flag or Go setting
     for f in planted["findings"]["findings"].as_array().unwrap() {
         let fix = f["fix"].as_str().unwrap();
@@ -153,8 +179,10 @@ fn the_demo_finds_every_planted_problem_and_proves_the_fixes() {
     // request (one finding with the kernel time they cost)
     let symptoms = &planted["findings"]["symptoms"];
     let p99 = &symptoms["p99_explained"][0];
-    assert_eq!(p99["rule"], "latency.periodic-spikes", "{symptoms:#}");
-    assert!(p99["share"].as_f64().unwrap() >= 0.5, "{symptoms:#}");
+    if !busy_host {
+        assert_eq!(p99["rule"], "latency.periodic-spikes", "{symptoms:#}");
+        assert!(p99["share"].as_f64().unwrap() >= 0.5, "{symptoms:#}");
+    }
     assert_eq!(
         symptoms["cpu_explained"][0]["rule"], "cpu.page-faults",
         "{symptoms:#}"
@@ -162,7 +190,8 @@ fn the_demo_finds_every_planted_problem_and_proves_the_fixes() {
     let planted_lines = &stderr[stderr.find("1. The shop as planted").expect(&stderr)..];
     let lines: Vec<&str> = planted_lines.lines().take(4).collect();
     assert!(
-        lines[2].starts_with("   p99") && lines[2].contains("[latency.periodic-spikes]"),
+        lines[2].starts_with("   p99")
+            && (busy_host || lines[2].contains("[latency.periodic-spikes]")),
         "{lines:#?}"
     );
     let largest = lines[3]
@@ -182,6 +211,7 @@ fn the_demo_finds_every_planted_problem_and_proves_the_fixes() {
         .iter()
         .map(|u| u["rule"].as_str().unwrap())
         .collect();
+    let fixed_busy = host_too_busy_for_periods(fixed);
     for rule in [
         "db.calls",
         "cpu.categories",
@@ -189,6 +219,9 @@ fn the_demo_finds_every_planted_problem_and_proves_the_fixes() {
         "latency.periodic-spikes",
         "threads.lock-contention",
     ] {
+        if rule == "latency.periodic-spikes" && fixed_busy {
+            continue;
+        }
         assert!(!unjudged.contains(&rule), "{rule} not judged: {unjudged:?}");
     }
 
@@ -239,7 +272,7 @@ fn the_demo_finds_every_planted_problem_and_proves_the_fixes() {
     );
     // opening with the symptom and what explains it
     assert!(
-        report.contains("in the seconds of <b>Latency spikes every 3 s"),
+        busy_host || report.contains("in the seconds of <b>Latency spikes every 3 s"),
         "planted report's symptoms"
     );
     let page = common::dump_dom(Path::new(pages[2]));

@@ -173,6 +173,13 @@ fn every_section_is_drawn_and_the_charts_hold_the_runs_numbers() {
         "{} vs {p99_ms}",
         series("p99")
     );
+    // the wire: the connections the record says each second opened
+    let opened: u64 = seconds
+        .iter()
+        .map(|s| s["wire"]["connects"].as_u64().unwrap_or(0))
+        .sum();
+    assert!(opened > 0);
+    assert_eq!(series("connections opened/s") as u64, opened);
     // the resources: as many seconds as the sampler wrote
     let sampled = std::fs::read_to_string(dir.join("resources.jsonl"))
         .unwrap()
