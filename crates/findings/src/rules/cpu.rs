@@ -1183,7 +1183,10 @@ mod waiting_tests {
         let Verdict::Unjudged(why) = waiting_not_running(&run) else {
             panic!("{:?}", waiting_not_running(&run));
         };
-        assert!(why.contains("saturated by other work in 10 of 10 seconds"), "{why}");
+        assert!(
+            why.contains("saturated by other work in 10 of 10 seconds"),
+            "{why}"
+        );
     }
 
     #[test]
