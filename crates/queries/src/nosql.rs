@@ -12,9 +12,9 @@
 
 use std::fmt::Write as _;
 
-use xxhash_rust::xxh3::{xxh3_64, Xxh3};
+use xxhash_rust::xxh3::Xxh3;
 
-use crate::sql::{Fingerprint, Mode, StatementClass, FINGERPRINT_VERSION};
+use crate::sql::{Fingerprint, Mode, StatementClass};
 
 /// How a database's statements are read when they are not SQL.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,14 +58,7 @@ pub fn fingerprint(
             _ => format!("{shape} {c}"),
         };
     }
-    let family = system.to_ascii_lowercase();
-    let mut keyed = Vec::with_capacity(shape.len() + 16);
-    keyed.push(FINGERPRINT_VERSION);
-    keyed.extend_from_slice(family.as_bytes());
-    keyed.push(0);
-    keyed.extend_from_slice(shape.as_bytes());
-    let mut id = String::with_capacity(16);
-    let _ = write!(id, "{:016x}", xxh3_64(&keyed));
+    let id = crate::sql::fingerprint_id(&system.to_ascii_lowercase(), &shape);
     let summary = match (
         command.is_empty(),
         collection.or(scanned.collection.as_deref()),

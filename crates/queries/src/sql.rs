@@ -993,6 +993,19 @@ pub fn mask(system: &str, text: &str) -> Masked {
     }
 }
 
+/// A fingerprint's id: 16 hex digits of xxh3 over the rules' version, the database family
+/// and the shape (SQL's and the other grammars' alike).
+pub(crate) fn fingerprint_id(family: &str, shape: &str) -> String {
+    let mut keyed = Vec::with_capacity(shape.len() + 16);
+    keyed.push(FINGERPRINT_VERSION);
+    keyed.extend_from_slice(family.as_bytes());
+    keyed.push(0);
+    keyed.extend_from_slice(shape.as_bytes());
+    let mut id = String::with_capacity(16);
+    let _ = write!(id, "{:016x}", xxh3_64(&keyed));
+    id
+}
+
 /// The fingerprint of one statement sent to `system` (`db.system.name`, e.g. "postgresql").
 pub fn fingerprint(system: &str, text: &str) -> Fingerprint {
     let (family, dialect) = dialect_for(system);
@@ -1014,13 +1027,7 @@ pub fn fingerprint(system: &str, text: &str) -> Fingerprint {
         .max()
         .unwrap_or(0);
     let shape = render(&list);
-    let mut keyed = Vec::with_capacity(shape.len() + 16);
-    keyed.push(FINGERPRINT_VERSION);
-    keyed.extend_from_slice(family.as_bytes());
-    keyed.push(0);
-    keyed.extend_from_slice(shape.as_bytes());
-    let mut id = String::with_capacity(16);
-    let _ = write!(id, "{:016x}", xxh3_64(&keyed));
+    let id = fingerprint_id(family, &shape);
     Fingerprint {
         id,
         summary: summarize(&list),

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use kiln_queries::analyze::{analyze, FindingKind, Options};
 use kiln_queries::Ingest;
-use kiln_record::schema::queries::FindingSummary;
+use kiln_record::schema::queries::{Finding, FindingSummary};
 
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -47,6 +47,20 @@ fn line_of(app: &str, marker: &str) -> String {
 
 const PY: &str = "python_mongo/app.py";
 
+/// The one finding on the orders route, an N+1 of the 15 order lines with values known or not.
+fn the_loop(all: &[FindingSummary], values_known: bool) -> &Finding {
+    let loop_ = on_route(all, "GET /orders/");
+    assert_eq!(loop_.len(), 1, "{all:#?}");
+    let f = &loop_[0].example;
+    let distinct = values_known.then_some(15);
+    assert_eq!(
+        (f.kind, f.calls, f.distinct_values),
+        (FindingKind::NPlusOne, 15, distinct),
+        "{f:#?}"
+    );
+    f
+}
+
 fn on_route<'a>(all: &'a [FindingSummary], route: &str) -> Vec<&'a FindingSummary> {
     all.iter()
         .filter(|f| f.example.route.starts_with(route))
@@ -59,11 +73,7 @@ fn on_route<'a>(all: &'a [FindingSummary], route: &str) -> Vec<&'a FindingSummar
 #[test]
 fn an_n_plus_one_and_a_double_read_are_told_apart_by_their_values() {
     let all = findings("pymongo-statements.otlp.pb");
-    let loop_ = on_route(&all, "GET /orders/");
-    assert_eq!(loop_.len(), 1, "{all:#?}");
-    let f = &loop_[0].example;
-    assert_eq!(f.kind, FindingKind::NPlusOne, "{f:#?}");
-    assert_eq!((f.calls, f.distinct_values), (15, Some(15)));
+    let f = the_loop(&all, true);
     assert_eq!(f.shape, "find items {order_id: ?}");
     assert_eq!(f.summary, "find items");
     let site = f.site.last().unwrap().location();
@@ -89,13 +99,7 @@ fn an_n_plus_one_and_a_double_read_are_told_apart_by_their_values() {
 #[test]
 fn without_recorded_values_a_loop_is_an_n_plus_one_not_a_redundant_read() {
     let all = findings("pymongo-commands.otlp.pb");
-    let loop_ = on_route(&all, "GET /orders/");
-    assert_eq!(loop_.len(), 1, "{all:#?}");
-    let f = &loop_[0].example;
-    assert_eq!(
-        (f.kind, f.calls, f.distinct_values),
-        (FindingKind::NPlusOne, 15, None)
-    );
+    let f = the_loop(&all, false);
     assert_eq!(f.shape, "find items");
     assert!(
         all.iter().all(|f| f.example.kind != FindingKind::Redundant),
@@ -109,13 +113,7 @@ fn without_recorded_values_a_loop_is_an_n_plus_one_not_a_redundant_read() {
 #[test]
 fn the_java_agents_scrubbed_json_is_an_n_plus_one_at_its_line() {
     let all = findings("java-mongo.otlp.delimited.pb.gz");
-    let loop_ = on_route(&all, "GET /orders/");
-    assert_eq!(loop_.len(), 1, "{all:#?}");
-    let f = &loop_[0].example;
-    assert_eq!(
-        (f.kind, f.calls, f.distinct_values),
-        (FindingKind::NPlusOne, 15, None)
-    );
+    let f = the_loop(&all, false);
     assert!(
         f.shape
             .starts_with(r#"{find: "items", filter: {order_id: ?}"#),

@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, SystemTime};
 
-use common::{json_with_exit, kiln};
-use kiln_record::{LatencyHistogram, LoadRecordLine, RunDir, LOAD_SECONDS_PART};
+use common::{json_with_exit, kiln, latency_of};
+use kiln_record::LatencyHistogram;
 use kiln_targets::{Behavior, TargetServer};
 use serde_json::Value;
 
@@ -82,19 +82,6 @@ fn merge(dirs: &[PathBuf], out: &Path, extra: &[&str]) -> std::process::Output {
 }
 
 /// A run directory's measured latency, merged from its seconds.
-fn latency_of(dir: &Path) -> LatencyHistogram {
-    let run = RunDir::open(dir).unwrap();
-    let mut h = LatencyHistogram::new();
-    for line in run
-        .read_json_lines::<LoadRecordLine>(LOAD_SECONDS_PART)
-        .unwrap()
-    {
-        if let LoadRecordLine::Second(s) = line {
-            h.merge(&s.latency);
-        }
-    }
-    h
-}
 
 fn shards_json(dir: &Path) -> Vec<Value> {
     serde_json::from_str::<Value>(&std::fs::read_to_string(dir.join("shards.json")).unwrap())

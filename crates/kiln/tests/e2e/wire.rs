@@ -9,7 +9,6 @@ use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use kiln_record::{LatencyHistogram, LoadRecordLine, RunDir, LOAD_SECONDS_PART};
 use serde_json::Value;
 
 use crate::common::{self, apps::Killed, finding, json_with_exit, kiln};
@@ -74,16 +73,7 @@ fn run(server: Command) -> (Value, f64) {
         ]),
         0,
     );
-    let record = RunDir::open(&out).unwrap();
-    let mut latency = LatencyHistogram::new();
-    for line in record
-        .read_json_lines::<LoadRecordLine>(LOAD_SECONDS_PART)
-        .unwrap()
-    {
-        if let LoadRecordLine::Second(s) = line {
-            latency.merge(&s.latency);
-        }
-    }
+    let latency = common::latency_of(&out);
     let slow = latency.count_above(30_000) as f64 / latency.count().max(1) as f64;
     (json, slow)
 }

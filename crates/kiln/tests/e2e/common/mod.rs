@@ -114,6 +114,22 @@ pub fn rules_in(findings: &Value) -> Vec<String> {
         .collect()
 }
 
+/// Every latency a run directory's load record holds (all phases), merged exactly.
+pub fn latency_of(dir: &Path) -> kiln_record::LatencyHistogram {
+    use kiln_record::{LoadRecordLine, RunDir, LOAD_SECONDS_PART};
+    let run = RunDir::open(dir).unwrap();
+    let mut h = kiln_record::LatencyHistogram::new();
+    for line in run
+        .read_json_lines::<LoadRecordLine>(LOAD_SECONDS_PART)
+        .unwrap()
+    {
+        if let LoadRecordLine::Second(s) = line {
+            h.merge(&s.latency);
+        }
+    }
+    h
+}
+
 /// Every second of a run directory's load part (all phases), as the record wrote it.
 pub fn load_seconds(dir: &Path) -> Vec<Value> {
     std::fs::read_to_string(dir.join("load-seconds.jsonl"))
