@@ -81,8 +81,6 @@ fn merge(dirs: &[PathBuf], out: &Path, extra: &[&str]) -> std::process::Output {
     kiln(&args)
 }
 
-/// A run directory's measured latency, merged from its seconds.
-
 fn shards_json(dir: &Path) -> Vec<Value> {
     serde_json::from_str::<Value>(&std::fs::read_to_string(dir.join("shards.json")).unwrap())
         .unwrap()
