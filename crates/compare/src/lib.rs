@@ -380,6 +380,7 @@ pub fn compare_sides(
     };
     row.verdict = verdict(&row);
     rows.push(row);
+    rows.extend(wire_rows(base, new));
 
     Comparison {
         version: COMPARE_VERSION,
@@ -654,6 +655,57 @@ fn resource_rows(cpu: &[Vec<(f64, f64, u64)>; 2], options: &Options, tail: f64) 
             p_value: None,
             note: Some("a split, not a cost: no verdict".into()),
         },
+    ]
+}
+
+/// What the wire showed on both sides, when both recorded it: requests a connection and the
+/// share of responses in two parts (a delayed-ACK stall). Counts over the whole run, shown
+/// beside the judged figures; the findings they belong to are judged fixed or not.
+fn wire_rows(base: &Side, new: &Side) -> Vec<Row> {
+    let wire = |side: &Side| {
+        let total = side.record.measured()?;
+        let w = total.totals.wire.clone();
+        (!w.is_empty()).then_some((w, total.totals.requests))
+    };
+    let (Some((bw, br)), Some((nw, nr))) = (wire(base), wire(new)) else {
+        return Vec::new();
+    };
+    let row = |metric: &str, unit: &str, b: f64, n: f64, relative: bool, better| Row {
+        metric: metric.into(),
+        unit: unit.into(),
+        base: b,
+        new: n,
+        change: if relative { ratio_change(b, n) } else { n - b },
+        relative,
+        interval: None,
+        band: 0.0,
+        better,
+        verdict: Verdict::NotJudged,
+        p_value: None,
+        note: Some("counted over the run: no interval".into()),
+    };
+    let per_connection =
+        |w: &kiln_record::wire::WireSecond, r: u64| r as f64 / w.connects.max(1) as f64;
+    let two_part = |w: &kiln_record::wire::WireSecond| {
+        100.0 * w.long_gaps() as f64 / w.responses().max(1) as f64
+    };
+    vec![
+        row(
+            "requests a connection",
+            "req",
+            per_connection(&bw, br),
+            per_connection(&nw, nr),
+            true,
+            Better::Higher,
+        ),
+        row(
+            "responses in two parts",
+            "%",
+            two_part(&bw),
+            two_part(&nw),
+            false,
+            Better::Lower,
+        ),
     ]
 }
 

@@ -11,7 +11,7 @@ use std::process::{Command, Stdio};
 
 use serde_json::Value;
 
-use crate::common::{self, apps::Killed, finding, json_with_exit, kiln};
+use crate::common::{self, apps::Killed, finding, json_of, json_with_exit, kiln};
 
 /// A server started with `command`, and the port it says it listens on.
 fn started(mut command: Command) -> (Killed, u16) {
@@ -52,12 +52,16 @@ fn java(classes: &Path, nodelay: bool) -> Command {
     command
 }
 
-/// `kiln run` of 3 s on 2 connections against `mode`: its JSON, and the share of its
+/// `kiln run` of 3 s on 2 connections against `server`: its JSON, and the share of its
 /// responses that took 30 ms or more, from the load record's own histograms.
 fn run(server: Command) -> (Value, f64) {
-    let (_server, port) = started(server);
     let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("run");
+    run_into(server, &dir.path().join("run"))
+}
+
+/// [`run`], its record kept in `out`.
+fn run_into(server: Command, out: &Path) -> (Value, f64) {
+    let (_server, port) = started(server);
     let json = json_with_exit(
         &kiln(&[
             "run",
@@ -73,7 +77,7 @@ fn run(server: Command) -> (Value, f64) {
         ]),
         0,
     );
-    let latency = common::latency_of(&out);
+    let latency = common::latency_of(out);
     let slow = latency.count_above(30_000) as f64 / latency.count().max(1) as f64;
     (json, slow)
 }
@@ -81,7 +85,8 @@ fn run(server: Command) -> (Value, f64) {
 #[test]
 fn a_delayed_ack_stall_is_found_and_its_fix_and_slow_work_are_not() {
     let _turn = common::group("wire");
-    let (split, slow) = run(python("split"));
+    let runs = tempfile::tempdir().unwrap();
+    let (split, slow) = run_into(python("split"), &runs.path().join("split"));
     let stall = finding(&split, "net.delayed-ack")
         .unwrap_or_else(|| panic!("no delayed-ACK finding: {:#}", split["findings"]));
     let share = stall["data"]["share"].as_f64().unwrap();
@@ -96,7 +101,7 @@ fn a_delayed_ack_stall_is_found_and_its_fix_and_slow_work_are_not() {
     let wire = &split["total"]["wire"];
     assert!(wire["two_part_share"].as_f64().unwrap() > 0.5, "{wire:#}");
 
-    let (fixed, _) = run(python("buffered"));
+    let (fixed, _) = run_into(python("buffered"), &runs.path().join("buffered"));
     assert!(
         finding(&fixed, "net.delayed-ack").is_none(),
         "{:#}",
@@ -104,6 +109,30 @@ fn a_delayed_ack_stall_is_found_and_its_fix_and_slow_work_are_not() {
     );
     let wire = &fixed["total"]["wire"];
     assert!(wire["two_part_share"].as_f64().unwrap() < 0.05, "{wire:#}");
+    // the comparison: the stall's finding fixed, the responses in two parts gone
+    let compared = json_of(&kiln(&[
+        "compare",
+        runs.path().join("split").to_str().unwrap(),
+        runs.path().join("buffered").to_str().unwrap(),
+        "--json",
+    ]));
+    let two_part = compared["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["metric"] == "responses in two parts")
+        .unwrap_or_else(|| panic!("{compared:#}"));
+    assert!(two_part["base"].as_f64().unwrap() > 50.0, "{two_part}");
+    assert!(two_part["new"].as_f64().unwrap() < 5.0, "{two_part}");
+    assert!(
+        compared["findings"]["fixed"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["rule"] == "net.delayed-ack"),
+        "{:#}",
+        compared["findings"]
+    );
 
     // 40 ms of work, answered in one write: slow, but no stall on the wire
     // the JDK's HttpServer the same: stalled by default, clear with nodelay
