@@ -95,9 +95,9 @@ def run_oha(oha, url, secs, conns=32, extra=()):
     return dict(requests=requests, cpu_s=cpu, rss_kib=rss, secs=secs, p99_ms=p99)
 
 
-def run_kiln(url, secs, conns=32, extra=()):
+def run_kiln(url, secs, conns=32, extra=(), kiln=KILN):
     out_dir = tempfile.mkdtemp(prefix="kiln-bench-")
-    out, cpu, rss, wall = measured(["taskset", "-c", "1", KILN, "run", url, "-c", str(conns), "-t", "1",
+    out, cpu, rss, wall = measured(["taskset", "-c", "1", kiln, "run", url, "-c", str(conns), "-t", "1",
                                     "-d", f"{secs}s", "--json", "-q", "--out", f"{out_dir}/run", *extra])
     shutil.rmtree(out_dir, ignore_errors=True)
     data = json.loads(out[out.index("{"):])
