@@ -898,7 +898,9 @@ fn request_findings(
                     None,
                     format!(
                         "{n} calls of one statement {where_}; its values were not recorded, so identical \
-                         repeats cannot be told apart (record them: db.query.parameter.*)"
+                         repeats cannot be told apart (record them {})",
+                        crate::nosql::record_values_hint(fp.mode)
+                            .map_or_else(|| ": db.query.parameter.*".to_string(), |h| h.to_string())
                     ),
                     loop_fix(fp.mode, write),
                 ));

@@ -388,6 +388,19 @@ fn scan_commands(text: &str) -> Scanned {
     s
 }
 
+/// How to get the values recorded, in the database's instrumentations' own terms; None for
+/// SQL (`db.query.parameter.*`).
+pub fn record_values_hint(mode: Mode) -> Option<&'static str> {
+    match mode {
+        Mode::Document => Some(
+            "where the instrumentation can: PyMongo's capture_statement=True, the Node \
+             instrumentation's enhancedDatabaseReporting",
+        ),
+        Mode::Command => Some("where the instrumentation can, e.g. with sanitizing off"),
+        Mode::Tokenizer | Mode::Fallback => None,
+    }
+}
+
 /// What to do about one statement run in a loop, in the database's own terms; None for SQL.
 pub fn loop_fix(mode: Mode, write: bool) -> Option<&'static str> {
     match (mode, write) {

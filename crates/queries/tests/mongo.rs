@@ -100,6 +100,12 @@ fn an_n_plus_one_and_a_double_read_are_told_apart_by_their_values() {
 fn without_recorded_values_a_loop_is_an_n_plus_one_not_a_redundant_read() {
     let all = findings("pymongo-commands.otlp.pb");
     let f = the_loop(&all, false);
+    // and how to record them, in PyMongo's terms (not SQL's db.query.parameter.*)
+    assert!(
+        f.evidence.contains("capture_statement=True"),
+        "{}",
+        f.evidence
+    );
     assert_eq!(f.shape, "find items");
     assert!(
         all.iter().all(|f| f.example.kind != FindingKind::Redundant),
