@@ -684,11 +684,11 @@ fn wire_rows(base: &Side, new: &Side) -> Vec<Row> {
         p_value: None,
         note: Some("counted over the run: no interval".into()),
     };
-    let per_connection =
-        |w: &kiln_record::wire::WireSecond, r: u64| r as f64 / w.connects.max(1) as f64;
-    let two_part = |w: &kiln_record::wire::WireSecond| {
-        100.0 * w.long_gaps() as f64 / w.responses().max(1) as f64
+    // no connection opened (all kept from the phase before): every request on one
+    let per_connection = |w: &kiln_record::wire::WireSecond, r: u64| {
+        w.requests_per_connection(r).unwrap_or(r as f64)
     };
+    let two_part = |w: &kiln_record::wire::WireSecond| 100.0 * w.two_part_share().unwrap_or(0.0);
     vec![
         row(
             "requests a connection",

@@ -68,6 +68,23 @@ impl WireSecond {
         self.gaps[3..].iter().sum()
     }
 
+    /// The share of responses that came in two parts 30 ms or more apart (None: none timed).
+    pub fn two_part_share(&self) -> Option<f64> {
+        let timed = self.responses();
+        (timed > 0).then(|| self.long_gaps() as f64 / timed as f64)
+    }
+
+    /// The mean gap of the responses in two parts, microseconds (None: there were none).
+    pub fn two_part_mean_us(&self) -> Option<f64> {
+        let long = self.long_gaps();
+        (long > 0).then(|| self.gap_us_over_30ms as f64 / long as f64)
+    }
+
+    /// `requests` over the connections opened (None: none opened).
+    pub fn requests_per_connection(&self, requests: u64) -> Option<f64> {
+        (self.connects > 0).then(|| requests as f64 / self.connects as f64)
+    }
+
     pub fn merge(&mut self, other: &WireSecond) {
         for (mine, theirs) in self.gaps.iter_mut().zip(other.gaps) {
             *mine = mine.saturating_add(theirs);

@@ -36,20 +36,17 @@ impl WireSummary {
         if w.is_empty() {
             return None;
         }
-        let timed = w.responses();
-        let long = w.long_gaps();
         Some(Self {
             connections_opened: w.connects,
-            requests_per_connection: (w.connects > 0)
-                .then(|| total.totals.requests as f64 / w.connects as f64),
+            requests_per_connection: w.requests_per_connection(total.totals.requests),
             connect_mean_us: mean(w.connect_us, w.connects),
             tls_handshakes: w.tls_handshakes,
             tls_mean_us: mean(w.tls_us, w.tls_handshakes),
             tls_resumed: w.tls_resumed,
             closed_by_target: w.closed_by_target,
-            responses_timed: timed,
-            two_part_share: (timed > 0).then(|| long as f64 / timed as f64),
-            two_part_mean_us: mean(w.gap_us_over_30ms, long),
+            responses_timed: w.responses(),
+            two_part_share: w.two_part_share(),
+            two_part_mean_us: w.two_part_mean_us(),
             gaps: w.gaps,
         })
     }

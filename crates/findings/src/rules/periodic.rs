@@ -27,8 +27,8 @@ const MIN_CYCLES: usize = 3;
 const MIN_HIT_SHARE: f64 = 0.8;
 /// The share of all spikes that must fall on the phase. Not most: on a busy host a neighbour
 /// slows the target in seconds of its own, and a stall that comes back every cycle is still
-/// a period among them (a demo on a host saturated by a build missed its 10 s stall at 80%);
-/// the permutation test is what keeps random spikes from passing for one.
+/// a period among them (one among as many unrelated slow seconds again fell under the 80%
+/// this once was); the permutation test is what keeps random spikes from passing for one.
 const MIN_PRECISION: f64 = 0.4;
 const SHUFFLES: usize = 200;
 /// The chance that random spikes fold as well, above which the period is not believed.

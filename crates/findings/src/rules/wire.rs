@@ -10,11 +10,34 @@ use crate::{RunRecord, Severity, Verdict};
 /// Fewer responses than this say nothing about how they arrive.
 const MIN_RESPONSES: u64 = 50;
 
-/// The measured phases' wire figures and latency: (wire, responses timed, mean latency µs).
-fn measured_wire(run: &RunRecord) -> Option<(WireSecond, u64, f64)> {
-    let total = run.measured()?;
-    let stats = total.totals.latency.stats();
-    Some((total.totals.wire.clone(), stats.count, stats.mean_us))
+/// The measured phases' wire figures, their requests, and all the time requests took.
+struct Measured {
+    wire: WireSecond,
+    requests: u64,
+    mean_us: f64,
+    latency_total_us: f64,
+}
+
+impl Measured {
+    fn of(run: &RunRecord) -> Option<Self> {
+        let total = run.measured()?;
+        let stats = total.totals.latency.stats();
+        Some(Self {
+            wire: total.totals.wire.clone(),
+            requests: total.totals.requests,
+            mean_us: stats.mean_us,
+            latency_total_us: stats.mean_us * stats.count as f64,
+        })
+    }
+
+    /// What `us` microseconds of waiting are of all the time requests took.
+    fn share_of_latency(&self, us: f64) -> f64 {
+        if self.latency_total_us > 0.0 {
+            (us / self.latency_total_us).min(1.0)
+        } else {
+            0.0
+        }
+    }
 }
 
 pub const DELAYED_ACK: Rule = Rule {
@@ -30,9 +53,10 @@ const DELAYED_ACK_SHARE: f64 = 0.10;
 /// writes, Nagle's algorithm held the second until the first was acknowledged, and the client
 /// delayed its ACK (Linux: 40 ms at least; 200 ms on other stacks).
 fn delayed_ack(run: &RunRecord) -> Verdict {
-    let Some((wire, timed, mean_us)) = measured_wire(run) else {
+    let Some(measured) = Measured::of(run) else {
         return Verdict::Unjudged("no measured load".into());
     };
+    let (wire, mean_us) = (&measured.wire, measured.mean_us);
     let responses = wire.responses();
     if responses < MIN_RESPONSES {
         return Verdict::Unjudged(format!(
@@ -44,15 +68,9 @@ fn delayed_ack(run: &RunRecord) -> Verdict {
     if share < DELAYED_ACK_SHARE {
         return Verdict::Clear;
     }
-    let long = wire.long_gaps().max(1);
-    let mean_gap_us = wire.gap_us_over_30ms as f64 / long as f64;
+    let mean_gap_us = wire.two_part_mean_us().unwrap_or(0.0);
     // what the held-back bodies cost, of all the time requests took
-    let latency_total_us = mean_us * timed as f64;
-    let cost = if latency_total_us > 0.0 {
-        (wire.gap_us_over_30ms as f64 / latency_total_us).min(1.0)
-    } else {
-        0.0
-    };
+    let cost = measured.share_of_latency(wire.gap_us_over_30ms as f64);
     let (linux, other) = (wire.gaps[3], wire.gaps[5]);
     let timer = if linux >= other {
         "Linux's 40 ms minimum delayed-ACK time"
@@ -114,14 +132,15 @@ const CHURN_MIN_CONNECTS: u64 = 50;
 /// The target closes its connection after each response (or nearly): every request pays a
 /// connect (and a TLS handshake), and the host fills with TIME_WAIT sockets.
 fn connection_churn(run: &RunRecord) -> Verdict {
-    let Some((wire, timed, mean_us)) = measured_wire(run) else {
+    let Some(measured) = Measured::of(run) else {
         return Verdict::Unjudged("no measured load".into());
     };
-    let requests = run.measured().map_or(0, |m| m.totals.requests);
+    let (wire, requests) = (&measured.wire, measured.requests);
     if wire.connects < CHURN_MIN_CONNECTS || requests == 0 {
         return Verdict::Clear;
     }
-    let per_connection = requests as f64 / wire.connects as f64;
+    // at least CHURN_MIN_CONNECTS: some were opened
+    let per_connection = wire.requests_per_connection(requests).unwrap_or(0.0);
     if per_connection >= CHURN_REQUESTS_PER_CONNECTION {
         return Verdict::Clear;
     }
@@ -130,13 +149,7 @@ fn connection_churn(run: &RunRecord) -> Verdict {
         0 => 0.0,
         n => wire.tls_us as f64 / n as f64,
     };
-    let paid_us = wire.connect_us.saturating_add(wire.tls_us) as f64;
-    let latency_total_us = mean_us * timed as f64;
-    let cost = if latency_total_us > 0.0 {
-        (paid_us / latency_total_us).min(1.0)
-    } else {
-        0.0
-    };
+    let cost = measured.share_of_latency(wire.connect_us.saturating_add(wire.tls_us) as f64);
     let mut evidence = vec![
         format!(
             "{} connections opened for {requests} requests: {per_connection:.2} requests a \
