@@ -22,6 +22,8 @@ command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 python3 -m venv --help >/dev/null 2>&1 || missing+=(python3-venv)
 # the retransmits finding's test: packet loss on a network namespace's own loopback
 command -v ip >/dev/null 2>&1 || missing+=(iproute2)
+# the terminal test: kiln on a terminal of 80 and 200 columns
+command -v tmux >/dev/null 2>&1 || missing+=(tmux)
 command -v nft >/dev/null 2>&1 || missing+=(nftables)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "test.sh: installing ${missing[*]}"

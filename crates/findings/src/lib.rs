@@ -15,7 +15,7 @@ mod text;
 use serde::{Deserialize, Serialize};
 
 pub use record::RunRecord;
-pub use text::{symptoms_text, to_text};
+pub use text::{symptoms_text, to_text, UnjudgedLines};
 
 use kiln_record::parts::FINDINGS_PART;
 use kiln_record::{RecordError, RunDir};
@@ -477,7 +477,7 @@ mod any_record {
                 .collect();
             run.profile = profiled_run("a;b_[k];page_fault_[k] 300\na;syscall;__x64_sys_clock_gettime_[k] 7\n").profile;
             let report = judge(&run);
-            let _ = to_text(&report);
+            let _ = to_text(&report, UnjudgedLines::Listed);
         }
     }
 }

@@ -294,126 +294,171 @@ pub struct RunArgs {
 
     /// Connections (closed model: each sends back to back; open model: opened up front)
     /// [default: 50]. With a plan: its VUs.
-    #[arg(short = 'c', long = "connections")]
+    #[arg(help_heading = "Load", short = 'c', long = "connections")]
     pub connections: Option<usize>,
 
     /// How long each measured run lasts (e.g. 30s, 3m) [default: 10s]. Ignored with
     /// --stages. With a plan: overrides its duration.
-    #[arg(short = 'd', long = "duration")]
+    #[arg(help_heading = "Load", short = 'd', long = "duration")]
     pub duration: Option<String>,
 
     /// With a plan: set a variable, or a load setting (rate, vus, duration, iterations,
     /// max_vus, ramp, arrivals, seed, warmup, timeout), e.g. --set rate=2000 (repeatable).
-    #[arg(long = "set", value_name = "NAME=VALUE")]
+    #[arg(help_heading = "Plans and CI", long = "set", value_name = "NAME=VALUE")]
     pub set: Vec<String>,
 
     /// Write the thresholds' and checks' outcome as JUnit XML (for CI), one test case each.
-    #[arg(long = "junit", value_name = "FILE")]
+    #[arg(help_heading = "Plans and CI", long = "junit", value_name = "FILE")]
     pub junit: Option<PathBuf>,
 
     /// Load generator threads (default: one per CPU).
-    #[arg(short = 't', long = "threads")]
+    #[arg(help_heading = "Load", short = 't', long = "threads")]
     pub threads: Option<usize>,
 
     /// Open model: a constant arrival rate, in requests per second. Latency is measured from
     /// each request's scheduled send time.
-    #[arg(short = 'R', long = "rate", conflicts_with = "stages")]
+    #[arg(
+        help_heading = "Load",
+        short = 'R',
+        long = "rate",
+        conflicts_with = "stages"
+    )]
     pub rate: Option<f64>,
 
     /// Open model: how arrivals are spaced. uniform: exactly 1/rate apart (wrk2, k6).
     /// poisson: exponential gaps with mean 1/rate, as independent users arrive (bursts and
     /// lulls included); the seed is recorded with the plan.
-    #[arg(long = "arrivals", value_enum, default_value = "uniform")]
+    #[arg(
+        help_heading = "Load",
+        long = "arrivals",
+        value_enum,
+        default_value = "uniform"
+    )]
     pub arrivals: ArrivalsArg,
 
     /// The seed for --arrivals poisson (default: from the clock), to repeat a run exactly.
-    #[arg(long = "seed")]
+    #[arg(help_heading = "Load", long = "seed")]
     pub seed: Option<u64>,
 
     /// Open model with ramping rates: DURATION:RATE stages, each ramping linearly from the
     /// previous rate (starting at 0), e.g. 30s:100,60s:2000,30s:0. A 0s stage jumps.
-    #[arg(long = "stages")]
+    #[arg(help_heading = "Load", long = "stages")]
     pub stages: Option<String>,
 
     /// Open model: the most connections kiln opens to keep the schedule.
-    #[arg(long = "max-connections", default_value_t = 1000)]
+    #[arg(
+        help_heading = "Load",
+        long = "max-connections",
+        default_value_t = 1000
+    )]
     pub max_connections: usize,
 
     /// Closed model: pause between a response and the connection's next request [default: 0s].
-    #[arg(long = "think-time")]
+    #[arg(help_heading = "Load", long = "think-time")]
     pub think_time: Option<String>,
 
     /// Closed model: start the connections evenly over this time [default: 0s].
-    #[arg(long = "ramp-up")]
+    #[arg(help_heading = "Load", long = "ramp-up")]
     pub ramp_up: Option<String>,
 
     /// HTTP method [default: GET].
-    #[arg(short = 'm', long = "method", visible_short_alias = 'X')]
+    #[arg(
+        help_heading = "Request",
+        short = 'm',
+        long = "method",
+        visible_short_alias = 'X'
+    )]
     pub method: Option<String>,
 
     /// A request header, 'Name: value' (repeatable).
-    #[arg(short = 'H', long = "header")]
+    #[arg(help_heading = "Request", short = 'H', long = "header")]
     pub headers: Vec<String>,
 
     /// The request body: a string, or @FILE to read it from a file.
-    #[arg(short = 'b', long = "body")]
+    #[arg(help_heading = "Request", short = 'b', long = "body")]
     pub body: Option<String>,
 
     /// Time allowed for a whole request (send, wait, read the body) [default: 10s].
-    #[arg(long = "timeout")]
+    #[arg(help_heading = "Request", long = "timeout")]
     pub timeout: Option<String>,
 
     /// Time allowed to open a connection (TCP and TLS).
-    #[arg(long = "connect-timeout", default_value = "5s")]
+    #[arg(
+        help_heading = "Request",
+        long = "connect-timeout",
+        default_value = "5s"
+    )]
     pub connect_timeout: String,
 
     /// Accept any TLS certificate (self-signed targets).
-    #[arg(short = 'k', long = "insecure")]
+    #[arg(help_heading = "Request", short = 'k', long = "insecure")]
     pub insecure: bool,
 
     /// Speak HTTP/2: offered by ALPN over https (HTTP/1.1 if the server declines), prior
     /// knowledge (h2c) over http. One request at a time per connection, as in HTTP/1.1.
-    #[arg(long = "http2")]
+    #[arg(help_heading = "Request", long = "http2")]
     pub http2: bool,
 
     /// Load for this long first and leave it out of the results (warms caches and JITs);
     /// `auto` (or `auto:CAP`, 60 s by default) ends it when throughput is steady and, for a
     /// JVM watched with --watch-*, its JIT compiler has gone quiet.
-    #[arg(long = "warmup")]
+    #[arg(help_heading = "Load", long = "warmup")]
     pub warmup: Option<String>,
 
     /// Measured runs; with more than one, the summary shows each and their mean and spread.
-    #[arg(long = "repeat", default_value_t = 1)]
+    #[arg(help_heading = "Load", long = "repeat", default_value_t = 1)]
     pub repeat: u32,
 
     /// Compare this run with a base run (a run directory) once it is recorded, as
     /// `kiln compare BASE THIS` does.
-    #[arg(long = "compare", value_name = "BASE_RUN")]
+    #[arg(
+        help_heading = "Plans and CI",
+        long = "compare",
+        value_name = "BASE_RUN"
+    )]
     pub compare: Option<PathBuf>,
 
     /// With --compare: exit with 99 when a figure regressed against the base.
-    #[arg(long = "fail-on-regression", requires = "compare")]
+    #[arg(
+        help_heading = "Plans and CI",
+        long = "fail-on-regression",
+        requires = "compare"
+    )]
     pub fail_on_regression: bool,
 
     /// Stop the run as interrupted when the target gave no response at all for this long.
-    #[arg(long = "dead-after", default_value = "5s")]
+    #[arg(help_heading = "Load", long = "dead-after", default_value = "5s")]
     pub dead_after: String,
+
+    /// At the deadline, wait for requests in flight up to --timeout (as oha's flag of this
+    /// name does). Without it the run ends at -d: they get half a second, and those still
+    /// waiting are counted as abandoned.
+    #[arg(
+        help_heading = "Load",
+        short = 'w',
+        long = "wait-ongoing-requests-after-deadline"
+    )]
+    pub wait_after_deadline: bool,
 
     /// Run shard I of N load processes sharing this plan (I from 0; auto/N takes I from
     /// JOB_COMPLETION_INDEX): an open model's arrivals are dealt among the shards, a closed
     /// model's connections divided. `kiln merge` puts the shards' records together.
-    #[arg(long = "shard", value_name = "I/N")]
+    #[arg(help_heading = "Shards", long = "shard", value_name = "I/N")]
     pub shard: Option<String>,
 
     /// Start the load at this UTC time (RFC 3339, e.g. 2026-12-01T10:00:00Z), so that shards
     /// on several machines start together.
-    #[arg(long = "start-at", value_name = "TIME")]
+    #[arg(help_heading = "Shards", long = "start-at", value_name = "TIME")]
     pub start_at: Option<String>,
 
     /// Start the target with this command (through sh; stopped when the run ends), wait
     /// until it accepts connections on the URL's address, and watch it as --watch-pid
     /// would. A Go target gets GODEBUG=gctrace=1: every GC cycle is read from its stderr.
-    #[arg(long = "spawn", value_name = "CMD")]
+    #[arg(
+        help_heading = "Watching the target",
+        long = "spawn",
+        value_name = "CMD"
+    )]
     pub spawn: Option<String>,
 
     /// Start when every shard is ready: each writes a file to DIR (a folder all shards
@@ -421,16 +466,21 @@ pub struct RunArgs {
     /// http://HOST:PORT: shard 0 serves the barrier there (on that address, or every
     /// interface for a name), the others ask it, measure their clock against shard 0's and
     /// start 1 s after the last one is ready, by shard 0's clock.
-    #[arg(long = "barrier", value_name = "DIR|http://HOST:PORT")]
+    #[arg(
+        help_heading = "Shards",
+        long = "barrier",
+        value_name = "DIR|http://HOST:PORT"
+    )]
     pub barrier: Option<String>,
 
     /// A secret every shard of an HTTP barrier is given: shard 0 refuses requests without
     /// it. Better from the environment, KILN_BARRIER_TOKEN, which `ps` does not show.
-    #[arg(long = "barrier-token", value_name = "TOKEN")]
+    #[arg(help_heading = "Shards", long = "barrier-token", value_name = "TOKEN")]
     pub barrier_token: Option<String>,
 
     /// How long --barrier waits for the other shards.
     #[arg(
+        help_heading = "Shards",
         long = "barrier-timeout",
         value_name = "DURATION",
         default_value = "10m"
@@ -439,11 +489,12 @@ pub struct RunArgs {
 
     /// Hedged requests: a request not answered after this delay gets a second copy and the
     /// first answer wins. A time (5ms) or a percentile of the run's recent latency (p95).
-    #[arg(long = "hedge", value_name = "DELAY|pNN")]
+    #[arg(help_heading = "Hedging", long = "hedge", value_name = "DELAY|pNN")]
     pub hedge: Option<String>,
 
     /// With --hedge: second copies at most this share of the requests (a token bucket).
     #[arg(
+        help_heading = "Hedging",
         long = "hedge-cap",
         value_name = "PERCENT",
         default_value = "10%",
@@ -453,80 +504,105 @@ pub struct RunArgs {
 
     /// With --hedge: another target for the same request (repeatable). First copies go to
     /// the URL and each replica in turn, a request's second copy to the next one.
-    #[arg(long = "replica", value_name = "URL", requires = "hedge")]
+    #[arg(
+        help_heading = "Hedging",
+        long = "replica",
+        value_name = "URL",
+        requires = "hedge"
+    )]
     pub replicas: Vec<String>,
 
     /// With --hedge: hedge any method, not only idempotent ones (GET, HEAD, PUT, DELETE...).
-    #[arg(long = "hedge-any-method", requires = "hedge")]
+    #[arg(
+        help_heading = "Hedging",
+        long = "hedge-any-method",
+        requires = "hedge"
+    )]
     pub hedge_any_method: bool,
 
     /// Seconds between the JMeter-style summary lines when stderr is not a terminal.
-    #[arg(long = "interval", default_value = "5s")]
+    #[arg(
+        help_heading = "Watching the target",
+        long = "interval",
+        default_value = "5s"
+    )]
     pub interval: String,
 
     /// Record what this process and the host do during the run, once a second.
-    #[arg(long = "watch-pid", conflicts_with = "watch_port")]
+    #[arg(
+        help_heading = "Watching the target",
+        long = "watch-pid",
+        conflicts_with = "watch_port"
+    )]
     pub watch_pid: Option<i32>,
 
     /// Like --watch-pid, for the process listening on this TCP port (usually the target's).
-    #[arg(long = "watch-port")]
+    #[arg(help_heading = "Watching the target", long = "watch-port")]
     pub watch_port: Option<u16>,
 
     /// How far to look into the watched process's runtime: `default` reads what it publishes
     /// for free (a JVM's GC, safepoints, JIT); `deep` also takes a thread dump every 2 s over
     /// the JVM's attach socket (thread states, who holds the locks others wait for).
-    #[arg(long = "runtime", value_enum, default_value_t = RuntimeDepth::Default)]
+    #[arg(help_heading = "Watching the target", long = "runtime", value_enum, default_value_t = RuntimeDepth::Default)]
     pub runtime: RuntimeDepth,
 
     /// Also profile the watched process (and its children) with perf over the measured runs,
     /// warm-up excluded: an on-CPU flame graph in the run directory.
-    #[arg(long = "profile")]
+    #[arg(help_heading = "Profiling", long = "profile")]
     pub profile: bool,
 
     /// Samples per second for --profile.
-    #[arg(long = "profile-frequency", default_value_t = 99)]
+    #[arg(
+        help_heading = "Profiling",
+        long = "profile-frequency",
+        default_value_t = 99
+    )]
     pub profile_frequency: u32,
 
     /// Also record where the watched process's threads leave the CPU (perf: every context
     /// switch with its stack) over the measured runs: an off-CPU flame graph, and the
     /// findings about locks and waits. Costs the target on every switch: 17% of throughput
     /// at ~9,000 requests/s here (docs/benchmarks.md), little at a few hundred.
-    #[arg(long = "off-cpu")]
+    #[arg(help_heading = "Profiling", long = "off-cpu")]
     pub off_cpu: bool,
 
     /// Receive the target's OpenTelemetry traces (OTLP/HTTP, POST /v1/traces) during the run
     /// and analyse its DB calls: N+1 loops, repeats, the DB stack trie (as kiln queries).
-    #[arg(long = "otlp-listen", value_name = "ADDR", num_args = 0..=1, default_missing_value = "127.0.0.1:4318")]
+    #[arg(help_heading = "Traces and DB calls", long = "otlp-listen", value_name = "ADDR", num_args = 0..=1, default_missing_value = "127.0.0.1:4318")]
     pub otlp_listen: Option<String>,
 
     /// After the load, how long to wait at most for spans still in the application's export
     /// queue (SDKs batch for 5 s by default).
-    #[arg(long = "otlp-wait", default_value = "6s")]
+    #[arg(
+        help_heading = "Traces and DB calls",
+        long = "otlp-wait",
+        default_value = "6s"
+    )]
     pub otlp_wait: String,
 
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = "Traces and DB calls")]
     pub queries: QueryAnalysisArgs,
 
     /// The run directory (default: runs/<time>-<name>).
-    #[arg(long = "out")]
+    #[arg(help_heading = "Output", long = "out")]
     pub out: Option<PathBuf>,
 
     /// A name for the run (default: from the URL).
-    #[arg(long = "name")]
+    #[arg(help_heading = "Output", long = "name")]
     pub name: Option<String>,
 
     /// A pass/fail threshold on the measured results, k6 style (repeatable): 'p99<250ms',
     /// 'p(99.9)<1s', 'max<2s', 'mean<50ms', 'failed<1%', 'rate>=1000', 'unsent<1'.
     /// Any failure exits with 99.
-    #[arg(long = "threshold")]
+    #[arg(help_heading = "Plans and CI", long = "threshold")]
     pub thresholds: Vec<String>,
 
     /// Print the summary as JSON on stdout.
-    #[arg(long = "json")]
+    #[arg(help_heading = "Output", long = "json")]
     pub json: bool,
 
     /// No live progress.
-    #[arg(short = 'q', long = "quiet")]
+    #[arg(help_heading = "Output", short = 'q', long = "quiet")]
     pub quiet: bool,
 }
 

@@ -17,7 +17,7 @@ pub fn run(args: CompareArgs) -> Result<u8> {
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&comparison)?);
     } else {
-        out!("{}", kiln_compare::to_text(&comparison));
+        crate::stdout::text(&kiln_compare::to_text(&comparison));
     }
     Ok(exit_code(&comparison, &args.method))
 }

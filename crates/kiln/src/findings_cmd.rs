@@ -17,7 +17,10 @@ pub fn run(args: FindingsArgs) -> Result<u8> {
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&report)?);
     } else {
-        out!("{}", kiln_findings::to_text(&report));
+        crate::stdout::text(&kiln_findings::to_text(
+            &report,
+            kiln_findings::UnjudgedLines::Listed,
+        ));
     }
     let failed = args
         .fail_on

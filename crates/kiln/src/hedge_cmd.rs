@@ -40,7 +40,7 @@ pub fn run(args: HedgeArgs) -> Result<u8> {
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&report)?);
     } else {
-        out!("{}", kiln_hedge::to_text(&report));
+        crate::stdout::text(&kiln_hedge::to_text(&report));
     }
     Ok(0)
 }

@@ -69,10 +69,11 @@ impl kiln_runner::Progress for LiveOutput {
         if self.tty {
             let lat = self.total.totals.latency.stats();
             let last = s.latency.stats();
-            eprint!(
-                "\r\x1b[2K[{}] {}s/{}s  {} req/s  p50 {}  p99 {}  (total p99 {})  failed {}  conns {}",
+            let line = format!(
+                "[{}] {}s/{}s  {} req/s  p50 {}  p99 {} (all {})  failed {}  conns {}",
                 self.phase,
-                s.second + 1,
+                // the second after the deadline holds the last answers, not more load
+                (u64::from(s.second) + 1).min(self.planned_s.max(1)),
                 self.planned_s,
                 s.requests,
                 format::us(last.p50_us),
@@ -81,6 +82,10 @@ impl kiln_runner::Progress for LiveOutput {
                 self.total.failed(),
                 s.connections
             );
+            // A line wider than the terminal wraps, and the redraw then returns to its last
+            // row only: a new line per second. It is cut to the width instead.
+            let width = crate::terminal::stderr_width().unwrap_or(80);
+            eprint!("\r\x1b[2K{}", cut_to(&line, width.saturating_sub(1)));
             let _ = std::io::stderr().flush();
         } else if (s.second + 1 - self.window_start) >= self.interval_s {
             self.print_window(s.second + 1, s.connections);
@@ -117,6 +122,14 @@ impl kiln_runner::Progress for LiveOutput {
     }
 }
 
+/// The first `width` characters of `line`.
+fn cut_to(line: &str, width: usize) -> &str {
+    match line.char_indices().nth(width) {
+        Some((at, _)) => &line[..at],
+        None => line,
+    }
+}
+
 /// `summary +  175888 in 00:00:30 = 5862.9/s Avg:   136 Min:     9 Max:   539 Err:     0 (0.00%)`
 /// (JMeter's Summariser format: times in whole milliseconds, Err counts failed samples).
 pub fn jmeter_line(sign: &str, p: &PhaseSummary, secs: f64) -> String {
@@ -143,6 +156,13 @@ pub fn jmeter_line(sign: &str, p: &PhaseSummary, secs: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_progress_line_is_cut_to_the_terminal_not_wrapped() {
+        assert_eq!(cut_to("[run] 3s/10s  1200 req/s", 12), "[run] 3s/10s");
+        assert_eq!(cut_to("short", 80), "short");
+        assert_eq!(cut_to("p99 18.8µs", 9), "p99 18.8µ");
+    }
 
     #[test]
     fn the_summary_line_matches_jmeters_format() {

@@ -22,6 +22,7 @@ mod report_cmd;
 mod run_cmd;
 mod summary;
 mod target_process;
+mod terminal;
 mod traces;
 mod watch_cmd;
 

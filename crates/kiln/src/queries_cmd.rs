@@ -142,7 +142,7 @@ pub fn run(args: QueriesArgs, stop: &StopSignal) -> Result<u8> {
             )?
         );
     } else {
-        out!("{}", kiln_queries::text::report_text(&report.record, 10));
+        crate::stdout::text(&kiln_queries::text::report_text(&report.record, 10));
         outln!(
             "\nReport     {}\nFiles      {} (collapsed: calls), {} (speedscope: calls and time)\nRun        {} ({})",
             report.html.display(),

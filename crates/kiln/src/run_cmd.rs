@@ -206,6 +206,7 @@ fn common_flags(plan: &mut LoadPlan, args: &RunArgs) -> Result<()> {
     }
     plan.insecure = args.insecure;
     plan.dead_after = parse_duration(&args.dead_after)?;
+    plan.wait_after_deadline = args.wait_after_deadline;
     Ok(())
 }
 

@@ -8,9 +8,10 @@ use std::io::Write as _;
 /// Exit code for a reader that went away: what a shell reports for a process ended by SIGPIPE.
 const EXIT_BROKEN_PIPE: i32 = 141;
 
-/// Writes to stdout, or ends kiln as described above.
+/// Writes to stdout, or ends kiln as described above. Colour (ANSI styles) is kept only for
+/// a terminal that takes it (anstream: not a pipe, not NO_COLOR).
 pub fn write(args: std::fmt::Arguments) {
-    let mut out = std::io::stdout().lock();
+    let mut out = anstream::stdout().lock();
     if let Err(e) = out.write_fmt(args).and_then(|()| out.flush()) {
         if e.kind() == std::io::ErrorKind::BrokenPipe {
             std::process::exit(EXIT_BROKEN_PIPE);
@@ -20,6 +21,14 @@ pub fn write(args: std::fmt::Arguments) {
             "kiln: error: cannot write to standard output: {e}"
         );
         std::process::exit(1);
+    }
+}
+
+/// A summary's text, fitted to the terminal's width and coloured when stdout is one.
+pub fn text(text: &str) {
+    match crate::terminal::stdout_width() {
+        Some(width) => write(format_args!("{}", crate::terminal::fit(text, width))),
+        None => write(format_args!("{text}")),
     }
 }
 

@@ -18,7 +18,7 @@ pub fn print(view: &RunView, json: bool) -> serde_json::Result<()> {
     if json {
         outln!("{}", serde_json::to_string_pretty(&render_json(view))?);
     } else {
-        out!("{}", render_text(view));
+        crate::stdout::text(&render_text(view));
     }
     Ok(())
 }

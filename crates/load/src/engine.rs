@@ -36,8 +36,14 @@ const MAX_QUEUED_ARRIVALS: usize = 1_000_000;
 /// After a failed connect in the closed model, wait this long before the next attempt so a
 /// dead target is not hammered by a busy loop.
 const RECONNECT_BACKOFF: Duration = Duration::from_millis(10);
-/// The longest wait for in-flight requests once a phase stops.
+/// The longest wait for in-flight requests once a phase stops, with
+/// [`LoadPlan::wait_after_deadline`].
 const MAX_DRAIN: Duration = Duration::from_secs(30);
+/// How long requests in flight at the deadline are waited for: a run ends at `-d`, as wrk's
+/// and oha's do, not `--timeout` later (a `-d 3s` run against a full listen backlog took 11 s
+/// and its rate was taken over all of it). Responses that come in this time are counted;
+/// requests still waiting after it are reported as such.
+const DEADLINE_GRACE: Duration = Duration::from_millis(500);
 
 /// One phase: a warm-up or a measured run.
 #[derive(Clone, Debug)]
@@ -465,9 +471,11 @@ pub fn run_phase(
     Ok(PhaseEnd {
         phase: phase.name.clone(),
         measured: phase.measured,
-        duration_us: window_us.max(collector.last_done_us),
+        // the load window: responses that came in the grace after it were sent in it
+        duration_us: window_us,
         unsent: shared.unsent.load(Ordering::SeqCst) + left_in_queue,
         abandoned: collector.abandoned,
+        abandoned_connecting: collector.connecting,
         connections_opened: collector.connections_opened,
         connections_kept: collector.connections_kept,
         kiln_cpu_user_us: usage.user_us,
@@ -497,9 +505,9 @@ struct Collector {
     done: Vec<bool>,
     scheduled_seen: u64,
     abandoned: u64,
+    connecting: u64,
     connections_opened: u64,
     connections_kept: u64,
-    last_done_us: u64,
     dead_after_s: u32,
     /// The first second after the last one that had a response.
     quiet_since: u32,
@@ -522,9 +530,9 @@ impl Collector {
             done: vec![false; workers],
             scheduled_seen: 0,
             abandoned: 0,
+            connecting: 0,
             connections_opened: 0,
             connections_kept: 0,
-            last_done_us: 0,
             dead_after_s: dead_after.as_secs().max(1) as u32,
             quiet_since: 0,
             errors_while_quiet: BTreeMap::new(),
@@ -551,15 +559,15 @@ impl Collector {
             WorkerMsg::Done {
                 worker,
                 abandoned,
+                connecting,
                 connections_opened,
                 connections_kept,
-                last_done_us,
             } => {
                 self.done[worker] = true;
                 self.abandoned += abandoned;
+                self.connecting += connecting;
                 self.connections_opened += connections_opened;
                 self.connections_kept += connections_kept;
-                self.last_done_us = self.last_done_us.max(last_done_us);
             }
         }
     }
@@ -684,6 +692,9 @@ struct WorkerLocal {
     shared: Arc<PhaseShared>,
     recorder: RefCell<WorkerRecorder>,
     in_flight: Cell<u64>,
+    /// Requests waiting for their connection to open (a SYN unanswered while the target's
+    /// accept queue is full): what is left of it when the phase ends was never sent.
+    connecting: Cell<u64>,
     hedge: Option<RefCell<HedgeWorker>>,
 }
 
@@ -723,7 +734,7 @@ fn run_worker(
     {
         Ok(rt) => rt,
         Err(_) => {
-            recorder.finish(0);
+            recorder.finish(0, 0);
             return;
         }
     };
@@ -736,6 +747,7 @@ fn run_worker(
         shared: shared.clone(),
         recorder: RefCell::new(recorder),
         in_flight: Cell::new(0),
+        connecting: Cell::new(0),
         hedge: plan
             .hedge
             .as_ref()
@@ -776,12 +788,15 @@ fn run_worker(
                 }
             }
         }
-        // At the planned end, requests in flight are waited for (up to their timeout); when
-        // the run was stopped early they are cut now and counted as abandoned.
+        // At the planned end, requests in flight are waited for a moment (up to their
+        // timeout with --wait-ongoing-requests-after-deadline); when the run was stopped early
+        // they are cut now. Either way, those cut are counted as abandoned.
         let drain = if state.shared.stopped_early.load(Ordering::SeqCst) {
             Duration::ZERO
-        } else {
+        } else if state.plan.wait_after_deadline {
             state.plan.timeout.min(MAX_DRAIN)
+        } else {
+            state.plan.timeout.min(DEADLINE_GRACE)
         };
         let _ =
             tokio::time::timeout(drain, async { while tasks.join_next().await.is_some() {} }).await;
@@ -794,7 +809,8 @@ fn run_worker(
         Err(_) => return,
     };
     let abandoned = state.in_flight.get();
-    state.recorder.into_inner().finish(abandoned);
+    let connecting = state.connecting.get();
+    state.recorder.into_inner().finish(abandoned, connecting);
 }
 
 /// Rolls the recorder at each second boundary so idle workers still report every second.
@@ -847,6 +863,19 @@ async fn ensure_connected(
     }
     *conn = Some(c);
     Ok(())
+}
+
+/// [`ensure_connected`] for a request about to be sent, counted in `connecting` while it
+/// waits: a task cut at the phase's end leaves its count behind (as `in_flight` does).
+async fn connect_counted(
+    state: &WorkerLocal,
+    setup: &ConnectionSetup,
+    conn: &mut Option<Connection>,
+) -> Result<(), ErrorKind> {
+    state.connecting.set(state.connecting.get() + 1);
+    let connected = ensure_connected(state, setup, conn).await;
+    state.connecting.set(state.connecting.get() - 1);
+    connected
 }
 
 /// A connection slot of one task: the connection (reopened when lost) and its request timer.
@@ -963,7 +992,7 @@ async fn connect_for_request(
     conn: &mut Option<Connection>,
     intended: Option<Instant>,
 ) -> Result<(), Sent> {
-    if let Err(kind) = ensure_connected(state, setup, conn).await {
+    if let Err(kind) = connect_counted(state, setup, conn).await {
         let now = Instant::now();
         // kiln's own shortage is not the target's failure: the phase stops, nothing counted.
         if setup.local_failure().is_none() {
@@ -1551,7 +1580,7 @@ async fn run_step(
     };
     let setup = &state.origins[step.origin];
     let conn = &mut vu.conns[step.origin];
-    if let Err(kind) = ensure_connected(state, setup, conn).await {
+    if let Err(kind) = connect_counted(state, setup, conn).await {
         let now = Instant::now();
         if setup.local_failure().is_none() {
             let mut rec = state.recorder.borrow_mut();

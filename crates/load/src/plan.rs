@@ -359,6 +359,9 @@ pub struct LoadPlan {
     /// Stop the run as interrupted when no response at all came for this long while
     /// requests failed.
     pub dead_after: Duration,
+    /// Wait for requests in flight at the deadline up to their timeout (oha's
+    /// `--wait-ongoing-requests-after-deadline`), not only a moment.
+    pub wait_after_deadline: bool,
     /// Speak HTTP/2 (ALPN `h2` over TLS, prior knowledge on plain TCP).
     pub http2: bool,
     /// A plan's scenarios: each VU (closed) or arrival (open) runs iterations of these
@@ -387,6 +390,7 @@ impl LoadPlan {
             threads: std::thread::available_parallelism().map_or(2, |n| n.get()),
             insecure: false,
             dead_after: Duration::from_secs(5),
+            wait_after_deadline: false,
             http2: false,
             workload: None,
             hedge: None,

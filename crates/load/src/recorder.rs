@@ -33,9 +33,10 @@ pub(crate) enum WorkerMsg {
     Done {
         worker: usize,
         abandoned: u64,
+        /// Requests still waiting for their connection to open.
+        connecting: u64,
         connections_opened: u64,
         connections_kept: u64,
-        last_done_us: u64,
     },
 }
 
@@ -56,7 +57,6 @@ pub(crate) struct WorkerRecorder {
     pub connections_opened: u64,
     /// Connections taken over from the phase before instead of opened.
     pub connections_kept: u64,
-    pub last_done: Option<Instant>,
 }
 
 impl WorkerRecorder {
@@ -80,7 +80,6 @@ impl WorkerRecorder {
             connections: 0,
             connections_opened: 0,
             connections_kept: 0,
-            last_done: None,
         };
         rec.current = rec.empty_second(0);
         rec
@@ -216,7 +215,6 @@ impl WorkerRecorder {
         body_bytes: u64,
     ) {
         self.roll_to(done);
-        self.last_done = Some(done);
         let s = &mut self.current;
         s.requests += 1;
         *s.status.entry(status).or_default() += 1;
@@ -261,7 +259,6 @@ impl WorkerRecorder {
     /// A request that got no response.
     pub fn error(&mut self, done: Instant, kind: ErrorKind) {
         self.roll_to(done);
-        self.last_done = Some(done);
         self.current.requests += 1;
         *self.current.errors.entry(kind).or_default() += 1;
     }
@@ -309,18 +306,15 @@ impl WorkerRecorder {
     }
 
     /// Sends the last (partial) second and says the worker is done.
-    pub fn finish(mut self, abandoned: u64) {
+    pub fn finish(mut self, abandoned: u64, connecting: u64) {
         let next = self.empty_second(u32::MAX);
         self.send_current(next);
-        let last_done_us = self.last_done.map_or(0, |d| {
-            d.saturating_duration_since(self.t0).as_micros() as u64
-        });
         let _ = self.to_collector.send(WorkerMsg::Done {
             worker: self.worker,
             abandoned,
+            connecting,
             connections_opened: self.connections_opened,
             connections_kept: self.connections_kept,
-            last_done_us,
         });
     }
 }

@@ -56,7 +56,14 @@ fn pausing_target() -> TargetServer {
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 fn run(plan: &LoadPlan) -> (PhaseSummary, PhaseEnd) {
+    let (summary, end, _) = run_timed(plan);
+    (summary, end)
+}
+
+/// As [`run`], with how long the phase took (its turn on the machine, without the wait for it).
+fn run_timed(plan: &LoadPlan) -> (PhaseSummary, PhaseEnd, Duration) {
     let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let started = Instant::now();
     let mut summary = PhaseSummary::new("run");
     let end = run_phase(
         plan,
@@ -70,7 +77,7 @@ fn run(plan: &LoadPlan) -> (PhaseSummary, PhaseEnd) {
     )
     .unwrap();
     summary.set_end(&end);
-    (summary, end)
+    (summary, end, started.elapsed())
 }
 
 fn ms(us: u64) -> f64 {
@@ -385,6 +392,33 @@ fn a_target_that_stops_answering_ends_the_phase_early_with_a_reason() {
             .unwrap_or(0)
             >= 4
     );
+}
+
+/// A target whose accept queue is full: connections wait in SYN retries, the two it let in
+/// get no answer. wrk and oha end at the deadline; so does kiln (it took 11 s of a 3 s run
+/// when it waited for them up to --timeout), and it says what it cut.
+#[test]
+fn the_run_ends_at_its_deadline_and_counts_what_was_still_waiting() {
+    let (_listener, addr) = kiln_targets::idle_listener(0);
+    let mut p = LoadPlan {
+        connect_timeout: Duration::from_secs(10),
+        threads: 2,
+        timeout: Duration::from_secs(10),
+        ..LoadPlan::new(
+            Target::parse(&format!("http://{addr}/")).unwrap(),
+            closed(8),
+            Duration::from_secs(2),
+        )
+    };
+    p.dead_after = Duration::from_secs(30);
+    let (s, end, took) = run_timed(&p);
+    assert!(took < Duration::from_secs(3), "a 2 s run took {took:?}");
+    assert_eq!(s.totals.requests, 0, "{:?}", s.totals);
+    // every connection is cut: its request sent and unanswered, or never connected
+    assert_eq!(end.abandoned + end.abandoned_connecting, 8, "{end:?}");
+    assert!(end.abandoned_connecting >= 1, "{end:?}");
+    // the window is the run's, not the wait after it
+    assert!((2_000_000..2_300_000).contains(&end.duration_us), "{end:?}");
 }
 
 #[test]

@@ -511,6 +511,9 @@ fn merge_end(into: &mut PhaseEnd, other: &PhaseEnd) {
     into.duration_us = into.duration_us.max(other.duration_us);
     into.unsent = into.unsent.saturating_add(other.unsent);
     into.abandoned = into.abandoned.saturating_add(other.abandoned);
+    into.abandoned_connecting = into
+        .abandoned_connecting
+        .saturating_add(other.abandoned_connecting);
     into.connections_opened = into
         .connections_opened
         .saturating_add(other.connections_opened);

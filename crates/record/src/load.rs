@@ -260,13 +260,18 @@ pub struct PhaseEnd {
     pub phase: String,
     /// False for the warm-up: its numbers are kept but left out of the results.
     pub measured: bool,
-    /// Wall time of the load window (excluding the drain of in-flight requests).
+    /// Wall time of the load window (excluding the wait for requests in flight at its end).
     pub duration_us: u64,
     /// Open model: arrivals the schedule asked for that were never sent, because every
     /// connection was busy and the connection cap was reached, or the run ended first.
     pub unsent: u64,
-    /// Requests still in flight when the drain time ran out.
+    /// Requests still in flight when the phase ended: half a second after the deadline (or
+    /// `--timeout` after it with `-w`), or at once when the run was stopped early.
     pub abandoned: u64,
+    /// Requests still waiting for their connection to open when the phase ended (SYNs
+    /// unanswered: the target's accept queue full): never sent, in no count but this one.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub abandoned_connecting: u64,
     pub connections_opened: u64,
     /// Idle keep-alive connections taken over from the phase before (plain HTTP/1.1), not
     /// opened anew: a warm-up hands its connections to the measured run.
@@ -478,6 +483,7 @@ impl PhaseSummary {
             if let Some(e) = &p.end {
                 end.unsent += e.unsent;
                 end.abandoned += e.abandoned;
+                end.abandoned_connecting += e.abandoned_connecting;
                 end.connections_opened += e.connections_opened;
                 end.connections_kept += e.connections_kept;
                 end.kiln_cpu_user_us += e.kiln_cpu_user_us;

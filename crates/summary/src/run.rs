@@ -7,7 +7,7 @@ use kiln_record::schema::queries::QueriesRecord;
 use std::fmt::Write as _;
 
 use kiln_record::parts::{OFF_CPU, ON_CPU};
-use kiln_record::{LatencyHistogram, LatencyStats, PhaseSummary, RunManifest};
+use kiln_record::{LatencyHistogram, LatencyStats, PhaseEnd, PhaseSummary, RunManifest};
 use serde_json::{json, Value};
 
 use crate::noise::{self, NoiseSummary};
@@ -100,8 +100,15 @@ fn stages_text(stages: impl Iterator<Item = (f64, f64)>, unit: &str) -> String {
     parts.join(", ")
 }
 
-const PERCENTILE_HEADER: &str =
-    "              p50      p75      p90      p95      p99    p99.9   p99.99      max     mean    stdev";
+/// The percentile table fits 80 columns: eight cells of eight ("999.9ms" and a gap), mean
+/// and spread on a line of their own.
+fn percentile_header(title: &str) -> String {
+    let mut header = format!("{title:<10}");
+    for name in ["p50", "p75", "p90", "p95", "p99", "p99.9", "p99.99", "max"] {
+        let _ = write!(header, "{name:>8}");
+    }
+    header
+}
 
 fn percentile_row(label: &str, s: &LatencyStats) -> String {
     let cells = [
@@ -114,17 +121,26 @@ fn percentile_row(label: &str, s: &LatencyStats) -> String {
         s.p99_99_us,
         s.max_us,
     ];
-    let mut row = format!("  {label:<9}");
+    let mut row = format!("  {label:<8}");
     for c in cells {
-        let _ = write!(row, "{:>9}", format::us(c));
+        let _ = write!(row, "{:>8}", format::us(c));
     }
-    let _ = write!(
-        row,
-        "{:>9}{:>9}",
-        format::us_f(s.mean_us),
-        format::us_f(s.stdev_us)
-    );
     row
+}
+
+/// "mean 23.9ms, stdev 6.71ms" of each row of the table.
+fn mean_spread(rows: &[(&str, LatencyStats)]) -> String {
+    let each: Vec<String> = rows
+        .iter()
+        .map(|(label, s)| {
+            format!(
+                "{label} mean {}, stdev {}",
+                format::us_f(s.mean_us),
+                format::us_f(s.stdev_us)
+            )
+        })
+        .collect();
+    format!("  {}", each.join("; "))
 }
 
 /// A horizontal bar chart of the latency distribution on log-spaced buckets.
@@ -355,22 +371,24 @@ pub fn render_text(view: &RunView) -> String {
     if total.totals.latency.is_empty() {
         let _ = writeln!(out, "Latency    no responses");
     } else {
-        let _ = writeln!(out, "Latency\n{PERCENTILE_HEADER}");
-        let _ = writeln!(
-            out,
-            "{}",
-            percentile_row("latency", &total.totals.latency.stats())
-        );
+        let mut rows = vec![("latency", total.totals.latency.stats())];
         if let Some(service) = &total.totals.service {
-            let _ = writeln!(out, "{}", percentile_row("service", &service.stats()));
+            rows.push(("service", service.stats()));
+        }
+        let _ = writeln!(out, "{}", percentile_header("Latency"));
+        for (label, stats) in &rows {
+            let _ = writeln!(out, "{}", percentile_row(label, stats));
+        }
+        let _ = writeln!(out, "{}", mean_spread(&rows));
+        if total.totals.service.is_some() {
             let _ = writeln!(
                 out,
-                "  latency counts from each request's scheduled send time (what a user arriving then waits);\n  service counts from the actual send (the target alone). A gap means requests waited in kiln's\n  queue because every connection was busy: the target was behind the schedule."
+                "  latency counts from each request's scheduled send time (what a user arriving then waits); service counts from the actual send (the target alone). A gap means requests waited in kiln's queue because every connection was busy: the target was behind the schedule."
             );
         } else {
             let _ = writeln!(
                 out,
-                "  closed model: a slow response delays the connection's next request, so stalls are\n  under-sampled (coordinated omission); use --rate for latency as users arriving at a rate see it."
+                "  closed model: a slow response delays the connection's next request, so stalls are under-sampled (coordinated omission); use --rate for latency as users arriving at a rate see it."
             );
         }
         let _ = writeln!(
@@ -428,13 +446,7 @@ pub fn render_text(view: &RunView) -> String {
                 String::new()
             }
         );
-        if end.abandoned > 0 {
-            let _ = writeln!(
-                out,
-                "           {} requests were still in flight when the drain time ran out",
-                end.abandoned
-            );
-        }
+        out += &left_at_the_end(end);
     }
     if let Some(n) = NoiseSummary::of(&noise::during(&total, noise)) {
         out += &n.text();
@@ -455,7 +467,7 @@ pub fn render_text(view: &RunView) -> String {
     }
     if let Some(findings) = findings {
         out += "\n";
-        out += &kiln_findings::to_text(findings);
+        out += &kiln_findings::to_text(findings, kiln_findings::UnjudgedLines::Folded);
     }
     if let Some(compare) = compare {
         out += "\nCompared with the base run:\n";
@@ -486,6 +498,7 @@ fn phase_json(p: &PhaseSummary) -> Value {
         "service": p.totals.service.as_ref().map(|s| s.stats()),
         "send_lag_max_us": p.totals.send_lag_max_us,
         "abandoned": end.abandoned,
+        "abandoned_connecting": end.abandoned_connecting,
         "connections_opened": end.connections_opened,
         "connections_kept": end.connections_kept,
         "kiln_cpu_user_us": end.kiln_cpu_user_us,
@@ -616,6 +629,28 @@ pub fn render_json(view: &RunView) -> Value {
         "findings": view.findings,
         "compare": view.compare,
     })
+}
+
+/// The requests a phase's end cut: sent and unanswered, or never connected. They are in no
+/// latency, error or rate, so they are said.
+fn left_at_the_end(end: &PhaseEnd) -> String {
+    let mut cut = Vec::new();
+    if end.abandoned > 0 {
+        cut.push(format!("{} requests sent had no answer", end.abandoned));
+    }
+    if end.abandoned_connecting > 0 {
+        cut.push(format!(
+            "{} were still connecting (the target accepted no connection for them: a full accept queue?)",
+            end.abandoned_connecting
+        ));
+    }
+    if cut.is_empty() {
+        return String::new();
+    }
+    format!(
+        "Cut off    {} when the run ended: in neither the latency nor the errors nor the rate (-w waits for them up to --timeout)\n",
+        cut.join(", ")
+    )
 }
 
 #[cfg(test)]

@@ -460,7 +460,7 @@ fn irq_hotspot(run: &RunRecord) -> Verdict {
         .collect();
     if seconds.len() < MIN_SECONDS {
         return Verdict::Unjudged(if run.resources.is_empty() {
-            "no host samples (run with --watch-port or --watch-pid)".into()
+            "no host samples (run with --watch-port PORT or --watch-pid PID)".into()
         } else {
             "too few samples of each core's CPU".into()
         });

@@ -10,7 +10,7 @@ use crate::{RunRecord, Severity, Verdict, Window};
 
 /// What a rule over the kernel's TCP counters says when none were sampled.
 const NO_KERNEL_COUNTERS: &str =
-    "no kernel TCP counters sampled (run with --watch-port or --watch-pid)";
+    "no kernel TCP counters sampled (run with --watch-port PORT or --watch-pid PID)";
 
 pub const LISTEN_OVERFLOW: Rule = Rule {
     id: "kernel.listen-overflow",

@@ -582,3 +582,125 @@ fn a_run_that_cannot_start_writes_a_junit_file_that_says_why() {
         "{xml}"
     );
 }
+
+/// `kiln run` on a terminal of `columns`, in tmux: what the pane shows once it ended, lines
+/// joined where tmux wrapped them (`-J`), with the escape codes of colour kept (`-e`).
+fn run_in_tmux(columns: u32, args: &[&str]) -> String {
+    let session = format!("kiln-e2e-{}-{columns}", std::process::id());
+    let done = tempfile::NamedTempFile::new().unwrap();
+    let command = format!(
+        "{} {}; echo $? > {}; sleep 60",
+        env!("CARGO_BIN_EXE_kiln"),
+        args.join(" "),
+        done.path().display()
+    );
+    let tmux = |a: &[&str]| Command::new("tmux").args(a).output().expect("tmux runs");
+    let started = tmux(&[
+        "new-session",
+        "-d",
+        "-s",
+        &session,
+        "-x",
+        &columns.to_string(),
+        "-y",
+        "50",
+        "-e",
+        "TERM=xterm-256color",
+        "-e",
+        "NO_COLOR=",
+        &command,
+    ]);
+    assert!(
+        started.status.success(),
+        "{}",
+        String::from_utf8_lossy(&started.stderr)
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while std::fs::read_to_string(done.path())
+        .unwrap_or_default()
+        .trim()
+        .is_empty()
+    {
+        assert!(Instant::now() < deadline, "kiln did not end in tmux");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let pane = tmux(&["capture-pane", "-p", "-J", "-e", "-S", "-", "-t", &session]);
+    tmux(&["kill-session", "-t", &session]);
+    String::from_utf8_lossy(&pane.stdout).into_owned()
+}
+
+/// The text of a pane without its escape codes.
+fn without_escapes(pane: &str) -> String {
+    let mut out = String::new();
+    let mut chars = pane.chars();
+    while let Some(c) = chars.next() {
+        if c == '\x1b' {
+            // CSI: ESC [ ... final byte in @..~
+            if chars.next() == Some('[') {
+                for c in chars.by_ref() {
+                    if ('@'..='~').contains(&c) {
+                        break;
+                    }
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Under 100 columns the progress line broke into a line per redraw and the latency table
+/// wrapped mid-number ("18.\n8ms"); FAIL looked like everything else.
+#[test]
+fn the_summary_fits_80_and_200_columns_and_fail_is_in_colour() {
+    let _turn = common::beside();
+    let target = TargetServer::start(Behavior::default()).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    for columns in [80, 200] {
+        let dir = tmp.path().join(format!("r{columns}"));
+        let url = target.url("/");
+        let out = dir.to_str().unwrap();
+        let pane = run_in_tmux(
+            columns,
+            &[
+                "run",
+                &url,
+                "-d",
+                "3s",
+                "-c",
+                "4",
+                "--threshold",
+                "'p99<1us'",
+                "--out",
+                out,
+            ],
+        );
+        let text = without_escapes(&pane);
+        for line in text.lines() {
+            assert!(
+                line.chars().count() <= columns as usize,
+                "a line wider than {columns} columns (wrapped by the terminal):\n{line}\nin\n{text}"
+            );
+        }
+        // the progress line is redrawn in place: one line however many seconds
+        assert_eq!(
+            text.lines().filter(|l| l.starts_with("[run]")).count(),
+            1,
+            "{text}"
+        );
+        assert!(
+            text.contains("p99.99") && text.contains("Threshold"),
+            "{text}"
+        );
+        assert!(
+            pane.contains("\x1b[1m\x1b[31mFAIL") || pane.contains("\x1b[1;31mFAIL"),
+            "FAIL is not in colour:\n{pane:?}"
+        );
+    }
+    // piped: no colour, the lines as written
+    let piped = kiln(&["report", tmp.path().join("r80").to_str().unwrap()]);
+    let piped = String::from_utf8_lossy(&piped.stdout);
+    assert!(!piped.contains('\x1b'), "{piped}");
+    assert!(piped.lines().any(|l| l.len() > 100), "{piped}");
+}
