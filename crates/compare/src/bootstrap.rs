@@ -293,6 +293,7 @@ mod tests {
             status: RunStatus::Complete,
             status_reason: None,
             parts: vec![],
+            not_recorded: Default::default(),
         }
     }
 

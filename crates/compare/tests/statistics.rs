@@ -81,6 +81,7 @@ impl Process {
                 status: RunStatus::Complete,
                 status_reason: None,
                 parts: vec![],
+                not_recorded: Default::default(),
             }),
             repeats,
             problems: vec![],

@@ -105,6 +105,19 @@ pub struct RunRecord {
 }
 
 impl RunRecord {
+    /// Why a part a flag records is missing: what went wrong when the flag was given, else
+    /// `missing` and the flag that would record it ("the run was not profiled (add
+    /// --profile)").
+    pub fn not_recorded(&self, flag: &str, missing: &str) -> String {
+        match self.manifest.not_recorded.get(flag) {
+            Some(why) => format!(
+                "{flag} was given and recorded nothing: {}",
+                kiln_record::text::safe_text(why)
+            ),
+            None => format!("{missing} (add {flag})"),
+        }
+    }
+
     /// A record with nothing in it but its manifest (for building records in tests).
     pub fn empty(manifest: RunManifest) -> Self {
         Self {

@@ -25,8 +25,13 @@ pub use speedscope::{to_json_profiles as speedscope_json_profiles, WeightedProfi
 pub enum ProfileError {
     #[error("perf is not usable: {0}. Install it (Debian/Ubuntu: apt install linux-perf; Fedora: dnf install perf) or set PERF=/path/to/perf")]
     PerfMissing(String),
-    #[error("perf may not watch other processes here (kernel.perf_event_paranoid = {}). Run as root, or: sysctl -w kernel.perf_event_paranoid=1", paranoid.map_or("unknown".to_string(), |p| p.to_string()))]
-    PerfForbidden { paranoid: Option<i32> },
+    #[error("{}", perf_forbidden_text(*paranoid, *owner))]
+    PerfForbidden {
+        paranoid: Option<i32>,
+        /// The watched process's user, when it is not kiln's: perf needs more than a
+        /// paranoid level of 1 for another user's process.
+        owner: Option<u32>,
+    },
     #[error("{0}")]
     Perf(String),
     #[error("{0}")]
@@ -42,6 +47,24 @@ pub enum ProfileError {
         path: PathBuf,
         source: std::io::Error,
     },
+}
+
+/// Why perf refused, and the one command that lets it.
+fn perf_forbidden_text(paranoid: Option<i32>, owner: Option<u32>) -> String {
+    let level = paranoid.map_or("unknown".to_string(), |p| p.to_string());
+    match owner {
+        Some(uid) => format!(
+            "perf may not watch another user's process (the target runs as uid {uid}, kiln as \
+             uid {}) while kernel.perf_event_paranoid = {level}. Run kiln as root (sudo), or \
+             allow it: sudo sysctl -w kernel.perf_event_paranoid=-1",
+            // SAFETY: geteuid has no preconditions and cannot fail
+            unsafe { libc::geteuid() }
+        ),
+        None => format!(
+            "perf may not watch processes here (kernel.perf_event_paranoid = {level}). Run kiln \
+             as root (sudo), or allow it: sudo sysctl -w kernel.perf_event_paranoid=1"
+        ),
+    }
 }
 
 impl ProfileError {

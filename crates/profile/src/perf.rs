@@ -267,10 +267,27 @@ fn stop_when_parent_dies(cmd: &mut Command) {
     }
 }
 
+/// The user of the first of `pids` that kiln's user is not (nor root), if any.
+fn another_users(pids: &[i32]) -> Option<u32> {
+    use std::os::unix::fs::MetadataExt as _;
+    // SAFETY: geteuid has no preconditions and cannot fail
+    let kiln = unsafe { libc::geteuid() };
+    if kiln == 0 {
+        return None;
+    }
+    pids.iter()
+        .filter_map(|pid| std::fs::metadata(format!("/proc/{pid}")).ok())
+        .map(|m| m.uid())
+        .find(|&uid| uid != kiln)
+}
+
 /// What perf record's error output means for the user.
 fn explain_refusal(said: &str, pids: &[i32], paranoid: Option<i32>) -> ProfileError {
     if said.contains("perf_event_paranoid") || said.contains("Permission denied") {
-        return ProfileError::PerfForbidden { paranoid };
+        return ProfileError::PerfForbidden {
+            paranoid,
+            owner: another_users(pids),
+        };
     }
     if said.contains("No such process") || said.contains("Couldn't create thread") {
         return ProfileError::NoProcess(format!("pid {pids:?} exited before perf could attach"));

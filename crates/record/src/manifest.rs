@@ -61,6 +61,10 @@ pub struct RunManifest {
     pub status_reason: Option<String>,
     #[serde(default)]
     pub parts: Vec<PartRef>,
+    /// What a flag asked for and the run could not record, by flag, with why (`--profile`:
+    /// "perf may not watch other processes here ..."): readers say this, not "add --profile".
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub not_recorded: std::collections::BTreeMap<String, String>,
 }
 
 impl RunManifest {

@@ -222,6 +222,7 @@ impl RunDir {
                 status: RunStatus::Running,
                 status_reason: None,
                 parts: Vec::new(),
+                not_recorded: Default::default(),
             },
         };
         dir.save()?;

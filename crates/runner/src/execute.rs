@@ -400,9 +400,17 @@ impl ProfileWatcher {
             Ok(Ok(p)) => p,
             Ok(Err(e)) => {
                 warnings.push(format!("{flag}: {e}"));
+                dir.manifest
+                    .not_recorded
+                    .insert(flag.to_string(), e.to_string());
                 return None;
             }
-            Err(_) => return None,
+            Err(_) => {
+                dir.manifest
+                    .not_recorded
+                    .insert(flag.to_string(), "the profiler's thread panicked".into());
+                return None;
+            }
         };
         let title = match self.event {
             Event::Cpu => format!("On-CPU of pid {} during the measured load", self.pid),
@@ -419,6 +427,9 @@ impl ProfileWatcher {
             Ok(written) => Some(written.record),
             Err(e) => {
                 warnings.push(format!("{flag}: {e}"));
+                dir.manifest
+                    .not_recorded
+                    .insert(flag.to_string(), e.to_string());
                 None
             }
         }

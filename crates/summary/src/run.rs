@@ -271,7 +271,7 @@ pub fn render_text(view: &RunView) -> String {
     let Some(plan) = plan.load() else {
         // a run without load (kiln profile, kiln queries): what it recorded
         let _ = writeln!(out, "Run        {} ({status}{reason})", safe_text(dir));
-        out += &recorded_extras(dir, profile, off_cpu, queries);
+        out += &recorded_extras(dir, &manifest.not_recorded, profile, off_cpu, queries);
         return out;
     };
     let open = plan.open_model();
@@ -347,7 +347,7 @@ pub fn render_text(view: &RunView) -> String {
 
     let Some(total) = PhaseSummary::measured_total(phases) else {
         let _ = writeln!(out, "\nNo measured results were recorded.");
-        out += &recorded_extras(dir, profile, off_cpu, queries);
+        out += &recorded_extras(dir, &manifest.not_recorded, profile, off_cpu, queries);
         return out;
     };
     let _ = writeln!(
@@ -455,7 +455,7 @@ pub fn render_text(view: &RunView) -> String {
     if let Some(r) = runtime_during(runtime, Some(&total), resources) {
         out += &runtime::to_text(&r);
     }
-    out += &recorded_extras(dir, profile, off_cpu, queries);
+    out += &recorded_extras(dir, &manifest.not_recorded, profile, off_cpu, queries);
     for t in thresholds::check_all(&manifest.plan, &total) {
         let _ = writeln!(
             out,
@@ -517,16 +517,22 @@ fn phase_json(p: &PhaseSummary) -> Value {
 /// The sections of what was recorded beside the load: the profile and the DB calls.
 fn recorded_extras(
     dir: &str,
+    not_recorded: &std::collections::BTreeMap<String, String>,
     profile: Option<&ProfileRecord>,
     off_cpu: Option<&ProfileRecord>,
     queries: Option<&QueriesRecord>,
 ) -> String {
     let mut out = String::new();
-    if let Some(profile) = profile {
-        out += &profile_text(dir, profile, "Profile", ON_CPU.flame.1);
-    }
-    if let Some(off_cpu) = off_cpu {
-        out += &profile_text(dir, off_cpu, "Off-CPU", OFF_CPU.flame.1);
+    for (label, flag, recorded, flame) in [
+        ("Profile", "--profile", profile, ON_CPU.flame.1),
+        ("Off-CPU", "--off-cpu", off_cpu, OFF_CPU.flame.1),
+    ] {
+        if let Some(profile) = recorded {
+            out += &profile_text(dir, profile, label, flame);
+        } else if let Some(why) = not_recorded.get(flag) {
+            // said where the profile would be, with the fix, not only as a warning above
+            let _ = writeln!(out, "{label:<10} not recorded: {}", safe_text(why));
+        }
     }
     if let Some(queries) = queries {
         out += "DB calls (from the target's traces)\n";
@@ -713,10 +719,10 @@ mod record_fuzz {
             let queries_of = |v: &Value| serde_json::from_value::<QueriesRecord>(v.clone()).ok();
             let profile_of = |v: &Value| serde_json::from_value::<ProfileRecord>(v.clone()).ok();
             let (p, q) = (profile_of(&profile), queries_of(&queries));
-            let _ = recorded_extras("run", p.as_ref(), p.as_ref(), q.as_ref());
+            let _ = recorded_extras("run", &Default::default(), p.as_ref(), p.as_ref(), q.as_ref());
             let wrapped = json!({"analysis": queries, "summary": profile});
             let (p, q) = (profile_of(&wrapped), queries_of(&wrapped));
-            let _ = recorded_extras("run", p.as_ref(), p.as_ref(), q.as_ref());
+            let _ = recorded_extras("run", &Default::default(), p.as_ref(), p.as_ref(), q.as_ref());
         }
     }
 }

@@ -59,6 +59,7 @@ pub fn manifest() -> RunManifest {
         status: RunStatus::Complete,
         status_reason: None,
         parts: Vec::new(),
+        not_recorded: Default::default(),
     }
 }
 

@@ -73,7 +73,7 @@ pub const LOCK_CONTENTION: Rule = Rule {
 /// Threads that left the CPU because a lock was held by another.
 fn lock_contention(run: &RunRecord) -> Verdict {
     let Some(off_cpu) = &run.off_cpu else {
-        return Verdict::Unjudged("no off-CPU profile (run with --off-cpu)".into());
+        return Verdict::Unjudged(run.not_recorded("--off-cpu", "no off-CPU profile"));
     };
     let total = off_cpu.folded.total();
     if total < MIN_SWITCHES {

@@ -497,7 +497,7 @@ pub(super) fn top(map: &HashMap<String, u64>, total: u64, n: usize) -> Vec<(Stri
 /// Each category of frames whose share of the profile passes its threshold.
 fn categories(run: &RunRecord) -> Verdict {
     let Some(profile) = &run.profile else {
-        return Verdict::Unjudged("the run was not profiled (add --profile)".into());
+        return Verdict::Unjudged(run.not_recorded("--profile", "the run was not profiled"));
     };
     let total = profile.folded.total();
     if total < MIN_SAMPLES {

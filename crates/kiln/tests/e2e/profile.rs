@@ -560,3 +560,85 @@ fn ctrl_c_before_the_first_sample_leaves_no_perf_data() {
     let _ = target.kill();
     let _ = target.wait();
 }
+
+/// Sets kernel.perf_event_paranoid while it lives; the value before is put back when dropped.
+struct Paranoid(String);
+
+impl Paranoid {
+    fn set(level: &str) -> Self {
+        let path = "/proc/sys/kernel/perf_event_paranoid";
+        let before = std::fs::read_to_string(path).expect("perf_event_paranoid reads");
+        std::fs::write(path, level)
+            .expect("perf_event_paranoid is written (the tests run as root)");
+        Self(before.trim().to_string())
+    }
+}
+
+impl Drop for Paranoid {
+    fn drop(&mut self) {
+        let _ = std::fs::write("/proc/sys/kernel/perf_event_paranoid", &self.0);
+    }
+}
+
+/// A user who may not profile the target (not root, perf_event_paranoid 2, the target another
+/// user's) was told "the profile has no samples", then "the run was not profiled (add
+/// --profile)". The summary and the finding now say why, with the command that allows it.
+#[test]
+fn a_user_perf_refuses_is_told_why_and_the_command_that_allows_it() {
+    // alone: the host's perf setting changes for the test (root's perf is not bound by it)
+    let _turn = common::alone();
+    let target = kiln_targets::TargetServer::start(kiln_targets::Behavior::default()).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    // nobody writes the run directory
+    std::fs::set_permissions(
+        tmp.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
+    let dir = tmp.path().join("r");
+    let out = {
+        let _paranoid = Paranoid::set("2");
+        std::process::Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+            .arg(env!("CARGO_BIN_EXE_kiln"))
+            .args(["run", &target.url("/"), "-d", "2s", "-c", "2", "--profile"])
+            .args(["--watch-pid", &std::process::id().to_string(), "--out"])
+            .arg(&dir)
+            .current_dir(tmp.path())
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("setpriv runs kiln")
+    };
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    let fix = "sudo sysctl -w kernel.perf_event_paranoid=-1";
+    let profile_line = stdout
+        .lines()
+        .find(|l| l.starts_with("Profile "))
+        .unwrap_or_else(|| panic!("no Profile line:\n{stdout}"));
+    assert!(
+        profile_line.contains("not recorded")
+            && profile_line.contains("another user's process")
+            && profile_line.contains("uid 0")
+            && profile_line.contains(fix),
+        "{profile_line}"
+    );
+    let findings: Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.join("findings.json")).expect("findings.json"),
+    )
+    .unwrap();
+    let reason = findings["unjudged"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|u| u["rule"] == "cpu.categories")
+        .and_then(|u| u["reason"].as_str())
+        .unwrap_or_else(|| panic!("{findings:#}"))
+        .to_string();
+    assert!(
+        reason.contains("--profile was given") && reason.contains(fix),
+        "{reason}"
+    );
+    assert!(!stdout.contains("(add --profile)"), "{stdout}");
+}
