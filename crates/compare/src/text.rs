@@ -97,11 +97,19 @@ pub fn to_text(c: &Comparison) -> String {
         }
     }
     if !c.profile.is_empty() {
-        out.push_str("\nProfile: self share of the CPU samples that moved most\n");
+        let per_request = c.cpu_ms_per_request().is_some();
+        out.push_str(if per_request {
+            "\nProfile: the functions that moved most, self share of the samples and CPU per request\n"
+        } else {
+            "\nProfile: self share of the CPU samples that moved most\n"
+        });
         for p in &c.profile {
+            let ms = c
+                .function_ms_per_request(p)
+                .map_or(String::new(), |(b, n)| format!("  {b:>8.3} -> {n:>8.3} ms"));
             let _ = writeln!(
                 out,
-                "  {:>6.1}% -> {:>6.1}%  {}",
+                "  {:>6.1}% -> {:>6.1}%{ms}  {}",
                 p.before_pct,
                 p.after_pct,
                 safe_text(&p.name)
@@ -121,16 +129,8 @@ pub fn to_text(c: &Comparison) -> String {
             );
         }
     }
-    let improved = c
-        .rows
-        .iter()
-        .filter(|r| r.verdict == Verdict::Improved)
-        .count();
-    let regressed = c
-        .rows
-        .iter()
-        .filter(|r| r.verdict == Verdict::Regressed)
-        .count();
+    let improved = c.count(Verdict::Improved);
+    let regressed = c.count(Verdict::Regressed);
     let _ = writeln!(
         out,
         "\n{improved} improved, {regressed} regressed, the rest within noise or not judged \

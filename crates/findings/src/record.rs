@@ -62,8 +62,10 @@ impl Profile {
     /// A profile of `folded` taken by perf with `event`, nothing else recorded (for records
     /// built by hand).
     pub fn of(folded: Folded, event: Event) -> Self {
-        let mut record =
-            ProfileRecord::new(kiln_profile::summarize(&folded, 10), event.count_name());
+        let mut record = ProfileRecord::new(
+            kiln_profile::summarize_event(&folded, 10, event),
+            event.count_name(),
+        );
         record.event = Some(event);
         Self { folded, record }
     }

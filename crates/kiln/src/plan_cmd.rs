@@ -90,7 +90,7 @@ fn load_text(model: &Model, duration: std::time::Duration, iterations: Option<u6
     let d = humantime::format_duration(duration);
     match model {
         Model::Closed { stages, .. } if !stages.is_empty() => {
-            let text = kiln_summary::run::vu_stages_text(stages);
+            let text = kiln_record::schema::plan::vu_stages_text(stages);
             match iterations {
                 Some(n) => format!("closed, {text}, {n} iterations (at most {d})"),
                 None => format!("closed, {text}"),

@@ -215,6 +215,38 @@ impl Folded {
         shares
     }
 
+    /// Where the threads blocked, for an off-CPU profile: each stack counted at its first
+    /// frame outside the kernel from the leaf (its leaf when all are the kernel's), at most
+    /// `n`, most first. Self time there is ~all `schedule`/`__schedule`, which says nothing;
+    /// the code that called into the wait does.
+    pub fn blocked_in(&self, n: usize) -> Vec<FunctionShare> {
+        let mut by: BTreeMap<&str, u64> = BTreeMap::new();
+        for (stack, &count) in &self.stacks {
+            let mut frames = stack.rsplit(';');
+            let leaf = frames.clone().next().unwrap_or(stack);
+            let at = frames.find(|f| !f.ends_with("_[k]")).unwrap_or(leaf);
+            *by.entry(at).or_default() += count;
+        }
+        let total = self.total().max(1) as f64;
+        let mut top: Vec<FunctionShare> = by
+            .into_iter()
+            .map(|(name, count)| FunctionShare {
+                name: name.to_string(),
+                self_samples: count,
+                total_samples: count,
+                self_pct: 100.0 * count as f64 / total,
+                total_pct: 100.0 * count as f64 / total,
+            })
+            .collect();
+        top.sort_by(|a, b| {
+            b.self_samples
+                .cmp(&a.self_samples)
+                .then_with(|| a.name.cmp(&b.name))
+        });
+        top.truncate(n);
+        top
+    }
+
     /// Share of samples (0..1) whose leaf is a kernel frame (annotated `_[k]`).
     pub fn kernel_share(&self) -> f64 {
         let kernel: u64 = self
@@ -363,6 +395,23 @@ mod tests {
             names,
             ["start_thread", "Hot.main", "Hot.spin", "clock", "GC Thread"]
         );
+    }
+
+    #[test]
+    fn off_cpu_time_is_counted_where_the_code_blocked_not_in_schedule() {
+        let (f, _) = Folded::parse(
+            "main;lock;futex_wait_[k];schedule_[k] 6\nmain;read;sys_read_[k];schedule_[k] 3\nmain;lock;futex_wait_[k];schedule_[k];x_[k] 1\nidle_[k];schedule_[k] 2\n",
+        )
+        .unwrap();
+        let top = f.blocked_in(5);
+        let names: Vec<(&str, u64)> = top
+            .iter()
+            .map(|s| (s.name.as_str(), s.self_samples))
+            .collect();
+        assert_eq!(names, [("lock", 7), ("read", 3), ("schedule_[k]", 2)]);
+        assert!((top[0].self_pct - 100.0 * 7.0 / 12.0).abs() < 1e-9);
+        // the self table would say schedule for 11 of 12
+        assert_eq!(f.top_self(1)[0].name, "schedule_[k]");
     }
 
     #[test]

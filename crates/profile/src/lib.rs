@@ -383,6 +383,16 @@ pub fn profile_processes(
 }
 
 /// The summary of a profile with its `top` functions by self and by total samples.
+/// [`summarize`] for a profile of `event`: an off-CPU one also says where its threads
+/// blocked ([`Folded::blocked_in`]).
+pub fn summarize_event(folded: &Folded, top: usize, event: Event) -> ProfileSummary {
+    let mut summary = summarize(folded, top);
+    if event == Event::Cswitch {
+        summary.blocked_in = folded.blocked_in(top);
+    }
+    summary
+}
+
 pub fn summarize(folded: &Folded, top: usize) -> ProfileSummary {
     {
         let mut shares = folded.function_shares();
@@ -395,6 +405,7 @@ pub fn summarize(folded: &Folded, top: usize) -> ProfileSummary {
             kernel_pct: 100.0 * folded.kernel_share(),
             top_self,
             top_total: folded::top_total(&shares, top),
+            blocked_in: Vec::new(),
         }
     }
 }

@@ -7,14 +7,9 @@ use kiln_record::text::{html_escape as esc, us_f};
 use kiln_record::{PhaseSummary, RunDir};
 use serde_json::{json, Value};
 
-use base64::Engine as _;
-use kiln_profile::{FlameStyle, FoldedDiff};
 use kiln_record::parts::PROFILE_FOLDED_PART;
 
 use crate::{page, read_folded, Load};
-
-/// A differential flame graph larger than this is left out (the page must stay light).
-const MAX_EMBEDDED_DIFF: usize = 4 << 20;
 
 /// The comparison of `base` and `new` as one self-contained page.
 pub fn render_compare(base: &RunDir, new: &RunDir, c: &Comparison) -> String {
@@ -27,12 +22,11 @@ pub fn render_compare(base: &RunDir, new: &RunDir, c: &Comparison) -> String {
         esc(&c.new.dir)
     );
     body += "<section id=\"verdict\"><h2>Verdict</h2><div class=\"verdict\">";
-    let count = |v: Verdict| c.rows.iter().filter(|r| r.verdict == v).count();
     let _ = write!(
         body,
         "{} improved, {} regressed, the rest within noise or not judged; findings: {} fixed, {} new, {} unchanged.",
-        count(Verdict::Improved),
-        count(Verdict::Regressed),
+        c.count(Verdict::Improved),
+        c.count(Verdict::Regressed),
         c.findings.fixed.len(),
         c.findings.new.len(),
         c.findings.unchanged.len()
@@ -49,10 +43,12 @@ pub fn render_compare(base: &RunDir, new: &RunDir, c: &Comparison) -> String {
 <div class=\"chart\" id=\"chart-distribution\"></div></section>";
     body += &findings(c);
     body += &profile_and_db(c);
-    body += &diff_flame(base, new);
+    let (flame_html, flames) = diff_flame(base, new);
+    body += &flame_html;
     let data = json!({
         "overlay": overlay(&lb, &ln),
         "distribution": distribution(&lb, &ln),
+        "flames": flames,
     });
     page(
         &format!(
@@ -168,16 +164,38 @@ fn finding(f: &FindingChange) -> String {
 fn profile_and_db(c: &Comparison) -> String {
     let mut out = String::new();
     if !c.profile.is_empty() {
-        out += "<section id=\"profile\"><h2>Profile</h2><table><tr><th>function</th>\
-<th class=\"n\">BASE self</th><th class=\"n\">NEW self</th></tr>";
+        let per_request = c.cpu_ms_per_request().is_some();
+        out += "<section id=\"profile\"><h2>Profile</h2>";
+        if per_request {
+            out += "<p class=\"muted\">Each function's CPU per request: its self share of the \
+samples times the run's CPU per request (a share can rise while the function costs less).</p>";
+        }
+        out += "<table><tr><th>function</th><th class=\"n\">BASE self</th><th class=\"n\">NEW self</th>";
+        if per_request {
+            out += "<th class=\"n\">BASE ms/request</th><th class=\"n\">NEW ms/request</th>\
+<th class=\"n\">change</th>";
+        }
+        out += "</tr>";
         for p in &c.profile {
             let _ = write!(
                 out,
-                "<tr><td><code>{}</code></td><td class=\"n\">{:.1}%</td><td class=\"n\">{:.1}%</td></tr>",
+                "<tr><td><code>{}</code></td><td class=\"n\">{:.1}%</td><td class=\"n\">{:.1}%</td>",
                 esc(&p.name),
                 p.before_pct,
                 p.after_pct
             );
+            if let Some((b, n)) = c.function_ms_per_request(p) {
+                let change = if b > 0.0 {
+                    format!("{:+.1}%", 100.0 * (n - b) / b)
+                } else {
+                    "new".into()
+                };
+                let _ = write!(
+                    out,
+                    "<td class=\"n\">{b:.3}</td><td class=\"n\">{n:.3}</td><td class=\"n\">{change}</td>"
+                );
+            }
+            out += "</tr>";
         }
         out += "</table></section>";
     }
@@ -202,35 +220,48 @@ fn profile_and_db(c: &Comparison) -> String {
     out
 }
 
-/// The differential flame graph (NEW's stacks; red grew, blue shrank; BASE scaled to NEW's
-/// samples), as an image: an SVG shown by `<img>` runs none of its script.
-fn diff_flame(base: &RunDir, new: &RunDir) -> String {
+/// The differential flame graph in the run page's viewer, both ways: NEW's stacks (what grew
+/// in red, what shrank in blue) and BASE's (what the change removed is visible only there),
+/// BASE scaled to NEW's samples; search, zoom and hover as on a run's page. Its section and
+/// the viewers' data.
+fn diff_flame(base: &RunDir, new: &RunDir) -> (String, Vec<Value>) {
     let (Ok(Some(b)), Ok(Some(n))) = (
         read_folded(base, PROFILE_FOLDED_PART),
         read_folded(new, PROFILE_FOLDED_PART),
     ) else {
-        return String::new();
+        return (String::new(), Vec::new());
     };
-    let style = FlameStyle {
-        title: "Differential flame graph: NEW's stacks, red grew, blue shrank",
-        ..FlameStyle::default()
-    };
-    match FoldedDiff::new(&b, &n).svg(&style) {
-        Ok(svg) if svg.len() <= MAX_EMBEDDED_DIFF => format!(
-            "<section id=\"diff-flame\"><h2>Differential flame graph</h2>\
-<p class=\"muted\">Each frame is NEW's; its colour says how its share changed from BASE (BASE \
-scaled to NEW's samples). Interactive: kiln profile diff BASE/profile.folded NEW/profile.folded.</p>\
-<img class=\"flame\" alt=\"differential flame graph\" src=\"data:image/svg+xml;base64,{}\"></section>",
-            base64::engine::general_purpose::STANDARD.encode(&svg)
-        ),
-        Ok(_) => "<section id=\"diff-flame\"><p class=\"muted\">The differential flame graph is \
-too large to embed: kiln profile diff BASE/profile.folded NEW/profile.folded.</p></section>"
-            .into(),
-        Err(e) => format!(
-            "<section id=\"diff-flame\"><p class=\"muted\">{}</p></section>",
-            esc(&e.to_string())
-        ),
+    let data = crate::flame::diff_flame_data(&b, &n);
+    if data.is_null() {
+        return (String::new(), Vec::new());
     }
+    let mut html = String::from(
+        "<section id=\"diff-flame\"><h2>Differential flame graph</h2>\
+<p class=\"muted\">Red: a stack that takes a larger share of NEW's samples than of BASE's; \
+blue: a smaller one. Hover a frame for both runs' samples.</p>",
+    );
+    let mut flames = Vec::new();
+    for (side, heading) in [
+        ("new", "NEW's stacks (widths from NEW)"),
+        (
+            "base",
+            "BASE's stacks (widths from BASE: what the change removed)",
+        ),
+    ] {
+        let el = format!("diff-{side}");
+        let _ = write!(
+            html,
+            "<h3>{heading}</h3>{}",
+            crate::flame_viewer(&el, false)
+        );
+        let mut view = data[side].clone();
+        view["el"] = json!(el);
+        view["section"] = json!(el);
+        view["unit"] = json!("samples");
+        view["side"] = json!(side);
+        flames.push(view);
+    }
+    (html + "</section>", flames)
 }
 
 /// Both runs' measured seconds on one axis: second 0 is each one's first.

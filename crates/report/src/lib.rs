@@ -120,7 +120,8 @@ pub fn render(dir: &RunDir) -> String {
             None => not_recorded.push(absent),
         }
     }
-    let (queries_html, has_map) = queries_section(dir);
+    let sent = PhaseSummary::measured_total(&load.phases).map(|t| t.totals.requests);
+    let (queries_html, has_map) = queries_section(dir, sent);
     match queries_html {
         Some(html) => sections.push(("queries", "DB calls", html)),
         None => not_recorded.push("DB calls (traces: --otlp-listen)"),
@@ -207,11 +208,34 @@ tr.fail td{background:#fdecea}
   overflow:hidden;white-space:nowrap;padding:0 2px;cursor:pointer;color:#111}
 .fr.hit{background:#e040fb !important}
 .flame-tools{margin:6px 0}
+.flame-status{font:12px/1.4 ui-monospace,monospace;color:#333;min-height:17px;margin:2px 0 6px;
+  white-space:nowrap;overflow:hidden;text-overflow:ellipsis}
 img.flame{max-width:100%;border:1px solid #ddd;background:#fff}
 .links{margin-top:4px;font-size:13px}.links a{color:#0b57d0}
 tr.check-bad td{background:#fde7e9}tr.check-warn td{background:#fff4e0}
 tr.improved td{background:#e6f4ea}tr.regressed td{background:#fde7e9}
 "#;
+
+/// The flame graph viewer's frame (page.js draws into it): search, zoom reset, the callers
+/// view when `reverse`, the match's share, the box and the hover status line.
+pub(crate) fn flame_viewer(flame: &str, reverse: bool) -> String {
+    let reverse = if reverse {
+        format!(
+            "<label><input id=\"{flame}-reverse\" type=\"checkbox\"> callers (the functions \
+that used the time at the bottom)</label> "
+        )
+    } else {
+        String::new()
+    };
+    format!(
+        "<div class=\"flame-tools\"><input id=\"{flame}-search\" type=\"search\" \
+placeholder=\"search frames (regular expression, any case)\" size=\"40\"> \
+<button id=\"{flame}-reset\" type=\"button\">reset zoom</button> {reverse}\
+<span id=\"{flame}-match\" class=\"muted\"></span></div>\
+<div id=\"{flame}\" class=\"flame-box\"></div>\
+<div id=\"{flame}-status\" class=\"flame-status\">hover a frame for its samples and share</div>"
+    )
+}
 
 fn verdict_section(findings: &Report, load: &Load, plan: &PlanRecord) -> String {
     let mut out = String::from("<section id=\"verdict\"><h2>Verdict</h2><div class=\"verdict\">");
@@ -625,23 +649,38 @@ fn profile_section(dir: &RunDir, kind: ProfileKind) -> (Option<String>, Value) {
     let _ = write!(
         out,
         "<p class=\"muted\">{what}, {} {unit}: click a frame to zoom, search to \
-highlight (the match's share is shown). The same as an SVG: <code>{}</code>; for \
+highlight (the match's share is shown), hover for a frame's figures. The same as an SVG: <code>{}</code>; for \
 speedscope: <code>{}</code>.</p>\
-<div class=\"flame-tools\"><input id=\"{flame}-search\" type=\"search\" placeholder=\"search frames (regular expression)\" size=\"40\"> \
-<button id=\"{flame}-reset\" type=\"button\">reset zoom</button> <span id=\"{flame}-match\" class=\"muted\"></span></div>\
-<div id=\"{flame}\" class=\"flame-box\"></div><table><tr><th>function (self)</th><th class=\"n\">self</th><th class=\"n\">total</th></tr>",
+{}<table>",
         folded.total(),
         parts.flame.1,
-        parts.speedscope.1
+        parts.speedscope.1,
+        flame_viewer(flame, true)
     );
-    for f in folded.top_self(12) {
-        let _ = write!(
-            out,
-            "<tr><td><code>{}</code></td><td class=\"n\">{:.1}%</td><td class=\"n\">{:.1}%</td></tr>",
-            esc(&f.name),
-            f.self_pct,
-            f.total_pct
-        );
+    if kind == ProfileKind::OnCpu {
+        out +=
+            "<tr><th>function (self)</th><th class=\"n\">self</th><th class=\"n\">total</th></tr>";
+        for f in folded.top_self(12) {
+            let _ = write!(
+                out,
+                "<tr><td><code>{}</code></td><td class=\"n\">{:.1}%</td><td class=\"n\">{:.1}%</td></tr>",
+                esc(&f.name),
+                f.self_pct,
+                f.total_pct
+            );
+        }
+    } else {
+        // self time off the CPU is the scheduler's; the code that blocked is what waited
+        out += "<tr><th>blocked in (the first frame outside the kernel)</th>\
+<th class=\"n\">share of the switches</th></tr>";
+        for f in folded.blocked_in(12) {
+            let _ = write!(
+                out,
+                "<tr><td><code>{}</code></td><td class=\"n\">{:.1}%</td></tr>",
+                esc(&f.name),
+                f.self_pct
+            );
+        }
     }
     out += "</table></section>";
     let mut data = flame::flame_data(&folded);
@@ -673,7 +712,10 @@ fn read_folded(dir: &RunDir, kind: &str) -> Result<Option<Folded>, String> {
 }
 
 /// The DB section, and whether it holds the treemap (whose script the page then needs).
-fn queries_section(dir: &RunDir) -> (Option<String>, bool) {
+/// The DB calls section. `sent`: the run's measured requests, of which the traced ones are a
+/// sample (said, with every count of calls reconciled: spans received, calls in the traced
+/// requests, calls outside the window or any request).
+fn queries_section(dir: &RunDir, sent: Option<u64>) -> (Option<String>, bool) {
     let mut out = String::from("<section id=\"queries\"><h2>DB calls</h2>");
     let q = match dir.read_json_part::<QueriesRecord>(QUERIES_PART) {
         Ok(Some(q)) => q,
@@ -687,17 +729,8 @@ fn queries_section(dir: &RunDir) -> (Option<String>, bool) {
             );
         }
     };
-    let (a, c) = (&q.analysis, &q.analysis.coverage);
-    let _ = write!(
-        out,
-        "<p>{} DB calls in {} requests over {} routes ({} with query text, {} with a stack). \
-The DB findings are with the others above; the same as its own page: <code>queries.html</code>.</p>",
-        c.db_spans,
-        a.requests_matched,
-        a.routes.len(),
-        c.db_with_text,
-        c.db_with_caller,
-    );
+    let a = &q.analysis;
+    out += &db_counts(a, sent);
     out += &kiln_queries::html::routes_table(&a.routes);
     let folded = |kind: &str| read_folded(dir, kind).ok().flatten();
     let mut has_map = false;
@@ -706,6 +739,43 @@ The DB findings are with the others above; the same as its own page: <code>queri
         has_map = true;
     }
     (Some(out + "</section>"), has_map)
+}
+
+/// The DB section's counts: calls in the traced requests, the traced requests as a sample
+/// of the run's `sent`, and every DB span received accounted for (a page said "9072 DB
+/// calls" in one place and "8298 calls" in another).
+fn db_counts(a: &kiln_record::schema::queries::AnalysisRecord, sent: Option<u64>) -> String {
+    let c = &a.coverage;
+    let mut out = String::new();
+    let _ = write!(
+        out,
+        "<p>{} DB calls in {} traced requests over {} routes. The DB findings are with the \
+others above; the same as its own page: <code>queries.html</code>.</p>",
+        a.db_calls,
+        a.requests_matched,
+        a.routes.len(),
+    );
+    if let Some(sent) = sent.filter(|&s| s > a.requests_matched as u64) {
+        let _ = write!(
+            out,
+            "<p class=\"muted\">A sample: {} of the run's {sent} measured requests ({:.1}%) \
+were traced (the application's trace sampler keeps some, or their spans were not all \
+exported); the figures per request are the sample's.</p>",
+            a.requests_matched,
+            100.0 * a.requests_matched as f64 / sent as f64
+        );
+    }
+    let elsewhere = (c.db_spans as usize)
+        .saturating_sub(a.db_calls)
+        .saturating_sub(a.calls_outside_window);
+    let _ = write!(
+        out,
+        "<p class=\"muted\">{} DB spans received: {} in the traced requests above, {} in \
+requests outside the measured window (the warm-up), {elsewhere} in no request kiln could \
+match. Of these spans, {} carry their query text and {} a stack.</p>",
+        c.db_spans, a.db_calls, a.calls_outside_window, c.db_with_text, c.db_with_caller,
+    );
+    out
 }
 
 /// The doctor's checks as the run found the host: the ones that are not ok, with their
@@ -1033,6 +1103,35 @@ fn read_resources(dir: &RunDir) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_db_counts_say_the_sample_and_account_for_every_span() {
+        let mut a = kiln_record::schema::queries::AnalysisRecord {
+            requests_matched: 922,
+            db_calls: 8298,
+            calls_outside_window: 500,
+            ..Default::default()
+        };
+        a.coverage.db_spans = 9072;
+        let html = db_counts(&a, Some(4569));
+        assert!(
+            html.contains("8298 DB calls in 922 traced requests"),
+            "{html}"
+        );
+        assert!(
+            html.contains("922 of the run's 4569 measured requests (20.2%)"),
+            "{html}"
+        );
+        assert!(
+            html.contains(
+                "9072 DB spans received: 8298 in the traced requests above, 500 in \
+requests outside the measured window (the warm-up), 274 in no request"
+            ),
+            "{html}"
+        );
+        // every request traced: no sample to speak of
+        assert!(!db_counts(&a, Some(922)).contains("A sample"));
+    }
 
     #[test]
     fn a_frame_becomes_a_search_link_that_matches_only_itself() {

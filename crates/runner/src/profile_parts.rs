@@ -45,7 +45,10 @@ pub fn write_profile(
     top: usize,
     origin: Origin,
 ) -> Result<WrittenProfile> {
-    let summary = kiln_profile::summarize(folded, top);
+    let summary = match &origin {
+        Origin::Perf(profiled, _) => kiln_profile::summarize_event(folded, top, profiled.event),
+        Origin::Import(_) => kiln_profile::summarize(folded, top),
+    };
     // a value with a unit (`inuse_space/bytes`) is counted in that unit
     let (counted, unit) = kiln_record::schema::profile::count_unit(count_name);
     let folded_path = dir.write_file_part(

@@ -39,7 +39,12 @@ pub fn summary_text(summary: &ProfileSummary, count_name: &str, samples: Option<
         "{head}, {} distinct stacks, {:.1}% with a kernel frame on top\n",
         summary.distinct_stacks, summary.kernel_pct
     );
-    out += &share_rows("Top self", &summary.top_self, |s| s.self_pct);
+    if summary.blocked_in.is_empty() {
+        out += &share_rows("Top self", &summary.top_self, |s| s.self_pct);
+    } else {
+        // off-CPU: self is all the scheduler; where the code blocked says what waited
+        out += &share_rows("Blocked in", &summary.blocked_in, |s| s.self_pct);
+    }
     out += &share_rows("Top total", &summary.top_total, |s| s.total_pct);
     out
 }

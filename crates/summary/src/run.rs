@@ -1,7 +1,6 @@
 //! The end-of-run summary, as text and as JSON, built only from the run record (manifest and
 //! phase summaries), so `kiln run` and `kiln report` print the same thing.
 
-use kiln_record::schema::plan::{Arrivals, LoadPlanRecord, Model, RateStage, VuStage};
 use kiln_record::schema::profile::ProfileRecord;
 use kiln_record::schema::queries::QueriesRecord;
 use std::fmt::Write as _;
@@ -17,88 +16,6 @@ use kiln_record::text::{self as format, safe_text};
 use kiln_runtime::summary::RuntimeSummary;
 use kiln_runtime::{RuntimeInfo, RuntimeSecond};
 use kiln_sample::{NoiseSecond, ResourceSecond};
-
-fn workload_line(plan: &LoadPlanRecord) -> String {
-    let threads = plan.threads;
-    let secs = plan.duration_s;
-    // A plan file's VUs each hold a connection per origin; a URL run's are connections.
-    let (units, think) = match plan.scenarios.len() {
-        0 => ("connections", None),
-        n => (
-            "VUs",
-            Some(format!(
-                "{n} scenario{} (iterations)",
-                if n == 1 { "" } else { "s" }
-            )),
-        ),
-    };
-    match &plan.workload {
-        Model::Open {
-            stages,
-            connections,
-            max_connections,
-            arrivals,
-        } => format!(
-            "open model, {}{} ({secs} s), {connections} {units} up front (max {max_connections}), {threads} threads",
-            rate_stages_text(stages),
-            match arrivals {
-                Arrivals::Poisson { seed } => format!(", Poisson arrivals (seed {seed})"),
-                Arrivals::Uniform => String::new(),
-            },
-        ),
-        Model::Closed {
-            connections,
-            think_time,
-            ramp_up,
-            stages,
-        } => {
-            let think =
-                think.unwrap_or_else(|| format!("think time {} s", think_time.as_secs_f64()));
-            if stages.is_empty() {
-                format!(
-                    "closed model, {connections} {units}, {think}, ramp-up {} s, {secs} s per run, {threads} threads",
-                    ramp_up.as_secs_f64()
-                )
-            } else {
-                format!(
-                    "closed model, {} (at most {connections} {units}), {think}, {secs} s per run, {threads} threads",
-                    vu_stages_text(stages)
-                )
-            }
-        }
-    }
-}
-
-/// `500/s` for a constant rate, `0->100/s in 30s, 100->2000/s in 60s` for ramps.
-fn rate_stages_text(stages: &[RateStage]) -> String {
-    let levels = stages
-        .iter()
-        .map(|s| (s.duration.as_secs_f64(), s.target_rate));
-    stages_text(levels, "/s")
-}
-
-/// A closed model's VU stages in a line: `0->4 VUs in 2s, 4 VUs for 1s`.
-pub fn vu_stages_text(stages: &[VuStage]) -> String {
-    let levels = (stages.iter()).map(|s| (s.duration.as_secs_f64(), s.target_vus as f64));
-    stages_text(levels, " VUs")
-}
-
-/// Stages as (seconds, level to reach) in a line.
-fn stages_text(stages: impl Iterator<Item = (f64, f64)>, unit: &str) -> String {
-    let mut parts = Vec::new();
-    let mut level = 0.0;
-    for (d, to) in stages {
-        if d > 0.0 {
-            parts.push(if to == level {
-                format!("{to}{unit} for {d}s")
-            } else {
-                format!("{level}->{to}{unit} in {d}s")
-            });
-        }
-        level = to;
-    }
-    parts.join(", ")
-}
 
 /// The percentile table fits 80 columns: eight cells of eight ("999.9ms" and a gap), mean
 /// and spread on a line of their own.
@@ -296,7 +213,7 @@ pub fn render_text(view: &RunView) -> String {
     for warning in kiln_record::record_warnings(manifest.status, phases) {
         let _ = writeln!(out, "Warning    {}", safe_text(&warning));
     }
-    let _ = writeln!(out, "Workload   {}", workload_line(plan));
+    let _ = writeln!(out, "Workload   {}", plan.workload_text());
     let _ = writeln!(out, "Run        {} ({status}{reason})", safe_text(dir));
     // what the run shows and which findings explain it, before the detail
     if let Some(symptoms) = findings.and_then(|f| f.symptoms.as_ref()) {

@@ -112,7 +112,10 @@ fn a_shrinking_stall_improves_p99_and_the_same_target_shows_no_change() {
     assert_eq!(row(inline, "p99")["base"], p99["base"]);
     // the two plans differ in their URL only (another port), and kiln says so
     let hygiene = ab["hygiene"].to_string();
-    assert!(hygiene.contains("the plans differ: url"), "{hygiene}");
+    assert!(
+        hygiene.contains("the plans differ: the target: GET http://127.0.0.1:"),
+        "{hygiene}"
+    );
 
     // The same target again: its planted tail and its rate do not change. (Its p90/p95 of a
     // 2 ms service can move 5-8% between runs on a shared CI machine, a real drift of the

@@ -29,6 +29,14 @@ fn data_attr(dom: &str, name: &str) -> Vec<Value> {
 
 use common::load_seconds as seconds;
 
+/// The samples of a collapsed-stacks file.
+fn on_cpu_total(folded: &str) -> u64 {
+    (folded.lines())
+        .filter_map(|l| l.rsplit_once(' '))
+        .map(|(_, n)| n.parse::<u64>().unwrap())
+        .sum()
+}
+
 /// The share a flame graph's search matched, in percent, with the page opened at `hash`.
 fn match_share(page: &std::path::Path, hash: &str) -> f64 {
     let searched = common::dump_dom_at(page, hash);
@@ -266,6 +274,94 @@ fn every_section_is_drawn_and_the_charts_hold_the_runs_numbers() {
         "{matched}% matched in the page, {expected}% in offcpu.folded"
     );
 
+    // as a user uses it: hover, search, the callers view, a chart's hover, a narrow window
+    let used = common::in_page(
+        &page,
+        1300,
+        r#"
+        var out = {};
+        var box = page.getElementById('flame');
+        var cell = box.querySelectorAll('.fr')[1];
+        cell.dispatchEvent(new MouseEvent('mouseover', { bubbles: true }));
+        out.name = cell.textContent;
+        out.status = page.getElementById('flame-status').textContent;
+        var search = page.getElementById('flame-search');
+        search.value = cell.textContent.toLowerCase().replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+        search.dispatchEvent(new Event('input'));
+        out.lower = page.getElementById('flame-match').textContent;
+        search.value = '(';
+        search.dispatchEvent(new Event('input'));
+        out.bad = page.getElementById('flame-match').textContent;
+        out.forward = JSON.parse(box.getAttribute('data-check'));
+        var reverse = page.getElementById('flame-reverse');
+        reverse.checked = true;
+        reverse.dispatchEvent(new Event('change'));
+        out.view = box.getAttribute('data-view');
+        out.callers = JSON.parse(box.getAttribute('data-check'));
+        var tops = [].map.call(box.querySelectorAll('.fr'), function (e) { return parseFloat(e.style.top); });
+        out.min_top = Math.min.apply(null, tops);
+        var over = page.querySelector('#chart-latency .u-over');
+        var r = over.getBoundingClientRect();
+        over.dispatchEvent(new MouseEvent('mousemove',
+          { clientX: r.left + r.width / 2, clientY: r.top + r.height / 2, bubbles: true }));
+        await wait(200);
+        out.hover_time = page.querySelector('#chart-latency .u-legend .u-series .u-value').textContent;
+        frame.width = 900;
+        // headless Chromium sends the frame's resize event late after a synthetic mousemove
+        // (a browser sends it at once): sent here, the page's own handler reflows
+        frame.contentWindow.dispatchEvent(new Event('resize'));
+        await wait(600);
+        out.scroll = [page.documentElement.scrollWidth, page.documentElement.clientWidth];
+        out.charts = [].map.call(page.querySelectorAll('.uplot'), function (e) { return e.getBoundingClientRect().right; });
+        done(out);
+        "#,
+    );
+    let name = used["name"].as_str().unwrap();
+    let status = used["status"].as_str().unwrap();
+    assert!(
+        status.starts_with(&format!("{name}: ")) && status.contains("% of all"),
+        "{used:#}"
+    );
+    let lower = used["lower"].as_str().unwrap();
+    let lower_share: f64 = lower
+        .strip_prefix("matched: ")
+        .and_then(|t| t.split('%').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{used:#}"));
+    assert!(
+        lower_share > 0.0,
+        "a search in lower case found nothing: {used:#}"
+    );
+    assert!(
+        used["bad"]
+            .as_str()
+            .unwrap()
+            .contains("not a regular expression"),
+        "{used:#}"
+    );
+    // the callers view holds the same samples, turned over
+    assert_eq!(used["view"], "callers", "{used:#}");
+    assert_eq!(
+        used["callers"]["total"], used["forward"]["total"],
+        "{used:#}"
+    );
+    assert!(used["callers"]["frames"].as_u64().unwrap() > 1, "{used:#}");
+    // no blank rows above the frames: the deepest drawn is at the top of the box
+    assert_eq!(used["min_top"].as_f64(), Some(0.0), "{used:#}");
+    // hover time: UTC with seconds, as the findings speak
+    let hover = used["hover_time"].as_str().unwrap();
+    let shape: String = hover
+        .chars()
+        .map(|c| if c.is_ascii_digit() { '9' } else { c })
+        .collect();
+    assert_eq!(shape, "9999-99-99 99:99:99 UTC", "{used:#}");
+    // in a 900 px window: no sideways scroll, every chart inside it
+    let scroll = used["scroll"].as_array().unwrap();
+    assert!(scroll[0].as_u64() <= scroll[1].as_u64(), "{used:#}");
+    for right in used["charts"].as_array().unwrap() {
+        assert!(right.as_f64().unwrap() <= 900.0, "{used:#}");
+    }
+
     // a screenshot of each section has something drawn in it
     let layout = data_attr(&dom, "data-layout").remove(0);
     let bottom = layout
@@ -300,11 +396,23 @@ fn every_section_is_drawn_and_the_charts_hold_the_runs_numbers() {
         "the load charts look empty ({drawn} pixels)"
     );
 
-    // two profiled runs compared: the page holds the differential flame graph as an image
+    // two profiled runs compared: BASE had a function NEW no longer calls. The differential
+    // flame graph's BASE view finds it by search, NEW's view does not have it.
+    let base = tmp.path().join("base");
+    std::fs::create_dir(&base).unwrap();
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let entry = entry.unwrap();
+        if entry.file_type().unwrap().is_file() {
+            std::fs::copy(entry.path(), base.join(entry.file_name())).unwrap();
+        }
+    }
+    let mut folded = std::fs::read_to_string(base.join("profile.folded")).unwrap();
+    folded += &format!("kiln_test;Removed_By_The_Fix {}\n", on_cpu_total(&folded));
+    std::fs::write(base.join("profile.folded"), folded).unwrap();
     let compared = tmp.path().join("compare.html");
     let out = kiln(&[
         "compare",
-        dir.to_str().unwrap(),
+        base.to_str().unwrap(),
         dir.to_str().unwrap(),
         "--html",
         compared.to_str().unwrap(),
@@ -314,10 +422,41 @@ fn every_section_is_drawn_and_the_charts_hold_the_runs_numbers() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let page_text = std::fs::read_to_string(&compared).unwrap();
+    let found = common::in_page(
+        &compared,
+        1300,
+        r#"
+        var out = {};
+        ['diff-base', 'diff-new'].forEach(function (id) {
+          var search = page.getElementById(id + '-search');
+          search.value = 'removed_by';
+          search.dispatchEvent(new Event('input'));
+          out[id] = page.getElementById(id + '-match').textContent;
+          var hit = page.querySelector('#' + id + ' .fr.hit');
+          if (hit) {
+            hit.dispatchEvent(new MouseEvent('mouseover', { bubbles: true }));
+            out[id + '-status'] = page.getElementById(id + '-status').textContent;
+          }
+        });
+        done(out);
+        "#,
+    );
+    // BASE doubled its samples with the function: half of BASE's view, none of NEW's
+    let share = |id: &str| -> f64 {
+        found[id]
+            .as_str()
+            .and_then(|t| t.strip_prefix("matched: "))
+            .and_then(|t| t.split('%').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{found:#}"))
+    };
+    assert!((share("diff-base") - 50.0).abs() < 0.01, "{found:#}");
+    assert_eq!(share("diff-new"), 0.0, "{found:#}");
+    let status = found["diff-base-status"].as_str().unwrap_or_default();
     assert!(
-        page_text.contains("alt=\"differential flame graph\" src=\"data:image/svg+xml;base64,"),
-        "no differential flame graph"
+        status.starts_with("Removed_By_The_Fix: NEW 0 samples (0.00%), BASE ")
+            && status.ends_with("(50.00%): gone in NEW"),
+        "{found:#}"
     );
 
     // kiln report --html rebuilds the page from the directory, and writes elsewhere too

@@ -351,3 +351,90 @@ impl From<LoadPlanRecord> for PlanRecord {
         PlanRecord::Load(Box::new(plan))
     }
 }
+
+impl LoadPlanRecord {
+    /// The load in words, as the summary's Workload line says it: `open model, 500/s (30 s),
+    /// 50 connections up front (max 1000), 2 threads`.
+    pub fn workload_text(&self) -> String {
+        let plan = self;
+        let threads = plan.threads;
+        let secs = plan.duration_s;
+        // A plan file's VUs each hold a connection per origin; a URL run's are connections.
+        let (units, think) = match plan.scenarios.len() {
+            0 => ("connections", None),
+            n => (
+                "VUs",
+                Some(format!(
+                    "{n} scenario{} (iterations)",
+                    if n == 1 { "" } else { "s" }
+                )),
+            ),
+        };
+        match &plan.workload {
+            Model::Open {
+                stages,
+                connections,
+                max_connections,
+                arrivals,
+            } => format!(
+                "open model, {}{} ({secs} s), {connections} {units} up front (max {max_connections}), {threads} threads",
+                rate_stages_text(stages),
+                match arrivals {
+                    Arrivals::Poisson { seed } => format!(", Poisson arrivals (seed {seed})"),
+                    Arrivals::Uniform => String::new(),
+                },
+            ),
+            Model::Closed {
+                connections,
+                think_time,
+                ramp_up,
+                stages,
+            } => {
+                let think =
+                    think.unwrap_or_else(|| format!("think time {} s", think_time.as_secs_f64()));
+                if stages.is_empty() {
+                    format!(
+                        "closed model, {connections} {units}, {think}, ramp-up {} s, {secs} s per run, {threads} threads",
+                        ramp_up.as_secs_f64()
+                    )
+                } else {
+                    format!(
+                        "closed model, {} (at most {connections} {units}), {think}, {secs} s per run, {threads} threads",
+                        vu_stages_text(stages)
+                    )
+                }
+            }
+        }
+    }
+}
+
+/// `500/s` for a constant rate, `0->100/s in 30s, 100->2000/s in 60s` for ramps.
+fn rate_stages_text(stages: &[RateStage]) -> String {
+    let levels = stages
+        .iter()
+        .map(|s| (s.duration.as_secs_f64(), s.target_rate));
+    stages_text(levels, "/s")
+}
+
+/// A closed model's VU stages in a line: `0->4 VUs in 2s, 4 VUs for 1s`.
+pub fn vu_stages_text(stages: &[VuStage]) -> String {
+    let levels = (stages.iter()).map(|s| (s.duration.as_secs_f64(), s.target_vus as f64));
+    stages_text(levels, " VUs")
+}
+
+/// Stages as (seconds, level to reach) in a line.
+fn stages_text(stages: impl Iterator<Item = (f64, f64)>, unit: &str) -> String {
+    let mut parts = Vec::new();
+    let mut level = 0.0;
+    for (d, to) in stages {
+        if d > 0.0 {
+            parts.push(if to == level {
+                format!("{to}{unit} for {d}s")
+            } else {
+                format!("{level}->{to}{unit} in {d}s")
+            });
+        }
+        level = to;
+    }
+    parts.join(", ")
+}

@@ -25,6 +25,10 @@ pub struct ProfileSummary {
     pub kernel_pct: f64,
     pub top_self: Vec<FunctionShare>,
     pub top_total: Vec<FunctionShare>,
+    /// An off-CPU profile's switches by where the code blocked: the first frame outside the
+    /// kernel from the leaf (its self time is all `schedule`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub blocked_in: Vec<FunctionShare>,
 }
 
 /// The formats `import` recognizes.

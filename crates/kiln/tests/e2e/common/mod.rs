@@ -303,6 +303,59 @@ pub fn dump_dom_at(page: &Path, fragment: &str) -> String {
     .into_owned()
 }
 
+/// What `script` found in `page` as a user would use it: the page is opened in an iframe of
+/// `width` px beside it (a harness page in the same folder; Chromium lets a file page reach
+/// into another only with --allow-file-access-from-files), `script` runs once it loaded with
+/// `page` (the iframe's document) and `frame` (the iframe) in scope, and hands its findings to
+/// `done(value)`. Events it dispatches (mouseover, input, change, resize) run the page's own
+/// handlers. Returns what `done` was given.
+pub fn in_page(page: &Path, width: u32, script: &str) -> Value {
+    let harness = page.with_file_name(format!(
+        "harness-{}.html",
+        page.file_stem().unwrap().to_string_lossy()
+    ));
+    let html = format!(
+        "<!doctype html><html><body><iframe id=\"f\" width=\"{width}\" height=\"900\" \
+src=\"{}\"></iframe><script>\n\
+function done(v) {{ document.body.setAttribute('data-results', JSON.stringify(v)); }}\n\
+var wait = function (ms) {{ return new Promise(function (r) {{ setTimeout(r, ms); }}); }};\n\
+document.getElementById('f').addEventListener('load', function () {{\n\
+  var frame = document.getElementById('f'), page = frame.contentDocument;\n\
+  (async function () {{ try {{ {script} }} catch (e) {{ done({{error: String(e)}}); }} }})();\n\
+}});\n</script></body></html>",
+        page.file_name().unwrap().to_string_lossy()
+    );
+    std::fs::write(&harness, html).unwrap();
+    let out = Command::new(chromium())
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--allow-file-access-from-files",
+            "--window-size=1400,1000",
+            "--virtual-time-budget=10000",
+            "--dump-dom",
+        ])
+        .arg(format!("file://{}", harness.display()))
+        .stdin(Stdio::null())
+        .output()
+        .expect("chromium runs");
+    let dom = String::from_utf8_lossy(&out.stdout);
+    let marker = "data-results=\"";
+    let at = dom
+        .find(marker)
+        .unwrap_or_else(|| panic!("the script gave no result: {dom}"));
+    let rest = &dom[at + marker.len()..];
+    let text = rest[..rest.find('"').unwrap()]
+        .replace("&quot;", "\"")
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&amp;", "&");
+    let value: Value = serde_json::from_str(&text).unwrap_or(Value::String(text));
+    assert!(value.get("error").is_none(), "the script failed: {value}");
+    value
+}
+
 /// A PNG screenshot of the page in a window `width` x `height`.
 pub fn screenshot(page: &Path, png: &Path, width: u32, height: u32) {
     let out = headless(
