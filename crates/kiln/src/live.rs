@@ -10,6 +10,8 @@ use crate::format;
 
 pub struct LiveOutput {
     tty: bool,
+    /// The live view of the phase running, on a terminal wide enough for it.
+    dashboard: Option<crate::dashboard::Dashboard>,
     quiet: bool,
     interval_s: u32,
     phase: String,
@@ -23,6 +25,7 @@ impl LiveOutput {
     pub fn new(quiet: bool, interval_s: u32) -> Self {
         Self {
             tty: std::io::stderr().is_terminal(),
+            dashboard: None,
             quiet,
             interval_s: interval_s.max(1),
             phase: String::new(),
@@ -58,6 +61,9 @@ impl kiln_runner::Progress for LiveOutput {
         if !self.quiet && !self.tty {
             eprintln!("kiln: {phase} started ({planned_s} s)");
         }
+        if !self.quiet && self.tty {
+            self.dashboard = crate::dashboard::Dashboard::open();
+        }
     }
 
     fn second(&mut self, s: &SecondRecord) {
@@ -66,7 +72,9 @@ impl kiln_runner::Progress for LiveOutput {
         if self.quiet {
             return;
         }
-        if self.tty {
+        if let Some(dashboard) = &mut self.dashboard {
+            dashboard.draw(&self.phase, self.planned_s, s, &self.total);
+        } else if self.tty {
             let lat = self.total.totals.latency.stats();
             let last = s.latency.stats();
             let line = format!(
@@ -96,6 +104,10 @@ impl kiln_runner::Progress for LiveOutput {
     /// includes draining the requests still in flight at the end).
     fn end_phase(&mut self, end: &PhaseEnd) {
         if self.quiet {
+            return;
+        }
+        if let Some(dashboard) = self.dashboard.take() {
+            dashboard.close();
             return;
         }
         if self.tty {

@@ -6,6 +6,7 @@ mod stdout;
 mod cli;
 mod compare_cmd;
 mod comparison;
+mod dashboard;
 mod demo;
 mod doctor_cmd;
 mod exit;

@@ -651,13 +651,14 @@ fn without_escapes(pane: &str) -> String {
 }
 
 /// Under 100 columns the progress line broke into a line per redraw and the latency table
-/// wrapped mid-number ("18.\n8ms"); FAIL looked like everything else.
+/// wrapped mid-number ("18.\n8ms"); FAIL looked like everything else. A terminal of 80
+/// columns or more now gets the live view, redrawn in place; a narrower one the progress line.
 #[test]
-fn the_summary_fits_80_and_200_columns_and_fail_is_in_colour() {
+fn the_summary_and_the_live_view_fit_the_terminal_and_fail_is_in_colour() {
     let _turn = common::beside();
     let target = TargetServer::start(Behavior::default()).unwrap();
     let tmp = tempfile::tempdir().unwrap();
-    for columns in [80, 200] {
+    for columns in [60, 80, 200] {
         let dir = tmp.path().join(format!("r{columns}"));
         let url = target.url("/");
         let out = dir.to_str().unwrap();
@@ -683,12 +684,23 @@ fn the_summary_fits_80_and_200_columns_and_fail_is_in_colour() {
                 "a line wider than {columns} columns (wrapped by the terminal):\n{line}\nin\n{text}"
             );
         }
-        // the progress line is redrawn in place: one line however many seconds
-        assert_eq!(
+        // the live view (80 columns or more) or the progress line (fewer) is redrawn in
+        // place: one of it however many seconds
+        let (live, progress) = (
+            text.lines()
+                .filter(|l| l.starts_with("kiln · run "))
+                .count(),
             text.lines().filter(|l| l.starts_with("[run]")).count(),
-            1,
-            "{text}"
         );
+        if columns >= 80 {
+            assert_eq!((live, progress), (1, 0), "{text}");
+            assert!(
+                text.contains("latency so far") && text.contains("so far"),
+                "{text}"
+            );
+        } else {
+            assert_eq!((live, progress), (0, 1), "{text}");
+        }
         assert!(
             text.contains("p99.99") && text.contains("Threshold"),
             "{text}"
