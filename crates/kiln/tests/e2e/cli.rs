@@ -716,3 +716,45 @@ fn the_summary_and_the_live_view_fit_the_terminal_and_fail_is_in_colour() {
     assert!(!piped.contains('\x1b'), "{piped}");
     assert!(piped.lines().any(|l| l.len() > 100), "{piped}");
 }
+
+/// `-d 2s` against a server whose accept queue is full ran until `--timeout` (a 3 s run took
+/// 11 s, its rate taken over all of it). It ends at the deadline and says what it cut.
+#[test]
+fn a_run_ends_at_its_deadline_and_says_what_was_still_waiting() {
+    let _turn = common::beside();
+    let (_listener, addr) = kiln_targets::idle_listener(0);
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("r");
+    let started = Instant::now();
+    let out = kiln(&[
+        "run",
+        &format!("http://{addr}/"),
+        "-d",
+        "2s",
+        "-c",
+        "4",
+        "--timeout",
+        "20s",
+        "--connect-timeout",
+        "20s",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    let took = started.elapsed();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    // the deadline, the half second for requests in flight, and kiln's own start and finish
+    assert!(
+        took < Duration::from_secs(5),
+        "a 2 s run took {took:?}\n{stdout}"
+    );
+    let cut = stdout
+        .lines()
+        .find(|l| l.starts_with("Cut off "))
+        .unwrap_or_else(|| panic!("nothing said of the cut requests:\n{stdout}"));
+    assert!(cut.contains("were still connecting"), "{cut}");
+    let report = json_of(&kiln(&["report", dir.to_str().unwrap(), "--json"]));
+    let end = &report["phases"][0];
+    let cut_count =
+        end["abandoned"].as_u64().unwrap_or(0) + end["abandoned_connecting"].as_u64().unwrap_or(0);
+    assert_eq!(cut_count, 4, "{report:#}");
+}
