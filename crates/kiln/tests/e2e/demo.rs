@@ -281,7 +281,7 @@ fn the_demo_finds_every_planted_problem_and_proves_the_fixes() {
 
 #[test]
 fn without_perf_the_demo_says_what_it_skipped_and_finds_the_rest() {
-    let _turn = common::alone();
+    let _turn = common::beside();
     let dir = tempfile::tempdir().unwrap();
     let (json, stderr) = demo("6", dir.path(), &[("PERF", "/nonexistent/perf")]);
     assert!(stderr.contains("no profiles (perf cannot run:"), "{stderr}");
