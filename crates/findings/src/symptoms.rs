@@ -43,6 +43,10 @@ impl Symptoms {
     pub fn of(run: &RunRecord, findings: &[Finding]) -> Option<Self> {
         let total = run.measured()?;
         let h = &total.totals.latency;
+        // no latency to explain: a p99 of 0us at 0/s said nothing true
+        if h.is_empty() {
+            return None;
+        }
         // saturating: a record is untrusted input
         let sum = |counts: &mut dyn Iterator<Item = u64>| counts.fold(0u64, u64::saturating_add);
         let above = sum(&mut run.above_p99.iter().map(|(_, n)| *n));

@@ -752,6 +752,8 @@ fn a_run_ends_at_its_deadline_and_says_what_was_still_waiting() {
         .find(|l| l.starts_with("Cut off "))
         .unwrap_or_else(|| panic!("nothing said of the cut requests:\n{stdout}"));
     assert!(cut.contains("were still connecting"), "{cut}");
+    // no response: no symptoms to speak of (it said "p99 0us (p50 0us) at 0.0/s")
+    assert!(!stdout.contains("Symptoms"), "{stdout}");
     let report = json_of(&kiln(&["report", dir.to_str().unwrap(), "--json"]));
     let end = &report["phases"][0];
     let cut_count =
