@@ -906,14 +906,18 @@ fn host_busy(run: &RunRecord) -> Verdict {
     };
     let busy_cores = (1.0 - idle / 100.0) * u.host_cores;
     let others = (busy_cores - u.target_cores).max(0.0);
-    if idle >= HOST_IDLE_BELOW || u.target_cores >= 0.5 * busy_cores {
+    // judged second by second, as the rules that stand down on a saturated host judge it: one
+    // reading, so "saturated" here and "not judged: saturated" there never disagree (the
+    // run's means could, a half-saturated run's mean idle being above the bar)
+    let Some(saturated) = saturated_host(run) else {
         return Verdict::Clear;
-    }
+    };
     let kiln = run.kiln_cores();
     let mut evidence = vec![
+        saturated,
         format!(
-            "the host's {:.0} cores were {:.0}% busy: {busy_cores:.2} cores, the target's \
-             {:.2} of them",
+            "over the run the host's {:.0} cores were {:.0}% busy: {busy_cores:.2} cores, the \
+             target's {:.2} of them",
             u.host_cores,
             100.0 - idle,
             u.target_cores
@@ -1286,6 +1290,10 @@ mod waiting_tests {
             };
             10
         ];
+        // on the load's clock, as the sampler stamps them
+        for (r, s) in run.resources.iter_mut().zip(&run.seconds) {
+            r.unix_ms = s.unix_ms;
+        }
         run
     }
 
@@ -1329,6 +1337,29 @@ mod waiting_tests {
         ));
     }
 
+    /// The finding and the rules that stand down on a saturated host read the same seconds:
+    /// half the seconds saturated is "saturated" for both, though the run's mean idle (50%)
+    /// is far above the bar; four in ten is for neither.
+    #[test]
+    fn the_busy_host_is_judged_by_the_seconds_the_other_rules_read() {
+        let with_saturated = |n: usize| {
+            let mut run = cpu_run(3.0, 30.0, None);
+            for r in run.resources.iter_mut().skip(n) {
+                r.host_cpu = Some(CpuSplit {
+                    idle: 97.0,
+                    ..Default::default()
+                });
+            }
+            run
+        };
+        let half = with_saturated(5);
+        assert!(saturated_host(&half).is_some());
+        assert!(matches!(host_busy(&half), Verdict::Found(_)));
+        let fewer = with_saturated(4);
+        assert!(saturated_host(&fewer).is_none());
+        assert!(matches!(host_busy(&fewer), Verdict::Clear));
+    }
+
     #[test]
     fn a_host_kept_busy_by_others_is_not_the_target_being_cpu_bound() {
         let run = cpu_run(3.0, 30.0, None);
@@ -1337,7 +1368,8 @@ mod waiting_tests {
             panic!("the busy host is not found");
         };
         assert!(
-            f[0].evidence[1].starts_with("1.64 cores went to other processes"),
+            f[0].evidence[0].contains("saturated by other work in 10 of 10 seconds")
+                && f[0].evidence[2].starts_with("1.64 cores went to other processes"),
             "{:?}",
             f[0].evidence
         );

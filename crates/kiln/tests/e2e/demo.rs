@@ -107,6 +107,15 @@ fn the_demo_finds_every_planted_problem_and_proves_the_fixes() {
     .into();
     if busy_host {
         expected.remove("latency.periodic-spikes");
+        // one reading of the host: the rule that stood down and the busy-host finding agree
+        assert!(
+            common::rules_in(&planted["findings"])
+                .iter()
+                .any(|r| r == "cpu.host-busy"),
+            "the periodic rule stood down for a saturated host that cpu.host-busy did not find: \
+             {:#}",
+            planted["findings"]
+        );
     }
     assert_eq!(
         rules(planted),
