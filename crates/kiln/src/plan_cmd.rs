@@ -153,6 +153,12 @@ fn from_har(args: FromHarArgs) -> Result<u8> {
             hosts.join(", ")
         );
     }
+    if made.not_http_left_out > 0 {
+        eprintln!(
+            "kiln: {} request(s) that are not HTTP (file:, data:, blob: ...) left out",
+            made.not_http_left_out
+        );
+    }
     if made.websockets_left_out > 0 {
         eprintln!(
             "kiln: {} WebSocket connection(s) left out: kiln replays HTTP requests, not a \

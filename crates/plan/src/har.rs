@@ -103,6 +103,9 @@ pub struct MadePlan {
     pub websockets_left_out: usize,
     /// Requests to other hosts than the main one, left out, by origin.
     pub other_hosts_left_out: Vec<(String, usize)>,
+    /// Entries that are not HTTP (`file:`, `data:`, `blob:`, an extension's page), left out:
+    /// the plan kiln wrote refused them before.
+    pub not_http_left_out: usize,
 }
 
 /// What [`to_plan_with`] keeps.
@@ -189,9 +192,19 @@ fn is_static(e: &Entry) -> bool {
     .any(|ext| path.to_ascii_lowercase().ends_with(ext))
 }
 
-/// A WebSocket handshake: answered 101, typed "websocket", or asking to upgrade to one.
+/// A URL's scheme in lower case (`http`, `wss`, `file`, `data` ...).
+fn scheme_of(url: &str) -> String {
+    url.split(':')
+        .next()
+        .unwrap_or_default()
+        .to_ascii_lowercase()
+}
+
+/// A WebSocket handshake: a `ws:`/`wss:` URL, answered 101, typed "websocket", or asking to
+/// upgrade to one.
 fn is_websocket(e: &Entry) -> bool {
-    e.response.as_ref().is_some_and(|r| r.status == 101)
+    matches!(scheme_of(&e.request.url).as_str(), "ws" | "wss")
+        || e.response.as_ref().is_some_and(|r| r.status == 101)
         || e.resource_type.as_deref() == Some("websocket")
         || e.request.headers.iter().any(|h| {
             h.name.eq_ignore_ascii_case("upgrade") && h.value.eq_ignore_ascii_case("websocket")
@@ -314,10 +327,12 @@ pub fn to_plan_with(text: &str, options: &HarOptions) -> Result<MadePlan, String
     // a byte-order mark before the JSON (some tools write one) is not part of it
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let har: Har = serde_json::from_str(text).map_err(|e| format!("not a HAR file: {e}"))?;
+    let is_http = |e: &&Entry| matches!(scheme_of(&e.request.url).as_str(), "http" | "https");
     let main_host = har
         .log
         .entries
         .iter()
+        .filter(is_http)
         .find_map(|e| split_origin(&e.request.url))
         .map(|(origin, _)| host_of(origin));
     if let Some(host) = main_host.as_deref().filter(|h| link_local(h)) {
@@ -338,16 +353,19 @@ pub fn to_plan_with(text: &str, options: &HarOptions) -> Result<MadePlan, String
     let mut static_left_out = 0;
     let mut websockets_left_out = 0;
     let mut other_hosts: std::collections::BTreeMap<String, usize> = Default::default();
+    let mut not_http_left_out = 0;
     for e in &har.log.entries {
-        let Some((origin, _)) = split_origin(&e.request.url) else {
+        if is_websocket(e) {
+            websockets_left_out += 1;
+            continue;
+        }
+        let origin = split_origin(&e.request.url).filter(|_| is_http(&e));
+        let Some((origin, _)) = origin else {
+            not_http_left_out += 1;
             continue;
         };
         if !wanted(&host_of(origin)) {
             *other_hosts.entry(origin.to_string()).or_default() += 1;
-            continue;
-        }
-        if is_websocket(e) {
-            websockets_left_out += 1;
             continue;
         }
         if !options.keep_static && is_static(e) {
@@ -374,6 +392,12 @@ pub fn to_plan_with(text: &str, options: &HarOptions) -> Result<MadePlan, String
             y,
             "# {websockets_left_out} WebSocket connection(s) left out: kiln replays HTTP \
              requests, not a socket's messages."
+        );
+    }
+    if not_http_left_out > 0 {
+        let _ = writeln!(
+            y,
+            "# {not_http_left_out} request(s) that are not HTTP (file:, data:, blob: ...) left out."
         );
     }
     if !other_hosts.is_empty() {
@@ -488,11 +512,22 @@ pub fn to_plan_with(text: &str, options: &HarOptions) -> Result<MadePlan, String
         }
     }
     y.push_str("load:\n  vus: 1\n  duration: 30s\n");
+    // a plan kiln would refuse to read is not written
+    if y.len() > crate::MAX_PLAN_BYTES {
+        return Err(format!(
+            "the plan would be {:.1} MiB, more than kiln reads ({} MiB): the recording's \
+             request bodies are too large to replay from a plan (keep fewer requests, or post \
+             large bodies from data files)",
+            y.len() as f64 / (1 << 20) as f64,
+            crate::MAX_PLAN_BYTES >> 20
+        ));
+    }
     Ok(MadePlan {
         yaml: y,
         requests: kept.len(),
         static_left_out,
         websockets_left_out,
         other_hosts_left_out: other_hosts.into_iter().collect(),
+        not_http_left_out,
     })
 }

@@ -311,3 +311,73 @@ fn a_plan_is_checked_without_looking_its_names_up() {
     let e = kiln_plan::load(&path, &[]).unwrap_err();
     assert!(e.to_string().contains("cannot resolve host"), "{e}");
 }
+
+/// A recording holds what a browser did: a `wss:` socket answered 200, a `file:` page, a
+/// `data:` image. The plan kiln wrote from it was refused by `kiln plan check` ("scheme 'wss'
+/// is not http or https"); they are left out and counted, and the main host is the first
+/// HTTP one.
+#[test]
+fn entries_that_are_not_http_are_left_out_and_the_plan_checks() {
+    let har = serde_json::json!({"log": {"entries": [
+        {"request": {"method": "GET", "url": "file:///etc/passwd", "headers": []},
+         "response": {"status": 200}},
+        {"request": {"method": "GET", "url": "http://127.0.0.1:1/", "headers": []},
+         "response": {"status": 200}},
+        {"request": {"method": "GET", "url": "wss://127.0.0.1:1/ws", "headers": []},
+         "response": {"status": 200}},
+        {"request": {"method": "GET", "url": "data:image/png;base64,iVBOR", "headers": []},
+         "response": {"status": 200}}
+    ]}});
+    let made = to_plan(&har.to_string(), false).unwrap();
+    assert_eq!(
+        (
+            made.requests,
+            made.websockets_left_out,
+            made.not_http_left_out
+        ),
+        (1, 1, 2),
+        "{}",
+        made.yaml
+    );
+    assert!(
+        made.other_hosts_left_out.is_empty(),
+        "{:?}",
+        made.other_hosts_left_out
+    );
+    assert!(
+        made.yaml.contains("base_url: \"http://127.0.0.1:1\""),
+        "{}",
+        made.yaml
+    );
+    assert!(
+        made.yaml.contains("# 2 request(s) that are not HTTP"),
+        "{}",
+        made.yaml
+    );
+    kiln_plan::parse_with(
+        &made.yaml,
+        "made.yaml",
+        std::path::Path::new("."),
+        &[],
+        &|_| None,
+        kiln_plan::Lookup::Never,
+    )
+    .unwrap_or_else(|e| panic!("the plan made does not check: {e}\n{}", made.yaml));
+}
+
+/// A recording whose bodies make a plan larger than kiln reads is refused with why, not
+/// written as a plan `kiln plan check` then refuses.
+#[test]
+fn a_plan_too_large_to_read_is_not_written() {
+    let body = "x".repeat(1 << 20);
+    let entries: Vec<serde_json::Value> = (0..5)
+        .map(|i| {
+            serde_json::json!({"request": {"method": "POST", "url": format!("http://127.0.0.1:1/{i}"),
+                "headers": [], "postData": {"mimeType": "text/plain", "text": body}},
+             "response": {"status": 200}})
+        })
+        .collect();
+    let har = serde_json::json!({"log": {"entries": entries}});
+    let err = to_plan(&har.to_string(), false).unwrap_err();
+    assert!(err.contains("more than kiln reads (4 MiB)"), "{err}");
+}
