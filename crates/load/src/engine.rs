@@ -1571,12 +1571,15 @@ async fn run_step(
         };
         scenario::render_request(step, origin, &vu.state.jars[step.origin], &mut cx)
     };
-    let Ok(rendered) = rendered else {
-        state
-            .recorder
-            .borrow_mut()
-            .not_sent(step.name, Instant::now());
-        return StepEnd::CutShort { connect: false };
+    let rendered = match rendered {
+        Ok(rendered) => rendered,
+        Err(e) => {
+            state
+                .recorder
+                .borrow_mut()
+                .not_sent(step.name, Instant::now(), e.why());
+            return StepEnd::CutShort { connect: false };
+        }
     };
     let setup = &state.origins[step.origin];
     let conn = &mut vu.conns[step.origin];

@@ -288,14 +288,15 @@ impl WorkerRecorder {
     }
 
     /// A plan's request that could not be made (a variable unset, a header value that is
-    /// not one): a failed check under its name, nothing sent.
-    pub fn not_sent(&mut self, name: usize, at: Instant) {
+    /// not one): a failed check under its name, nothing sent, counted by `why`.
+    pub fn not_sent(&mut self, name: usize, at: Instant, why: String) {
         self.roll_to(at);
         self.current.checks += 1;
         self.current.checks_failed += 1;
         if let Some(n) = self.by_name.get_mut(name) {
             n.checks += 1;
             n.checks_failed += 1;
+            *n.not_sent.entry(why).or_default() += 1;
         }
     }
 

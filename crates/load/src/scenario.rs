@@ -466,6 +466,21 @@ pub enum RenderError {
     BadPath(String),
 }
 
+impl RenderError {
+    /// Why the request was not sent, in words that name what was wrong, never the value
+    /// (from a data file or a response: it may be a secret).
+    pub fn why(&self) -> String {
+        match self {
+            RenderError::Unset(_) => "a variable it uses had no value".into(),
+            RenderError::BadHeader(name) => format!(
+                "header '{}' would hold a line break or a control character",
+                name.chars().take(64).collect::<String>()
+            ),
+            RenderError::BadPath(_) => "its URL would hold a space or a line break".into(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -138,6 +138,11 @@ pub struct NameSecond {
     /// step with one check, counting each failed extraction as a check run and failed).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub extractions_failed: u64,
+    /// Requests that could not be made, by why (a header whose value from a data file held a
+    /// line break, a variable without a value): each a failed check, nothing sent. The reasons
+    /// name the header or the variable, never the value (it may be a secret).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub not_sent: BTreeMap<String, u64>,
     #[serde(default)]
     pub body_bytes: u64,
     /// Counted as the whole run's latency is (the first request of an open-model iteration
@@ -156,6 +161,10 @@ impl NameSecond {
         self.extractions_failed = self
             .extractions_failed
             .saturating_add(other.extractions_failed);
+        for (why, n) in &other.not_sent {
+            let into = self.not_sent.entry(why.clone()).or_default();
+            *into = into.saturating_add(*n);
+        }
         self.body_bytes = self.body_bytes.saturating_add(other.body_bytes);
         self.latency.merge(&other.latency);
     }

@@ -75,6 +75,9 @@ pub fn render(
             if n.checks_failed > 0 {
                 said.push(format!("{} of {} checks failed", n.checks_failed, n.checks));
             }
+            for (why, k) in &n.not_sent {
+                said.push(format!("{k} not sent: {why}"));
+            }
             if n.extractions_failed > 0 {
                 said.push(format!(
                     "{} of {} responses had nothing to extract",

@@ -132,6 +132,18 @@ pub fn to_text(total: &PhaseSummary) -> String {
         out += &row(&r);
     }
     for (name, n) in &t.names {
+        if !n.not_sent.is_empty() {
+            let why: Vec<String> = (n.not_sent.iter())
+                .map(|(why, k)| format!("{k}: {}", safe_text(why)))
+                .collect();
+            let _ = writeln!(
+                out,
+                "  {} not sent {} times ({})",
+                safe_text(name),
+                n.not_sent.values().fold(0u64, |a, k| a.saturating_add(*k)),
+                why.join("; ")
+            );
+        }
         if n.failed > 0 {
             let statuses: Vec<String> = n
                 .status

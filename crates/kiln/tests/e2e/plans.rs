@@ -579,3 +579,63 @@ fn a_har_recording_becomes_a_plan_that_runs() {
     assert_eq!(json["total"]["requests"], 36);
     assert_eq!(json["total"]["failed"], 0, "{}", json["total"]);
 }
+
+/// A data file's value with a line break cannot be a header: the request is not sent and
+/// counted as a failed check, and the run now says why (it said only "checks 173 run, 173
+/// failed"), naming the header, never the value.
+#[test]
+fn a_request_that_cannot_be_made_from_its_data_is_said_with_why() {
+    let _turn = common::beside();
+    let target = kiln_targets::TargetServer::start(kiln_targets::Behavior::default()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("users.csv"),
+        "token\n\"secret\r\nInjected: 1\"\nfine\n",
+    )
+    .unwrap();
+    let text = format!(
+        r#"
+base_url: {}
+data:
+  users: {{file: users.csv}}
+scenarios:
+  - name: s
+    data: users
+    steps:
+      - name: home
+        url: /
+        headers: {{X-Token: "{{{{token}}}}"}}
+load: {{vus: 1, iterations: 10}}
+"#,
+        target.url("").trim_end_matches('/')
+    );
+    let junit = dir.path().join("junit.xml");
+    let json = run_plan(dir.path(), &text, &["--junit", junit.to_str().unwrap()]);
+    let home = &json["total"]["names"]["home"];
+    // every other iteration takes the bad row: 5 sent, 5 not
+    assert_eq!(home["requests"], 5, "{json:#}");
+    assert_eq!(target.answered(), 5);
+    let xml = std::fs::read_to_string(&junit).unwrap();
+    assert!(
+        xml.contains("5 not sent: header &apos;x-token&apos; would hold a line break"),
+        "{xml}"
+    );
+    assert!(
+        !xml.contains("secret"),
+        "the value itself is never said: {xml}"
+    );
+    let page = std::fs::read_to_string(
+        std::fs::read_dir(dir.path())
+            .unwrap()
+            .find_map(|e| {
+                let p = e.unwrap().path();
+                p.file_name()?
+                    .to_str()?
+                    .starts_with("run-")
+                    .then(|| p.join("load-seconds.jsonl"))
+            })
+            .unwrap(),
+    )
+    .unwrap();
+    assert!(!page.contains("secret"), "nor recorded");
+}
