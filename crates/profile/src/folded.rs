@@ -191,15 +191,7 @@ impl Folded {
             seen.clear();
             let frames: Vec<&str> = stack.split(';').collect();
             for (i, &frame) in frames.iter().enumerate() {
-                let share = shares
-                    .entry(frame.to_string())
-                    .or_insert_with(|| FunctionShare {
-                        name: frame.to_string(),
-                        self_samples: 0,
-                        total_samples: 0,
-                        self_pct: 0.0,
-                        total_pct: 0.0,
-                    });
+                let share = share_of(&mut shares, frame);
                 if i + 1 == frames.len() {
                     share.self_samples += count;
                 }
@@ -208,10 +200,7 @@ impl Folded {
                 }
             }
         }
-        for share in shares.values_mut() {
-            share.self_pct = 100.0 * share.self_samples as f64 / total;
-            share.total_pct = 100.0 * share.total_samples as f64 / total;
-        }
+        set_percents(&mut shares, total);
         shares
     }
 
@@ -220,31 +209,17 @@ impl Folded {
     /// `n`, most first. Self time there is ~all `schedule`/`__schedule`, which says nothing;
     /// the code that called into the wait does.
     pub fn blocked_in(&self, n: usize) -> Vec<FunctionShare> {
-        let mut by: BTreeMap<&str, u64> = BTreeMap::new();
+        let mut by: BTreeMap<String, FunctionShare> = BTreeMap::new();
         for (stack, &count) in &self.stacks {
             let mut frames = stack.rsplit(';');
             let leaf = frames.clone().next().unwrap_or(stack);
-            let at = frames.find(|f| !f.ends_with("_[k]")).unwrap_or(leaf);
-            *by.entry(at).or_default() += count;
+            let at = frames.find(|f| !is_kernel_frame(f)).unwrap_or(leaf);
+            let share = share_of(&mut by, at);
+            share.self_samples += count;
+            share.total_samples += count;
         }
-        let total = self.total().max(1) as f64;
-        let mut top: Vec<FunctionShare> = by
-            .into_iter()
-            .map(|(name, count)| FunctionShare {
-                name: name.to_string(),
-                self_samples: count,
-                total_samples: count,
-                self_pct: 100.0 * count as f64 / total,
-                total_pct: 100.0 * count as f64 / total,
-            })
-            .collect();
-        top.sort_by(|a, b| {
-            b.self_samples
-                .cmp(&a.self_samples)
-                .then_with(|| a.name.cmp(&b.name))
-        });
-        top.truncate(n);
-        top
+        set_percents(&mut by, self.total().max(1) as f64);
+        top_self(&by, n)
     }
 
     /// Share of samples (0..1) whose leaf is a kernel frame (annotated `_[k]`).
@@ -252,11 +227,7 @@ impl Folded {
         let kernel: u64 = self
             .stacks
             .iter()
-            .filter(|(s, _)| {
-                s.rsplit(';')
-                    .next()
-                    .is_some_and(|leaf| leaf.ends_with("_[k]"))
-            })
+            .filter(|(s, _)| s.rsplit(';').next().is_some_and(is_kernel_frame))
             .map(|(_, &c)| c)
             .sum();
         kernel as f64 / self.total().max(1) as f64
@@ -283,6 +254,35 @@ impl Folded {
                 .collect(),
         }
     }
+}
+
+/// `frame`'s share in `shares`, added at zero when it is not there yet.
+fn share_of<'a>(
+    shares: &'a mut BTreeMap<String, FunctionShare>,
+    frame: &str,
+) -> &'a mut FunctionShare {
+    shares
+        .entry(frame.to_string())
+        .or_insert_with(|| FunctionShare {
+            name: frame.to_string(),
+            self_samples: 0,
+            total_samples: 0,
+            self_pct: 0.0,
+            total_pct: 0.0,
+        })
+}
+
+/// Each share's percentages of `total` samples.
+fn set_percents(shares: &mut BTreeMap<String, FunctionShare>, total: f64) {
+    for share in shares.values_mut() {
+        share.self_pct = 100.0 * share.self_samples as f64 / total;
+        share.total_pct = 100.0 * share.total_samples as f64 / total;
+    }
+}
+
+/// Whether a frame is the kernel's: perf script's collapsed stacks mark them `_[k]`.
+pub fn is_kernel_frame(frame: &str) -> bool {
+    frame.ends_with("_[k]")
 }
 
 /// The `n` functions of `shares` with the most self samples (none that was never a leaf).

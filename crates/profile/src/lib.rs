@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 pub use flame::{svg, FlameStyle, FoldedDiff, ShareChange};
-pub use folded::{Folded, ParseReport};
+pub use folded::{is_kernel_frame, Folded, ParseReport};
 pub use inferno::flamegraph::color::{BasicPalette, MultiPalette, Palette};
 pub use kiln_record::schema::profile::{FunctionShare, ProfileSummary, SourceFormat};
 pub use perf::{CallGraph, Event, RecordOptions};
@@ -382,7 +382,6 @@ pub fn profile_processes(
     })
 }
 
-/// The summary of a profile with its `top` functions by self and by total samples.
 /// [`summarize`] for a profile of `event`: an off-CPU one also says where its threads
 /// blocked ([`Folded::blocked_in`]).
 pub fn summarize_event(folded: &Folded, top: usize, event: Event) -> ProfileSummary {
@@ -393,6 +392,7 @@ pub fn summarize_event(folded: &Folded, top: usize, event: Event) -> ProfileSumm
     summary
 }
 
+/// The summary of a profile with its `top` functions by self and by total samples.
 pub fn summarize(folded: &Folded, top: usize) -> ProfileSummary {
     {
         let mut shares = folded.function_shares();

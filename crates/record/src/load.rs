@@ -161,18 +161,15 @@ impl NameSecond {
         self.extractions_failed = self
             .extractions_failed
             .saturating_add(other.extractions_failed);
-        for (why, n) in &other.not_sent {
-            let into = self.not_sent.entry(why.clone()).or_default();
-            *into = into.saturating_add(*n);
-        }
+        add_counts(&mut self.not_sent, &other.not_sent);
         self.body_bytes = self.body_bytes.saturating_add(other.body_bytes);
         self.latency.merge(&other.latency);
     }
 }
 
-fn add_counts<K: Ord + Copy>(into: &mut BTreeMap<K, u64>, from: &BTreeMap<K, u64>) {
+fn add_counts<K: Ord + Clone>(into: &mut BTreeMap<K, u64>, from: &BTreeMap<K, u64>) {
     for (k, n) in from {
-        let count = into.entry(*k).or_default();
+        let count = into.entry(k.clone()).or_default();
         *count = count.saturating_add(*n);
     }
 }

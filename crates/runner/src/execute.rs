@@ -396,15 +396,17 @@ impl ProfileWatcher {
             Event::Cpu => "--profile",
             Event::Cswitch => "--off-cpu",
         };
+        // said now and kept in the record, where readers say it instead of "add --profile"
+        let failed = |dir: &mut RunDir, warnings: &mut Vec<String>, e: &dyn std::fmt::Display| {
+            warnings.push(format!("{flag}: {e}"));
+            dir.manifest
+                .not_recorded
+                .insert(flag.to_string(), e.to_string());
+            None
+        };
         let profiled = match joined {
             Ok(Ok(p)) => p,
-            Ok(Err(e)) => {
-                warnings.push(format!("{flag}: {e}"));
-                dir.manifest
-                    .not_recorded
-                    .insert(flag.to_string(), e.to_string());
-                return None;
-            }
+            Ok(Err(e)) => return failed(dir, warnings, &e),
             Err(_) => {
                 dir.manifest
                     .not_recorded
@@ -425,13 +427,7 @@ impl ProfileWatcher {
         match profile_parts::write_profile(dir, parts, &profiled.folded, &title, count, 10, origin)
         {
             Ok(written) => Some(written.record),
-            Err(e) => {
-                warnings.push(format!("{flag}: {e}"));
-                dir.manifest
-                    .not_recorded
-                    .insert(flag.to_string(), e.to_string());
-                None
-            }
+            Err(e) => failed(dir, warnings, &e),
         }
     }
 }

@@ -225,12 +225,15 @@ fn kernel_work(folded: &Folded) -> (u64, Vec<(&'static KernelWork, u64)>) {
         if !stack
             .rsplit(';')
             .next()
-            .is_some_and(|leaf| leaf.ends_with("_[k]"))
+            .is_some_and(kiln_profile::is_kernel_frame)
         {
             continue;
         }
         kernel_samples += count;
-        let kernel_frames: Vec<&str> = stack.split(';').filter(|f| f.ends_with("_[k]")).collect();
+        let kernel_frames: Vec<&str> = stack
+            .split(';')
+            .filter(|f| kiln_profile::is_kernel_frame(f))
+            .collect();
         if let Some(slot) = by_work.iter_mut().find(|(w, _)| {
             w.frames
                 .iter()

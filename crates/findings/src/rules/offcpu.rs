@@ -56,7 +56,7 @@ fn is_lock_frame(frame: &str) -> bool {
 /// Frames of the lock machinery itself, passed over when naming who waits.
 fn is_lock_glue(frame: &str) -> bool {
     let f = strip_mark(frame);
-    frame.ends_with("_[k]")
+    kiln_profile::is_kernel_frame(frame)
         || is_lock_frame(f)
         || f.contains("::sync::")
         || f.contains("mutex")

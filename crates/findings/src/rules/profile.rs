@@ -471,7 +471,7 @@ fn tally(folded: &Folded) -> Vec<Tally> {
 /// caller anyone wrote.
 fn is_runtime_glue(frame: &str) -> bool {
     let f = strip_mark(frame);
-    frame.ends_with("_[k]")
+    kiln_profile::is_kernel_frame(frame)
         || f.starts_with("Interpreter")
         || ["core::", "alloc::", "std::"].iter().any(|lib| {
             f.starts_with(lib) || f.strip_prefix('<').is_some_and(|g| g.starts_with(lib))

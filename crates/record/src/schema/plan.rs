@@ -356,11 +356,10 @@ impl LoadPlanRecord {
     /// The load in words, as the summary's Workload line says it: `open model, 500/s (30 s),
     /// 50 connections up front (max 1000), 2 threads`.
     pub fn workload_text(&self) -> String {
-        let plan = self;
-        let threads = plan.threads;
-        let secs = plan.duration_s;
+        let threads = self.threads;
+        let secs = self.duration_s;
         // A plan file's VUs each hold a connection per origin; a URL run's are connections.
-        let (units, think) = match plan.scenarios.len() {
+        let (units, think) = match self.scenarios.len() {
             0 => ("connections", None),
             n => (
                 "VUs",
@@ -370,7 +369,7 @@ impl LoadPlanRecord {
                 )),
             ),
         };
-        match &plan.workload {
+        match &self.workload {
             Model::Open {
                 stages,
                 connections,
