@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The Python environment the query analyzer's end-to-end tests run their instrumented app in
 # (and the Kubernetes manifest validator the k8s test runs):
-# Flask and psycopg under the OpenTelemetry SDK, and kiln's own span processor
+# Flask, psycopg and redis-py under the OpenTelemetry SDK, and kiln's own span processor
 # (agents/python). Made once in target/pyenv (inside the repo, removed by cargo clean);
 # made again when this script or the requirements change.
 set -euo pipefail

@@ -19,6 +19,8 @@ command -v node >/dev/null 2>&1 || missing+=(nodejs)
 # the query analyzer's end-to-end tests: a real PostgreSQL, and Chromium for the HTML report
 ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || missing+=(postgresql)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+# Redis commands as redis-py's instrumentation records them, against a real server
+command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 python3 -m venv --help >/dev/null 2>&1 || missing+=(python3-venv)
 # the retransmits finding's test: packet loss on a network namespace's own loopback
 command -v ip >/dev/null 2>&1 || missing+=(iproute2)

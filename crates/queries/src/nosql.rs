@@ -394,9 +394,15 @@ pub fn record_values_hint(mode: Mode) -> Option<&'static str> {
     match mode {
         Mode::Document => Some(
             "where the instrumentation can: PyMongo's capture_statement=True, the Node \
-             instrumentation's enhancedDatabaseReporting",
+             instrumentation's enhancedDatabaseReporting, the Java agent's \
+             otel.instrumentation.mongo.statement-sanitizer.enabled=false",
         ),
-        Mode::Command => Some("where the instrumentation can, e.g. with sanitizing off"),
+        // redis-py's instrumentation writes every argument as "?" and has no switch
+        Mode::Command => Some(
+            "where the instrumentation can: the Java agent's \
+             otel.instrumentation.common.db-statement-sanitizer.enabled=false, ioredis' \
+             dbStatementSerializer; redis-py's instrumentation always writes them as ?",
+        ),
         Mode::Tokenizer | Mode::Fallback => None,
     }
 }

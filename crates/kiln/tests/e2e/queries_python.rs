@@ -171,3 +171,71 @@ fn kiln_run_receives_the_traces_of_its_own_load() {
         "{text}"
     );
 }
+
+/// Redis through redis-py's OpenTelemetry instrumentation, against a real redis-server
+/// (tests/apps/python_redis/app.py drives each route once and writes the spans to a file):
+/// the HGETALL loop is an N+1 of 15 at its line with Redis's own fix; a pipeline and an MGET
+/// are one call each, not N+1s; the double read, whose arguments the instrumentation writes as
+/// "?", is never called redundant, and the finding says how values can be recorded.
+#[test]
+fn redis_commands_an_n_plus_one_at_its_line_and_no_redundant_guess() {
+    let _turn = common::beside();
+    let tmp = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let mut server = std::process::Command::new("redis-server")
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        .args(["--save", "", "--appendonly", "no", "--dir"])
+        .arg(tmp.path())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("redis-server runs (scripts/test.sh installs it)");
+    common::apps::wait_port(port, &mut server, "redis-server");
+    let _server = common::apps::Killed(server);
+    let app = common::apps::workspace().join("tests/apps/python_redis/app.py");
+    let spans = tmp.path().join("spans.pb");
+    let ran = std::process::Command::new(common::apps::python())
+        .arg(&app)
+        .arg(&spans)
+        .env("REDIS_URL", format!("redis://127.0.0.1:{port}/0"))
+        .output()
+        .unwrap();
+    assert!(
+        ran.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ran.stderr)
+    );
+
+    let out = common::kiln(&[
+        "queries",
+        spans.to_str().unwrap(),
+        "--out",
+        tmp.path().join("q").to_str().unwrap(),
+        "--json",
+    ]);
+    let report = common::json_with_exit(&out, 0);
+    let a = &report["analysis"];
+    // per user: the cart (1 + 15), the pipeline (1 + 1), the MGET (1 + 1), the profile (2)
+    assert_eq!(a["coverage"]["db_spans"], 2 * 22, "{}", a["coverage"]);
+    let loops = findings(a, "n_plus_one");
+    assert_eq!(loops.len(), 1, "{loops:#?}");
+    let f = &loops[0];
+    assert_eq!(
+        (f["calls"].as_u64(), f["shape"].as_str()),
+        (Some(15), Some("HGETALL ?"))
+    );
+    assert!(
+        f["route"].as_str().unwrap().starts_with("GET /cart/"),
+        "{f}"
+    );
+    let site = f["site"].as_array().unwrap().last().unwrap();
+    assert_eq!(site["line"], line_of(&app, "# N_PLUS_ONE") as u64, "{site}");
+    assert!(f["fix"].as_str().unwrap().contains("pipeline"), "{f}");
+    assert!(
+        f["evidence"]
+            .as_str()
+            .unwrap()
+            .contains("redis-py's instrumentation always"),
+        "{f}"
+    );
+    assert!(findings(a, "redundant").is_empty(), "{}", a["findings"]);
+}
