@@ -294,8 +294,10 @@ pub fn compare_sides(
     // two run sets of one target says "no change" that often, not 1 - k(1 - confidence).
     // the target's CPU per request, second by second, when both sides watched it
     let cpu = [base.record.cpu_seconds(), new.record.cpu_seconds()];
+    let wire = [wire_seconds(base), wire_seconds(new)];
     let judged = 2
         + usize::from(cpu.iter().all(|c| !c.is_empty()))
+        + 2 * usize::from(wire.iter().all(|w| !w.is_empty()))
         + PERCENTILES.iter().filter(|p| tail_enough(p.1)).count();
     let tail = (1.0 - options.confidence.clamp(0.5, 0.9999)) / 2.0 / judged as f64;
     let interval = |change: &dyn Fn(&Estimate, &Estimate) -> f64| -> Option<[f64; 2]> {
@@ -407,7 +409,7 @@ pub fn compare_sides(
     };
     row.verdict = verdict(&row);
     rows.push(row);
-    rows.extend(wire_rows(base, new));
+    rows.extend(wire_rows(&wire, options, tail));
 
     Comparison {
         version: COMPARE_VERSION,
@@ -639,20 +641,40 @@ const CPU_PER_REQUEST: &str = "target CPU per request";
 const CPU_BLOCK_SECONDS: usize = 5;
 /// CPU per request changes within this share are no change (the sampler reads clock ticks).
 const CPU_BAND: f64 = 0.05;
+/// A wire share (requests on a new connection, responses in two parts) that moves by fewer
+/// points is no change.
+const WIRE_BAND_POINTS: f64 = 2.0;
 
-/// CPU per request (ms) of a moving-block resample of the seconds (circular blocks).
-fn cpu_per_request_draw(seconds: &[(f64, f64, u64)], rng: &mut fastrand::Rng) -> f64 {
-    let n = seconds.len();
+/// One moving-block resample of `n` seconds (circular blocks of [`CPU_BLOCK_SECONDS`]):
+/// `take` is called with each drawn second's index.
+fn block_resample(n: usize, rng: &mut fastrand::Rng, mut take: impl FnMut(usize)) {
     let block = CPU_BLOCK_SECONDS.min(n).max(1);
-    let (mut cpu, mut requests) = (0.0, 0u64);
     for _ in 0..n.div_ceil(block) {
         let start = rng.usize(..n);
         for k in 0..block {
-            let (u, s, r) = seconds[(start + k) % n];
-            cpu += u + s;
-            requests += r;
+            take((start + k) % n);
         }
     }
+}
+
+/// The interval at `tail` of `changes` (the resamples' changes; infinite ones left out).
+fn interval_of(mut changes: Vec<f64>, tail: f64) -> Option<[f64; 2]> {
+    changes.retain(|c| c.is_finite());
+    changes.sort_by(f64::total_cmp);
+    let at = |q: f64| {
+        changes[((q * (changes.len() - 1) as f64).round() as usize).min(changes.len() - 1)]
+    };
+    (!changes.is_empty()).then(|| [at(tail), at(1.0 - tail)])
+}
+
+/// CPU per request (ms) of a moving-block resample of the seconds.
+fn cpu_per_request_draw(seconds: &[(f64, f64, u64)], rng: &mut fastrand::Rng) -> f64 {
+    let (mut cpu, mut requests) = (0.0, 0u64);
+    block_resample(seconds.len(), rng, |i| {
+        let (u, s, r) = seconds[i];
+        cpu += u + s;
+        requests += r;
+    });
     1000.0 * cpu / requests.max(1) as f64
 }
 
@@ -672,7 +694,7 @@ fn resource_rows(cpu: &[Vec<(f64, f64, u64)>; 2], options: &Options, tail: f64) 
     let per_request = |cpu: f64, r: u64| 1000.0 * cpu / r.max(1) as f64;
     let (b, n) = (per_request(bu + bsys, br), per_request(nu + nsys, nr));
     let mut rng = fastrand::Rng::with_seed(options.seed ^ 0xC0FF_EE00);
-    let mut changes: Vec<f64> = (0..options.resamples.max(1))
+    let changes: Vec<f64> = (0..options.resamples.max(1))
         .map(|_| {
             let (db, dn) = (
                 cpu_per_request_draw(bs, &mut rng),
@@ -680,12 +702,7 @@ fn resource_rows(cpu: &[Vec<(f64, f64, u64)>; 2], options: &Options, tail: f64) 
             );
             ratio_change(db, dn)
         })
-        .filter(|c| c.is_finite())
         .collect();
-    changes.sort_by(f64::total_cmp);
-    let at = |q: f64| {
-        changes[((q * (changes.len() - 1) as f64).round() as usize).min(changes.len() - 1)]
-    };
     let mut cpu = Row {
         metric: CPU_PER_REQUEST.into(),
         unit: "ms".into(),
@@ -693,7 +710,7 @@ fn resource_rows(cpu: &[Vec<(f64, f64, u64)>; 2], options: &Options, tail: f64) 
         new: n,
         change: ratio_change(b, n),
         relative: true,
-        interval: (!changes.is_empty()).then(|| [at(tail), at(1.0 - tail)]),
+        interval: interval_of(changes, tail),
         band: CPU_BAND,
         better: Better::Lower,
         verdict: Verdict::NotJudged,
@@ -721,55 +738,82 @@ fn resource_rows(cpu: &[Vec<(f64, f64, u64)>; 2], options: &Options, tail: f64) 
     ]
 }
 
-/// What the wire showed on both sides, when both recorded it: requests a connection and the
-/// share of responses in two parts (a delayed-ACK stall). Counts over the whole run, shown
-/// beside the judged figures; the findings they belong to are judged fixed or not.
-fn wire_rows(base: &Side, new: &Side) -> Vec<Row> {
-    let wire = |side: &Side| {
-        let total = side.record.measured()?;
-        let w = total.totals.wire.clone();
-        (!w.is_empty()).then_some((w, total.totals.requests))
-    };
-    let (Some((bw, br)), Some((nw, nr))) = (wire(base), wire(new)) else {
+/// Each measured second's wire counts: (requests, connections opened, HTTP/1.1 responses
+/// timed, responses in two parts). Empty when the run recorded no wire.
+fn wire_seconds(side: &Side) -> Vec<[u64; 4]> {
+    let seconds = &side.record.seconds;
+    if seconds.iter().all(|s| s.wire.is_empty()) {
         return Vec::new();
-    };
-    let row = |metric: &str, unit: &str, b: f64, n: f64, relative: bool, better| Row {
-        metric: metric.into(),
-        unit: unit.into(),
-        base: b,
-        new: n,
-        change: if relative { ratio_change(b, n) } else { n - b },
-        relative,
-        interval: None,
-        band: 0.0,
-        better,
-        verdict: Verdict::NotJudged,
-        p_value: None,
-        note: Some("counted over the run: no interval".into()),
-    };
-    // no connection opened (all kept from the phase before): every request on one
-    let per_connection = |w: &kiln_record::wire::WireSecond, r: u64| {
-        w.requests_per_connection(r).unwrap_or(r as f64)
-    };
-    let two_part = |w: &kiln_record::wire::WireSecond| 100.0 * w.two_part_share().unwrap_or(0.0);
-    vec![
-        row(
-            "requests a connection",
-            "req",
-            per_connection(&bw, br),
-            per_connection(&nw, nr),
-            true,
-            Better::Higher,
-        ),
-        row(
-            "responses in two parts",
-            "%",
-            two_part(&bw),
-            two_part(&nw),
-            false,
-            Better::Lower,
-        ),
-    ]
+    }
+    seconds
+        .iter()
+        .map(|s| {
+            let w = &s.wire;
+            [s.requests, w.connects, w.responses(), w.long_gaps()]
+        })
+        .collect()
+}
+
+/// Requests on a new connection, and responses in two parts (30 ms or more between their
+/// first and last byte: a delayed-ACK stall), as percentages over both sides' measured
+/// seconds, when both recorded the wire. Intervals from the same block bootstrap of the
+/// seconds as the CPU per request; a change is in points.
+fn wire_rows(wire: &[Vec<[u64; 4]>; 2], options: &Options, tail: f64) -> Vec<Row> {
+    if wire.iter().any(|w| w.is_empty()) {
+        return Vec::new();
+    }
+    // (metric, numerator, denominator, band in points)
+    let figures = [
+        ("requests on a new connection", 1, 0, WIRE_BAND_POINTS),
+        ("responses in two parts", 3, 2, WIRE_BAND_POINTS),
+    ];
+    let mut rng = fastrand::Rng::with_seed(options.seed ^ 0x57_1BE5);
+    figures
+        .iter()
+        .map(|&(metric, num, den, band)| {
+            let share = |sums: [u64; 4]| 100.0 * sums[num] as f64 / sums[den].max(1) as f64;
+            let total = |seconds: &[[u64; 4]]| {
+                seconds.iter().fold([0u64; 4], |mut acc, s| {
+                    for (a, v) in acc.iter_mut().zip(s) {
+                        *a = a.saturating_add(*v);
+                    }
+                    acc
+                })
+            };
+            let draw = |seconds: &[[u64; 4]], rng: &mut fastrand::Rng| {
+                let mut sums = [0u64; 4];
+                block_resample(seconds.len(), rng, |i| {
+                    for (a, v) in sums.iter_mut().zip(seconds[i]) {
+                        *a = a.saturating_add(v);
+                    }
+                });
+                share(sums)
+            };
+            let changes = (0..options.resamples.max(1))
+                .map(|_| {
+                    let b = draw(&wire[0], &mut rng);
+                    draw(&wire[1], &mut rng) - b
+                })
+                .collect();
+            let (b, n) = (share(total(&wire[0])), share(total(&wire[1])));
+            let mut row = Row {
+                metric: metric.into(),
+                unit: "%".into(),
+                base: b,
+                new: n,
+                change: n - b,
+                relative: false,
+                interval: interval_of(changes, tail),
+                band,
+                better: Better::Lower,
+                verdict: Verdict::NotJudged,
+                p_value: None,
+                note: None,
+            };
+            row.verdict = verdict(&row);
+            row
+        })
+        .collect()
 }
 
 fn profile_changes(base: &Side, new: &Side) -> Vec<kiln_profile::ShareChange> {

@@ -328,3 +328,79 @@ fn cpu_per_request_gets_an_interval_and_a_verdict() {
     }
     assert!(judged <= 1, "{judged} of 20 judged a change");
 }
+
+/// A side whose seconds carry the wire's counts: 200 requests a second, each second opening
+/// `connects` connections (binomially around the share) and timing 200 responses of which
+/// about `two_part` (a share) came in two parts.
+fn with_wire(mut side: Side, connects: f64, two_part: f64, rng: &mut fastrand::Rng) -> Side {
+    use kiln_findings::record::LoadPoint;
+    let t0 = 1_795_428_000_000u64;
+    for i in 0..30u64 {
+        let mut point = LoadPoint {
+            unix_ms: t0 + 1000 * (i + 1),
+            requests: 200,
+            ..Default::default()
+        };
+        for _ in 0..200 {
+            point.wire.connects += u64::from(rng.f64() < connects);
+            point
+                .wire
+                .response(if rng.f64() < two_part { 41_000 } else { 200 });
+        }
+        side.record.seconds.push(point);
+    }
+    side
+}
+
+#[test]
+fn the_wire_shares_get_intervals_and_verdicts_in_points() {
+    let empty = Report::default();
+    let mut rng = fastrand::Rng::with_seed(12);
+    let row = |c: &kiln_compare::Comparison, metric: &str| {
+        c.rows
+            .iter()
+            .find(|r| r.metric == metric)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {metric} row"))
+    };
+    // churn and a delayed-ACK stall fixed: both shares fall, both improved
+    let before = with_wire(service().side(&mut rng, 1, 30), 1.0, 0.9, &mut rng);
+    let after = with_wire(service().side(&mut rng, 1, 30), 0.0, 0.01, &mut rng);
+    let c = compare_sides(&before, &after, (&empty, &empty), &options());
+    let churn = row(&c, "requests on a new connection");
+    assert_eq!(
+        (churn.verdict, churn.base, churn.new),
+        (Verdict::Improved, 100.0, 0.0),
+        "{churn:?}"
+    );
+    let split = row(&c, "responses in two parts");
+    assert_eq!(split.verdict, Verdict::Improved, "{split:?}");
+    assert!(
+        (split.base - 90.0).abs() < 2.0 && split.new < 2.0,
+        "{split:?}"
+    );
+    let [lo, hi] = split.interval.unwrap();
+    assert!(
+        lo < split.change && split.change < hi && hi < -85.0,
+        "{split:?}"
+    );
+    // the two figures count toward the simultaneous intervals
+    let without = compare_sides(
+        &service().side(&mut rng, 1, 30),
+        &service().side(&mut rng, 1, 30),
+        (&empty, &empty),
+        &options(),
+    );
+    assert_eq!(c.figures_judged, without.figures_judged + 2);
+    // the same shares, drawn again: no change in 19 of 20 trials
+    let mut judged = 0;
+    for _ in 0..20 {
+        let a = with_wire(service().side(&mut rng, 1, 30), 0.3, 0.3, &mut rng);
+        let b = with_wire(service().side(&mut rng, 1, 30), 0.3, 0.3, &mut rng);
+        let c = compare_sides(&a, &b, (&empty, &empty), &options());
+        for metric in ["requests on a new connection", "responses in two parts"] {
+            judged += usize::from(row(&c, metric).verdict != Verdict::Same);
+        }
+    }
+    assert!(judged <= 2, "{judged} of 40 judged a change");
+}

@@ -32,6 +32,8 @@ pub struct LoadPoint {
     pub scheduled: u64,
     pub sent: u64,
     pub send_lag_max_us: u64,
+    /// What the wire showed this second (connections opened, responses in two parts).
+    pub wire: kiln_record::wire::WireSecond,
 }
 
 impl LoadPoint {
@@ -46,6 +48,7 @@ impl LoadPoint {
             scheduled: s.scheduled,
             sent: s.sent,
             send_lag_max_us: s.send_lag_max_us,
+            wire: s.wire.clone(),
         }
     }
 }

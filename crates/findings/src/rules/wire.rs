@@ -16,6 +16,9 @@ struct Measured {
     requests: u64,
     mean_us: f64,
     latency_total_us: f64,
+    /// The open model counts latency from the scheduled time, so a request's connect is in
+    /// it; the closed model times from the send, after the connect (as wrk does).
+    connect_in_latency: bool,
 }
 
 impl Measured {
@@ -27,6 +30,7 @@ impl Measured {
             requests: total.totals.requests,
             mean_us: stats.mean_us,
             latency_total_us: stats.mean_us * stats.count as f64,
+            connect_in_latency: run.open_model(),
         })
     }
 
@@ -34,6 +38,18 @@ impl Measured {
     fn share_of_latency(&self, us: f64) -> f64 {
         if self.latency_total_us > 0.0 {
             (us / self.latency_total_us).min(1.0)
+        } else {
+            0.0
+        }
+    }
+
+    /// What `us` microseconds of connecting are of all the time requests took, connects
+    /// included: outside the closed model's latency, inside the open model's.
+    fn share_with_connects(&self, us: f64) -> f64 {
+        let outside = if self.connect_in_latency { 0.0 } else { us };
+        let total = self.latency_total_us + outside;
+        if total > 0.0 {
+            (us / total).min(1.0)
         } else {
             0.0
         }
@@ -155,7 +171,7 @@ fn connection_churn(run: &RunRecord) -> Verdict {
         0 => 0.0,
         n => wire.tls_us as f64 / n as f64,
     };
-    let cost = measured.share_of_latency(wire.connect_us.saturating_add(wire.tls_us) as f64);
+    let cost = measured.share_with_connects(wire.connect_us.saturating_add(wire.tls_us) as f64);
     let mut evidence = vec![
         format!(
             "{} connections opened for {requests} requests: {per_connection:.2} requests a \
@@ -308,5 +324,37 @@ mod tests {
             w.closed_by_target = 20;
         });
         assert!(matches!(connection_churn(&grown), Verdict::Clear));
+    }
+
+    /// Connecting as long as the request takes is half of a closed-model request's time (its
+    /// latency starts at the send, after the connect) and all of an open-model one's (its
+    /// latency counts from the schedule, the connect inside it).
+    #[test]
+    fn the_connect_share_counts_connects_where_the_model_puts_them() {
+        let churn = |open: bool| {
+            let mut run = run_with(|w| {
+                w.connects = 100;
+                w.connect_us = 100 * 44_000;
+                w.closed_by_target = 100;
+            });
+            if !open {
+                let kiln_record::schema::plan::PlanRecord::Load(plan) = &mut run.manifest.plan
+                else {
+                    unreachable!()
+                };
+                plan.workload = kiln_record::schema::plan::Model::Closed {
+                    connections: 1,
+                    think_time: std::time::Duration::ZERO,
+                    ramp_up: std::time::Duration::ZERO,
+                    stages: Vec::new(),
+                };
+            }
+            let Verdict::Found(found) = connection_churn(&run) else {
+                panic!("not found")
+            };
+            found[0].impact.share
+        };
+        assert!((churn(false) - 0.5).abs() < 1e-3, "{}", churn(false));
+        assert!((churn(true) - 1.0).abs() < 1e-3, "{}", churn(true));
     }
 }

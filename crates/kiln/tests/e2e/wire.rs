@@ -124,6 +124,7 @@ fn a_delayed_ack_stall_is_found_and_its_fix_and_slow_work_are_not() {
         .unwrap_or_else(|| panic!("{compared:#}"));
     assert!(two_part["base"].as_f64().unwrap() > 50.0, "{two_part}");
     assert!(two_part["new"].as_f64().unwrap() < 5.0, "{two_part}");
+    assert_eq!(two_part["verdict"], "improved", "{two_part}");
     assert!(
         compared["findings"]["fixed"]
             .as_array()
