@@ -56,6 +56,28 @@ pub enum Command {
     /// Which code makes which database calls: N+1 loops, repeats, slow and housekeeping
     /// statements, and the DB stack trie, from OpenTelemetry spans (files, or received live).
     Queries(QueriesArgs),
+    /// Fetch what kiln can use beside itself (async-profiler for JVM targets).
+    #[command(subcommand)]
+    Setup(SetupCommand),
+}
+
+#[derive(Subcommand, Debug)]
+pub enum SetupCommand {
+    /// async-profiler's library for JVM targets' profiles (inlined frames kept), fetched from
+    /// Maven Central, checked against the SHA-256 kiln pins, and kept in kiln's data
+    /// directory (~/.local/share/kiln), where `kiln run --profile` finds it.
+    AsyncProfiler(SetupAsyncProfilerArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct SetupAsyncProfilerArgs {
+    /// Keep the library here instead (then give it with --async-profiler or
+    /// KILN_ASYNC_PROFILER).
+    #[arg(long = "dir", value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+    /// Read the release's jar from this file instead of the network (it is checked the same).
+    #[arg(long = "jar", value_name = "FILE")]
+    pub jar: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -565,6 +587,16 @@ pub struct RunArgs {
     /// at ~9,000 requests/s here (docs/benchmarks.md), little at a few hundred.
     #[arg(help_heading = "Profiling", long = "off-cpu")]
     pub off_cpu: bool,
+
+    /// A JVM target's --profile is taken by async-profiler inside the JVM (inlined methods
+    /// keep their names) when its library is found: this path, KILN_ASYNC_PROFILER, or the
+    /// copy `kiln setup async-profiler` keeps; `off` takes it with perf and the JVM's perf map.
+    #[arg(
+        help_heading = "Profiling",
+        long = "async-profiler",
+        value_name = "PATH|off"
+    )]
+    pub async_profiler: Option<PathBuf>,
 
     /// Receive the target's OpenTelemetry traces (OTLP/HTTP, POST /v1/traces) during the run
     /// and analyse its DB calls: N+1 loops, repeats, the DB stack trie (as kiln queries).

@@ -229,6 +229,7 @@ pub fn run(args: DemoArgs, stop: &StopSignal) -> Result<u8> {
             warmup_auto: false,
             profile_hz: no_perf.is_none().then_some(PROFILE_HZ),
             off_cpu: no_perf.is_none(),
+            jvm_profiler: Default::default(),
             otlp: Some(OtlpSpec {
                 receiver,
                 wait: TRACES_WAIT,

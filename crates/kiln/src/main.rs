@@ -113,10 +113,22 @@ fn main() -> ExitCode {
         Command::Watch(args) => watch_cmd::run(args, &interrupts()),
         Command::Profile(args) => profile_cmd::run(args, &interrupts()),
         Command::Doctor(args) => doctor_cmd::run(args),
+        Command::Setup(cli::SetupCommand::AsyncProfiler(args)) => setup_async_profiler(args),
         Command::Queries(args) => queries_cmd::run(args, &interrupts()),
         Command::Plan(command) => plan_cmd::run(command),
     };
     finish(result)
+}
+
+/// `kiln setup async-profiler`: fetched, checked, kept; the path said.
+fn setup_async_profiler(args: cli::SetupAsyncProfilerArgs) -> anyhow::Result<u8> {
+    use kiln_runtime::async_profiler::{setup, VERSION};
+    if args.jar.is_none() {
+        eprintln!("kiln: fetching async-profiler {VERSION} from Maven Central");
+    }
+    let path = setup(args.dir.as_deref(), args.jar.as_deref()).map_err(anyhow::Error::msg)?;
+    outln!("async-profiler {VERSION}: {}", path.display());
+    Ok(0)
 }
 
 /// The exit code, and the error as one line.

@@ -121,7 +121,7 @@ fn record(args: &ProfileArgs, stop: &StopSignal) -> Result<u8> {
         &title,
         event.count_name(),
         args.output.top,
-        Origin::Perf(&profiled, args.frequency),
+        Origin::Perf(&profiled, args.frequency, None),
     )?;
     let (status, reason, code) = if let Some(signal) = stop.interrupted_by() {
         (

@@ -7,7 +7,7 @@ use anyhow::{bail, Context, Result};
 use kiln_load::plan::{parse_duration, parse_stages};
 use kiln_load::{LoadPlan, Model, PhaseSpec, RequestSpec, StopSignal, Target};
 use kiln_record::{PhaseSummary, RunLocation, RunStatus};
-use kiln_runner::{execute, OtlpSpec, RunOutcome, RunSpec};
+use kiln_runner::{execute, JvmProfiler, OtlpSpec, RunOutcome, RunSpec};
 use kiln_sample::ProcFs;
 
 use crate::cli::{CompareMethod, FailOn, RunArgs};
@@ -741,6 +741,11 @@ fn run_load(args: RunArgs, stop: &StopSignal) -> Result<u8> {
         runtime_depth: args.runtime.depth(),
         profile_hz: args.profile.then_some(args.profile_frequency),
         off_cpu: args.off_cpu,
+        jvm_profiler: match &args.async_profiler {
+            None => JvmProfiler::Auto,
+            Some(off) if off.as_os_str() == "off" => JvmProfiler::Perf,
+            Some(path) => JvmProfiler::Library(path.clone()),
+        },
         otlp,
         gctrace: spawned.as_ref().map(|s| s.gctrace.clone()),
     };

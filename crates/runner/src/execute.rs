@@ -99,6 +99,8 @@ pub struct RunSpec<'a> {
     pub profile_hz: Option<u32>,
     /// Also record where its threads leave the CPU (every context switch, with its stack).
     pub off_cpu: bool,
+    /// Which profiler takes a JVM's on-CPU profile.
+    pub jvm_profiler: JvmProfiler,
     pub otlp: Option<OtlpSpec<'a>>,
     /// A Go target's GC cycles, when kiln started it (`--spawn`).
     pub gctrace: Option<kiln_runtime::go::GcTraceFeed>,
@@ -117,6 +119,7 @@ pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut dyn Progress) -> Res
         warmup_auto,
         profile_hz,
         off_cpu,
+        jvm_profiler,
         otlp,
         gctrace,
     } = spec;
@@ -172,10 +175,22 @@ pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut dyn Progress) -> Res
     for (spec, duration) in phase_list {
         if let (Some(pid), true, true) = (watch_pid, profilers.is_empty(), spec.measured) {
             if let Some(hz) = profile_hz {
-                profilers.push(ProfileWatcher::start(pid, Event::Cpu, hz, dir.path())?);
+                profilers.push(ProfileWatcher::start(
+                    pid,
+                    Event::Cpu,
+                    hz,
+                    dir.path(),
+                    &jvm_profiler,
+                )?);
             }
             if off_cpu {
-                profilers.push(ProfileWatcher::start(pid, Event::Cswitch, 0, dir.path())?);
+                profilers.push(ProfileWatcher::start(
+                    pid,
+                    Event::Cswitch,
+                    0,
+                    dir.path(),
+                    &jvm_profiler,
+                )?);
             }
         }
         let mut phase_plan = plan.clone();
@@ -329,18 +344,60 @@ fn finish_queries(
     Ok((report.record, gate))
 }
 
-/// perf on the watched process over the measured phases, on its own thread.
+/// Which profiler takes a JVM's on-CPU profile.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum JvmProfiler {
+    /// async-profiler when its library is found (`KILN_ASYNC_PROFILER`, kiln's data
+    /// directory), else perf with the JVM's perf map.
+    #[default]
+    Auto,
+    /// async-profiler from this library.
+    Library(std::path::PathBuf),
+    /// perf with the JVM's perf map.
+    Perf,
+}
+
+/// The watched process's profile over the measured phases: perf on its own thread, or
+/// async-profiler inside a JVM.
 struct ProfileWatcher {
-    done: Arc<AtomicBool>,
-    thread: std::thread::JoinHandle<Result<kiln_profile::Profiled, kiln_profile::ProfileError>>,
     pid: i32,
     event: Event,
     hz: u32,
+    how: Profiler,
+}
+
+enum Profiler {
+    Perf {
+        done: Arc<AtomicBool>,
+        thread: std::thread::JoinHandle<Result<kiln_profile::Profiled, kiln_profile::ProfileError>>,
+        /// Why not async-profiler, for a JVM.
+        note: Option<String>,
+    },
+    Async {
+        session: kiln_runtime::async_profiler::Session,
+        advice: Vec<String>,
+    },
 }
 
 impl ProfileWatcher {
     /// `hz` is the sampling frequency of on-CPU profiles (every switch is taken off-CPU).
-    fn start(pid: i32, event: Event, hz: u32, dir: &Path) -> Result<Self> {
+    fn start(pid: i32, event: Event, hz: u32, dir: &Path, jvm: &JvmProfiler) -> Result<Self> {
+        let mut note = None;
+        if event == Event::Cpu
+            && kiln_profile::jit::runtime_of(pid) == kiln_profile::jit::Runtime::Java
+        {
+            match start_async_profiler(pid, hz, jvm) {
+                Ok(how) => {
+                    return Ok(Self {
+                        pid,
+                        event,
+                        hz,
+                        how,
+                    })
+                }
+                Err(why) => note = why,
+            }
+        }
         let done = Arc::new(AtomicBool::new(false));
         let flag = done.clone();
         let pids = ProcFs::default().process_tree(pid);
@@ -370,11 +427,10 @@ impl ProfileWatcher {
         // attached first to follow them. If perf fails, the channel closes and the load goes on.
         let _ = attached_rx.recv_timeout(Duration::from_secs(10));
         Ok(Self {
-            done,
-            thread,
             pid,
             event,
             hz,
+            how: Profiler::Perf { done, thread, note },
         })
     }
 
@@ -386,12 +442,10 @@ impl ProfileWatcher {
         }
     }
 
-    /// Stops perf and writes the profile into the run directory. A profile that failed
-    /// (perf missing, forbidden) is reported and the run's other records stand.
+    /// Stops the profiler and writes the profile into the run directory. A profile that
+    /// failed (perf missing, forbidden, the JVM gone) is reported and the run's other records
+    /// stand.
     fn finish(self, dir: &mut RunDir, warnings: &mut Vec<String>) -> Option<ProfileRecord> {
-        self.done.store(true, Ordering::SeqCst);
-        let joined = self.thread.join();
-        let _ = std::fs::remove_file(dir.path().join(Self::data_file(self.event)));
         let flag = match self.event {
             Event::Cpu => "--profile",
             Event::Cswitch => "--off-cpu",
@@ -404,16 +458,6 @@ impl ProfileWatcher {
                 .insert(flag.to_string(), e.to_string());
             None
         };
-        let profiled = match joined {
-            Ok(Ok(p)) => p,
-            Ok(Err(e)) => return failed(dir, warnings, &e),
-            Err(_) => {
-                dir.manifest
-                    .not_recorded
-                    .insert(flag.to_string(), "the profiler's thread panicked".into());
-                return None;
-            }
-        };
         let title = match self.event {
             Event::Cpu => format!("On-CPU of pid {} during the measured load", self.pid),
             Event::Cswitch => format!(
@@ -423,13 +467,83 @@ impl ProfileWatcher {
         };
         let parts = profile_parts::parts_of(self.event);
         let count = self.event.count_name();
-        let origin = profile_parts::Origin::Perf(&profiled, self.hz);
-        match profile_parts::write_profile(dir, parts, &profiled.folded, &title, count, 10, origin)
-        {
+        let write = |dir: &mut RunDir, folded: &kiln_profile::Folded, origin| {
+            profile_parts::write_profile(dir, parts, folded, &title, count, 10, origin)
+        };
+        let written = match self.how {
+            Profiler::Perf { done, thread, note } => {
+                done.store(true, Ordering::SeqCst);
+                let joined = thread.join();
+                let _ = std::fs::remove_file(dir.path().join(Self::data_file(self.event)));
+                let profiled = match joined {
+                    Ok(Ok(p)) => p,
+                    Ok(Err(e)) => return failed(dir, warnings, &e),
+                    Err(_) => {
+                        let why = "the profiler's thread panicked";
+                        return failed(dir, warnings, &why);
+                    }
+                };
+                let origin = profile_parts::Origin::Perf(&profiled, self.hz, note);
+                write(dir, &profiled.folded, origin)
+            }
+            Profiler::Async { session, advice } => {
+                let duration = session.started.elapsed();
+                let folded = session
+                    .stop()
+                    .map_err(|e| format!("async-profiler: {e}"))
+                    .and_then(|text| {
+                        kiln_profile::import(text.as_bytes())
+                            .map_err(|e| format!("async-profiler's output: {e}"))
+                    });
+                let folded = match folded {
+                    Ok(imported) => imported.folded,
+                    Err(e) => return failed(dir, warnings, &e),
+                };
+                let taken = profile_parts::AsyncProfiled {
+                    pid: self.pid,
+                    duration,
+                    frequency_hz: self.hz,
+                    advice,
+                };
+                write(dir, &folded, profile_parts::Origin::AsyncProfiler(&taken))
+            }
+        };
+        match written {
             Ok(written) => Some(written.record),
             Err(e) => failed(dir, warnings, &e),
         }
     }
+}
+
+/// async-profiler started in JVM `pid`, or why not (None: perf was asked for).
+fn start_async_profiler(pid: i32, hz: u32, jvm: &JvmProfiler) -> Result<Profiler, Option<String>> {
+    use kiln_runtime::async_profiler::{find, Session};
+    let library = match jvm {
+        JvmProfiler::Perf => return Err(None),
+        JvmProfiler::Auto => find(None),
+        JvmProfiler::Library(path) => find(Some(path)),
+    }
+    .map_err(Some)?;
+    let interval = Duration::from_nanos(1_000_000_000 / u64::from(hz.max(1)));
+    let session = Session::start(pid, Path::new("/proc"), &library, interval)
+        .map_err(|e| Some(format!("async-profiler could not start: {e}")))?;
+    // without it the JVM records where compiled code is only at safepoints, and a sample
+    // in inlined code is placed at the nearest one
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    let advice = if contains_bytes(&cmdline, b"DebugNonSafepoints") {
+        Vec::new()
+    } else {
+        vec![
+            "start the JVM with -XX:+UnlockDiagnosticVMOptions -XX:+DebugNonSafepoints: \
+              async-profiler then places samples in inlined code exactly"
+                .to_string(),
+        ]
+    };
+    Ok(Profiler::Async { session, advice })
+}
+
+fn contains_bytes(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
 }
 
 /// The sampler on its own thread beside the load, writing one line a second. The watched

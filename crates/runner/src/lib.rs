@@ -15,5 +15,5 @@ pub mod spawn;
 pub mod warmup;
 
 pub use dir::{create_run_dir, error_text, or_fail};
-pub use execute::{execute, OtlpSpec, Progress, RunOutcome, RunSpec, Silent};
+pub use execute::{execute, JvmProfiler, OtlpSpec, Progress, RunOutcome, RunSpec, Silent};
 pub use query_parts::QuerySettings;

@@ -29,9 +29,21 @@ pub fn parts_of(event: Event) -> ProfileParts {
 
 /// Where a profile came from, for `profile.json` beside its summary.
 pub enum Origin<'a> {
-    /// Taken by perf at this frequency.
-    Perf(&'a Profiled, u32),
+    /// Taken by perf at this frequency; the note says why not by async-profiler (a JVM).
+    Perf(&'a Profiled, u32, Option<String>),
+    /// Taken by async-profiler inside a JVM.
+    AsyncProfiler(&'a AsyncProfiled),
     Import(ImportSource),
+}
+
+/// What async-profiler took in one JVM.
+pub struct AsyncProfiled {
+    pub pid: i32,
+    /// From its start to its stop.
+    pub duration: std::time::Duration,
+    pub frequency_hz: u32,
+    /// Flags that would make its stacks better, as the user would add them.
+    pub advice: Vec<String>,
 }
 
 /// Writes collapsed stacks, the flame graph, the speedscope file and the summary (with how
@@ -46,7 +58,8 @@ pub fn write_profile(
     origin: Origin,
 ) -> Result<WrittenProfile> {
     let summary = match &origin {
-        Origin::Perf(profiled, _) => kiln_profile::summarize_event(folded, top, profiled.event),
+        Origin::Perf(profiled, ..) => kiln_profile::summarize_event(folded, top, profiled.event),
+        Origin::AsyncProfiler(_) => kiln_profile::summarize_event(folded, top, Event::Cpu),
         Origin::Import(_) => kiln_profile::summarize(folded, top),
     };
     // a value with a unit (`inuse_space/bytes`) is counted in that unit
@@ -71,7 +84,9 @@ pub fn write_profile(
     )?;
     let mut record = ProfileRecord::new(summary, count_name);
     match origin {
-        Origin::Perf(profiled, frequency_hz) => {
+        Origin::Perf(profiled, frequency_hz, note) => {
+            record.profiler = Some("perf".into());
+            record.profiler_note = note;
             record.event = Some(profiled.event);
             record.pids = profiled.pids.clone();
             record.duration_s = Some(profiled.duration.as_secs_f64());
@@ -83,6 +98,20 @@ pub fn write_profile(
             record.jit = Some(JitRecord {
                 done: profiled.jit.done.clone(),
                 advice: profiled.jit.advice.clone(),
+            });
+        }
+        Origin::AsyncProfiler(taken) => {
+            record.profiler = Some(format!(
+                "async-profiler {}",
+                kiln_runtime::async_profiler::VERSION
+            ));
+            record.event = Some(Event::Cpu);
+            record.pids = vec![taken.pid];
+            record.duration_s = Some(taken.duration.as_secs_f64());
+            record.frequency_hz = Some(taken.frequency_hz);
+            record.jit = Some(JitRecord {
+                done: Vec::new(),
+                advice: taken.advice.clone(),
             });
         }
         Origin::Import(source) => record.source = Some(source),

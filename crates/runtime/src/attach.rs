@@ -117,6 +117,13 @@ impl Attach {
         self.execute("jcmd", [command, "", ""])
     }
 
+    /// Loads the JVMTI agent at `library` (an absolute path as the JVM sees it) with
+    /// `options`, as `jcmd JVMTI.agent_load` would but with the options kept whole; returns
+    /// the JVM's reply (`return code: N` from the agent's `Agent_OnAttach`).
+    pub fn load(&self, library: &str, options: &str) -> Result<String, String> {
+        self.execute("load", [library, "true", options])
+    }
+
     /// Sends one request of the protocol's version 1 and reads the whole reply, within
     /// `reply_timeout` for all of it and up to [`MAX_REPLY_BYTES`].
     fn execute(&self, command: &str, args: [&str; 3]) -> Result<String, String> {

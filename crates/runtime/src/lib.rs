@@ -7,6 +7,7 @@
 //! Readers of a run record use the types here and nothing else of this crate.
 
 pub mod as_target;
+pub mod async_profiler;
 pub mod attach;
 mod debug_http;
 pub mod detect;

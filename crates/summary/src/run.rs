@@ -464,12 +464,19 @@ fn recorded_extras(
 fn profile_text(dir: &str, profile: &ProfileRecord, label: &str, flame: &str) -> String {
     let pid = profile.pids.first().map_or("?".to_string(), i32::to_string);
     let mut out = format!(
-        "{label:<10} pid {pid} over {:.1} s of the measured load{}\n",
+        "{label:<10} pid {pid} over {:.1} s of the measured load{}{}\n",
         profile.duration_s.unwrap_or(0.0),
+        profile
+            .profiler
+            .as_ref()
+            .map_or(String::new(), |p| format!(", by {}", safe_text(p))),
         profile
             .perf_cpu_pct
             .map_or(String::new(), |p| format!("; perf used {p:.1}% of a core"))
     );
+    if let Some(note) = &profile.profiler_note {
+        out += &format!("Profiler   {}\n", safe_text(note));
+    }
     let samples = profile.source.as_ref().and_then(|s| s.samples);
     out += &profile::summary_text(&profile.summary, &profile.count_name, samples);
     for advice in profile.jit.iter().flat_map(|j| &j.advice) {

@@ -381,12 +381,12 @@ pub const CATEGORIES_RULE: Rule = Rule {
     judge: categories,
 };
 
-/// A frame's name without perf's kernel, JIT or inlined mark.
+/// A frame's name without its kernel, JIT, inlined, interpreted or C1 mark (perf's and
+/// async-profiler's `ann`).
 pub(super) fn strip_mark(frame: &str) -> &str {
-    frame
-        .strip_suffix("_[k]")
-        .or_else(|| frame.strip_suffix("_[j]"))
-        .or_else(|| frame.strip_suffix("_[i]"))
+    ["_[k]", "_[j]", "_[i]", "_[0]", "_[1]"]
+        .iter()
+        .find_map(|mark| frame.strip_suffix(mark))
         .unwrap_or(frame)
 }
 

@@ -155,6 +155,14 @@ pub struct ProfileRecord {
     pub jit: Option<JitRecord>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<ImportSource>,
+    /// Which profiler took it (`perf`, `async-profiler 4.1`); None for an import or an older
+    /// record (perf then).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profiler: Option<String>,
+    /// Why the better profiler for this target did not take it (a JVM profiled by perf:
+    /// async-profiler not installed, attach refused ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profiler_note: Option<String>,
 }
 
 impl ProfileRecord {
@@ -173,6 +181,8 @@ impl ProfileRecord {
             target_exited: None,
             jit: None,
             source: None,
+            profiler: None,
+            profiler_note: None,
         }
     }
 }
