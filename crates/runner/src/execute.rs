@@ -529,8 +529,12 @@ fn start_async_profiler(pid: i32, hz: u32, jvm: &JvmProfiler) -> Result<Profiler
         .map_err(|e| Some(format!("async-profiler could not start: {e}")))?;
     // without it the JVM records where compiled code is only at safepoints, and a sample
     // in inlined code is placed at the nearest one
-    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-    let advice = if contains_bytes(&cmdline, b"DebugNonSafepoints") {
+    // on its command line, or in JAVA_TOOL_OPTIONS (as --spawn gives it)
+    let given = ["cmdline", "environ"].iter().any(|file| {
+        let bytes = std::fs::read(format!("/proc/{pid}/{file}")).unwrap_or_default();
+        contains_bytes(&bytes, b"+DebugNonSafepoints")
+    });
+    let advice = if given {
         Vec::new()
     } else {
         vec![

@@ -1,6 +1,8 @@
 //! A target kiln starts itself (`kiln run --spawn CMD`): its own process, with
 //! `GODEBUG=gctrace=1` added to its environment so a Go target reports every GC cycle on
-//! stderr, which is read here into a [`GcTraceFeed`]; the rest of its output is kept (the last
+//! stderr, which is read here into a [`GcTraceFeed`], and `JAVA_TOOL_OPTIONS` with
+//! `-XX:+DebugNonSafepoints` so a JVM keeps where inlined code is between safepoints
+//! (async-profiler's samples then land on the inlined method, not the nearest safepoint); the rest of its output is kept (the last
 //! lines) to say why it failed. kiln waits until it accepts connections on the load's address
 //! and stops it (SIGTERM, then SIGKILL) when dropped, so a failing run never leaves it behind.
 
@@ -43,6 +45,11 @@ impl SpawnedTarget {
             Ok(v) if !v.trim().is_empty() => format!("{v},gctrace=1"),
             _ => "gctrace=1".to_string(),
         };
+        const JVM_FLAGS: &str = "-XX:+UnlockDiagnosticVMOptions -XX:+DebugNonSafepoints";
+        let java_tool_options = match std::env::var("JAVA_TOOL_OPTIONS") {
+            Ok(v) if !v.trim().is_empty() => format!("{v} {JVM_FLAGS}"),
+            _ => JVM_FLAGS.to_string(),
+        };
         // SAFETY: getpid has no preconditions.
         let parent = unsafe { libc::getpid() };
         let started_unix_ms = SystemTime::now()
@@ -52,6 +59,7 @@ impl SpawnedTarget {
         cmd.arg("-c")
             .arg(format!("exec {command}"))
             .env("GODEBUG", godebug)
+            .env("JAVA_TOOL_OPTIONS", java_tool_options)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

@@ -761,18 +761,16 @@ fn stalls_at_a_wall_clock_phase_are_periodic_and_random_stalls_are_not() {
 }
 
 fn run_java(port: u16, pid: u32, out: &Path) -> Value {
+    run_java_with(port, pid, out, &["--warmup", "5s"])["findings"].clone()
+}
+
+/// `kiln run --profile` of a JVM for 6 s with `extra` flags: the run's JSON.
+fn run_java_with(port: u16, pid: u32, out: &Path, extra: &[&str]) -> Value {
     let url = format!("http://127.0.0.1:{port}/");
     let pid = pid.to_string();
-    let run = common::kiln(&[
-        "run",
-        &url,
-        "--watch-pid",
-        &pid,
-        "--profile",
-        "-c",
-        "2",
-        "--warmup",
-        "5s",
+    let mut args = vec!["run", &url, "--watch-pid", &pid, "--profile", "-c", "2"];
+    args.extend(extra);
+    args.extend([
         "-d",
         "6s",
         "--json",
@@ -780,7 +778,78 @@ fn run_java(port: u16, pid: u32, out: &Path) -> Value {
         "--out",
         out.to_str().unwrap(),
     ]);
-    common::json_with_exit(&run, 0)["findings"].clone()
+    common::json_with_exit(&common::kiln(&args), 0)
+}
+
+/// The thrower of the exceptions finding is the method C2 inlined into its caller: the JVM's
+/// perf map has no inlined frames, so perf names the caller it was compiled into (the
+/// "before"); async-profiler, loaded into the JVM, names the method itself. Without the
+/// library, perf takes the profile and the summary says why.
+#[test]
+fn an_inlined_thrower_is_named_by_async_profiler_and_perf_is_the_fallback() {
+    let _turn = common::alone();
+    let tmp = tempfile::tempdir().unwrap();
+    let shop = common::apps::LogShop::compile(tmp.path());
+    let library = common::apps::async_profiler();
+    let (app, port) = shop.start_with("planted", "log4j2-plain.xml", &[]);
+    let thrower = |run: &Value| {
+        let exceptions = finding(&run["findings"], "cpu.exceptions")
+            .unwrap_or_else(|| panic!("{:#}", run["findings"]));
+        exceptions["evidence"].to_string()
+    };
+    let by_async = run_java_with(
+        port,
+        app.0.id(),
+        &tmp.path().join("async"),
+        &[
+            "--warmup",
+            "5s",
+            "--async-profiler",
+            library.to_str().unwrap(),
+        ],
+    );
+    let profile: Value = serde_json::from_str(
+        &std::fs::read_to_string(tmp.path().join("async/profile.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(profile["profiler"], "async-profiler 4.1", "{profile:#}");
+    let evidence = thrower(&by_async);
+    assert!(
+        evidence.contains("called from LogShop.cachedPrice"),
+        "{evidence}"
+    );
+
+    // the fallback, and the before: a library that is not there
+    let by_perf = run_java_with(
+        port,
+        app.0.id(),
+        &tmp.path().join("perf"),
+        &["--async-profiler", "/nonexistent/libasyncProfiler.so"],
+    );
+    drop(app);
+    let profile: Value = serde_json::from_str(
+        &std::fs::read_to_string(tmp.path().join("perf/profile.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(profile["profiler"], "perf", "{profile:#}");
+    assert!(
+        profile["profiler_note"]
+            .as_str()
+            .is_some_and(|n| n.contains("/nonexistent/libasyncProfiler.so")),
+        "{profile:#}"
+    );
+    let summary = common::kiln(&["report", tmp.path().join("perf").to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&summary.stdout);
+    assert!(text.contains(", by perf"), "{text}");
+    assert!(
+        text.contains("Profiler   cannot read /nonexistent"),
+        "{text}"
+    );
+    let evidence = thrower(&by_perf);
+    assert!(
+        !evidence.contains("called from LogShop.cachedPrice"),
+        "the perf map has no inlined frames: {evidence}"
+    );
 }
 
 #[test]

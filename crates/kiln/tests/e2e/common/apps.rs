@@ -25,6 +25,22 @@ pub fn python() -> PathBuf {
     workspace().join("target/pyenv/bin/python")
 }
 
+/// async-profiler's library, fetched once into target/async-profiler by `kiln setup
+/// async-profiler` (as a user would, with the pinned checksum checked).
+pub fn async_profiler() -> PathBuf {
+    let dir = workspace().join("target/async-profiler");
+    let library = dir.join("libasyncProfiler.so");
+    if !library.exists() {
+        let out = super::kiln(&["setup", "async-profiler", "--dir", dir.to_str().unwrap()]);
+        assert!(
+            out.status.success(),
+            "kiln setup async-profiler: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    library
+}
+
 pub fn free_port() -> u16 {
     TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
         .unwrap()
@@ -409,15 +425,26 @@ impl LogShop {
     /// Starts the shop, `planted` or `fixed`, with one of tests/apps/java_logs' log4j2
     /// configurations, on its own port.
     pub fn start(&self, mode: &str, config: &str) -> (Killed, u16) {
+        // the method that throws keeps a frame of its own: the JVM's perf map has no
+        // inlining, and C2 once inlined it (with the handler) into the JDK server's
+        // Filter$Chain.doFilter, the only frame left to name as the thrower
+        self.start_with(
+            mode,
+            config,
+            &[
+                "-XX:CompileCommand=quiet",
+                "-XX:CompileCommand=dontinline,LogShop::cachedPrice",
+            ],
+        )
+    }
+
+    /// [`Self::start`] with these JVM flags instead of keeping the thrower out of line.
+    pub fn start_with(&self, mode: &str, config: &str, flags: &[&str]) -> (Killed, u16) {
         let port = free_port();
         let app = workspace().join("tests/apps/java_logs");
         let mut child = Command::new("java")
             .arg("-XX:+PreserveFramePointer")
-            // the method that throws keeps a frame of its own: the JVM's perf map has no
-            // inlining, and C2 once inlined it (with the handler) into the JDK server's
-            // Filter$Chain.doFilter, the only frame left to name as the thrower
-            .arg("-XX:CompileCommand=quiet")
-            .arg("-XX:CompileCommand=dontinline,LogShop::cachedPrice")
+            .args(flags)
             // the JDK's server answers in two writes: without this, Nagle and delayed ACKs
             // add 40 ms
             .arg("-Dsun.net.httpserver.nodelay=true")
