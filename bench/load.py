@@ -10,9 +10,6 @@
    400 requests/s the true distribution is known: p50 2 ms, p99 92 ms, p99.9 101 ms. Each tool
    reports its p99; closed-loop tools under-report it (coordinated omission).
 
-4. Before and after (BENCH_KILN_BEFORE=/path/to/an/older/kiln): that binary joins the
-   interleaved throughput rounds as "kiln-before", to measure what a change costs per request.
-
 Usage: python3 bench/load.py [--quick]   (results: bench/out/load-<time>.json, table on stdout)
 """
 import json, os, re, shutil, subprocess, sys, tempfile, time
@@ -23,7 +20,6 @@ SECS = 3 if QUICK else 10
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "1" if QUICK else "5"))
 LONG_S = int(os.environ.get("BENCH_LONG_S", "30" if QUICK else "300"))
 TARGET = os.path.join(ROOT, "target", "release", "kiln-target")
-KILN_BEFORE = os.environ.get("BENCH_KILN_BEFORE")
 
 
 def ensure_tools():
@@ -128,14 +124,10 @@ def main():
     nginx, url = start_nginx(tmp)
     try:
         rounds = {"wrk": [], "oha": [], "kiln": []}
-        if KILN_BEFORE:
-            rounds["kiln-before"] = []
         for r in range(ROUNDS):
             rounds["wrk"].append(run_wrk(url, SECS))
             rounds["oha"].append(run_oha(oha, url, SECS))
             rounds["kiln"].append(run_kiln(url, SECS))
-            if KILN_BEFORE:
-                rounds["kiln-before"].append(run_kiln(url, SECS, kiln=KILN_BEFORE))
         throughput = {}
         for tool, runs in rounds.items():
             throughput[tool] = {
@@ -148,9 +140,6 @@ def main():
         per_cpu = lambda x: x["requests"] / x["cpu_s"]
         results["kiln_over_wrk_per_round"] = [round(per_cpu(k) / per_cpu(w), 3)
                                               for k, w in zip(rounds["kiln"], rounds["wrk"])]
-        if KILN_BEFORE:
-            results["kiln_over_before_per_round"] = [
-                round(per_cpu(k) / per_cpu(b), 3) for k, b in zip(rounds["kiln"], rounds["kiln-before"])]
         long_runs = {"kiln": run_kiln(url, LONG_S), "oha": run_oha(oha, url, LONG_S)}
         results["long_run_s"] = LONG_S
         results["long_run_rss_kib"] = {k: v["rss_kib"] for k, v in long_runs.items()}
@@ -182,15 +171,12 @@ def main():
         json.dump(results, f, indent=2)
     t = results["throughput"]
     print(f"\n{results['date']}  {results['machine']}  ({'quick' if QUICK else f'{ROUNDS} rounds of {SECS} s'})")
-    print(f"{'tool':<12}{'req/s':>12}{'req/CPU-s':>12}{'RSS 10s':>10}")
-    for tool in t:
-        print(f"{tool:<12}{t[tool]['requests_per_s']:>12.0f}{t[tool]['requests_per_cpu_s']:>12.0f}{t[tool]['max_rss_kib_10s'] / 1024:>9.1f}M")
+    print(f"{'tool':<6}{'req/s':>12}{'req/CPU-s':>12}{'RSS 10s':>10}")
+    for tool in ("wrk", "oha", "kiln"):
+        print(f"{tool:<6}{t[tool]['requests_per_s']:>12.0f}{t[tool]['requests_per_cpu_s']:>12.0f}{t[tool]['max_rss_kib_10s'] / 1024:>9.1f}M")
     k = t["kiln"]["requests_per_cpu_s"]
     print(f"kiln/wrk requests per CPU-second: {k / t['wrk']['requests_per_cpu_s']:.2f}; kiln/oha: {k / t['oha']['requests_per_cpu_s']:.2f}")
     print(f"kiln/wrk per round: {results['kiln_over_wrk_per_round']}")
-    if KILN_BEFORE:
-        print(f"kiln/kiln-before requests per CPU-second: {k / t['kiln-before']['requests_per_cpu_s']:.3f}; "
-              f"per round: {results['kiln_over_before_per_round']}")
     print(f"RSS after {LONG_S} s: " + ", ".join(f"{k} {v / 1024:.1f}M" for k, v in results["long_run_rss_kib"].items()))
     print("p99 under a 100 ms/s stall (true p99 92 ms):")
     for name, v in results["accuracy"].items():

@@ -265,6 +265,7 @@ impl ConnectionSetup {
                 reader: ResponseReader::new(&self.method),
                 reusable: true,
                 first_byte: None,
+                reads: 0,
             }),
             None,
         )
@@ -391,6 +392,14 @@ impl Connection {
         }
     }
 
+    /// The socket reads the last complete HTTP/1.1 response took (0 over HTTP/2).
+    pub fn response_reads(&self) -> u32 {
+        match &self.0 {
+            Inner::H1(c) => c.reads,
+            Inner::H2(_) => 0,
+        }
+    }
+
     /// False if the connection cannot take another request (the server closed it or asked
     /// to); the caller opens a new one. Not an error.
     pub async fn ready(&mut self) -> bool {
@@ -448,6 +457,8 @@ struct H1Connection {
     reusable: bool,
     /// When the last complete response's first bytes arrived (None after a failure).
     first_byte: Option<Instant>,
+    /// The socket reads the last complete response took (0: it had arrived while idle).
+    reads: u32,
 }
 
 impl H1Connection {
@@ -493,6 +504,7 @@ impl H1Connection {
         // one clock read per response, at its first bytes: the gap to its last (taken by the
         // caller at completion) shows a body held back behind headers
         let mut first_byte = None;
+        let mut reads = 0u32;
         loop {
             let progress = self.reader.advance(&self.buf[self.start..self.end]);
             let progress = progress.inspect_err(|_| self.reusable = false)?;
@@ -501,6 +513,7 @@ impl H1Connection {
                 let response = self.reader.response();
                 self.reusable &= response.keep_alive;
                 self.first_byte = first_byte;
+                self.reads = reads;
                 return Ok(response);
             }
             self.make_room();
@@ -518,6 +531,7 @@ impl H1Connection {
             if first_byte.is_none() {
                 first_byte = Some(Instant::now());
             }
+            reads = reads.saturating_add(1);
             self.end += n;
         }
     }

@@ -1040,7 +1040,7 @@ async fn send_and_record(
         state
             .recorder
             .borrow_mut()
-            .response_arrival(first_byte, done);
+            .response_arrival(first_byte, c.response_reads(), done);
     }
     if record_outcome(
         state,
@@ -1625,7 +1625,7 @@ async fn run_step(
             let mut rec = state.recorder.borrow_mut();
             rec.response(start, sent, done, response.status, response.body_bytes);
             if let Some(first_byte) = c.first_byte() {
-                rec.response_arrival(first_byte, done);
+                rec.response_arrival(first_byte, c.response_reads(), done);
             }
             rec.named(
                 step.name,

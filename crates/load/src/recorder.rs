@@ -228,11 +228,13 @@ impl WorkerRecorder {
         }
     }
 
-    /// An HTTP/1.1 response's first bytes came at `first_byte`, its last at `done`.
-    pub fn response_arrival(&mut self, first_byte: Instant, done: Instant) {
+    /// An HTTP/1.1 response's first bytes came at `first_byte`, its last at `done`, in
+    /// `reads` socket reads.
+    pub fn response_arrival(&mut self, first_byte: Instant, reads: u32, done: Instant) {
         self.roll_to(done);
         let gap = done.saturating_duration_since(first_byte).as_micros() as u64;
         self.current.wire.response(gap);
+        self.current.wire.reads = self.current.wire.reads.saturating_add(u64::from(reads));
     }
 
     /// A new connection was opened (what it cost), now.

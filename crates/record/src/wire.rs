@@ -24,6 +24,8 @@ pub struct WireSecond {
     pub gaps: [u64; 7],
     /// The gaps of 30 ms or more, added up (microseconds).
     pub gap_us_over_30ms: u64,
+    /// The socket reads those responses took (a response in two parts takes two at least).
+    pub reads: u64,
     /// New connections opened, and their TCP connect times added up (microseconds).
     pub connects: u64,
     pub connect_us: u64,
@@ -80,6 +82,12 @@ impl WireSecond {
         (long > 0).then(|| self.gap_us_over_30ms as f64 / long as f64)
     }
 
+    /// Socket reads a timed response (None: none timed).
+    pub fn reads_per_response(&self) -> Option<f64> {
+        let timed = self.responses();
+        (timed > 0).then(|| self.reads as f64 / timed as f64)
+    }
+
     /// `requests` over the connections opened (None: none opened).
     pub fn requests_per_connection(&self, requests: u64) -> Option<f64> {
         (self.connects > 0).then(|| requests as f64 / self.connects as f64)
@@ -91,6 +99,7 @@ impl WireSecond {
         }
         let add = |a: &mut u64, b: u64| *a = a.saturating_add(b);
         add(&mut self.gap_us_over_30ms, other.gap_us_over_30ms);
+        add(&mut self.reads, other.reads);
         add(&mut self.connects, other.connects);
         add(&mut self.connect_us, other.connect_us);
         add(&mut self.tls_handshakes, other.tls_handshakes);

@@ -23,6 +23,8 @@ pub struct WireSummary {
     pub two_part_mean_us: Option<f64>,
     /// The responses by gap (see `kiln_record::wire::GAP_BOUNDS_MS`).
     pub gaps: [u64; 7],
+    /// Socket reads a timed response (None in records from before reads were counted).
+    pub reads_per_response: Option<f64>,
 }
 
 fn mean(sum: u64, n: u64) -> Option<f64> {
@@ -48,6 +50,7 @@ impl WireSummary {
             two_part_share: w.two_part_share(),
             two_part_mean_us: w.two_part_mean_us(),
             gaps: w.gaps,
+            reads_per_response: w.reads_per_response().filter(|_| w.reads > 0),
         })
     }
 
@@ -76,13 +79,16 @@ impl WireSummary {
             parts.push(connections);
         }
         if let Some(share) = self.two_part_share {
+            let reads = self
+                .reads_per_response
+                .map_or(String::new(), |r| format!(" ({r:.2} reads a response)"));
             parts.push(match self.two_part_mean_us {
                 Some(gap) if share > 0.0 => format!(
-                    "{:.1}% of responses came in two parts {} apart",
+                    "{:.1}% of responses came in two parts {} apart{reads}",
                     share * 100.0,
                     us(gap.round() as u64)
                 ),
-                _ => "every response came in one piece".into(),
+                _ => format!("every response came in one piece{reads}"),
             });
         }
         match parts.is_empty() {
@@ -109,13 +115,14 @@ mod tests {
         }
         second.wire.connects = 2;
         second.wire.connect_us = 300;
+        second.wire.reads = 150;
         total.add_second(&second);
         let w = WireSummary::of(&total).unwrap();
         assert_eq!(w.requests_per_connection, Some(50.0));
         assert_eq!(
             w.text(),
             "Wire       50.00 requests a connection (2 opened, 150us to connect); 50.0% of \
-             responses came in two parts 44.0ms apart\n"
+             responses came in two parts 44.0ms apart (1.50 reads a response)\n"
         );
         assert_eq!(WireSummary::of(&PhaseSummary::new("run")), None);
     }

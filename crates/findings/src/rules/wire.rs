@@ -117,7 +117,18 @@ fn delayed_ack(run: &RunRecord) -> Verdict {
                 cost * 100.0,
                 duration_us(mean_us.round() as u64)
             ),
-        ],
+        ]
+        .into_iter()
+        .chain(
+            wire.reads_per_response()
+                .filter(|_| wire.reads > 0)
+                .map(|r| {
+                    format!(
+                        "kiln read each response in {r:.2} socket reads on average (one piece: 1)"
+                    )
+                }),
+        )
+        .collect(),
         window: None,
         cause: "the target writes a response's headers and its body in two writes; Nagle's \
                 algorithm holds the second until the first is acknowledged, and the client \

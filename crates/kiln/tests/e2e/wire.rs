@@ -100,6 +100,9 @@ fn a_delayed_ack_stall_is_found_and_its_fix_and_slow_work_are_not() {
     );
     let wire = &split["total"]["wire"];
     assert!(wire["two_part_share"].as_f64().unwrap() > 0.5, "{wire:#}");
+    // headers and body in two writes 40 ms apart: two reads a response
+    let reads = wire["reads_per_response"].as_f64().unwrap();
+    assert!((1.9..2.2).contains(&reads), "{wire:#}");
 
     let (fixed, _) = run_into(python("buffered"), &runs.path().join("buffered"));
     assert!(
@@ -109,6 +112,9 @@ fn a_delayed_ack_stall_is_found_and_its_fix_and_slow_work_are_not() {
     );
     let wire = &fixed["total"]["wire"];
     assert!(wire["two_part_share"].as_f64().unwrap() < 0.05, "{wire:#}");
+    // one write: one read a response (a few split by the loopback's timing at most)
+    let reads = wire["reads_per_response"].as_f64().unwrap();
+    assert!((1.0..1.1).contains(&reads), "{wire:#}");
     // the comparison: the stall's finding fixed, the responses in two parts gone
     let compared = json_of(&kiln(&[
         "compare",
