@@ -8,7 +8,8 @@ requests/s and requests per generator CPU-second (user + system, GNU time), medi
 HEAD/BASE per CPU-second per round: a change that costs nothing stays within the rounds'
 spread.
 
-Usage: python3 bench/ab.py BASE [--rounds N] [--secs S]
+Usage: python3 bench/ab.py BASE [--rounds N] [--secs S] [--base-binary PATH]
+       (--base-binary: BASE's release kiln, built before, instead of building it again)
        (results: bench/out/ab-<time>.json, a table on stdout)
 """
 import argparse, json, os, shutil, subprocess, tempfile, time
@@ -42,12 +43,14 @@ def main():
     p.add_argument("base")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--secs", type=int, default=10)
+    p.add_argument("--base-binary")
     args = p.parse_args()
     base_rev = subprocess.run(["git", "rev-parse", "--short", args.base], cwd=ROOT,
                               capture_output=True, text=True, check=True).stdout.strip()
     head_rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
                               capture_output=True, text=True, check=True).stdout.strip()
-    binaries = {"base": build(base_rev), "head": build("HEAD")}
+    base = args.base_binary or build(base_rev)
+    binaries = {"base": base, "head": build("HEAD")}
     tmp = tempfile.mkdtemp(prefix="kiln-ab-nginx-")
     nginx, url = start_nginx(tmp)
     rounds = {"base": [], "head": []}
