@@ -598,6 +598,12 @@ pub struct RunArgs {
     )]
     pub async_profiler: Option<PathBuf>,
 
+    /// A JVM target's allocations by site over the measured runs (async-profiler, a sample
+    /// every 512 KiB allocated, weighed back to bytes): a flame graph of bytes, and the
+    /// bytes each request allocates.
+    #[arg(help_heading = "Profiling", long = "alloc")]
+    pub alloc: bool,
+
     /// Receive the target's OpenTelemetry traces (OTLP/HTTP, POST /v1/traces) during the run
     /// and analyse its DB calls: N+1 loops, repeats, the DB stack trie (as kiln queries).
     #[arg(help_heading = "Traces and DB calls", long = "otlp-listen", value_name = "ADDR", num_args = 0..=1, default_missing_value = "127.0.0.1:4318")]

@@ -230,6 +230,7 @@ pub fn run(args: DemoArgs, stop: &StopSignal) -> Result<u8> {
             profile_hz: no_perf.is_none().then_some(PROFILE_HZ),
             off_cpu: no_perf.is_none(),
             jvm_profiler: Default::default(),
+            alloc: false,
             otlp: Some(OtlpSpec {
                 receiver,
                 wait: TRACES_WAIT,

@@ -515,6 +515,7 @@ pub fn print_outcome(
             .map(|(info, seconds)| (info, seconds.as_slice())),
         profile: outcome.profile.as_ref(),
         off_cpu: outcome.off_cpu.as_ref(),
+        alloc: outcome.alloc.as_ref(),
         queries: outcome.queries.as_ref(),
         findings: Some(&outcome.findings),
         compare: None,
@@ -706,6 +707,9 @@ fn run_load(args: RunArgs, stop: &StopSignal) -> Result<u8> {
     if args.off_cpu && watch_pid.is_none() {
         bail!("--off-cpu needs the process to profile: --watch-pid PID or --watch-port PORT");
     }
+    if args.alloc && watch_pid.is_none() {
+        bail!("--alloc needs the JVM to profile: --watch-pid PID or --watch-port PORT");
+    }
     if !(1..=10_000).contains(&args.profile_frequency) {
         bail!("--profile-frequency is out of range: 1 to 10000 samples per second");
     }
@@ -746,6 +750,7 @@ fn run_load(args: RunArgs, stop: &StopSignal) -> Result<u8> {
             Some(off) if off.as_os_str() == "off" => JvmProfiler::Perf,
             Some(path) => JvmProfiler::Library(path.clone()),
         },
+        alloc: args.alloc,
         otlp,
         gctrace: spawned.as_ref().map(|s| s.gctrace.clone()),
     };

@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use anyhow::Result;
-use kiln_record::parts::{OFF_CPU, ON_CPU, QUERIES_PART};
+use kiln_record::parts::{ALLOC, OFF_CPU, ON_CPU, QUERIES_PART};
 use kiln_record::schema::profile::ProfileRecord;
 use kiln_record::schema::queries::QueriesRecord;
 use kiln_record::{LoadRecordLine, PhaseSummary, RunDir, LOAD_SECONDS_PART};
@@ -40,6 +40,7 @@ pub fn print_run(dir: &RunDir, path: &Path, json: bool) -> Result<u8> {
     // a part that does not read is said and left out: the rest still reports
     let profile: Option<ProfileRecord> = part_or_warning(dir, ON_CPU.summary.0);
     let off_cpu: Option<ProfileRecord> = part_or_warning(dir, OFF_CPU.summary.0);
+    let alloc: Option<ProfileRecord> = part_or_warning(dir, ALLOC.summary.0);
     let queries: Option<QueriesRecord> = part_or_warning(dir, QUERIES_PART);
     let findings = kiln_findings::recorded_or_judged(dir);
     let dir_text = path.display().to_string();
@@ -55,6 +56,7 @@ pub fn print_run(dir: &RunDir, path: &Path, json: bool) -> Result<u8> {
             .map(|info| (info, runtime_seconds.as_slice())),
         profile: profile.as_ref(),
         off_cpu: off_cpu.as_ref(),
+        alloc: alloc.as_ref(),
         queries: queries.as_ref(),
         findings: Some(&findings),
         compare: None,

@@ -222,6 +222,21 @@ impl Folded {
         top_self(&by, n)
     }
 
+    /// Where an allocation profile's bytes were allocated: each stack counted at the frame
+    /// above its leaf (the leaf is the allocated type), at most `n`, most first.
+    pub fn allocated_in(&self, n: usize) -> Vec<FunctionShare> {
+        let mut by: BTreeMap<String, FunctionShare> = BTreeMap::new();
+        for (stack, &count) in &self.stacks {
+            let mut frames = stack.rsplit(';');
+            let leaf = frames.next().unwrap_or(stack);
+            let share = share_of(&mut by, frames.next().unwrap_or(leaf));
+            share.self_samples += count;
+            share.total_samples += count;
+        }
+        set_percents(&mut by, self.total().max(1) as f64);
+        top_self(&by, n)
+    }
+
     /// Share of samples (0..1) whose leaf is a kernel frame (annotated `_[k]`).
     pub fn kernel_share(&self) -> f64 {
         let kernel: u64 = self
@@ -394,6 +409,27 @@ mod tests {
         assert_eq!(
             names,
             ["start_thread", "Hot.main", "Hot.spin", "clock", "GC Thread"]
+        );
+    }
+
+    #[test]
+    fn allocated_bytes_are_counted_at_the_method_above_the_type() {
+        let (f, _) = Folded::parse(
+            "main;Shop.render_[j];byte[] 640\nmain;Shop.render_[j];java.lang.String 40\nmain;Shop.sum_[i];byte[] 160\nbyte[] 5\n",
+        )
+        .unwrap();
+        let top = f.allocated_in(5);
+        let names: Vec<(&str, u64)> = top
+            .iter()
+            .map(|s| (s.name.as_str(), s.self_samples))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ("Shop.render_[j]", 680),
+                ("Shop.sum_[i]", 160),
+                ("byte[]", 5)
+            ]
         );
     }
 

@@ -392,6 +392,14 @@ pub fn summarize_event(folded: &Folded, top: usize, event: Event) -> ProfileSumm
     summary
 }
 
+/// [`summarize`] for an allocation profile (leaves are the allocated types): also the bytes
+/// by the method that allocated them ([`Folded::allocated_in`]).
+pub fn summarize_alloc(folded: &Folded, top: usize) -> ProfileSummary {
+    let mut summary = summarize(folded, top);
+    summary.allocated_in = folded.allocated_in(top);
+    summary
+}
+
 /// The summary of a profile with its `top` functions by self and by total samples.
 pub fn summarize(folded: &Folded, top: usize) -> ProfileSummary {
     {
@@ -406,6 +414,7 @@ pub fn summarize(folded: &Folded, top: usize) -> ProfileSummary {
             top_self,
             top_total: folded::top_total(&shares, top),
             blocked_in: Vec::new(),
+            allocated_in: Vec::new(),
         }
     }
 }

@@ -38,6 +38,15 @@ pub const ON_CPU: ProfileParts = ProfileParts {
     summary: (PROFILE_SUMMARY_PART, "profile.json"),
 };
 
+/// What a JVM allocated, in bytes by allocation site (async-profiler's TLAB-driven samples,
+/// `kiln run --alloc`).
+pub const ALLOC: ProfileParts = ProfileParts {
+    folded: ("alloc-folded", "alloc.folded"),
+    flame: ("alloc-flame", "alloc-flame.svg"),
+    speedscope: ("alloc-speedscope", "alloc.speedscope.json"),
+    summary: ("alloc-summary", "alloc.json"),
+};
+
 /// Where threads left the CPU (every `context-switches` event with its stack): blocked on
 /// a lock, a read, a sleep, or preempted.
 pub const OFF_CPU: ProfileParts = ProfileParts {

@@ -58,6 +58,8 @@ pub struct RunOutcome {
     pub profile: Option<ProfileRecord>,
     /// The off-CPU profile's record (`offcpu.json`), when one was taken.
     pub off_cpu: Option<ProfileRecord>,
+    /// The allocation profile's record (`alloc.json`), when one was taken.
+    pub alloc: Option<ProfileRecord>,
     /// The DB-call analysis (`queries.json`), when traces were received.
     pub queries: Option<QueriesRecord>,
     /// `--fail-on` met by a DB-call finding.
@@ -101,6 +103,8 @@ pub struct RunSpec<'a> {
     pub off_cpu: bool,
     /// Which profiler takes a JVM's on-CPU profile.
     pub jvm_profiler: JvmProfiler,
+    /// A JVM's allocations by site (async-profiler) over the measured phases.
+    pub alloc: bool,
     pub otlp: Option<OtlpSpec<'a>>,
     /// A Go target's GC cycles, when kiln started it (`--spawn`).
     pub gctrace: Option<kiln_runtime::go::GcTraceFeed>,
@@ -120,6 +124,7 @@ pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut dyn Progress) -> Res
         profile_hz,
         off_cpu,
         jvm_profiler,
+        alloc,
         otlp,
         gctrace,
     } = spec;
@@ -172,7 +177,19 @@ pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut dyn Progress) -> Res
     // The measured phases' span of wall-clock time: the DB analysis covers the requests
     // that began in it (not spans an application queued before, nor the warm-up's).
     let mut measured_window: Option<(u64, u64)> = None;
+    let mut alloc_watcher: Option<AllocWatcher> = None;
+    let mut alloc_tried = false;
     for (spec, duration) in phase_list {
+        if let (Some(pid), true, false, true) = (watch_pid, alloc, alloc_tried, spec.measured) {
+            alloc_tried = true;
+            match AllocWatcher::start(pid, &jvm_profiler) {
+                Ok(w) => alloc_watcher = Some(w),
+                Err(why) => {
+                    warnings.push(format!("--alloc: {why}"));
+                    dir.manifest.not_recorded.insert("--alloc".into(), why);
+                }
+            }
+        }
         if let (Some(pid), true, true) = (watch_pid, profilers.is_empty(), spec.measured) {
             if let Some(hz) = profile_hz {
                 profilers.push(ProfileWatcher::start(
@@ -254,6 +271,7 @@ pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut dyn Progress) -> Res
     let resources = watcher.map(ResourceWatcher::finish).unwrap_or_default();
     let noise = noise.finish();
     let runtime = runtime_watcher.map(|w| w.finish(&mut dir, &mut warnings));
+    let alloc_profile = alloc_watcher.and_then(|w| w.finish(&mut dir, &mut warnings));
     let (mut profile, mut off_cpu) = (None, None);
     for p in profilers {
         let event = p.event;
@@ -303,6 +321,7 @@ pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut dyn Progress) -> Res
         runtime,
         profile,
         off_cpu,
+        alloc: alloc_profile,
         queries,
         queries_gate_failed,
         interrupted_by,
@@ -502,7 +521,7 @@ impl ProfileWatcher {
                 let taken = profile_parts::AsyncProfiled {
                     pid: self.pid,
                     duration,
-                    frequency_hz: self.hz,
+                    cpu_hz: Some(self.hz),
                     advice,
                 };
                 write(dir, &folded, profile_parts::Origin::AsyncProfiler(&taken))
@@ -525,7 +544,8 @@ fn start_async_profiler(pid: i32, hz: u32, jvm: &JvmProfiler) -> Result<Profiler
     }
     .map_err(Some)?;
     let interval = Duration::from_nanos(1_000_000_000 / u64::from(hz.max(1)));
-    let session = Session::start(pid, Path::new("/proc"), &library, interval)
+    let sampling = kiln_runtime::async_profiler::Sampling::Cpu(interval);
+    let session = Session::start(pid, Path::new("/proc"), &library, sampling)
         .map_err(|e| Some(format!("async-profiler could not start: {e}")))?;
     // without it the JVM records where compiled code is only at safepoints, and a sample
     // in inlined code is placed at the nearest one
@@ -545,6 +565,83 @@ fn start_async_profiler(pid: i32, hz: u32, jvm: &JvmProfiler) -> Result<Profiler
     };
     Ok(Profiler::Async { session, advice })
 }
+
+/// A sample every this many bytes a JVM allocates (async-profiler's default is one per
+/// TLAB; 512 KiB keeps a busy service's samples to a few thousand a second).
+const ALLOC_SAMPLE_BYTES: u64 = 512 * 1024;
+
+/// `--alloc`: async-profiler's allocation profile of a JVM over the measured phases.
+struct AllocWatcher {
+    pid: i32,
+    session: kiln_runtime::async_profiler::Session,
+}
+
+impl AllocWatcher {
+    /// Starts it in JVM `pid`, or says why it cannot be taken.
+    fn start(pid: i32, jvm: &JvmProfiler) -> std::result::Result<Self, String> {
+        use kiln_runtime::async_profiler::{find, Sampling, Session};
+        if kiln_profile::jit::runtime_of(pid) != kiln_profile::jit::Runtime::Java {
+            return Err(
+                "allocation profiles are taken inside a JVM (async-profiler); the \
+                        watched process is not one"
+                    .into(),
+            );
+        }
+        let library = match jvm {
+            JvmProfiler::Library(path) => find(Some(path)),
+            JvmProfiler::Auto | JvmProfiler::Perf => find(None),
+        }?;
+        let sampling = Sampling::Alloc(ALLOC_SAMPLE_BYTES);
+        let session = Session::start(pid, Path::new("/proc"), &library, sampling)
+            .map_err(|e| format!("async-profiler could not start: {e}"))?;
+        Ok(Self { pid, session })
+    }
+
+    /// Stops it and writes the allocation profile (bytes by site) into the run directory.
+    fn finish(self, dir: &mut RunDir, warnings: &mut Vec<String>) -> Option<ProfileRecord> {
+        let duration = self.session.started.elapsed();
+        let written = self
+            .session
+            .stop()
+            .and_then(|text| {
+                kiln_profile::import(text.as_bytes())
+                    .map_err(|e| format!("async-profiler's output: {e}"))
+            })
+            .and_then(|imported| {
+                let taken = profile_parts::AsyncProfiled {
+                    pid: self.pid,
+                    duration,
+                    cpu_hz: None,
+                    advice: Vec::new(),
+                };
+                let title = format!(
+                    "Allocations of pid {} during the measured load (bytes by site)",
+                    self.pid
+                );
+                profile_parts::write_profile(
+                    dir,
+                    profile_parts::ALLOC,
+                    &imported.folded,
+                    &title,
+                    ALLOC_COUNT,
+                    10,
+                    profile_parts::Origin::AsyncProfiler(&taken),
+                )
+                .map_err(|e| e.to_string())
+            });
+        match written {
+            Ok(w) => Some(w.record),
+            Err(e) => {
+                warnings.push(format!("--alloc: {e}"));
+                dir.manifest.not_recorded.insert("--alloc".into(), e);
+                None
+            }
+        }
+    }
+}
+
+/// What an allocation profile counts: bytes allocated.
+pub const ALLOC_COUNT: &str = "allocated/bytes";
 
 fn contains_bytes(haystack: &[u8], needle: &[u8]) -> bool {
     haystack.windows(needle.len()).any(|w| w == needle)

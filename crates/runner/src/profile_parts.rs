@@ -8,7 +8,7 @@ use kiln_profile::{speedscope_json, svg, Event, FlameStyle, Folded, Profiled};
 use kiln_record::schema::profile::{ImportSource, JitRecord, ProfileRecord};
 use kiln_record::RunDir;
 
-pub use kiln_record::parts::{ProfileParts, OFF_CPU, ON_CPU};
+pub use kiln_record::parts::{ProfileParts, ALLOC, OFF_CPU, ON_CPU};
 
 /// The files of one profile in a run directory, and its summary.
 pub struct WrittenProfile {
@@ -41,7 +41,8 @@ pub struct AsyncProfiled {
     pub pid: i32,
     /// From its start to its stop.
     pub duration: std::time::Duration,
-    pub frequency_hz: u32,
+    /// The CPU profile's event and frequency (None for an allocation profile).
+    pub cpu_hz: Option<u32>,
     /// Flags that would make its stacks better, as the user would add them.
     pub advice: Vec<String>,
 }
@@ -59,7 +60,10 @@ pub fn write_profile(
 ) -> Result<WrittenProfile> {
     let summary = match &origin {
         Origin::Perf(profiled, ..) => kiln_profile::summarize_event(folded, top, profiled.event),
-        Origin::AsyncProfiler(_) => kiln_profile::summarize_event(folded, top, Event::Cpu),
+        Origin::AsyncProfiler(AsyncProfiled {
+            cpu_hz: Some(_), ..
+        }) => kiln_profile::summarize_event(folded, top, Event::Cpu),
+        Origin::AsyncProfiler(_) => kiln_profile::summarize_alloc(folded, top),
         Origin::Import(_) => kiln_profile::summarize(folded, top),
     };
     // a value with a unit (`inuse_space/bytes`) is counted in that unit
@@ -105,10 +109,10 @@ pub fn write_profile(
                 "async-profiler {}",
                 kiln_runtime::async_profiler::VERSION
             ));
-            record.event = Some(Event::Cpu);
+            record.event = taken.cpu_hz.map(|_| Event::Cpu);
             record.pids = vec![taken.pid];
             record.duration_s = Some(taken.duration.as_secs_f64());
-            record.frequency_hz = Some(taken.frequency_hz);
+            record.frequency_hz = taken.cpu_hz;
             record.jit = Some(JitRecord {
                 done: Vec::new(),
                 advice: taken.advice.clone(),

@@ -161,7 +161,18 @@ fn fetch(url: &str) -> Result<Vec<u8>, String> {
         .map_err(|e| format!("cannot read {url}: {e}"))
 }
 
-/// async-profiler running in one JVM.
+/// What a session samples.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sampling {
+    /// CPU time, a sample every this much of it.
+    Cpu(Duration),
+    /// Allocations, a sample every this many bytes allocated (TLAB-driven: each new TLAB
+    /// and each allocation outside one); the samples are weighed back to bytes.
+    Alloc(u64),
+}
+
+/// async-profiler running in one JVM. Each session loads its own copy of the library, so
+/// two (CPU and allocations) run side by side as two instances.
 pub struct Session {
     attach: Attach,
     owner: Owner,
@@ -172,15 +183,16 @@ pub struct Session {
     tmp_here: PathBuf,
     stem: String,
     pub started: Instant,
+    sampling: Sampling,
 }
 
 impl Session {
-    /// Loads `library` into `pid` and starts CPU sampling every `interval`.
+    /// Loads `library` into `pid` and starts sampling.
     pub fn start(
         pid: i32,
         proc_root: &Path,
         library: &Path,
-        interval: Duration,
+        sampling: Sampling,
     ) -> Result<Self, String> {
         let attach = Attach::open(pid, proc_root)?;
         let owner = attach.owner();
@@ -200,8 +212,14 @@ impl Session {
             tmp_here,
             stem,
             started: Instant::now(),
+            sampling,
         };
-        let options = format!("start,event=cpu,interval={}", interval.as_nanos().max(1));
+        let options = match sampling {
+            Sampling::Cpu(interval) => {
+                format!("start,event=cpu,interval={}", interval.as_nanos().max(1))
+            }
+            Sampling::Alloc(bytes) => format!("start,event=alloc,alloc={}", bytes.max(1)),
+        };
         if let Err(e) = session.command(&options) {
             session.remove_library();
             return Err(e);
@@ -210,11 +228,16 @@ impl Session {
     }
 
     /// Stops sampling and returns the collapsed stacks (frames annotated: `_[j]` compiled,
-    /// `_[i]` inlined, `_[0]` interpreted, `_[1]` C1, `_[k]` kernel; dotted class names).
+    /// `_[i]` inlined, `_[0]` interpreted, `_[1]` C1, `_[k]` kernel; dotted class names). An
+    /// allocation profile counts bytes, its leaf frame the allocated type (`byte[]`).
     pub fn stop(self) -> Result<String, String> {
         let name = format!("{}.collapsed", self.stem);
         let here = self.tmp_here.join(&name);
-        let stopped = self.command(&format!("stop,file=/tmp/{name},collapsed,ann,dot"));
+        let counts = match self.sampling {
+            Sampling::Cpu(_) => "",
+            Sampling::Alloc(_) => ",total",
+        };
+        let stopped = self.command(&format!("stop,file=/tmp/{name},collapsed{counts},ann,dot"));
         let read = stopped.and_then(|_| {
             let mut text = String::new();
             open_regular(&self.owner, &here, MAX_OUTPUT_BYTES)?

@@ -39,7 +39,11 @@ pub fn summary_text(summary: &ProfileSummary, count_name: &str, samples: Option<
         "{head}, {} distinct stacks, {:.1}% with a kernel frame on top\n",
         summary.distinct_stacks, summary.kernel_pct
     );
-    if summary.blocked_in.is_empty() {
+    if !summary.allocated_in.is_empty() {
+        // an allocation profile: self is the allocated type; the method that allocated
+        out += &share_rows("Types", &summary.top_self, |s| s.self_pct);
+        out += &share_rows("Alloc in", &summary.allocated_in, |s| s.self_pct);
+    } else if summary.blocked_in.is_empty() {
         out += &share_rows("Top self", &summary.top_self, |s| s.self_pct);
     } else {
         // off-CPU: self is all the scheduler; where the code blocked says what waited

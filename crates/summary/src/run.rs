@@ -5,7 +5,7 @@ use kiln_record::schema::profile::ProfileRecord;
 use kiln_record::schema::queries::QueriesRecord;
 use std::fmt::Write as _;
 
-use kiln_record::parts::{OFF_CPU, ON_CPU};
+use kiln_record::parts::{ALLOC, OFF_CPU, ON_CPU};
 use kiln_record::{LatencyHistogram, LatencyStats, PhaseEnd, PhaseSummary, RunManifest};
 use serde_json::{json, Value};
 
@@ -114,6 +114,8 @@ pub struct RunView<'a> {
     pub profile: Option<&'a ProfileRecord>,
     /// The off-CPU profile's record (`offcpu.json`) when one was taken.
     pub off_cpu: Option<&'a ProfileRecord>,
+    /// The allocation profile's record (`alloc.json`) when one was taken.
+    pub alloc: Option<&'a ProfileRecord>,
     /// The DB-call analysis (`queries.json`) when the run received traces.
     pub queries: Option<&'a QueriesRecord>,
     /// The findings over the whole record: what is wrong, ranked.
@@ -174,10 +176,18 @@ pub fn render_text(view: &RunView) -> String {
         runtime,
         profile,
         off_cpu,
+        alloc,
         queries,
         findings,
         compare,
     } = *view;
+    let recorded = Recorded {
+        profile,
+        off_cpu,
+        alloc,
+        queries,
+        requests: None,
+    };
     let mut out = String::new();
     let plan = &manifest.plan;
     let reason = manifest
@@ -188,7 +198,7 @@ pub fn render_text(view: &RunView) -> String {
     let Some(plan) = plan.load() else {
         // a run without load (kiln profile, kiln queries): what it recorded
         let _ = writeln!(out, "Run        {} ({status}{reason})", safe_text(dir));
-        out += &recorded_extras(dir, &manifest.not_recorded, profile, off_cpu, queries);
+        out += &recorded_extras(dir, &manifest.not_recorded, recorded);
         return out;
     };
     let open = plan.open_model();
@@ -264,7 +274,7 @@ pub fn render_text(view: &RunView) -> String {
 
     let Some(total) = PhaseSummary::measured_total(phases) else {
         let _ = writeln!(out, "\nNo measured results were recorded.");
-        out += &recorded_extras(dir, &manifest.not_recorded, profile, off_cpu, queries);
+        out += &recorded_extras(dir, &manifest.not_recorded, recorded);
         return out;
     };
     let _ = writeln!(
@@ -372,7 +382,15 @@ pub fn render_text(view: &RunView) -> String {
     if let Some(r) = runtime_during(runtime, Some(&total), resources) {
         out += &runtime::to_text(&r);
     }
-    out += &recorded_extras(dir, &manifest.not_recorded, profile, off_cpu, queries);
+    let requests = Some(total.totals.requests);
+    out += &recorded_extras(
+        dir,
+        &manifest.not_recorded,
+        Recorded {
+            requests,
+            ..recorded
+        },
+    );
     for t in thresholds::check_all(&manifest.plan, &total) {
         let _ = writeln!(
             out,
@@ -431,21 +449,41 @@ fn phase_json(p: &PhaseSummary) -> Value {
     })
 }
 
-/// The sections of what was recorded beside the load: the profile and the DB calls.
+/// The records taken beside the load, for their sections of the summary.
+#[derive(Clone, Copy, Default)]
+struct Recorded<'a> {
+    profile: Option<&'a ProfileRecord>,
+    off_cpu: Option<&'a ProfileRecord>,
+    alloc: Option<&'a ProfileRecord>,
+    queries: Option<&'a QueriesRecord>,
+    /// The measured requests, for the bytes each allocated.
+    requests: Option<u64>,
+}
+
+/// The sections of what was recorded beside the load: the profiles and the DB calls.
 fn recorded_extras(
     dir: &str,
     not_recorded: &std::collections::BTreeMap<String, String>,
-    profile: Option<&ProfileRecord>,
-    off_cpu: Option<&ProfileRecord>,
-    queries: Option<&QueriesRecord>,
+    recorded: Recorded,
 ) -> String {
     let mut out = String::new();
+    let Recorded {
+        profile,
+        off_cpu,
+        alloc,
+        queries,
+        requests,
+    } = recorded;
     for (label, flag, recorded, flame) in [
         ("Profile", "--profile", profile, ON_CPU.flame.1),
         ("Off-CPU", "--off-cpu", off_cpu, OFF_CPU.flame.1),
+        ("Alloc", "--alloc", alloc, ALLOC.flame.1),
     ] {
         if let Some(profile) = recorded {
             out += &profile_text(dir, profile, label, flame);
+            if let (true, Some(n)) = (flag == "--alloc", requests.filter(|n| *n > 0)) {
+                out += &alloc_per_request(profile, n);
+            }
         } else if let Some(why) = not_recorded.get(flag) {
             // said where the profile would be, with the fix, not only as a warning above
             let _ = writeln!(out, "{label:<10} not recorded: {}", safe_text(why));
@@ -457,6 +495,23 @@ fn recorded_extras(
         let _ = writeln!(out, "Report     {dir}/queries.html");
     }
     out
+}
+
+/// `Alloc      1.20 MiB a request; 61% in Shop.render`: the bytes a measured request
+/// allocated, and the method that allocated most.
+fn alloc_per_request(alloc: &ProfileRecord, requests: u64) -> String {
+    let per_request = alloc.summary.samples as f64 / requests as f64;
+    let top = alloc
+        .summary
+        .allocated_in
+        .first()
+        .map_or(String::new(), |f| {
+            format!("; {:.0}% in {}", f.self_pct, safe_text(&f.name))
+        });
+    format!(
+        "Alloc      {} a request{top}\n",
+        format::bytes(per_request.round() as u64)
+    )
 }
 
 /// A profile's section of a run's text summary, from its record (`profile.json`,
@@ -555,6 +610,10 @@ pub fn render_json(view: &RunView) -> Value {
             .unwrap_or_default(),
         "profile": view.profile,
         "off_cpu": view.off_cpu,
+        "alloc": view.alloc,
+        "alloc_bytes_per_request": view.alloc.zip(total.as_ref()).and_then(|(a, t)| {
+            (t.totals.requests > 0).then(|| a.summary.samples as f64 / t.totals.requests as f64)
+        }),
         "queries": view.queries,
         "findings": view.findings,
         "compare": view.compare,
@@ -632,6 +691,17 @@ mod record_fuzz {
         })
     }
 
+    /// Every profile `p` (on-CPU, off-CPU and allocations) and the DB calls `q`.
+    fn all<'a>(p: Option<&'a ProfileRecord>, q: Option<&'a QueriesRecord>) -> Recorded<'a> {
+        Recorded {
+            profile: p,
+            off_cpu: p,
+            alloc: p,
+            queries: q,
+            requests: Some(3),
+        }
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(300))]
         /// `profile.json` and `queries.json` as any JSON: the summary is written, never a panic.
@@ -643,10 +713,10 @@ mod record_fuzz {
             let queries_of = |v: &Value| serde_json::from_value::<QueriesRecord>(v.clone()).ok();
             let profile_of = |v: &Value| serde_json::from_value::<ProfileRecord>(v.clone()).ok();
             let (p, q) = (profile_of(&profile), queries_of(&queries));
-            let _ = recorded_extras("run", &Default::default(), p.as_ref(), p.as_ref(), q.as_ref());
+            let _ = recorded_extras("run", &Default::default(), all(p.as_ref(), q.as_ref()));
             let wrapped = json!({"analysis": queries, "summary": profile});
             let (p, q) = (profile_of(&wrapped), queries_of(&wrapped));
-            let _ = recorded_extras("run", &Default::default(), p.as_ref(), p.as_ref(), q.as_ref());
+            let _ = recorded_extras("run", &Default::default(), all(p.as_ref(), q.as_ref()));
         }
     }
 }

@@ -383,3 +383,85 @@ fn a_go_heap_profile_reads_in_bytes_and_legacy_or_corrupt_files_are_clear_errors
     assert!(stderr.contains("not a profile kiln can read"), "{stderr}");
     assert!(!stderr.contains("panicked"));
 }
+
+/// `--alloc` on a JVM whose requests allocate 64 KiB in `render` and 16 KiB in `checksum`
+/// (tests/apps/java_alloc, by construction; the JDK's HTTP server adds a few KiB of its own):
+/// async-profiler's allocation profile gives those two sites 80 KiB a request within 10%, in
+/// the ratio 4:1 within 5 points, and the summary says the bytes a request allocates.
+#[test]
+fn a_jvms_allocations_per_request_and_by_site_match_what_it_allocates() {
+    let _turn = common::beside();
+    let tmp = tempfile::tempdir().unwrap();
+    let classes = tmp.path().join("classes");
+    common::apps::javac(
+        &[common::apps::workspace().join("tests/apps/java_alloc/AllocShop.java")],
+        None,
+        &classes,
+    );
+    let library = common::apps::async_profiler();
+    let port = common::apps::free_port();
+    let mut child = Command::new("java")
+        .arg("-Dsun.net.httpserver.nodelay=true")
+        .arg("-cp")
+        .arg(&classes)
+        .args(["AllocShop", &port.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("java starts");
+    common::apps::wait_port(port, &mut child, "AllocShop");
+    let app = Killed(child);
+    let out = tmp.path().join("run");
+    let run = json_with_exit(
+        &kiln(&[
+            "run",
+            &format!("http://127.0.0.1:{port}/"),
+            "--watch-pid",
+            &app.0.id().to_string(),
+            "--alloc",
+            "--async-profiler",
+            library.to_str().unwrap(),
+            "-c",
+            "2",
+            "--warmup",
+            "2s",
+            "-d",
+            "4s",
+            "--json",
+            "--quiet",
+            "--out",
+            out.to_str().unwrap(),
+        ]),
+        0,
+    );
+    drop(app);
+    let requests = run["total"]["requests"].as_f64().unwrap();
+    let sites = &run["alloc"]["summary"]["allocated_in"];
+    let bytes_in = |method: &str| {
+        sites
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| s["name"].as_str().unwrap().starts_with(method))
+            .map(|s| s["self_samples"].as_f64().unwrap())
+            .sum::<f64>()
+    };
+    let (render, checksum) = (bytes_in("AllocShop.render"), bytes_in("AllocShop.checksum"));
+    let per_request_kib = (render + checksum) / requests / 1024.0;
+    assert!(
+        (72.0..88.0).contains(&per_request_kib),
+        "{per_request_kib:.1} KiB a request at the two sites: {sites:#}"
+    );
+    let render_share = 100.0 * render / (render + checksum);
+    assert!(
+        (75.0..85.0).contains(&render_share),
+        "render's share {render_share:.1}%: {sites:#}"
+    );
+    // all of it, the server's own included: a little more than the two sites
+    let all = run["alloc_bytes_per_request"].as_f64().unwrap() / 1024.0;
+    assert!(all >= per_request_kib && all < 1.5 * 80.0, "{all:.1} KiB");
+    let text = kiln(&["report", out.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("KiB a request;"), "{text}");
+    assert!(out.join("alloc-flame.svg").exists() && out.join("alloc.folded").exists());
+}

@@ -29,6 +29,10 @@ pub struct ProfileSummary {
     /// kernel from the leaf (its self time is all `schedule`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub blocked_in: Vec<FunctionShare>,
+    /// An allocation profile's bytes by the method that allocated them: the frame above
+    /// the leaf (the leaf is the allocated type).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allocated_in: Vec<FunctionShare>,
 }
 
 /// The formats `import` recognizes.
