@@ -1074,6 +1074,7 @@ fn record_outcome(
         }
         Err(kind) => {
             rec.error(done, kind);
+            rec.connection_failed(done, kind);
             true
         }
     }
@@ -1647,6 +1648,7 @@ async fn run_step(
         Err(kind) => {
             let mut rec = state.recorder.borrow_mut();
             rec.error(done, kind);
+            rec.connection_failed(done, kind);
             rec.named(step.name, failed_outcome(kind));
             rec.connections -= 1;
             *conn = None;

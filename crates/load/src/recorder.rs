@@ -252,6 +252,17 @@ impl WorkerRecorder {
         }
     }
 
+    /// A request failed on an open connection, which is then dropped: the target reset it,
+    /// or kiln closes it (a timeout, a response that is not HTTP).
+    pub fn connection_failed(&mut self, at: Instant, kind: ErrorKind) {
+        self.roll_to(at);
+        let w = &mut self.current.wire;
+        match kind {
+            ErrorKind::Reset => w.reset += 1,
+            _ => w.closed_by_kiln += 1,
+        }
+    }
+
     /// The target ended a connection: it said it closes, or closed while idle.
     pub fn closed_by_target(&mut self, at: Instant) {
         self.roll_to(at);

@@ -35,6 +35,11 @@ pub struct WireSecond {
     pub tls_resumed: u64,
     /// Connections the target ended: it said `Connection: close`, or closed while idle.
     pub closed_by_target: u64,
+    /// Connections the target reset or closed with a request unanswered.
+    pub reset: u64,
+    /// Connections kiln closed after a request failed on them (a timeout, a response that
+    /// was not HTTP, a TLS error).
+    pub closed_by_kiln: u64,
 }
 
 impl WireSecond {
@@ -106,6 +111,8 @@ impl WireSecond {
         add(&mut self.tls_us, other.tls_us);
         add(&mut self.tls_resumed, other.tls_resumed);
         add(&mut self.closed_by_target, other.closed_by_target);
+        add(&mut self.reset, other.reset);
+        add(&mut self.closed_by_kiln, other.closed_by_kiln);
     }
 }
 

@@ -15,6 +15,9 @@ pub struct WireSummary {
     pub tls_mean_us: Option<f64>,
     pub tls_resumed: u64,
     pub closed_by_target: u64,
+    /// Connections reset with a request on them, and those kiln closed after a failure.
+    pub reset: u64,
+    pub closed_by_kiln: u64,
     /// HTTP/1.1 responses timed from first byte to last.
     pub responses_timed: u64,
     /// Of them, the share whose last byte came 30 ms or more after the first, and those
@@ -46,6 +49,8 @@ impl WireSummary {
             tls_mean_us: mean(w.tls_us, w.tls_handshakes),
             tls_resumed: w.tls_resumed,
             closed_by_target: w.closed_by_target,
+            reset: w.reset,
+            closed_by_kiln: w.closed_by_kiln,
             responses_timed: w.responses(),
             two_part_share: w.two_part_share(),
             two_part_mean_us: w.two_part_mean_us(),
@@ -74,6 +79,12 @@ impl WireSummary {
             }
             if self.closed_by_target > 0 {
                 connections += &format!(", the target closed {}", self.closed_by_target);
+            }
+            if self.reset > 0 {
+                connections += &format!(", {} reset", self.reset);
+            }
+            if self.closed_by_kiln > 0 {
+                connections += &format!(", kiln closed {} after a failure", self.closed_by_kiln);
             }
             connections.push(')');
             parts.push(connections);
@@ -116,13 +127,16 @@ mod tests {
         second.wire.connects = 2;
         second.wire.connect_us = 300;
         second.wire.reads = 150;
+        second.wire.reset = 1;
+        second.wire.closed_by_kiln = 2;
         total.add_second(&second);
         let w = WireSummary::of(&total).unwrap();
         assert_eq!(w.requests_per_connection, Some(50.0));
         assert_eq!(
             w.text(),
-            "Wire       50.00 requests a connection (2 opened, 150us to connect); 50.0% of \
-             responses came in two parts 44.0ms apart (1.50 reads a response)\n"
+            "Wire       50.00 requests a connection (2 opened, 150us to connect, 1 reset, kiln \
+             closed 2 after a failure); 50.0% of responses came in two parts 44.0ms apart \
+             (1.50 reads a response)\n"
         );
         assert_eq!(WireSummary::of(&PhaseSummary::new("run")), None);
     }

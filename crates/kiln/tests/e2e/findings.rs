@@ -955,6 +955,22 @@ fn failed_requests_are_found_by_kind_and_a_target_that_answers_all_has_none() {
             .contains("no response: connection reset/closed"),
         "{e:#}"
     );
+    // the wire says how those connections ended: every failed request's connection, reset
+    let dir = tmp.path().join("resets");
+    let summary = common::json_with_exit(
+        &common::kiln(&["report", dir.to_str().unwrap(), "--json"]),
+        0,
+    );
+    let (errors, wire) = (&summary["total"]["errors"], &summary["total"]["wire"]);
+    let failed: u64 = errors
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|n| n.as_u64().unwrap())
+        .sum();
+    assert!(failed > 0, "{summary:#}");
+    assert_eq!(wire["reset"].as_u64(), Some(failed), "{wire:#} {errors:#}");
+    assert_eq!(wire["closed_by_kiln"], 0, "{wire:#}");
     drop(target);
     let target = Target::start("answers", None);
     let f = run_and_judge(&target, &tmp.path().join("answers"), &["-c", "2"]);
