@@ -22,32 +22,18 @@ import redis
 from flask import Flask
 
 from opentelemetry import trace
-from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.instrumentation.flask import FlaskInstrumentor
 from opentelemetry.instrumentation.redis import RedisInstrumentor
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 from kiln_otel_stacks import StackSpanProcessor
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from otlp_file import FileExporter  # noqa: E402  (tests/apps/otlp_file.py)
+
 ITEMS_PER_CART = 15
-
-
-class FileExporter(SpanExporter):
-    """Keeps the spans and writes them as one OTLP/protobuf request at shutdown."""
-
-    def __init__(self, path):
-        self.path = path
-        self.spans = []
-
-    def export(self, spans):
-        self.spans.extend(spans)
-        return SpanExportResult.SUCCESS
-
-    def shutdown(self):
-        with open(self.path, "wb") as out:
-            out.write(encode_spans(self.spans).SerializeToString())
 
 
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
