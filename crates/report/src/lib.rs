@@ -25,7 +25,7 @@ pub use compare::render_compare;
 use kiln_findings::{Finding, FlameCite, Report};
 use kiln_profile::Folded;
 use kiln_queries::trie::StackTrie;
-use kiln_record::parts::{OFF_CPU, ON_CPU, QUERIES_PART, TRIE_CALLS_PART, TRIE_TIME_PART};
+use kiln_record::parts::{ALLOC, OFF_CPU, ON_CPU, QUERIES_PART, TRIE_CALLS_PART, TRIE_TIME_PART};
 use kiln_record::schema::plan::PlanRecord;
 use kiln_record::schema::profile::Event;
 use kiln_record::schema::queries::QueriesRecord;
@@ -53,7 +53,8 @@ pub fn render(dir: &RunDir) -> String {
     let findings = kiln_findings::recorded_or_judged(dir);
     let (profile_html, flame) = profile_section(dir, ProfileKind::OnCpu);
     let (off_cpu_html, off_cpu_flame) = profile_section(dir, ProfileKind::OffCpu);
-    let flames: Vec<Value> = [flame, off_cpu_flame]
+    let (alloc_html, alloc_flame) = profile_section(dir, ProfileKind::Alloc);
+    let flames: Vec<Value> = [flame, off_cpu_flame, alloc_flame]
         .into_iter()
         .filter(|f| !f.is_null())
         .collect();
@@ -119,6 +120,15 @@ pub fn render(dir: &RunDir) -> String {
             Some(html) => sections.push((id, label, html)),
             None => not_recorded.push(absent),
         }
+    }
+    // a JVM's allocations: a section when taken, and no line when not (most targets are no
+    // JVM), unless --alloc was asked for and could not be taken
+    match alloc_html {
+        Some(html) => sections.push(("alloc", "Allocations", html)),
+        None if dir.manifest.not_recorded.contains_key("--alloc") => {
+            not_recorded.push("allocations (--alloc)")
+        }
+        None => {}
     }
     let sent = PhaseSummary::measured_total(&load.phases).map(|t| t.totals.requests);
     let (queries_html, has_map) = queries_section(dir, sent);
@@ -627,11 +637,19 @@ fn profile_section(dir: &RunDir, kind: ProfileKind) -> (Option<String>, Value) {
             "Off-CPU flame graph (where threads left the CPU: every context switch with its stack)",
             "switches",
         ),
+        ProfileKind::Alloc => (
+            "alloc",
+            "Allocations",
+            ALLOC,
+            "Allocation flame graph (the bytes a JVM allocated, by the stack that allocated \
+             them; the leaf is the type)",
+            "bytes",
+        ),
     };
-    let flame = if kind == ProfileKind::OnCpu {
-        "flame"
-    } else {
-        "offcpu-flame"
+    let flame = match kind {
+        ProfileKind::OnCpu => "flame",
+        ProfileKind::OffCpu => "offcpu-flame",
+        ProfileKind::Alloc => "alloc-flame",
     };
     let mut out = format!("<section id=\"{id}\"><h2>{heading}</h2>");
     let folded = match read_folded(dir, parts.folded.0) {
@@ -669,6 +687,17 @@ speedscope: <code>{}</code>.</p>\
                 f.total_pct
             );
         }
+    } else if kind == ProfileKind::Alloc {
+        out += "<tr><th>allocated in (the method above the type)</th>\
+<th class=\"n\">share of the bytes</th></tr>";
+        for f in folded.allocated_in(12) {
+            let _ = write!(
+                out,
+                "<tr><td><code>{}</code></td><td class=\"n\">{:.1}%</td></tr>",
+                esc(&f.name),
+                f.self_pct
+            );
+        }
     } else {
         // self time off the CPU is the scheduler's; the code that blocked is what waited
         out += "<tr><th>blocked in (the first frame outside the kernel)</th>\
@@ -697,6 +726,7 @@ speedscope: <code>{}</code>.</p>\
 enum ProfileKind {
     OnCpu,
     OffCpu,
+    Alloc,
 }
 
 /// A collapsed-stacks part of the record: `None` when the run has none, the problem in
