@@ -35,10 +35,41 @@ thread_local! {
     static CONNECTION: RefCell<Option<(PathBuf, Connection)>> = const { RefCell::new(None) };
 }
 
+/// The database file of the shop running as `pid` (with its `-wal` and `-shm` beside it).
+fn file_name(pid: u32) -> String {
+    format!("kiln-demo-shop-{pid}.db")
+}
+
+/// Removes the files of shops that are gone: a shop killed with SIGKILL (as tests and
+/// supervisors stop it) never runs its `Drop`, and each left 250 KB in the temporary
+/// directory. A file is left while a process of its pid lives (another shop, or a pid reused).
+fn remove_left_behind(dir: &std::path::Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("kiln-demo-shop-"))
+            .and_then(|n| n.split_once(".db"))
+            .and_then(|(pid, _)| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
 impl Db {
-    /// Creates the database file in the temporary directory and fills it.
+    /// Creates the database file in the temporary directory and fills it (after removing
+    /// those that shops killed earlier left behind).
     pub fn create() -> Result<Db> {
-        let path = std::env::temp_dir().join(format!("kiln-demo-shop-{}.db", std::process::id()));
+        let dir = std::env::temp_dir();
+        remove_left_behind(&dir);
+        let path = dir.join(file_name(std::process::id()));
         let _ = std::fs::remove_file(&path);
         let mut conn = Connection::open(&path)
             .with_context(|| format!("cannot create the database {}", path.display()))?;
@@ -162,4 +193,25 @@ fn fill(conn: &mut Connection) -> rusqlite::Result<()> {
         }
     }
     tx.commit()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn files_of_shops_that_are_gone_are_removed_and_live_ones_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        // above the kernel's largest pid (4194304): no process has it
+        let gone = dir.path().join(file_name(4_194_999));
+        let gone_wal = dir.path().join(format!("{}-wal", file_name(4_194_999)));
+        let mine = dir.path().join(file_name(std::process::id()));
+        let other = dir.path().join("kiln-demo-shop-notes.txt");
+        for f in [&gone, &gone_wal, &mine, &other] {
+            std::fs::write(f, b"x").unwrap();
+        }
+        remove_left_behind(dir.path());
+        assert!(!gone.exists() && !gone_wal.exists());
+        assert!(mine.exists() && other.exists());
+    }
 }
