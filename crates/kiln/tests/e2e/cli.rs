@@ -244,7 +244,14 @@ fn ctrl_c_leaves_an_interrupted_record_that_still_reports() {
     assert_eq!(manifest(&dir)["status"], "interrupted");
     let report = json_of(&kiln(&["report", dir.to_str().unwrap(), "--json"]));
     let requests = report["total"]["requests"].as_u64().unwrap();
-    assert_eq!(requests, target.answered());
+    // every answer kiln read is counted; one the target wrote as Ctrl-C cut the run is a
+    // request still in flight, counted as abandoned (a CI run saw 661 of 662)
+    let abandoned = report["total"]["abandoned"].as_u64().unwrap();
+    let answered = target.answered();
+    assert!(
+        requests <= answered && answered <= requests + abandoned,
+        "{requests} counted, {abandoned} abandoned, {answered} answered"
+    );
     assert!(requests >= 500, "{requests}");
 }
 
