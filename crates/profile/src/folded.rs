@@ -209,27 +209,32 @@ impl Folded {
     /// `n`, most first. Self time there is ~all `schedule`/`__schedule`, which says nothing;
     /// the code that called into the wait does.
     pub fn blocked_in(&self, n: usize) -> Vec<FunctionShare> {
-        let mut by: BTreeMap<String, FunctionShare> = BTreeMap::new();
-        for (stack, &count) in &self.stacks {
-            let mut frames = stack.rsplit(';');
-            let leaf = frames.clone().next().unwrap_or(stack);
-            let at = frames.find(|f| !is_kernel_frame(f)).unwrap_or(leaf);
-            let share = share_of(&mut by, at);
-            share.self_samples += count;
-            share.total_samples += count;
-        }
-        set_percents(&mut by, self.total().max(1) as f64);
-        top_self(&by, n)
+        self.counted_at(n, |mut frames, leaf| {
+            std::iter::once(leaf)
+                .chain(&mut frames)
+                .find(|f| !is_kernel_frame(f))
+                .unwrap_or(leaf)
+        })
     }
 
     /// Where an allocation profile's bytes were allocated: each stack counted at the frame
     /// above its leaf (the leaf is the allocated type), at most `n`, most first.
     pub fn allocated_in(&self, n: usize) -> Vec<FunctionShare> {
+        self.counted_at(n, |mut frames, leaf| frames.next().unwrap_or(leaf))
+    }
+
+    /// Each stack's count given to the one frame `at` picks (from the frames below the leaf,
+    /// leaf first, and the leaf itself), at most `n`, most first.
+    fn counted_at<'a>(
+        &'a self,
+        n: usize,
+        at: impl Fn(std::str::RSplit<'a, char>, &'a str) -> &'a str,
+    ) -> Vec<FunctionShare> {
         let mut by: BTreeMap<String, FunctionShare> = BTreeMap::new();
         for (stack, &count) in &self.stacks {
             let mut frames = stack.rsplit(';');
             let leaf = frames.next().unwrap_or(stack);
-            let share = share_of(&mut by, frames.next().unwrap_or(leaf));
+            let share = share_of(&mut by, at(frames, leaf));
             share.self_samples += count;
             share.total_samples += count;
         }

@@ -687,22 +687,24 @@ speedscope: <code>{}</code>.</p>\
                 f.total_pct
             );
         }
-    } else if kind == ProfileKind::Alloc {
-        out += "<tr><th>allocated in (the method above the type)</th>\
-<th class=\"n\">share of the bytes</th></tr>";
-        for f in folded.allocated_in(12) {
-            let _ = write!(
-                out,
-                "<tr><td><code>{}</code></td><td class=\"n\">{:.1}%</td></tr>",
-                esc(&f.name),
-                f.self_pct
-            );
-        }
     } else {
-        // self time off the CPU is the scheduler's; the code that blocked is what waited
-        out += "<tr><th>blocked in (the first frame outside the kernel)</th>\
-<th class=\"n\">share of the switches</th></tr>";
-        for f in folded.blocked_in(12) {
+        // an allocation's self is its type, off-CPU self time the scheduler's: each stack
+        // is counted where the code allocated, or where it blocked
+        let (header, rows) = if kind == ProfileKind::Alloc {
+            (
+                "<tr><th>allocated in (the method above the type)</th>\
+<th class=\"n\">share of the bytes</th></tr>",
+                folded.allocated_in(12),
+            )
+        } else {
+            (
+                "<tr><th>blocked in (the first frame outside the kernel)</th>\
+<th class=\"n\">share of the switches</th></tr>",
+                folded.blocked_in(12),
+            )
+        };
+        out += header;
+        for f in rows {
             let _ = write!(
                 out,
                 "<tr><td><code>{}</code></td><td class=\"n\">{:.1}%</td></tr>",

@@ -376,6 +376,17 @@ pub enum JvmProfiler {
     Perf,
 }
 
+impl JvmProfiler {
+    /// async-profiler's library: the one given, else where `find` looks (perf for the CPU
+    /// profile does not keep `--alloc` from it).
+    fn library(&self) -> std::result::Result<std::path::PathBuf, String> {
+        match self {
+            JvmProfiler::Library(path) => kiln_runtime::async_profiler::find(Some(path)),
+            JvmProfiler::Auto | JvmProfiler::Perf => kiln_runtime::async_profiler::find(None),
+        }
+    }
+}
+
 /// The watched process's profile over the measured phases: perf on its own thread, or
 /// async-profiler inside a JVM.
 struct ProfileWatcher {
@@ -536,13 +547,11 @@ impl ProfileWatcher {
 
 /// async-profiler started in JVM `pid`, or why not (None: perf was asked for).
 fn start_async_profiler(pid: i32, hz: u32, jvm: &JvmProfiler) -> Result<Profiler, Option<String>> {
-    use kiln_runtime::async_profiler::{find, Session};
-    let library = match jvm {
-        JvmProfiler::Perf => return Err(None),
-        JvmProfiler::Auto => find(None),
-        JvmProfiler::Library(path) => find(Some(path)),
+    use kiln_runtime::async_profiler::Session;
+    if *jvm == JvmProfiler::Perf {
+        return Err(None);
     }
-    .map_err(Some)?;
+    let library = jvm.library().map_err(Some)?;
     let interval = Duration::from_nanos(1_000_000_000 / u64::from(hz.max(1)));
     let sampling = kiln_runtime::async_profiler::Sampling::Cpu(interval);
     let session = Session::start(pid, Path::new("/proc"), &library, sampling)
@@ -579,7 +588,7 @@ struct AllocWatcher {
 impl AllocWatcher {
     /// Starts it in JVM `pid`, or says why it cannot be taken.
     fn start(pid: i32, jvm: &JvmProfiler) -> std::result::Result<Self, String> {
-        use kiln_runtime::async_profiler::{find, Sampling, Session};
+        use kiln_runtime::async_profiler::{Sampling, Session};
         if kiln_profile::jit::runtime_of(pid) != kiln_profile::jit::Runtime::Java {
             return Err(
                 "allocation profiles are taken inside a JVM (async-profiler); the \
@@ -587,10 +596,7 @@ impl AllocWatcher {
                     .into(),
             );
         }
-        let library = match jvm {
-            JvmProfiler::Library(path) => find(Some(path)),
-            JvmProfiler::Auto | JvmProfiler::Perf => find(None),
-        }?;
+        let library = jvm.library()?;
         let sampling = Sampling::Alloc(ALLOC_SAMPLE_BYTES);
         let session = Session::start(pid, Path::new("/proc"), &library, sampling)
             .map_err(|e| format!("async-profiler could not start: {e}"))?;
