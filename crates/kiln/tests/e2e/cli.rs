@@ -594,12 +594,14 @@ fn a_run_that_cannot_start_writes_a_junit_file_that_says_why() {
 /// joined where tmux wrapped them (`-J`), with the escape codes of colour kept (`-e`).
 fn run_in_tmux(columns: u32, args: &[&str]) -> String {
     let session = format!("kiln-e2e-{}-{columns}", std::process::id());
-    let done = tempfile::NamedTempFile::new().unwrap();
+    // The pane is read once it shows this line, which the shell prints after kiln exits: tmux
+    // reads the terminal's output on its own time, and on a busy machine a pane captured as
+    // soon as kiln had exited still lacked kiln's last lines.
+    const ENDED: &str = "kiln-in-tmux-ended";
     let command = format!(
-        "{} {}; echo $? > {}; sleep 60",
+        "{} {}; echo {ENDED} $?; sleep 60",
         env!("CARGO_BIN_EXE_kiln"),
         args.join(" "),
-        done.path().display()
     );
     let tmux = |a: &[&str]| Command::new("tmux").args(a).output().expect("tmux runs");
     let started = tmux(&[
@@ -623,17 +625,20 @@ fn run_in_tmux(columns: u32, args: &[&str]) -> String {
         String::from_utf8_lossy(&started.stderr)
     );
     let deadline = Instant::now() + Duration::from_secs(60);
-    while std::fs::read_to_string(done.path())
-        .unwrap_or_default()
-        .trim()
-        .is_empty()
-    {
-        assert!(Instant::now() < deadline, "kiln did not end in tmux");
+    let pane = loop {
+        let pane = tmux(&["capture-pane", "-p", "-J", "-e", "-S", "-", "-t", &session]);
+        let pane = String::from_utf8_lossy(&pane.stdout).into_owned();
+        if let Some(at) = pane.find(ENDED) {
+            break pane[..at].to_string();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "kiln did not end in tmux:\n{pane}"
+        );
         std::thread::sleep(Duration::from_millis(200));
-    }
-    let pane = tmux(&["capture-pane", "-p", "-J", "-e", "-S", "-", "-t", &session]);
+    };
     tmux(&["kill-session", "-t", &session]);
-    String::from_utf8_lossy(&pane.stdout).into_owned()
+    pane
 }
 
 /// The text of a pane without its escape codes.

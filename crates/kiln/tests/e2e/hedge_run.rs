@@ -58,7 +58,9 @@ fn us(v: &Value) -> f64 {
 
 #[test]
 fn hedging_to_a_replica_cuts_the_tail_as_the_formula_and_the_what_if_say() {
-    let _turn = common::group("hedge_run");
+    // alone: its p99 is measured to a few milliseconds, and the overload test of this module
+    // keeps both cores busy (a CI run failed it beside the group)
+    let _turn = common::alone();
     let tmp = tempfile::tempdir().unwrap();
     let (a, b) = (replica(), replica());
     let (url, replica_url) = (a.url("/"), b.url("/"));
