@@ -5,6 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo fmt --all -- --check
+# no module of a crate imports another that imports it back
+python3 scripts/module-cycles.py
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo test --workspace --locked --lib --bins \
   --test check --test har --test analysis --test fingerprint_golden --test readers_fuzz \

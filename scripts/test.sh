@@ -57,6 +57,8 @@ trap 'kill "$setup_pid" 2>/dev/null || true' EXIT
 # A fresh checkout gains nothing from incremental caches but their disk space (gigabytes).
 export CARGO_INCREMENTAL=0
 cargo fmt --all -- --check
+# no module of a crate imports another that imports it back
+python3 scripts/module-cycles.py
 # Lint and test in one compile: clippy's driver builds the workspace's own crates for the
 # tests as rustc does, with clippy's lints, and -D warnings fails the build on any warning,
 # rustc's or clippy's (dependencies are built by plain rustc, their lints capped as always).

@@ -167,7 +167,7 @@ impl RunRecord {
         }
         match dir.read_json_lines::<NoiseSecond>(NOISE_PART) {
             Ok(seconds) => {
-                let span = kiln_record::Span::measured(&record.phases);
+                let span = PhaseSummary::measured_span(&record.phases);
                 record.noise = kiln_record::Span::keep(span, &seconds, |s| s.unix_ms);
             }
             Err(e) => record.problems.push(e.to_string()),
@@ -356,7 +356,7 @@ impl RunRecord {
 
     /// The measured load's wall-clock window.
     pub fn window(&self) -> Option<Window> {
-        let span = kiln_record::Span::measured(&self.phases)?;
+        let span = PhaseSummary::measured_span(&self.phases)?;
         Some(Window {
             from_unix_ms: span.from_unix_ms,
             to_unix_ms: span.to_unix_ms,

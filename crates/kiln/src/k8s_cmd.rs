@@ -41,9 +41,7 @@ pub fn job(args: K8sJobArgs) -> Result<u8> {
         (None, None) => JobStart::Barrier(format!(
             ".barrier-{}-{}",
             args.name,
-            SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis())
+            kiln_record::clock::unix_ms_now()
         )),
     };
     let spec = JobSpec {

@@ -322,12 +322,9 @@ fn open_model(args: &RunArgs, stages: Vec<kiln_load::RateStage>) -> Model {
         arrivals: match args.arrivals {
             crate::cli::ArrivalsArg::Uniform => kiln_load::Arrivals::Uniform,
             crate::cli::ArrivalsArg::Poisson => kiln_load::Arrivals::Poisson {
-                seed: args.seed.unwrap_or_else(|| {
-                    std::time::SystemTime::now()
-                        .duration_since(std::time::UNIX_EPOCH)
-                        .map(|d| d.as_nanos() as u64)
-                        .unwrap_or(1)
-                }),
+                seed: args
+                    .seed
+                    .unwrap_or_else(|| kiln_record::clock::unix_ns_now().max(1)),
             },
         },
     }

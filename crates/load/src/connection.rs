@@ -15,7 +15,7 @@ use tokio::net::TcpStream;
 use crate::http1::{self, ResponseReader};
 use crate::plan::{LoadPlan, Target};
 
-pub use crate::http1::{Captured, Response};
+pub use crate::http1::{Captured, RequestParts, Response};
 
 /// A socket that could not be made for want of kiln's own resources.
 fn is_local_shortage(e: &std::io::Error) -> bool {
@@ -118,7 +118,9 @@ impl FirstText {
 }
 
 impl ConnectionSetup {
-    pub fn new(plan: &LoadPlan) -> Result<Self, String> {
+    /// The URL's request to `plan.target`; with `kept`, idle connections an earlier phase of
+    /// the run left are taken first and this phase's are left to the next.
+    pub fn new(plan: &LoadPlan, kept: Option<&KeptConnections>) -> Result<Self, String> {
         let target = plan.target.clone();
         // The URL's user:password becomes Basic auth unless the user set Authorization.
         let mut headers = plan.request.headers.clone();
@@ -140,7 +142,7 @@ impl ConnectionSetup {
         let mut setup = Self::for_origin(&target, plan.insecure, plan.connect_timeout, plan.http2)?;
         setup.method = plan.request.method.clone();
         setup.request = request;
-        setup.kept = Some(plan.kept.clone());
+        setup.kept = kept.cloned();
         setup.parts = RequestParts {
             method: plan.request.method.clone(),
             path: target.path_and_query.clone(),
@@ -364,16 +366,6 @@ pub struct ConnectTimes {
 enum Inner {
     H1(H1Connection),
     H2(H2Connection),
-}
-
-/// One request of a scenario, rendered: HTTP/1.1 bytes or HTTP/2 frames are made from it.
-#[derive(Clone, Debug, Default)]
-pub struct RequestParts {
-    pub method: http::Method,
-    /// Path and query, starting with `/`.
-    pub path: String,
-    pub headers: Vec<(http::HeaderName, http::HeaderValue)>,
-    pub body: bytes::Bytes,
 }
 
 impl Connection {

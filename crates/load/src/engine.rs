@@ -16,13 +16,13 @@ use std::sync::{Arc, Mutex};
 use std::task::Poll;
 
 use std::thread;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime};
 
 use kiln_record::{ErrorKind, PhaseEnd, SecondRecord};
 use tokio::sync::{watch, Notify};
 use tokio::task::JoinSet;
 
-use crate::connection::{Connection, ConnectionSetup};
+use crate::connection::{Connection, ConnectionSetup, KeptConnections};
 use crate::hedge::{HedgePlan, HedgeWorker, Refused};
 use crate::plan::{self, LoadPlan, Model, VuStage};
 use crate::recorder::{NamedOutcome, WorkerMsg, WorkerRecorder};
@@ -131,7 +131,8 @@ pub fn preflight(plan: &LoadPlan) -> Result<(), LoadError> {
         .enable_all()
         .build()
         .map_err(LoadError::Thread)?;
-    let mut setups = vec![ConnectionSetup::new(plan).map_err(LoadError::Setup)?];
+    // no connection kept: the check's own is closed
+    let mut setups = vec![ConnectionSetup::new(plan, None).map_err(LoadError::Setup)?];
     // A plan's other origins, each checked the same way.
     setups.extend(
         origin_setups(plan)
@@ -140,7 +141,7 @@ pub fn preflight(plan: &LoadPlan) -> Result<(), LoadError> {
             .skip(1),
     );
     // Hedging's replicas, each checked the same way.
-    setups.extend(replica_setups(plan).map_err(LoadError::Setup)?);
+    setups.extend(replica_setups(plan, None).map_err(LoadError::Setup)?);
     for setup in &setups {
         preflight_one(plan, setup, &rt)?;
     }
@@ -160,7 +161,10 @@ fn origin_setups(plan: &LoadPlan) -> Result<Vec<ConnectionSetup>, String> {
 }
 
 /// One connection setup per `--replica`: the URL's request, sent to another target.
-fn replica_setups(plan: &LoadPlan) -> Result<Vec<ConnectionSetup>, String> {
+fn replica_setups(
+    plan: &LoadPlan,
+    kept: Option<&KeptConnections>,
+) -> Result<Vec<ConnectionSetup>, String> {
     let Some(hedge) = &plan.hedge else {
         return Ok(Vec::new());
     };
@@ -170,7 +174,7 @@ fn replica_setups(plan: &LoadPlan) -> Result<Vec<ConnectionSetup>, String> {
         .map(|target| {
             let mut replica = plan.clone();
             replica.target = target.clone();
-            ConnectionSetup::new(&replica)
+            ConnectionSetup::new(&replica, kept)
         })
         .collect()
 }
@@ -259,9 +263,7 @@ impl PhaseShared {
 
     /// A seed for VUs' generators that differs from run to run.
     fn t0_seed(&self) -> u64 {
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64)
+        kiln_record::clock::unix_ns_now()
     }
 
     fn new_vu_id(&self) -> u64 {
@@ -293,15 +295,18 @@ async fn wait_until_active(
 /// Runs one phase and calls `on_second` with each second's merged record, in order, as the
 /// run goes. Returns how the phase ended. Stops early when `stop` is signalled or the target
 /// stops answering (see `LoadPlan::dead_after`); the reason is in `PhaseEnd::stopped_early`.
+/// `kept` carries idle connections from one phase of a run to the next: give each phase of a
+/// run the same one.
 pub fn run_phase(
     plan: &LoadPlan,
     phase: &PhaseSpec,
+    kept: &KeptConnections,
     stop: &StopSignal,
     on_second: &mut dyn FnMut(&SecondRecord),
 ) -> Result<PhaseEnd, LoadError> {
-    let setup = Arc::new(ConnectionSetup::new(plan).map_err(LoadError::Setup)?);
+    let setup = Arc::new(ConnectionSetup::new(plan, Some(kept)).map_err(LoadError::Setup)?);
     let origins = Arc::new(origin_setups(plan).map_err(LoadError::Setup)?);
-    let replicas = Arc::new(replica_setups(plan).map_err(LoadError::Setup)?);
+    let replicas = Arc::new(replica_setups(plan, Some(kept)).map_err(LoadError::Setup)?);
     stop.phase_done.store(false, Ordering::SeqCst);
     let usage_before = SelfUsage::now();
     let threads = plan.threads;
@@ -320,8 +325,7 @@ pub fn run_phase(
     let t0 = Instant::now() + lead;
     let t0_unix_ms = SystemTime::now()
         .checked_add(lead)
-        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-        .map_or(0, |d| d.as_millis() as u64);
+        .map_or(0, kiln_record::clock::unix_ms);
     let (arrivals_tx, arrivals_rx) = if open {
         let (tx, rx) = async_channel::bounded(MAX_QUEUED_ARRIVALS);
         (Some(tx), Some(rx))

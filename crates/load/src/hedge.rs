@@ -12,7 +12,7 @@ use std::time::Duration;
 use kiln_hedge::Delay;
 use kiln_record::{LatencyHistogram, SecondRecord};
 
-use crate::plan::Target;
+use crate::target::Target;
 
 /// A percentile delay is read from the first copies' latency over this many recent seconds...
 const WINDOW_SECONDS: usize = 3;

@@ -363,6 +363,16 @@ fn trim(bytes: &[u8]) -> &[u8] {
     &bytes[start..end]
 }
 
+/// One request of a scenario, rendered: HTTP/1.1 bytes or HTTP/2 frames are made from it.
+#[derive(Clone, Debug, Default)]
+pub struct RequestParts {
+    pub method: http::Method,
+    /// Path and query, starting with `/`.
+    pub path: String,
+    pub headers: Vec<(http::HeaderName, http::HeaderValue)>,
+    pub body: bytes::Bytes,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

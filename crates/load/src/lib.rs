@@ -1,6 +1,7 @@
 //! kiln's HTTP load engine.
 //!
-//! `plan` says what to send and how (closed or open model), `schedule` computes when each
+//! `target` is the URL under load, `plan` says what to send and how (closed or open model),
+//! `schedule` computes when each
 //! open-model request is due, `connection` keeps a connection (TCP or TLS) and `http1` speaks HTTP/1.1 on it, `recorder`
 //! fills per-second records on each generator thread, and `engine` runs a phase and merges
 //! the threads' seconds; `hedge` keeps `--hedge`'s delay, budget and throttle. Latency in the open model counts from the scheduled send time, so a
@@ -8,6 +9,7 @@
 
 mod connection;
 mod engine;
+mod error;
 pub mod feeder;
 pub mod hedge;
 mod http1;
@@ -17,6 +19,7 @@ mod recorder;
 pub mod scenario;
 pub mod schedule;
 mod self_usage;
+mod target;
 pub mod template;
 
 pub use connection::{Captured, KeptConnections};

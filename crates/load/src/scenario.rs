@@ -12,9 +12,9 @@ use http::{HeaderName, HeaderValue, Method};
 use regex::Regex;
 use serde_json_path::JsonPath;
 
-use crate::connection::{Captured, RequestParts};
 use crate::feeder::{Feeder, Row, VuCursor};
-use crate::plan::Target;
+use crate::http1::{Captured, RequestParts};
+use crate::target::Target;
 use crate::template::{RenderContext, Template};
 
 /// Everything a plan's VUs need, shared read-only by every load thread.

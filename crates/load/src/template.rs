@@ -254,7 +254,7 @@ impl Template {
                         Builtin::Vu => cx.vu.to_string(),
                         Builtin::Iteration => cx.iteration.to_string(),
                         Builtin::Uuid => uuid_v4(cx.rng),
-                        Builtin::Timestamp => unix_ms().to_string(),
+                        Builtin::Timestamp => kiln_record::clock::unix_ms_now().to_string(),
                         Builtin::IsoTimestamp => iso_now(),
                         Builtin::RandomInt(lo, hi) => cx.rng.i64(*lo..=*hi).to_string(),
                     };
@@ -361,14 +361,8 @@ fn uuid_v4(rng: &mut fastrand::Rng) -> String {
     s
 }
 
-fn unix_ms() -> u128 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis())
-}
-
 fn iso_now() -> String {
-    let ms = unix_ms() as i128;
+    let ms = kiln_record::clock::unix_ms_now() as i128;
     let secs = (ms / 1000) as i64;
     let days = secs.div_euclid(86_400);
     let tod = secs.rem_euclid(86_400);

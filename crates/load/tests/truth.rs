@@ -4,7 +4,9 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use kiln_load::{run_phase, Arrivals, LoadPlan, Model, PhaseSpec, RateStage, StopSignal, Target};
+use kiln_load::{
+    run_phase, Arrivals, KeptConnections, LoadPlan, Model, PhaseSpec, RateStage, StopSignal, Target,
+};
 use kiln_record::{ErrorKind, PhaseEnd, PhaseSummary};
 use kiln_targets::{ensure, timing_attempts, Behavior, Stall, TargetServer};
 
@@ -72,6 +74,7 @@ fn run_timed(plan: &LoadPlan) -> (PhaseSummary, PhaseEnd, Duration) {
             measured: true,
             start_at: None,
         },
+        &KeptConnections::default(),
         &StopSignal::new(),
         &mut |s| summary.add_second(s),
     )
@@ -182,6 +185,8 @@ fn closed_model_request_count_equals_what_the_target_answered() {
 fn run_phases(plan: &LoadPlan, names: &[&str]) -> Vec<(PhaseSummary, PhaseEnd)> {
     let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let stop = StopSignal::new();
+    // the phases of one run: each leaves its idle connections to the next
+    let kept = KeptConnections::default();
     names
         .iter()
         .map(|name| {
@@ -191,7 +196,7 @@ fn run_phases(plan: &LoadPlan, names: &[&str]) -> Vec<(PhaseSummary, PhaseEnd)> 
                 measured: *name != "warmup",
                 start_at: None,
             };
-            let end = run_phase(plan, &spec, &stop, &mut |s| summary.add_second(s)).unwrap();
+            let end = run_phase(plan, &spec, &kept, &stop, &mut |s| summary.add_second(s)).unwrap();
             summary.set_end(&end);
             (summary, end)
         })

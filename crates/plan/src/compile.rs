@@ -1193,7 +1193,5 @@ fn vu_stages_of(
 }
 
 fn clock_seed() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(1, |d| d.as_nanos() as u64)
+    kiln_record::clock::unix_ns_now().max(1)
 }

@@ -4,6 +4,7 @@
 //! stream to disk while the run goes, so a run that is interrupted still reports. This crate
 //! must never depend on how a part was produced: it only defines, writes, reads and merges.
 
+pub mod clock;
 mod error;
 mod hedge;
 mod histogram;

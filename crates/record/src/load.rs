@@ -327,6 +327,16 @@ pub struct PhaseSummary {
 }
 
 impl PhaseSummary {
+    /// The measured phases' span (warm-ups left out), if any second was measured.
+    pub fn measured_span(phases: &[PhaseSummary]) -> Option<crate::Span> {
+        let measured = phases.iter().filter(|p| p.measured);
+        let first = measured.clone().filter_map(|p| p.first_unix_ms).min()?;
+        let last = measured.filter_map(|p| p.last_unix_ms).max()?;
+        Some(crate::Span::of_seconds(first, last))
+    }
+}
+
+impl PhaseSummary {
     pub fn new(phase: &str) -> Self {
         Self {
             phase: phase.to_string(),

@@ -3,8 +3,6 @@
 //! when more than half of its second lies inside it. The summary and the findings once read
 //! different samples of one run (82 listen overflows against 38) by two rules of their own.
 
-use crate::PhaseSummary;
-
 /// A second's length, in the milliseconds of its stamps.
 pub const SECOND_MS: u64 = 1000;
 
@@ -22,15 +20,13 @@ pub struct Span {
 }
 
 impl Span {
-    /// The measured phases' span (warm-ups left out), if any second was measured.
-    pub fn measured(phases: &[PhaseSummary]) -> Option<Self> {
-        let measured = phases.iter().filter(|p| p.measured);
-        let first = measured.clone().filter_map(|p| p.first_unix_ms).min()?;
-        let last = measured.filter_map(|p| p.last_unix_ms).max()?;
-        Some(Self {
-            from_unix_ms: second_start_ms(first),
-            to_unix_ms: last,
-        })
+    /// From the start of the second stamped `first_end_ms` to the end of the one stamped
+    /// `last_end_ms`.
+    pub fn of_seconds(first_end_ms: u64, last_end_ms: u64) -> Self {
+        Self {
+            from_unix_ms: second_start_ms(first_end_ms),
+            to_unix_ms: last_end_ms,
+        }
     }
 
     /// The items of `items` whose second belongs to the span (all of them without a span: a

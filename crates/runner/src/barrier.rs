@@ -6,6 +6,7 @@
 //! It never deletes anything in the folder; a ready file older than the wait allowed before
 //! this shard's own readiness belongs to an earlier run and is not counted.
 
+use kiln_record::clock::unix_ms;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -25,11 +26,6 @@ pub struct FileBarrier {
     pub count: u32,
     /// How long to wait for the others before giving up.
     pub timeout: Duration,
-}
-
-fn unix_ms(t: SystemTime) -> u64 {
-    t.duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 impl FileBarrier {

@@ -2,6 +2,7 @@
 //! them, streamed into a run directory; then the record's derived parts (the latency log, the
 //! DB-call analysis, the findings) and its final status.
 
+use kiln_record::clock::unix_ns_now;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -179,6 +180,8 @@ pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut dyn Progress) -> Res
     let mut measured_window: Option<(u64, u64)> = None;
     let mut alloc_watcher: Option<AllocWatcher> = None;
     let mut alloc_tried = false;
+    // idle connections one phase leaves to the next
+    let kept = kiln_load::KeptConnections::default();
     for (spec, duration) in phase_list {
         if let (Some(pid), true, false, true) = (watch_pid, alloc, alloc_tried, spec.measured) {
             alloc_tried = true;
@@ -227,7 +230,7 @@ pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut dyn Progress) -> Res
             .filter(|w| w.is_jvm)
             .and(watcher.as_ref())
             .map(|w| w.compiler_cpu.clone());
-        let ran = kiln_load::run_phase(&phase_plan, spec, stop, &mut |second| {
+        let ran = kiln_load::run_phase(&phase_plan, spec, &kept, stop, &mut |second| {
             if let (Some(judge), None) = (settle.as_mut(), &settled) {
                 // judged under the series' lock: the watcher's next push waits a moment
                 // rather than the series being copied every second
@@ -328,13 +331,6 @@ pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut dyn Progress) -> Res
         findings,
         warnings,
     })
-}
-
-/// Now, in nanoseconds since the Unix epoch (the clock span timestamps use).
-fn unix_ns_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64)
 }
 
 /// Waits for the last spans, stops the receiver and writes the DB-call analysis.

@@ -15,6 +15,7 @@
 //! second kept shard 0 from answering anyone); a start time further than the timeout from
 //! shard 0's clock is not believed.
 
+use kiln_record::clock::unix_us;
 use std::collections::BTreeSet;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
@@ -80,11 +81,6 @@ struct State {
     /// When the last shard was told it.
     all_told_at: Option<Instant>,
     start_unix_ms: Option<u64>,
-}
-
-fn unix_us(t: SystemTime) -> u64 {
-    t.duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros() as u64)
 }
 
 impl HttpBarrier {

@@ -156,7 +156,7 @@ impl GoroutineReader {
     }
 
     pub fn dump(&self) -> Result<GoroutineDump, String> {
-        let unix_ms = crate::watch::unix_ms_now();
+        let unix_ms = kiln_record::clock::unix_ms_now();
         let asked = std::time::Instant::now();
         let body = get(self.addr, PATH)?;
         let took_ms = asked.elapsed().as_secs_f64() * 1e3;

@@ -198,7 +198,7 @@ impl PySpy {
     }
 
     fn dump_with(&self, pid: i32, native: bool) -> Result<PyDump, String> {
-        let unix_ms = crate::watch::unix_ms_now();
+        let unix_ms = kiln_record::clock::unix_ms_now();
         let asked = Instant::now();
         let mut cmd = std::process::Command::new(&self.exe);
         cmd.args(["dump", "--json", "--pid", &pid.to_string()]);

@@ -2,8 +2,9 @@
 //! poll its counters every few milliseconds (to see each GC pause) and write a
 //! [`RuntimeSecond`] every second.
 
+use kiln_record::clock::unix_ms_now;
 use std::path::Path;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use crate::attach::Attach;
 use crate::detect::{detect, Runtime};
@@ -481,10 +482,4 @@ fn take_dump(attach: &Attach, jvm: &mut JvmReader) -> Result<ThreadDump, String>
         .zip(safepoints_before)
         .map(|(after, before)| (after - before).max(0.0));
     Ok(dump)
-}
-
-pub(crate) fn unix_ms_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }

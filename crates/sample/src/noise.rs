@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::sampler::unix_ms_now;
+use kiln_record::clock::unix_ms_now;
 
 pub use kiln_record::schema::noise::{NoiseSecond, NOISE_FILE, NOISE_PART, STARVED_MS};
 

@@ -1,8 +1,9 @@
 //! One tick of the sampler: read everything, compare with the previous reading, and give
 //! the figures of the interval in between. The caller decides when to tick (once a second).
 
+use kiln_record::clock::unix_ms_now;
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
@@ -456,12 +457,6 @@ fn page_size_kib() -> u64 {
                 .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
         })
         .unwrap_or(4)
-}
-
-pub(crate) fn unix_ms_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 #[cfg(test)]

@@ -11,9 +11,11 @@ use kiln_record::text::safe_text;
 
 /// The seconds of `seconds` inside the measured span of `total` (all of them without one).
 pub fn during(total: &PhaseSummary, seconds: &[NoiseSecond]) -> Vec<NoiseSecond> {
-    Span::keep(Span::measured(std::slice::from_ref(total)), seconds, |s| {
-        s.unix_ms
-    })
+    Span::keep(
+        kiln_record::PhaseSummary::measured_span(std::slice::from_ref(total)),
+        seconds,
+        |s| s.unix_ms,
+    )
 }
 
 /// How late kiln got a CPU over some seconds.

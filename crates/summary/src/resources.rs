@@ -12,7 +12,7 @@ use serde::Serialize;
 /// The samples taken while the measured phases ran, by the rule every reader of the record
 /// uses ([`kiln_record::Span::holds_second`]: the findings read the same samples).
 pub fn during(total: &PhaseSummary, samples: &[ResourceSecond]) -> Vec<ResourceSecond> {
-    let span = kiln_record::Span::measured(std::slice::from_ref(total));
+    let span = kiln_record::PhaseSummary::measured_span(std::slice::from_ref(total));
     kiln_record::Span::keep(span, samples, |s| s.unix_ms)
 }
 

@@ -1,0 +1,20 @@
+//! Why a plan cannot run.
+
+/// A plan that cannot run, with what to change.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum PlanError {
+    #[error("malformed URL '{url}': {why}")]
+    BadUrl { url: String, why: String },
+    #[error("cannot resolve host '{host}': {why}")]
+    Resolve { host: String, why: String },
+    #[error("bad header '{header}': expected 'Name: value'")]
+    BadHeader { header: String },
+    #[error("bad method '{0}'")]
+    BadMethod(String),
+    #[error("bad duration '{text}': {why} (use e.g. 500ms, 30s, 3m, 1h)")]
+    BadDuration { text: String, why: String },
+    #[error("bad stages '{text}': {why} (use e.g. 30s:100,60s:2000,30s:0)")]
+    BadStages { text: String, why: String },
+    #[error("{what} is out of range: {why}")]
+    OutOfRange { what: &'static str, why: String },
+}
