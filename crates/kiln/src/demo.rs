@@ -21,7 +21,7 @@ use serde_json::json;
 
 use crate::cli::{CompareMethod, DemoArgs, DemoShopArgs, QueryAnalysisArgs, TrieFrames};
 use crate::format::safe_text;
-use crate::live::LiveOutput;
+use kiln_terminal::LiveOutput;
 
 /// The order the demo loads: eight lines, so eight product queries from the N+1 loop.
 const ORDER_PATH: &str = "/orders/42";

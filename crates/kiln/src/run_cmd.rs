@@ -12,9 +12,9 @@ use kiln_sample::ProcFs;
 
 use crate::cli::{CompareMethod, FailOn, RunArgs};
 use crate::exit::{interrupted_exit_code, EXIT_SENT_NOTHING, EXIT_THRESHOLDS_FAILED};
-use crate::live::LiveOutput;
 use crate::summary;
 use kiln_summary::thresholds::{self, Threshold};
+use kiln_terminal::LiveOutput;
 
 /// The largest request body kiln sends (each connection holds the encoded request).
 const MAX_BODY_BYTES: u64 = 64 << 20;

@@ -26,8 +26,8 @@ pub fn write(args: std::fmt::Arguments) {
 
 /// A summary's text, fitted to the terminal's width and coloured when stdout is one.
 pub fn text(text: &str) {
-    match crate::terminal::stdout_width() {
-        Some(width) => write(format_args!("{}", crate::terminal::fit(text, width))),
+    match kiln_terminal::text::stdout_width() {
+        Some(width) => write(format_args!("{}", kiln_terminal::text::fit(text, width))),
         None => write(format_args!("{text}")),
     }
 }

@@ -38,10 +38,10 @@ pub(crate) fn coincide(load_ms: u64, noise: &NoiseSecond) -> bool {
         .unix_ms
         .saturating_sub((noise.interval_s.max(0.0) * 1000.0) as u64);
     let (from, to) = (
-        load_ms.saturating_sub(1000).max(noise_from),
+        kiln_record::second_start_ms(load_ms).max(noise_from),
         load_ms.min(noise.unix_ms),
     );
-    to.saturating_sub(from) >= 500
+    to.saturating_sub(from) >= kiln_record::SECOND_MS / 2
 }
 
 /// Whether kiln was starved in the load second ending at `load_ms`.

@@ -6,7 +6,7 @@ use std::io::{IsTerminal, Write};
 
 use kiln_record::{PhaseEnd, PhaseSummary, SecondRecord};
 
-use crate::format;
+use kiln_record::text as format;
 
 pub struct LiveOutput {
     tty: bool,
@@ -92,7 +92,7 @@ impl kiln_runner::Progress for LiveOutput {
             );
             // A line wider than the terminal wraps, and the redraw then returns to its last
             // row only: a new line per second. It is cut to the width instead.
-            let width = crate::terminal::stderr_width().unwrap_or(80);
+            let width = crate::text::stderr_width().unwrap_or(80);
             eprint!("\r\x1b[2K{}", cut_to(&line, width.saturating_sub(1)));
             let _ = std::io::stderr().flush();
         } else if (s.second + 1 - self.window_start) >= self.interval_s {

@@ -14,7 +14,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Bar, BarChart, BarGroup, Block, Paragraph, Sparkline};
 use ratatui::{Terminal, TerminalOptions, Viewport};
 
-use crate::format;
+use kiln_record::text as format;
 
 /// Rows the view takes.
 const HEIGHT: u16 = 14;
