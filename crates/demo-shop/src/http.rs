@@ -18,7 +18,7 @@ use crate::telemetry;
 
 pub const ORDER_ROUTE: &str = "/orders/{id}";
 
-pub fn serve(shop: Arc<Shop>, listen: SocketAddr, ready: impl FnOnce(SocketAddr)) -> Result<()> {
+pub fn serve(shop: Arc<Shop>, listen: SocketAddr, ready: &mut dyn FnMut(SocketAddr)) -> Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("shop-io")

@@ -114,7 +114,10 @@ impl Config {
 
 /// Serves until SIGTERM or SIGINT, then flushes its traces. `ready` gets the bound address
 /// once the shop accepts connections.
-pub fn serve(config: Config, ready: impl FnOnce(SocketAddr)) -> anyhow::Result<()> {
+/// `ready` is told the address once the shop listens. A `dyn` callback, not a generic one: the
+/// server's code is then compiled here, optimized as the shop is, and not in each caller (the
+/// binary is built at a lower optimization level in tests).
+pub fn serve(config: Config, ready: &mut dyn FnMut(SocketAddr)) -> anyhow::Result<()> {
     let tracing = telemetry::Tracing::from_env(config.trace_ratio)?;
     let shop = std::sync::Arc::new(Shop::open(&config, tracing.tracer())?);
     let served = http::serve(shop, config.listen, ready);

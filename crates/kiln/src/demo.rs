@@ -47,7 +47,7 @@ pub fn serve_shop(args: DemoShopArgs) -> Result<u8> {
         price_ttl: args.price_ttl,
         trace_ratio: args.trace_ratio.clamp(0.0, 1.0),
     };
-    kiln_demo_shop::serve(config, |addr| {
+    kiln_demo_shop::serve(config, &mut |addr| {
         // the demo (and any script) waits for this line
         outln!("listening on {addr}");
     })?;
