@@ -229,6 +229,11 @@ pub struct ProfileArgs {
     /// Python, dwarf otherwise.
     #[arg(long = "call-graph", value_enum)]
     pub call_graph: Option<ProfileCallGraph>,
+    /// A JVM's CPU profile is taken by async-profiler inside it (inlined methods keep their
+    /// names) when its library is found: this path, KILN_ASYNC_PROFILER, or the copy `kiln
+    /// setup async-profiler` keeps; `off` takes it with perf and the JVM's perf map.
+    #[arg(long = "async-profiler", value_name = "PATH|off")]
+    pub async_profiler: Option<PathBuf>,
     #[command(flatten)]
     pub output: ProfileOutput,
 }

@@ -4,14 +4,20 @@
 
 use kiln_record::schema::plan::PlanRecord;
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use kiln_load::plan::parse_duration;
 use kiln_load::StopSignal;
-use kiln_profile::{profile_processes, CallGraph, Event, FlameStyle, FoldedDiff, RecordOptions};
+use kiln_profile::{
+    profile_processes, CallGraph, Event, FlameStyle, FoldedDiff, Profiled, RecordOptions,
+};
 use kiln_record::schema::profile::ImportSource;
 use kiln_record::{RunDir, RunLocation, RunStatus};
-use kiln_runner::profile_parts::{parts_of, write_profile, Origin, WrittenProfile, ON_CPU};
+use kiln_runner::jvm_profile::{self, JvmCpuProfile, JvmProfiler};
+use kiln_runner::profile_parts::{
+    parts_of, write_profile, AsyncProfiled, Origin, WrittenProfile, ON_CPU,
+};
 use kiln_sample::ProcFs;
 use serde_json::{json, Value};
 
@@ -51,6 +57,13 @@ fn files_text(written: &WrittenProfile, dir: &RunDir) -> String {
     )
 }
 
+/// A profile as it was taken: by perf (with why not async-profiler, for a JVM), or by
+/// async-profiler inside a JVM.
+enum Taken {
+    Perf(Profiled, Option<String>),
+    Async(kiln_profile::Folded, AsyncProfiled),
+}
+
 fn record(args: &ProfileArgs, stop: &StopSignal) -> Result<u8> {
     let proc = ProcFs::default();
     let pid = target_process::resolve(&proc, args.pid, args.port, "profile")?;
@@ -71,14 +84,33 @@ fn record(args: &ProfileArgs, stop: &StopSignal) -> Result<u8> {
         }),
         ..RecordOptions::default()
     };
+    // a JVM's CPU profile from async-profiler inside it, when it can be had
+    let mut jvm_profile = None;
+    let mut not_async = None;
+    if options.event == Event::Cpu && jvm_profile::is_jvm(pid) {
+        let jvm = JvmProfiler::from_flag(args.async_profiler.as_deref());
+        match JvmCpuProfile::start(pid, args.frequency, &jvm) {
+            Ok(profile) => jvm_profile = Some(profile),
+            Err(why) => not_async = why,
+        }
+    }
     let name = format!("profile-{pid}");
+    let profiler = if jvm_profile.is_some() {
+        "async-profiler"
+    } else {
+        "perf"
+    };
     let plan = json!({"profile": {"pid": pid, "port": args.port, "pids": pids,
-        "event": options.event, "frequency_hz": args.frequency, "duration_s": duration.as_secs_f64()}});
+        "event": options.event, "frequency_hz": args.frequency, "duration_s": duration.as_secs_f64(),
+        "profiler": profiler}});
     let mut dir = create_dir(&args.output, &name, plan)?;
     if !args.output.json {
+        if let Some(why) = &not_async {
+            eprintln!("kiln: {}; perf takes the profile", safe_text(why));
+        }
         eprintln!(
-            "kiln: profiling pid {pid}{} for {} ({} {}) with perf...",
-            if pids.len() > 1 {
+            "kiln: profiling pid {pid}{} for {} ({} {}) with {profiler}...",
+            if pids.len() > 1 && jvm_profile.is_none() {
                 format!(" and {} child processes", pids.len() - 1)
             } else {
                 String::new()
@@ -91,21 +123,22 @@ fn record(args: &ProfileArgs, stop: &StopSignal) -> Result<u8> {
             }
         );
     }
-    let data = dir.path().join("perf.data");
-    let stopped = || stop.reason().is_some();
-    let profiled = profile_processes(&pids, &options, duration, &data, &stopped, &|| {});
-    // perf.data is large and only perf reads it; the collapsed stacks keep what matters.
-    // Gone on every path, also when perf failed or was stopped before its first sample.
-    let _ = std::fs::remove_file(&data);
-    let profiled = match profiled {
-        Ok(p) => p,
+    let taken = match jvm_profile {
+        Some(profile) => take_in_jvm(profile, pid, duration, stop),
+        None => take_with_perf(&pids, &options, duration, &dir, stop)
+            .map(|profiled| Taken::Perf(profiled, not_async)),
+    };
+    let taken = match taken {
+        Ok(t) => t,
         Err(e) => {
-            dir.finish(RunStatus::Failed, Some(e.to_string()))?;
-            return Err(e.into());
+            dir.finish(RunStatus::Failed, Some(format!("{e:#}")))?;
+            return Err(e);
         }
     };
-    let _ = std::fs::remove_file(dir.path().join("perf-record.log"));
-    let event = profiled.event;
+    let (folded, event, taken_for, target_exited) = match &taken {
+        Taken::Perf(p, _) => (&p.folded, p.event, p.duration, p.target_exited),
+        Taken::Async(folded, a) => (folded, Event::Cpu, a.duration, false),
+    };
     let title = format!(
         "{} of pid {pid} ({})",
         match event {
@@ -114,14 +147,18 @@ fn record(args: &ProfileArgs, stop: &StopSignal) -> Result<u8> {
         },
         proc.process(pid).map_or_else(String::new, |p| p.name)
     );
+    let origin = match &taken {
+        Taken::Perf(profiled, note) => Origin::Perf(profiled, args.frequency, note.clone()),
+        Taken::Async(_, async_profiled) => Origin::AsyncProfiler(async_profiled),
+    };
     let written = write_profile(
         &mut dir,
         parts_of(event),
-        &profiled.folded,
+        folded,
         &title,
         event.count_name(),
         args.output.top,
-        Origin::Perf(&profiled, args.frequency, None),
+        origin,
     )?;
     let (status, reason, code) = if let Some(signal) = stop.interrupted_by() {
         (
@@ -129,7 +166,7 @@ fn record(args: &ProfileArgs, stop: &StopSignal) -> Result<u8> {
             stop.reason(),
             signal_exit_code(signal),
         )
-    } else if profiled.target_exited {
+    } else if target_exited {
         (
             RunStatus::Interrupted,
             Some(format!("process {pid} exited during the profile")),
@@ -156,26 +193,74 @@ fn record(args: &ProfileArgs, stop: &StopSignal) -> Result<u8> {
         outln!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(code);
     }
+    let how = match &taken {
+        Taken::Perf(profiled, _) => format!(
+            "{} stacks",
+            serde_json::to_value(profiled.call_graph)?
+                .as_str()
+                .unwrap_or("")
+        ),
+        Taken::Async(..) => "async-profiler, inlined frames kept".to_string(),
+    };
     outln!(
-        "Profile    {title}, {:.1} s, {} stacks{}",
-        profiled.duration.as_secs_f64(),
-        serde_json::to_value(profiled.call_graph)?
-            .as_str()
-            .unwrap_or(""),
+        "Profile    {title}, {:.1} s, {how}{}",
+        taken_for.as_secs_f64(),
         reason.map_or_else(String::new, |r| format!(" — {}", safe_text(&r)))
     );
     out!(
         "{}",
         kiln_summary::profile::summary_text(&written.record.summary, event.count_name(), None)
     );
-    for done in &profiled.jit.done {
+    let (done, advice): (&[String], &[String]) = match &taken {
+        Taken::Perf(profiled, _) => (&profiled.jit.done, &profiled.jit.advice),
+        Taken::Async(_, async_profiled) => (&[], &async_profiled.advice),
+    };
+    for done in done {
         outln!("JIT        {}", safe_text(done));
     }
-    for advice in &profiled.jit.advice {
+    for advice in advice {
         outln!("Advice     {}", safe_text(advice));
     }
     out!("{}", files_text(&written, &dir));
     Ok(code)
+}
+
+/// perf on `pids` for `duration` or until stopped; its data file removed on every path.
+fn take_with_perf(
+    pids: &[i32],
+    options: &RecordOptions,
+    duration: Duration,
+    dir: &RunDir,
+    stop: &StopSignal,
+) -> Result<Profiled> {
+    let data = dir.path().join("perf.data");
+    let stopped = || stop.reason().is_some();
+    let profiled = profile_processes(pids, options, duration, &data, &stopped, &|| {});
+    // perf.data is large and only perf reads it; the collapsed stacks keep what matters.
+    // Gone on every path, also when perf failed or was stopped before its first sample.
+    let _ = std::fs::remove_file(&data);
+    let profiled = profiled?;
+    let _ = std::fs::remove_file(dir.path().join("perf-record.log"));
+    Ok(profiled)
+}
+
+/// async-profiler's CPU profile of JVM `pid` for `duration` or until stopped.
+fn take_in_jvm(
+    profile: JvmCpuProfile,
+    pid: i32,
+    duration: Duration,
+    stop: &StopSignal,
+) -> Result<Taken> {
+    let started = Instant::now();
+    while started.elapsed() < duration && stop.reason().is_none() {
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            bail!("process {pid} exited during the profile: async-profiler's samples went with it");
+        }
+        let left = duration.saturating_sub(started.elapsed());
+        std::thread::sleep(left.min(Duration::from_millis(100)));
+    }
+    let (folded, taken) = profile.stop().map_err(anyhow::Error::msg)?;
+    Ok(Taken::Async(folded, taken))
 }
 
 fn read_profile(path: &Path) -> Result<kiln_profile::Imported> {

@@ -742,11 +742,7 @@ fn run_load(args: RunArgs, stop: &StopSignal) -> Result<u8> {
         runtime_depth: args.runtime.depth(),
         profile_hz: args.profile.then_some(args.profile_frequency),
         off_cpu: args.off_cpu,
-        jvm_profiler: match &args.async_profiler {
-            None => JvmProfiler::Auto,
-            Some(off) if off.as_os_str() == "off" => JvmProfiler::Perf,
-            Some(path) => JvmProfiler::Library(path.clone()),
-        },
+        jvm_profiler: JvmProfiler::from_flag(args.async_profiler.as_deref()),
         alloc: args.alloc,
         otlp,
         gctrace: spawned.as_ref().map(|s| s.gctrace.clone()),

@@ -31,6 +31,7 @@ use kiln_runtime::{RuntimeInfo, RuntimeSecond};
 use crate::runtime_watch::RuntimeWatcher;
 
 use crate::dir::{create_run_dir, or_fail};
+use crate::jvm_profile::{self, AllocWatcher, JvmCpuProfile, JvmProfiler};
 use crate::profile_parts;
 use crate::query_parts::{self, QuerySettings};
 
@@ -359,30 +360,6 @@ fn finish_queries(
     Ok((report.record, gate))
 }
 
-/// Which profiler takes a JVM's on-CPU profile.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub enum JvmProfiler {
-    /// async-profiler when its library is found (`KILN_ASYNC_PROFILER`, kiln's data
-    /// directory), else perf with the JVM's perf map.
-    #[default]
-    Auto,
-    /// async-profiler from this library.
-    Library(std::path::PathBuf),
-    /// perf with the JVM's perf map.
-    Perf,
-}
-
-impl JvmProfiler {
-    /// async-profiler's library: the one given, else where `find` looks (perf for the CPU
-    /// profile does not keep `--alloc` from it).
-    fn library(&self) -> std::result::Result<std::path::PathBuf, String> {
-        match self {
-            JvmProfiler::Library(path) => kiln_runtime::async_profiler::find(Some(path)),
-            JvmProfiler::Auto | JvmProfiler::Perf => kiln_runtime::async_profiler::find(None),
-        }
-    }
-}
-
 /// The watched process's profile over the measured phases: perf on its own thread, or
 /// async-profiler inside a JVM.
 struct ProfileWatcher {
@@ -399,26 +376,21 @@ enum Profiler {
         /// Why not async-profiler, for a JVM.
         note: Option<String>,
     },
-    Async {
-        session: kiln_runtime::async_profiler::Session,
-        advice: Vec<String>,
-    },
+    Async(JvmCpuProfile),
 }
 
 impl ProfileWatcher {
     /// `hz` is the sampling frequency of on-CPU profiles (every switch is taken off-CPU).
     fn start(pid: i32, event: Event, hz: u32, dir: &Path, jvm: &JvmProfiler) -> Result<Self> {
         let mut note = None;
-        if event == Event::Cpu
-            && kiln_profile::jit::runtime_of(pid) == kiln_profile::jit::Runtime::Java
-        {
-            match start_async_profiler(pid, hz, jvm) {
-                Ok(how) => {
+        if event == Event::Cpu && jvm_profile::is_jvm(pid) {
+            match JvmCpuProfile::start(pid, hz, jvm) {
+                Ok(profile) => {
                     return Ok(Self {
                         pid,
                         event,
                         hz,
-                        how,
+                        how: Profiler::Async(profile),
                     })
                 }
                 Err(why) => note = why,
@@ -512,141 +484,18 @@ impl ProfileWatcher {
                 let origin = profile_parts::Origin::Perf(&profiled, self.hz, note);
                 write(dir, &profiled.folded, origin)
             }
-            Profiler::Async { session, advice } => {
-                let duration = session.started.elapsed();
-                let folded = session
-                    .stop()
-                    .map_err(|e| format!("async-profiler: {e}"))
-                    .and_then(|text| {
-                        kiln_profile::import(text.as_bytes())
-                            .map_err(|e| format!("async-profiler's output: {e}"))
-                    });
-                let folded = match folded {
-                    Ok(imported) => imported.folded,
-                    Err(e) => return failed(dir, warnings, &e),
-                };
-                let taken = profile_parts::AsyncProfiled {
-                    pid: self.pid,
-                    duration,
-                    cpu_hz: Some(self.hz),
-                    advice,
-                };
-                write(dir, &folded, profile_parts::Origin::AsyncProfiler(&taken))
-            }
+            Profiler::Async(profile) => match profile.stop() {
+                Ok((folded, taken)) => {
+                    write(dir, &folded, profile_parts::Origin::AsyncProfiler(&taken))
+                }
+                Err(e) => return failed(dir, warnings, &e),
+            },
         };
         match written {
             Ok(written) => Some(written.record),
             Err(e) => failed(dir, warnings, &e),
         }
     }
-}
-
-/// async-profiler started in JVM `pid`, or why not (None: perf was asked for).
-fn start_async_profiler(pid: i32, hz: u32, jvm: &JvmProfiler) -> Result<Profiler, Option<String>> {
-    use kiln_runtime::async_profiler::Session;
-    if *jvm == JvmProfiler::Perf {
-        return Err(None);
-    }
-    let library = jvm.library().map_err(Some)?;
-    let interval = Duration::from_nanos(1_000_000_000 / u64::from(hz.max(1)));
-    let sampling = kiln_runtime::async_profiler::Sampling::Cpu(interval);
-    let session = Session::start(pid, Path::new("/proc"), &library, sampling)
-        .map_err(|e| Some(format!("async-profiler could not start: {e}")))?;
-    // without it the JVM records where compiled code is only at safepoints, and a sample
-    // in inlined code is placed at the nearest one
-    // on its command line, or in JAVA_TOOL_OPTIONS (as --spawn gives it)
-    let given = ["cmdline", "environ"].iter().any(|file| {
-        let bytes = std::fs::read(format!("/proc/{pid}/{file}")).unwrap_or_default();
-        contains_bytes(&bytes, b"+DebugNonSafepoints")
-    });
-    let advice = if given {
-        Vec::new()
-    } else {
-        vec![
-            "start the JVM with -XX:+UnlockDiagnosticVMOptions -XX:+DebugNonSafepoints: \
-              async-profiler then places samples in inlined code exactly"
-                .to_string(),
-        ]
-    };
-    Ok(Profiler::Async { session, advice })
-}
-
-/// A sample every this many bytes a JVM allocates (async-profiler's default is one per
-/// TLAB; 512 KiB keeps a busy service's samples to a few thousand a second).
-const ALLOC_SAMPLE_BYTES: u64 = 512 * 1024;
-
-/// `--alloc`: async-profiler's allocation profile of a JVM over the measured phases.
-struct AllocWatcher {
-    pid: i32,
-    session: kiln_runtime::async_profiler::Session,
-}
-
-impl AllocWatcher {
-    /// Starts it in JVM `pid`, or says why it cannot be taken.
-    fn start(pid: i32, jvm: &JvmProfiler) -> std::result::Result<Self, String> {
-        use kiln_runtime::async_profiler::{Sampling, Session};
-        if kiln_profile::jit::runtime_of(pid) != kiln_profile::jit::Runtime::Java {
-            return Err(
-                "allocation profiles are taken inside a JVM (async-profiler); the \
-                        watched process is not one"
-                    .into(),
-            );
-        }
-        let library = jvm.library()?;
-        let sampling = Sampling::Alloc(ALLOC_SAMPLE_BYTES);
-        let session = Session::start(pid, Path::new("/proc"), &library, sampling)
-            .map_err(|e| format!("async-profiler could not start: {e}"))?;
-        Ok(Self { pid, session })
-    }
-
-    /// Stops it and writes the allocation profile (bytes by site) into the run directory.
-    fn finish(self, dir: &mut RunDir, warnings: &mut Vec<String>) -> Option<ProfileRecord> {
-        let duration = self.session.started.elapsed();
-        let written = self
-            .session
-            .stop()
-            .and_then(|text| {
-                kiln_profile::import(text.as_bytes())
-                    .map_err(|e| format!("async-profiler's output: {e}"))
-            })
-            .and_then(|imported| {
-                let taken = profile_parts::AsyncProfiled {
-                    pid: self.pid,
-                    duration,
-                    cpu_hz: None,
-                    advice: Vec::new(),
-                };
-                let title = format!(
-                    "Allocations of pid {} during the measured load (bytes by site)",
-                    self.pid
-                );
-                profile_parts::write_profile(
-                    dir,
-                    profile_parts::ALLOC,
-                    &imported.folded,
-                    &title,
-                    ALLOC_COUNT,
-                    10,
-                    profile_parts::Origin::AsyncProfiler(&taken),
-                )
-                .map_err(|e| e.to_string())
-            });
-        match written {
-            Ok(w) => Some(w.record),
-            Err(e) => {
-                warnings.push(format!("--alloc: {e}"));
-                dir.manifest.not_recorded.insert("--alloc".into(), e);
-                None
-            }
-        }
-    }
-}
-
-/// What an allocation profile counts: bytes allocated.
-pub const ALLOC_COUNT: &str = "allocated/bytes";
-
-fn contains_bytes(haystack: &[u8], needle: &[u8]) -> bool {
-    haystack.windows(needle.len()).any(|w| w == needle)
 }
 
 /// The sampler on its own thread beside the load, writing one line a second. The watched

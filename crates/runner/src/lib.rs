@@ -8,6 +8,7 @@ pub mod child;
 pub mod dir;
 pub mod execute;
 pub mod http_barrier;
+pub mod jvm_profile;
 pub mod profile_parts;
 pub mod query_parts;
 pub mod runtime_watch;
@@ -15,5 +16,6 @@ pub mod spawn;
 pub mod warmup;
 
 pub use dir::{create_run_dir, error_text, or_fail};
-pub use execute::{execute, JvmProfiler, OtlpSpec, Progress, RunOutcome, RunSpec, Silent};
+pub use execute::{execute, OtlpSpec, Progress, RunOutcome, RunSpec, Silent};
+pub use jvm_profile::JvmProfiler;
 pub use query_parts::QuerySettings;

@@ -819,6 +819,35 @@ fn an_inlined_thrower_is_named_by_async_profiler_and_perf_is_the_fallback() {
         "{evidence}"
     );
 
+    // `kiln profile --pid` of the same JVM while a load runs beside it: async-profiler too,
+    // with the inlined method among the stacks
+    let url = format!("http://127.0.0.1:{port}/");
+    let mut load = Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(["run", &url, "-c", "2", "-d", "5s", "--quiet"])
+        .arg("--out")
+        .arg(tmp.path().join("load"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let profiled = common::profile_pid(
+        app.0.id(),
+        &tmp.path().join("profile-cmd"),
+        &[
+            "-d",
+            "3s",
+            "-F",
+            "499",
+            "--async-profiler",
+            library.to_str().unwrap(),
+        ],
+    );
+    assert!(load.wait().unwrap().success());
+    assert_eq!(profiled["profiler"], "async-profiler 4.1", "{profiled:#}");
+    let folded = std::fs::read_to_string(profiled["folded"].as_str().unwrap()).unwrap();
+    assert!(folded.contains("LogShop.cachedPrice"), "{folded}");
+
     // the fallback, and the before: a library that is not there
     let by_perf = run_java_with(
         port,

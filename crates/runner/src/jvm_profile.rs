@@ -1,0 +1,190 @@
+//! async-profiler inside a JVM: its CPU profile (inlined frames kept, no safepoint bias) and
+//! its allocation profile, each started through the attach API and stopped into collapsed
+//! stacks. Used by `kiln run` over the measured phases and by `kiln profile --pid`.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use kiln_record::schema::profile::ProfileRecord;
+use kiln_record::RunDir;
+use kiln_runtime::async_profiler::{Sampling, Session};
+
+use crate::profile_parts::{self, AsyncProfiled};
+
+/// Which profiler takes a JVM's on-CPU profile.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum JvmProfiler {
+    /// async-profiler when its library is found (`KILN_ASYNC_PROFILER`, kiln's data
+    /// directory), else perf with the JVM's perf map.
+    #[default]
+    Auto,
+    /// async-profiler from this library.
+    Library(PathBuf),
+    /// perf with the JVM's perf map.
+    Perf,
+}
+
+impl JvmProfiler {
+    /// From `--async-profiler PATH|off` (absent: found where kiln looks).
+    pub fn from_flag(flag: Option<&Path>) -> Self {
+        match flag {
+            None => Self::Auto,
+            Some(off) if off.as_os_str() == "off" => Self::Perf,
+            Some(path) => Self::Library(path.to_path_buf()),
+        }
+    }
+
+    /// async-profiler's library: the one given, else where `find` looks (perf for the CPU
+    /// profile does not keep `--alloc` from it).
+    fn library(&self) -> Result<PathBuf, String> {
+        match self {
+            JvmProfiler::Library(path) => kiln_runtime::async_profiler::find(Some(path)),
+            JvmProfiler::Auto | JvmProfiler::Perf => kiln_runtime::async_profiler::find(None),
+        }
+    }
+}
+
+/// Whether `pid` runs a JVM (its perf map's runtime), where async-profiler can be loaded.
+pub fn is_jvm(pid: i32) -> bool {
+    kiln_profile::jit::runtime_of(pid) == kiln_profile::jit::Runtime::Java
+}
+
+/// async-profiler's CPU profile running inside a JVM.
+pub struct JvmCpuProfile {
+    pid: i32,
+    hz: u32,
+    session: Session,
+    /// Flags that would make its stacks better (said in the profile's record).
+    advice: Vec<String>,
+}
+
+impl JvmCpuProfile {
+    /// Starts it in JVM `pid` at `hz` samples a second, or says why not (None: perf was
+    /// asked for).
+    pub fn start(pid: i32, hz: u32, jvm: &JvmProfiler) -> Result<Self, Option<String>> {
+        if *jvm == JvmProfiler::Perf {
+            return Err(None);
+        }
+        let library = jvm.library().map_err(Some)?;
+        let interval = Duration::from_nanos(1_000_000_000 / u64::from(hz.max(1)));
+        let session = Session::start(pid, Path::new("/proc"), &library, Sampling::Cpu(interval))
+            .map_err(|e| Some(format!("async-profiler could not start: {e}")))?;
+        // without it the JVM records where compiled code is only at safepoints, and a sample
+        // in inlined code is placed at the nearest one; on its command line, or in
+        // JAVA_TOOL_OPTIONS (as --spawn gives it)
+        let given = ["cmdline", "environ"].iter().any(|file| {
+            let bytes = std::fs::read(format!("/proc/{pid}/{file}")).unwrap_or_default();
+            contains_bytes(&bytes, b"+DebugNonSafepoints")
+        });
+        let advice = if given {
+            Vec::new()
+        } else {
+            vec![
+                "start the JVM with -XX:+UnlockDiagnosticVMOptions -XX:+DebugNonSafepoints: \
+                  async-profiler then places samples in inlined code exactly"
+                    .to_string(),
+            ]
+        };
+        Ok(Self {
+            pid,
+            hz,
+            session,
+            advice,
+        })
+    }
+
+    /// Stops it: the stacks it took, and how.
+    pub fn stop(self) -> Result<(kiln_profile::Folded, AsyncProfiled), String> {
+        let duration = self.session.started.elapsed();
+        let folded = stopped_stacks(self.session)?;
+        let taken = AsyncProfiled {
+            pid: self.pid,
+            duration,
+            cpu_hz: Some(self.hz),
+            advice: self.advice,
+        };
+        Ok((folded, taken))
+    }
+}
+
+/// A session's collapsed stacks, read back after its stop.
+fn stopped_stacks(session: Session) -> Result<kiln_profile::Folded, String> {
+    let text = session.stop().map_err(|e| format!("async-profiler: {e}"))?;
+    kiln_profile::import(text.as_bytes())
+        .map(|imported| imported.folded)
+        .map_err(|e| format!("async-profiler's output: {e}"))
+}
+
+/// A sample every this many bytes a JVM allocates (async-profiler's default is one per
+/// TLAB; 512 KiB keeps a busy service's samples to a few thousand a second).
+const ALLOC_SAMPLE_BYTES: u64 = 512 * 1024;
+
+/// What an allocation profile counts: bytes allocated.
+pub const ALLOC_COUNT: &str = "allocated/bytes";
+
+/// `--alloc`: async-profiler's allocation profile of a JVM over the measured phases.
+pub(crate) struct AllocWatcher {
+    pid: i32,
+    session: Session,
+}
+
+impl AllocWatcher {
+    /// Starts it in JVM `pid`, or says why it cannot be taken.
+    pub(crate) fn start(pid: i32, jvm: &JvmProfiler) -> Result<Self, String> {
+        if !is_jvm(pid) {
+            return Err(
+                "allocation profiles are taken inside a JVM (async-profiler); the \
+                        watched process is not one"
+                    .into(),
+            );
+        }
+        let library = jvm.library()?;
+        let sampling = Sampling::Alloc(ALLOC_SAMPLE_BYTES);
+        let session = Session::start(pid, Path::new("/proc"), &library, sampling)
+            .map_err(|e| format!("async-profiler could not start: {e}"))?;
+        Ok(Self { pid, session })
+    }
+
+    /// Stops it and writes the allocation profile (bytes by site) into the run directory.
+    pub(crate) fn finish(
+        self,
+        dir: &mut RunDir,
+        warnings: &mut Vec<String>,
+    ) -> Option<ProfileRecord> {
+        let duration = self.session.started.elapsed();
+        let written = stopped_stacks(self.session).and_then(|folded| {
+            let taken = AsyncProfiled {
+                pid: self.pid,
+                duration,
+                cpu_hz: None,
+                advice: Vec::new(),
+            };
+            let title = format!(
+                "Allocations of pid {} during the measured load (bytes by site)",
+                self.pid
+            );
+            profile_parts::write_profile(
+                dir,
+                profile_parts::ALLOC,
+                &folded,
+                &title,
+                ALLOC_COUNT,
+                10,
+                profile_parts::Origin::AsyncProfiler(&taken),
+            )
+            .map_err(|e| e.to_string())
+        });
+        match written {
+            Ok(w) => Some(w.record),
+            Err(e) => {
+                warnings.push(format!("--alloc: {e}"));
+                dir.manifest.not_recorded.insert("--alloc".into(), e);
+                None
+            }
+        }
+    }
+}
+
+fn contains_bytes(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
