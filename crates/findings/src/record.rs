@@ -4,7 +4,7 @@
 
 use kiln_hedge::SecondCounts;
 use kiln_profile::Folded;
-use kiln_record::parts::{ProfileParts, OFF_CPU, ON_CPU, QUERIES_PART};
+use kiln_record::parts::{ProfileParts, ALLOC, OFF_CPU, ON_CPU, QUERIES_PART};
 use kiln_record::schema::profile::{Event, ProfileRecord};
 use kiln_record::schema::queries::QueriesRecord;
 use kiln_record::{
@@ -90,6 +90,8 @@ pub struct RunRecord {
     pub profile: Option<Profile>,
     /// Where threads left the CPU: every context switch with its stack (`--off-cpu`).
     pub off_cpu: Option<Profile>,
+    /// A JVM's allocations by site (`--alloc`): its summary, bytes by allocating method.
+    pub alloc: Option<ProfileRecord>,
     /// `queries.json`: the DB-call analysis.
     pub queries: Option<QueriesRecord>,
     /// `doctor.json`: the host checks taken as the run started.
@@ -134,6 +136,7 @@ impl RunRecord {
             noise: Vec::new(),
             profile: None,
             off_cpu: None,
+            alloc: None,
             queries: None,
             doctor: None,
             runtime: None,
@@ -174,6 +177,7 @@ impl RunRecord {
         }
         record.profile = record.read_profile(dir, ON_CPU);
         record.off_cpu = record.read_profile(dir, OFF_CPU);
+        record.alloc = record.json_part(dir, ALLOC.summary.0);
         // `kiln profile --event cswitch` wrote its switches as the profile before they had
         // parts of their own: they are not where the CPU went
         if record.off_cpu.is_none()

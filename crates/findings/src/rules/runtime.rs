@@ -315,6 +315,12 @@ fn gc_pauses(run: &RunRecord) -> Verdict {
     }
     let worst = collectors.first().map(|c| c.name.as_str()).unwrap_or("");
     let full = worst.contains("full") || worst.contains("old") || worst.contains("MSC");
+    // young collections come as often as the young generation fills: what allocates, if
+    // --alloc recorded it
+    let allocation = (!full).then(|| allocation_of(run)).flatten();
+    if let Some(a) = &allocation {
+        evidence.push(a.evidence());
+    }
     let (cause, fix) = if full {
         (
             "full collections stop every application thread while the whole heap is marked \
@@ -336,6 +342,18 @@ fn gc_pauses(run: &RunRecord) -> Verdict {
              (-XX:MaxGCPauseMillis) or a low-pause collector (-XX:+UseZGC) when the tail \
              matters more than throughput",
         )
+    };
+    let fix = match (&allocation, full) {
+        (Some(a), _) => format!(
+            "allocate less in {} ({:.0}% of the bytes; alloc-flame.svg shows who calls it): \
+             fewer temporary objects, buffers reused, collections sized once; then {fix}",
+            safe_text(&a.site),
+            a.site_pct,
+        ),
+        (None, false) => {
+            format!("{fix}; run again with --alloc to see which code allocates the bytes")
+        }
+        (None, true) => fix.to_string(),
     };
     let severity = if share >= PAUSE_SHARE_HIGH {
         Severity::High
@@ -360,7 +378,7 @@ fn gc_pauses(run: &RunRecord) -> Verdict {
         evidence,
         window: run.window(),
         cause: cause.into(),
-        fix: fix.into(),
+        fix,
         impact: if share >= PAUSE_SHARE {
             (share, "the measured time")
         } else {
@@ -371,9 +389,41 @@ fn gc_pauses(run: &RunRecord) -> Verdict {
         },
         data: json!({"gc_pause_share": share, "gc_pauses": jvm.gc_pauses,
             "gc_pause_ms": jvm.gc_pause_ms, "by_collector": collectors,
-            "slow_seconds": slow.len(), "slow_seconds_with_pause": aligned}),
+            "slow_seconds": slow.len(), "slow_seconds_with_pause": aligned,
+            "alloc_bytes_per_request": allocation.as_ref().map(|a| a.bytes_per_request),
+            "allocated_in": allocation.as_ref().map(|a| &a.site)}),
     }
     .finish()])
+}
+
+/// What a JVM allocated over the measured load (`--alloc`): per request, and the method
+/// that allocated the most bytes.
+struct Allocation {
+    bytes_per_request: f64,
+    site: String,
+    site_pct: f64,
+}
+
+impl Allocation {
+    fn evidence(&self) -> String {
+        format!(
+            "the JVM allocated {} a request over the measured load (--alloc), {:.0}% of it in {}",
+            kiln_record::text::bytes(self.bytes_per_request.round() as u64),
+            self.site_pct,
+            safe_text(&self.site)
+        )
+    }
+}
+
+fn allocation_of(run: &RunRecord) -> Option<Allocation> {
+    let alloc = run.alloc.as_ref()?;
+    let requests = run.measured()?.totals.requests;
+    let top = alloc.summary.allocated_in.first()?;
+    (requests > 0).then(|| Allocation {
+        bytes_per_request: alloc.summary.samples as f64 / requests as f64,
+        site: top.name.clone(),
+        site_pct: top.self_pct,
+    })
 }
 
 /// The JIT compiler still busy in the measured seconds: the numbers mix compiling with the
@@ -786,6 +836,7 @@ fn lock_cause_and_fix(known: Option<&str>, holder: Option<&str>) -> (String, Str
 mod tests {
     use super::*;
     use crate::rules::fixtures::{load_run, Second, T0_MS};
+    use kiln_record::schema::profile::ProfileRecord;
     use kiln_runtime::summary::{summarize, ContendedSite, ThreadsSummary};
     use kiln_runtime::{CollectorSecond, JvmSecond, RuntimeInfo, RuntimeSecond};
 
@@ -879,6 +930,77 @@ mod tests {
         assert!(found[0].fix.contains("allocate less"), "{}", found[0].fix);
         // the same pauses in other seconds than the slow ones: clear
         let run = run_with_gc("G1 young collection pauses", &pauses, &[1, 4, 7]);
+        assert!(matches!(gc_pauses(&run), Verdict::Clear));
+    }
+
+    /// An allocation profile of `bytes` in all, `site_pct` of them in `site`.
+    fn alloc_record(bytes: u64, site: &str, site_pct: f64) -> ProfileRecord {
+        let share = |name: &str, pct: f64| kiln_record::schema::profile::FunctionShare {
+            name: name.into(),
+            self_samples: (bytes as f64 * pct / 100.0) as u64,
+            total_samples: (bytes as f64 * pct / 100.0) as u64,
+            self_pct: pct,
+            total_pct: pct,
+        };
+        let summary = kiln_record::schema::profile::ProfileSummary {
+            samples: bytes,
+            distinct_stacks: 2,
+            kernel_pct: 0.0,
+            top_self: Vec::new(),
+            top_total: Vec::new(),
+            blocked_in: Vec::new(),
+            allocated_in: vec![share(site, site_pct), share("Other.work", 100.0 - site_pct)],
+        };
+        ProfileRecord::new(summary, "allocated/bytes")
+    }
+
+    #[test]
+    fn young_pauses_driven_by_allocation_name_the_site_that_allocates() {
+        // 6% of the time in young pauses; the JVM allocated 1,000 requests x 1 MiB, 61% of it
+        // in Shop.render
+        let mut run = run_with_gc("G1 young collection pauses", &[60.0; 10], &[]);
+        run.alloc = Some(alloc_record(1000 << 20, "Shop.render", 61.0));
+        let Verdict::Found(found) = gc_pauses(&run) else {
+            panic!("no finding");
+        };
+        let f = &found[0];
+        let said = f.evidence.join("\n");
+        assert!(
+            said.contains("allocated 1.0 MiB a request over the measured load (--alloc), 61% of it in Shop.render"),
+            "{said}"
+        );
+        assert!(
+            f.fix
+                .starts_with("allocate less in Shop.render (61% of the bytes"),
+            "{}",
+            f.fix
+        );
+        assert_eq!(f.data["allocated_in"], "Shop.render");
+        assert_eq!(f.data["alloc_bytes_per_request"], 1048576.0);
+        // without --alloc: the fix says how to find the allocating code
+        run.alloc = None;
+        let Verdict::Found(found) = gc_pauses(&run) else {
+            panic!("no finding");
+        };
+        assert!(
+            found[0]
+                .fix
+                .ends_with("run again with --alloc to see which code allocates the bytes"),
+            "{}",
+            found[0].fix
+        );
+        assert!(found[0].data["allocated_in"].is_null());
+        // full collections are not allocation's: the fix stays theirs, allocation unsaid
+        let mut run = run_with_gc("G1 full collection pauses", &[60.0; 10], &[]);
+        run.alloc = Some(alloc_record(1000 << 20, "Shop.render", 61.0));
+        let Verdict::Found(found) = gc_pauses(&run) else {
+            panic!("no finding");
+        };
+        assert!(!found[0].fix.contains("Shop.render"), "{}", found[0].fix);
+        assert!(!found[0].evidence.join(" ").contains("--alloc"));
+        // the same allocation and pauses too short to matter: no finding
+        let mut run = run_with_gc("G1 young collection pauses", &[5.0; 10], &[]);
+        run.alloc = Some(alloc_record(1000 << 20, "Shop.render", 61.0));
         assert!(matches!(gc_pauses(&run), Verdict::Clear));
     }
 
