@@ -50,6 +50,11 @@ pub const EXCEPTIONS: Rule = Rule {
     judge: exceptions,
 };
 
+/// The fix for young collections that is not about what allocates.
+const YOUNG_ROOM: &str = "give the young generation room (a larger -Xmx, or -Xmn), or set a \
+     pause goal (-XX:MaxGCPauseMillis) or a low-pause collector (-XX:+UseZGC) when the tail \
+     matters more than throughput";
+
 pub const GC_PAUSES: Rule = Rule {
     id: "runtime.gc-pauses",
     judge: gc_pauses,
@@ -337,22 +342,20 @@ fn gc_pauses(run: &RunRecord) -> Verdict {
             "young collections stop the application each time the young generation fills: \
              the allocation rate and the live data copied at each collection decide how often \
              and how long",
-            "allocate less per request (the profile's allocation frames), give the young \
-             generation room (a larger -Xmx, or -Xmn), or set a pause goal \
-             (-XX:MaxGCPauseMillis) or a low-pause collector (-XX:+UseZGC) when the tail \
-             matters more than throughput",
+            YOUNG_ROOM,
         )
     };
     let fix = match (&allocation, full) {
         (Some(a), _) => format!(
             "allocate less in {} ({:.0}% of the bytes; alloc-flame.svg shows who calls it): \
-             fewer temporary objects, buffers reused, collections sized once; then {fix}",
+             fewer temporary objects, buffers reused, collections sized once; or {YOUNG_ROOM}",
             safe_text(&a.site),
             a.site_pct,
         ),
-        (None, false) => {
-            format!("{fix}; run again with --alloc to see which code allocates the bytes")
-        }
+        (None, false) => format!(
+            "allocate less per request (run again with --alloc to see which code allocates \
+             the bytes), or {YOUNG_ROOM}"
+        ),
         (None, true) => fix.to_string(),
     };
     let severity = if share >= PAUSE_SHARE_HIGH {
@@ -421,7 +424,7 @@ fn allocation_of(run: &RunRecord) -> Option<Allocation> {
     let top = alloc.summary.allocated_in.first()?;
     (requests > 0).then(|| Allocation {
         bytes_per_request: alloc.summary.samples as f64 / requests as f64,
-        site: top.name.clone(),
+        site: super::profile::strip_mark(&top.name).to_string(),
         site_pct: top.self_pct,
     })
 }
@@ -927,7 +930,13 @@ mod tests {
             "{}",
             found[0].title
         );
-        assert!(found[0].fix.contains("allocate less"), "{}", found[0].fix);
+        assert!(
+            found[0]
+                .fix
+                .starts_with("allocate less per request (run again with --alloc"),
+            "{}",
+            found[0].fix
+        );
         // the same pauses in other seconds than the slow ones: clear
         let run = run_with_gc("G1 young collection pauses", &pauses, &[1, 4, 7]);
         assert!(matches!(gc_pauses(&run), Verdict::Clear));
@@ -959,7 +968,7 @@ mod tests {
         // 6% of the time in young pauses; the JVM allocated 1,000 requests x 1 MiB, 61% of it
         // in Shop.render
         let mut run = run_with_gc("G1 young collection pauses", &[60.0; 10], &[]);
-        run.alloc = Some(alloc_record(1000 << 20, "Shop.render", 61.0));
+        run.alloc = Some(alloc_record(1000 << 20, "Shop.render_[j]", 61.0));
         let Verdict::Found(found) = gc_pauses(&run) else {
             panic!("no finding");
         };
@@ -975,7 +984,7 @@ mod tests {
             "{}",
             f.fix
         );
-        assert_eq!(f.data["allocated_in"], "Shop.render");
+        assert_eq!(f.data["allocated_in"], "Shop.render", "without the inlined mark");
         assert_eq!(f.data["alloc_bytes_per_request"], 1048576.0);
         // without --alloc: the fix says how to find the allocating code
         run.alloc = None;
@@ -985,7 +994,7 @@ mod tests {
         assert!(
             found[0]
                 .fix
-                .ends_with("run again with --alloc to see which code allocates the bytes"),
+                .contains("run again with --alloc to see which code allocates the bytes"),
             "{}",
             found[0].fix
         );
