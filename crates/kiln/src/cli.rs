@@ -10,7 +10,7 @@ use clap::{Args, Parser, Subcommand};
     name = "kiln",
     version,
     about = "A performance lab in one binary: honest load, and what the target did meanwhile",
-    after_help = "Exit codes: 0 complete, 1 error, 2 bad usage, 3 run interrupted (target stopped answering), 4 kiln doctor found a bad setting, 99 a --threshold failed, 130 Ctrl-C."
+    after_help = "Exit codes: 0 complete, 1 error (also a plan's data failing mid-run), 2 bad usage, 3 run interrupted (target stopped answering), 4 kiln doctor found a bad setting, 99 a --threshold failed, 130 Ctrl-C."
 )]
 pub struct Cli {
     #[command(subcommand)]

@@ -6,6 +6,9 @@ pub use kiln_runner::error_text;
 pub const EXIT_INTERRUPTED: u8 = 3;
 /// A run that sent nothing: an error, not a result.
 pub const EXIT_SENT_NOTHING: u8 = 1;
+/// A run its own input stopped (a plan's data file emptied or unreadable mid-run): an error
+/// of kiln's input, not the target's (3); the record is kept and marked interrupted.
+pub const EXIT_INPUT_FAILED: u8 = 1;
 
 /// A run stopped by a signal exits as shells report it: 128 + the signal (Ctrl-C 130,
 /// SIGTERM 143, SIGHUP 129).

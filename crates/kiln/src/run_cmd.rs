@@ -11,7 +11,9 @@ use kiln_runner::{execute, JvmProfiler, OtlpSpec, RunOutcome, RunSpec};
 use kiln_sample::ProcFs;
 
 use crate::cli::{CompareMethod, FailOn, RunArgs};
-use crate::exit::{interrupted_exit_code, EXIT_SENT_NOTHING, EXIT_THRESHOLDS_FAILED};
+use crate::exit::{
+    interrupted_exit_code, EXIT_INPUT_FAILED, EXIT_SENT_NOTHING, EXIT_THRESHOLDS_FAILED,
+};
 use crate::summary;
 use kiln_summary::thresholds::{self, Threshold};
 use kiln_terminal::LiveOutput;
@@ -575,6 +577,11 @@ pub fn print_outcome(
         );
         return Ok(EXIT_SENT_NOTHING);
     }
+    let input_failed = outcome
+        .phases
+        .iter()
+        .filter_map(|p| p.end.as_ref())
+        .any(|end| end.input_failed);
     Ok(match outcome.dir.effective_status() {
         RunStatus::Complete
             if failed_thresholds || failed_findings || outcome.queries_gate_failed || regressed =>
@@ -582,6 +589,13 @@ pub fn print_outcome(
             EXIT_THRESHOLDS_FAILED
         }
         RunStatus::Complete => 0,
+        _ if input_failed && outcome.interrupted_by.is_none() => {
+            eprintln!(
+                "kiln: the plan's input failed mid-run, not the target; the record is kept \
+                 (exit {EXIT_INPUT_FAILED})"
+            );
+            EXIT_INPUT_FAILED
+        }
         _ => interrupted_exit_code(outcome.interrupted_by),
     })
 }

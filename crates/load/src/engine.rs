@@ -412,15 +412,17 @@ pub fn run_phase(
     let mut collector = Collector::new(threads, plan.dead_after, t0_unix_ms);
     collector.hedge = plan.hedge.clone().map(|h| (h, plan.timeout));
     let mut stop_reason: Option<String> = None;
+    let mut input_failed = false;
     let mut stopped_at: Option<Instant> = None;
     loop {
         let now = Instant::now();
         if stopped_at.is_none() {
+            let input_failure = shared.workload_failure();
             let early = stop
                 .reason()
                 .or_else(|| setup.local_failure())
                 .or_else(|| origins.iter().find_map(ConnectionSetup::local_failure))
-                .or_else(|| shared.workload_failure())
+                .or_else(|| input_failure.clone())
                 .or_else(|| collector.dead_reason.clone());
             let finished =
                 shared.finished.load(Ordering::SeqCst) || stop.phase_done.load(Ordering::SeqCst);
@@ -428,6 +430,7 @@ pub fn run_phase(
                 shared
                     .stopped_early
                     .store(early.is_some(), Ordering::SeqCst);
+                input_failed = input_failure.is_some() && early == input_failure;
                 stop_reason = early;
                 stopped_at = Some(now.min(shared.deadline));
                 shared.stopped.store(true, Ordering::SeqCst);
@@ -486,6 +489,7 @@ pub fn run_phase(
         kiln_cpu_system_us: usage.system_us,
         kiln_max_rss_kib: usage.max_rss_kib,
         stopped_early: stop_reason,
+        input_failed,
         ended_because: None,
     })
 }

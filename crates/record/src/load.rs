@@ -291,6 +291,10 @@ pub struct PhaseEnd {
     /// Why the phase stopped early, if it did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stopped_early: Option<String>,
+    /// It stopped because kiln's own input failed (a plan's data file that became
+    /// unreadable or empty mid-run), not because of the target: an error of the run's input.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub input_failed: bool,
     /// Why a phase of no fixed length ended when it did (`--warmup auto`: what had settled,
     /// or that its cap came first).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -984,7 +984,10 @@ mod tests {
             "{}",
             f.fix
         );
-        assert_eq!(f.data["allocated_in"], "Shop.render", "without the inlined mark");
+        assert_eq!(
+            f.data["allocated_in"], "Shop.render",
+            "without the inlined mark"
+        );
         assert_eq!(f.data["alloc_bytes_per_request"], 1048576.0);
         // without --alloc: the fix says how to find the allocating code
         run.alloc = None;

@@ -235,6 +235,57 @@ fn per_vu_data_and_an_open_model() {
     assert_eq!(json["total"]["scheduled"], 80);
 }
 
+/// A plan's data file emptied mid-run (its rows are read where they lie): the run stops
+/// with the reason, its record kept and marked interrupted, and exits 1, an error of kiln's
+/// input; 3 is for a target that stopped answering, and this one answered every request.
+#[test]
+fn a_data_file_emptied_mid_run_stops_it_as_an_input_error_not_the_targets() {
+    let _turn = common::beside();
+    let api = ShopApi::start("pw-9").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    write_users(dir.path());
+    let path = dir.path().join("plan.yaml");
+    std::fs::write(&path, plan(&api, "load:\n  vus: 2\n  duration: 20s\n")).unwrap();
+    let out_dir = dir.path().join("run");
+    let users = dir.path().join("users.csv");
+    let emptier = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(1500));
+        std::fs::write(users, "user,note\n").unwrap();
+    });
+    let started = std::time::Instant::now();
+    let out = kiln(&[
+        "run",
+        path.to_str().unwrap(),
+        "--quiet",
+        "--out",
+        out_dir.to_str().unwrap(),
+    ]);
+    emptier.join().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("the plan's input failed mid-run"),
+        "{stderr}"
+    );
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(15),
+        "{stderr}"
+    );
+    let manifest = common::manifest(&out_dir);
+    assert_eq!(manifest["status"], "interrupted", "{manifest:#}");
+    assert!(
+        manifest["status_reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("users.csv has no data rows any more")),
+        "{manifest:#}"
+    );
+    // it still reports, from the record
+    let report = kiln(&["report", out_dir.to_str().unwrap(), "--json"]);
+    assert_eq!(report.status.code(), Some(0));
+    let logins = api.counts().routes.get("POST /login").copied().unwrap_or(0);
+    assert!(logins > 0, "{stderr}");
+}
+
 #[test]
 fn a_correlation_that_fails_is_counted_and_cuts_the_iteration() {
     let _turn = common::beside();
