@@ -174,6 +174,10 @@ impl<I: Iterator<Item = Result<LoadRecordLine, kiln_record::RecordError>>> Itera
 /// The most shards a record may claim (as `--shard` accepts).
 pub const MAX_SHARDS: u64 = 100_000;
 
+/// Open files a merge needs beside one per shard: the merged record's, the standard streams,
+/// and a margin.
+const FILES_BESIDE_SHARDS: u64 = 32;
+
 /// Reads `dirs`, merges them into a new run directory at `out`.
 pub fn merge(dirs: &[PathBuf], out: &Path, options: MergeOptions) -> Result<Merged, MergeError> {
     let err = |m: String| MergeError(m);
@@ -244,6 +248,21 @@ pub fn merge(dirs: &[PathBuf], out: &Path, options: MergeOptions) -> Result<Merg
             return Err(err(format!(
                 "shards {} of {count} are missing (--allow-partial merges what is here)",
                 list(&missing)
+            )));
+        }
+    }
+
+    // Every shard's seconds are read at once (below): one open file each, beside the merged
+    // record's. The soft limit (1,024 by default) is raised to the hard one first, as a
+    // load's is; a merge the hard limit cannot hold is refused before anything is written
+    // (10,000 shards once failed with "too many open files" at ~1,018).
+    let needed = runs.len() as u64 + FILES_BESIDE_SHARDS;
+    if let Some(limit) = kiln_record::descriptors::raise_open_files_limit() {
+        if needed > limit {
+            return Err(err(format!(
+                "merging {} shards reads them at once and needs {needed} open files; kiln \
+                 may open {limit} (raise the hard limit: ulimit -Hn {needed})",
+                runs.len()
             )));
         }
     }

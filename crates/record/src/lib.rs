@@ -5,6 +5,7 @@
 //! must never depend on how a part was produced: it only defines, writes, reads and merges.
 
 pub mod clock;
+pub mod descriptors;
 mod error;
 mod hedge;
 mod histogram;
