@@ -70,10 +70,12 @@ impl SpawnedTarget {
         // SAFETY: between fork and exec only async-signal-safe calls (prctl, getppid, _exit).
         unsafe {
             cmd.pre_exec(move || {
-                // killed with kiln (even by SIGKILL, which runs no Drop): the target goes too.
-                // The "parent" is the thread that forked, so start is called from a thread
-                // that lives as long as the run (the main thread).
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+                // killed with kiln (even by SIGKILL, which runs no Drop): the target goes too,
+                // by SIGKILL, which it cannot ignore (a target ignoring SIGTERM outlived kiln;
+                // with kiln gone nobody reads what a graceful stop would flush). The "parent"
+                // is the thread that forked, so start is called from a thread that lives as
+                // long as the run (the main thread).
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
                 if libc::getppid() != parent {
                     libc::_exit(1);
                 }

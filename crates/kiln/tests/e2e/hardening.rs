@@ -539,18 +539,20 @@ fn a_load_thread_that_panics_fails_the_run_instead_of_completing_it() {
 /// process group) reaches kiln alone, which ends the run as interrupted (130) and stops the
 /// target; it used to reach the target too, which died first and could turn the run into "the
 /// watched process exited" (3). A SIGKILL of kiln, which runs none of its cleanup, takes the
-/// target along (it used to be left running, holding its port).
+/// target along (it used to be left running, holding its port), also a target that ignores
+/// SIGTERM (kiln's death sent it SIGTERM, which it shrugged off).
 #[test]
 fn a_spawned_target_goes_with_kiln_on_ctrl_c_and_on_sigkill() {
     let _turn = common::beside();
     let tmp = tempfile::tempdir().unwrap();
-    // a target that notes a SIGINT instead of dying of it
+    // a target that notes a SIGINT instead of dying of it, and ignores SIGTERM
     let script = tmp.path().join("target.py");
     std::fs::write(
         &script,
         "import http.server, signal, sys\n\
          port, note = int(sys.argv[1]), sys.argv[2]\n\
          signal.signal(signal.SIGINT, lambda *_: open(note, 'w').write('SIGINT'))\n\
+         signal.signal(signal.SIGTERM, signal.SIG_IGN)\n\
          http.server.ThreadingHTTPServer(('127.0.0.1', port), \
          http.server.SimpleHTTPRequestHandler).serve_forever()\n",
     )
