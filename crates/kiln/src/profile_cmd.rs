@@ -108,6 +108,12 @@ fn record(args: &ProfileArgs, stop: &StopSignal) -> Result<u8> {
         if let Some(why) = &not_async {
             eprintln!("kiln: {}; perf takes the profile", safe_text(why));
         }
+        if jvm_profile.is_some() && args.call_graph.is_some() {
+            eprintln!(
+                "kiln: --call-graph is perf's; async-profiler walks the JVM's stacks itself \
+                 (--async-profiler off to use perf)"
+            );
+        }
         eprintln!(
             "kiln: profiling pid {pid}{} for {} ({} {}) with {profiler}...",
             if pids.len() > 1 && jvm_profile.is_none() {
