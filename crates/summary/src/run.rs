@@ -481,8 +481,11 @@ fn recorded_extras(
     ] {
         if let Some(profile) = recorded {
             out += &profile_text(dir, profile, label, flame);
-            if let (true, Some(n)) = (flag == "--alloc", requests.filter(|n| *n > 0)) {
-                out += &alloc_per_request(profile, n);
+            if let (true, Some(per_request)) = (
+                flag == "--alloc",
+                requests.and_then(|n| profile.per_request(n)),
+            ) {
+                out += &alloc_per_request(profile, per_request);
             }
         } else if let Some(why) = not_recorded.get(flag) {
             // said where the profile would be, with the fix, not only as a warning above
@@ -499,8 +502,7 @@ fn recorded_extras(
 
 /// `Alloc      1.20 MiB a request; 61% in Shop.render`: the bytes a measured request
 /// allocated, and the method that allocated most.
-fn alloc_per_request(alloc: &ProfileRecord, requests: u64) -> String {
-    let per_request = alloc.summary.samples as f64 / requests as f64;
+fn alloc_per_request(alloc: &ProfileRecord, per_request: f64) -> String {
     let top = alloc
         .summary
         .allocated_in
@@ -611,9 +613,10 @@ pub fn render_json(view: &RunView) -> Value {
         "profile": view.profile,
         "off_cpu": view.off_cpu,
         "alloc": view.alloc,
-        "alloc_bytes_per_request": view.alloc.zip(total.as_ref()).and_then(|(a, t)| {
-            (t.totals.requests > 0).then(|| a.summary.samples as f64 / t.totals.requests as f64)
-        }),
+        "alloc_bytes_per_request": view
+            .alloc
+            .zip(total.as_ref())
+            .and_then(|(a, t)| a.per_request(t.totals.requests)),
         "queries": view.queries,
         "findings": view.findings,
         "compare": view.compare,

@@ -420,10 +420,9 @@ impl Allocation {
 
 fn allocation_of(run: &RunRecord) -> Option<Allocation> {
     let alloc = run.alloc.as_ref()?;
-    let requests = run.measured()?.totals.requests;
     let top = alloc.summary.allocated_in.first()?;
-    (requests > 0).then(|| Allocation {
-        bytes_per_request: alloc.summary.samples as f64 / requests as f64,
+    Some(Allocation {
+        bytes_per_request: alloc.per_request(run.measured()?.totals.requests)?,
         site: super::profile::strip_mark(&top.name).to_string(),
         site_pct: top.self_pct,
     })

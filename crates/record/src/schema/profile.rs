@@ -170,6 +170,12 @@ pub struct ProfileRecord {
 }
 
 impl ProfileRecord {
+    /// What one of `requests` cost in this profile's count (an allocation profile: the bytes
+    /// a request allocated); None without requests. The summary and the findings read it here.
+    pub fn per_request(&self, requests: u64) -> Option<f64> {
+        (requests > 0).then(|| self.summary.samples as f64 / requests as f64)
+    }
+
     /// A record of `summary` alone, counting `count_name`.
     pub fn new(summary: ProfileSummary, count_name: &str) -> Self {
         Self {
