@@ -417,12 +417,11 @@ pub fn run_phase(
     loop {
         let now = Instant::now();
         if stopped_at.is_none() {
-            let input_failure = shared.workload_failure();
             let early = stop
                 .reason()
                 .or_else(|| setup.local_failure())
                 .or_else(|| origins.iter().find_map(ConnectionSetup::local_failure))
-                .or_else(|| input_failure.clone())
+                .or_else(|| shared.workload_failure())
                 .or_else(|| collector.dead_reason.clone());
             let finished =
                 shared.finished.load(Ordering::SeqCst) || stop.phase_done.load(Ordering::SeqCst);
@@ -430,6 +429,9 @@ pub fn run_phase(
                 shared
                     .stopped_early
                     .store(early.is_some(), Ordering::SeqCst);
+                // the workload's failure is set once and kept: the reason is it, or came
+                // before it
+                let input_failure = shared.workload_failure();
                 input_failed = input_failure.is_some() && early == input_failure;
                 stop_reason = early;
                 stopped_at = Some(now.min(shared.deadline));
