@@ -144,12 +144,6 @@ pub struct QueryAnalysisArgs {
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ArrivalsArg {
-    Uniform,
-    Poisson,
-}
-
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RuntimeDepth {
     Default,
     Deep,
@@ -315,126 +309,12 @@ pub struct WatchArgs {
 
 #[derive(Args, Debug, Clone)]
 pub struct RunArgs {
-    /// The URL to load (http:// or https://), or a plan file (plan.yaml: scenarios, data,
-    /// load shape, thresholds; see `kiln plan check`).
-    pub url: String,
-
-    /// Connections (closed model: each sends back to back; open model: opened up front)
-    /// [default: 50]. With a plan: its VUs.
-    #[arg(help_heading = "Load", short = 'c', long = "connections")]
-    pub connections: Option<usize>,
-
-    /// How long each measured run lasts (e.g. 30s, 3m) [default: 10s]. Ignored with
-    /// --stages. With a plan: overrides its duration.
-    #[arg(help_heading = "Load", short = 'd', long = "duration")]
-    pub duration: Option<String>,
-
-    /// With a plan: set a variable, or a load setting (rate, vus, duration, iterations,
-    /// max_vus, ramp, arrivals, seed, warmup, timeout), e.g. --set rate=2000 (repeatable).
-    #[arg(help_heading = "Plans and CI", long = "set", value_name = "NAME=VALUE")]
-    pub set: Vec<String>,
+    #[command(flatten)]
+    pub load: kiln_runner::load_flags::LoadFlags,
 
     /// Write the thresholds' and checks' outcome as JUnit XML (for CI), one test case each.
     #[arg(help_heading = "Plans and CI", long = "junit", value_name = "FILE")]
     pub junit: Option<PathBuf>,
-
-    /// Load generator threads (default: one per CPU).
-    #[arg(help_heading = "Load", short = 't', long = "threads")]
-    pub threads: Option<usize>,
-
-    /// Open model: a constant arrival rate, in requests per second. Latency is measured from
-    /// each request's scheduled send time.
-    #[arg(
-        help_heading = "Load",
-        short = 'R',
-        long = "rate",
-        conflicts_with = "stages"
-    )]
-    pub rate: Option<f64>,
-
-    /// Open model: how arrivals are spaced. uniform: exactly 1/rate apart (wrk2, k6).
-    /// poisson: exponential gaps with mean 1/rate, as independent users arrive (bursts and
-    /// lulls included); the seed is recorded with the plan.
-    #[arg(
-        help_heading = "Load",
-        long = "arrivals",
-        value_enum,
-        default_value = "uniform"
-    )]
-    pub arrivals: ArrivalsArg,
-
-    /// The seed for --arrivals poisson (default: from the clock), to repeat a run exactly.
-    #[arg(help_heading = "Load", long = "seed")]
-    pub seed: Option<u64>,
-
-    /// Open model with ramping rates: DURATION:RATE stages, each ramping linearly from the
-    /// previous rate (starting at 0), e.g. 30s:100,60s:2000,30s:0. A 0s stage jumps.
-    #[arg(help_heading = "Load", long = "stages")]
-    pub stages: Option<String>,
-
-    /// Open model: the most connections kiln opens to keep the schedule.
-    #[arg(
-        help_heading = "Load",
-        long = "max-connections",
-        default_value_t = 1000
-    )]
-    pub max_connections: usize,
-
-    /// Closed model: pause between a response and the connection's next request [default: 0s].
-    #[arg(help_heading = "Load", long = "think-time")]
-    pub think_time: Option<String>,
-
-    /// Closed model: start the connections evenly over this time [default: 0s].
-    #[arg(help_heading = "Load", long = "ramp-up")]
-    pub ramp_up: Option<String>,
-
-    /// HTTP method [default: GET].
-    #[arg(
-        help_heading = "Request",
-        short = 'm',
-        long = "method",
-        visible_short_alias = 'X'
-    )]
-    pub method: Option<String>,
-
-    /// A request header, 'Name: value' (repeatable).
-    #[arg(help_heading = "Request", short = 'H', long = "header")]
-    pub headers: Vec<String>,
-
-    /// The request body: a string, or @FILE to read it from a file.
-    #[arg(help_heading = "Request", short = 'b', long = "body")]
-    pub body: Option<String>,
-
-    /// Time allowed for a whole request (send, wait, read the body) [default: 10s].
-    #[arg(help_heading = "Request", long = "timeout")]
-    pub timeout: Option<String>,
-
-    /// Time allowed to open a connection (TCP and TLS).
-    #[arg(
-        help_heading = "Request",
-        long = "connect-timeout",
-        default_value = "5s"
-    )]
-    pub connect_timeout: String,
-
-    /// Accept any TLS certificate (self-signed targets).
-    #[arg(help_heading = "Request", short = 'k', long = "insecure")]
-    pub insecure: bool,
-
-    /// Speak HTTP/2: offered by ALPN over https (HTTP/1.1 if the server declines), prior
-    /// knowledge (h2c) over http. One request at a time per connection, as in HTTP/1.1.
-    #[arg(help_heading = "Request", long = "http2")]
-    pub http2: bool,
-
-    /// Load for this long first and leave it out of the results (warms caches and JITs);
-    /// `auto` (or `auto:CAP`, 60 s by default) ends it when throughput is steady and, for a
-    /// JVM watched with --watch-*, its JIT compiler has gone quiet.
-    #[arg(help_heading = "Load", long = "warmup")]
-    pub warmup: Option<String>,
-
-    /// Measured runs; with more than one, the summary shows each and their mean and spread.
-    #[arg(help_heading = "Load", long = "repeat", default_value_t = 1)]
-    pub repeat: u32,
 
     /// Compare this run with a base run (a run directory) once it is recorded, as
     /// `kiln compare BASE THIS` does.
@@ -453,31 +333,6 @@ pub struct RunArgs {
     )]
     pub fail_on_regression: bool,
 
-    /// Stop the run as interrupted when the target gave no response at all for this long.
-    #[arg(help_heading = "Load", long = "dead-after", default_value = "5s")]
-    pub dead_after: String,
-
-    /// At the deadline, wait for requests in flight up to --timeout (as oha's flag of this
-    /// name does). Without it the run ends at -d: they get half a second, and those still
-    /// waiting are counted as abandoned.
-    #[arg(
-        help_heading = "Load",
-        short = 'w',
-        long = "wait-ongoing-requests-after-deadline"
-    )]
-    pub wait_after_deadline: bool,
-
-    /// Run shard I of N load processes sharing this plan (I from 0; auto/N takes I from
-    /// JOB_COMPLETION_INDEX): an open model's arrivals are dealt among the shards, a closed
-    /// model's connections divided. `kiln merge` puts the shards' records together.
-    #[arg(help_heading = "Shards", long = "shard", value_name = "I/N")]
-    pub shard: Option<String>,
-
-    /// Start the load at this UTC time (RFC 3339, e.g. 2026-12-01T10:00:00Z), so that shards
-    /// on several machines start together.
-    #[arg(help_heading = "Shards", long = "start-at", value_name = "TIME")]
-    pub start_at: Option<String>,
-
     /// Start the target with this command (through sh; stopped when the run ends), wait
     /// until it accepts connections on the URL's address, and watch it as --watch-pid
     /// would. A Go target gets GODEBUG=gctrace=1: every GC cycle is read from its stderr.
@@ -487,65 +342,6 @@ pub struct RunArgs {
         value_name = "CMD"
     )]
     pub spawn: Option<String>,
-
-    /// Start when every shard is ready: each writes a file to DIR (a folder all shards
-    /// share, such as a ReadWriteMany volume) and all start 3 s after the last one's. Or
-    /// http://HOST:PORT: shard 0 serves the barrier there (on that address, or every
-    /// interface for a name), the others ask it, measure their clock against shard 0's and
-    /// start 1 s after the last one is ready, by shard 0's clock.
-    #[arg(
-        help_heading = "Shards",
-        long = "barrier",
-        value_name = "DIR|http://HOST:PORT"
-    )]
-    pub barrier: Option<String>,
-
-    /// A secret every shard of an HTTP barrier is given: shard 0 refuses requests without
-    /// it. Better from the environment, KILN_BARRIER_TOKEN, which `ps` does not show.
-    #[arg(help_heading = "Shards", long = "barrier-token", value_name = "TOKEN")]
-    pub barrier_token: Option<String>,
-
-    /// How long --barrier waits for the other shards.
-    #[arg(
-        help_heading = "Shards",
-        long = "barrier-timeout",
-        value_name = "DURATION",
-        default_value = "10m"
-    )]
-    pub barrier_timeout: String,
-
-    /// Hedged requests: a request not answered after this delay gets a second copy and the
-    /// first answer wins. A time (5ms) or a percentile of the run's recent latency (p95).
-    #[arg(help_heading = "Hedging", long = "hedge", value_name = "DELAY|pNN")]
-    pub hedge: Option<String>,
-
-    /// With --hedge: second copies at most this share of the requests (a token bucket).
-    #[arg(
-        help_heading = "Hedging",
-        long = "hedge-cap",
-        value_name = "PERCENT",
-        default_value = "10%",
-        requires = "hedge"
-    )]
-    pub hedge_cap: String,
-
-    /// With --hedge: another target for the same request (repeatable). First copies go to
-    /// the URL and each replica in turn, a request's second copy to the next one.
-    #[arg(
-        help_heading = "Hedging",
-        long = "replica",
-        value_name = "URL",
-        requires = "hedge"
-    )]
-    pub replicas: Vec<String>,
-
-    /// With --hedge: hedge any method, not only idempotent ones (GET, HEAD, PUT, DELETE...).
-    #[arg(
-        help_heading = "Hedging",
-        long = "hedge-any-method",
-        requires = "hedge"
-    )]
-    pub hedge_any_method: bool,
 
     /// Seconds between the JMeter-style summary lines when stderr is not a terminal.
     #[arg(
@@ -633,12 +429,6 @@ pub struct RunArgs {
     /// A name for the run (default: from the URL).
     #[arg(help_heading = "Output", long = "name")]
     pub name: Option<String>,
-
-    /// A pass/fail threshold on the measured results, k6 style (repeatable): 'p99<250ms',
-    /// 'p(99.9)<1s', 'max<2s', 'mean<50ms', 'failed<1%', 'rate>=1000', 'unsent<1'.
-    /// Any failure exits with 99.
-    #[arg(help_heading = "Plans and CI", long = "threshold")]
-    pub thresholds: Vec<String>,
 
     /// Print the summary as JSON on stdout.
     #[arg(help_heading = "Output", long = "json")]

@@ -4,20 +4,15 @@
 
 use kiln_record::schema::plan::PlanRecord;
 use std::path::Path;
-use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use kiln_load::plan::parse_duration;
 use kiln_load::StopSignal;
-use kiln_profile::{
-    profile_processes, CallGraph, Event, FlameStyle, FoldedDiff, Profiled, RecordOptions,
-};
+use kiln_profile::{CallGraph, Event, RecordOptions};
 use kiln_record::schema::profile::ImportSource;
 use kiln_record::{RunDir, RunLocation, RunStatus};
-use kiln_runner::jvm_profile::{self, JvmCpuProfile, JvmProfiler};
-use kiln_runner::profile_parts::{
-    parts_of, write_profile, AsyncProfiled, Origin, WrittenProfile, ON_CPU,
-};
+use kiln_runner::profile_parts::{write_diff, write_profile, Origin, WrittenProfile, ON_CPU};
+use kiln_runner::profile_session::ProfileSession;
 use kiln_sample::ProcFs;
 use serde_json::{json, Value};
 
@@ -46,32 +41,23 @@ fn create_dir(output: &ProfileOutput, name: &str, plan: Value) -> Result<RunDir>
     )
 }
 
-fn files_text(written: &WrittenProfile, dir: &RunDir) -> String {
+fn files_text(written: &WrittenProfile, run_dir: &Path, status: RunStatus) -> String {
     format!(
         "Flame      {}\nFiles      {} (collapsed), {} (speedscope)\nRun        {} ({})\n",
         written.flame.display(),
         written.folded.display(),
         written.speedscope.display(),
-        dir.path().display(),
-        dir.manifest.status.as_str()
+        run_dir.display(),
+        status.as_str()
     )
 }
 
-/// A profile as it was taken: by perf (with why not async-profiler, for a JVM), or by
-/// async-profiler inside a JVM.
-enum Taken {
-    Perf(Profiled, Option<String>),
-    Async(kiln_profile::Folded, AsyncProfiled),
-}
-
 fn record(args: &ProfileArgs, stop: &StopSignal) -> Result<u8> {
-    let proc = ProcFs::default();
-    let pid = target_process::resolve(&proc, args.pid, args.port, "profile")?;
+    let pid = target_process::resolve(&ProcFs::default(), args.pid, args.port, "profile")?;
     let duration = parse_duration(&args.duration)?;
     if !(1..=10_000).contains(&args.frequency) {
         bail!("--frequency is out of range: 1 to 10000 samples per second");
     }
-    let pids = proc.process_tree(pid);
     let options = RecordOptions {
         event: match args.event {
             ProfileEvent::Cpu => Event::Cpu,
@@ -84,111 +70,32 @@ fn record(args: &ProfileArgs, stop: &StopSignal) -> Result<u8> {
         }),
         ..RecordOptions::default()
     };
-    // a JVM's CPU profile from async-profiler inside it, when it can be had
-    let mut jvm_profile = None;
-    let mut not_async = None;
-    if options.event == Event::Cpu && jvm_profile::is_jvm(pid) {
-        let jvm = JvmProfiler::from_flag(args.async_profiler.as_deref());
-        match JvmCpuProfile::start(pid, args.frequency, &jvm) {
-            Ok(profile) => jvm_profile = Some(profile),
-            Err(why) => not_async = why,
-        }
-    }
-    let name = format!("profile-{pid}");
-    let profiler = if jvm_profile.is_some() {
-        "async-profiler"
-    } else {
-        "perf"
-    };
-    let plan = json!({"profile": {"pid": pid, "port": args.port, "pids": pids,
-        "event": options.event, "frequency_hz": args.frequency, "duration_s": duration.as_secs_f64(),
-        "profiler": profiler}});
-    let mut dir = create_dir(&args.output, &name, plan)?;
-    if !args.output.json {
-        if let Some(why) = &not_async {
-            eprintln!("kiln: {}; perf takes the profile", safe_text(why));
-        }
-        if jvm_profile.is_some() && args.call_graph.is_some() {
-            eprintln!(
-                "kiln: --call-graph is perf's; async-profiler walks the JVM's stacks itself \
-                 (--async-profiler off to use perf)"
-            );
-        }
-        eprintln!(
-            "kiln: profiling pid {pid}{} for {} ({} {}) with {profiler}...",
-            if pids.len() > 1 && jvm_profile.is_none() {
-                format!(" and {} child processes", pids.len() - 1)
-            } else {
-                String::new()
-            },
-            humantime::format_duration(duration),
-            options.event.perf_name(),
-            match options.event {
-                Event::Cpu => format!("at {} Hz", args.frequency),
-                Event::Cswitch => "on every switch".into(),
-            }
-        );
-    }
-    let taken = match jvm_profile {
-        Some(profile) => take_in_jvm(profile, pid, duration, stop),
-        None => take_with_perf(&pids, &options, duration, &dir, stop)
-            .map(|profiled| Taken::Perf(profiled, not_async)),
-    };
-    let taken = match taken {
-        Ok(t) => t,
-        Err(e) => {
-            dir.finish(RunStatus::Failed, Some(format!("{e:#}")))?;
-            return Err(e);
-        }
-    };
-    let (folded, event, taken_for, target_exited) = match &taken {
-        Taken::Perf(p, _) => (&p.folded, p.event, p.duration, p.target_exited),
-        Taken::Async(folded, a) => (folded, Event::Cpu, a.duration, false),
-    };
-    let title = format!(
-        "{} of pid {pid} ({})",
-        match event {
-            Event::Cpu => "On-CPU",
-            Event::Cswitch => "Context switches",
-        },
-        proc.process(pid).map_or_else(String::new, |p| p.name)
-    );
-    let origin = match &taken {
-        Taken::Perf(profiled, note) => Origin::Perf(profiled, args.frequency, note.clone()),
-        Taken::Async(_, async_profiled) => Origin::AsyncProfiler(async_profiled),
-    };
-    let written = write_profile(
-        &mut dir,
-        parts_of(event),
-        folded,
-        &title,
-        event.count_name(),
-        args.output.top,
-        origin,
+    let session = ProfileSession::start(
+        pid,
+        args.port,
+        options,
+        duration,
+        args.async_profiler.as_deref(),
+        args.output.out.as_deref(),
     )?;
-    let (status, reason, code) = if let Some(signal) = stop.interrupted_by() {
-        (
-            RunStatus::Interrupted,
-            stop.reason(),
-            signal_exit_code(signal),
-        )
-    } else if target_exited {
-        (
-            RunStatus::Interrupted,
-            Some(format!("process {pid} exited during the profile")),
-            EXIT_INTERRUPTED,
-        )
-    } else {
-        (RunStatus::Complete, None, 0)
+    if !args.output.json {
+        say_what_is_taken(&session, args.call_graph.is_some());
+    }
+    let taken = session.take(args.output.top, stop)?;
+    let code = match stop.interrupted_by() {
+        Some(signal) => signal_exit_code(signal),
+        None if taken.target_exited => EXIT_INTERRUPTED,
+        None => 0,
     };
-    dir.finish(status, reason.clone())?;
+    let written = &taken.written;
+    let run_dir = &taken.run_dir;
     if args.output.json {
         // the record (summary, how it was taken) with where it went
         let mut out = serde_json::to_value(&written.record)?;
         if let Some(obj) = out.as_object_mut() {
             for (key, value) in [
-                ("run_dir", json!(dir.path())),
-                ("status", json!(status.as_str())),
+                ("run_dir", json!(run_dir)),
+                ("status", json!(taken.status.as_str())),
                 ("flame", json!(written.flame)),
                 ("folded", json!(written.folded)),
                 ("speedscope", json!(written.speedscope)),
@@ -199,74 +106,63 @@ fn record(args: &ProfileArgs, stop: &StopSignal) -> Result<u8> {
         outln!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(code);
     }
-    let how = match &taken {
-        Taken::Perf(profiled, _) => format!(
-            "{} stacks",
-            serde_json::to_value(profiled.call_graph)?
-                .as_str()
-                .unwrap_or("")
-        ),
-        Taken::Async(..) => "async-profiler, inlined frames kept".to_string(),
-    };
     outln!(
-        "Profile    {title}, {:.1} s, {how}{}",
-        taken_for.as_secs_f64(),
-        reason.map_or_else(String::new, |r| format!(" — {}", safe_text(&r)))
+        "Profile    {}, {:.1} s, {}{}",
+        taken.title,
+        taken.taken_for.as_secs_f64(),
+        taken.how,
+        (taken.reason.as_ref()).map_or_else(String::new, |r| format!(" — {}", safe_text(r)))
     );
     out!(
         "{}",
-        kiln_summary::profile::summary_text(&written.record.summary, event.count_name(), None)
+        kiln_summary::profile::summary_text(
+            &written.record.summary,
+            taken.event.count_name(),
+            None
+        )
     );
-    let (done, advice): (&[String], &[String]) = match &taken {
-        Taken::Perf(profiled, _) => (&profiled.jit.done, &profiled.jit.advice),
-        Taken::Async(_, async_profiled) => (&[], &async_profiled.advice),
-    };
-    for done in done {
+    for done in &taken.jit_done {
         outln!("JIT        {}", safe_text(done));
     }
-    for advice in advice {
+    for advice in &taken.advice {
         outln!("Advice     {}", safe_text(advice));
     }
-    out!("{}", files_text(&written, &dir));
+    out!("{}", files_text(written, run_dir, taken.status));
     Ok(code)
 }
 
-/// perf on `pids` for `duration` or until stopped; its data file removed on every path.
-fn take_with_perf(
-    pids: &[i32],
-    options: &RecordOptions,
-    duration: Duration,
-    dir: &RunDir,
-    stop: &StopSignal,
-) -> Result<Profiled> {
-    let data = dir.path().join("perf.data");
-    let stopped = || stop.reason().is_some();
-    let profiled = profile_processes(pids, options, duration, &data, &stopped, &|| {});
-    // perf.data is large and only perf reads it; the collapsed stacks keep what matters.
-    // Gone on every path, also when perf failed or was stopped before its first sample.
-    let _ = std::fs::remove_file(&data);
-    let profiled = profiled?;
-    let _ = std::fs::remove_file(dir.path().join("perf-record.log"));
-    Ok(profiled)
-}
-
-/// async-profiler's CPU profile of JVM `pid` for `duration` or until stopped.
-fn take_in_jvm(
-    profile: JvmCpuProfile,
-    pid: i32,
-    duration: Duration,
-    stop: &StopSignal,
-) -> Result<Taken> {
-    let started = Instant::now();
-    while started.elapsed() < duration && stop.reason().is_none() {
-        if !Path::new(&format!("/proc/{pid}")).exists() {
-            bail!("process {pid} exited during the profile: async-profiler's samples went with it");
-        }
-        let left = duration.saturating_sub(started.elapsed());
-        std::thread::sleep(left.min(Duration::from_millis(100)));
+/// Which profiler samples what, before it starts.
+fn say_what_is_taken(session: &ProfileSession, call_graph_given: bool) {
+    if let Some(why) = &session.not_async {
+        eprintln!("kiln: {}; perf takes the profile", safe_text(why));
     }
-    let (folded, taken) = profile.stop().map_err(anyhow::Error::msg)?;
-    Ok(Taken::Async(folded, taken))
+    if session.in_jvm() && call_graph_given {
+        eprintln!(
+            "kiln: --call-graph is perf's; async-profiler walks the JVM's stacks itself \
+             (--async-profiler off to use perf)"
+        );
+    }
+    let options = &session.options;
+    eprintln!(
+        "kiln: profiling pid {}{} for {} ({} {}) with {}...",
+        session.pid,
+        if session.pids.len() > 1 && !session.in_jvm() {
+            format!(" and {} child processes", session.pids.len() - 1)
+        } else {
+            String::new()
+        },
+        humantime::format_duration(session.duration),
+        options.event.perf_name(),
+        match options.event {
+            Event::Cpu => format!("at {} Hz", options.frequency_hz),
+            Event::Cswitch => "on every switch".into(),
+        },
+        if session.in_jvm() {
+            "async-profiler"
+        } else {
+            "perf"
+        },
+    );
 }
 
 fn read_profile(path: &Path) -> Result<kiln_profile::Imported> {
@@ -355,15 +251,13 @@ fn import(file: &Path, output: &ProfileOutput) -> Result<u8> {
         "{}",
         kiln_summary::profile::summary_text(&written.record.summary, &count_name, imported.samples)
     );
-    out!("{}", files_text(&written, &dir));
+    out!("{}", files_text(&written, dir.path(), dir.manifest.status));
     Ok(0)
 }
 
 fn diff(before_path: &Path, after_path: &Path, output: &ProfileOutput) -> Result<u8> {
     let before = read_profile(before_path)?.folded;
     let after = read_profile(after_path)?.folded;
-    let diff = FoldedDiff::new(&before, &after);
-    let changes = diff.biggest_self_changes(&before, &after, output.top);
     let name = format!("diff-{}-{}", file_stem(before_path), file_stem(after_path));
     let mut dir = create_dir(
         output,
@@ -375,40 +269,21 @@ fn diff(before_path: &Path, after_path: &Path, output: &ProfileOutput) -> Result
         before_path.display(),
         after_path.display()
     );
-    let style = FlameStyle {
-        title: &title,
-        ..FlameStyle::default()
-    };
-    // Kinds of their own: a diff's stacks carry two counts, no reader of profiles takes them.
-    let flame = dir.write_file_part("profile-diff-flame", "diff.svg", 1, &diff.svg(&style)?)?;
-    let folded = dir.write_file_part(
-        "profile-diff-folded",
-        "diff.folded",
-        1,
-        diff.to_text().as_bytes(),
-    )?;
-    let result = json!({"before_samples": diff.before_total, "after_samples": diff.after_total,
-        "biggest_self_changes": changes});
-    dir.write_file_part(
-        "profile-diff-summary",
-        "diff.json",
-        1,
-        serde_json::to_string_pretty(&result)?.as_bytes(),
-    )?;
+    let written = write_diff(&mut dir, &before, &after, &title, output.top)?;
     dir.finish(RunStatus::Complete, None)?;
+    let (flame, folded, changes) = (&written.flame, &written.folded, &written.changes);
+    let (before_samples, after_samples) = (written.before_samples, written.after_samples);
     if output.json {
         outln!(
             "{}",
             serde_json::to_string_pretty(&json!({"run_dir": dir.path(), "flame": flame,
-            "folded": folded, "before_samples": diff.before_total, "after_samples": diff.after_total,
+            "folded": folded, "before_samples": before_samples, "after_samples": after_samples,
             "biggest_self_changes": changes}))?
         );
         return Ok(0);
     }
     outln!(
-        "Diff       {} samples before, {} after (before scaled to after)",
-        diff.before_total,
-        diff.after_total
+        "Diff       {before_samples} samples before, {after_samples} after (before scaled to after)"
     );
     for (i, c) in changes.iter().enumerate() {
         let head = if i == 0 { "Self share" } else { "" };

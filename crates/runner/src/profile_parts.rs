@@ -133,3 +133,46 @@ pub fn write_profile(
         speedscope,
     })
 }
+
+/// A differential profile's files in a run directory, and what it found.
+pub struct WrittenDiff {
+    pub flame: PathBuf,
+    pub folded: PathBuf,
+    /// Samples on each side (`before` scaled to `after`'s total in the graph).
+    pub before_samples: u64,
+    pub after_samples: u64,
+    /// The functions whose self share changed most, biggest first.
+    pub changes: Vec<kiln_profile::ShareChange>,
+}
+
+/// Writes `after` against `before` (red grew, blue shrank) with its `top` biggest changes of
+/// self share, under kinds of their own: a diff's stacks carry two counts, and no reader of
+/// profiles takes them.
+pub fn write_diff(
+    dir: &mut RunDir,
+    before: &Folded,
+    after: &Folded,
+    title: &str,
+    top: usize,
+) -> Result<WrittenDiff> {
+    let diff = kiln_profile::FoldedDiff::new(before, after);
+    let changes = diff.biggest_self_changes(before, after, top);
+    let style = FlameStyle {
+        title,
+        ..FlameStyle::default()
+    };
+    let flame = dir.write_file_part("profile-diff-flame", "diff.svg", 1, &diff.svg(&style)?)?;
+    let text = diff.to_text();
+    let folded = dir.write_file_part("profile-diff-folded", "diff.folded", 1, text.as_bytes())?;
+    let result = serde_json::json!({"before_samples": diff.before_total,
+        "after_samples": diff.after_total, "biggest_self_changes": changes});
+    let json = serde_json::to_string_pretty(&result)?;
+    dir.write_file_part("profile-diff-summary", "diff.json", 1, json.as_bytes())?;
+    Ok(WrittenDiff {
+        flame,
+        folded,
+        before_samples: diff.before_total,
+        after_samples: diff.after_total,
+        changes,
+    })
+}
