@@ -2,7 +2,6 @@
 //! `kiln plan from-har FILE`: a browser's recording made into a plan.
 
 use anyhow::{Context, Result};
-use kiln_load::Model;
 
 use crate::cli::{FromHarArgs, PlanCheckArgs, PlanCommand};
 use crate::format::safe_text;
@@ -44,7 +43,7 @@ fn check(args: PlanCheckArgs) -> Result<u8> {
             "data": w.feeders.iter().map(|f| serde_json::json!({
                 "name": f.name, "file": f.path.display().to_string(), "columns": f.columns,
             })).collect::<Vec<_>>(),
-            "load": load_text(&plan.model, plan.duration, w.iterations),
+            "load": plan.model.shape_text(plan.duration, w.iterations),
             "thresholds": plan.thresholds.iter().map(|t| t.text.clone()).collect::<Vec<_>>(),
         });
         outln!("{}", serde_json::to_string_pretty(&json)?);
@@ -77,56 +76,12 @@ fn check(args: PlanCheckArgs) -> Result<u8> {
     }
     outln!(
         "  load       {}",
-        load_text(&plan.model, plan.duration, w.iterations)
+        plan.model.shape_text(plan.duration, w.iterations)
     );
     for t in &plan.thresholds {
         outln!("  threshold  {}", safe_text(&t.text));
     }
     Ok(0)
-}
-
-/// The load's shape in a line: `closed, 4 VUs, 30s` or `open, 200/s for 30s, up to 100 VUs`.
-fn load_text(model: &Model, duration: std::time::Duration, iterations: Option<u64>) -> String {
-    let d = humantime::format_duration(duration);
-    match model {
-        Model::Closed { stages, .. } if !stages.is_empty() => {
-            let text = kiln_record::schema::plan::vu_stages_text(stages);
-            match iterations {
-                Some(n) => format!("closed, {text}, {n} iterations (at most {d})"),
-                None => format!("closed, {text}"),
-            }
-        }
-        Model::Closed {
-            connections,
-            ramp_up,
-            ..
-        } => {
-            let ramp = if ramp_up.is_zero() {
-                String::new()
-            } else {
-                format!(", ramp {}", humantime::format_duration(*ramp_up))
-            };
-            match iterations {
-                Some(n) => format!("closed, {connections} VUs{ramp}, {n} iterations (at most {d})"),
-                None => format!("closed, {connections} VUs{ramp}, {d}"),
-            }
-        }
-        Model::Open {
-            stages,
-            connections,
-            max_connections,
-            ..
-        } => {
-            let rates: Vec<String> = stages
-                .iter()
-                .map(|s| format!("{}/s", s.target_rate))
-                .collect();
-            format!(
-                "open, {} over {d}, {connections} to {max_connections} VUs",
-                rates.join(" -> ")
-            )
-        }
-    }
 }
 
 /// The largest HAR read: a browser's recording of a long session with bodies is hundreds of

@@ -4,13 +4,13 @@
 
 use kiln_record::schema::plan::PlanRecord;
 use std::io::IsTerminal;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use kiln_load::plan::parse_duration;
 use kiln_load::StopSignal;
-use kiln_queries::receiver::{JSON_RECORD, LEGACY_RECORDS, PROTOBUF_RECORD};
+use kiln_queries::receiver::span_files;
 use kiln_queries::Ingest;
 use kiln_record::{RunLocation, RunStatus};
 use kiln_runner::query_parts::{gate, list_recorded, write_report};
@@ -22,31 +22,10 @@ use kiln_runner::{create_run_dir, or_fail};
 
 use crate::traces::{settings, start_receiver};
 
-fn files_of_dir(dir: &Path) -> Result<Vec<PathBuf>> {
-    let found: Vec<PathBuf> = [JSON_RECORD, PROTOBUF_RECORD]
-        .iter()
-        .chain(LEGACY_RECORDS.iter())
-        .map(|f| dir.join(f))
-        .filter(|p| p.exists())
-        .collect();
-    if found.is_empty() {
-        bail!(
-            "{} is a directory without recorded spans ({JSON_RECORD} or {PROTOBUF_RECORD})",
-            dir.display()
-        );
-    }
-    Ok(found)
-}
-
 /// Reads span files (or run directories' recorded spans) into `ingest`.
-pub fn read_files(ingest: &mut Ingest, files: &[PathBuf]) -> Result<()> {
+fn read_files(ingest: &mut Ingest, files: &[PathBuf]) -> Result<()> {
     for file in files {
-        let paths = if file.is_dir() {
-            files_of_dir(file)?
-        } else {
-            vec![file.clone()]
-        };
-        for path in paths {
+        for path in span_files(file)? {
             ingest
                 .add_file(&path)
                 .with_context(|| format!("reading spans from {}", path.display()))?;

@@ -45,6 +45,26 @@ pub const PROTOBUF_RECORD: &str = "spans.otlp.delimited.pb.gz";
 /// The names run directories had before the records were compressed; still read.
 pub const LEGACY_RECORDS: [&str; 2] = ["spans.otlp.jsonl", "spans.otlp.delimited.pb"];
 
+/// The span files a path stands for: a run directory's recorded spans, or the file itself.
+pub fn span_files(path: &Path) -> Result<Vec<PathBuf>, QueryError> {
+    if !path.is_dir() {
+        return Ok(vec![path.to_path_buf()]);
+    }
+    let found: Vec<PathBuf> = [JSON_RECORD, PROTOBUF_RECORD]
+        .iter()
+        .chain(LEGACY_RECORDS.iter())
+        .map(|f| path.join(f))
+        .filter(|p| p.exists())
+        .collect();
+    if found.is_empty() {
+        return Err(QueryError::NotSpans {
+            file: path.display().to_string(),
+            why: format!("a directory without recorded spans ({JSON_RECORD} or {PROTOBUF_RECORD})"),
+        });
+    }
+    Ok(found)
+}
+
 type RecordWriter = GzEncoder<BufWriter<File>>;
 
 #[derive(Default)]

@@ -88,6 +88,53 @@ pub enum Model {
 }
 
 impl Model {
+    /// The load's shape in a line, as `kiln plan check` shows it: `closed, 4 VUs, 30s` or
+    /// `open, 200/s over 30s, 10 to 100 VUs`.
+    pub fn shape_text(&self, duration: Duration, iterations: Option<u64>) -> String {
+        let d = humantime::format_duration(duration);
+        match self {
+            Model::Closed { stages, .. } if !stages.is_empty() => {
+                let text = vu_stages_text(stages);
+                match iterations {
+                    Some(n) => format!("closed, {text}, {n} iterations (at most {d})"),
+                    None => format!("closed, {text}"),
+                }
+            }
+            Model::Closed {
+                connections,
+                ramp_up,
+                ..
+            } => {
+                let ramp = if ramp_up.is_zero() {
+                    String::new()
+                } else {
+                    format!(", ramp {}", humantime::format_duration(*ramp_up))
+                };
+                match iterations {
+                    Some(n) => {
+                        format!("closed, {connections} VUs{ramp}, {n} iterations (at most {d})")
+                    }
+                    None => format!("closed, {connections} VUs{ramp}, {d}"),
+                }
+            }
+            Model::Open {
+                stages,
+                connections,
+                max_connections,
+                ..
+            } => {
+                let rates: Vec<String> = stages
+                    .iter()
+                    .map(|s| format!("{}/s", s.target_rate))
+                    .collect();
+                format!(
+                    "open, {} over {d}, {connections} to {max_connections} VUs",
+                    rates.join(" -> ")
+                )
+            }
+        }
+    }
+
     /// The connections the model opens, and (open model) the most it opens: what shards
     /// divide between them; a closed model's most is 0.
     pub fn connections(&self) -> (usize, usize) {
