@@ -16,45 +16,9 @@ use serde_json::json;
 
 use crate::cli::WatchArgs;
 use crate::exit::interrupted_exit_code;
-use crate::format::{self, safe_text};
+use crate::format::safe_text;
 use crate::target_process;
 use kiln_runner::create_run_dir;
-
-fn one_line(s: &ResourceSecond) -> String {
-    let mut line = format!("{:>4}s", s.second);
-    if let Some(h) = &s.host_cpu {
-        line += &format!(
-            "  host usr {:>3.0}% sys {:>3.0}% si {:>2.0}% iowait {:>2.0}% steal {:>2.0}% runq {}",
-            h.user + h.nice,
-            h.system,
-            h.softirq + h.irq,
-            h.iowait,
-            h.steal,
-            s.run_queue.unwrap_or(0)
-        );
-    }
-    if let Some(p) = &s.process {
-        line += &format!(
-            " | {} cpu {:>3.0}% (usr {:.0} sys {:.0}) cs/s {:.0}+{:.0} rss {} thr {}",
-            p.rates.id,
-            p.rates.cpu_user_pct + p.rates.cpu_system_pct,
-            p.rates.cpu_user_pct,
-            p.rates.cpu_system_pct,
-            p.rates.voluntary_switches_per_s.unwrap_or(0.0),
-            p.rates.involuntary_switches_per_s.unwrap_or(0.0),
-            format::bytes(p.rss_kib.saturating_mul(1024)),
-            p.threads
-        );
-        if let Some(t) = p.hottest_by_cpu.first() {
-            line += &format!(
-                " | hottest {} {:.0}%",
-                safe_text(&t.name),
-                t.cpu_user_pct + t.cpu_system_pct
-            );
-        }
-    }
-    line
-}
 
 pub fn run(args: WatchArgs, stop: &StopSignal) -> Result<u8> {
     let proc = ProcFs::default();
@@ -98,7 +62,7 @@ pub fn run(args: WatchArgs, stop: &StopSignal) -> Result<u8> {
         if args.json {
             outln!("{}", serde_json::to_string(&sample).unwrap_or_default());
         } else {
-            eprintln!("{}", one_line(&sample));
+            eprintln!("{}", kiln_summary::resources::second_line(&sample));
         }
         samples.push(sample);
     });

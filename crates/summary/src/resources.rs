@@ -347,6 +347,44 @@ impl Kernel {
     }
 }
 
+/// One sample in a line, as `kiln watch` shows each on stderr: the host's CPU and run queue,
+/// the process's CPU, switches, memory and threads, and its hottest thread.
+pub fn second_line(s: &ResourceSecond) -> String {
+    let mut line = format!("{:>4}s", s.second);
+    if let Some(h) = &s.host_cpu {
+        line += &format!(
+            "  host usr {:>3.0}% sys {:>3.0}% si {:>2.0}% iowait {:>2.0}% steal {:>2.0}% runq {}",
+            h.user + h.nice,
+            h.system,
+            h.softirq + h.irq,
+            h.iowait,
+            h.steal,
+            s.run_queue.unwrap_or(0)
+        );
+    }
+    if let Some(p) = &s.process {
+        line += &format!(
+            " | {} cpu {:>3.0}% (usr {:.0} sys {:.0}) cs/s {:.0}+{:.0} rss {} thr {}",
+            p.rates.id,
+            p.rates.cpu_user_pct + p.rates.cpu_system_pct,
+            p.rates.cpu_user_pct,
+            p.rates.cpu_system_pct,
+            p.rates.voluntary_switches_per_s.unwrap_or(0.0),
+            p.rates.involuntary_switches_per_s.unwrap_or(0.0),
+            bytes(p.rss_kib.saturating_mul(1024)),
+            p.threads
+        );
+        if let Some(t) = p.hottest_by_cpu.first() {
+            line += &format!(
+                " | hottest {} {:.0}%",
+                safe_text(&t.name),
+                t.cpu_user_pct + t.cpu_system_pct
+            );
+        }
+    }
+    line
+}
+
 /// The summary of `samples` as text, empty without samples.
 pub fn text_of(samples: &[ResourceSecond], during: &str) -> String {
     ResourcesSummary::of(samples).map_or(String::new(), |r| r.to_text(during))
