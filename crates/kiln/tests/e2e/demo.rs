@@ -260,7 +260,18 @@ fn the_demo_finds_every_planted_problem_and_proves_the_fixes() {
         // the host's own business, as in rules(): a busy CI host's finding may be "fixed"
         .filter(|rule| !HOST_RULES.contains(&rule.as_str()))
         .collect();
-    assert_eq!(fixed_rules, expected);
+    // a stall the fixed run's busy host kept from being judged there is not called fixed
+    let mut expected_fixed = expected.clone();
+    if fixed_busy && expected_fixed.remove("latency.periodic-spikes") {
+        assert!(
+            compare["findings"]["not_judged_in_new"]
+                .to_string()
+                .contains("latency.periodic-spikes"),
+            "{:#}",
+            compare["findings"]
+        );
+    }
+    assert_eq!(fixed_rules, expected_fixed, "{:#}", compare["findings"]);
 
     // the pages come first in the closing lines, then the short summary
     let closing = &stderr[stderr.find("\nPlanted ").expect(&stderr) + 1..];

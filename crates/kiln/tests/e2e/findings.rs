@@ -723,7 +723,41 @@ fn a_peer_that_does_not_read_is_named_and_one_that_reads_is_not() {
     );
 }
 
-/// The two stall targets run side by side (the test takes as long as one run).
+/// A neighbour that takes the CPU from a process now and then, as a busy host does: in a
+/// random half of the seconds (drawn from `seed`) it stops the process (SIGSTOP) at a random
+/// moment for 50-150 ms, then lets it go on, until `done` is set.
+fn slow_down_now_and_then(pid: u32, seed: u64, done: &std::sync::atomic::AtomicBool) -> usize {
+    use std::sync::atomic::Ordering;
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let mut pauses = 0;
+    while !done.load(Ordering::Relaxed) {
+        let r = next();
+        let (pause, before) = (50 + r % 101, (r >> 16) % 800);
+        if (r >> 40) % 2 == 0 {
+            std::thread::sleep(Duration::from_millis(before));
+            // SAFETY: kill only sends a signal to the target's own process
+            unsafe { libc::kill(pid as i32, libc::SIGSTOP) };
+            std::thread::sleep(Duration::from_millis(pause));
+            // SAFETY: as above; the process is always let go on
+            unsafe { libc::kill(pid as i32, libc::SIGCONT) };
+            pauses += 1;
+            std::thread::sleep(Duration::from_millis(1000 - before - pause));
+        } else {
+            std::thread::sleep(Duration::from_secs(1));
+        }
+    }
+    pauses
+}
+
+/// The two stall targets run side by side (the test takes as long as one run), each beside
+/// a neighbour that slows it by 50-150 ms in about half of the seconds: a period is found
+/// among the neighbour's slowdowns, random stalls among them are no period.
 #[test]
 fn stalls_at_a_wall_clock_phase_are_periodic_and_random_stalls_are_not() {
     let _turn = common::alone();
@@ -732,11 +766,20 @@ fn stalls_at_a_wall_clock_phase_are_periodic_and_random_stalls_are_not() {
     let random = Target::start("random-stall", None);
     let (periodic_out, random_out) = (tmp.path().join("periodic"), tmp.path().join("random"));
     let load = ["--rate", "50", "-c", "4", "--max-connections", "50"];
-    let (f, g) = std::thread::scope(|s| {
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let (f, g, pauses) = std::thread::scope(|s| {
+        let neighbours = [(&periodic, 1), (&random, 2)].map(|(target, seed)| {
+            let (pid, done) = (target.child.id(), &done);
+            s.spawn(move || slow_down_now_and_then(pid, seed, done))
+        });
         let a = s.spawn(|| run_for(&periodic, &periodic_out, "35s", &load));
         let b = s.spawn(|| run_for(&random, &random_out, "35s", &load));
-        (a.join().unwrap(), b.join().unwrap())
+        let (f, g) = (a.join(), b.join());
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        let pauses = neighbours.map(|n| n.join().unwrap());
+        (f.unwrap(), g.unwrap(), pauses)
     });
+    assert!(pauses.iter().all(|n| *n >= 10), "{pauses:?}");
     let p = finding(&f, "latency.periodic-spikes").unwrap_or_else(|| panic!("{f:#}"));
     assert_eq!(p["data"]["period_s"], STALL_PERIOD_S, "{p:#}");
     // the 400 ms stall at wall second 0 of each cycle ends in second 0, or in the record
