@@ -698,6 +698,13 @@ impl H2Connection {
                 captured.keep(&chunk);
             }
         }
+        // The answer is whole: a body the server never took (it answered first, and its
+        // window stays shut) is dropped and the stream cancelled, or h2 keeps it queued for as
+        // long as the connection lasts (the hardening issue: 523 MB in 16 s). A stream the
+        // server read to its end is closed already, and this sends nothing.
+        if !end {
+            body_out.send_reset(h2::Reason::CANCEL);
+        }
         Ok((
             Response {
                 status,

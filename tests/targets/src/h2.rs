@@ -184,3 +184,89 @@ async fn answer(
     *response.status_mut() = hyper::StatusCode::from_u16(status).unwrap_or_default();
     Ok(response)
 }
+
+/// A hostile HTTP/2 server (h2c): it gives every stream a send window of 0, answers each
+/// request at once (200, end of stream) and never reads its body nor resets the stream, so a
+/// client's unsent request bodies have nowhere to go. A client that keeps them piles them up
+/// (the hardening issue's 523 MB in 16 s).
+pub struct ZeroWindowTarget {
+    pub addr: SocketAddr,
+    answered: Arc<AtomicU64>,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<thread::JoinHandle<()>>,
+}
+
+impl ZeroWindowTarget {
+    pub fn start() -> std::io::Result<Self> {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+        listener.set_nonblocking(true)?;
+        let addr = listener.local_addr()?;
+        let answered = Arc::new(AtomicU64::new(0));
+        let count = answered.clone();
+        let (shutdown, mut stop) = tokio::sync::oneshot::channel::<()>();
+        let thread = thread::Builder::new()
+            .name("h2-zero-window".into())
+            .spawn(move || {
+                let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                else {
+                    return;
+                };
+                rt.block_on(async move {
+                    let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
+                        return;
+                    };
+                    loop {
+                        let socket = tokio::select! {
+                            _ = &mut stop => return,
+                            accepted = listener.accept() => match accepted {
+                                Ok((socket, _)) => socket,
+                                Err(_) => continue,
+                            },
+                        };
+                        let count = count.clone();
+                        tokio::spawn(async move {
+                            let handshake = h2::server::Builder::new()
+                                .initial_window_size(0)
+                                .handshake::<_, Bytes>(socket);
+                            let Ok(mut connection) = handshake.await else {
+                                return;
+                            };
+                            // the bodies are held, unread, for as long as the connection lasts
+                            let mut held = Vec::new();
+                            while let Some(Ok((request, mut respond))) = connection.accept().await {
+                                let response = Response::builder().status(200).body(()).unwrap();
+                                if respond.send_response(response, true).is_ok() {
+                                    count.fetch_add(1, Ordering::Relaxed);
+                                }
+                                held.push((request.into_body(), respond));
+                            }
+                        });
+                    }
+                });
+            })?;
+        Ok(Self {
+            addr,
+            answered,
+            shutdown: Some(shutdown),
+            thread: Some(thread),
+        })
+    }
+
+    /// Requests answered so far.
+    pub fn answered(&self) -> u64 {
+        self.answered.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for ZeroWindowTarget {
+    fn drop(&mut self) {
+        if let Some(stop) = self.shutdown.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}

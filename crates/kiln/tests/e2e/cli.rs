@@ -565,6 +565,7 @@ fn the_latency_log_merges_back_to_the_summary() {
 /// that says why: none was written, and a CI job had nothing to show.
 #[test]
 fn a_run_that_cannot_start_writes_a_junit_file_that_says_why() {
+    let _turn = common::beside();
     let dir = tempfile::tempdir().unwrap();
     let junit = dir.path().join("junit.xml");
     let out = kiln(&[
