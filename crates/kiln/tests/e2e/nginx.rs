@@ -325,3 +325,46 @@ fn tls_handshakes_on_every_connection_are_churn_and_kept_connections_are_not() {
         }
     }
 }
+
+/// nginx over h2c ends each HTTP/2 connection after `keepalive_requests` with a GOAWAY: kiln
+/// takes it as the end of the connection, as it takes HTTP/1.1's `Connection: close`, opens
+/// another, and counts no failure (nginx's log has each request once).
+#[test]
+fn nginx_ending_http2_connections_with_goaway_fails_no_request() {
+    let _turn = common::beside();
+    let h2_port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let nginx = start_nginx_with(
+        &format!(
+            r#"server {{
+        listen 127.0.0.1:{h2_port} http2;
+        keepalive_requests 20;
+        location / {{ return 200 "hello over h2c\n"; }}
+    }}"#
+        ),
+        r#"location / { return 200 "hello from nginx\n"; }"#,
+    );
+    let url = format!("http://127.0.0.1:{h2_port}/h2");
+    let out = common::kiln(&[
+        "run", &url, "--http2", "-c", "4", "-d", "2s", "--json", "-q",
+    ]);
+    let v = common::json_with_exit(&out, 0);
+    let total = &v["total"];
+    let requests = total["requests"].as_u64().unwrap();
+    // many connections ended by nginx, none of their last requests lost
+    assert!(requests > 20 * 4 * 10, "{total}");
+    assert!(
+        total["wire"]["closed_by_target"].as_u64().unwrap() >= requests / 20 - 4,
+        "{total}"
+    );
+    assert_eq!(total["failed"], 0, "{total}");
+    let logged = std::fs::read_to_string(nginx.dir.path().join("access.log")).unwrap();
+    assert_eq!(
+        logged.matches("GET /h2 ").count() as u64,
+        requests,
+        "{total}"
+    );
+}
