@@ -148,6 +148,7 @@ impl LatencyHistogram {
         let bytes = STANDARD
             .decode(text.trim())
             .map_err(|e| RecordError::Histogram(format!("not base64: {e}")))?;
+        check_header(&bytes)?;
         let decoded: Histogram<u64> = Deserializer::new()
             .deserialize(&mut bytes.as_slice())
             .map_err(|e| {
@@ -178,6 +179,60 @@ impl LatencyHistogram {
             max_us: self.max_us(),
         }
     }
+}
+
+/// HdrHistogram's V2 encodings: plain, and DEFLATE-compressed (what kiln writes).
+const V2_COOKIE: u32 = 0x1c84_9313;
+const V2_COMPRESSED_COOKIE: u32 = 0x1c84_9314;
+/// The most bytes a histogram of kiln's precision and range encodes its counts in (about
+/// 28,000 buckets, at most 9 bytes each; a run's are a few hundred bytes).
+const MAX_PAYLOAD_BYTES: u32 = 256 * 1024;
+
+/// Refuses, from its header and before anything is allocated for it, a histogram other
+/// than kiln's own (3 significant digits, 1 us to 1 h): a record's histograms are kiln's,
+/// and a crafted one of 5 digits over 2^62 made the decoder fill a 48 MB array and walk it
+/// (34 s of CPU for a megabyte of record), or claimed a 4 GB payload it then allocated.
+fn check_header(bytes: &[u8]) -> Result<(), RecordError> {
+    use std::io::Read as _;
+    let refuse = |why: String| Err(RecordError::Histogram(why));
+    let u32_at = |b: &[u8], at: usize| -> Option<u32> {
+        Some(u32::from_be_bytes(b.get(at..at + 4)?.try_into().ok()?))
+    };
+    let u64_at = |b: &[u8], at: usize| -> Option<u64> {
+        Some(u64::from_be_bytes(b.get(at..at + 8)?.try_into().ok()?))
+    };
+    // cookie, payload length, normalizing offset, digits, lowest, highest, ratio
+    let mut header = [0u8; 40];
+    match u32_at(bytes, 0) {
+        Some(V2_COOKIE) => match bytes.get(..40) {
+            Some(h) => header.copy_from_slice(h),
+            None => return refuse("a histogram header cut short".into()),
+        },
+        Some(V2_COMPRESSED_COOKIE) => {
+            let compressed = bytes.get(8..).unwrap_or_default();
+            let inflated = flate2::read::ZlibDecoder::new(compressed).read_exact(&mut header);
+            if inflated.is_err() {
+                return refuse("a compressed histogram whose header does not inflate".into());
+            }
+        }
+        _ => return refuse("not an HdrHistogram V2 encoding (its cookie)".into()),
+    }
+    let field = |at| u32_at(&header, at).unwrap_or(u32::MAX);
+    let (payload, digits) = (field(4), field(12));
+    let (lowest, highest) = (u64_at(&header, 16), u64_at(&header, 24));
+    if digits > u32::from(SIGNIFICANT_DIGITS)
+        || lowest != Some(1)
+        || highest.is_none_or(|h| h > MAX_LATENCY_US)
+        || payload > MAX_PAYLOAD_BYTES
+    {
+        return refuse(format!(
+            "a histogram of {digits} significant digits from {} to {} ({payload} bytes of \
+             counts): kiln's are of {SIGNIFICANT_DIGITS} digits from 1 us to 1 h",
+            lowest.unwrap_or(0),
+            highest.unwrap_or(0)
+        ));
+    }
+    Ok(())
 }
 
 impl Serialize for LatencyHistogram {
@@ -240,6 +295,45 @@ mod tests {
         assert_eq!(h.count(), 2);
         assert!(h.max_us() >= MAX_LATENCY_US);
         assert_eq!(h.min_us(), 1);
+    }
+
+    #[test]
+    fn a_histogram_of_another_precision_or_range_is_refused_before_it_is_decoded() {
+        let encode = |h: &Histogram<u64>| {
+            let mut bytes = Vec::new();
+            V2DeflateSerializer::new().serialize(h, &mut bytes).unwrap();
+            bytes
+        };
+        // 5 digits over 2^62: tens of megabytes of counts to fill and walk
+        let mut crafted = Histogram::<u64>::new_with_bounds(1, 1 << 62, 5).unwrap();
+        crafted.record(1 << 61).unwrap();
+        let refused = LatencyHistogram::from_base64(&STANDARD.encode(encode(&crafted)));
+        let why = refused.unwrap_err().to_string();
+        assert!(why.contains("5 significant digits"), "{why}");
+        // a plain V2 header that claims 4 GB of counts
+        let mut claimed = 0x1c84_9313u32.to_be_bytes().to_vec();
+        claimed.extend(u32::MAX.to_be_bytes());
+        claimed.extend(0u32.to_be_bytes());
+        claimed.extend(3u32.to_be_bytes());
+        claimed.extend(1u64.to_be_bytes());
+        claimed.extend(MAX_LATENCY_US.to_be_bytes());
+        claimed.extend(1f64.to_be_bytes());
+        let why = LatencyHistogram::from_base64(&STANDARD.encode(&claimed))
+            .unwrap_err()
+            .to_string();
+        assert!(why.contains("4294967295 bytes"), "{why}");
+        // kiln's own pass, full or empty
+        let mut own = LatencyHistogram::new();
+        for us in [1, 250, 80_000, MAX_LATENCY_US] {
+            own.record_us(us);
+        }
+        let back = LatencyHistogram::from_base64(&own.to_base64()).unwrap();
+        assert_eq!(back, own);
+        let empty = LatencyHistogram::new();
+        assert_eq!(
+            LatencyHistogram::from_base64(&empty.to_base64()).unwrap(),
+            empty
+        );
     }
 
     #[test]
