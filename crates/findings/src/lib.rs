@@ -190,6 +190,7 @@ pub fn judge(record: &RunRecord) -> Report {
     relate(&mut report.findings);
     merge_one_cause(&mut report.findings);
     rules::blame_the_generator(&mut report.findings, record);
+    rules::note_the_busy_host(&mut report.findings, record);
     rank(&mut report.findings);
     report.symptoms = symptoms::Symptoms::of(record, &report.findings);
     report

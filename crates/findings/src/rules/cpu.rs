@@ -777,7 +777,7 @@ pub const HOST_BUSY: Rule = Rule {
 };
 
 /// The host is busy when less than this share of its CPU is idle.
-const HOST_IDLE_BELOW: f64 = 10.0;
+pub(crate) const HOST_IDLE_BELOW: f64 = 10.0;
 /// A quota is used up at this share of it.
 const QUOTA_USED: f64 = 0.85;
 

@@ -54,7 +54,7 @@ pub const ALL: &[Rule] = &[
     db::DB_CALLS,
 ];
 
-pub(crate) use noise::blame_the_generator;
+pub(crate) use noise::{blame_the_generator, note_the_busy_host};
 
 /// The rule in `ALL` whose verdict covers findings of `rule`: the categories rule judges
 /// `cpu.json`, `cpu.exceptions` and the rest of its categories, the DB rule every kind of DB

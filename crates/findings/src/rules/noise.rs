@@ -34,12 +34,16 @@ pub(crate) fn slow_seconds(seconds: &[LoadPoint], floor_us: u64) -> Vec<&LoadPoi
 /// Whether the load second ending at `load_ms` and the noise second `noise` share most of a
 /// second of time (the seconds of the two are stamped by different threads).
 pub(crate) fn coincide(load_ms: u64, noise: &NoiseSecond) -> bool {
-    let noise_from = noise
-        .unix_ms
-        .saturating_sub((noise.interval_s.max(0.0) * 1000.0) as u64);
+    shares_the_second(load_ms, noise.unix_ms, noise.interval_s)
+}
+
+/// Whether the load second ending at `load_ms` and a sample of `interval_s` ending at
+/// `end_ms` (kiln's probe's, the sampler's) share most of a second of time.
+pub(crate) fn shares_the_second(load_ms: u64, end_ms: u64, interval_s: f64) -> bool {
+    let sample_from = end_ms.saturating_sub((interval_s.max(0.0) * 1000.0) as u64);
     let (from, to) = (
-        kiln_record::second_start_ms(load_ms).max(noise_from),
-        load_ms.min(noise.unix_ms),
+        kiln_record::second_start_ms(load_ms).max(sample_from),
+        load_ms.min(end_ms),
     );
     to.saturating_sub(from) >= kiln_record::SECOND_MS / 2
 }
@@ -163,6 +167,21 @@ fn generator_starved(run: &RunRecord) -> Verdict {
     .in_seconds(starved_load_seconds)])
 }
 
+/// A latency finding's slowest seconds (at most [`SLOW_SECONDS`], within its window), by the
+/// run's p99.
+fn slowest_of(f: &Finding, run: &RunRecord, p99: u64) -> Vec<LoadPoint> {
+    let inside: Vec<LoadPoint> = run
+        .seconds
+        .iter()
+        .filter(|s| {
+            f.window
+                .is_none_or(|w| s.unix_ms > w.from_unix_ms && s.unix_ms <= w.to_unix_ms)
+        })
+        .cloned()
+        .collect();
+    slow_seconds(&inside, p99).into_iter().cloned().collect()
+}
+
 /// A latency finding whose slowest seconds are mostly seconds in which kiln was starved says
 /// so, and is low: the generator was late, not the target.
 pub(crate) fn blame_the_generator(findings: &mut [Finding], run: &RunRecord) {
@@ -177,16 +196,8 @@ pub(crate) fn blame_the_generator(findings: &mut [Finding], run: &RunRecord) {
         .iter_mut()
         .filter(|f| f.rule.starts_with("latency."))
     {
-        let inside: Vec<LoadPoint> = run
-            .seconds
-            .iter()
-            .filter(|s| {
-                f.window
-                    .is_none_or(|w| s.unix_ms > w.from_unix_ms && s.unix_ms <= w.to_unix_ms)
-            })
-            .cloned()
-            .collect();
-        let slow = slow_seconds(&inside, p99);
+        let slowest = slowest_of(f, run, p99);
+        let slow: Vec<&LoadPoint> = slowest.iter().collect();
         let starved = starved_among(&slow, &run.noise);
         if slow.is_empty() || 2 * starved < slow.len() {
             continue;
@@ -199,8 +210,51 @@ pub(crate) fn blame_the_generator(findings: &mut [Finding], run: &RunRecord) {
             GENERATOR_STARVED.id
         ));
         f.cause = format!(
-            "the load generator was late, not the target: kiln was starved of a CPU in the \
-             seconds this rests on. Otherwise: {}",
+            "{GENERATOR_LATE}: kiln was starved of a CPU in the seconds this rests on. \
+             Otherwise: {}",
+            f.cause
+        );
+    }
+}
+
+/// How a finding blamed on kiln's own lateness begins its cause.
+const GENERATOR_LATE: &str = "the load generator was late, not the target";
+
+/// A latency finding whose slowest seconds are mostly seconds in which other processes kept
+/// the host's CPUs busy says so: the target may have waited for a CPU rather than for its own
+/// work. Its severity stands (the target's users waited all the same); kiln's own lateness
+/// is [`blame_the_generator`]'s.
+pub(crate) fn note_the_busy_host(findings: &mut [Finding], run: &RunRecord) {
+    let busy: Vec<&kiln_sample::ResourceSecond> = (run.resources.iter())
+        .filter(|s| super::cpu::saturated_by_others(s))
+        .collect();
+    let Some(total) = run.measured().filter(|_| !busy.is_empty()) else {
+        return;
+    };
+    let p99 = total.totals.latency.quantile_us(0.99);
+    for f in findings
+        .iter_mut()
+        .filter(|f| f.rule.starts_with("latency.") && !f.cause.starts_with(GENERATOR_LATE))
+    {
+        let slow = slowest_of(f, run, p99);
+        let on_busy = (slow.iter())
+            .filter(|s| {
+                (busy.iter()).any(|b| shares_the_second(s.unix_ms, b.unix_ms, b.interval_s))
+            })
+            .count();
+        if slow.is_empty() || 2 * on_busy < slow.len() {
+            continue;
+        }
+        f.evidence.push(format!(
+            "{on_busy} of its {} slowest seconds are seconds in which other processes kept \
+             the host's CPUs busy (under {:.0}% idle, the target using less than half of it)",
+            slow.len(),
+            super::cpu::HOST_IDLE_BELOW
+        ));
+        f.cause = format!(
+            "other processes kept the host's CPUs busy in the seconds this rests on: the \
+             target may have waited for a CPU, not for its own work (run again on a quieter \
+             host to tell). Otherwise: {}",
             f.cause
         );
     }
@@ -296,6 +350,73 @@ mod tests {
         // a record from before the probe
         run.noise.clear();
         assert!(matches!(generator_starved(&run), Verdict::Unjudged(_)));
+    }
+
+    #[test]
+    fn a_tail_made_in_seconds_other_processes_kept_the_host_busy_says_so() {
+        use kiln_sample::{CpuSplit, ProcessSecond, ResourceSecond, TaskRates};
+        // seconds 4, 9 and 14 hold the tail, as above; kiln never waited
+        let mut seconds = vec![Second::ok(200); 20];
+        for i in [4, 9, 14] {
+            seconds[i] = Second::latencies(&[(2_000, 185), (60_000, 15)]);
+        }
+        let mut run = load_run(&seconds);
+        run.noise = (0..20).map(|i| noise(&run, i, 0.3)).collect();
+        // two cores; in `busy` seconds 97% busy, the target at 10% of a core
+        let with_busy = |run: &mut RunRecord, busy: &[usize]| {
+            run.resources = (0..20)
+                .map(|i| ResourceSecond {
+                    unix_ms: run.seconds[i].unix_ms + 30,
+                    interval_s: 1.0,
+                    host_cpu: Some(CpuSplit {
+                        idle: if busy.contains(&i) { 3.0 } else { 80.0 },
+                        ..Default::default()
+                    }),
+                    host_cpu_per_core: vec![(0, CpuSplit::default()), (1, CpuSplit::default())],
+                    process: Some(ProcessSecond {
+                        rates: TaskRates {
+                            cpu_user_pct: 10.0,
+                            ..Default::default()
+                        },
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                })
+                .collect();
+        };
+        let tail_of = |run: &RunRecord| {
+            crate::judge(run)
+                .findings
+                .into_iter()
+                .find(|f| f.rule == "latency.tail-heavy")
+                .expect("the tail is heavy")
+        };
+        with_busy(&mut run, &[4, 9, 14]);
+        let tail = tail_of(&run);
+        assert!(
+            tail.cause
+                .starts_with("other processes kept the host's CPUs busy"),
+            "{tail:#?}"
+        );
+        assert!(
+            tail.evidence
+                .last()
+                .unwrap()
+                .starts_with("3 of its 3 slowest seconds"),
+            "{tail:#?}"
+        );
+        // the host busy in other seconds: the tail is the target's own
+        with_busy(&mut run, &[2, 6, 11]);
+        let tail = tail_of(&run);
+        assert!(!tail.cause.contains("host"), "{tail:#?}");
+        // kiln starved as well in those seconds: said once, as kiln's lateness
+        with_busy(&mut run, &[4, 9, 14]);
+        run.noise = (0..20)
+            .map(|i| noise(&run, i, if [4, 9, 14].contains(&i) { 58.0 } else { 0.3 }))
+            .collect();
+        let tail = tail_of(&run);
+        assert!(tail.cause.starts_with(GENERATOR_LATE), "{tail:#?}");
+        assert!(!tail.cause.contains("other processes"), "{tail:#?}");
     }
 
     #[test]
