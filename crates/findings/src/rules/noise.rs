@@ -279,14 +279,27 @@ mod tests {
         }
     }
 
-    #[test]
-    fn starved_seconds_that_hold_the_slowest_requests_are_kilns_and_a_quiet_kiln_is_clear() {
-        // 20 seconds at 2 ms; seconds 4, 9 and 14 have 15 requests at 60 ms (p99)
+    /// 20 seconds at 2 ms; seconds 4, 9 and 14 have 15 requests at 60 ms (p99).
+    fn tail_in_three_seconds() -> RunRecord {
         let mut seconds = vec![Second::ok(200); 20];
         for i in [4, 9, 14] {
             seconds[i] = Second::latencies(&[(2_000, 185), (60_000, 15)]);
         }
-        let mut run = load_run(&seconds);
+        load_run(&seconds)
+    }
+
+    /// The run's heavy-tail finding.
+    fn tail_of(run: &RunRecord) -> Finding {
+        crate::judge(run)
+            .findings
+            .into_iter()
+            .find(|f| f.rule == "latency.tail-heavy")
+            .expect("the tail is heavy")
+    }
+
+    #[test]
+    fn starved_seconds_that_hold_the_slowest_requests_are_kilns_and_a_quiet_kiln_is_clear() {
+        let mut run = tail_in_three_seconds();
         run.noise = (0..20)
             .map(|i| noise(&run, i, if [4, 9, 14].contains(&i) { 58.0 } else { 0.3 }))
             .collect();
@@ -325,13 +338,6 @@ mod tests {
         run.noise = (0..20)
             .map(|i| noise(&run, i, if [4, 9, 14].contains(&i) { 58.0 } else { 0.3 }))
             .collect();
-        let tail_of = |run: &RunRecord| {
-            crate::judge(run)
-                .findings
-                .into_iter()
-                .find(|f| f.rule == "latency.tail-heavy")
-                .expect("the tail is heavy")
-        };
         let tail = tail_of(&run);
         assert_eq!(tail.severity, Severity::Low, "{tail:#?}");
         assert!(tail
@@ -355,12 +361,8 @@ mod tests {
     #[test]
     fn a_tail_made_in_seconds_other_processes_kept_the_host_busy_says_so() {
         use kiln_sample::{CpuSplit, ProcessSecond, ResourceSecond, TaskRates};
-        // seconds 4, 9 and 14 hold the tail, as above; kiln never waited
-        let mut seconds = vec![Second::ok(200); 20];
-        for i in [4, 9, 14] {
-            seconds[i] = Second::latencies(&[(2_000, 185), (60_000, 15)]);
-        }
-        let mut run = load_run(&seconds);
+        // kiln never waited
+        let mut run = tail_in_three_seconds();
         run.noise = (0..20).map(|i| noise(&run, i, 0.3)).collect();
         // two cores; in `busy` seconds 97% busy, the target at 10% of a core
         let with_busy = |run: &mut RunRecord, busy: &[usize]| {
@@ -383,13 +385,6 @@ mod tests {
                     ..Default::default()
                 })
                 .collect();
-        };
-        let tail_of = |run: &RunRecord| {
-            crate::judge(run)
-                .findings
-                .into_iter()
-                .find(|f| f.rule == "latency.tail-heavy")
-                .expect("the tail is heavy")
         };
         with_busy(&mut run, &[4, 9, 14]);
         let tail = tail_of(&run);
