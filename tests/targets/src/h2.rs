@@ -26,16 +26,12 @@ struct Counts {
 pub struct H2Target {
     addr: SocketAddr,
     counts: Arc<Mutex<Counts>>,
-    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<thread::JoinHandle<()>>,
+    _server: LoopbackServer,
 }
 
 impl H2Target {
     /// Starts on a free loopback port; with `tls`, a fresh self-signed certificate.
     pub fn start(tls: bool) -> std::io::Result<Self> {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
-        listener.set_nonblocking(true)?;
-        let addr = listener.local_addr()?;
         let acceptor = if tls {
             let mut config = (*crate::self_signed_tls()?).clone();
             config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
@@ -44,72 +40,41 @@ impl H2Target {
             None
         };
         let counts = Arc::new(Mutex::new(Counts::default()));
-        let (shutdown, mut stop) = tokio::sync::oneshot::channel::<()>();
         let served = counts.clone();
-        let thread = thread::Builder::new()
-            .name("h2-target".into())
-            .spawn(move || {
-                let Ok(rt) = tokio::runtime::Builder::new_multi_thread()
-                    .worker_threads(1)
-                    .enable_all()
-                    .build()
-                else {
+        let tokens = Arc::new(AtomicU64::new(1));
+        let (addr, server) = LoopbackServer::start("h2-target", move |tcp| {
+            let _ = tcp.set_nodelay(true);
+            let (counts, tokens, acceptor) = (served.clone(), tokens.clone(), acceptor.clone());
+            async move {
+                let service = hyper::service::service_fn(move |req| {
+                    answer(req, counts.clone(), tokens.clone())
+                });
+                let Some(acceptor) = acceptor else {
+                    let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                        .serve_connection(TokioIo::new(tcp), service)
+                        .await;
                     return;
                 };
-                rt.block_on(async move {
-                    let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
-                        return;
-                    };
-                    let tokens = Arc::new(AtomicU64::new(1));
-                    loop {
-                        let accepted = tokio::select! {
-                            a = listener.accept() => a,
-                            _ = &mut stop => return,
-                        };
-                        let Ok((tcp, _)) = accepted else { continue };
-                        let _ = tcp.set_nodelay(true);
-                        let (counts, tokens, acceptor) =
-                            (served.clone(), tokens.clone(), acceptor.clone());
-                        tokio::spawn(async move {
-                            let service = hyper::service::service_fn(move |req| {
-                                answer(req, counts.clone(), tokens.clone())
-                            });
-                            match acceptor {
-                                None => {
-                                    let _ = hyper::server::conn::http2::Builder::new(
-                                        TokioExecutor::new(),
-                                    )
-                                    .serve_connection(TokioIo::new(tcp), service)
-                                    .await;
-                                }
-                                Some(acceptor) => {
-                                    let Ok(tls) = acceptor.accept(tcp).await else {
-                                        return;
-                                    };
-                                    let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
-                                    let io = TokioIo::new(tls);
-                                    if h2 {
-                                        let _ = hyper::server::conn::http2::Builder::new(
-                                            TokioExecutor::new(),
-                                        )
-                                        .serve_connection(io, service)
-                                        .await;
-                                    } else {
-                                        let _ = hyper::server::conn::http1::Builder::new()
-                                            .serve_connection(io, service)
-                                            .await;
-                                    }
-                                }
-                            }
-                        });
-                    }
-                });
-            })?;
+                let Ok(tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
+                let io = TokioIo::new(tls);
+                if h2 {
+                    let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                        .serve_connection(io, service)
+                        .await;
+                } else {
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(io, service)
+                        .await;
+                }
+            }
+        })?;
         Ok(Self {
             addr,
             counts,
-            shutdown: Some(shutdown),
-            thread: Some(thread),
+            _server: server,
         })
     }
 
@@ -136,7 +101,55 @@ impl H2Target {
     }
 }
 
-impl Drop for H2Target {
+/// A loopback listener served on a runtime thread of its own until dropped; each connection
+/// it accepts is given to `serve`, whose future runs on that runtime.
+struct LoopbackServer {
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<thread::JoinHandle<()>>,
+}
+
+impl LoopbackServer {
+    fn start<F, Fut>(name: &str, serve: F) -> std::io::Result<(SocketAddr, Self)>
+    where
+        F: Fn(tokio::net::TcpStream) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+        listener.set_nonblocking(true)?;
+        let addr = listener.local_addr()?;
+        let (shutdown, mut stop) = tokio::sync::oneshot::channel::<()>();
+        let thread = thread::Builder::new().name(name.into()).spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            rt.block_on(async move {
+                let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
+                    return;
+                };
+                loop {
+                    let accepted = tokio::select! {
+                        a = listener.accept() => a,
+                        _ = &mut stop => return,
+                    };
+                    if let Ok((tcp, _)) = accepted {
+                        tokio::spawn(serve(tcp));
+                    }
+                }
+            });
+        })?;
+        let server = Self {
+            shutdown: Some(shutdown),
+            thread: Some(thread),
+        };
+        Ok((addr, server))
+    }
+}
+
+impl Drop for LoopbackServer {
     fn drop(&mut self) {
         if let Some(s) = self.shutdown.take() {
             let _ = s.send(());
@@ -192,81 +205,42 @@ async fn answer(
 pub struct ZeroWindowTarget {
     pub addr: SocketAddr,
     answered: Arc<AtomicU64>,
-    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<thread::JoinHandle<()>>,
+    _server: LoopbackServer,
 }
 
 impl ZeroWindowTarget {
     pub fn start() -> std::io::Result<Self> {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
-        listener.set_nonblocking(true)?;
-        let addr = listener.local_addr()?;
         let answered = Arc::new(AtomicU64::new(0));
         let count = answered.clone();
-        let (shutdown, mut stop) = tokio::sync::oneshot::channel::<()>();
-        let thread = thread::Builder::new()
-            .name("h2-zero-window".into())
-            .spawn(move || {
-                let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                else {
+        let (addr, server) = LoopbackServer::start("h2-zero-window", move |socket| {
+            let count = count.clone();
+            async move {
+                let handshake = h2::server::Builder::new()
+                    .initial_window_size(0)
+                    .handshake::<_, Bytes>(socket);
+                let Ok(mut connection) = handshake.await else {
                     return;
                 };
-                rt.block_on(async move {
-                    let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
-                        return;
-                    };
-                    loop {
-                        let socket = tokio::select! {
-                            _ = &mut stop => return,
-                            accepted = listener.accept() => match accepted {
-                                Ok((socket, _)) => socket,
-                                Err(_) => continue,
-                            },
-                        };
-                        let count = count.clone();
-                        tokio::spawn(async move {
-                            let handshake = h2::server::Builder::new()
-                                .initial_window_size(0)
-                                .handshake::<_, Bytes>(socket);
-                            let Ok(mut connection) = handshake.await else {
-                                return;
-                            };
-                            // the bodies are held, unread, for as long as the connection lasts
-                            let mut held = Vec::new();
-                            while let Some(Ok((request, mut respond))) = connection.accept().await {
-                                let response = Response::builder().status(200).body(()).unwrap();
-                                if respond.send_response(response, true).is_ok() {
-                                    count.fetch_add(1, Ordering::Relaxed);
-                                }
-                                held.push((request.into_body(), respond));
-                            }
-                        });
+                // the bodies are held, unread, for as long as the connection lasts
+                let mut held = Vec::new();
+                while let Some(Ok((request, mut respond))) = connection.accept().await {
+                    let response = Response::builder().status(200).body(()).unwrap();
+                    if respond.send_response(response, true).is_ok() {
+                        count.fetch_add(1, Ordering::Relaxed);
                     }
-                });
-            })?;
+                    held.push((request.into_body(), respond));
+                }
+            }
+        })?;
         Ok(Self {
             addr,
             answered,
-            shutdown: Some(shutdown),
-            thread: Some(thread),
+            _server: server,
         })
     }
 
     /// Requests answered so far.
     pub fn answered(&self) -> u64 {
         self.answered.load(Ordering::Relaxed)
-    }
-}
-
-impl Drop for ZeroWindowTarget {
-    fn drop(&mut self) {
-        if let Some(stop) = self.shutdown.take() {
-            let _ = stop.send(());
-        }
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
     }
 }
