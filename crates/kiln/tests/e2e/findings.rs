@@ -757,7 +757,8 @@ fn slow_down_now_and_then(pid: u32, seed: u64, done: &std::sync::atomic::AtomicB
 
 /// The two stall targets run side by side (the test takes as long as one run), each beside
 /// a neighbour that slows it by 50-150 ms in about half of the seconds: a period is found
-/// among the neighbour's slowdowns, random stalls among them are no period.
+/// among the neighbour's slowdowns, random stalls among them are no period. (On a host
+/// that other work saturates, the period is still found and the control is not judged.)
 #[test]
 fn stalls_at_a_wall_clock_phase_are_periodic_and_random_stalls_are_not() {
     let _turn = common::alone();
@@ -797,10 +798,23 @@ fn stalls_at_a_wall_clock_phase_are_periodic_and_random_stalls_are_not() {
         finding(&g, "latency.periodic-spikes").is_none(),
         "stalls at uneven gaps, at about the same rate, are no period: {g:#}"
     );
-    assert!(
-        g["judged"].to_string().contains("latency.periodic-spikes"),
-        "{g:#}"
-    );
+    // judged, or not judged only because other work saturated the host (a shared CI
+    // runner): then kiln says so instead of calling the stalls no period
+    let not_judged = (g["unjudged"].as_array().into_iter().flatten())
+        .find(|u| u["rule"] == "latency.periodic-spikes");
+    match not_judged {
+        Some(u) => assert!(
+            u["reason"]
+                .as_str()
+                .unwrap()
+                .contains("saturated by other work"),
+            "{g:#}"
+        ),
+        None => assert!(
+            g["judged"].to_string().contains("latency.periodic-spikes"),
+            "{g:#}"
+        ),
+    }
 }
 
 fn run_java(port: u16, pid: u32, out: &Path) -> Value {
