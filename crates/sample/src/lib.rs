@@ -27,7 +27,7 @@ pub use noise::{NoiseProbe, NoiseSecond, NOISE_FILE, NOISE_PART, STARVED_MS};
 pub use procfs::{CpuTimes, HostStat, ProcFs, SegmentsSeen, TaskStat};
 pub use rates::{host_cpu_split, task_rates, CpuSplit, TaskRates};
 pub use sampler::{
-    thread_groups_mean, HostMemory, KernelSecond, ProcessSecond, ResourceSecond, Sampler,
-    RESOURCES_PART,
+    thread_groups_mean, DroppingListener, HostMemory, KernelSecond, ProcessSecond, ResourceSecond,
+    Sampler, RESOURCES_PART,
 };
 pub use sockets::SocketSummary;

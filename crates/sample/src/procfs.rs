@@ -298,6 +298,13 @@ impl ProcFs {
         if inodes.is_empty() {
             return None;
         }
+        self.holder_of(&inodes)
+    }
+
+    /// The first process (lowest pid) holding any of the socket `inodes` among its open
+    /// descriptors, as `ss -p` finds a socket's owner: every process's fd links are read
+    /// until one names it. None when none is visible (another user's process, without root).
+    pub fn holder_of(&self, inodes: &[u64]) -> Option<i32> {
         let wanted: Vec<String> = inodes.iter().map(|i| format!("socket:[{i}]")).collect();
         let mut pids: Vec<i32> = fs::read_dir(self.root.join("proc"))
             .ok()?
@@ -311,6 +318,15 @@ impl ProcFs {
             fds.filter_map(|fd| fs::read_link(fd.ok()?.path()).ok())
                 .any(|target| wanted.iter().any(|w| target.as_os_str() == w.as_str()))
         })
+    }
+
+    /// A process's command name (its `comm`, as `ps` and `ss -p` show it).
+    pub fn command(&self, pid: i32) -> Option<String> {
+        Some(
+            self.read(&format!("proc/{pid}/comm"))?
+                .trim_end()
+                .to_string(),
+        )
     }
 
     /// `pid` and all its descendants (a server's worker processes), parents first.
@@ -385,7 +401,7 @@ impl ProcFs {
 
     /// True when this reads the live host's /proc (not a fixture tree), whose kernel can be
     /// asked over netlink too.
-    fn is_live(&self) -> bool {
+    pub(crate) fn is_live(&self) -> bool {
         self.root == Path::new("/")
     }
 

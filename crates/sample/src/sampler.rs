@@ -2,7 +2,7 @@
 //! the figures of the interval in between. The caller decides when to tick (once a second).
 
 use kiln_record::clock::unix_ms_now;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -11,6 +11,7 @@ use crate::cgroup::{CgroupReading, CgroupSecond};
 use crate::counters::Pressure;
 use crate::procfs::{HostStat, KernelReading, ProcFs, SegmentsSeen, TaskStat};
 use crate::rates::{host_cpu_split, task_rates, CpuSplit, TaskRates};
+use crate::sock_diag::ListenQueue;
 use crate::sockets::SocketSummary;
 use crate::threads::ThreadReader;
 
@@ -208,6 +209,66 @@ pub struct KernelSecond {
     pub interrupts_per_cpu: Vec<u64>,
     #[serde(default)]
     pub nic_interrupts_per_cpu: Vec<u64>,
+    /// The host's listeners whose accept queue overflowed over the interval (their own drop
+    /// counts grew), the most drops first: whose drops the host-wide ListenOverflows count
+    /// (empty when none dropped or sock_diag could not be asked).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dropping_listeners: Vec<DroppingListener>,
+}
+
+/// A listener of the host that dropped connections over one interval, as `ss -ltp` would
+/// show it: its address, the drops, its queue and limit at the interval's end, and the
+/// process holding it when one was found.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct DroppingListener {
+    pub address: String,
+    pub dropped: u64,
+    pub queued: u64,
+    pub limit: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+}
+
+/// At most this many dropping listeners are kept per second.
+const DROPPING_LISTENERS: usize = 3;
+
+/// The listeners whose drop counts grew from `a` to `b` (a listener first seen in `b`
+/// counts from zero: it opened within the interval), the most drops first, each with the
+/// process `holder` finds holding its socket. Empty without both readings.
+fn dropping_listeners(
+    a: Option<&HashMap<u64, ListenQueue>>,
+    b: Option<&HashMap<u64, ListenQueue>>,
+    mut holder: impl FnMut(u64) -> (Option<i32>, Option<String>),
+) -> Vec<DroppingListener> {
+    let (Some(a), Some(b)) = (a, b) else {
+        return Vec::new();
+    };
+    let mut grown: Vec<(u64, &ListenQueue)> = b
+        .values()
+        .filter_map(|q| {
+            let before = a.get(&q.inode).and_then(|p| p.drops).unwrap_or(0);
+            let dropped = u64::from(q.drops?.saturating_sub(before));
+            (dropped > 0 && q.inode != 0).then_some((dropped, q))
+        })
+        .collect();
+    grown.sort_by_key(|(dropped, q)| (std::cmp::Reverse(*dropped), q.local));
+    grown.truncate(DROPPING_LISTENERS);
+    grown
+        .into_iter()
+        .map(|(dropped, q)| {
+            let (pid, command) = holder(q.inode);
+            DroppingListener {
+                address: q.local.map_or_else(|| "?".into(), |l| l.to_string()),
+                dropped,
+                queued: q.queued.into(),
+                limit: q.limit.into(),
+                pid,
+                command,
+            }
+        })
+        .collect()
 }
 
 impl KernelSecond {
@@ -242,6 +303,7 @@ impl KernelSecond {
                 a.interrupts.as_ref().map(|i| &i.nic_per_cpu),
                 b.interrupts.as_ref().map(|i| &i.nic_per_cpu),
             ),
+            dropping_listeners: Vec::new(),
         }
     }
 }
@@ -260,6 +322,8 @@ struct Reading {
     at: Instant,
     cgroup: Option<CgroupReading>,
     kernel: KernelReading,
+    /// The host's listeners (live host only; None when sock_diag could not be asked).
+    listeners: Option<HashMap<u64, ListenQueue>>,
     host: Option<HostStat>,
     process: Option<TaskStat>,
     threads: Vec<TaskStat>,
@@ -275,6 +339,9 @@ pub struct Sampler {
     threads: Option<ThreadReader>,
     /// compare() reads with `&self`; only the segment counters change between readings.
     segments: std::cell::RefCell<SegmentsSeen>,
+    /// The process holding each dropping listener seen so far, by inode (looked up once: it
+    /// reads every process's descriptors).
+    holders: std::cell::RefCell<HashMap<u64, Option<i32>>>,
 }
 
 impl Sampler {
@@ -287,6 +354,7 @@ impl Sampler {
             page_kib: page_size_kib(),
             threads: pid.map(ThreadReader::new),
             segments: Default::default(),
+            holders: Default::default(),
         };
         sampler.previous = Some(sampler.read());
         sampler
@@ -297,6 +365,11 @@ impl Sampler {
             at: Instant::now(),
             cgroup: self.pid.and_then(|p| self.proc.cgroup(p)),
             kernel: self.proc.kernel_reading(),
+            listeners: self
+                .proc
+                .is_live()
+                .then(crate::sock_diag::listen_queues)
+                .and_then(Result::ok),
             host: self.proc.host_stat(),
             process: self.pid.and_then(|p| self.proc.process(p)),
             threads: match &mut self.threads {
@@ -385,7 +458,21 @@ impl Sampler {
             out.run_queue = hb.procs_running;
             out.blocked = hb.procs_blocked;
         }
-        out.kernel = Some(KernelSecond::between(&a.kernel, &b.kernel));
+        let holder = |inode: u64| {
+            let mut holders = self.holders.borrow_mut();
+            let pid = *holders
+                .entry(inode)
+                .or_insert_with(|| self.proc.holder_of(&[inode]));
+            (pid, pid.and_then(|p| self.proc.command(p)))
+        };
+        out.kernel = Some(KernelSecond {
+            dropping_listeners: dropping_listeners(
+                a.listeners.as_ref(),
+                b.listeners.as_ref(),
+                holder,
+            ),
+            ..KernelSecond::between(&a.kernel, &b.kernel)
+        });
         out.host_memory = HostMemory::of(&b.kernel.meminfo);
         if let (Some(pa), Some(pb)) = (&a.process, &b.process) {
             if let Some(mut rates) = task_rates(pa, pb, secs, USER_HZ) {

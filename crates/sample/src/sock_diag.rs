@@ -10,6 +10,7 @@
 
 use std::collections::HashMap;
 use std::io;
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use crate::netlink::{attributes, messages, Message, NetlinkSocket, NLM_F_REQUEST};
 
@@ -41,6 +42,8 @@ pub struct ListenQueue {
     /// Connections dropped at this listener since it was opened (its `sk_drops`); None on a
     /// kernel that does not report it.
     pub drops: Option<u32>,
+    /// The address it listens on (None for a family other than IPv4 and IPv6).
+    pub local: Option<SocketAddr>,
 }
 
 /// inet_diag_req_v2: family, protocol, extensions, pad, states, then a zero sockid.
@@ -131,7 +134,19 @@ fn records(buf: &[u8], each: &mut impl FnMut(&[u8])) -> io::Result<bool> {
     Ok(false)
 }
 
-/// A listener's record: its queue, limit and drops.
+/// The local address of an `inet_diag_msg` record: its family, then in its `inet_diag_sockid`
+/// the source port (network order) at 4 and the source address at 8 (4 or 16 bytes).
+fn local_address(m: &[u8]) -> Option<SocketAddr> {
+    let port = u16::from_be_bytes(m.get(4..6)?.try_into().ok()?);
+    let ip = match i32::from(*m.first()?) {
+        libc::AF_INET => Ipv4Addr::from(<[u8; 4]>::try_from(m.get(8..12)?).ok()?).into(),
+        libc::AF_INET6 => Ipv6Addr::from(<[u8; 16]>::try_from(m.get(8..24)?).ok()?).into(),
+        _ => return None,
+    };
+    Some(SocketAddr::new(ip, port))
+}
+
+/// A listener's record: its address, queue, limit and drops.
 fn listen_queue(m: &[u8]) -> ListenQueue {
     // a record is at least DIAG_MSG bytes (`records` hands no shorter one)
     let drops = attributes(&m[DIAG_MSG..])
@@ -142,6 +157,7 @@ fn listen_queue(m: &[u8]) -> ListenQueue {
         limit: u32_at(m, 60).unwrap_or(0),
         inode: inode(m),
         drops,
+        local: local_address(m),
     }
 }
 
@@ -172,7 +188,8 @@ mod tests {
                 inode,
                 queued: 0,
                 limit: 7,
-                drops: Some(0)
+                drops: Some(0),
+                local: Some(addr),
             }
         );
     }

@@ -182,6 +182,23 @@ fn a_listener_whose_accept_queue_is_full_shows_listen_overflows() {
     // a client may count itself connected whose last ACK the full queue dropped: the queue
     // holds the connected ones up to its 2
     assert_eq!(queued, (connected as u64).min(2));
+    // the sampler names who dropped them, as `ss -ltp` would: this listener, its drops over
+    // the interval (the sampler's first reading was before the clients), and this process
+    let named = (kernel.dropping_listeners.iter())
+        .find(|l| l.address == addr.to_string())
+        .unwrap_or_else(|| panic!("{:?}", kernel.dropping_listeners));
+    assert_eq!(named.dropped, dropped, "{named:?}");
+    assert_eq!((named.queued, named.limit), (queued, 1), "{named:?}");
+    assert_eq!(named.pid, Some(std::process::id() as i32), "{named:?}");
+    let own = std::fs::read_to_string("/proc/self/comm").unwrap();
+    assert_eq!(named.command.as_deref(), Some(own.trim_end()), "{named:?}");
+    // the next second, with no new drops, names no one
+    let quiet = sampler.tick().kernel.unwrap();
+    assert!(
+        !(quiet.dropping_listeners.iter()).any(|l| l.address == addr.to_string()),
+        "{:?}",
+        quiet.dropping_listeners
+    );
 }
 
 #[test]

@@ -70,14 +70,26 @@ fn listen_overflow(run: &RunRecord) -> Verdict {
         (None, Some((_, queued, limit))) => queued < limit,
         (None, None) => false,
     };
+    let others = other_listeners(run);
     if not_the_targets {
         let own_note =
             own.map(|(addrs, _)| format!("its listener on {} dropped none", safe_text(&addrs)));
         let said: Vec<String> = own_note.into_iter().chain(held).collect();
+        let whose = if others.is_empty() {
+            "another listener on this host dropped them".to_string()
+        } else {
+            format!("dropped by {}", others.join(", "))
+        };
         return Verdict::Unjudged(format!(
             "this host's accept queues overflowed {overflows} times, but not the target's: \
-             {} (another listener on this host dropped them)",
+             {} ({whose})",
             said.join("; ")
+        ));
+    }
+    if !others.is_empty() {
+        evidence.push(format!(
+            "other listeners of this host dropped connections too: {}",
+            others.join(", ")
         ));
     }
     if let Some((addrs, n)) = &own {
@@ -133,6 +145,42 @@ fn listen_overflow(run: &RunRecord) -> Verdict {
             "target_listen_drops": own.map(|(_, n)| n)}),
     }
     .finish()])
+}
+
+/// The host's listeners other than the target's that dropped connections over the run (the
+/// sampler names them from their own drop counts), the most drops first, each said as
+/// "ADDRESS (COMMAND, pid PID) N times"; empty when none were named.
+fn other_listeners(run: &RunRecord) -> Vec<String> {
+    let targets: std::collections::BTreeSet<&str> = (run.resources.iter())
+        .filter_map(|s| s.process.as_ref()?.sockets.as_ref())
+        .flat_map(|s| s.listen_backlog.iter().map(|(addr, _, _)| addr.as_str()))
+        .collect();
+    /// A listener's drops, and the process holding it when named.
+    type Dropped<'a> = (u64, Option<(i32, &'a str)>);
+    let mut dropped: std::collections::BTreeMap<&str, Dropped> = Default::default();
+    for l in (run.resources.iter())
+        .filter_map(|s| s.kernel.as_ref())
+        .flat_map(|k| k.dropping_listeners.iter())
+        .filter(|l| !targets.contains(l.address.as_str()))
+    {
+        let (n, who) = dropped.entry(l.address.as_str()).or_default();
+        *n = n.saturating_add(l.dropped);
+        if let (Some(pid), Some(command)) = (l.pid, &l.command) {
+            *who = Some((pid, command.as_str()));
+        }
+    }
+    let mut by_count: Vec<_> = dropped.into_iter().collect();
+    by_count.sort_by_key(|(_, (n, _))| std::cmp::Reverse(*n));
+    by_count
+        .into_iter()
+        .take(3)
+        .map(|(addr, (n, who))| {
+            let who = who.map_or(String::new(), |(pid, command)| {
+                format!(" ({}, pid {pid})", safe_text(command))
+            });
+            format!("{}{who} {n} times", safe_text(addr))
+        })
+        .collect()
 }
 
 /// The connections the target's listeners dropped over the run, by their own counters:
@@ -498,7 +546,7 @@ mod tests {
             listen_drops: Some(82),
             ..Default::default()
         });
-        let Verdict::Unjudged(note) = listen_overflow(&resource_run(samples)) else {
+        let Verdict::Unjudged(note) = listen_overflow(&resource_run(samples.clone())) else {
             panic!("a host's overflow blamed on the target");
         };
         assert!(
@@ -506,6 +554,34 @@ mod tests {
             "{note}"
         );
         assert!(note.contains("held at most 0 of 128"), "{note}");
+        assert!(note.contains("another listener on this host"), "{note}");
+        // the sampler named the other listener in two seconds: it is said with its process
+        // and its drops summed, and the target's listener is never among the others
+        let listener =
+            |address: &str, dropped: u64, who: Option<(i32, &str)>| kiln_sample::DroppingListener {
+                address: address.into(),
+                dropped,
+                queued: 2,
+                limit: 1,
+                pid: who.map(|w| w.0),
+                command: who.map(|w| w.1.into()),
+            };
+        let shed = Some((4242, "flood<er>"));
+        for (i, n) in [(4, 50), (5, 32)] {
+            let kernel = samples[i].kernel.get_or_insert_with(Default::default);
+            kernel.dropping_listeners = vec![
+                listener("127.0.0.1:9999", n, shed),
+                listener("127.0.0.1:8080", 0, None),
+            ];
+        }
+        let Verdict::Unjudged(note) = listen_overflow(&resource_run(samples)) else {
+            panic!("a named listener's overflow blamed on the target");
+        };
+        assert!(
+            note.contains("(dropped by 127.0.0.1:9999 (flood<er>, pid 4242) 82 times)"),
+            "{note}"
+        );
+        assert!(!note.contains("8080 ("), "{note}");
     }
 
     /// The target's listener's own drop counter decides over the once-a-second queue sample:
