@@ -12,7 +12,8 @@ mod engine;
 mod error;
 pub mod feeder;
 pub mod hedge;
-mod http1;
+/// HTTP/1.1 on a connection; public for the fuzz targets (fuzz/), which read responses with it.
+pub mod http1;
 pub mod limits;
 pub mod plan;
 mod recorder;
