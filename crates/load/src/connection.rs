@@ -401,6 +401,16 @@ impl Connection {
         }
     }
 
+    /// Whether the last request failed because the target refused it unprocessed (HTTP/2:
+    /// REFUSED_STREAM, or past a GOAWAY's last stream; RFC 9113 8.7), which may be sent
+    /// again; cleared by asking.
+    pub fn take_refused_unprocessed(&mut self) -> bool {
+        match &mut self.0 {
+            Inner::H1(_) => false,
+            Inner::H2(c) => std::mem::take(&mut c.refused_unprocessed),
+        }
+    }
+
     /// Sends the phase's request and reads the whole response.
     pub async fn send(&mut self, setup: &ConnectionSetup) -> Result<Response, ErrorKind> {
         match &mut self.0 {
@@ -603,12 +613,23 @@ struct H2Connection {
     driver: tokio::task::JoinHandle<()>,
     scheme: http::uri::Scheme,
     authority: http::uri::Authority,
+    /// The last request failed unprocessed by the target (see [`refused_unprocessed`]).
+    refused_unprocessed: bool,
 }
 
 impl Drop for H2Connection {
     fn drop(&mut self) {
         self.driver.abort();
     }
+}
+
+/// An error that says the server did not process the stream: it refused it
+/// (REFUSED_STREAM), or its graceful GOAWAY (NO_ERROR) named a last stream below it. Either
+/// way the request never reached the application and may be sent again (RFC 9113 8.7).
+fn refused_unprocessed(e: &h2::Error) -> bool {
+    let remote_reason = |reason| e.is_remote() && e.reason() == Some(reason);
+    (e.is_reset() && remote_reason(h2::Reason::REFUSED_STREAM))
+        || (e.is_go_away() && remote_reason(h2::Reason::NO_ERROR))
 }
 
 fn classify_h2(e: &h2::Error) -> ErrorKind {
@@ -638,6 +659,7 @@ impl H2Connection {
                 http::uri::Scheme::HTTP
             },
             authority: target.authority.parse().map_err(|_| ErrorKind::Other)?,
+            refused_unprocessed: false,
         })
     }
 
@@ -649,6 +671,23 @@ impl H2Connection {
         &mut self,
         request: &RequestParts,
         capture: bool,
+    ) -> Result<(Response, Captured), ErrorKind> {
+        let refused = std::cell::Cell::new(false);
+        let fail = |e: h2::Error| {
+            refused.set(refused_unprocessed(&e));
+            classify_h2(&e)
+        };
+        let answer = self.exchange_once(request, capture, &fail).await;
+        self.refused_unprocessed = refused.get();
+        answer
+    }
+
+    /// One request and its whole answer; h2's errors go through `fail`.
+    async fn exchange_once(
+        &mut self,
+        request: &RequestParts,
+        capture: bool,
+        fail: &dyn Fn(h2::Error) -> ErrorKind,
     ) -> Result<(Response, Captured), ErrorKind> {
         let uri = http::Uri::builder()
             .scheme(self.scheme.clone())
@@ -665,20 +704,15 @@ impl H2Connection {
             }
         }
         let req = builder.body(()).map_err(|_| ErrorKind::Other)?;
-        let mut send = self
-            .send
-            .clone()
-            .ready()
-            .await
-            .map_err(|e| classify_h2(&e))?;
+        let mut send = self.send.clone().ready().await.map_err(fail)?;
         let end = request.body.is_empty();
-        let (response, mut body_out) = send.send_request(req, end).map_err(|e| classify_h2(&e))?;
+        let (response, mut body_out) = send.send_request(req, end).map_err(fail)?;
         if !end {
             body_out
                 .send_data(request.body.clone(), true)
-                .map_err(|e| classify_h2(&e))?;
+                .map_err(fail)?;
         }
-        let response = response.await.map_err(|e| classify_h2(&e))?;
+        let response = response.await.map_err(fail)?;
         let status = response.status().as_u16();
         let mut captured = Captured::default();
         if capture {
@@ -691,7 +725,7 @@ impl H2Connection {
         let mut body = response.into_body();
         let mut body_bytes = 0u64;
         while let Some(chunk) = body.data().await {
-            let chunk = chunk.map_err(|e| classify_h2(&e))?;
+            let chunk = chunk.map_err(fail)?;
             body_bytes += chunk.len() as u64;
             let _ = body.flow_control().release_capacity(chunk.len());
             if capture {

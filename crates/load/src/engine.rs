@@ -1042,10 +1042,24 @@ async fn send_and_record(
     let sent = Instant::now();
     state.recorder.borrow_mut().sent(sent);
     state.in_flight.set(state.in_flight.get() + 1);
-    let outcome = slot.timer.run(sent, c.send(&state.setup)).await;
+    let mut outcome = slot.timer.run(sent, c.send(&state.setup)).await;
+    if refused_unprocessed(&outcome, c) {
+        if let Some(c) = resend(state, &state.setup, conn).await {
+            outcome = slot.timer.run(sent, c.send(&state.setup)).await;
+        }
+    }
     state.in_flight.set(state.in_flight.get() - 1);
     let done = Instant::now();
     let start = intended.map_or(sent, |i| i.min(sent));
+    let Some(c) = conn.as_mut() else {
+        // the request was refused unprocessed and no new connection could be opened for it
+        let kind = outcome.and_then(Result::err).unwrap_or(ErrorKind::Timeout);
+        state.recorder.borrow_mut().error(done, kind);
+        return Sent {
+            done,
+            connect_failed: true,
+        };
+    };
     if let (Some(Ok(_)), Some(first_byte)) = (&outcome, c.first_byte()) {
         state
             .recorder
@@ -1066,6 +1080,26 @@ async fn send_and_record(
         done,
         connect_failed: false,
     }
+}
+
+/// Whether a request failed because the target refused it before processing it: HTTP/2's
+/// REFUSED_STREAM, or a stream past a GOAWAY's last one. RFC 9113 8.7 says such a request may
+/// be sent again; it was never seen by the application.
+fn refused_unprocessed<T>(outcome: &Option<Result<T, ErrorKind>>, c: &mut Connection) -> bool {
+    matches!(outcome, Some(Err(_))) && c.take_refused_unprocessed()
+}
+
+/// Readies a connection to send a refused request again, once, counting the retry: the same
+/// connection when it still takes requests (a refused stream), a new one when the target
+/// ended it (GOAWAY). None when no connection could be opened.
+async fn resend<'a>(
+    state: &WorkerLocal,
+    setup: &ConnectionSetup,
+    conn: &'a mut Option<Connection>,
+) -> Option<&'a mut Connection> {
+    state.recorder.borrow_mut().retried(Instant::now());
+    connect_counted(state, setup, conn).await.ok()?;
+    conn.as_mut()
 }
 
 /// Records a request's answer or error; true when it failed (its connection is lost).
@@ -1611,13 +1645,28 @@ async fn run_step(
     let sent = Instant::now();
     state.recorder.borrow_mut().sent(sent);
     state.in_flight.set(state.in_flight.get() + 1);
-    let outcome = vu
+    let mut outcome = vu
         .timer
         .run(sent, c.send_request(&rendered, &origin.authority, true))
         .await;
+    if refused_unprocessed(&outcome, c) {
+        if let Some(c) = resend(state, setup, conn).await {
+            outcome = vu
+                .timer
+                .run(sent, c.send_request(&rendered, &origin.authority, true))
+                .await;
+        }
+    }
     state.in_flight.set(state.in_flight.get() - 1);
     let done = Instant::now();
     let start = intended.map_or(sent, |i| i.min(sent));
+    let Some(c) = conn.as_mut() else {
+        let kind = outcome.and_then(Result::err).unwrap_or(ErrorKind::Timeout);
+        let mut rec = state.recorder.borrow_mut();
+        rec.error(done, kind);
+        rec.named(step.name, failed_outcome(kind));
+        return StepEnd::CutShort { connect: true };
+    };
     match outcome.unwrap_or(Err(ErrorKind::Timeout)) {
         Ok((response, captured)) => {
             let set = vu.state.jars[step.origin].take_response(&captured);

@@ -263,6 +263,12 @@ impl WorkerRecorder {
         }
     }
 
+    /// A request the target refused unprocessed, sent again.
+    pub fn retried(&mut self, at: Instant) {
+        self.roll_to(at);
+        self.current.wire.retried += 1;
+    }
+
     /// The target ended a connection: it said it closes, or closed while idle.
     pub fn closed_by_target(&mut self, at: Instant) {
         self.roll_to(at);

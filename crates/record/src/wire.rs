@@ -40,6 +40,10 @@ pub struct WireSecond {
     /// Connections kiln closed after a request failed on them (a timeout, a response that
     /// was not HTTP, a TLS error).
     pub closed_by_kiln: u64,
+    /// Requests the target refused before processing them (HTTP/2 REFUSED_STREAM, or past a
+    /// GOAWAY's last stream), sent again once as RFC 9113 8.7 allows; each is counted once,
+    /// by its final outcome, in the requests.
+    pub retried: u64,
 }
 
 impl WireSecond {
@@ -113,6 +117,7 @@ impl WireSecond {
         add(&mut self.closed_by_target, other.closed_by_target);
         add(&mut self.reset, other.reset);
         add(&mut self.closed_by_kiln, other.closed_by_kiln);
+        add(&mut self.retried, other.retried);
     }
 }
 

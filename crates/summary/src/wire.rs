@@ -18,6 +18,8 @@ pub struct WireSummary {
     /// Connections reset with a request on them, and those kiln closed after a failure.
     pub reset: u64,
     pub closed_by_kiln: u64,
+    /// Requests the target refused unprocessed (HTTP/2) and kiln sent again, once each.
+    pub retried: u64,
     /// HTTP/1.1 responses timed from first byte to last.
     pub responses_timed: u64,
     /// Of them, the share whose last byte came 30 ms or more after the first, and those
@@ -51,6 +53,7 @@ impl WireSummary {
             closed_by_target: w.closed_by_target,
             reset: w.reset,
             closed_by_kiln: w.closed_by_kiln,
+            retried: w.retried,
             responses_timed: w.responses(),
             two_part_share: w.two_part_share(),
             two_part_mean_us: w.two_part_mean_us(),
@@ -88,6 +91,12 @@ impl WireSummary {
             }
             connections.push(')');
             parts.push(connections);
+        }
+        if self.retried > 0 {
+            parts.push(format!(
+                "{} requests refused unprocessed (HTTP/2) and sent again",
+                self.retried
+            ));
         }
         if let Some(share) = self.two_part_share {
             let reads = self
@@ -129,14 +138,15 @@ mod tests {
         second.wire.reads = 150;
         second.wire.reset = 1;
         second.wire.closed_by_kiln = 2;
+        second.wire.retried = 3;
         total.add_second(&second);
         let w = WireSummary::of(&total).unwrap();
         assert_eq!(w.requests_per_connection, Some(50.0));
         assert_eq!(
             w.text(),
             "Wire       50.00 requests a connection (2 opened, 150us to connect, 1 reset, kiln \
-             closed 2 after a failure); 50.0% of responses came in two parts 44.0ms apart \
-             (1.50 reads a response)\n"
+             closed 2 after a failure); 3 requests refused unprocessed (HTTP/2) and sent again; \
+             50.0% of responses came in two parts 44.0ms apart (1.50 reads a response)\n"
         );
         assert_eq!(WireSummary::of(&PhaseSummary::new("run")), None);
     }

@@ -244,3 +244,60 @@ impl ZeroWindowTarget {
         self.answered.load(Ordering::Relaxed)
     }
 }
+
+/// An HTTP/2 (h2c) server that refuses every `every`-th stream of each connection with
+/// REFUSED_STREAM, before reading it (RFC 9113 8.7: not processed, safe to send again), and
+/// answers the others 200.
+pub struct RefusingTarget {
+    pub addr: SocketAddr,
+    answered: Arc<AtomicU64>,
+    refused: Arc<AtomicU64>,
+    _server: LoopbackServer,
+}
+
+impl RefusingTarget {
+    pub fn start(every: u64) -> std::io::Result<Self> {
+        let (answered, refused) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+        let counts = (answered.clone(), refused.clone());
+        let (addr, server) = LoopbackServer::start("h2-refusing", move |socket| {
+            let (answered, refused) = (counts.0.clone(), counts.1.clone());
+            async move {
+                let Ok(mut connection) = h2::server::Builder::new()
+                    .handshake::<_, Bytes>(socket)
+                    .await
+                else {
+                    return;
+                };
+                let mut streams = 0u64;
+                while let Some(Ok((_, mut respond))) = connection.accept().await {
+                    streams += 1;
+                    if streams.is_multiple_of(every.max(1)) {
+                        respond.send_reset(h2::Reason::REFUSED_STREAM);
+                        refused.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    }
+                    let response = Response::builder().status(200).body(()).unwrap();
+                    if respond.send_response(response, true).is_ok() {
+                        answered.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+        })?;
+        Ok(Self {
+            addr,
+            answered,
+            refused,
+            _server: server,
+        })
+    }
+
+    /// Requests answered so far.
+    pub fn answered(&self) -> u64 {
+        self.answered.load(Ordering::Relaxed)
+    }
+
+    /// Streams refused so far.
+    pub fn refused(&self) -> u64 {
+        self.refused.load(Ordering::Relaxed)
+    }
+}

@@ -177,3 +177,41 @@ fn bodies_a_server_never_reads_do_not_pile_up() {
         peak_kib >> 10
     );
 }
+
+/// Streams an HTTP/2 server refuses before processing them (REFUSED_STREAM, here every fifth
+/// of each connection) are sent again, once, as RFC 9113 8.7 allows: no request fails, each
+/// is counted once, and the retries are said.
+#[test]
+fn streams_the_server_refuses_unprocessed_are_sent_again_and_none_fails() {
+    let _turn = common::beside();
+    let target = kiln_targets::h2::RefusingTarget::start(5).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("http://{}/", target.addr);
+    let out = dir.path().join("run");
+    let json = json_with_exit(
+        &common::kiln(&[
+            "run",
+            &url,
+            "--http2",
+            "-c",
+            "2",
+            "-d",
+            "2s",
+            "--json",
+            "--quiet",
+            "--out",
+            out.to_str().unwrap(),
+        ]),
+        0,
+    );
+    let total = &json["total"];
+    let requests = total["requests"].as_u64().unwrap();
+    assert!(target.refused() >= 10, "too few refused to tell: {total}");
+    assert_eq!(total["errors"], serde_json::json!({}), "{total}");
+    assert_eq!(target.answered(), requests, "{total}");
+    assert_eq!(
+        total["wire"]["retried"].as_u64(),
+        Some(target.refused()),
+        "{total}"
+    );
+}
