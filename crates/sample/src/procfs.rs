@@ -115,6 +115,9 @@ pub struct TaskStat {
     pub rss_pages: u64,
     pub voluntary_switches: Option<u64>,
     pub involuntary_switches: Option<u64>,
+    /// Nanoseconds it waited on a run queue for a CPU since it started (`schedstat`'s
+    /// second field); None where it was not read.
+    pub run_delay_ns: Option<u64>,
 }
 
 /// Parses `/proc/PID/stat`. The name sits in parentheses and may itself hold spaces and
@@ -141,6 +144,7 @@ pub fn parse_task_stat(text: &str) -> Option<TaskStat> {
         rss_pages: field(24).unwrap_or(0),
         voluntary_switches: None,
         involuntary_switches: None,
+        run_delay_ns: None,
     })
 }
 

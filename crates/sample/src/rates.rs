@@ -47,6 +47,11 @@ pub struct TaskRates {
     pub cpu_system_pct: f64,
     pub voluntary_switches_per_s: Option<f64>,
     pub involuntary_switches_per_s: Option<f64>,
+    /// Time its threads waited on a run queue for a CPU, in percent of one core (the
+    /// kernel's schedstat; 100 = one thread runnable and not running all the time). None
+    /// where schedstat was not read (and in records from before it was).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_wait_pct: Option<f64>,
 }
 
 /// Rates of one task over `seconds`, with `ticks_per_second` clock ticks (USER_HZ, 100 on
@@ -69,6 +74,7 @@ pub fn task_rates(
         cpu_system_pct: cpu(after.stime, before.stime),
         voluntary_switches_per_s: per_s(after.voluntary_switches, before.voluntary_switches),
         involuntary_switches_per_s: per_s(after.involuntary_switches, before.involuntary_switches),
+        cpu_wait_pct: per_s(after.run_delay_ns, before.run_delay_ns).map(|ns| ns / 1e7),
     })
 }
 
@@ -103,6 +109,7 @@ mod tests {
             utime: 100,
             stime: 10,
             voluntary_switches: Some(5),
+            run_delay_ns: Some(1_000_000_000),
             ..Default::default()
         };
         let b = TaskStat {
@@ -110,12 +117,15 @@ mod tests {
             utime: 250,
             stime: 60,
             voluntary_switches: Some(505),
+            run_delay_ns: Some(1_500_000_000),
             ..Default::default()
         };
         let r = task_rates(&a, &b, 2.0, 100.0).unwrap();
         assert_eq!((r.cpu_user_pct, r.cpu_system_pct), (75.0, 25.0));
         assert_eq!(r.voluntary_switches_per_s, Some(250.0));
         assert_eq!(r.involuntary_switches_per_s, None);
+        // 0.5 s waited for a CPU over 2 s: a quarter of a core's time
+        assert_eq!(r.cpu_wait_pct, Some(25.0));
         assert!(task_rates(&a, &TaskStat { id: 8, ..b }, 2.0, 100.0).is_none());
     }
 }

@@ -492,6 +492,7 @@ impl Sampler {
                 };
                 rates.voluntary_switches_per_s = sum(|t| t.voluntary_switches_per_s);
                 rates.involuntary_switches_per_s = sum(|t| t.involuntary_switches_per_s);
+                rates.cpu_wait_pct = sum(|t| t.cpu_wait_pct);
                 let cpu = |t: &TaskRates| t.cpu_user_pct + t.cpu_system_pct;
                 let switches = |t: &TaskRates| {
                     t.voluntary_switches_per_s.unwrap_or(0.0)

@@ -97,13 +97,20 @@ impl KeptThread {
 
     /// The thread now; None once it has exited.
     fn read(&mut self, buf: &mut Vec<u8>, taskstats: Option<&mut Taskstats>) -> Option<TaskStat> {
-        let runs = self.schedstat.read(buf).and_then(parse_schedstat_runs);
+        // the wait is added when the thread is put on a CPU, so a run count that did not
+        // change means the same wait too
+        let waits = self
+            .schedstat
+            .read(buf)
+            .and_then(crate::noise::parse_schedstat_waits);
+        let runs = waits.map(|(_, runs)| runs);
         if runs.is_some() && runs == self.runs {
             if let Some(last) = &self.last {
                 return Some(last.clone());
             }
         }
         let mut task = parse_task_stat(self.stat.read(buf)?)?;
+        task.run_delay_ns = waits.map(|(wait_ns, _)| wait_ns);
         match taskstats.and_then(|t| t.thread(task.id).ok()) {
             Some(counters) => {
                 task.voluntary_switches = Some(counters.voluntary_switches);

@@ -41,6 +41,16 @@ fn target_cores(seconds: &[&ResourceSecond]) -> Option<f64> {
     }))
 }
 
+/// The target's mean wait for a CPU over these seconds, in cores (its threads' run-queue
+/// time, schedstat); None in records without it.
+fn target_cpu_wait_cores(seconds: &[&ResourceSecond]) -> Option<f64> {
+    mean(
+        seconds
+            .iter()
+            .filter_map(|s| Some(s.process.as_ref()?.rates.cpu_wait_pct? / 100.0)),
+    )
+}
+
 /// Whether in sample `s` the host's CPU was saturated by other work: less than
 /// [`HOST_IDLE_BELOW`] idle, the target using less than half of what was busy.
 pub(crate) fn saturated_by_others(s: &ResourceSecond) -> bool {
@@ -1069,6 +1079,9 @@ pub const WAITING_NOT_RUNNING: Rule = Rule {
 
 /// A request that takes at least this many times its CPU is mostly waiting.
 const WAITING_FACTOR: f64 = 10.0;
+/// On a host saturated by other work, requests still wait for something of their own when
+/// the target's threads waited for a CPU less than this share of a request's time off it.
+const MOSTLY_OWN_WAIT: f64 = 0.5;
 
 /// Requests spend most of their time off the target's CPU: the target is not CPU-bound; it
 /// waits on something else (or, on a busy host, for a CPU: the evidence says which).
@@ -1097,10 +1110,24 @@ fn waiting_not_running(run: &RunRecord) -> Verdict {
     if p50_us < 1000.0 || p50_us < WAITING_FACTOR * cpu_us {
         return Verdict::Clear;
     }
-    if let Some(why) = saturated_host(run) {
-        return Verdict::Unjudged(format!(
-            "{why}: a request's wait cannot be told from its wait for a CPU"
-        ));
+    // the kernel's count of the target's threads' waits for a CPU (schedstat), per request:
+    // on a busy host it tells a wait for a CPU from the target's own
+    let cpu_wait_us = target_cpu_wait_cores(&seconds).map(|c| c * 1e6 / throughput);
+    let off_cpu_us = p50_us - cpu_us;
+    match (saturated_host(run), cpu_wait_us) {
+        (Some(why), Some(w)) if w >= MOSTLY_OWN_WAIT * off_cpu_us => {
+            return Verdict::Unjudged(format!(
+                "{why}, and the target's threads waited {} a request for a CPU: a request's \
+                 wait is mostly a wait for a CPU",
+                super::duration_us(w.round() as u64)
+            ));
+        }
+        (Some(why), None) => {
+            return Verdict::Unjudged(format!(
+                "{why}: a request's wait cannot be told from its wait for a CPU"
+            ));
+        }
+        _ => {}
     }
     let waiting = 1.0 - cpu_us / p50_us;
     Verdict::Found(vec![Draft {
@@ -1119,15 +1146,20 @@ fn waiting_not_running(run: &RunRecord) -> Verdict {
                 super::duration_us(cpu_us.round() as u64),
                 100.0 * cores
             ),
-            match host_idle {
-                Some(idle) if idle >= 20.0 => {
+            match (cpu_wait_us, host_idle) {
+                (Some(w), _) => format!(
+                    "its threads waited {} a request for a CPU (the kernel's schedstat): the \
+                     rest of the wait is for something else",
+                    super::duration_us(w.round() as u64)
+                ),
+                (None, Some(idle)) if idle >= 20.0 => {
                     format!("the host was {idle:.0}% idle: CPU is not what requests wait for")
                 }
                 // a busy host (a neighbour, kiln itself) makes runnable threads wait too
-                Some(idle) => format!(
+                (None, Some(idle)) => format!(
                     "the host was busy ({idle:.0}% idle): part of the wait may be for a CPU"
                 ),
-                None => "the host's idle time was not sampled".into(),
+                (None, None) => "the host's idle time was not sampled".into(),
             },
         ],
         window: window_of(&seconds),
@@ -1140,7 +1172,8 @@ fn waiting_not_running(run: &RunRecord) -> Verdict {
             .into(),
         impact: (waiting, "latency"),
         data: json!({"p50_us": p50_us, "cpu_per_request_us": cpu_us, "cores": cores,
-            "throughput_rps": throughput, "host_idle_pct": host_idle}),
+            "throughput_rps": throughput, "host_idle_pct": host_idle,
+            "cpu_wait_per_request_us": cpu_wait_us}),
     }
     .finish()])
 }
@@ -1192,6 +1225,32 @@ mod waiting_tests {
         };
         assert!(
             why.contains("saturated by other work in 10 of 10 seconds"),
+            "{why}"
+        );
+        // the kernel's count of the target's waits for a CPU tells them apart: at 100
+        // requests/s, 20% of a core waiting is 2 ms a request of the ~19.5 ms off its CPU
+        // (the rest is its own wait), 150% is 15 ms (mostly a wait for a CPU)
+        let with_wait = |wait_pct: f64| {
+            let mut run = run.clone();
+            for s in &mut run.resources {
+                s.process.as_mut().unwrap().rates.cpu_wait_pct = Some(wait_pct);
+            }
+            waiting_not_running(&run)
+        };
+        let Verdict::Found(found) = with_wait(20.0) else {
+            panic!("{:?}", with_wait(20.0));
+        };
+        assert!(
+            found[0].evidence[1].starts_with("its threads waited 2.00ms a request for a CPU"),
+            "{:?}",
+            found[0].evidence
+        );
+        let Verdict::Unjudged(why) = with_wait(150.0) else {
+            panic!("{:?}", with_wait(150.0));
+        };
+        assert!(
+            why.contains("waited 15.0ms a request for a CPU")
+                || why.contains("waited 15.00ms a request for a CPU"),
             "{why}"
         );
     }

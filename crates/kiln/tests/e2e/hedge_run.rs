@@ -109,10 +109,16 @@ fn hedging_to_a_replica_cuts_the_tail_as_the_formula_and_the_what_if_say() {
     assert!(won / hedges > 0.8, "{h:#}");
     // analytically: 92% fast (1 ms), 7.4% the delay plus a fast answer, 0.64% slow twice
     // over (~101 ms): p99 is the delay plus a fast answer, p99.9 a slow one
+    // (a second copy sent late is answered late: on a busy host, up to how late kiln's own
+    // threads got a CPU in this run, which it measures with the kernel's schedstat)
     let p99 = us(&h["hedged"]["p99_us"]);
+    let late_us = 1000.0
+        * summary["host_noise"]["probe_late_max_ms"]
+            .as_f64()
+            .unwrap_or(0.0);
     assert!(
-        (DELAY_MS as f64 * 1000.0..DELAY_MS as f64 * 1000.0 + 8_000.0).contains(&p99),
-        "hedged p99 {p99}: {h:#}"
+        (DELAY_MS as f64 * 1000.0..DELAY_MS as f64 * 1000.0 + 8_000.0 + late_us).contains(&p99),
+        "hedged p99 {p99} (kiln up to {late_us} us late): {h:#}"
     );
     assert!(
         us(&h["hedged"]["p99_9_us"]) >= (SLOW_MS * 1000) as f64,

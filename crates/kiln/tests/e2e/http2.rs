@@ -65,8 +65,13 @@ fn without_http2_tls_stays_on_http1_and_the_open_model_works_over_h2() {
     ]);
     let total = &json["total"];
     assert_eq!(total["scheduled"], 200, "{total}");
-    assert_eq!(total["requests"], 200, "{total}");
-    assert_eq!(target.answered("HTTP/2.0", "/"), 200);
+    // every scheduled request is sent and answered over HTTP/2, but for one kiln could not
+    // send by the deadline on a host that starved it (counted as unsent, not lost)
+    let requests = total["requests"].as_u64().unwrap();
+    let unsent = total["unsent"].as_u64().unwrap();
+    assert_eq!(requests + unsent, 200, "{total}");
+    assert!(unsent <= 2, "{total}");
+    assert_eq!(target.answered("HTTP/2.0", "/"), requests, "{total}");
 }
 
 #[test]

@@ -917,12 +917,13 @@ fn lock_waits_from_jfr_match_the_services_own_stopwatch() {
             );
         } else {
             // JFR records each park: a waiter for a nonfair lock may be woken, lose the lock
-            // to a thread that barged in, and park again (a CI run: 690 parks for 645 waits),
-            // and a wait made of parks under 10 ms each is not recorded. The time parked is
-            // most of the time waited.
+            // to a thread that barged in, and park again (a CI run: 690 parks for 645 waits;
+            // beside a CPU hog, where a woken waiter waits for a CPU while another barges in:
+            // 657 for 561), and a wait made of parks under 10 ms each is not recorded. The
+            // time parked is most of the time waited.
             let n = loose.len() as f64;
             assert!(
-                (waits as f64 - n).abs() <= 0.15 * n,
+                (0.85 * n..=1.3 * n).contains(&(waits as f64)),
                 "{mode}: JFR {waits} parks, the service {n} waits of 10 ms or more"
             );
             assert!(
