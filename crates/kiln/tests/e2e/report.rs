@@ -120,6 +120,30 @@ fn every_section_is_drawn_and_the_charts_hold_the_runs_numbers() {
     );
 
     let dom = dump_dom(&page);
+    // One run, one number: the summary (`kiln report --json`), the findings' symptoms and the
+    // page read the same measured window (two repeats, merged) and give the same figures.
+    let summary = common::json_with_exit(&kiln(&["report", dir.to_str().unwrap(), "--json"]), 0);
+    let findings: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("findings.json")).unwrap()).unwrap();
+    let (total, symptoms) = (&summary["total"], &findings["symptoms"]);
+    assert_eq!(symptoms["p50_us"], total["latency"]["p50_us"], "{symptoms}");
+    assert_eq!(symptoms["p99_us"], total["latency"]["p99_us"], "{symptoms}");
+    let throughput = total["throughput_rps"].as_f64().unwrap();
+    assert!(
+        (symptoms["throughput"].as_f64().unwrap() - throughput).abs() < 1e-9,
+        "{symptoms} {total}"
+    );
+    let line = format!("{} requests, {throughput:.1}/s", total["requests"]);
+    assert!(dom.contains(&line), "{line} not on the page");
+    // the page's p99 in its summary line and in its symptoms are one figure
+    let in_line = (dom.split("% failed; p50 ").nth(1))
+        .and_then(|rest| rest.split(", p99 ").nth(1))
+        .and_then(|rest| rest.split(',').next());
+    let in_symptoms = (dom.split("<li>p99 ").nth(1)).and_then(|rest| rest.split(':').next());
+    assert!(
+        in_line.is_some() && in_line == in_symptoms,
+        "{in_line:?} {in_symptoms:?}"
+    );
     // the host checks the run took, as many ok and not as doctor.json says
     let doctor: Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("doctor.json")).unwrap()).unwrap();
