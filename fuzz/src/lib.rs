@@ -4,9 +4,8 @@
 //! libFuzzer (nightly); `fuzz/tests/corpus.rs` replays the committed corpus of every target
 //! in the suite on stable.
 //!
-//! Not here: the HTTP barrier's requests, read from a socket with a deadline (its tests
-//! send garbage, slow bytes and forged starts to a real listener), and /proc files, which
-//! come from the kernel.
+//! Not here: /proc files, which come from the kernel, and HdrHistogram interval logs, which
+//! kiln writes and never reads.
 
 use std::io::BufReader;
 
@@ -27,6 +26,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("jfr_json", jfr_json),
     ("hsperfdata", hsperfdata),
     ("runtime_dumps", runtime_dumps),
+    ("barrier", barrier),
 ];
 
 /// A response read by kiln's HTTP/1.1 reader as it comes off a socket, in pieces whose size
@@ -175,4 +175,19 @@ pub fn runtime_dumps(data: &[u8]) {
         let _ = kiln_runtime::go::parse_gctrace(line, 0.0);
     }
     let _ = kiln_runtime::pyspy::parse(text, 0, 0.0, false);
+}
+
+/// The HTTP barrier of sharded runs: a request to shard 0 from anyone who can reach it, and
+/// shard 0's answer as a shard reads it (the first byte picks which).
+pub fn barrier(data: &[u8]) {
+    use kiln_runner::http_barrier::{parse_answer, parse_request};
+    match data.split_first() {
+        Some((first, raw)) if first & 1 == 0 => {
+            let _ = parse_request(raw);
+        }
+        Some((_, raw)) => {
+            let _ = parse_answer(raw);
+        }
+        None => {}
+    }
 }

@@ -64,7 +64,7 @@ pub struct BarrierStart {
 
 /// What shard 0 answers.
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
-struct Answer {
+pub struct Answer {
     /// Shard 0's clock when it answered (µs since the epoch).
     now_unix_us: u64,
     ready: Vec<u32>,
@@ -428,20 +428,7 @@ impl HttpBarrier {
         let mut raw = Vec::new();
         stream.take(64 * 1024).read_to_end(&mut raw).map_err(io)?;
         let received = SystemTime::now();
-        let mut headers = [httparse::EMPTY_HEADER; 16];
-        let mut response = httparse::Response::new(&mut headers);
-        let body_at = match response.parse(&raw) {
-            Ok(httparse::Status::Complete(n)) => n,
-            _ => return Err(Asked::Unreachable("an incomplete answer".into())),
-        };
-        let body = String::from_utf8_lossy(&raw[body_at..]).into_owned();
-        match response.code {
-            Some(200) => {}
-            Some(400 | 401 | 404 | 409) => return Err(Asked::Refused(body)),
-            other => return Err(Asked::Unreachable(format!("status {other:?}"))),
-        }
-        let answer: Answer = serde_json::from_str(&body)
-            .map_err(|e| Asked::Refused(format!("an answer kiln cannot read: {e}")))?;
+        let answer = read_answer(&raw)?;
         let (t0, t1) = (unix_us(sent) as i64, unix_us(received) as i64);
         let offset = answer.now_unix_us as i64 - (t0 + t1) / 2;
         Ok((answer, t1 - t0, offset))
@@ -487,7 +474,8 @@ fn start_after_lead() -> u64 {
 }
 
 /// What shard 0 reads of a request.
-struct Request {
+#[derive(Debug)]
+pub struct Request {
     path: String,
     /// The `Authorization: Bearer` token, if one was sent.
     token: Option<String>,
@@ -520,26 +508,70 @@ fn read_request(stream: &mut TcpStream, deadline: Instant) -> std::io::Result<Op
             return Ok(None);
         }
         raw.extend_from_slice(&chunk[..n]);
-        let mut headers = [httparse::EMPTY_HEADER; 32];
-        let mut request = httparse::Request::new(&mut headers);
-        match request.parse(&raw) {
-            Ok(httparse::Status::Complete(_)) => {
-                let token = request
-                    .headers
-                    .iter()
-                    .find(|h| h.name.eq_ignore_ascii_case("authorization"))
-                    .and_then(|h| std::str::from_utf8(h.value).ok())
-                    .and_then(|v| v.strip_prefix("Bearer "))
-                    .map(str::to_string);
-                return Ok(request.path.map(|path| Request {
-                    path: path.to_string(),
-                    token,
-                }));
-            }
-            Ok(httparse::Status::Partial) if raw.len() < 8 * 1024 => {}
-            _ => return Ok(None),
+        match parse_request(&raw) {
+            RequestRead::Whole(request) => return Ok(request),
+            RequestRead::Partial => {}
+            RequestRead::Bad => return Ok(None),
         }
     }
+}
+
+/// What the bytes of a barrier request read so far make.
+#[derive(Debug)]
+pub enum RequestRead {
+    /// The head is in: its path and token (None: a request line without a path).
+    Whole(Option<Request>),
+    /// More bytes are needed (a head of up to 8 KiB is waited for).
+    Partial,
+    /// Not HTTP, or a head too long.
+    Bad,
+}
+
+/// Reads a barrier request's head: the request line's path and the bearer token. Bytes from a
+/// stranger (public for the fuzz target).
+pub fn parse_request(raw: &[u8]) -> RequestRead {
+    let mut headers = [httparse::EMPTY_HEADER; 32];
+    let mut request = httparse::Request::new(&mut headers);
+    match request.parse(raw) {
+        Ok(httparse::Status::Complete(_)) => {
+            let token = request
+                .headers
+                .iter()
+                .find(|h| h.name.eq_ignore_ascii_case("authorization"))
+                .and_then(|h| std::str::from_utf8(h.value).ok())
+                .and_then(|v| v.strip_prefix("Bearer "))
+                .map(str::to_string);
+            RequestRead::Whole(request.path.map(|path| Request {
+                path: path.to_string(),
+                token,
+            }))
+        }
+        Ok(httparse::Status::Partial) if raw.len() < 8 * 1024 => RequestRead::Partial,
+        _ => RequestRead::Bad,
+    }
+}
+
+/// Reads shard 0's answer to a shard: its status and JSON body (bytes from whoever listens
+/// at the barrier's address; public for the fuzz target). Err says why it is not one.
+pub fn parse_answer(raw: &[u8]) -> Result<Answer, String> {
+    read_answer(raw).map_err(|(Asked::Refused(why) | Asked::Unreachable(why))| why)
+}
+
+fn read_answer(raw: &[u8]) -> Result<Answer, Asked> {
+    let mut headers = [httparse::EMPTY_HEADER; 16];
+    let mut response = httparse::Response::new(&mut headers);
+    let body_at = match response.parse(raw) {
+        Ok(httparse::Status::Complete(n)) => n,
+        _ => return Err(Asked::Unreachable("an incomplete answer".into())),
+    };
+    let body = String::from_utf8_lossy(&raw[body_at..]).into_owned();
+    match response.code {
+        Some(200) => {}
+        Some(400 | 401 | 404 | 409) => return Err(Asked::Refused(body)),
+        other => return Err(Asked::Unreachable(format!("status {other:?}"))),
+    }
+    serde_json::from_str(&body)
+        .map_err(|e| Asked::Refused(format!("an answer kiln cannot read: {e}")))
 }
 
 #[cfg(test)]
