@@ -508,11 +508,67 @@ pub struct PerfScript {
     pub value: Option<String>,
 }
 
+/// The event of the first sample header (the first line that is not blank, a comment or a
+/// stack frame), read as inferno's collapser reads it: the text after the first all-digit
+/// word (the pid or pid/tid) up to the next colon ends with the event's name. The lines read
+/// to find it come back in front of the rest. None when that header names no event or none
+/// comes in the first [`MAX_HEAD`] bytes.
+fn first_event<R: std::io::BufRead>(mut reader: R) -> (Option<String>, impl std::io::BufRead) {
+    use std::io::{BufRead, Read};
+    let mut head = Vec::new();
+    let mut event = None;
+    while head.len() < MAX_HEAD {
+        let start = head.len();
+        let room = (MAX_HEAD - start) as u64;
+        match (&mut reader).take(room).read_until(b'\n', &mut head) {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+        let line = String::from_utf8_lossy(&head[start..]);
+        if !line.trim().is_empty() && !line.starts_with(['#', ' ', '\t']) {
+            event = event_of_header(&line);
+            break;
+        }
+    }
+    (event, std::io::Cursor::new(head).chain(reader))
+}
+
+/// How far [`first_event`] reads for the first sample header.
+const MAX_HEAD: usize = 1 << 20;
+
+/// A sample header's event (see [`first_event`]).
+fn event_of_header(header: &str) -> Option<String> {
+    // inferno's event_line_parts: the end of the first all-digit word (pid, or pid/tid)
+    let (mut all_digits, mut last_was_space) = (false, false);
+    let mut end = None;
+    for (i, c) in header.char_indices() {
+        if c == ' ' {
+            if all_digits && !last_was_space {
+                end = Some(i + 1);
+                break;
+            }
+            all_digits = true;
+        } else if !(c.is_ascii_digit() || c == '/') {
+            all_digits = false;
+        }
+        last_was_space = c == ' ';
+    }
+    let event = header[end?..].split(':').nth(1)?.rsplit(' ').next()?;
+    (!event.is_empty()).then(|| event.to_string())
+}
+
 /// Reads `perf script` text: stacks, window, samples and what the counts are.
 pub fn read_perf_script(reader: impl std::io::BufRead) -> Result<PerfScript, ProfileError> {
     let mut out = Vec::new();
+    // The collapser keeps the first sample's event and asserts (panics) when that sample's
+    // header names none (found by fuzzing): the event is read first, and named to it.
+    let (event, reader) = first_event(reader);
+    let mut options = collapse_options();
+    options.event_filter = Some(event.ok_or_else(|| {
+        ProfileError::Format("perf script text whose first sample names no event".into())
+    })?);
     let mut clock = SampleClock::new(reader);
-    Folder::from(collapse_options())
+    Folder::from(options)
         .collapse(&mut clock, &mut out)
         .map_err(|e| ProfileError::Format(format!("perf script text: {e}")))?;
     let window = clock.window();

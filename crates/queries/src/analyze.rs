@@ -150,14 +150,14 @@ pub fn union_ns(intervals: &mut [(u64, u64)]) -> u64 {
         current = match current {
             Some((cs, ce)) if s <= ce => Some((cs, ce.max(e))),
             Some((cs, ce)) => {
-                total += ce - cs;
+                total = ce.saturating_sub(cs).saturating_add(total);
                 Some((s, e))
             }
             None => Some((s, e)),
         };
     }
     if let Some((cs, ce)) = current {
-        total += ce - cs;
+        total = ce.saturating_sub(cs).saturating_add(total);
     }
     total
 }
@@ -757,10 +757,11 @@ fn request_findings(
             .map(|&c| (calls[c].start_ns, calls[c].end_ns))
             .collect();
         let time_ns = union_ns(&mut intervals);
+        // saturating: span times are an exporter's, untrusted (a fuzzed one overflowed)
         let sum_ns: u64 = group
             .iter()
-            .map(|&c| calls[c].end_ns - calls[c].start_ns)
-            .sum();
+            .map(|&c| calls[c].end_ns.saturating_sub(calls[c].start_ns))
+            .fold(0, u64::saturating_add);
         let share = time_ns as f64 / request_db_ns as f64;
         let n = group.len();
         let mut severity = match kind {
@@ -791,7 +792,7 @@ fn request_findings(
             site,
             structural: first.structural,
             no_app_frame: !first.structural && !first.has_app_frame(),
-            parallel: n > 1 && sum_ns > time_ns + time_ns / 2,
+            parallel: n > 1 && sum_ns > time_ns.saturating_add(time_ns / 2),
             evidence,
             fix,
         }
