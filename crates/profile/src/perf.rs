@@ -483,6 +483,115 @@ impl<R: std::io::BufRead> std::io::BufRead for SampleClock<R> {
     }
 }
 
+/// `perf script` text with every character past ASCII in a stack frame's line written as
+/// `\u{..}` (a byte that is no UTF-8 as `\x..`). inferno's collapser cuts Rust symbols at a
+/// byte offset and panics when a wider character straddles it (found by fuzzing); written
+/// out, the name stays readable and whole. Header lines pass as they are.
+struct AsciiFrames<R> {
+    inner: R,
+    out: Vec<u8>,
+    at: usize,
+    /// At a line's start: its kind is not known yet.
+    line_start: bool,
+    in_frame: bool,
+    /// The bytes of a character cut at the end of the last chunk.
+    pending: Vec<u8>,
+}
+
+impl<R: std::io::BufRead> AsciiFrames<R> {
+    fn new(inner: R) -> Self {
+        Self {
+            inner,
+            out: Vec::new(),
+            at: 0,
+            line_start: true,
+            in_frame: false,
+            pending: Vec::new(),
+        }
+    }
+
+    fn convert(&mut self, chunk: &[u8]) {
+        let mut bytes = std::mem::take(&mut self.pending);
+        bytes.extend_from_slice(chunk);
+        let mut i = 0;
+        while i < bytes.len() {
+            let b = bytes[i];
+            if self.line_start {
+                self.in_frame = b == b' ' || b == b'\t';
+                self.line_start = false;
+            }
+            if b == b'\n' {
+                self.line_start = true;
+            }
+            if b < 0x80 || !self.in_frame {
+                self.out.push(b);
+                i += 1;
+                continue;
+            }
+            let width = match b {
+                0xC0..=0xDF => 2,
+                0xE0..=0xEF => 3,
+                0xF0..=0xF7 => 4,
+                _ => 1,
+            };
+            if i + width > bytes.len() {
+                // the rest of the character comes with the next chunk
+                self.pending = bytes[i..].to_vec();
+                return;
+            }
+            match std::str::from_utf8(&bytes[i..i + width]) {
+                Ok(c) => {
+                    for c in c.chars() {
+                        self.out
+                            .extend_from_slice(format!("\\u{{{:x}}}", c as u32).as_bytes());
+                    }
+                    i += width;
+                }
+                Err(_) => {
+                    self.out.extend_from_slice(format!("\\x{b:02x}").as_bytes());
+                    i += 1;
+                }
+            }
+        }
+    }
+}
+
+impl<R: std::io::BufRead> std::io::Read for AsciiFrames<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        use std::io::BufRead;
+        let available = self.fill_buf()?;
+        let n = available.len().min(buf.len());
+        buf[..n].copy_from_slice(&available[..n]);
+        self.consume(n);
+        Ok(n)
+    }
+}
+
+impl<R: std::io::BufRead> std::io::BufRead for AsciiFrames<R> {
+    fn fill_buf(&mut self) -> std::io::Result<&[u8]> {
+        while self.at == self.out.len() {
+            self.out.clear();
+            self.at = 0;
+            let chunk = self.inner.fill_buf()?.to_vec();
+            if chunk.is_empty() {
+                // a character cut by the end of the text: its bytes, written out
+                let rest = std::mem::take(&mut self.pending);
+                for b in rest {
+                    self.out.extend_from_slice(format!("\\x{b:02x}").as_bytes());
+                }
+                break;
+            }
+            self.inner.consume(chunk.len());
+            self.convert(&chunk);
+        }
+        Ok(&self.out[self.at..])
+    }
+
+    fn consume(&mut self, amt: usize) {
+        self.at = (self.at + amt).min(self.out.len());
+    }
+}
+
 /// Collapses `perf script` text (from kiln's own run or a file made elsewhere).
 pub fn collapse_perf_script(reader: impl std::io::BufRead) -> Result<Folded, ProfileError> {
     Ok(read_perf_script(reader)?.folded)
@@ -562,7 +671,7 @@ pub fn read_perf_script(reader: impl std::io::BufRead) -> Result<PerfScript, Pro
     let mut out = Vec::new();
     // The collapser keeps the first sample's event and asserts (panics) when that sample's
     // header names none (found by fuzzing): the event is read first, and named to it.
-    let (event, reader) = first_event(reader);
+    let (event, reader) = first_event(AsciiFrames::new(reader));
     let mut options = collapse_options();
     options.event_filter = Some(event.ok_or_else(|| {
         ProfileError::Format("perf script text whose first sample names no event".into())
@@ -642,6 +751,32 @@ burn 1234/1234 [001]  100.010000: cpu-clock:
         let (folded, window) = collapse_perf_script_timed(reader).unwrap();
         assert!((window.unwrap() - 0.01).abs() < 1e-9, "{window:?}");
         assert_eq!(folded.total(), 2);
+    }
+
+    /// A symbol with a character past ASCII where inferno cuts a Rust hash off (17 bytes from
+    /// its end) panicked the collapser (found by fuzzing); it is written out instead, in
+    /// pieces of any size, and a byte that is no UTF-8 too.
+    #[test]
+    fn symbols_past_ascii_are_written_out_not_panicked_on() {
+        let script = "app 1/1 1.0: cpu-clock:\n\t    55d0c0a01200 aaaa\u{e9}0123456789abcdef+0x20 (/usr/bin/app)\n\n";
+        for capacity in [1, 3, 7, 4096] {
+            let reader = std::io::BufReader::with_capacity(capacity, script.as_bytes());
+            let folded = collapse_perf_script(reader).unwrap();
+            assert_eq!(
+                folded.to_text(),
+                "app;aaaa\\u{e9}0123456789abcdef 1\n",
+                "{capacity}"
+            );
+        }
+        let mut bad = script.as_bytes().to_vec();
+        let at = bad.iter().position(|&b| b == 0xC3).unwrap();
+        bad[at] = 0xFF;
+        let folded = collapse_perf_script(&bad[..]).unwrap();
+        assert!(
+            folded.to_text().starts_with("app;aaaa\\xff\\xa9"),
+            "{}",
+            folded.to_text()
+        );
     }
 
     #[test]
