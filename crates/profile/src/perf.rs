@@ -483,10 +483,10 @@ impl<R: std::io::BufRead> std::io::BufRead for SampleClock<R> {
     }
 }
 
-/// `perf script` text with every character past ASCII in a stack frame's line written as
-/// `\u{..}` (a byte that is no UTF-8 as `\x..`). inferno's collapser cuts Rust symbols at a
-/// byte offset and panics when a wider character straddles it (found by fuzzing); written
-/// out, the name stays readable and whole. Header lines pass as they are.
+/// `perf script` text with every character past ASCII written as `\u{..}` (a byte that is
+/// no UTF-8 as `\x..`), but in comments. inferno's collapser cuts Rust symbols at a byte
+/// offset and panics when a wider character straddles it (found by fuzzing, in frame lines
+/// and in a header's one-frame stack); written out, a name stays readable and whole.
 struct AsciiFrames<R> {
     inner: R,
     out: Vec<u8>,
@@ -517,7 +517,8 @@ impl<R: std::io::BufRead> AsciiFrames<R> {
         while i < bytes.len() {
             let b = bytes[i];
             if self.line_start {
-                self.in_frame = b == b' ' || b == b'\t';
+                // a header line may hold a frame too (a one-frame stack), and its command
+                self.in_frame = b != b'#';
                 self.line_start = false;
             }
             if b == b'\n' {

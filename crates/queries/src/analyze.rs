@@ -804,7 +804,7 @@ fn request_findings(
         let where_ = where_text(first, index);
         // slow calls, whatever the group
         for &c in &group {
-            let ms = (calls[c].end_ns - calls[c].start_ns) as f64 / 1e6;
+            let ms = calls[c].end_ns.saturating_sub(calls[c].start_ns) as f64 / 1e6;
             if ms >= options.slow_ms
                 && matches!(
                     fp.class,
@@ -1042,7 +1042,7 @@ fn summarize_findings(findings: Vec<Finding>) -> Vec<FindingSummary> {
                 .map(|f| f.severity)
                 .max()
                 .unwrap_or(Severity::Low);
-            let time_total_ns = list.iter().map(|f| f.time_ns).sum();
+            let time_total_ns = list.iter().map(|f| f.time_ns).fold(0, u64::saturating_add);
             let mut example = list[0].clone();
             example.severity = severity;
             FindingSummary {
@@ -1096,7 +1096,8 @@ fn summarize_routes(
                         time_ns: 0,
                     });
                     entry.calls += 1;
-                    entry.time_ns += calls[c].end_ns - calls[c].start_ns;
+                    let took = calls[c].end_ns.saturating_sub(calls[c].start_ns);
+                    entry.time_ns = entry.time_ns.saturating_add(took);
                 }
             }
             let mut top: Vec<FingerprintUse> = uses.into_values().collect();

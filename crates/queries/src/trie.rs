@@ -79,7 +79,8 @@ impl StackTrie {
     fn add_n(&mut self, path: &[&str], calls: u64, time_ns: u64) {
         let mut node = 0;
         self.nodes[0].calls += calls;
-        self.nodes[0].time_ns += time_ns;
+        // saturating: span times are an exporter's, untrusted
+        self.nodes[0].time_ns = self.nodes[0].time_ns.saturating_add(time_ns);
         for &name in path {
             let next = match self.nodes[node].children.get(name) {
                 Some(&n) => n,
@@ -96,7 +97,7 @@ impl StackTrie {
                 }
             };
             self.nodes[next].calls += calls;
-            self.nodes[next].time_ns += time_ns;
+            self.nodes[next].time_ns = self.nodes[next].time_ns.saturating_add(time_ns);
             node = next;
         }
     }
@@ -201,7 +202,9 @@ impl StackTrie {
             path.push(&n.name);
         }
         let child_calls: u64 = n.children.values().map(|&c| self.nodes[c].calls).sum();
-        let child_time: u64 = n.children.values().map(|&c| self.nodes[c].time_ns).sum();
+        let child_time: u64 = (n.children.values())
+            .map(|&c| self.nodes[c].time_ns)
+            .fold(0, u64::saturating_add);
         if node != 0 {
             calls.add(path, n.calls.saturating_sub(child_calls));
             time.add(path, n.time_ns.saturating_sub(child_time) / 1000);
