@@ -10,4 +10,4 @@ python3 scripts/module-cycles.py
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo test --workspace --locked --lib --bins \
   --test check --test har --test analysis --test fingerprint_golden --test readers_fuzz \
-  --test statistics --test records_of_v1 --test many_shards
+  --test statistics --test records_of_v1 --test many_shards --test corpus
