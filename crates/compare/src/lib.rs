@@ -20,7 +20,7 @@ use std::collections::BTreeSet;
 use kiln_findings::Report;
 use kiln_record::schema::plan::{LoadPlanRecord, PlanRecord};
 use kiln_record::schema::queries::RouteSummary;
-use kiln_record::{RunDir, RunStatus};
+use kiln_record::{Run, RunStatus};
 use serde::Serialize;
 
 use bootstrap::{block_seconds, Estimate, Grid, GridSide, Resampler};
@@ -234,8 +234,8 @@ const THROUGHPUT_BAND: f64 = 0.02;
 /// Error rates are compared in percentage points.
 const ERROR_BAND_POINTS: f64 = 0.1;
 
-/// Compares two run directories.
-pub fn compare(base: &RunDir, new: &RunDir, options: &Options) -> Result<Comparison, CompareError> {
+/// Compares two runs.
+pub fn compare(base: &Run, new: &Run, options: &Options) -> Result<Comparison, CompareError> {
     let base_side = Side::read(base);
     let new_side = Side::read(new);
     for (label, side) in [("BASE", &base_side), ("NEW", &new_side)] {

@@ -2,7 +2,7 @@
 //! second's latency histogram kept as its recorded buckets (what the bootstrap resamples).
 
 use kiln_findings::RunRecord;
-use kiln_record::{LoadRecordLine, RunDir, SecondRecord, LOAD_SECONDS_PART};
+use kiln_record::{Run, SecondRecord};
 
 /// One measured second: its latency buckets (the histogram's highest equivalent value of
 /// each bucket, in microseconds, with its count), requests and failures.
@@ -58,9 +58,9 @@ pub struct Side {
 }
 
 impl Side {
-    pub fn read(dir: &RunDir) -> Self {
-        let record = RunRecord::read(dir);
-        let mut problems = record.problems.clone();
+    pub fn read(run: &Run) -> Self {
+        let record = RunRecord::of(run);
+        let problems = record.problems.clone();
         let mut repeats: Vec<Repeat> = record
             .phases
             .iter()
@@ -70,23 +70,11 @@ impl Side {
                 seconds: Vec::new(),
             })
             .collect();
-        match dir.json_lines::<LoadRecordLine>(LOAD_SECONDS_PART) {
-            Ok(lines) => {
-                for line in lines {
-                    match line {
-                        Ok(LoadRecordLine::Second(s)) => {
-                            if let Some(r) = repeats.iter_mut().find(|r| r.phase == s.phase) {
-                                r.seconds.push(Second::of(&s));
-                            }
-                        }
-                        Ok(LoadRecordLine::PhaseEnd(_)) => {}
-                        // the record's reader has said this already
-                        Err(_) => break,
-                    }
-                }
+        run.each_second(|s| {
+            if let Some(r) = repeats.iter_mut().find(|r| r.phase == s.phase) {
+                r.seconds.push(Second::of(s));
             }
-            Err(e) => problems.push(e.to_string()),
-        }
+        });
         repeats.retain(|r| !r.seconds.is_empty());
         for r in &mut repeats {
             let several = r.seconds.len() > 1;
@@ -95,7 +83,7 @@ impl Side {
             }
         }
         Self {
-            dir: dir.path().display().to_string(),
+            dir: run.path().display().to_string(),
             record,
             repeats,
             problems,

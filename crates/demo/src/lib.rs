@@ -16,7 +16,7 @@ use anyhow::{bail, Context, Result};
 use kiln_demo_shop::Problem;
 use kiln_load::{Arrivals, LoadPlan, Model, PhaseSpec, RateStage, StopSignal, Target};
 use kiln_record::text::{safe_text, us};
-use kiln_record::{RunDir, RunLocation};
+use kiln_record::{Run, RunLocation};
 use kiln_runner::{execute, OtlpSpec, QuerySettings, RunOutcome, RunSpec};
 use kiln_runtime::watch::Depth;
 use kiln_terminal::LiveOutput;
@@ -258,13 +258,10 @@ pub fn run(args: &DemoOptions, stop: &StopSignal) -> Result<Option<Value>> {
         eprintln!("kiln demo: interrupted; the run above is recorded");
         return Ok(None);
     };
-    let (planted_dir, fixed_dir) = (
-        RunDir::open(planted.dir.path())?,
-        RunDir::open(fixed.dir.path())?,
-    );
-    let comparison = kiln_compare::compare(&planted_dir, &fixed_dir, &Default::default())?;
+    let (planted_run, fixed_run) = (Run::open(planted.dir.path())?, Run::open(fixed.dir.path())?);
+    let comparison = kiln_compare::compare(&planted_run, &fixed_run, &Default::default())?;
     let compare_page = fixed.dir.path().join("compare.html");
-    let page = kiln_report::render_compare(&planted_dir, &fixed_dir, &comparison);
+    let page = kiln_report::render_compare(&planted_run, &fixed_run, &comparison);
     std::fs::write(&compare_page, page)
         .with_context(|| format!("cannot write {}", compare_page.display()))?;
 

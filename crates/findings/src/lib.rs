@@ -18,7 +18,7 @@ pub use record::RunRecord;
 pub use text::{symptoms_text, to_text, UnjudgedLines};
 
 use kiln_record::parts::FINDINGS_PART;
-use kiln_record::{RecordError, RunDir};
+use kiln_record::{RecordError, Run, RunDir};
 
 /// The version of `findings.json`. 2: a finding names the frame it cites in a flame graph
 /// (`flame`); a record of version 1 is judged again.
@@ -251,9 +251,9 @@ fn rank(findings: &mut [Finding]) {
     });
 }
 
-/// Reads the record in `dir` and judges it.
-pub fn judge_dir(dir: &RunDir) -> Report {
-    judge(&RunRecord::read(dir))
+/// Judges the run as read.
+pub fn judge_run(run: &Run) -> Report {
+    judge(&RunRecord::of(run))
 }
 
 /// Writes `findings.json` into the run directory.
@@ -271,23 +271,22 @@ pub fn write(dir: &mut RunDir, report: &Report) -> Result<std::path::PathBuf, Re
 }
 
 /// The findings a run recorded, when it recorded them in a version this kiln reads.
-pub fn read(dir: &RunDir) -> Result<Option<Report>, RecordError> {
-    let report: Option<Report> = dir.read_json_part(FINDINGS_PART)?;
-    Ok(report
-        .filter(|r| r.version == FINDINGS_VERSION)
-        .map(|mut r| {
-            // recorded before findings said whose evidence they rest on
-            for f in &mut r.findings {
-                f.about = About::of_rule(&f.rule);
-            }
-            r
-        }))
+pub fn recorded(run: &Run) -> Option<Report> {
+    let report = run.part::<Report>(FINDINGS_PART)?;
+    (report.version == FINDINGS_VERSION).then(|| {
+        let mut report = Report::clone(&report);
+        // recorded before findings said whose evidence they rest on
+        for f in &mut report.findings {
+            f.about = About::of_rule(&f.rule);
+        }
+        report
+    })
 }
 
 /// The findings a run recorded; judged now when it recorded none this kiln reads (an older
 /// kiln, a run killed before the end, a damaged findings.json).
-pub fn recorded_or_judged(dir: &RunDir) -> Report {
-    read(dir).ok().flatten().unwrap_or_else(|| judge_dir(dir))
+pub fn recorded_or_judged(run: &Run) -> Report {
+    recorded(run).unwrap_or_else(|| judge_run(run))
 }
 
 /// A stable id for one problem of a rule: the rule, and a short hash of what tells this

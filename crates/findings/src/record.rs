@@ -1,15 +1,16 @@
-//! What the rules read: one run record, loaded from its directory part by part. A part that
-//! is missing leaves its field empty (the rules that need it say they cannot judge); a part
-//! that cannot be read is named in `problems` and the rest is still judged.
+//! What the rules read: one run record as they see it, made from the run as read
+//! ([`kiln_record::Run`], which reads each part once for every reader). A part that is missing
+//! leaves its field empty (the rules that need it say they cannot judge); a part that cannot
+//! be read is named in `problems` and the rest is still judged.
+
+use std::sync::Arc;
 
 use kiln_hedge::SecondCounts;
 use kiln_profile::Folded;
 use kiln_record::parts::{ProfileParts, ALLOC, OFF_CPU, ON_CPU, QUERIES_PART};
 use kiln_record::schema::profile::{Event, ProfileRecord};
 use kiln_record::schema::queries::QueriesRecord;
-use kiln_record::{
-    LoadRecordLine, PhaseSummary, RunDir, RunManifest, RunStatus, SecondRecord, LOAD_SECONDS_PART,
-};
+use kiln_record::{PhaseSummary, Run, RunManifest, RunStatus};
 use kiln_runtime::summary::{during, summarize_within, RuntimeSummary};
 use kiln_runtime::{RuntimeInfo, RuntimeSecond, RUNTIME_PART, RUNTIME_SECONDS_PART};
 use kiln_sample::{
@@ -18,40 +19,7 @@ use kiln_sample::{
 
 use crate::Window;
 
-/// One measured second of load, reduced to what the rules look at (a long run's seconds
-/// with their histograms would not all fit in memory at once).
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct LoadPoint {
-    /// The end of the second, ms since the Unix epoch.
-    pub unix_ms: u64,
-    pub requests: u64,
-    pub failed: u64,
-    pub p50_us: u64,
-    pub p99_us: u64,
-    pub max_us: u64,
-    pub scheduled: u64,
-    pub sent: u64,
-    pub send_lag_max_us: u64,
-    /// What the wire showed this second (connections opened, responses in two parts).
-    pub wire: kiln_record::wire::WireSecond,
-}
-
-impl LoadPoint {
-    pub fn of(s: &SecondRecord) -> Self {
-        Self {
-            unix_ms: s.unix_ms,
-            requests: s.requests,
-            failed: s.failed(),
-            p50_us: s.latency.quantile_us(0.5),
-            p99_us: s.latency.quantile_us(0.99),
-            max_us: s.latency.max_us(),
-            scheduled: s.scheduled,
-            sent: s.sent,
-            send_lag_max_us: s.send_lag_max_us,
-            wire: s.wire.clone(),
-        }
-    }
-}
+pub use kiln_record::LoadPoint;
 
 /// The profile of the run: its collapsed stacks and `profile.json`.
 #[derive(Clone, Debug)]
@@ -116,13 +84,7 @@ impl RunRecord {
     /// `missing` and the flag that would record it ("the run was not profiled (add
     /// --profile)").
     pub fn not_recorded(&self, flag: &str, missing: &str) -> String {
-        match self.manifest.not_recorded.get(flag) {
-            Some(why) => format!(
-                "{flag} was given and recorded nothing: {}",
-                kiln_record::text::safe_text(why)
-            ),
-            None => format!("{missing} (add {flag})"),
-        }
+        self.manifest.why_not_recorded(flag, missing)
     }
 
     /// A record with nothing in it but its manifest (for building records in tests).
@@ -147,37 +109,18 @@ impl RunRecord {
         }
     }
 
-    /// Reads every part the rules use; what cannot be read is said in `problems`.
-    pub fn read(dir: &RunDir) -> Self {
-        let mut record = Self::empty(dir.manifest.clone());
-        record.status = dir.effective_status();
-        record.read_load(dir);
+    /// The record of `run` as the rules see it; what cannot be read is said in `problems`.
+    pub fn of(run: &Run) -> Self {
+        let mut record = Self::empty(run.manifest().clone());
+        record.status = run.status;
+        record.phases = run.phases.clone();
+        record.seconds = run.seconds.clone();
         let window = record.window();
-        match dir.json_lines::<ResourceSecond>(RESOURCES_PART) {
-            Ok(lines) => {
-                for line in lines {
-                    match line {
-                        Ok(s) if window.is_none_or(|w| overlaps(&s, w)) => record.resources.push(s),
-                        Ok(_) => {}
-                        Err(e) => {
-                            record.problems.push(e.to_string());
-                            break;
-                        }
-                    }
-                }
-            }
-            Err(e) => record.problems.push(e.to_string()),
-        }
-        match dir.read_json_lines::<NoiseSecond>(NOISE_PART) {
-            Ok(seconds) => {
-                let span = PhaseSummary::measured_span(&record.phases);
-                record.noise = kiln_record::Span::keep(span, &seconds, |s| s.unix_ms);
-            }
-            Err(e) => record.problems.push(e.to_string()),
-        }
-        record.profile = record.read_profile(dir, ON_CPU);
-        record.off_cpu = record.read_profile(dir, OFF_CPU);
-        record.alloc = record.json_part(dir, ALLOC.summary.0);
+        record.resources = run.lines_measured(RESOURCES_PART, |s: &ResourceSecond| s.unix_ms);
+        record.noise = run.lines_measured(NOISE_PART, |s: &NoiseSecond| s.unix_ms);
+        record.profile = read_profile(run, ON_CPU);
+        record.off_cpu = read_profile(run, OFF_CPU);
+        record.alloc = run.part(ALLOC.summary.0).map(owned);
         // `kiln profile --event cswitch` wrote its switches as the profile before they had
         // parts of their own: they are not where the CPU went
         if record.off_cpu.is_none()
@@ -188,23 +131,34 @@ impl RunRecord {
         {
             record.off_cpu = record.profile.take();
         }
-        record.queries = record.json_part(dir, QUERIES_PART);
-        record.doctor = record.json_part(dir, DOCTOR_PART);
-        record.read_runtime(dir, window);
+        record.queries = run.part(QUERIES_PART).map(owned);
+        record.doctor = run.part(DOCTOR_PART).map(owned);
+        record.read_runtime(run, window);
+        if let Some(total) = record.measured() {
+            let p95 = total.totals.latency.quantile_us(0.95);
+            let p99 = total.totals.latency.quantile_us(0.99);
+            // one more pass for both: the tail's spread and where the requests above p99 lie
+            let (tail, above) = run
+                .each_measured_second(|s| {
+                    (
+                        SecondCounts::of(s, p95),
+                        (s.unix_ms, s.latency.count_above(p99)),
+                    )
+                })
+                .into_iter()
+                .unzip();
+            record.tail = Some((p95, tail));
+            record.above_p99 = above;
+        }
+        record.problems = run.problems();
         record
     }
 
-    fn read_runtime(&mut self, dir: &RunDir, window: Option<Window>) {
-        let Some(info) = self.json_part::<RuntimeInfo>(dir, RUNTIME_PART) else {
+    fn read_runtime(&mut self, run: &Run, window: Option<Window>) {
+        let Some(info) = run.part::<RuntimeInfo>(RUNTIME_PART) else {
             return;
         };
-        let seconds: Vec<RuntimeSecond> = match dir.read_json_lines(RUNTIME_SECONDS_PART) {
-            Ok(seconds) => seconds,
-            Err(e) => {
-                self.problems.push(e.to_string());
-                Vec::new()
-            }
-        };
+        let seconds = run.lines::<RuntimeSecond>(RUNTIME_SECONDS_PART);
         // the seconds as the end summary takes them: from the first measured second's end
         let ends = window.map(|w| (w.from_unix_ms + 1000, w.to_unix_ms));
         self.runtime_seconds = during(&seconds, ends).into_iter().cloned().collect();
@@ -216,70 +170,6 @@ impl RunRecord {
         );
         add_thread_roles(&mut summary, &self.resources);
         self.runtime = Some(summary);
-    }
-
-    fn read_load(&mut self, dir: &RunDir) {
-        let lines = match dir.json_lines::<LoadRecordLine>(LOAD_SECONDS_PART) {
-            Ok(lines) => lines,
-            Err(e) => return self.problems.push(e.to_string()),
-        };
-        // Which phases are measured is known from each second's phase name until its end
-        // line says otherwise; the points of a phase later found unmeasured are dropped.
-        let mut points: Vec<(String, LoadPoint)> = Vec::new();
-        for line in lines {
-            match line {
-                Ok(line) => {
-                    if let LoadRecordLine::Second(s) = &line {
-                        points.push((s.phase.clone(), LoadPoint::of(s)));
-                    }
-                    PhaseSummary::add_line(&mut self.phases, &line);
-                }
-                Err(e) => {
-                    self.problems.push(e.to_string());
-                    break;
-                }
-            }
-        }
-        let measured = PhaseSummary::measured_names(&self.phases);
-        self.seconds = points
-            .into_iter()
-            .filter(|(phase, _)| measured.contains(&phase.as_str()))
-            .map(|(_, p)| p)
-            .collect();
-        if let Some(total) = self.measured() {
-            let p95 = total.totals.latency.quantile_us(0.95);
-            let p99 = total.totals.latency.quantile_us(0.99);
-            // one more pass for both: the tail's spread and where the requests above p99 lie
-            let (tail, above) = self
-                .each_measured_second(dir, |s| {
-                    (tail_counts(s, p95), (s.unix_ms, s.latency.count_above(p99)))
-                })
-                .into_iter()
-                .unzip();
-            self.tail = Some((p95, tail));
-            self.above_p99 = above;
-        }
-    }
-
-    /// Each measured second's responses and how many were slower than `delay_us`: a second
-    /// pass over the load's seconds (their histograms are not kept in memory).
-    pub fn slow_seconds(&self, dir: &RunDir, delay_us: u64) -> Vec<SecondCounts> {
-        self.each_measured_second(dir, |s| tail_counts(s, delay_us))
-    }
-
-    /// `f` of each measured second of the load, read again from the record.
-    fn each_measured_second<T>(&self, dir: &RunDir, f: impl Fn(&SecondRecord) -> T) -> Vec<T> {
-        let measured = PhaseSummary::measured_names(&self.phases);
-        let Ok(lines) = dir.json_lines::<LoadRecordLine>(LOAD_SECONDS_PART) else {
-            return Vec::new();
-        };
-        lines
-            .map_while(Result::ok)
-            .filter_map(|line| match line {
-                LoadRecordLine::Second(s) if measured.contains(&s.phase.as_str()) => Some(f(&s)),
-                _ => None,
-            })
-            .collect()
     }
 
     /// The target's CPU (user and system seconds) in each sampled second, with the requests
@@ -313,32 +203,6 @@ impl RunRecord {
             .collect()
     }
 
-    fn read_profile(&mut self, dir: &RunDir, parts: ProfileParts) -> Option<Profile> {
-        let record = self.json_part(dir, parts.summary.0)?;
-        let (path, bytes) = match dir.read_part(parts.folded.0) {
-            Ok(Some(found)) => found,
-            Ok(None) => return None,
-            Err(e) => {
-                self.problems.push(e.to_string());
-                return None;
-            }
-        };
-        match Folded::parse(&String::from_utf8_lossy(&bytes)) {
-            Ok((folded, _)) => Some(Profile { folded, record }),
-            Err(e) => {
-                self.problems.push(format!("{}: {e}", path.display()));
-                None
-            }
-        }
-    }
-
-    fn json_part<T: serde::de::DeserializeOwned>(&mut self, dir: &RunDir, kind: &str) -> Option<T> {
-        dir.read_json_part(kind).unwrap_or_else(|e| {
-            self.problems.push(e.to_string());
-            None
-        })
-    }
-
     /// The measured phases merged.
     pub fn measured(&self) -> Option<PhaseSummary> {
         PhaseSummary::measured_total(&self.phases)
@@ -346,16 +210,7 @@ impl RunRecord {
 
     /// Cores kiln itself used over the measured phases (its own CPU over their duration).
     pub fn kiln_cores(&self) -> Option<f64> {
-        let total = self.measured()?;
-        let cpu_s: f64 = self
-            .phases
-            .iter()
-            .filter(|p| p.measured)
-            .filter_map(|p| p.end.as_ref())
-            .map(|e| (e.kiln_cpu_user_us as f64 + e.kiln_cpu_system_us as f64) / 1e6)
-            .sum();
-        let duration_s = total.duration_secs();
-        (duration_s > 0.0).then(|| cpu_s / duration_s)
+        PhaseSummary::kiln_cores(&self.phases)
     }
 
     /// The measured load's wall-clock window.
@@ -386,24 +241,19 @@ impl RunRecord {
     }
 }
 
-/// A sample covers the second before its time; it belongs to the window when that second
-/// overlaps it by more than half.
-/// A second's responses and how many were slower than `delay_us`; a hedged run's own view
-/// without hedging: its first copies.
-fn tail_counts(s: &SecondRecord, delay_us: u64) -> SecondCounts {
-    let latency = s.hedge.as_ref().map_or(&s.latency, |h| &h.first_copy);
-    SecondCounts {
-        requests: latency.count(),
-        slow: latency.count_above(delay_us),
-    }
+/// The run's profile recorded in `parts`: its summary and its collapsed stacks.
+fn read_profile(run: &Run, parts: ProfileParts) -> Option<Profile> {
+    let record = run.part::<ProfileRecord>(parts.summary.0)?;
+    let folded = run.parsed(parts.folded.0, Folded::of_part).ok()??;
+    Some(Profile {
+        folded: owned(folded),
+        record: owned(record),
+    })
 }
 
-fn overlaps(s: &ResourceSecond, w: Window) -> bool {
-    kiln_record::Span {
-        from_unix_ms: w.from_unix_ms,
-        to_unix_ms: w.to_unix_ms,
-    }
-    .holds_second(s.unix_ms)
+/// A part as the rules keep it: their own copy (the run keeps its own for other readers).
+fn owned<T: Clone>(part: Arc<T>) -> T {
+    T::clone(&part)
 }
 
 /// A JVM's runtime summary gets its threads' CPU by role (compilers, GC, ...) over the

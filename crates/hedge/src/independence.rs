@@ -14,6 +14,24 @@ pub struct SecondCounts {
     pub slow: u64,
 }
 
+impl SecondCounts {
+    /// A second's responses and how many were slower than `delay_us`; a hedged run's own
+    /// view without hedging: its first copies.
+    pub fn of(s: &kiln_record::SecondRecord, delay_us: u64) -> Self {
+        let latency = s.hedge.as_ref().map_or(&s.latency, |h| &h.first_copy);
+        Self {
+            requests: latency.count(),
+            slow: latency.count_above(delay_us),
+        }
+    }
+
+    /// Each measured second of `run` with its requests slower than `delay_us`: a pass over
+    /// the load's seconds (their histograms are not kept in memory).
+    pub fn of_run(run: &kiln_record::Run, delay_us: u64) -> Vec<Self> {
+        run.each_measured_second(|s| Self::of(s, delay_us))
+    }
+}
+
 /// How the slow requests spread over the seconds.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Independence {

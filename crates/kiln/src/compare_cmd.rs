@@ -3,12 +3,13 @@
 use anyhow::Result;
 
 use crate::cli::CompareArgs;
-use crate::comparison::{compare, exit_code, write_page};
+use crate::comparison::{compare, exit_code, open, write_page};
 
 pub fn run(args: CompareArgs) -> Result<u8> {
-    let comparison = compare(&args.base, &args.new, &args.method)?;
+    let (base, new) = open(&args.base, &args.new)?;
+    let comparison = compare(&base, &new, &args.method)?;
     if let Some(file) = &args.html {
-        write_page(&args.base, &args.new, &comparison, file)?;
+        write_page(&base, &new, &comparison, file)?;
         eprintln!(
             "kiln: the comparison's page: {}",
             crate::format::safe_text(&file.display().to_string())

@@ -5,36 +5,39 @@ use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 use kiln_compare::{Comparison, Options, Verdict};
-use kiln_record::RunDir;
+use kiln_record::Run;
 
 use crate::cli::CompareMethod;
 use crate::exit::EXIT_THRESHOLDS_FAILED;
 
-/// Reads both runs and compares them (for `kiln compare` and `kiln run --compare`).
-pub fn compare(base: &Path, new: &Path, method: &CompareMethod) -> Result<Comparison> {
+/// Opens both runs: each is read once for the comparison, its findings and its page.
+pub fn open(base: &Path, new: &Path) -> Result<(Run, Run)> {
+    let open = |label: &str, path: &Path| {
+        Run::open(path)
+            .with_context(|| format!("cannot read the {label} run in {}", path.display()))
+    };
+    Ok((open("BASE", base)?, open("NEW", new)?))
+}
+
+/// Compares two runs (for `kiln compare` and `kiln run --compare`).
+pub fn compare(base: &Run, new: &Run, method: &CompareMethod) -> Result<Comparison> {
     if !(0.5..=0.999).contains(&method.confidence) {
         bail!(
             "--confidence is out of range: {} (0.5 to 0.999)",
             method.confidence
         );
     }
-    let open = |label: &str, path: &Path| {
-        RunDir::open(path)
-            .with_context(|| format!("cannot read the {label} run in {}", path.display()))
-    };
-    let (base_dir, new_dir) = (open("BASE", base)?, open("NEW", new)?);
     let options = Options {
         resamples: method.resamples,
         seed: method.seed,
         confidence: method.confidence,
     };
-    Ok(kiln_compare::compare(&base_dir, &new_dir, &options)?)
+    Ok(kiln_compare::compare(base, new, &options)?)
 }
 
-/// The comparison's page (for `kiln compare --html` and the demo).
-pub fn write_page(base: &Path, new: &Path, comparison: &Comparison, file: &Path) -> Result<()> {
-    let (base, new) = (RunDir::open(base)?, RunDir::open(new)?);
-    std::fs::write(file, kiln_report::render_compare(&base, &new, comparison))
+/// The comparison's page (for `kiln compare --html`).
+pub fn write_page(base: &Run, new: &Run, comparison: &Comparison, file: &Path) -> Result<()> {
+    std::fs::write(file, kiln_report::render_compare(base, new, comparison))
         .with_context(|| format!("cannot write {}", file.display()))
 }
 

@@ -1,18 +1,18 @@
 //! `kiln findings RUN_DIR`: what is wrong in a recorded run, ranked, from the record alone.
 
 use anyhow::{Context, Result};
-use kiln_record::RunDir;
+use kiln_record::Run;
 
 use crate::cli::FindingsArgs;
 use crate::exit::EXIT_THRESHOLDS_FAILED;
 
 pub fn run(args: FindingsArgs) -> Result<u8> {
-    let dir = RunDir::open(&args.run_dir)
+    let run = Run::open(&args.run_dir)
         .with_context(|| format!("cannot read the run in {}", args.run_dir.display()))?;
     let report = if args.rejudge {
-        kiln_findings::judge_dir(&dir)
+        kiln_findings::judge_run(&run)
     } else {
-        kiln_findings::recorded_or_judged(&dir)
+        kiln_findings::recorded_or_judged(&run)
     };
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&report)?);

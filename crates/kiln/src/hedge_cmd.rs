@@ -1,17 +1,15 @@
 //! `kiln hedge RUN_DIR`: what hedged requests would do to a recorded run's latency.
 
 use anyhow::{bail, Context, Result};
-use kiln_findings::RunRecord;
 use kiln_hedge::{Independence, Report};
-use kiln_record::RunDir;
+use kiln_record::Run;
 
 use crate::cli::HedgeArgs;
 
 pub fn run(args: HedgeArgs) -> Result<u8> {
-    let dir = RunDir::open(&args.run_dir)
+    let run = Run::open(&args.run_dir)
         .with_context(|| format!("cannot read the run in {}", args.run_dir.display()))?;
-    let record = RunRecord::read(&dir);
-    let Some(total) = record.measured() else {
+    let Some(total) = run.measured() else {
         bail!(
             "{} holds no measured load to weigh hedging on",
             args.run_dir.display()
@@ -27,14 +25,14 @@ pub fn run(args: HedgeArgs) -> Result<u8> {
     if latency.is_empty() {
         bail!("{} recorded no responses", args.run_dir.display());
     }
-    let mut report = Report::new(latency.count(), record.seconds.len(), args.fanout);
-    report.hedged_run = kiln_hedge::measured(&total.totals, &record.manifest.plan);
+    let mut report = Report::new(latency.count(), run.seconds.len(), args.fanout);
+    report.hedged_run = kiln_hedge::measured(&total.totals, &run.manifest().plan);
     for at in &args.at {
         let delay_us = at.resolve_us(latency);
         let Some(prediction) = kiln_hedge::predict(latency, delay_us, args.fanout) else {
             continue;
         };
-        let spread = Independence::judge(&record.slow_seconds(&dir, delay_us));
+        let spread = Independence::judge(&kiln_hedge::SecondCounts::of_run(&run, delay_us));
         report.add(at.to_string(), prediction, spread);
     }
     if args.json {

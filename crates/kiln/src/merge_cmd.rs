@@ -2,7 +2,7 @@
 //! (thresholds judged here, once, on the merged record).
 
 use anyhow::{Context, Result};
-use kiln_record::RunDir;
+use kiln_record::Run;
 
 use crate::cli::MergeArgs;
 
@@ -12,12 +12,12 @@ pub fn run(args: MergeArgs) -> Result<u8> {
         allow_partial: args.allow_partial,
     };
     let merged = kiln_merge::merge(&args.run_dirs, &args.out, options)?;
-    let mut dir = RunDir::open(&merged.dir)
+    let mut run = Run::open(&merged.dir)
         .with_context(|| format!("cannot read the merged run in {}", merged.dir.display()))?;
-    kiln_report::write(&mut dir)
+    kiln_report::write(&mut run)
         .with_context(|| format!("cannot write the report into {}", merged.dir.display()))?;
     if !args.json {
         out!("{}\n", kiln_merge::shards_text(&merged));
     }
-    crate::summary::print_run(&dir, &merged.dir, args.json)
+    crate::summary::print_run(&run, &merged.dir, args.json)
 }

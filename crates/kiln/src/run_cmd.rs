@@ -55,11 +55,10 @@ pub fn print_outcome(
     };
     // A run compared with a base: the comparison is part of the summary (and of its JSON).
     let comparison = match compare {
-        Some(with) => Some(crate::comparison::compare(
-            &with.base,
-            outcome.dir.path(),
-            &with.method,
-        )?),
+        Some(with) => {
+            let (base, new) = crate::comparison::open(&with.base, outcome.dir.path())?;
+            Some(crate::comparison::compare(&base, &new, &with.method)?)
+        }
         None => None,
     };
     let view = summary::RunView {

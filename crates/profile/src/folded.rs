@@ -56,6 +56,14 @@ impl Folded {
         Self::parse_reader(text.as_bytes())
     }
 
+    /// A run record's collapsed-stacks part, from its bytes (lines that are not UTF-8 are
+    /// left out): what the findings and the page both read.
+    pub fn of_part(bytes: &[u8]) -> Result<Self, String> {
+        Self::parse_reader(bytes)
+            .map(|(folded, _)| folded)
+            .map_err(|e| e.to_string())
+    }
+
     /// `parse` of a stream, line by line (a collapsed file of any size in little memory).
     /// Lines that are not UTF-8 are ignored like any other malformed line.
     pub fn parse_reader(

@@ -13,6 +13,7 @@ pub mod input;
 mod load;
 mod manifest;
 pub mod parts;
+mod run;
 mod run_dir;
 pub mod schema;
 pub mod seconds;
@@ -27,6 +28,7 @@ pub use load::{
     PhaseEnd, PhaseSummary, SecondRecord, HLOG_PART, LOAD_SECONDS_PART,
 };
 pub use manifest::{PartRef, RunManifest, RunStatus, SCHEMA_VERSION};
+pub use run::{LoadPoint, Run};
 pub use run_dir::{
     default_run_dir_name, now_rfc3339, JsonLinesWriter, RunDir, RunLocation, MANIFEST_FILE,
 };

@@ -381,6 +381,19 @@ impl PhaseSummary {
         self.end = Some(end.clone());
     }
 
+    /// Cores kiln itself used over the measured phases (its own CPU over their duration).
+    pub fn kiln_cores(phases: &[PhaseSummary]) -> Option<f64> {
+        let total = Self::measured_total(phases)?;
+        let cpu_s: f64 = phases
+            .iter()
+            .filter(|p| p.measured)
+            .filter_map(|p| p.end.as_ref())
+            .map(|e| (e.kiln_cpu_user_us as f64 + e.kiln_cpu_system_us as f64) / 1e6)
+            .sum();
+        let duration_s = total.duration_secs();
+        (duration_s > 0.0).then(|| cpu_s / duration_s)
+    }
+
     /// The names of the measured phases (the warm-up left out).
     pub fn measured_names(phases: &[PhaseSummary]) -> Vec<&str> {
         phases

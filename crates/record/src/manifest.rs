@@ -71,4 +71,17 @@ impl RunManifest {
     pub fn part(&self, kind: &str) -> Option<&PartRef> {
         self.parts.iter().find(|p| p.kind == kind)
     }
+
+    /// Why a part a flag records is missing: what went wrong when the flag was given, else
+    /// `missing` and the flag that would record it ("the run was not profiled (add
+    /// --profile)").
+    pub fn why_not_recorded(&self, flag: &str, missing: &str) -> String {
+        match self.not_recorded.get(flag) {
+            Some(why) => format!(
+                "{flag} was given and recorded nothing: {}",
+                crate::text::safe_text(why)
+            ),
+            None => format!("{missing} (add {flag})"),
+        }
+    }
 }

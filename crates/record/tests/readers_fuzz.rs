@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use kiln_record::{
-    record_warnings, LoadRecordLine, PhaseSummary, RunDir, RunLocation, RunStatus,
+    record_warnings, LoadRecordLine, PhaseSummary, Run, RunDir, RunLocation, RunStatus,
     LOAD_SECONDS_PART,
 };
 use proptest::prelude::*;
@@ -29,16 +29,16 @@ fn run_with_seconds(root: &Path, seconds: &[u8]) -> RunDir {
     RunDir::open(&path).unwrap()
 }
 
-/// Reads the seconds as `kiln report` does; the phases, or the first error.
-fn read_phases(dir: &RunDir) -> Result<Vec<PhaseSummary>, String> {
-    let mut phases = Vec::new();
-    for line in dir
-        .json_lines::<LoadRecordLine>(LOAD_SECONDS_PART)
-        .map_err(|e| e.to_string())?
-    {
-        PhaseSummary::add_line(&mut phases, &line.map_err(|e| e.to_string())?);
+/// Reads the seconds as every reader does (`kiln_record::Run`), with what the readers ask of
+/// it; the phases, or the first error.
+fn read_phases(dir: RunDir) -> Result<Vec<PhaseSummary>, String> {
+    let run = Run::read(dir);
+    let _ = (run.span(), run.kiln_cores(), run.measured());
+    let _ = run.each_measured_second(|s| s.latency.count_above(1_000));
+    match run.load_problem {
+        Some(problem) => Err(problem),
+        None => Ok(run.phases),
     }
-    Ok(phases)
 }
 
 /// A real second's line (with a histogram) to mutate.
@@ -78,7 +78,7 @@ proptest! {
     fn any_bytes_as_load_seconds_are_read_or_refused(bytes in prop::collection::vec(any::<u8>(), 0..600)) {
         let tmp = tempfile::tempdir().unwrap();
         let dir = run_with_seconds(tmp.path(), &bytes);
-        if let Ok(phases) = read_phases(&dir) {
+        if let Ok(phases) = read_phases(dir) {
             let _ = record_warnings(RunStatus::Complete, &phases);
         }
     }
@@ -100,7 +100,7 @@ proptest! {
         let text = format!("{line}\n").repeat(copies);
         let tmp = tempfile::tempdir().unwrap();
         let dir = run_with_seconds(tmp.path(), text.as_bytes());
-        if let Ok(phases) = read_phases(&dir) {
+        if let Ok(phases) = read_phases(dir) {
             for p in &phases {
                 let _ = (p.throughput(), p.failed_ratio(), p.failed(), p.latency_stats());
             }
@@ -118,6 +118,6 @@ proptest! {
 fn the_real_second_used_above_is_read() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = run_with_seconds(tmp.path(), format!("{}\n", real_second()).as_bytes());
-    let phases = read_phases(&dir).unwrap();
+    let phases = read_phases(dir).unwrap();
     assert_eq!(phases[0].totals.requests, 5);
 }

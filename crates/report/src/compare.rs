@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 
 use kiln_compare::{Comparison, FindingChange, Row, Verdict};
 use kiln_record::text::{html_escape as esc, us_f};
-use kiln_record::{PhaseSummary, RunDir};
+use kiln_record::{PhaseSummary, Run};
 use serde_json::{json, Value};
 
 use kiln_record::parts::PROFILE_FOLDED_PART;
@@ -12,12 +12,12 @@ use kiln_record::parts::PROFILE_FOLDED_PART;
 use crate::{page, read_folded, Load};
 
 /// The comparison of `base` and `new` as one self-contained page.
-pub fn render_compare(base: &RunDir, new: &RunDir, c: &Comparison) -> String {
+pub fn render_compare(base: &Run, new: &Run, c: &Comparison) -> String {
     let (lb, ln) = (Load::read(base), Load::read(new));
     let mut body = format!(
         "<header><h1>kiln compare: {} &rarr; {}</h1><div class=\"sub\">BASE {} &middot; NEW {}</div></header>",
-        esc(&base.manifest.name),
-        esc(&new.manifest.name),
+        esc(&base.manifest().name),
+        esc(&new.manifest().name),
         esc(&c.base.dir),
         esc(&c.new.dir)
     );
@@ -53,7 +53,8 @@ pub fn render_compare(base: &RunDir, new: &RunDir, c: &Comparison) -> String {
     page(
         &format!(
             "kiln compare: {} -> {}",
-            base.manifest.name, new.manifest.name
+            base.manifest().name,
+            new.manifest().name
         ),
         &body,
         &data,
@@ -224,7 +225,7 @@ samples times the run's CPU per request (a share can rise while the function cos
 /// in red, what shrank in blue) and BASE's (what the change removed is visible only there),
 /// BASE scaled to NEW's samples; search, zoom and hover as on a run's page. Its section and
 /// the viewers' data.
-fn diff_flame(base: &RunDir, new: &RunDir) -> (String, Vec<Value>) {
+fn diff_flame(base: &Run, new: &Run) -> (String, Vec<Value>) {
     let (Ok(Some(b)), Ok(Some(n))) = (
         read_folded(base, PROFILE_FOLDED_PART),
         read_folded(new, PROFILE_FOLDED_PART),

@@ -16,6 +16,7 @@
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 mod compare;
 mod flame;
@@ -30,9 +31,7 @@ use kiln_record::schema::plan::PlanRecord;
 use kiln_record::schema::profile::Event;
 use kiln_record::schema::queries::QueriesRecord;
 use kiln_record::text::{html_escape as esc, script_json, us};
-use kiln_record::{
-    LatencyHistogram, LoadRecordLine, PhaseSummary, RecordError, RunDir, LOAD_SECONDS_PART,
-};
+use kiln_record::{LatencyHistogram, PhaseSummary, RecordError, Run};
 use kiln_sample::{
     DoctorRecord, NoiseSecond, ResourceSecond, DOCTOR_PART, NOISE_PART, RESOURCES_PART,
 };
@@ -47,13 +46,13 @@ const UPLOT_CSS: &str = include_str!("../vendor/uplot/uPlot.min.css");
 const PAGE_JS: &str = include_str!("page.js");
 
 /// Builds the page for a run directory.
-pub fn render(dir: &RunDir) -> String {
-    let load = Load::read(dir);
-    let resources = read_resources(dir);
-    let findings = kiln_findings::recorded_or_judged(dir);
-    let (profile_html, flame) = profile_section(dir, ProfileKind::OnCpu);
-    let (off_cpu_html, off_cpu_flame) = profile_section(dir, ProfileKind::OffCpu);
-    let (alloc_html, alloc_flame) = profile_section(dir, ProfileKind::Alloc);
+pub fn render(run: &Run) -> String {
+    let load = Load::read(run);
+    let resources = read_resources(run);
+    let findings = kiln_findings::recorded_or_judged(run);
+    let (profile_html, flame) = profile_section(run, ProfileKind::OnCpu);
+    let (off_cpu_html, off_cpu_flame) = profile_section(run, ProfileKind::OffCpu);
+    let (alloc_html, alloc_flame) = profile_section(run, ProfileKind::Alloc);
     let flames: Vec<Value> = [flame, off_cpu_flame, alloc_flame]
         .into_iter()
         .filter(|f| !f.is_null())
@@ -63,16 +62,16 @@ pub fn render(dir: &RunDir) -> String {
         "seconds": load.series,
         "phases": load.phase_spans,
         "resources": resources,
-        "noise": read_noise(dir),
+        "noise": read_noise(run),
         "distribution": load.distribution(),
     });
-    let m = &dir.manifest;
+    let m = run.manifest();
     let mut html = format!(
         "<header><h1>kiln report: {}</h1><div class=\"sub\">{} &middot; {} &middot; started {} \
 &middot; kiln {}</div></header>",
         esc(&m.name),
         esc(&m.id),
-        esc(dir.effective_status().as_str()),
+        esc(run.status.as_str()),
         esc(&m.started_at),
         esc(&m.kiln_version)
     );
@@ -125,19 +124,19 @@ pub fn render(dir: &RunDir) -> String {
     // JVM), unless --alloc was asked for and could not be taken
     match alloc_html {
         Some(html) => sections.push(("alloc", "Allocations", html)),
-        None if dir.manifest.not_recorded.contains_key("--alloc") => {
+        None if run.manifest().not_recorded.contains_key("--alloc") => {
             not_recorded.push("allocations (--alloc)")
         }
         None => {}
     }
     let sent = PhaseSummary::measured_total(&load.phases).map(|t| t.totals.requests);
-    let (queries_html, has_map) = queries_section(dir, sent);
+    let (queries_html, has_map) = queries_section(run, sent);
     match queries_html {
         Some(html) => sections.push(("queries", "DB calls", html)),
         None => not_recorded.push("DB calls (traces: --otlp-listen)"),
     }
-    sections.push(("host", "Host", host_section(dir)));
-    sections.push(("command", "Command", command_section(dir)));
+    sections.push(("host", "Host", host_section(run)));
+    sections.push(("command", "Command", command_section(run)));
     html += "<nav>";
     for (id, label, _) in &sections {
         let _ = write!(html, "<a href=\"#{id}\">{label}</a>");
@@ -185,9 +184,10 @@ base-uri 'none'; form-action 'none'\">\
 }
 
 /// Writes `report.html` into the run directory (listed in its manifest).
-pub fn write(dir: &mut RunDir) -> Result<PathBuf, RecordError> {
-    let html = render(dir);
-    dir.write_file_part(REPORT_HTML_PART, REPORT_HTML_FILE, 1, html.as_bytes())
+pub fn write(run: &mut Run) -> Result<PathBuf, RecordError> {
+    let html = render(run);
+    run.dir_mut()
+        .write_file_part(REPORT_HTML_PART, REPORT_HTML_FILE, 1, html.as_bytes())
 }
 
 const STYLE: &str = r#"
@@ -621,7 +621,7 @@ answered first; {} not hedged over the budget, {} while copies were failing.</p>
 
 /// A profile's section (on-CPU or off-CPU), and its flame graph's data for the page's
 /// script. The section's id names its elements (`ID-search`, `ID-match`, ...).
-fn profile_section(dir: &RunDir, kind: ProfileKind) -> (Option<String>, Value) {
+fn profile_section(run: &Run, kind: ProfileKind) -> (Option<String>, Value) {
     let (id, heading, parts, what, unit) = match kind {
         ProfileKind::OnCpu => (
             "profile",
@@ -652,7 +652,7 @@ fn profile_section(dir: &RunDir, kind: ProfileKind) -> (Option<String>, Value) {
         ProfileKind::Alloc => "alloc-flame",
     };
     let mut out = format!("<section id=\"{id}\"><h2>{heading}</h2>");
-    let folded = match read_folded(dir, parts.folded.0) {
+    let folded = match read_folded(run, parts.folded.0) {
         Ok(Some(folded)) => Some(folded),
         // not recorded: said once with the others, no section
         Ok(None) => return (None, Value::Null),
@@ -733,23 +733,17 @@ enum ProfileKind {
 
 /// A collapsed-stacks part of the record: `None` when the run has none, the problem in
 /// words when it cannot be read.
-fn read_folded(dir: &RunDir, kind: &str) -> Result<Option<Folded>, String> {
-    match dir.read_part(kind) {
-        Ok(Some((path, bytes))) => Folded::parse_reader(bytes.as_slice())
-            .map(|(folded, _)| Some(folded))
-            .map_err(|e| format!("{}: {e}", path.display())),
-        Ok(None) => Ok(None),
-        Err(e) => Err(e.to_string()),
-    }
+fn read_folded(run: &Run, kind: &str) -> Result<Option<Arc<Folded>>, String> {
+    run.parsed(kind, Folded::of_part)
 }
 
 /// The DB section, and whether it holds the treemap (whose script the page then needs).
 /// The DB calls section. `sent`: the run's measured requests, of which the traced ones are a
 /// sample (said, with every count of calls reconciled: spans received, calls in the traced
 /// requests, calls outside the window or any request).
-fn queries_section(dir: &RunDir, sent: Option<u64>) -> (Option<String>, bool) {
+fn queries_section(run: &Run, sent: Option<u64>) -> (Option<String>, bool) {
     let mut out = String::from("<section id=\"queries\"><h2>DB calls</h2>");
-    let q = match dir.read_json_part::<QueriesRecord>(QUERIES_PART) {
+    let q = match run.part_or_problem::<QueriesRecord>(QUERIES_PART) {
         Ok(Some(q)) => q,
         // no traces: said once with the other parts not recorded
         Ok(None) => return (None, false),
@@ -764,7 +758,7 @@ fn queries_section(dir: &RunDir, sent: Option<u64>) -> (Option<String>, bool) {
     let a = &q.analysis;
     out += &db_counts(a, sent);
     out += &kiln_queries::html::routes_table(&a.routes);
-    let folded = |kind: &str| read_folded(dir, kind).ok().flatten();
+    let folded = |kind: &str| read_folded(run, kind).ok().flatten();
     let mut has_map = false;
     if let (Some(calls), Some(time)) = (folded(TRIE_CALLS_PART), folded(TRIE_TIME_PART)) {
         out += &kiln_queries::html::treemap(&StackTrie::from_folded(&calls, &time));
@@ -812,9 +806,9 @@ match. Of these spans, {} carry their query text and {} a stack.</p>",
 
 /// The doctor's checks as the run found the host: the ones that are not ok, with their
 /// evidence and fix, then the count of the rest.
-fn host_section(dir: &RunDir) -> String {
+fn host_section(run: &Run) -> String {
     let mut out = String::from("<section id=\"host\"><h2>Host checks</h2>");
-    let doctor = match dir.read_json_part::<DoctorRecord>(DOCTOR_PART) {
+    let doctor = match run.part_or_problem::<DoctorRecord>(DOCTOR_PART) {
         Ok(Some(doctor)) => doctor,
         Ok(None) => {
             out +=
@@ -853,8 +847,8 @@ the fixes are for you to run).</p>",
     out + "</section>"
 }
 
-fn command_section(dir: &RunDir) -> String {
-    let m = &dir.manifest;
+fn command_section(run: &Run) -> String {
+    let m = run.manifest();
     let plan = serde_json::to_string_pretty(&m.plan).unwrap_or_default();
     format!(
         "<section id=\"command\"><h2>Command and plan</h2><pre>{}</pre>\
@@ -862,7 +856,7 @@ fn command_section(dir: &RunDir) -> String {
 <p class=\"muted\">Run directory: {}</p></section>",
         esc(&m.command.join(" ")),
         esc(&plan),
-        esc(&dir.path().display().to_string())
+        esc(&run.path().display().to_string())
     )
 }
 
@@ -879,63 +873,52 @@ struct Load {
 }
 
 impl Load {
-    fn read(dir: &RunDir) -> Self {
-        let mut load = Load::default();
+    fn read(run: &Run) -> Self {
+        let mut load = Load {
+            phases: run.phases.clone(),
+            problems: run.load_problem.iter().cloned().collect(),
+            ..Load::default()
+        };
         let mut cols: [Vec<Value>; 10] = Default::default();
         let mut any_service = false;
         let mut any_wire = false;
         let mut last_phase: Option<String> = None;
-        match dir.json_lines::<LoadRecordLine>(LOAD_SECONDS_PART) {
-            Ok(lines) => {
-                for line in lines {
-                    let line = match line {
-                        Ok(line) => line,
-                        Err(e) => {
-                            load.problems.push(e.to_string());
-                            break;
-                        }
-                    };
-                    if let LoadRecordLine::Second(s) = &line {
-                        // a gap between phases: the lines break there instead of joining
-                        // one repeat's end to the next one's start
-                        if last_phase.as_ref().is_some_and(|p| *p != s.phase) {
-                            let t = cols[0].last().and_then(Value::as_f64).unwrap_or(0.0);
-                            cols[0].push(json!(t + 0.5));
-                            cols[1..].iter_mut().for_each(|c| c.push(Value::Null));
-                        }
-                        last_phase = Some(s.phase.clone());
-                        let ms = |h: &LatencyHistogram, q: f64| {
-                            if h.is_empty() {
-                                Value::Null
-                            } else {
-                                json!(h.quantile_us(q) as f64 / 1000.0)
-                            }
-                        };
-                        let failed = s.failed();
-                        cols[0].push(json!(s.unix_ms as f64 / 1000.0));
-                        cols[1].push(ms(&s.latency, 0.5));
-                        cols[2].push(ms(&s.latency, 0.9));
-                        cols[3].push(ms(&s.latency, 0.99));
-                        cols[4].push(ms(&s.latency, 1.0));
-                        cols[5].push(json!(s.requests));
-                        cols[6].push(json!(failed));
-                        cols[7].push(s.service.as_ref().map_or(Value::Null, |h| ms(h, 0.99)));
-                        cols[8].push(json!(s.wire.connects));
-                        cols[9].push(json!(s.wire.long_gaps()));
-                        any_wire |= !s.wire.is_empty();
-                        load.points.push((
-                            s.phase.clone(),
-                            ms(&s.latency, 0.5),
-                            ms(&s.latency, 0.99),
-                            s.requests,
-                        ));
-                        any_service |= s.service.is_some();
-                    }
-                    PhaseSummary::add_line(&mut load.phases, &line);
-                }
+        run.each_second(|s| {
+            // a gap between phases: the lines break there instead of joining one repeat's
+            // end to the next one's start
+            if last_phase.as_ref().is_some_and(|p| *p != s.phase) {
+                let t = cols[0].last().and_then(Value::as_f64).unwrap_or(0.0);
+                cols[0].push(json!(t + 0.5));
+                cols[1..].iter_mut().for_each(|c| c.push(Value::Null));
             }
-            Err(e) => load.problems.push(e.to_string()),
-        }
+            last_phase = Some(s.phase.clone());
+            let ms = |h: &LatencyHistogram, q: f64| {
+                if h.is_empty() {
+                    Value::Null
+                } else {
+                    json!(h.quantile_us(q) as f64 / 1000.0)
+                }
+            };
+            let failed = s.failed();
+            cols[0].push(json!(s.unix_ms as f64 / 1000.0));
+            cols[1].push(ms(&s.latency, 0.5));
+            cols[2].push(ms(&s.latency, 0.9));
+            cols[3].push(ms(&s.latency, 0.99));
+            cols[4].push(ms(&s.latency, 1.0));
+            cols[5].push(json!(s.requests));
+            cols[6].push(json!(failed));
+            cols[7].push(s.service.as_ref().map_or(Value::Null, |h| ms(h, 0.99)));
+            cols[8].push(json!(s.wire.connects));
+            cols[9].push(json!(s.wire.long_gaps()));
+            any_wire |= !s.wire.is_empty();
+            load.points.push((
+                s.phase.clone(),
+                ms(&s.latency, 0.5),
+                ms(&s.latency, 0.99),
+                s.requests,
+            ));
+            any_service |= s.service.is_some();
+        });
         let [t, p50, p90, p99, max, requests, failed, service, connects, two_part] = cols;
         load.series = json!({
             "t": t, "p50": p50, "p90": p90, "p99": p99, "max": max,
@@ -1010,12 +993,9 @@ fn percentile_steps() -> Vec<f64> {
 }
 
 /// kiln's own waits for a CPU per second (`noise.jsonl`): its worst thread's and its probe's.
-fn read_noise(dir: &RunDir) -> Value {
-    let Ok(lines) = dir.json_lines::<NoiseSecond>(NOISE_PART) else {
-        return Value::Null;
-    };
+fn read_noise(run: &Run) -> Value {
     let (mut t, mut wait, mut late) = (Vec::new(), Vec::new(), Vec::new());
-    for s in lines.map_while(Result::ok) {
+    for s in run.lines::<NoiseSecond>(NOISE_PART).iter() {
         t.push(s.unix_ms as f64 / 1000.0);
         wait.push(s.wait_max_ms);
         late.push(s.probe_late_max_ms);
@@ -1027,14 +1007,12 @@ fn read_noise(dir: &RunDir) -> Value {
 }
 
 /// The sampler's series, one column per figure (null where a second lacks it).
-fn read_resources(dir: &RunDir) -> Value {
-    let Ok(lines) = dir.json_lines::<ResourceSecond>(RESOURCES_PART) else {
-        return Value::Null;
-    };
+fn read_resources(run: &Run) -> Value {
+    let lines = run.lines::<ResourceSecond>(RESOURCES_PART);
     let mut cols: Vec<Vec<Value>> = vec![Vec::new(); 22];
     let mut cores: Vec<Vec<Value>> = Vec::new();
     let mut any_process = false;
-    for s in lines.map_while(Result::ok) {
+    for s in lines.iter() {
         let cpu = s.host_cpu.as_ref();
         let host = |f: fn(&kiln_sample::CpuSplit) -> f64| cpu.map_or(Value::Null, |c| json!(f(c)));
         let p = s.process.as_ref();

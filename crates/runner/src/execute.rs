@@ -305,17 +305,20 @@ pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut dyn Progress) -> Res
         None => dir.finish(RunStatus::Complete, None)?,
     }
     // Judged from the record as written, as `kiln findings` would judge a copy of it.
-    let findings = kiln_findings::judge_dir(&dir);
-    if let Err(e) = kiln_findings::write(&mut dir, &findings) {
+    // The findings and the page read the record once, together.
+    let mut run = kiln_record::Run::read(dir);
+    let findings = kiln_findings::judge_run(&run);
+    if let Err(e) = kiln_findings::write(run.dir_mut(), &findings) {
         warnings.push(format!("the findings were not recorded: {e}"));
     }
-    let report = match kiln_report::write(&mut dir) {
+    let report = match kiln_report::write(&mut run) {
         Ok(path) => Some(path),
         Err(e) => {
             warnings.push(format!("the HTML report was not written: {e}"));
             None
         }
     };
+    let dir = run.into_dir();
     Ok(RunOutcome {
         report,
         dir,
