@@ -12,7 +12,6 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
 use kiln_demo_shop::Problem;
 use kiln_load::{Arrivals, LoadPlan, Model, PhaseSpec, RateStage, StopSignal, Target};
 use kiln_record::text::{safe_text, us};
@@ -21,6 +20,42 @@ use kiln_runner::{execute, OtlpSpec, QuerySettings, RunOutcome, RunSpec};
 use kiln_runtime::watch::Depth;
 use kiln_terminal::LiveOutput;
 use serde_json::{json, Value};
+
+/// What stops the demo.
+#[derive(Debug, thiserror::Error)]
+pub enum DemoError {
+    /// Options that cannot run as given.
+    #[error("{0}")]
+    Refused(String),
+    /// The demo shop did not start as it should.
+    #[error("{0}")]
+    Shop(String),
+    /// What the demo was doing when a system call failed.
+    #[error("{doing}")]
+    Io {
+        doing: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Run(#[from] kiln_runner::RunnerError),
+    #[error(transparent)]
+    Plan(#[from] kiln_load::PlanError),
+    #[error(transparent)]
+    Receiver(#[from] kiln_queries::QueryError),
+    #[error(transparent)]
+    Record(#[from] kiln_record::RecordError),
+    #[error(transparent)]
+    Compare(#[from] kiln_compare::CompareError),
+}
+
+type Result<T, E = DemoError> = std::result::Result<T, E>;
+
+/// An I/O error with what the demo was doing.
+fn doing(doing: impl Into<String>) -> impl FnOnce(std::io::Error) -> DemoError {
+    let doing = doing.into();
+    move |source| DemoError::Io { doing, source }
+}
 
 /// The order the demo loads: eight lines, so eight product queries from the N+1 loop.
 const ORDER_PATH: &str = "/orders/42";
@@ -53,7 +88,7 @@ impl ShopProcess {
     /// Starts `kiln demo-shop` (this process's own binary, which must be kiln) with these
     /// arguments, exporting its traces to `otlp`.
     pub fn start(args: &[&str], otlp: Option<SocketAddr>) -> Result<ShopProcess> {
-        let exe = std::env::current_exe().context("cannot find kiln's own binary")?;
+        let exe = std::env::current_exe().map_err(doing("cannot find kiln's own binary"))?;
         let mut command = Command::new(exe);
         command
             .arg("demo-shop")
@@ -64,8 +99,13 @@ impl ShopProcess {
         if let Some(addr) = otlp {
             command.env("OTEL_EXPORTER_OTLP_ENDPOINT", format!("http://{addr}"));
         }
-        let mut child = command.spawn().context("cannot start the demo shop")?;
-        let stdout = child.stdout.take().context("no pipe from the shop")?;
+        let mut child = command
+            .spawn()
+            .map_err(doing("cannot start the demo shop"))?;
+        let stdout = child
+            .stdout
+            .take()
+            .ok_or_else(|| DemoError::Shop("no pipe from the shop".into()))?;
         // the first line says where it listens; read it on a thread so a hung shop times out
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
@@ -77,14 +117,18 @@ impl ShopProcess {
             child,
             addr: SocketAddr::from(([127, 0, 0, 1], 0)),
         };
-        let line = rx
-            .recv_timeout(SHOP_START)
-            .map_err(|_| anyhow::anyhow!("the demo shop did not start within {SHOP_START:?}"))?;
+        let line = rx.recv_timeout(SHOP_START).map_err(|_| {
+            DemoError::Shop(format!("the demo shop did not start within {SHOP_START:?}"))
+        })?;
         shop.addr = line
             .trim()
             .strip_prefix("listening on ")
             .and_then(|a| a.parse().ok())
-            .with_context(|| format!("the demo shop did not say where it listens: {line:?}"))?;
+            .ok_or_else(|| {
+                DemoError::Shop(format!(
+                    "the demo shop did not say where it listens: {line:?}"
+                ))
+            })?;
         Ok(shop)
     }
 
@@ -116,7 +160,9 @@ fn perf_missing() -> Option<String> {
 /// interrupted after the first run (which is recorded).
 pub fn run(args: &DemoOptions, stop: &StopSignal) -> Result<Option<Value>> {
     if !(args.rate.is_finite() && args.rate > 0.0) {
-        bail!("--rate must be a positive number of requests per second");
+        return Err(DemoError::Refused(
+            "--rate must be a positive number of requests per second".into(),
+        ));
     }
     let seconds = args.seconds.clamp(5, 600);
     let duration = Duration::from_secs(seconds);
@@ -263,7 +309,7 @@ pub fn run(args: &DemoOptions, stop: &StopSignal) -> Result<Option<Value>> {
     let compare_page = fixed.dir.path().join("compare.html");
     let page = kiln_report::render_compare(&planted_run, &fixed_run, &comparison);
     std::fs::write(&compare_page, page)
-        .with_context(|| format!("cannot write {}", compare_page.display()))?;
+        .map_err(doing(format!("cannot write {}", compare_page.display())))?;
 
     // the pages first: they hold everything, and more than the lines below
     let pages: Vec<(&str, PathBuf)> = [

@@ -133,7 +133,7 @@ fn finish(result: anyhow::Result<u8>) -> ExitCode {
     match result {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
-            let text = exit::error_text(&e);
+            let text = exit::error_text(e.as_ref());
             eprintln!("kiln: error: {}", format::safe_text(&text));
             ExitCode::from(1)
         }

@@ -34,11 +34,11 @@ pub fn run(args: ProfileArgs, stop: &StopSignal) -> Result<u8> {
 }
 
 fn create_dir(output: &ProfileOutput, name: &str, plan: Value) -> Result<RunDir> {
-    kiln_runner::create_run_dir(
+    Ok(kiln_runner::create_run_dir(
         &RunLocation::from_flag(output.out.as_deref(), name),
         name,
         PlanRecord::Other(plan),
-    )
+    )?)
 }
 
 fn files_text(written: &WrittenProfile, run_dir: &Path, status: RunStatus) -> String {

@@ -1,8 +1,9 @@
 //! Run directories: creating one, and marking it failed when an error ends the work in it.
 
-use anyhow::{Context, Result};
 use kiln_record::schema::plan::PlanRecord;
 use kiln_record::{RunDir, RunLocation, RunStatus};
+
+use crate::error::{error_text, Doing, Result};
 
 /// Creates a run directory: `out` when given, else a fresh one under `runs/` named for the
 /// time and `name`. The command line is recorded with any URL password redacted.
@@ -10,7 +11,7 @@ pub fn create_run_dir(location: &RunLocation, name: &str, plan: PlanRecord) -> R
     let command: Vec<String> = std::env::args()
         .map(|a| kiln_load::plan::redact_password(&a))
         .collect();
-    RunDir::create(location, name, command, plan).with_context(|| match location {
+    RunDir::create(location, name, command, plan).doing_with(|| match location {
         RunLocation::Named(path) => format!("cannot create the run directory {}", path.display()),
         RunLocation::Fresh { parent, .. } => {
             format!("cannot create a run directory in {}", parent.display())
@@ -25,19 +26,4 @@ pub fn or_fail<T>(dir: &mut RunDir, result: Result<T>) -> Result<T> {
         let _ = dir.finish(RunStatus::Failed, Some(error_text(e)));
     }
     result
-}
-
-/// An error with its causes, each said once (an I/O error's text is often already in the
-/// message of the error that wraps it).
-pub fn error_text(e: &anyhow::Error) -> String {
-    let mut text = String::new();
-    for cause in e.chain().map(|c| c.to_string()) {
-        if !text.contains(&cause) {
-            if !text.is_empty() {
-                text.push_str(": ");
-            }
-            text.push_str(&cause);
-        }
-    }
-    text
 }

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use crate::error::{Doing, Result};
 use kiln_load::{LoadPlan, PhaseSpec, StopSignal};
 use kiln_profile::Event;
 use kiln_record::schema::profile::ProfileRecord;
@@ -140,7 +140,7 @@ pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut dyn Progress) -> Res
         checks: Doctor::new("/", watch_pid).run(),
     };
     let written = serde_json::to_vec_pretty(&doctor)
-        .map_err(anyhow::Error::from)
+        .map_err(crate::RunnerError::from)
         .and_then(|json| Ok(dir.write_file_part(DOCTOR_PART, DOCTOR_FILE, 1, &json)?));
     if let Err(e) = written {
         warnings.push(format!("the host checks were not recorded: {e:#}"));
@@ -297,7 +297,7 @@ pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut dyn Progress) -> Res
         dir.finish(RunStatus::Failed, Some(e.to_string()))?;
         return Err(e.into());
     }
-    let wrote = kiln_record::write_latency_log(&mut dir).context("cannot write the latency log");
+    let wrote = kiln_record::write_latency_log(&mut dir).doing("cannot write the latency log");
     or_fail(&mut dir, wrote)?;
     let interrupted_by = stop.interrupted_by();
     match early {

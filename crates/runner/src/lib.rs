@@ -6,6 +6,7 @@
 pub mod barrier;
 pub mod child;
 pub mod dir;
+pub mod error;
 pub mod execute;
 pub mod http_barrier;
 pub mod jvm_profile;
@@ -17,7 +18,8 @@ pub mod runtime_watch;
 pub mod spawn;
 pub mod warmup;
 
-pub use dir::{create_run_dir, error_text, or_fail};
+pub use dir::{create_run_dir, or_fail};
+pub use error::{error_text, Doing, RunnerError};
 pub use execute::{execute, OtlpSpec, Progress, RunOutcome, RunSpec, Silent};
 pub use jvm_profile::JvmProfiler;
 pub use query_parts::QuerySettings;

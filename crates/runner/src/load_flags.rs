@@ -6,7 +6,8 @@
 
 use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
+use crate::error::{Doing, Result};
+use crate::refuse;
 use kiln_load::plan::{parse_duration, parse_stages};
 use kiln_load::{LoadPlan, Model, PhaseSpec, RequestSpec, Target};
 use kiln_record::schema::plan::{LoadPlanRecord, ScenarioOutline, ShardClock};
@@ -238,7 +239,7 @@ fn read_body(arg: &str) -> Result<Vec<u8>> {
         return Ok(arg.as_bytes().to_vec());
     };
     kiln_record::input::read_regular(std::path::Path::new(path), MAX_BODY_BYTES)
-        .with_context(|| format!("cannot read the body file '{path}'"))
+        .doing_with(|| format!("cannot read the body file '{path}'"))
 }
 
 /// The longest `--warmup auto` when no cap is given.
@@ -257,12 +258,12 @@ fn warmup_flag(args: &LoadFlags) -> Result<Option<Duration>> {
     };
     let cap = match w.strip_prefix("auto") {
         Some("") => return Ok(Some(AUTO_WARMUP_CAP)),
-        Some(rest) => rest.strip_prefix(':').with_context(|| {
+        Some(rest) => rest.strip_prefix(':').doing_with(|| {
             format!("--warmup {w}: auto takes a cap as auto:DURATION, e.g. auto:30s")
         })?,
         None => w,
     };
-    let d = parse_duration(cap).with_context(|| format!("--warmup {w}"))?;
+    let d = parse_duration(cap).doing_with(|| format!("--warmup {w}"))?;
     if warmup_is_auto(args) {
         check_auto_cap(&format!("--warmup {w}"), d)?;
     }
@@ -272,7 +273,7 @@ fn warmup_flag(args: &LoadFlags) -> Result<Option<Duration>> {
 /// An auto warm-up's cap must leave it time to judge.
 fn check_auto_cap(what: &str, cap: Duration) -> Result<()> {
     if cap.as_secs() < u64::from(crate::warmup::MIN_SECONDS) {
-        bail!(
+        refuse!(
             "{what}: the cap is shorter than the {} s an auto warm-up needs to judge",
             crate::warmup::MIN_SECONDS
         );
@@ -320,7 +321,7 @@ fn build(args: &LoadFlags) -> Result<Built> {
     if let Some(text) = &args.shard {
         let job_index = std::env::var("JOB_COMPLETION_INDEX").ok();
         let shard = kiln_load::plan::Shard::parse(text, job_index.as_deref())
-            .map_err(anyhow::Error::msg)?;
+            .map_err(crate::RunnerError::Said)?;
         built.load = built.load.into_shard(shard)?;
     }
     Ok(built)
@@ -332,7 +333,7 @@ fn build_whole(args: &LoadFlags) -> Result<Built> {
         return build_from_plan_file(args);
     }
     if !args.set.is_empty() {
-        bail!("--set is for plan files (kiln run plan.yaml --set NAME=VALUE)");
+        refuse!("--set is for plan files (kiln run plan.yaml --set NAME=VALUE)");
     }
     let (load, notes) = build_plan(args)?;
     Ok(Built {
@@ -349,7 +350,7 @@ fn build_whole(args: &LoadFlags) -> Result<Built> {
 /// `--set vus=`, `duration=`, `rate=`, `timeout=` after the user's own --set.
 fn build_from_plan_file(args: &LoadFlags) -> Result<Built> {
     if args.hedge.is_some() {
-        bail!("--hedge hedges a URL's request; a plan file's requests are not hedged yet");
+        refuse!("--hedge hedges a URL's request; a plan file's requests are not hedged yet");
     }
     for (given, flag) in [
         (args.stages.is_some(), "--stages"),
@@ -362,13 +363,13 @@ fn build_from_plan_file(args: &LoadFlags) -> Result<Built> {
         (args.ramp_up.is_some(), "--ramp-up"),
     ] {
         if given {
-            bail!("{flag} does not go with a plan file: write it in the plan");
+            refuse!("{flag} does not go with a plan file: write it in the plan");
         }
     }
     let mut sets = args
         .set
         .iter()
-        .map(|s| kiln_plan::parse_set(s).map_err(anyhow::Error::msg))
+        .map(|s| kiln_plan::parse_set(s).map_err(crate::RunnerError::Said))
         .collect::<Result<Vec<_>>>()?;
     let flag_sets = [
         ("vus", args.connections.map(|c| c.to_string())),
@@ -429,7 +430,7 @@ fn common_flags(plan: &mut LoadPlan, args: &LoadFlags) -> Result<()> {
 
 fn check_repeat(args: &LoadFlags) -> Result<()> {
     if !(1..=1000).contains(&args.repeat) {
-        bail!("--repeat is out of range: {} (1 to 1000)", args.repeat);
+        refuse!("--repeat is out of range: {} (1 to 1000)", args.repeat);
     }
     Ok(())
 }
@@ -457,7 +458,7 @@ fn build_plan(args: &LoadFlags) -> Result<(LoadPlan, Vec<String>)> {
                 } else {
                     format!("{rate:.3e}")
                 };
-                bail!("--rate is out of range: {said} (more than 0, at most 10000000)");
+                refuse!("--rate is out of range: {said} (more than 0, at most 10000000)");
             }
             let duration = parse_duration(args.duration.as_deref().unwrap_or(DEFAULT_DURATION))?;
             let stages = kiln_load::RateStage::steady(*rate, duration);
@@ -503,9 +504,9 @@ fn hedge_plan(args: &LoadFlags, request: &RequestSpec) -> Result<Option<kiln_loa
     let Some(delay) = &args.hedge else {
         return Ok(None);
     };
-    let delay: kiln_hedge::Delay = delay.parse().context("--hedge")?;
+    let delay: kiln_hedge::Delay = delay.parse().doing("--hedge")?;
     if !args.hedge_any_method && !kiln_load::hedge::is_idempotent(method) {
-        bail!(
+        refuse!(
             "--hedge sends some requests twice, and {method} is not idempotent: a second copy \
              could do its work twice (--hedge-any-method hedges it anyway)"
         );
@@ -514,7 +515,7 @@ fn hedge_plan(args: &LoadFlags, request: &RequestSpec) -> Result<Option<kiln_loa
     let replicas = args
         .replicas
         .iter()
-        .map(|url| Target::parse(url).with_context(|| format!("--replica {url}")))
+        .map(|url| Target::parse(url).doing_with(|| format!("--replica {url}")))
         .collect::<Result<Vec<_>>>()?;
     Ok(Some(kiln_load::HedgePlan::new(delay, cap, replicas)))
 }
@@ -524,7 +525,7 @@ fn parse_hedge_cap(text: &str) -> Result<f64> {
     let number = text.trim().trim_end_matches('%').trim();
     match number.parse::<f64>() {
         Ok(p) if p > 0.0 && p <= 100.0 => Ok(p / 100.0),
-        _ => bail!("--hedge-cap {text:?} is not a share of the requests (such as 5% or 0.5%)"),
+        _ => refuse!("--hedge-cap {text:?} is not a share of the requests (such as 5% or 0.5%)"),
     }
 }
 
@@ -602,10 +603,10 @@ struct Start {
 fn start_at(args: &LoadFlags, shard: Option<kiln_load::plan::Shard>) -> Result<Option<Start>> {
     if let Some(place) = &args.barrier {
         if args.start_at.is_some() {
-            bail!("--barrier and --start-at both say when to start: give one");
+            refuse!("--barrier and --start-at both say when to start: give one");
         }
         let Some(shard) = shard else {
-            bail!("--barrier is for shards (--shard I/N): it waits for the N of them");
+            refuse!("--barrier is for shards (--shard I/N): it waits for the N of them");
         };
         let timeout = parse_duration(&args.barrier_timeout)?;
         if let Some(addr) = place.strip_prefix("http://") {
@@ -621,7 +622,7 @@ fn start_at(args: &LoadFlags, shard: Option<kiln_load::plan::Shard>) -> Result<O
                     .or_else(|| std::env::var("KILN_BARRIER_TOKEN").ok())
                     .filter(|t| !t.is_empty()),
             };
-            let start = barrier.wait().map_err(anyhow::Error::msg)?;
+            let start = barrier.wait().map_err(crate::RunnerError::Said)?;
             return Ok(Some(Start {
                 at: start.at,
                 clock_offset: Some((start.offset_ms, start.rtt_ms)),
@@ -633,7 +634,7 @@ fn start_at(args: &LoadFlags, shard: Option<kiln_load::plan::Shard>) -> Result<O
             count: shard.count,
             timeout,
         };
-        let at = barrier.wait().map_err(anyhow::Error::msg)?;
+        let at = barrier.wait().map_err(crate::RunnerError::Said)?;
         return Ok(Some(Start {
             at,
             clock_offset: None,
@@ -642,7 +643,7 @@ fn start_at(args: &LoadFlags, shard: Option<kiln_load::plan::Shard>) -> Result<O
     args.start_at
         .as_deref()
         .map(|text| {
-            let at = kiln_load::plan::parse_start_at(text).map_err(anyhow::Error::msg)?;
+            let at = kiln_load::plan::parse_start_at(text).map_err(crate::RunnerError::Said)?;
             Ok(Start {
                 at,
                 clock_offset: None,

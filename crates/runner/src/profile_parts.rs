@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use anyhow::Result;
+use crate::error::Result;
 use kiln_profile::{speedscope_json, svg, Event, FlameStyle, Folded, Profiled};
 use kiln_record::schema::profile::{ImportSource, JitRecord, ProfileRecord};
 use kiln_record::RunDir;

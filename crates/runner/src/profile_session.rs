@@ -6,7 +6,8 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Result};
+use crate::error::Result;
+use crate::fail;
 use kiln_load::StopSignal;
 use kiln_profile::{profile_processes, Event, Profiled, RecordOptions};
 use kiln_record::schema::plan::PlanRecord;
@@ -223,10 +224,10 @@ fn take_in_jvm(
     let started = Instant::now();
     while started.elapsed() < duration && stop.reason().is_none() {
         if !Path::new(&format!("/proc/{pid}")).exists() {
-            bail!("process {pid} exited during the profile: async-profiler's samples went with it");
+            fail!("process {pid} exited during the profile: async-profiler's samples went with it");
         }
         let left = duration.saturating_sub(started.elapsed());
         std::thread::sleep(left.min(Duration::from_millis(100)));
     }
-    profile.stop().map_err(anyhow::Error::msg)
+    profile.stop().map_err(crate::RunnerError::Said)
 }

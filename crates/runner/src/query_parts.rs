@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use crate::error::{Doing, Result};
 use kiln_load::StopSignal;
 use kiln_queries::analyze::{analyze, Options, Severity};
 use kiln_queries::receiver::{Receiver, JSON_RECORD};
@@ -113,8 +113,7 @@ pub fn write_report(
     ];
     let html_path = dir.write_file_part(HTML_PART, "queries.html", 1, page.as_bytes())?;
     if let Some(extra) = &settings.html {
-        std::fs::write(extra, &page)
-            .with_context(|| format!("cannot write {}", extra.display()))?;
+        std::fs::write(extra, &page).doing_with(|| format!("cannot write {}", extra.display()))?;
     }
     Ok(QueryReport {
         record,

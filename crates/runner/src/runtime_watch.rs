@@ -5,7 +5,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use anyhow::Result;
+use crate::error::Result;
 use kiln_record::RunDir;
 use kiln_runtime::watch::{Depth, RuntimeWatch};
 use kiln_runtime::{RuntimeInfo, RuntimeSecond, RUNTIME_FILE, RUNTIME_PART, RUNTIME_SECONDS_PART};
@@ -75,7 +75,7 @@ impl RuntimeWatcher {
         self.done.store(true, Ordering::SeqCst);
         let (info, seconds) = self.thread.join().unwrap_or_default();
         let written = serde_json::to_vec_pretty(&info)
-            .map_err(anyhow::Error::from)
+            .map_err(crate::RunnerError::from)
             .and_then(|json| Ok(dir.write_file_part(RUNTIME_PART, RUNTIME_FILE, 1, &json)?));
         if let Err(e) = written {
             warnings.push(format!("the runtime's record was not written: {e:#}"));

@@ -14,7 +14,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use anyhow::{bail, Context, Result};
+use crate::error::{Doing, Result};
+use crate::fail;
 use kiln_runtime::go::{parse_gctrace, GcTraceFeed};
 
 /// Lines of the target's output kept for error messages.
@@ -84,8 +85,9 @@ impl SpawnedTarget {
         }
         let mut child = cmd
             .spawn()
-            .with_context(|| format!("--spawn: cannot start {command:?}"))?;
-        let pid = i32::try_from(child.id()).context("--spawn: a pid out of range")?;
+            .doing_with(|| format!("--spawn: cannot start {command:?}"))?;
+        let pid = i32::try_from(child.id())
+            .map_err(|_| crate::RunnerError::Said("--spawn: a pid out of range".into()))?;
         let gctrace = GcTraceFeed::default();
         let output = Arc::new(Mutex::new(VecDeque::new()));
         if let Some(stderr) = child.stderr.take() {
@@ -118,7 +120,7 @@ impl SpawnedTarget {
             if let Ok(Some(status)) = target.child.try_wait() {
                 // its last words may still be in the pipe
                 std::thread::sleep(Duration::from_millis(100));
-                bail!(
+                fail!(
                     "--spawn: {command:?} exited ({status}) {}{}",
                     addr.map_or("as it started".to_string(), |a| format!(
                         "before it accepted connections on {a}"
@@ -127,7 +129,7 @@ impl SpawnedTarget {
                 );
             }
             if let (Some(addr), true) = (addr, Instant::now() >= deadline) {
-                bail!(
+                fail!(
                     "--spawn: {command:?} did not accept connections on {addr} within {} s{}",
                     ready_within.as_secs(),
                     target.last_output()
