@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
+use kiln_load::plan::DurationArg;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -91,7 +92,7 @@ pub struct QueriesArgs {
     pub listen: Option<String>,
     /// How long to listen (default: until Ctrl-C).
     #[arg(short = 'd', long = "duration", requires = "listen")]
-    pub duration: Option<String>,
+    pub duration: Option<DurationArg>,
     #[command(flatten)]
     pub analysis: QueryAnalysisArgs,
     /// The run directory (default: runs/<time>-queries).
@@ -210,7 +211,7 @@ pub struct ProfileArgs {
     pub port: Option<u16>,
     /// How long to profile.
     #[arg(short = 'd', long = "duration", default_value = "10s")]
-    pub duration: String,
+    pub duration: DurationArg,
     /// cpu: where the CPU time goes (on-CPU). cswitch: where threads leave the CPU
     /// (blocking, waiting, preemption), one sample per context switch.
     #[arg(long = "event", value_enum, default_value = "cpu")]
@@ -292,10 +293,10 @@ pub struct WatchArgs {
     pub spawn: Option<String>,
     /// How long to watch.
     #[arg(short = 'd', long = "duration", default_value = "10s")]
-    pub duration: String,
+    pub duration: DurationArg,
     /// Time between samples.
     #[arg(long = "interval", default_value = "1s")]
-    pub interval: String,
+    pub interval: DurationArg,
     /// The run directory (default: runs/<time>-watch-<pid>).
     #[arg(long = "out")]
     pub out: Option<PathBuf>,
@@ -349,7 +350,7 @@ pub struct RunArgs {
         long = "interval",
         default_value = "5s"
     )]
-    pub interval: String,
+    pub interval: DurationArg,
 
     /// Record what this process and the host do during the run, once a second.
     #[arg(
@@ -417,7 +418,7 @@ pub struct RunArgs {
         long = "otlp-wait",
         default_value = "6s"
     )]
-    pub otlp_wait: String,
+    pub otlp_wait: DurationArg,
 
     #[command(flatten, next_help_heading = "Traces and DB calls")]
     pub queries: QueryAnalysisArgs,
@@ -541,7 +542,7 @@ pub struct K8sJobArgs {
     /// Start this long from now instead (pods must be scheduled and their image pulled by
     /// then), e.g. 120s.
     #[arg(long = "lead", value_name = "DURATION")]
-    pub lead: Option<String>,
+    pub lead: Option<DurationArg>,
     /// Each pod's CPU (request = limit).
     #[arg(long = "cpu", default_value = "2")]
     pub cpu: String,

@@ -23,3 +23,27 @@ pub fn interrupted_exit_code(signal: Option<i32>) -> u8 {
 
 /// As k6's ThresholdsHaveFailed.
 pub const EXIT_THRESHOLDS_FAILED: u8 = 99;
+
+/// A command line clap could not take: bad usage, exit 2. A flag's value that does not read
+/// (`-d soon`, `-c many`) is said in one line, as kiln's other errors are; anything else
+/// (help, version, an unknown flag, a missing argument) as clap says it.
+pub fn bad_flag(e: clap::Error) -> std::process::ExitCode {
+    use clap::error::{ContextKind, ContextValue};
+    if e.kind() != clap::error::ErrorKind::ValueValidation {
+        e.exit()
+    }
+    let context = |kind| match e.get(kind) {
+        Some(ContextValue::String(text)) => text.clone(),
+        _ => String::new(),
+    };
+    // "--duration <DURATION>": the flag as it was given
+    let flag = context(ContextKind::InvalidArg);
+    let flag = flag.split(' ').next().unwrap_or_default();
+    let value = context(ContextKind::InvalidValue);
+    let why = std::error::Error::source(&e).map_or_else(|| e.kind().to_string(), |s| s.to_string());
+    eprintln!(
+        "kiln: error: {}",
+        crate::format::safe_text(&format!("{flag} {value:?}: {why}"))
+    );
+    std::process::ExitCode::from(2)
+}

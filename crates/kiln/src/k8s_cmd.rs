@@ -6,7 +6,6 @@ use std::time::{Duration, SystemTime};
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
-use kiln_load::plan::parse_duration;
 use kiln_merge::k8s::{self, JobSpec, JobStart};
 
 use crate::cli::K8sJobArgs;
@@ -34,7 +33,7 @@ pub fn job(args: K8sJobArgs) -> Result<u8> {
             JobStart::At(at.clone())
         }
         (None, Some(lead)) => {
-            let lead: Duration = parse_duration(lead)?;
+            let lead: Duration = lead.value;
             JobStart::At(humantime::format_rfc3339_seconds(SystemTime::now() + lead).to_string())
         }
         // a barrier named for this generation: an earlier Job's ready files are not this one's

@@ -89,7 +89,10 @@ fn keep_large_allocations_on_the_heap() {
 
 fn main() -> ExitCode {
     keep_large_allocations_on_the_heap();
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return exit::bad_flag(e),
+    };
     // commands that run until stopped watch for interrupts; the demo's shop handles its own
     // signals (it flushes its traces first)
     let interrupts = || {

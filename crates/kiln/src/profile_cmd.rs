@@ -6,7 +6,6 @@ use kiln_record::schema::plan::PlanRecord;
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
-use kiln_load::plan::parse_duration;
 use kiln_load::StopSignal;
 use kiln_profile::{CallGraph, Event, RecordOptions};
 use kiln_record::schema::profile::ImportSource;
@@ -54,7 +53,7 @@ fn files_text(written: &WrittenProfile, run_dir: &Path, status: RunStatus) -> St
 
 fn record(args: &ProfileArgs, stop: &StopSignal) -> Result<u8> {
     let pid = target_process::resolve(&ProcFs::default(), args.pid, args.port, "profile")?;
-    let duration = parse_duration(&args.duration)?;
+    let duration = args.duration.value;
     if !(1..=10_000).contains(&args.frequency) {
         bail!("--frequency is out of range: 1 to 10000 samples per second");
     }

@@ -8,7 +8,6 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use kiln_load::plan::parse_duration;
 use kiln_load::StopSignal;
 use kiln_queries::receiver::span_files;
 use kiln_queries::Ingest;
@@ -39,14 +38,14 @@ pub fn run(args: QueriesArgs, stop: &StopSignal) -> Result<u8> {
         bail!("give span files to analyse, or --listen to receive them (see kiln queries --help)");
     }
     let settings = settings(&args.analysis)?;
-    let duration = args.duration.as_deref().map(parse_duration).transpose()?;
+    let duration = args.duration.as_ref().map(|d| d.value);
     let mut ingest = Ingest::new();
     let reading = Instant::now();
     read_files(&mut ingest, &args.files)?;
     let read = reading.elapsed();
     let receiver = args.listen.as_deref().map(start_receiver).transpose()?;
     let out = RunLocation::from_flag(args.out.as_deref(), "queries");
-    let plan = json!({"files": args.files, "listen": args.listen, "duration": args.duration,
+    let plan = json!({"files": args.files, "listen": args.listen, "duration": args.duration.as_ref().map(|d| &d.text),
         "route": args.analysis.route, "n_plus_one": args.analysis.n_plus_one, "slow_ms": args.analysis.slow_ms});
     let mut dir = create_run_dir(&out, "queries", PlanRecord::Other(plan))?;
     let mut status = RunStatus::Complete;

@@ -1,7 +1,6 @@
 //! `kiln run`: flags -> plan -> phases (warm-up, measured runs) -> run directory and summary.
 
 use anyhow::{bail, Context, Result};
-use kiln_load::plan::parse_duration;
 use kiln_load::StopSignal;
 use kiln_record::{PhaseSummary, RunLocation, RunStatus};
 use kiln_runner::{execute, JvmProfiler, OtlpSpec, RunOutcome, RunSpec};
@@ -175,7 +174,7 @@ fn run_load(args: RunArgs, stop: &StopSignal) -> Result<u8> {
         eprintln!("kiln: {note}");
     }
     let plan = load.plan;
-    let interval = parse_duration(&args.interval)?;
+    let interval = args.interval.value;
     let name = args.name.clone().unwrap_or(load.default_name);
     let out = RunLocation::from_flag(args.out.as_deref(), &name);
     let mut live = LiveOutput::new(args.quiet, interval.as_secs() as u32);
@@ -226,7 +225,7 @@ fn run_load(args: RunArgs, stop: &StopSignal) -> Result<u8> {
     };
     let otlp = match &args.otlp_listen {
         Some(addr) => {
-            let wait = parse_duration(&args.otlp_wait)?;
+            let wait = args.otlp_wait.value;
             let receiver = crate::traces::start_receiver(addr)?;
             eprintln!(
                 "kiln: receiving OTLP traces at http://{}/v1/traces",

@@ -5,7 +5,6 @@ use kiln_record::schema::plan::PlanRecord;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
-use kiln_load::plan::parse_duration;
 use kiln_load::{SelfUsage, StopSignal};
 use kiln_record::{RunLocation, RunStatus};
 use kiln_runner::runtime_watch::RuntimeWatcher;
@@ -36,8 +35,7 @@ pub fn run(args: WatchArgs, stop: &StopSignal) -> Result<u8> {
         Some(target) => target.pid,
         None => target_process::resolve(&proc, args.pid, args.port, "watch")?,
     };
-    let duration = parse_duration(&args.duration)?;
-    let interval = parse_duration(&args.interval)?;
+    let (duration, interval) = (args.duration.value, args.interval.value);
     if interval < Duration::from_millis(100) {
         bail!("--interval is out of range: at least 100ms");
     }

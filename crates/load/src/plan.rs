@@ -24,6 +24,33 @@ pub fn parse_start_at(text: &str) -> Result<std::time::SystemTime, String> {
     })
 }
 
+/// A duration given on the command line, checked once as the flags are parsed (clap takes it
+/// through `FromStr`): its value, and the text as given (a plan file takes `-d` as its own
+/// `duration` setting, in the user's words).
+#[derive(Clone, Debug, PartialEq)]
+pub struct DurationArg {
+    pub value: Duration,
+    pub text: String,
+}
+
+impl std::str::FromStr for DurationArg {
+    type Err = PlanError;
+
+    fn from_str(text: &str) -> Result<Self, PlanError> {
+        Ok(Self {
+            value: parse_duration(text)?,
+            text: text.to_string(),
+        })
+    }
+}
+
+impl DurationArg {
+    /// The value of an optional flag, `default` (a valid duration) when it was not given.
+    pub fn or(arg: Option<&Self>, default: Duration) -> Duration {
+        arg.map_or(default, |a| a.value)
+    }
+}
+
 /// Parses `500ms`, `30s`, `3m`, `1h`, `1m30s`; a bare number means seconds.
 pub fn parse_duration(text: &str) -> Result<Duration, PlanError> {
     let t = text.trim();

@@ -6,9 +6,9 @@
 
 use std::time::Duration;
 
-use crate::error::{Doing, Result};
+use crate::error::{Doing, Result, RunnerError};
 use crate::refuse;
-use kiln_load::plan::{parse_duration, parse_stages};
+use kiln_load::plan::{parse_duration, parse_stages, DurationArg};
 use kiln_load::{LoadPlan, Model, PhaseSpec, RequestSpec, Target};
 use kiln_record::schema::plan::{LoadPlanRecord, ScenarioOutline, ShardClock};
 use kiln_summary::thresholds::{self, Threshold};
@@ -33,7 +33,7 @@ pub struct LoadFlags {
     /// How long each measured run lasts (e.g. 30s, 3m) [default: 10s]. Ignored with
     /// --stages. With a plan: overrides its duration.
     #[arg(help_heading = "Load", short = 'd', long = "duration")]
-    pub duration: Option<String>,
+    pub duration: Option<DurationArg>,
 
     /// With a plan: set a variable, or a load setting (rate, vus, duration, iterations,
     /// max_vus, ramp, arrivals, seed, warmup, timeout), e.g. --set rate=2000 (repeatable).
@@ -84,11 +84,11 @@ pub struct LoadFlags {
 
     /// Closed model: pause between a response and the connection's next request [default: 0s].
     #[arg(help_heading = "Load", long = "think-time")]
-    pub think_time: Option<String>,
+    pub think_time: Option<DurationArg>,
 
     /// Closed model: start the connections evenly over this time [default: 0s].
     #[arg(help_heading = "Load", long = "ramp-up")]
-    pub ramp_up: Option<String>,
+    pub ramp_up: Option<DurationArg>,
 
     /// HTTP method [default: GET].
     #[arg(
@@ -109,7 +109,7 @@ pub struct LoadFlags {
 
     /// Time allowed for a whole request (send, wait, read the body) [default: 10s].
     #[arg(help_heading = "Request", long = "timeout")]
-    pub timeout: Option<String>,
+    pub timeout: Option<DurationArg>,
 
     /// Time allowed to open a connection (TCP and TLS).
     #[arg(
@@ -117,7 +117,7 @@ pub struct LoadFlags {
         long = "connect-timeout",
         default_value = "5s"
     )]
-    pub connect_timeout: String,
+    pub connect_timeout: DurationArg,
 
     /// Accept any TLS certificate (self-signed targets).
     #[arg(help_heading = "Request", short = 'k', long = "insecure")]
@@ -132,7 +132,7 @@ pub struct LoadFlags {
     /// `auto` (or `auto:CAP`, 60 s by default) ends it when throughput is steady and, for a
     /// JVM watched with --watch-*, its JIT compiler has gone quiet.
     #[arg(help_heading = "Load", long = "warmup")]
-    pub warmup: Option<String>,
+    pub warmup: Option<WarmupArg>,
 
     /// Measured runs; with more than one, the summary shows each and their mean and spread.
     #[arg(help_heading = "Load", long = "repeat", default_value_t = 1)]
@@ -140,7 +140,7 @@ pub struct LoadFlags {
 
     /// Stop the run as interrupted when the target gave no response at all for this long.
     #[arg(help_heading = "Load", long = "dead-after", default_value = "5s")]
-    pub dead_after: String,
+    pub dead_after: DurationArg,
 
     /// At the deadline, wait for requests in flight up to --timeout (as oha's flag of this
     /// name does). Without it the run ends at -d: they get half a second, and those still
@@ -187,12 +187,12 @@ pub struct LoadFlags {
         value_name = "DURATION",
         default_value = "10m"
     )]
-    pub barrier_timeout: String,
+    pub barrier_timeout: DurationArg,
 
     /// Hedged requests: a request not answered after this delay gets a second copy and the
     /// first answer wins. A time (5ms) or a percentile of the run's recent latency (p95).
     #[arg(help_heading = "Hedging", long = "hedge", value_name = "DELAY|pNN")]
-    pub hedge: Option<String>,
+    pub hedge: Option<kiln_hedge::Delay>,
 
     /// With --hedge: second copies at most this share of the requests (a token bucket).
     #[arg(
@@ -202,7 +202,7 @@ pub struct LoadFlags {
         default_value = "10%",
         requires = "hedge"
     )]
-    pub hedge_cap: String,
+    pub hedge_cap: HedgeCap,
 
     /// With --hedge: another target for the same request (repeatable). First copies go to
     /// the URL and each replica in turn, a request's second copy to the next one.
@@ -245,36 +245,53 @@ fn read_body(arg: &str) -> Result<Vec<u8>> {
 /// The longest `--warmup auto` when no cap is given.
 const AUTO_WARMUP_CAP: Duration = Duration::from_secs(60);
 
-fn warmup_is_auto(args: &LoadFlags) -> bool {
-    args.warmup
-        .as_deref()
-        .is_some_and(|w| w.starts_with("auto"))
+/// `--warmup DURATION`, or `auto` / `auto:CAP` (an auto warm-up's cap), checked as the flags
+/// are parsed.
+#[derive(Clone, Debug, PartialEq)]
+pub enum WarmupArg {
+    Fixed(Duration),
+    Auto { cap: Duration },
 }
 
-/// `--warmup DURATION`, or `auto` / `auto:CAP` (the warm-up's cap).
-fn warmup_flag(args: &LoadFlags) -> Result<Option<Duration>> {
-    let Some(w) = args.warmup.as_deref() else {
-        return Ok(None);
-    };
-    let cap = match w.strip_prefix("auto") {
-        Some("") => return Ok(Some(AUTO_WARMUP_CAP)),
-        Some(rest) => rest.strip_prefix(':').doing_with(|| {
-            format!("--warmup {w}: auto takes a cap as auto:DURATION, e.g. auto:30s")
-        })?,
-        None => w,
-    };
-    let d = parse_duration(cap).doing_with(|| format!("--warmup {w}"))?;
-    if warmup_is_auto(args) {
-        check_auto_cap(&format!("--warmup {w}"), d)?;
+impl std::str::FromStr for WarmupArg {
+    type Err = RunnerError;
+
+    fn from_str(w: &str) -> Result<Self> {
+        let Some(rest) = w.strip_prefix("auto") else {
+            return Ok(Self::Fixed(parse_duration(w)?));
+        };
+        let cap = match rest {
+            "" => {
+                return Ok(Self::Auto {
+                    cap: AUTO_WARMUP_CAP,
+                })
+            }
+            rest => rest
+                .strip_prefix(':')
+                .doing("auto takes a cap as auto:DURATION, e.g. auto:30s")?,
+        };
+        let cap = parse_duration(cap)?;
+        check_auto_cap(cap)?;
+        Ok(Self::Auto { cap })
     }
-    Ok(Some(d))
+}
+
+impl WarmupArg {
+    /// The warm-up's time (an auto warm-up's cap), and whether it is auto.
+    fn phase(w: Option<&Self>) -> (Option<Duration>, bool) {
+        match w {
+            None => (None, false),
+            Some(Self::Fixed(d)) => (Some(*d), false),
+            Some(Self::Auto { cap }) => (Some(*cap), true),
+        }
+    }
 }
 
 /// An auto warm-up's cap must leave it time to judge.
-fn check_auto_cap(what: &str, cap: Duration) -> Result<()> {
+fn check_auto_cap(cap: Duration) -> Result<()> {
     if cap.as_secs() < u64::from(crate::warmup::MIN_SECONDS) {
         refuse!(
-            "{what}: the cap is shorter than the {} s an auto warm-up needs to judge",
+            "the cap is shorter than the {} s an auto warm-up needs to judge",
             crate::warmup::MIN_SECONDS
         );
     }
@@ -289,7 +306,7 @@ fn plan_warmup(w: Option<kiln_plan::Warmup>) -> Result<(Option<Duration>, bool)>
         Some(kiln_plan::Warmup::Fixed(d)) => (Some(d), false),
         Some(kiln_plan::Warmup::Auto { cap }) => {
             let cap = cap.unwrap_or(AUTO_WARMUP_CAP);
-            check_auto_cap("the plan's warmup: auto", cap)?;
+            check_auto_cap(cap).doing("the plan's warmup: auto")?;
             (Some(cap), true)
         }
     })
@@ -311,8 +328,8 @@ struct Built {
 }
 
 const DEFAULT_CONNECTIONS: usize = 50;
-const DEFAULT_DURATION: &str = "10s";
-const DEFAULT_TIMEOUT: &str = "10s";
+const DEFAULT_DURATION: Duration = Duration::from_secs(10);
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Turns flags (and a plan file, when the argument is one) into a validated plan,
 /// resolving hosts once.
@@ -336,11 +353,12 @@ fn build_whole(args: &LoadFlags) -> Result<Built> {
         refuse!("--set is for plan files (kiln run plan.yaml --set NAME=VALUE)");
     }
     let (load, notes) = build_plan(args)?;
+    let (warmup, warmup_auto) = WarmupArg::phase(args.warmup.as_ref());
     Ok(Built {
         load,
         thresholds: args.thresholds.clone(),
-        warmup: warmup_flag(args)?,
-        warmup_auto: warmup_is_auto(args),
+        warmup,
+        warmup_auto,
         outline: None,
         notes,
     })
@@ -373,9 +391,9 @@ fn build_from_plan_file(args: &LoadFlags) -> Result<Built> {
         .collect::<Result<Vec<_>>>()?;
     let flag_sets = [
         ("vus", args.connections.map(|c| c.to_string())),
-        ("duration", args.duration.clone()),
+        ("duration", args.duration.as_ref().map(|d| d.text.clone())),
         ("rate", args.rate.map(|r| r.to_string())),
-        ("timeout", args.timeout.clone()),
+        ("timeout", args.timeout.as_ref().map(|t| t.text.clone())),
     ];
     for (key, value) in flag_sets {
         if let Some(v) = value {
@@ -386,7 +404,7 @@ fn build_from_plan_file(args: &LoadFlags) -> Result<Built> {
     let mut load = LoadPlan {
         workload: Some(plan.workload.clone()),
         http2: args.http2 || plan.http2,
-        timeout: plan.timeout.unwrap_or(parse_duration(DEFAULT_TIMEOUT)?),
+        timeout: plan.timeout.unwrap_or(DEFAULT_TIMEOUT),
         ..LoadPlan::new(plan.base().clone(), plan.model.clone(), plan.duration)
     };
     common_flags(&mut load, args)?;
@@ -402,7 +420,7 @@ fn build_from_plan_file(args: &LoadFlags) -> Result<Built> {
     }
     check_repeat(args)?;
     let (warmup, warmup_auto) = match &args.warmup {
-        Some(_) => (warmup_flag(args)?, warmup_is_auto(args)),
+        Some(w) => WarmupArg::phase(Some(w)),
         None => plan_warmup(plan.warmup)?,
     };
     Ok(Built {
@@ -418,12 +436,12 @@ fn build_from_plan_file(args: &LoadFlags) -> Result<Built> {
 /// The flags a URL run and a plan file's run share: connecting, threads, certificates and
 /// when a failing run is dead.
 fn common_flags(plan: &mut LoadPlan, args: &LoadFlags) -> Result<()> {
-    plan.connect_timeout = parse_duration(&args.connect_timeout)?;
+    plan.connect_timeout = args.connect_timeout.value;
     if let Some(threads) = args.threads {
         plan.threads = threads;
     }
     plan.insecure = args.insecure;
-    plan.dead_after = parse_duration(&args.dead_after)?;
+    plan.dead_after = args.dead_after.value;
     plan.wait_after_deadline = args.wait_after_deadline;
     Ok(())
 }
@@ -460,7 +478,7 @@ fn build_plan(args: &LoadFlags) -> Result<(LoadPlan, Vec<String>)> {
                 };
                 refuse!("--rate is out of range: {said} (more than 0, at most 10000000)");
             }
-            let duration = parse_duration(args.duration.as_deref().unwrap_or(DEFAULT_DURATION))?;
+            let duration = DurationArg::or(args.duration.as_ref(), DEFAULT_DURATION);
             let stages = kiln_load::RateStage::steady(*rate, duration);
             (open_model(args, stages), duration)
         }
@@ -472,16 +490,16 @@ fn build_plan(args: &LoadFlags) -> Result<(LoadPlan, Vec<String>)> {
         (None, None) => (
             Model::Closed {
                 connections: connections(args),
-                think_time: parse_duration(args.think_time.as_deref().unwrap_or("0s"))?,
-                ramp_up: parse_duration(args.ramp_up.as_deref().unwrap_or("0s"))?,
+                think_time: DurationArg::or(args.think_time.as_ref(), Duration::ZERO),
+                ramp_up: DurationArg::or(args.ramp_up.as_ref(), Duration::ZERO),
                 stages: Vec::new(),
             },
-            parse_duration(args.duration.as_deref().unwrap_or(DEFAULT_DURATION))?,
+            DurationArg::or(args.duration.as_ref(), DEFAULT_DURATION),
         ),
     };
     let mut plan = LoadPlan {
         request,
-        timeout: parse_duration(args.timeout.as_deref().unwrap_or(DEFAULT_TIMEOUT))?,
+        timeout: DurationArg::or(args.timeout.as_ref(), DEFAULT_TIMEOUT),
         http2: args.http2,
         ..LoadPlan::new(target, model, duration)
     };
@@ -504,14 +522,14 @@ fn hedge_plan(args: &LoadFlags, request: &RequestSpec) -> Result<Option<kiln_loa
     let Some(delay) = &args.hedge else {
         return Ok(None);
     };
-    let delay: kiln_hedge::Delay = delay.parse().doing("--hedge")?;
+    let delay = *delay;
     if !args.hedge_any_method && !kiln_load::hedge::is_idempotent(method) {
         refuse!(
             "--hedge sends some requests twice, and {method} is not idempotent: a second copy \
              could do its work twice (--hedge-any-method hedges it anyway)"
         );
     }
-    let cap = parse_hedge_cap(&args.hedge_cap)?;
+    let cap = args.hedge_cap.0;
     let replicas = args
         .replicas
         .iter()
@@ -520,12 +538,20 @@ fn hedge_plan(args: &LoadFlags, request: &RequestSpec) -> Result<Option<kiln_loa
     Ok(Some(kiln_load::HedgePlan::new(delay, cap, replicas)))
 }
 
-/// `--hedge-cap`: `5%` or `5` (percent of the requests), above 0 and at most 100.
-fn parse_hedge_cap(text: &str) -> Result<f64> {
-    let number = text.trim().trim_end_matches('%').trim();
-    match number.parse::<f64>() {
-        Ok(p) if p > 0.0 && p <= 100.0 => Ok(p / 100.0),
-        _ => refuse!("--hedge-cap {text:?} is not a share of the requests (such as 5% or 0.5%)"),
+/// `--hedge-cap`: `5%` or `5` (percent of the requests), above 0 and at most 100; the
+/// share it is.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct HedgeCap(pub f64);
+
+impl std::str::FromStr for HedgeCap {
+    type Err = RunnerError;
+
+    fn from_str(text: &str) -> Result<Self> {
+        let number = text.trim().trim_end_matches('%').trim();
+        match number.parse::<f64>() {
+            Ok(p) if p > 0.0 && p <= 100.0 => Ok(Self(p / 100.0)),
+            _ => refuse!("{text:?} is not a share of the requests (such as 5% or 0.5%)"),
+        }
     }
 }
 
@@ -608,7 +634,7 @@ fn start_at(args: &LoadFlags, shard: Option<kiln_load::plan::Shard>) -> Result<O
         let Some(shard) = shard else {
             refuse!("--barrier is for shards (--shard I/N): it waits for the N of them");
         };
-        let timeout = parse_duration(&args.barrier_timeout)?;
+        let timeout = args.barrier_timeout.value;
         if let Some(addr) = place.strip_prefix("http://") {
             let barrier = crate::http_barrier::HttpBarrier {
                 addr: addr.trim_end_matches('/').to_string(),

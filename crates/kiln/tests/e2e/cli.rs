@@ -24,7 +24,6 @@ fn bad_input_gets_one_clear_line_and_a_nonzero_exit() {
             "--connections is out of range",
         ),
         (vec!["run", &url, "-t", "0"], "--threads is out of range"),
-        (vec!["run", &url, "-d", "soon"], "bad duration"),
         (vec!["run", &url, "--rate", "0"], "--rate is out of range"),
         (vec!["run", &url, "--stages", "10s"], "bad stages"),
         (vec!["run", &url, "-H", "NoColon"], "bad header"),
@@ -56,6 +55,30 @@ fn bad_input_gets_one_clear_line_and_a_nonzero_exit() {
             "{args:?}: more than one line: {stderr}"
         );
         assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
+    // A flag's value that does not read is bad usage (exit 2), said in one line like the
+    // errors above, for every flag of every command: each is checked as the flags are parsed.
+    for (args, expected) in [
+        (
+            vec!["run", &url, "-d", "soon"],
+            "--duration \"soon\": bad duration",
+        ),
+        (
+            vec!["run", &url, "-c", "many"],
+            "--connections \"many\": invalid digit",
+        ),
+        (
+            vec!["run", &url, "--hedge", "p95", "--hedge-cap", "200%"],
+            "not a share of the requests",
+        ),
+        (vec!["run", &url, "--warmup", "auto:2s"], "shorter than"),
+        (vec!["watch", "--interval", "often"], "bad duration"),
+    ] {
+        let out = kiln(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+        assert_eq!(stderr.trim().lines().count(), 1, "{args:?}: {stderr}");
     }
     // a 300-digit rate is said in a few characters, not printed back in full
     let huge = format!("1{}", "0".repeat(299));

@@ -72,7 +72,7 @@ fn durations_too_long_for_the_clock_are_refused_not_panicked_on() {
     for flag in ["-d", "--warmup", "--timeout"] {
         let out = kiln(&["run", &url, flag, "500000000000y"]);
         let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(1), "{flag}: {stderr}");
+        assert_eq!(out.status.code(), Some(2), "{flag}: {stderr}");
         assert!(stderr.contains("bad duration"), "{flag}: {stderr}");
         assert!(!stderr.contains("panicked"), "{flag}: {stderr}");
     }

@@ -440,7 +440,9 @@ fn warmup_auto_without_a_jvm_goes_by_throughput_and_a_bad_cap_is_refused() {
     ] {
         let run = kiln(&["run", &url, "--warmup", bad, "-d", "1s"]);
         let err = String::from_utf8_lossy(&run.stderr);
-        assert_eq!(run.status.code(), Some(1), "{err}");
+        // bad usage, said in one line
+        assert_eq!(run.status.code(), Some(2), "{err}");
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
         assert!(err.contains(says), "{err}");
     }
 
