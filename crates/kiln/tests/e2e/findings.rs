@@ -226,6 +226,26 @@ fn run_and_judge(target: &Target, out: &Path, extra: &[&str]) -> Value {
     run_for(target, out, "7s", extra)
 }
 
+/// The planted target and its fix, judged side by side (`run_and_judge` of each, the test
+/// as long as one run): for targets whose work is waiting, not the CPU, so that neither run
+/// slows the other. Each run gets `extra` and its own flags after it.
+fn judge_both<'a>(
+    (planted, planted_flags): (&Target, &[&'a str]),
+    (fixed, fixed_flags): (&Target, &[&'a str]),
+    out: &Path,
+    duration: &str,
+    extra: &[&'a str],
+) -> (Value, Value) {
+    let with = |flags: &[&'a str]| -> Vec<&'a str> { [extra, flags].concat() };
+    let (planted_load, fixed_load) = (with(planted_flags), with(fixed_flags));
+    let (planted_out, fixed_out) = (out.join("planted"), out.join("fixed"));
+    std::thread::scope(|s| {
+        let a = s.spawn(|| run_for(planted, &planted_out, duration, &planted_load));
+        let b = s.spawn(|| run_for(fixed, &fixed_out, duration, &fixed_load));
+        (a.join().unwrap(), b.join().unwrap())
+    })
+}
+
 fn run_for(target: &Target, out: &Path, duration: &str, extra: &[&str]) -> Value {
     run_in(None, target, out, duration, extra)
 }
@@ -373,10 +393,20 @@ fn a_warm_up_inside_the_measurement_is_found_and_one_left_to_warmup_is_not() {
     let tmp = tempfile::tempdir().unwrap();
     // 16 s measured from the target's first request: its latency falls from 16 ms to 1 ms
     // over the first 10 s (most of the run: a plateau's noise on a busy machine cannot hide
-    // the trend)
-    let target = Target::start("warming", None);
+    // the trend). Beside it, the fix the finding names: the same target measured after a
+    // warm-up of 12 s (both sleep out their latency: neither slows the other).
+    let (cold, warm) = (
+        Target::start("warming", None),
+        Target::start("warming", None),
+    );
     let load = ["--rate", "100", "-c", "4"];
-    let f = run_for(&target, &tmp.path().join("cold"), "16s", &load);
+    let (f, g) = judge_both(
+        (&cold, &[]),
+        (&warm, &["--warmup", "12s"]),
+        tmp.path(),
+        "16s",
+        &load,
+    );
     let drift = finding(&f, "latency.drift").unwrap_or_else(|| panic!("no drift: {f:#}"));
     assert!(
         drift["title"]
@@ -390,17 +420,10 @@ fn a_warm_up_inside_the_measurement_is_found_and_one_left_to_warmup_is_not() {
         (5..=12).contains(&settled),
         "settled after {settled} s: {drift:#}"
     );
-    drop(target);
-
-    // the fix the finding names: the same target, measured after a warm-up of 12 s
-    let target = Target::start("warming", None);
-    let mut warmed = load.to_vec();
-    warmed.extend(["--warmup", "12s"]);
-    let f = run_for(&target, &tmp.path().join("warm"), "16s", &warmed);
-    assert!(finding(&f, "latency.drift").is_none(), "{f:#}");
+    assert!(finding(&g, "latency.drift").is_none(), "{g:#}");
     assert!(
-        f["judged"].to_string().contains("latency.drift"),
-        "the rule judged the warm run: {f:#}"
+        g["judged"].to_string().contains("latency.drift"),
+        "the rule judged the warm run: {g:#}"
     );
 }
 
@@ -519,22 +542,22 @@ fn packets_lost_on_the_way_are_found_and_a_clean_loopback_is_not() {
 fn requests_waiting_for_a_small_pool_are_found_and_a_pool_sized_to_the_load_is_not() {
     let _turn = common::alone();
     let tmp = tempfile::tempdir().unwrap();
-    // 8 connections, each sending its next request as the last is answered
+    // 8 connections, each sending its next request as the last is answered; the small pool
+    // and the sized one side by side (their workers sleep out the service time)
     let load = ["-c", "8"];
-    let target = Target::start("pool", None);
-    let f = run_and_judge(&target, &tmp.path().join("small"), &load);
+    let (small, sized) = (
+        Target::start("pool", None),
+        Target::start("pool-fixed", None),
+    );
+    let (f, g) = judge_both((&small, &[]), (&sized, &[]), tmp.path(), "7s", &load);
     let pool = finding(&f, "threads.pool-too-small").unwrap_or_else(|| panic!("{f:#}"));
     // by construction 6 of the 8 connections wait for one of the 2 workers
     let unread = pool["data"]["unread_mean"].as_f64().unwrap();
     assert!((4.0..=7.0).contains(&unread), "{unread} unread: {pool:#}");
-    drop(target);
-
-    let fixed = Target::start("pool-fixed", None);
-    let f = run_and_judge(&fixed, &tmp.path().join("sized"), &load);
-    assert!(finding(&f, "threads.pool-too-small").is_none(), "{f:#}");
+    assert!(finding(&g, "threads.pool-too-small").is_none(), "{g:#}");
     assert!(
-        f["judged"].to_string().contains("threads.pool-too-small"),
-        "the rule judged the sized pool: {f:#}"
+        g["judged"].to_string().contains("threads.pool-too-small"),
+        "the rule judged the sized pool: {g:#}"
     );
 }
 
@@ -639,21 +662,21 @@ fn json_parsed_on_every_request_is_found_and_parsed_once_is_not() {
 fn a_slow_fiftieth_request_makes_a_heavy_tail_and_an_even_target_does_not() {
     let _turn = common::alone();
     let tmp = tempfile::tempdir().unwrap();
-    // 2% of requests 100 ms slower: p95 stays at the 1 ms service, p99 is the slow ones
+    // 2% of requests 100 ms slower: p95 stays at the 1 ms service, p99 is the slow ones;
+    // beside it the same 1 ms service without the slow ones (both sleep out their service)
     let load = ["--rate", "200", "-c", "8"];
-    let target = Target::start("slow-tail", None);
-    let f = run_and_judge(&target, &tmp.path().join("tail"), &load);
+    let (slow, even) = (
+        Target::start("slow-tail", None),
+        Target::start("even", None),
+    );
+    let (f, g) = judge_both((&slow, &[]), (&even, &[]), tmp.path(), "7s", &load);
     let tail = finding(&f, "latency.tail-heavy").unwrap_or_else(|| panic!("{f:#}"));
     let p99 = tail["data"]["p99_us"].as_f64().unwrap();
     assert!((100_000.0..200_000.0).contains(&p99), "{tail:#}");
-    drop(target);
-    // the same 1 ms service without the slow ones
-    let even = Target::start("even", None);
-    let f = run_and_judge(&even, &tmp.path().join("even"), &load);
-    assert!(finding(&f, "latency.tail-heavy").is_none(), "{f:#}");
+    assert!(finding(&g, "latency.tail-heavy").is_none(), "{g:#}");
     assert!(
-        f["judged"].to_string().contains("latency.tail-heavy"),
-        "{f:#}"
+        g["judged"].to_string().contains("latency.tail-heavy"),
+        "{g:#}"
     );
 }
 
