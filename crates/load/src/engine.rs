@@ -1033,21 +1033,20 @@ async fn send_and_record(
     if let Err(sent) = connect_for_request(state, &state.setup, conn, intended).await {
         return sent;
     }
-    let Some(c) = conn.as_mut() else {
+    if conn.is_none() {
         return Sent {
             done: Instant::now(),
             connect_failed: true,
         };
-    };
+    }
     let sent = Instant::now();
     state.recorder.borrow_mut().sent(sent);
     state.in_flight.set(state.in_flight.get() + 1);
-    let mut outcome = slot.timer.run(sent, c.send(&state.setup)).await;
-    if refused_unprocessed(&outcome, c) {
-        if let Some(c) = resend(state, &state.setup, conn).await {
-            outcome = slot.timer.run(sent, c.send(&state.setup)).await;
-        }
-    }
+    let outcome = send_once_more_if_refused(state, &state.setup, conn, &mut slot.timer, sent, {
+        let setup = &state.setup;
+        async move |c: &mut Connection| c.send(setup).await
+    })
+    .await;
     state.in_flight.set(state.in_flight.get() - 1);
     let done = Instant::now();
     let start = intended.map_or(sent, |i| i.min(sent));
@@ -1079,6 +1078,28 @@ async fn send_and_record(
     Sent {
         done,
         connect_failed: false,
+    }
+}
+
+/// Sends a request on `conn` (which holds a connection) within the timer, and once more when
+/// the target refused it unprocessed: on the same connection, or a new one (`conn` is None
+/// when none could be opened, and the outcome is the refusal).
+async fn send_once_more_if_refused<T>(
+    state: &WorkerLocal,
+    setup: &ConnectionSetup,
+    conn: &mut Option<Connection>,
+    timer: &mut RequestTimer,
+    sent: Instant,
+    mut send: impl AsyncFnMut(&mut Connection) -> Result<T, ErrorKind>,
+) -> Option<Result<T, ErrorKind>> {
+    let c = conn.as_mut()?;
+    let outcome = timer.run(sent, send(c)).await;
+    if !refused_unprocessed(&outcome, c) {
+        return outcome;
+    }
+    match resend(state, setup, conn).await {
+        Some(c) => timer.run(sent, send(c)).await,
+        None => outcome,
     }
 }
 
@@ -1639,24 +1660,17 @@ async fn run_step(
         }
         return StepEnd::CutShort { connect: true };
     }
-    let Some(c) = conn.as_mut() else {
+    if conn.is_none() {
         return StepEnd::CutShort { connect: true };
-    };
+    }
     let sent = Instant::now();
     state.recorder.borrow_mut().sent(sent);
     state.in_flight.set(state.in_flight.get() + 1);
-    let mut outcome = vu
-        .timer
-        .run(sent, c.send_request(&rendered, &origin.authority, true))
-        .await;
-    if refused_unprocessed(&outcome, c) {
-        if let Some(c) = resend(state, setup, conn).await {
-            outcome = vu
-                .timer
-                .run(sent, c.send_request(&rendered, &origin.authority, true))
-                .await;
-        }
-    }
+    let outcome = send_once_more_if_refused(state, setup, conn, &mut vu.timer, sent, {
+        let (rendered, authority) = (&rendered, &origin.authority);
+        async move |c: &mut Connection| c.send_request(rendered, authority, true).await
+    })
+    .await;
     state.in_flight.set(state.in_flight.get() - 1);
     let done = Instant::now();
     let start = intended.map_or(sent, |i| i.min(sent));

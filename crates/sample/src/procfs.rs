@@ -397,10 +397,20 @@ impl ProcFs {
     /// none: each read of /proc/net/tcp walks the kernel's whole connection hash table (a
     /// millisecond or more), whatever the process owns.
     pub fn sockets_of(&self, inodes: &HashSet<u64>) -> SocketSummary {
+        self.sockets_with(inodes, None)
+    }
+
+    /// `sockets_of`, with the host's listen queues when they were read already this tick
+    /// (the sampler asks sock_diag for them once a second; asked again when not given).
+    pub fn sockets_with(
+        &self,
+        inodes: &HashSet<u64>,
+        listeners: Option<&HashMap<u64, crate::sock_diag::ListenQueue>>,
+    ) -> SocketSummary {
         if inodes.is_empty() {
             return SocketSummary::default();
         }
-        self.sockets_in_tables(inodes)
+        self.sockets_in_tables(inodes, listeners)
     }
 
     /// True when this reads the live host's /proc (not a fixture tree), whose kernel can be
@@ -446,7 +456,11 @@ impl ProcFs {
         seen.0 = Some(now);
     }
 
-    fn sockets_in_tables(&self, inodes: &HashSet<u64>) -> SocketSummary {
+    fn sockets_in_tables(
+        &self,
+        inodes: &HashSet<u64>,
+        listeners: Option<&HashMap<u64, crate::sock_diag::ListenQueue>>,
+    ) -> SocketSummary {
         let sockets: Vec<_> = ["proc/net/tcp", "proc/net/tcp6"]
             .iter()
             .filter_map(|f| self.read(f))
@@ -457,7 +471,15 @@ impl ProcFs {
         // the backlog limits are not in /proc: ask sock_diag, only when there are listeners
         // (and only on the live host: a fixture root has no kernel to ask)
         if self.is_live() && sockets.iter().any(|s| s.state == "LISTEN") {
-            if let Ok(queues) = crate::sock_diag::listen_queues() {
+            let asked;
+            let queues = match listeners {
+                Some(queues) => Some(queues),
+                None => {
+                    asked = crate::sock_diag::listen_queues().ok();
+                    asked.as_ref()
+                }
+            };
+            if let Some(queues) = queues {
                 for s in sockets.iter().filter(|s| s.state == "LISTEN") {
                     let Some(q) = queues.get(&s.inode) else {
                         continue;

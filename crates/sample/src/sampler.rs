@@ -512,7 +512,7 @@ impl Sampler {
                     hottest_by_switches,
                     cpu_by_thread_group,
                     sockets: descriptors.as_ref().map(|(_, inodes)| {
-                        let mut sockets = self.proc.sockets_of(inodes);
+                        let mut sockets = self.proc.sockets_with(inodes, b.listeners.as_ref());
                         let mut seen = self.segments.borrow_mut();
                         self.proc.count_segments(&mut sockets, inodes, &mut seen);
                         sockets
