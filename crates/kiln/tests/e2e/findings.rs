@@ -495,16 +495,19 @@ fn packets_lost_on_the_way_are_found_and_a_clean_loopback_is_not() {
     let _turn = common::group("findings");
     let tmp = tempfile::tempdir().unwrap();
     let load = ["--rate", "200", "-c", "8"];
-    // 2% of TCP packets dropped: about 2% of the segments sent again
-    let lossy = Netns::new(20);
-    let target = Target::start_in("answers", None, Some(&lossy));
-    let f = run_in(
-        Some(&lossy),
-        &target,
-        &tmp.path().join("lossy"),
-        "7s",
-        &load,
+    // 2% of TCP packets dropped: about 2% of the segments sent again; beside it, the same
+    // target on a clean loopback (each namespace counts its own segments)
+    let (lossy, clean) = (Netns::new(20), Netns::new(0));
+    let (lossy_target, clean_target) = (
+        Target::start_in("answers", None, Some(&lossy)),
+        Target::start_in("answers", None, Some(&clean)),
     );
+    let (lossy_out, clean_out) = (tmp.path().join("lossy"), tmp.path().join("clean"));
+    let (f, clean_f) = std::thread::scope(|s| {
+        let a = s.spawn(|| run_in(Some(&lossy), &lossy_target, &lossy_out, "7s", &load));
+        let b = s.spawn(|| run_in(Some(&clean), &clean_target, &clean_out, "7s", &load));
+        (a.join().unwrap(), b.join().unwrap())
+    });
     let found = finding(&f, "kernel.retransmits").unwrap_or_else(|| panic!("{f:#}"));
     let share = found["data"]["share"].as_f64().unwrap();
     assert!(
@@ -519,18 +522,7 @@ fn packets_lost_on_the_way_are_found_and_a_clean_loopback_is_not() {
             .contains("the target's own connections"),
         "{found:#}"
     );
-    drop(target);
-    drop(lossy);
-
-    let clean = Netns::new(0);
-    let target = Target::start_in("answers", None, Some(&clean));
-    let f = run_in(
-        Some(&clean),
-        &target,
-        &tmp.path().join("clean"),
-        "7s",
-        &load,
-    );
+    let f = clean_f;
     assert!(finding(&f, "kernel.retransmits").is_none(), "{f:#}");
     assert!(
         f["judged"].to_string().contains("kernel.retransmits"),
@@ -724,29 +716,28 @@ fn log_server(reads: bool) -> SocketAddr {
 fn a_peer_that_does_not_read_is_named_and_one_that_reads_is_not() {
     let _turn = common::group("findings");
     let tmp = tempfile::tempdir().unwrap();
-    let stuck = log_server(false);
-    let target = Target::start("log-peer", Some(stuck));
-    let f = run_and_judge(
-        &target,
-        &tmp.path().join("stuck"),
-        &["--rate", "400", "-c", "2"],
+    // the target beside a peer that reads nothing, and the same beside one that reads
+    let (stuck, reading) = (log_server(false), log_server(true));
+    let (to_stuck, to_reading) = (
+        Target::start("log-peer", Some(stuck)),
+        Target::start("log-peer", Some(reading)),
+    );
+    let load = ["--rate", "400", "-c", "2"];
+    let (f, g) = judge_both(
+        (&to_stuck, &[]),
+        (&to_reading, &[]),
+        tmp.path(),
+        "7s",
+        &load,
     );
     let q = finding(&f, "sockets.send-queue-growth").unwrap_or_else(|| panic!("{f:#}"));
     assert!(
         q["title"].as_str().unwrap().contains(&stuck.to_string()),
         "the peer is named: {q:#}"
     );
-    drop(target);
-    let reading = log_server(true);
-    let target = Target::start("log-peer", Some(reading));
-    let f = run_and_judge(
-        &target,
-        &tmp.path().join("reading"),
-        &["--rate", "400", "-c", "2"],
-    );
     assert!(
-        finding(&f, "sockets.send-queue-growth").is_none(),
-        "a peer that reads is no finding: {f:#}"
+        finding(&g, "sockets.send-queue-growth").is_none(),
+        "a peer that reads is no finding: {g:#}"
     );
 }
 
@@ -1069,8 +1060,20 @@ fn requests_that_wait_are_told_from_requests_that_run() {
 fn failed_requests_are_found_by_kind_and_a_target_that_answers_all_has_none() {
     let _turn = common::group("findings");
     let tmp = tempfile::tempdir().unwrap();
-    let target = Target::start("resets", None);
-    let f = run_and_judge(&target, &tmp.path().join("resets"), &["-c", "2"]);
+    // every 10th request reset, beside the same target answering all (the shares are the
+    // targets' own counts, whatever CPU the two runs share)
+    let (resets, answers) = (
+        Target::start("resets", None),
+        Target::start("answers", None),
+    );
+    let (f, g) = judge_both(
+        (&resets, &[]),
+        (&answers, &[]),
+        tmp.path(),
+        "7s",
+        &["-c", "2"],
+    );
+    assert!(finding(&g, "load.errors").is_none(), "{g:#}");
     let e = finding(&f, "load.errors").unwrap_or_else(|| panic!("{f:#}"));
     let share = e["impact"]["share"].as_f64().unwrap();
     assert!((0.08..0.12).contains(&share), "every 10th request: {e:#}");
@@ -1082,7 +1085,7 @@ fn failed_requests_are_found_by_kind_and_a_target_that_answers_all_has_none() {
         "{e:#}"
     );
     // the wire says how those connections ended: every failed request's connection, reset
-    let dir = tmp.path().join("resets");
+    let dir = tmp.path().join("planted");
     let summary = common::json_with_exit(
         &common::kiln(&["report", dir.to_str().unwrap(), "--json"]),
         0,
@@ -1097,10 +1100,6 @@ fn failed_requests_are_found_by_kind_and_a_target_that_answers_all_has_none() {
     assert!(failed > 0, "{summary:#}");
     assert_eq!(wire["reset"].as_u64(), Some(failed), "{wire:#} {errors:#}");
     assert_eq!(wire["closed_by_kiln"], 0, "{wire:#}");
-    drop(target);
-    let target = Target::start("answers", None);
-    let f = run_and_judge(&target, &tmp.path().join("answers"), &["-c", "2"]);
-    assert!(finding(&f, "load.errors").is_none(), "{f:#}");
 }
 
 #[test]
