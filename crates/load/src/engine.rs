@@ -1176,12 +1176,12 @@ async fn send_hedged(
         hedge.borrow_mut().copy_ended(None);
         return sent;
     }
-    let Some(first_conn) = first_slot.conn.as_mut() else {
+    if first_slot.conn.is_none() {
         return Sent {
             done: Instant::now(),
             connect_failed: true,
         };
-    };
+    }
     let sent = Instant::now();
     let start = intended.map_or(sent, |i| i.min(sent));
     {
@@ -1191,12 +1191,16 @@ async fn send_hedged(
     }
     state.in_flight.set(state.in_flight.get() + 1);
     let delay = state.plan.hedge.as_ref().and_then(|h| h.delay_now());
-    let first_timer = &mut first_slot.timer;
+    let (first_conn, first_timer) = (&mut first_slot.conn, &mut first_slot.timer);
     let second_conn = &mut second_slot.conn;
     let second_timer = &mut second_slot.timer;
     let (first_end, winner, second_cut) = {
         let mut first = pin!(async {
-            let outcome = first_timer.run(sent, first_conn.send(first_setup)).await;
+            let outcome =
+                send_once_more_if_refused(state, first_setup, first_conn, first_timer, sent, {
+                    async move |c: &mut Connection| c.send(first_setup).await
+                })
+                .await;
             (outcome.unwrap_or(Err(ErrorKind::Timeout)), Instant::now())
         });
         let early = match delay {
@@ -1264,8 +1268,10 @@ async fn send_hedged(
             rec.error(done, *kind);
         }
     }
-    state.recorder.borrow_mut().connections -= 1;
-    first_slot.conn = None;
+    // (gone already when a refused copy found no connection to be sent again on)
+    if first_slot.conn.take().is_some() {
+        state.recorder.borrow_mut().connections -= 1;
+    }
     Sent {
         done,
         connect_failed: false,
@@ -1291,19 +1297,19 @@ async fn send_second_copy(
     if let Err(kind) = ensure_connected(state, setup, conn).await {
         return (Err(kind), Instant::now());
     }
-    let Some(c) = conn.as_mut() else {
+    if conn.is_none() {
         return (Err(ErrorKind::Other), Instant::now());
-    };
+    }
     let sent = Instant::now();
     state.recorder.borrow_mut().hedge_sent(target, sent);
-    let outcome = timer
-        .run(sent, c.send(setup))
-        .await
-        .unwrap_or(Err(ErrorKind::Timeout));
+    let outcome = send_once_more_if_refused(state, setup, conn, timer, sent, {
+        async move |c: &mut Connection| c.send(setup).await
+    })
+    .await
+    .unwrap_or(Err(ErrorKind::Timeout));
     let done = Instant::now();
-    if outcome.is_err() {
+    if outcome.is_err() && conn.take().is_some() {
         state.recorder.borrow_mut().connections -= 1;
-        *conn = None;
     }
     (outcome, done)
 }

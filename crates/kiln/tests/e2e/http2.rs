@@ -183,40 +183,54 @@ fn bodies_a_server_never_reads_do_not_pile_up() {
     );
 }
 
-/// Streams an HTTP/2 server refuses before processing them (REFUSED_STREAM, here every fifth
-/// of each connection) are sent again, once, as RFC 9113 8.7 allows: no request fails, each
-/// is counted once, and the retries are said.
-#[test]
-fn streams_the_server_refuses_unprocessed_are_sent_again_and_none_fails() {
-    let _turn = common::beside();
+/// 2 s of `kiln run --http2` with `extra` against a server that refuses every fifth stream
+/// of each connection unprocessed (REFUSED_STREAM): the server, and the run's total, in
+/// which no request failed and some refused streams were seen.
+fn run_against_refusals(extra: &[&str]) -> (kiln_targets::h2::RefusingTarget, Value) {
     let target = kiln_targets::h2::RefusingTarget::start(5).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let url = format!("http://{}/", target.addr);
     let out = dir.path().join("run");
-    let json = json_with_exit(
-        &common::kiln(&[
-            "run",
-            &url,
-            "--http2",
-            "-c",
-            "2",
-            "-d",
-            "2s",
-            "--json",
-            "--quiet",
-            "--out",
-            out.to_str().unwrap(),
-        ]),
-        0,
-    );
-    let total = &json["total"];
-    let requests = total["requests"].as_u64().unwrap();
+    let mut args = vec![
+        "run", &url, "--http2", "-c", "2", "-d", "2s", "--json", "--quiet",
+    ];
+    args.extend(["--out", out.to_str().unwrap()]);
+    args.extend(extra);
+    let json = json_with_exit(&common::kiln(&args), 0);
+    let total = json["total"].clone();
     assert!(target.refused() >= 10, "too few refused to tell: {total}");
     assert_eq!(total["errors"], serde_json::json!({}), "{total}");
+    (target, total)
+}
+
+/// Streams an HTTP/2 server refuses before processing them are sent again, once, as RFC
+/// 9113 8.7 allows: no request fails, each is counted once, and the retries are said.
+#[test]
+fn streams_the_server_refuses_unprocessed_are_sent_again_and_none_fails() {
+    let _turn = common::beside();
+    let (target, total) = run_against_refusals(&[]);
+    let requests = total["requests"].as_u64().unwrap();
     assert_eq!(target.answered(), requests, "{total}");
     assert_eq!(
         total["wire"]["retried"].as_u64(),
         Some(target.refused()),
+        "{total}"
+    );
+}
+
+/// The same with hedged requests: a first copy or a second one that the server refuses
+/// unprocessed is sent again on its own connection, and no request fails.
+#[test]
+fn hedged_copies_the_server_refuses_unprocessed_are_sent_again() {
+    let _turn = common::beside();
+    let (target, total) = run_against_refusals(&["--hedge", "p50", "--hedge-cap", "50%"]);
+    // each refusal kiln saw was sent again (a second copy cut as its first copy answered may
+    // be refused after kiln stopped listening to it)
+    let retried = total["wire"]["retried"].as_u64().unwrap();
+    assert!(retried > 0 && retried <= target.refused(), "{total}");
+    // every request answered once at least: first copies, and second copies beside them
+    assert!(
+        target.answered() >= total["requests"].as_u64().unwrap(),
         "{total}"
     );
 }
