@@ -94,23 +94,17 @@ impl Run {
 
     /// Reads the load's seconds of `dir`; the other parts are read when asked for.
     pub fn read(dir: RunDir) -> Self {
-        let mut run = Self::empty(dir);
-        run.status = run.dir.effective_status();
-        run.read_load();
-        run
-    }
-
-    /// A run with nothing read (for records built by hand in tests).
-    pub fn empty(dir: RunDir) -> Self {
-        Self {
-            status: dir.manifest.status,
+        let mut run = Self {
+            status: dir.effective_status(),
             dir,
             phases: Vec::new(),
             seconds: Vec::new(),
             load_problem: None,
             problems: Mutex::new(Vec::new()),
             kept: Mutex::new(HashMap::new()),
-        }
+        };
+        run.read_load();
+        run
     }
 
     fn read_load(&mut self) {
@@ -189,24 +183,6 @@ impl Run {
     /// its last.
     pub fn span(&self) -> Option<Span> {
         PhaseSummary::measured_span(&self.phases)
-    }
-
-    /// Cores kiln itself used over the measured phases (its own CPU over their duration).
-    pub fn kiln_cores(&self) -> Option<f64> {
-        PhaseSummary::kiln_cores(&self.phases)
-    }
-
-    /// Whether the run loaded with an open model (a rate), where latency counts from the
-    /// intended send.
-    pub fn open_model(&self) -> bool {
-        self.manifest().plan.open_model()
-    }
-
-    /// Why a part a flag records is missing: what went wrong when the flag was given, else
-    /// `missing` and the flag that would record it ("the run was not profiled (add
-    /// --profile)").
-    pub fn not_recorded(&self, flag: &str, missing: &str) -> String {
-        self.manifest().why_not_recorded(flag, missing)
     }
 
     /// `f` of every second of the load, warm-ups too, in the order recorded: a pass over the

@@ -33,7 +33,11 @@ fn run_with_seconds(root: &Path, seconds: &[u8]) -> RunDir {
 /// it; the phases, or the first error.
 fn read_phases(dir: RunDir) -> Result<Vec<PhaseSummary>, String> {
     let run = Run::read(dir);
-    let _ = (run.span(), run.kiln_cores(), run.measured());
+    let _ = (
+        run.span(),
+        PhaseSummary::kiln_cores(&run.phases),
+        run.measured(),
+    );
     let _ = run.each_measured_second(|s| s.latency.count_above(1_000));
     match run.load_problem {
         Some(problem) => Err(problem),

@@ -42,26 +42,18 @@ pub enum RunnerError {
     Io(#[from] std::io::Error),
     #[error(transparent)]
     Json(#[from] serde_json::Error),
-    #[error(transparent)]
-    Delay(#[from] kiln_hedge::DelayError),
 }
 
 /// The runner's results.
 pub type Result<T, E = RunnerError> = std::result::Result<T, E>;
 
 impl RunnerError {
-    /// Flags or a plan refused, with what to change.
-    pub fn refused(why: impl Into<String>) -> Self {
-        Self::Refused(why.into())
-    }
-
     /// The user's to change: flags or a plan refused, wherever it was said.
     pub fn is_refused(&self) -> bool {
         match self {
             Self::Refused(_)
             | Self::Plan(_)
             | Self::PlanFile(_)
-            | Self::Delay(_)
             | Self::Threshold(_)
             | Self::PlanThreshold(_) => true,
             Self::While { source, .. } => source.is_refused(),
