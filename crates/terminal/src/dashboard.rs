@@ -5,10 +5,13 @@
 //! the one-line progress instead; logs get JMeter's lines (see `live`).
 
 use std::io::{IsTerminal, Stderr};
+use std::time::Duration;
 
 use kiln_record::{PhaseSummary, SecondRecord};
-use ratatui::backend::CrosstermBackend;
+use ratatui::backend::{Backend, ClearType, CrosstermBackend, WindowSize};
+use ratatui::buffer::Cell;
 use ratatui::layout::{Constraint, Layout};
+use ratatui::layout::{Position, Size};
 use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Bar, BarChart, BarGroup, Block, Paragraph, Sparkline};
@@ -22,7 +25,7 @@ const HEIGHT: u16 = 14;
 pub const MIN_WIDTH: u16 = 80;
 
 pub struct Dashboard {
-    terminal: Terminal<CrosstermBackend<Stderr>>,
+    terminal: Terminal<PatientBackend>,
     /// Requests and failures of each second so far.
     requests: Vec<u64>,
     failed: Vec<u64>,
@@ -41,7 +44,7 @@ impl Dashboard {
             return None;
         }
         let terminal = Terminal::with_options(
-            CrosstermBackend::new(std::io::stderr()),
+            PatientBackend(CrosstermBackend::new(std::io::stderr())),
             TerminalOptions {
                 viewport: Viewport::Inline(HEIGHT),
             },
@@ -119,14 +122,15 @@ impl Dashboard {
                     .style(Style::default().fg(Color::Cyan)),
                 rate,
             );
-            let cell = |us: u64| format!("{:>8}", format::us(us));
+            // 9 + 4 x 7 columns fit the half of an 80-column view inside its borders
+            let cell = |us: u64| format!("{:>7}", format::us(us));
             let rows = vec![
                 Line::from(format!(
-                    "{:<10}{:>8}{:>8}{:>8}{:>8}",
+                    "{:<9}{:>7}{:>7}{:>7}{:>7}",
                     "", "p50", "p90", "p99", "max"
                 )),
                 Line::from(format!(
-                    "{:<10}{}{}{}{}",
+                    "{:<9}{}{}{}{}",
                     "last 1 s",
                     cell(last.p50_us),
                     cell(last.p90_us),
@@ -134,7 +138,7 @@ impl Dashboard {
                     cell(last.max_us)
                 )),
                 Line::from(format!(
-                    "{:<10}{}{}{}{}",
+                    "{:<9}{}{}{}{}",
                     "so far",
                     cell(all.p50_us),
                     cell(all.p90_us),
@@ -188,5 +192,163 @@ impl Dashboard {
             .terminal
             .set_cursor_position((0, area.bottom().saturating_sub(1)));
         eprintln!();
+    }
+}
+
+/// How long the terminal may take to say where its cursor is. crossterm waits 2 s, and a
+/// terminal on a busy host answered later (tmux on a shared CI machine): the view then fell
+/// back to the progress line for the whole phase.
+const CURSOR_ANSWER_WITHIN: Duration = Duration::from_secs(8);
+
+/// crossterm's backend, except that the cursor's position is waited for as long as
+/// `CURSOR_ANSWER_WITHIN` (ratatui asks for it to place the inline view). A question is asked
+/// once and its answer read: asking again after a late answer would leave an answer behind
+/// for the next view to read as its position.
+struct PatientBackend(CrosstermBackend<Stderr>);
+
+impl Backend for PatientBackend {
+    type Error = std::io::Error;
+
+    fn draw<'a, I>(&mut self, content: I) -> std::io::Result<()>
+    where
+        I: Iterator<Item = (u16, u16, &'a Cell)>,
+    {
+        self.0.draw(content)
+    }
+    fn append_lines(&mut self, n: u16) -> std::io::Result<()> {
+        self.0.append_lines(n)
+    }
+    fn hide_cursor(&mut self) -> std::io::Result<()> {
+        self.0.hide_cursor()
+    }
+    fn show_cursor(&mut self) -> std::io::Result<()> {
+        self.0.show_cursor()
+    }
+    fn get_cursor_position(&mut self) -> std::io::Result<Position> {
+        self.0.flush()?;
+        cursor_position(CURSOR_ANSWER_WITHIN)
+    }
+    fn set_cursor_position<P: Into<Position>>(&mut self, position: P) -> std::io::Result<()> {
+        self.0.set_cursor_position(position)
+    }
+    fn clear(&mut self) -> std::io::Result<()> {
+        self.0.clear()
+    }
+    fn clear_region(&mut self, clear_type: ClearType) -> std::io::Result<()> {
+        self.0.clear_region(clear_type)
+    }
+    fn size(&self) -> std::io::Result<Size> {
+        self.0.size()
+    }
+    fn window_size(&mut self) -> std::io::Result<WindowSize> {
+        self.0.window_size()
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Backend::flush(&mut self.0)
+    }
+}
+
+/// The cursor's position, asked of the terminal on standard error (`ESC [ 6 n`) and read
+/// from standard input in raw mode, waiting at most `within` for the answer
+/// (`ESC [ row ; column R`, counted from 1).
+fn cursor_position(within: Duration) -> std::io::Result<Position> {
+    use ratatui::crossterm::terminal;
+    use std::io::Write;
+    let was_raw = terminal::is_raw_mode_enabled()?;
+    if !was_raw {
+        terminal::enable_raw_mode()?;
+    }
+    let answer = (|| {
+        let mut stderr = std::io::stderr();
+        stderr.write_all(b"\x1b[6n")?;
+        stderr.flush()?;
+        let deadline = std::time::Instant::now() + within;
+        let mut read = Vec::new();
+        loop {
+            if let Some(position) = cursor_report(&read) {
+                return Ok(position);
+            }
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() || !stdin_readable(left)? {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("the terminal did not say where its cursor is within {within:?}"),
+                ));
+            }
+            let mut chunk = [0u8; 64];
+            let n = std::io::Read::read(&mut std::io::stdin().lock(), &mut chunk)?;
+            if n == 0 {
+                return Err(std::io::ErrorKind::UnexpectedEof.into());
+            }
+            read.extend_from_slice(&chunk[..n]);
+        }
+    })();
+    if !was_raw {
+        terminal::disable_raw_mode()?;
+    }
+    answer
+}
+
+/// The position in the last complete cursor report (`ESC [ row ; column R`) in `bytes`, if
+/// any; other input before it (keys the user pressed) is passed over.
+fn cursor_report(bytes: &[u8]) -> Option<Position> {
+    let text = std::str::from_utf8(bytes).ok().or_else(|| {
+        // keys past ASCII cut mid-character: the report itself is ASCII
+        let start = bytes.iter().rposition(|&b| b == 0x1b)?;
+        std::str::from_utf8(&bytes[start..]).ok()
+    })?;
+    text.rmatch_indices("\x1b[").find_map(|(at, _)| {
+        let body = text[at + 2..].split_once('R')?.0;
+        let (row, column) = body.split_once(';')?;
+        let (row, column) = (row.parse::<u16>().ok()?, column.parse::<u16>().ok()?);
+        Some(Position::new(column.checked_sub(1)?, row.checked_sub(1)?))
+    })
+}
+
+/// Whether standard input has bytes to read within `wait`.
+fn stdin_readable(wait: Duration) -> std::io::Result<bool> {
+    let mut fd = libc::pollfd {
+        fd: libc::STDIN_FILENO,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ms = libc::c_int::try_from(wait.as_millis()).unwrap_or(libc::c_int::MAX);
+    loop {
+        // SAFETY: one valid pollfd, and its count is 1
+        let ready = unsafe { libc::poll(&mut fd, 1, ms) };
+        match ready {
+            0 => return Ok(false),
+            n if n > 0 => return Ok(true),
+            _ => {
+                let e = std::io::Error::last_os_error();
+                if e.kind() != std::io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cursor_report_is_read_past_keys_and_a_partial_one_is_not() {
+        assert_eq!(cursor_report(b"\x1b[12;1R"), Some(Position::new(0, 11)));
+        assert_eq!(
+            cursor_report(b"abc\x1b[A\x1b[3;40R"),
+            Some(Position::new(39, 2))
+        );
+        assert_eq!(cursor_report(b"\xc3\x1b[5;7R"), Some(Position::new(6, 4)));
+        for partial in [
+            &b"\x1b[12;"[..],
+            b"\x1b[12",
+            b"",
+            b"\x1b[0;0R",
+            b"\x1b[a;bR",
+        ] {
+            assert_eq!(cursor_report(partial), None, "{partial:?}");
+        }
     }
 }
