@@ -348,8 +348,20 @@ fn nginx_ending_http2_connections_with_goaway_fails_no_request() {
         r#"location / { return 200 "hello from nginx\n"; }"#,
     );
     let url = format!("http://127.0.0.1:{h2_port}/h2");
+    let runs = tempfile::tempdir().unwrap();
+    let run_dir = runs.path().join("run");
     let out = common::kiln(&[
-        "run", &url, "--http2", "-c", "4", "-d", "2s", "--json", "-q",
+        "run",
+        &url,
+        "--http2",
+        "-c",
+        "4",
+        "-d",
+        "2s",
+        "--json",
+        "-q",
+        "--out",
+        run_dir.to_str().unwrap(),
     ]);
     let v = common::json_with_exit(&out, 0);
     let total = &v["total"];
