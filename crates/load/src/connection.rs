@@ -25,9 +25,12 @@ fn is_local_shortage(e: &std::io::Error) -> bool {
     )
 }
 
-/// Bytes read from the socket at a time; a response head may grow the buffer to
-/// `http1::MAX_HEAD`.
-const READ_BUFFER: usize = 16 * 1024;
+/// Bytes read from the socket at a time at first: a read that fills the buffer doubles it up
+/// to `READ_BUFFER_MAX` (large bodies take fewer reads), and a response head may grow it to
+/// `http1::MAX_HEAD`. Small answers keep a connection at 4 KiB: 16 KiB for every connection
+/// was most of kiln's memory at 10,000 connections (docs/benchmarks.md, issue 35).
+const READ_BUFFER: usize = 4 * 1024;
+const READ_BUFFER_MAX: usize = 64 * 1024;
 
 /// Idle HTTP/1.1 keep-alive connections one phase leaves to the next, so a warm-up hands its
 /// connections to the measured run. A JVM target compiles its accept and connection-setup
@@ -519,6 +522,7 @@ impl H1Connection {
                 return Ok(response);
             }
             self.make_room();
+            let space = self.buf.len() - self.end;
             let n = match self.stream.read(&mut self.buf[self.end..]).await {
                 Ok(n) => n,
                 Err(e) => {
@@ -535,6 +539,10 @@ impl H1Connection {
             }
             reads = reads.saturating_add(1);
             self.end += n;
+            // the read filled the space: more was waiting, so read more at a time
+            if n == space && self.buf.len() < READ_BUFFER_MAX {
+                self.buf.resize(self.buf.len() * 2, 0);
+            }
         }
     }
 
