@@ -37,3 +37,23 @@ def measured(cmd):
             raise RuntimeError(f"{cmd} failed:\n{out[-2000:]}")
         user, system, rss = report.read().split()[-3:]
     return out, float(user) + float(system), int(rss), wall
+
+
+def free_port():
+    """A TCP port nothing listens on now, on 127.0.0.1."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port):
+    """Returns once something accepts on 127.0.0.1:port (at most 10 s)."""
+    import socket
+    for _ in range(200):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on {port}")

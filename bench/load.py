@@ -15,7 +15,7 @@ Usage: python3 bench/load.py [--quick]   (results: bench/out/load-<time>.json, t
 import json, os, re, shutil, subprocess, sys, tempfile, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import KILN, OUT, QUICK, ROOT, TOOLS, measured, sh  # noqa: E402,F401
+from common import KILN, OUT, QUICK, ROOT, TOOLS, free_port, measured, sh, wait_port  # noqa: E402,F401
 SECS = 3 if QUICK else 10
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "1" if QUICK else "5"))
 LONG_S = int(os.environ.get("BENCH_LONG_S", "30" if QUICK else "300"))
@@ -30,26 +30,6 @@ def ensure_tools():
         sh(["cargo", "install", "--locked", "--root", TOOLS, "oha"])
     sh(["cargo", "build", "--release", "-q", "-p", "kiln", "-p", "kiln-targets"], cwd=ROOT)
     return oha
-
-
-def free_port():
-    import socket
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-def wait_port(port):
-    import socket
-    for _ in range(200):
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"nothing listens on {port}")
 
 
 def start_nginx(tmp):

@@ -14,7 +14,7 @@ Usage: python3 bench/memory.py [--quick]   (results: bench/out/memory-<time>.jso
 import json, os, shutil, subprocess, sys, tempfile, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import KILN, OUT, QUICK, ROOT, measured, sh  # noqa: E402
+from common import KILN, OUT, QUICK, ROOT, free_port, measured, sh  # noqa: E402
 
 SECS = 3 if QUICK else 10
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "1" if QUICK else "5"))
@@ -38,13 +38,6 @@ http {{ access_log off; keepalive_requests 1000000; keepalive_timeout 300s;
     return proc
 
 
-def free_port():
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def with_fds(cmd):
     """cmd with FDS open files allowed (bash's ulimit, then exec: GNU time sees cmd)."""
     return ["bash", "-c", f"ulimit -n {FDS} && exec \"$@\"", "bash", *cmd]
@@ -65,6 +58,17 @@ def wrk_run(url):
     return dict(requests=requests, failed=0, cpu_s=cpu, rss_kib=rss)
 
 
+def link_order_found():
+    """How many of crates/kiln/link-order.txt's functions the release binary has: those it
+    lacks (renamed since, or a changed module's ThinLTO suffix) lie elsewhere in .text, and
+    scripts/link_order.py writes the file again."""
+    with open(os.path.join(ROOT, "crates", "kiln", "link-order.txt")) as f:
+        order = [l.strip() for l in f if l.strip() and not l.startswith("#")]
+    nm = subprocess.run(["nm", "--defined-only", KILN], capture_output=True, text=True).stdout
+    symbols = {p[2] for p in (l.split() for l in nm.splitlines()) if len(p) == 3}
+    return sum(name in symbols for name in order), len(order)
+
+
 def median(values):
     values = sorted(values)
     return values[len(values) // 2]
@@ -81,8 +85,9 @@ def main():
         tools["kiln-baseline"] = lambda url, tmp: kiln_run(baseline, url, ["-c", "64", "-t", "1"], tmp)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
                             text=True).stdout.strip()
+    found, ordered = link_order_found()
     results = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "commit": commit,
-               "secs": SECS, "rounds": ROUNDS}
+               "secs": SECS, "rounds": ROUNDS, "link_order_found": found, "link_order": ordered}
     with tempfile.TemporaryDirectory() as tmp:
         port = free_port()
         nginx = start_nginx(tmp, port)
@@ -117,6 +122,7 @@ def main():
           f"{m['kib_per_connection']:.2f} KiB per connection "
           f"({m['kib_per_connection_over_c64']:.2f} over the 64-connection run), "
           f"{m['requests']} requests, {m['failed']} failed")
+    print(f"link order: {found} of {ordered} functions found in the binary")
     print(path)
 
 

@@ -15,32 +15,18 @@ passed over by lld; run this again when the figure in bench/load.py's memory lin
 
 Usage: python3 scripts/link_order.py   (needs valgrind: apt-get install valgrind)
 """
-import os, re, shutil, socket, subprocess, sys, tempfile, time
+import os, re, shutil, subprocess, sys, tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+from common import free_port, wait_port  # noqa: E402
 KILN = os.path.join(ROOT, "target", "release", "kiln")
 TARGET = os.path.join(ROOT, "target", "release", "kiln-target")
 ORDER = os.path.join(ROOT, "crates", "kiln", "link-order.txt")
 RUNS = [
     ["-c", "64", "-t", "1", "-d", "3s"],
-    ["--rate", "2000", "-c", "16", "-d", "3s"],
+    ["--rate", "2000", "-c", "16", "-d", "3s", "--json"],
 ]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_port(port):
-    for _ in range(200):
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    sys.exit(f"link_order: nothing listens on {port}")
 
 
 def executed(callgrind_out):
