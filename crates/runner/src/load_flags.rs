@@ -277,6 +277,18 @@ impl std::str::FromStr for WarmupArg {
 }
 
 impl WarmupArg {
+    /// A plan file's warm-up, an auto warm-up's cap checked as the flag's is.
+    fn of_plan(w: kiln_plan::Warmup) -> Result<Self> {
+        Ok(match w {
+            kiln_plan::Warmup::Fixed(d) => Self::Fixed(d),
+            kiln_plan::Warmup::Auto { cap } => {
+                let cap = cap.unwrap_or(AUTO_WARMUP_CAP);
+                check_auto_cap(cap).doing("the plan's warmup: auto")?;
+                Self::Auto { cap }
+            }
+        })
+    }
+
     /// The warm-up's time (an auto warm-up's cap), and whether it is auto.
     fn phase(w: Option<&Self>) -> (Option<Duration>, bool) {
         match w {
@@ -296,20 +308,6 @@ fn check_auto_cap(cap: Duration) -> Result<()> {
         );
     }
     Ok(())
-}
-
-/// A plan file's warm-up as the phases take it: its time (an auto warm-up's cap) and
-/// whether it is auto.
-fn plan_warmup(w: Option<kiln_plan::Warmup>) -> Result<(Option<Duration>, bool)> {
-    Ok(match w {
-        None => (None, false),
-        Some(kiln_plan::Warmup::Fixed(d)) => (Some(d), false),
-        Some(kiln_plan::Warmup::Auto { cap }) => {
-            let cap = cap.unwrap_or(AUTO_WARMUP_CAP);
-            check_auto_cap(cap).doing("the plan's warmup: auto")?;
-            (Some(cap), true)
-        }
-    })
 }
 
 /// What `kiln run` loads: the engine's plan, and what a plan file adds to it.
@@ -419,10 +417,12 @@ fn build_from_plan_file(args: &LoadFlags) -> Result<Built> {
         thresholds.push(t.clone());
     }
     check_repeat(args)?;
-    let (warmup, warmup_auto) = match &args.warmup {
-        Some(w) => WarmupArg::phase(Some(w)),
-        None => plan_warmup(plan.warmup)?,
+    // --warmup, else the plan file's
+    let warmup = match &args.warmup {
+        Some(w) => Some(w.clone()),
+        None => plan.warmup.map(WarmupArg::of_plan).transpose()?,
     };
+    let (warmup, warmup_auto) = WarmupArg::phase(warmup.as_ref());
     Ok(Built {
         load,
         thresholds,
