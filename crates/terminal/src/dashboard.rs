@@ -60,8 +60,18 @@ impl Dashboard {
     /// Draws the view for the second `s` of `phase` (planned to last `planned_s`), with the
     /// phase's figures so far in `total`.
     pub fn draw(&mut self, phase: &str, planned_s: u64, s: &SecondRecord, total: &PhaseSummary) {
-        self.requests.push(s.requests);
-        self.failed.push(s.failed());
+        // the second after the deadline holds the last second's answers: its bar
+        let drain = planned_s > 0 && u64::from(s.second) >= planned_s;
+        match (drain, self.requests.last_mut(), self.failed.last_mut()) {
+            (true, Some(requests), Some(failed)) => {
+                *requests += s.requests;
+                *failed += s.failed();
+            }
+            _ => {
+                self.requests.push(s.requests);
+                self.failed.push(s.failed());
+            }
+        }
         let (requests, failed) = (&self.requests, &self.failed);
         let last = s.latency.stats();
         let all = total.totals.latency.stats();
@@ -88,7 +98,7 @@ impl Dashboard {
                 Paragraph::new(Line::from(vec![
                     Span::styled(format!("kiln · {phase} "), bold),
                     Span::raw(format!("{second}s/{planned_s}s  ")),
-                    Span::styled(format!("{} req/s", s.requests), bold),
+                    Span::styled(crate::live::rate_shown(s, planned_s, total), bold),
                     Span::raw(format!(
                         "  total {}  conns {}  ",
                         total.totals.requests, s.connections
