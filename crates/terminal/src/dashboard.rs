@@ -98,7 +98,7 @@ impl Dashboard {
                 Paragraph::new(Line::from(vec![
                     Span::styled(format!("kiln · {phase} "), bold),
                     Span::raw(format!("{second}s/{planned_s}s  ")),
-                    Span::styled(crate::live::rate_shown(s, planned_s, total), bold),
+                    Span::styled(rate_shown(s, planned_s, total), bold),
                     Span::raw(format!(
                         "  total {}  conns {}  ",
                         total.totals.requests, s.connections
@@ -202,6 +202,18 @@ impl Dashboard {
             .terminal
             .set_cursor_position((0, area.bottom().saturating_sub(1)));
         eprintln!();
+    }
+}
+
+/// The rate the live lines show for second `s`: its requests, or for the second after the
+/// deadline (the last answers coming in, not load) the phase's mean over its planned time.
+/// That second's own few requests read as the load falling to "4 req/s" at the end.
+pub(crate) fn rate_shown(s: &SecondRecord, planned_s: u64, total: &PhaseSummary) -> String {
+    if planned_s > 0 && u64::from(s.second) >= planned_s {
+        let mean = total.totals.requests as f64 / planned_s as f64;
+        format!("{mean:.0} req/s mean")
+    } else {
+        format!("{} req/s", s.requests)
     }
 }
 
@@ -342,6 +354,24 @@ fn stdin_readable(wait: Duration) -> std::io::Result<bool> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_second_after_the_deadline_shows_the_phases_mean_rate() {
+        let mut total = PhaseSummary::new("run");
+        let second = |n: u32, requests: u64| SecondRecord {
+            phase: "run".into(),
+            second: n,
+            requests,
+            ..Default::default()
+        };
+        for s in [second(0, 900), second(1, 1100), second(2, 4)] {
+            total.add_second(&s);
+        }
+        assert_eq!(rate_shown(&second(1, 1100), 2, &total), "1100 req/s");
+        assert_eq!(rate_shown(&second(2, 4), 2, &total), "1002 req/s mean");
+        // a phase of no planned length shows its seconds as they are
+        assert_eq!(rate_shown(&second(2, 4), 0, &total), "4 req/s");
+    }
 
     #[test]
     fn a_cursor_report_is_read_past_keys_and_a_partial_one_is_not() {

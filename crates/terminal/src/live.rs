@@ -83,7 +83,7 @@ impl kiln_runner::Progress for LiveOutput {
                 // the second after the deadline holds the last answers, not more load
                 (u64::from(s.second) + 1).min(self.planned_s.max(1)),
                 self.planned_s,
-                rate_shown(s, self.planned_s, &self.total),
+                crate::dashboard::rate_shown(s, self.planned_s, &self.total),
                 format::us(last.p50_us),
                 format::us(last.p99_us),
                 format::us(lat.p99_us),
@@ -134,18 +134,6 @@ impl kiln_runner::Progress for LiveOutput {
     }
 }
 
-/// The rate the live lines show for second `s`: its requests, or for the second after the
-/// deadline (the last answers coming in, not load) the phase's mean over its planned time.
-/// That second's own few requests read as the load falling to "4 req/s" at the end.
-pub(crate) fn rate_shown(s: &SecondRecord, planned_s: u64, total: &PhaseSummary) -> String {
-    if planned_s > 0 && u64::from(s.second) >= planned_s {
-        let mean = total.totals.requests as f64 / planned_s as f64;
-        format!("{mean:.0} req/s mean")
-    } else {
-        format!("{} req/s", s.requests)
-    }
-}
-
 /// The first `width` characters of `line`.
 fn cut_to(line: &str, width: usize) -> &str {
     match line.char_indices().nth(width) {
@@ -180,24 +168,6 @@ pub fn jmeter_line(sign: &str, p: &PhaseSummary, secs: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_second_after_the_deadline_shows_the_phases_mean_rate() {
-        let mut total = PhaseSummary::new("run");
-        let second = |n: u32, requests: u64| SecondRecord {
-            phase: "run".into(),
-            second: n,
-            requests,
-            ..Default::default()
-        };
-        for s in [second(0, 900), second(1, 1100), second(2, 4)] {
-            total.add_second(&s);
-        }
-        assert_eq!(rate_shown(&second(1, 1100), 2, &total), "1100 req/s");
-        assert_eq!(rate_shown(&second(2, 4), 2, &total), "1002 req/s mean");
-        // a phase of no planned length shows its seconds as they are
-        assert_eq!(rate_shown(&second(2, 4), 0, &total), "4 req/s");
-    }
 
     #[test]
     fn the_progress_line_is_cut_to_the_terminal_not_wrapped() {
