@@ -32,14 +32,18 @@ def ensure_tools():
     return oha
 
 
-def start_nginx(tmp):
+def start_nginx(tmp, fds=None):
+    """nginx with one worker on CPU 0 answering "hello"; with fds, allowed that many open
+    files and a long accept queue (10,000 connections at once: bench/memory.py)."""
     port = free_port()
-    conf = f"""daemon off; worker_processes 1; pid {tmp}/nginx.pid; error_log {tmp}/error.log;
-events {{ worker_connections 4096; }}
+    many = f"worker_rlimit_nofile {fds};" if fds else ""
+    backlog = " backlog=16384" if fds else ""
+    conf = f"""daemon off; worker_processes 1; {many} pid {tmp}/nginx.pid; error_log {tmp}/error.log;
+events {{ worker_connections {fds or 4096}; }}
 http {{ access_log off; keepalive_requests 1000000;
   client_body_temp_path {tmp}/b; proxy_temp_path {tmp}/p; fastcgi_temp_path {tmp}/f;
   uwsgi_temp_path {tmp}/u; scgi_temp_path {tmp}/s;
-  server {{ listen 127.0.0.1:{port}; location / {{ return 200 "hello\\n"; }} }} }}"""
+  server {{ listen 127.0.0.1:{port}{backlog}; location / {{ return 200 "hello\\n"; }} }} }}"""
     with open(f"{tmp}/nginx.conf", "w") as f:
         f.write(conf)
     proc = subprocess.Popen(["taskset", "-c", "0", "/usr/sbin/nginx", "-p", tmp, "-c", f"{tmp}/nginx.conf"],

@@ -14,28 +14,13 @@ Usage: python3 bench/memory.py [--quick]   (results: bench/out/memory-<time>.jso
 import json, os, shutil, subprocess, sys, tempfile, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import KILN, OUT, QUICK, ROOT, free_port, measured, sh  # noqa: E402
+from common import KILN, OUT, QUICK, ROOT, measured, sh  # noqa: E402
+from load import start_nginx, stop  # noqa: E402
 
 SECS = 3 if QUICK else 10
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "1" if QUICK else "5"))
 MANY = 10_000
 FDS = 20_000  # this machine's hard limit; 10,000 connections need about 10,050
-
-
-def start_nginx(tmp, port):
-    conf = f"""daemon off; worker_processes 1; worker_rlimit_nofile {FDS};
-pid {tmp}/nginx.pid; error_log {tmp}/error.log;
-events {{ worker_connections {FDS}; }}
-http {{ access_log off; keepalive_requests 1000000; keepalive_timeout 300s;
-  client_body_temp_path {tmp}/b; proxy_temp_path {tmp}/p; fastcgi_temp_path {tmp}/f;
-  uwsgi_temp_path {tmp}/u; scgi_temp_path {tmp}/s;
-  server {{ listen 127.0.0.1:{port} backlog=16384; location / {{ return 200 "hello\\n"; }} }} }}"""
-    with open(f"{tmp}/nginx.conf", "w") as f:
-        f.write(conf)
-    proc = subprocess.Popen(["taskset", "-c", "0", "/usr/sbin/nginx", "-p", tmp, "-c", f"{tmp}/nginx.conf"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    time.sleep(0.5)
-    return proc
 
 
 def with_fds(cmd):
@@ -89,9 +74,7 @@ def main():
     results = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "commit": commit,
                "secs": SECS, "rounds": ROUNDS, "link_order_found": found, "link_order": ordered}
     with tempfile.TemporaryDirectory() as tmp:
-        port = free_port()
-        nginx = start_nginx(tmp, port)
-        url = f"http://127.0.0.1:{port}/"
+        nginx, url = start_nginx(tmp, fds=FDS)
         try:
             runs = {name: [] for name in tools}
             for _ in range(ROUNDS):
@@ -107,8 +90,7 @@ def main():
             results["c10000"] = dict(many, kib_per_connection=many["rss_kib"] / MANY,
                                      kib_per_connection_over_c64=(many["rss_kib"] - c64) / (MANY - 64))
         finally:
-            nginx.terminate()
-            nginx.wait()
+            stop(nginx)
     os.makedirs(OUT, exist_ok=True)
     path = os.path.join(OUT, f"memory-{time.strftime('%Y%m%d-%H%M%S')}.json")
     with open(path, "w") as f:
