@@ -423,6 +423,31 @@ impl Connection {
         }
     }
 
+    /// Another handle on this HTTP/2 connection, to send on it beside this one
+    /// (`--http2-streams`); None for HTTP/1.1, which carries one request at a time.
+    pub fn share(&self) -> Option<Connection> {
+        match &self.0 {
+            Inner::H1(_) => None,
+            Inner::H2(c) => Some(Connection(
+                Inner::H2(H2Connection {
+                    send: c.send.clone(),
+                    driver: c.driver.clone(),
+                    scheme: c.scheme.clone(),
+                    authority: c.authority.clone(),
+                    refused_unprocessed: false,
+                    handle: true,
+                }),
+                None,
+            )),
+        }
+    }
+
+    /// Whether this is a handle made by [`Connection::share`] (its connection is counted,
+    /// in the gauge and as opened or lost, by the owner it was shared from).
+    pub fn is_handle(&self) -> bool {
+        matches!(&self.0, Inner::H2(c) if c.handle)
+    }
+
     /// Sends the phase's request and reads the whole response.
     pub async fn send(&mut self, setup: &ConnectionSetup) -> Result<Response, ErrorKind> {
         match &mut self.0 {
@@ -652,20 +677,27 @@ fn h2_forbidden(name: &http::HeaderName) -> bool {
 }
 
 /// An HTTP/2 connection (h2, the crate hyper uses): one request at a time per connection,
-/// as an HTTP/1.1 connection carries them, so VUs and connections mean the same in both.
+/// as an HTTP/1.1 connection carries them, so VUs and connections mean the same in both;
+/// with `--http2-streams N`, N handles of it ([`Connection::share`]) send at once.
 /// The connection's own task (frames, pings, flow control) runs beside it on the thread.
 struct H2Connection {
     send: h2::client::SendRequest<bytes::Bytes>,
-    driver: tokio::task::JoinHandle<()>,
+    /// Shared by the connection's handles: the last one dropped ends the connection.
+    driver: std::rc::Rc<H2Driver>,
     scheme: http::uri::Scheme,
     authority: http::uri::Authority,
     /// The last request failed unprocessed by the target (see [`refused_unprocessed`]).
     refused_unprocessed: bool,
+    /// A handle made by [`Connection::share`]: the connection is counted by its owner.
+    handle: bool,
 }
 
-impl Drop for H2Connection {
+/// The task that runs an HTTP/2 connection, aborted when dropped.
+struct H2Driver(tokio::task::JoinHandle<()>);
+
+impl Drop for H2Driver {
     fn drop(&mut self) {
-        self.driver.abort();
+        self.0.abort();
     }
 }
 
@@ -698,7 +730,7 @@ impl H2Connection {
         });
         Ok(Self {
             send,
-            driver,
+            driver: std::rc::Rc::new(H2Driver(driver)),
             scheme: if target.tls {
                 http::uri::Scheme::HTTPS
             } else {
@@ -706,11 +738,12 @@ impl H2Connection {
             },
             authority: target.authority.parse().map_err(|_| ErrorKind::Other)?,
             refused_unprocessed: false,
+            handle: false,
         })
     }
 
     fn ready(&mut self) -> bool {
-        !self.driver.is_finished()
+        !self.driver.0.is_finished()
     }
 
     async fn exchange(

@@ -17,4 +17,6 @@ pub enum PlanError {
     BadStages { text: String, why: String },
     #[error("{what} is out of range: {why}")]
     OutOfRange { what: &'static str, why: String },
+    #[error("{what} needs {needs}")]
+    Needs { what: String, needs: &'static str },
 }

@@ -200,6 +200,10 @@ pub fn parse_stages(text: &str) -> Result<Vec<RateStage>, PlanError> {
     Ok(stages)
 }
 
+/// The most `--http2-streams` a connection takes. Servers allow about 100 streams at once
+/// (SETTINGS_MAX_CONCURRENT_STREAMS: nginx 128, Go 250); beyond theirs, h2 waits for room.
+pub const MAX_HTTP2_STREAMS: usize = 1024;
+
 /// Everything one load phase needs.
 #[derive(Clone, Debug)]
 pub struct LoadPlan {
@@ -222,6 +226,10 @@ pub struct LoadPlan {
     pub wait_after_deadline: bool,
     /// Speak HTTP/2 (ALPN `h2` over TLS, prior knowledge on plain TCP).
     pub http2: bool,
+    /// `--http2-streams`: requests in flight at once on each HTTP/2 connection (h2load's
+    /// `-m`); 1 sends one at a time, as over HTTP/1.1. Over HTTP/1.1 (a TLS server that did
+    /// not choose h2) a connection still carries one at a time.
+    pub http2_streams: usize,
     /// A plan's scenarios: each VU (closed) or arrival (open) runs iterations of these
     /// instead of sending `request` to `target`.
     pub workload: Option<std::sync::Arc<crate::scenario::Workload>>,
@@ -248,6 +256,7 @@ impl LoadPlan {
             dead_after: Duration::from_secs(5),
             wait_after_deadline: false,
             http2: false,
+            http2_streams: 1,
             workload: None,
             hedge: None,
             shard: None,
@@ -278,6 +287,26 @@ impl LoadPlan {
             !self.timeout.is_zero(),
             "it must be more than 0".into(),
         )?;
+        range(
+            "--http2-streams",
+            (1..=MAX_HTTP2_STREAMS).contains(&self.http2_streams),
+            format!("{} (1 to {MAX_HTTP2_STREAMS})", self.http2_streams),
+        )?;
+        if self.http2_streams > 1 {
+            let needs = |needs| {
+                let what = format!("--http2-streams {}", self.http2_streams);
+                Err(PlanError::Needs { what, needs })
+            };
+            if !self.http2 {
+                return needs("--http2");
+            }
+            if self.workload.is_some() {
+                return needs("a URL's request, not a plan's scenarios");
+            }
+            if self.hedge.is_some() {
+                return needs("no --hedge (a hedged copy takes a connection of its own)");
+            }
+        }
         match &self.model {
             Model::Closed { connections, .. } => range(
                 "--connections",
@@ -379,6 +408,7 @@ impl LoadPlan {
         record.timeout_s = self.timeout.as_secs_f64();
         record.insecure = self.insecure;
         record.http2 = self.http2;
+        record.http2_streams = self.http2_streams;
         record.shard = self.shard;
         record.hedge = self.hedge.as_ref().map(|h| HedgePlanRecord {
             delay: h.delay.to_string(),
@@ -413,6 +443,34 @@ mod tests {
             .filter(|j| Shard { index: 1, count: 4 }.takes(*j))
             .collect();
         assert_eq!(taken, vec![1, 5, 9]);
+    }
+
+    #[test]
+    fn http2_streams_need_http2_and_a_urls_request_and_are_counted_in_range() {
+        let closed = Model::Closed {
+            connections: 2,
+            think_time: Duration::ZERO,
+            ramp_up: Duration::ZERO,
+            stages: Vec::new(),
+        };
+        let target = Target::parse("http://127.0.0.1:8080/").unwrap();
+        let mut plan = LoadPlan::new(target, closed, Duration::from_secs(1));
+        plan.http2_streams = 10;
+        let said = |plan: &LoadPlan| plan.validate().map_err(|e| e.to_string());
+        assert_eq!(said(&plan), Err("--http2-streams 10 needs --http2".into()));
+        plan.http2 = true;
+        assert_eq!(said(&plan), Ok(()));
+        for n in [0, MAX_HTTP2_STREAMS + 1] {
+            plan.http2_streams = n;
+            assert!(said(&plan).unwrap_err().contains("out of range"), "{n}");
+        }
+        plan.http2_streams = 1;
+        plan.http2 = false;
+        assert_eq!(
+            said(&plan),
+            Ok(()),
+            "one stream is HTTP/1.1's one request at a time"
+        );
     }
 
     #[test]

@@ -124,9 +124,22 @@ pub struct LoadFlags {
     pub insecure: bool,
 
     /// Speak HTTP/2: offered by ALPN over https (HTTP/1.1 if the server declines), prior
-    /// knowledge (h2c) over http. One request at a time per connection, as in HTTP/1.1.
+    /// knowledge (h2c) over http. One request at a time per connection, as in HTTP/1.1,
+    /// unless --http2-streams says more.
     #[arg(help_heading = "Request", long = "http2")]
     pub http2: bool,
+
+    /// With --http2: requests in flight at once on each connection (h2load's -m, oha's -p),
+    /// so -c 8 --http2-streams 10 keeps 80 requests going over 8 connections.
+    #[arg(
+        help_heading = "Request",
+        short = 'p',
+        long = "http2-streams",
+        visible_alias = "http2-parallel",
+        default_value_t = 1,
+        value_name = "N"
+    )]
+    pub http2_streams: usize,
 
     /// Load for this long first and leave it out of the results (warms caches and JITs);
     /// `auto` (or `auto:CAP`, 60 s by default) ends it when throughput is steady and, for a
@@ -443,6 +456,7 @@ fn common_flags(plan: &mut LoadPlan, args: &LoadFlags) -> Result<()> {
     plan.insecure = args.insecure;
     plan.dead_after = args.dead_after.value;
     plan.wait_after_deadline = args.wait_after_deadline;
+    plan.http2_streams = args.http2_streams;
     Ok(())
 }
 

@@ -4,7 +4,9 @@
 //! can be checked against the server's own.
 //!
 //! `POST /login` answers `{"token":"t-<n>"}`; `GET /me` answers 200 with the bearer token it
-//! was sent, 401 without one; anything else `hello h2`.
+//! was sent, 401 without one; `GET /sleep/<ms>` answers after that many milliseconds;
+//! anything else `hello h2`. It also counts the connections it accepted and the most
+//! requests it held at once, in all and on one connection (HTTP/2 streams in flight).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -23,9 +25,40 @@ struct Counts {
     by_version_path: BTreeMap<(String, String), u64>,
 }
 
+/// Requests held at once: now and at most, in all and on one connection.
+#[derive(Default)]
+struct InFlight {
+    now: AtomicU64,
+    most: AtomicU64,
+    most_on_one_connection: AtomicU64,
+    connections: AtomicU64,
+}
+
+impl InFlight {
+    /// Counts a request in (on a connection holding `on_connection`) until the guard drops.
+    fn enter(self: &Arc<Self>, on_connection: &Arc<AtomicU64>) -> InFlightGuard {
+        let now = self.now.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most.fetch_max(now, Ordering::SeqCst);
+        let here = on_connection.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most_on_one_connection
+            .fetch_max(here, Ordering::SeqCst);
+        InFlightGuard(self.clone(), on_connection.clone())
+    }
+}
+
+struct InFlightGuard(Arc<InFlight>, Arc<AtomicU64>);
+
+impl Drop for InFlightGuard {
+    fn drop(&mut self) {
+        self.0.now.fetch_sub(1, Ordering::SeqCst);
+        self.1.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 pub struct H2Target {
     addr: SocketAddr,
     counts: Arc<Mutex<Counts>>,
+    in_flight: Arc<InFlight>,
     _server: LoopbackServer,
 }
 
@@ -40,14 +73,23 @@ impl H2Target {
             None
         };
         let counts = Arc::new(Mutex::new(Counts::default()));
-        let served = counts.clone();
+        let in_flight = Arc::new(InFlight::default());
+        let (served, held) = (counts.clone(), in_flight.clone());
         let tokens = Arc::new(AtomicU64::new(1));
         let (addr, server) = LoopbackServer::start("h2-target", move |tcp| {
             let _ = tcp.set_nodelay(true);
             let (counts, tokens, acceptor) = (served.clone(), tokens.clone(), acceptor.clone());
+            let (held, on_connection) = (held.clone(), Arc::new(AtomicU64::new(0)));
+            held.connections.fetch_add(1, Ordering::SeqCst);
             async move {
                 let service = hyper::service::service_fn(move |req| {
-                    answer(req, counts.clone(), tokens.clone())
+                    let guard = held.enter(&on_connection);
+                    let answered = answer(req, counts.clone(), tokens.clone());
+                    async move {
+                        let answer = answered.await;
+                        drop(guard);
+                        answer
+                    }
                 });
                 let Some(acceptor) = acceptor else {
                     let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
@@ -74,8 +116,22 @@ impl H2Target {
         Ok(Self {
             addr,
             counts,
+            in_flight,
             _server: server,
         })
+    }
+
+    /// Connections accepted.
+    pub fn connections(&self) -> u64 {
+        self.in_flight.connections.load(Ordering::SeqCst)
+    }
+
+    /// The most requests held at once: in all, and on one connection.
+    pub fn most_at_once(&self) -> (u64, u64) {
+        (
+            self.in_flight.most.load(Ordering::SeqCst),
+            self.in_flight.most_on_one_connection.load(Ordering::SeqCst),
+        )
     }
 
     pub fn url(&self, tls: bool, path: &str) -> String {
@@ -176,6 +232,9 @@ async fn answer(
         .map(str::to_string);
     // Read the whole body, as a real handler would.
     let _ = req.into_body().collect().await;
+    if let Some(ms) = path.strip_prefix("/sleep/").and_then(|ms| ms.parse().ok()) {
+        tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+    }
     if let Ok(mut c) = counts.lock() {
         *c.by_version_path
             .entry((version, path.clone()))

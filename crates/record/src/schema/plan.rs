@@ -290,6 +290,10 @@ pub struct LoadPlanRecord {
     pub threads: usize,
     pub insecure: bool,
     pub http2: bool,
+    /// `--http2-streams`: requests in flight at once on each HTTP/2 connection (1 when
+    /// absent, as records before it were).
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub http2_streams: usize,
     pub shard: Option<Shard>,
     pub hedge: Option<HedgePlanRecord>,
     /// The thresholds as written (`p99<200ms`).
@@ -311,6 +315,14 @@ pub struct LoadPlanRecord {
     /// A merged record's shards (`kiln merge`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub merged_from: Option<MergedFrom>,
+}
+
+fn one() -> usize {
+    1
+}
+
+fn is_one(n: &usize) -> bool {
+    *n == 1
 }
 
 /// The shards a merged record was made from.
@@ -337,6 +349,7 @@ impl LoadPlanRecord {
             threads,
             insecure: false,
             http2: false,
+            http2_streams: 1,
             shard: None,
             hedge: None,
             thresholds: Vec::new(),
@@ -407,9 +420,13 @@ impl LoadPlanRecord {
         let secs = self.duration_s;
         // A plan file's VUs each hold a connection per origin; a URL run's are connections.
         let (units, think) = match self.scenarios.len() {
-            0 => ("connections", None),
+            0 if self.http2_streams > 1 => (
+                format!("connections x {} HTTP/2 streams", self.http2_streams),
+                None,
+            ),
+            0 => ("connections".to_string(), None),
             n => (
-                "VUs",
+                "VUs".to_string(),
                 Some(format!(
                     "{n} scenario{} (iterations)",
                     if n == 1 { "" } else { "s" }
@@ -483,4 +500,46 @@ fn stages_text(stages: impl Iterator<Item = (f64, f64)>, unit: &str) -> String {
         level = to;
     }
     parts.join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn closed(connections: usize) -> Model {
+        Model::Closed {
+            connections,
+            think_time: Duration::ZERO,
+            ramp_up: Duration::ZERO,
+            stages: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn the_workload_line_counts_http2_streams_only_when_there_are_several() {
+        let mut plan = LoadPlanRecord::new("http://127.0.0.1:1/", closed(8), 10.0, 1);
+        assert_eq!(
+            plan.workload_text(),
+            "closed model, 8 connections, think time 0 s, ramp-up 0 s, 10 s per run, 1 threads"
+        );
+        plan.http2_streams = 10;
+        assert_eq!(
+            plan.workload_text(),
+            "closed model, 8 connections x 10 HTTP/2 streams, think time 0 s, ramp-up 0 s, \
+             10 s per run, 1 threads"
+        );
+    }
+
+    #[test]
+    fn records_before_http2_streams_read_as_one_stream_and_one_is_not_written() {
+        let plan = LoadPlanRecord::new("http://127.0.0.1:1/", closed(2), 1.0, 1);
+        let mut json = serde_json::to_value(&plan).unwrap();
+        assert!(json.get("http2_streams").is_none(), "{json}");
+        json["http2_streams"] = 10.into();
+        let read: LoadPlanRecord = serde_json::from_value(json.clone()).unwrap();
+        assert_eq!(read.http2_streams, 10);
+        json.as_object_mut().unwrap().remove("http2_streams");
+        let read: LoadPlanRecord = serde_json::from_value(json).unwrap();
+        assert_eq!(read.http2_streams, 1);
+    }
 }

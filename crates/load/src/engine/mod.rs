@@ -30,6 +30,8 @@ use crate::scenario::{self, VuState, Workload};
 use crate::schedule::ArrivalSchedule;
 use crate::self_usage::SelfUsage;
 
+mod streams;
+
 /// Queued arrivals per phase before further ones are dropped and counted as unsent; bounds
 /// memory when the target stalls for long.
 const MAX_QUEUED_ARRIVALS: usize = 1_000_000;
@@ -852,10 +854,12 @@ async fn ensure_connected(
         if c.ready().await {
             return Ok(());
         }
-        *conn = None;
-        let mut rec = state.recorder.borrow_mut();
-        rec.connections -= 1;
-        rec.closed_by_target(Instant::now());
+        // a handle's connection is counted lost by its owner
+        if !conn.take().is_some_and(|c| c.is_handle()) {
+            let mut rec = state.recorder.borrow_mut();
+            rec.connections -= 1;
+            rec.closed_by_target(Instant::now());
+        }
     }
     let (mut c, kept) = match setup.take_kept() {
         Some(c) => (c, true),
@@ -1031,10 +1035,20 @@ async fn send_and_record(
         return Box::pin(send_hedged(state, hedge, slots, intended)).await;
     }
     let slot = &mut slots.0[0];
-    let conn = &mut slot.conn;
-    if let Err(sent) = connect_for_request(state, &state.setup, conn, intended).await {
+    if let Err(sent) = connect_for_request(state, &state.setup, &mut slot.conn, intended).await {
         return sent;
     }
+    send_on(state, &mut slot.conn, &mut slot.timer, intended).await
+}
+
+/// Sends the URL's request on `conn` (just connected, or a handle on a shared connection)
+/// and records the outcome against `intended` (see [`send_and_record`]).
+async fn send_on(
+    state: &WorkerLocal,
+    conn: &mut Option<Connection>,
+    timer: &mut RequestTimer,
+    intended: Option<Instant>,
+) -> Sent {
     if conn.is_none() {
         return Sent {
             done: Instant::now(),
@@ -1044,7 +1058,7 @@ async fn send_and_record(
     let sent = Instant::now();
     state.recorder.borrow_mut().sent(sent);
     state.in_flight.set(state.in_flight.get() + 1);
-    let outcome = send_once_more_if_refused(state, &state.setup, conn, &mut slot.timer, sent, {
+    let outcome = send_once_more_if_refused(state, &state.setup, conn, timer, sent, {
         let setup = &state.setup;
         async move |c: &mut Connection| c.send(setup).await
     })
@@ -1074,12 +1088,18 @@ async fn send_and_record(
         done,
         outcome.unwrap_or(Err(ErrorKind::Timeout)),
     ) {
-        state.recorder.borrow_mut().connections -= 1;
-        *conn = None;
+        drop_connection(state, conn);
     }
     Sent {
         done,
         connect_failed: false,
+    }
+}
+
+/// Closes `conn`'s connection, taking it off the gauge unless it is a handle on another's.
+fn drop_connection(state: &WorkerLocal, conn: &mut Option<Connection>) {
+    if conn.take().is_some_and(|c| !c.is_handle()) {
+        state.recorder.borrow_mut().connections -= 1;
     }
 }
 
@@ -1375,9 +1395,8 @@ async fn race(
 async fn closed_connection(state: Rc<WorkerLocal>, global: usize, mut stop: watch::Receiver<bool>) {
     let Model::Closed {
         connections,
-        think_time,
         ramp_up,
-        ref stages,
+        ..
     } = state.plan.model
     else {
         return;
@@ -1394,20 +1413,42 @@ async fn closed_connection(state: Rc<WorkerLocal>, global: usize, mut stop: watc
     if let Some(workload) = state.plan.workload.clone() {
         return closed_vu(state, workload, global, stop).await;
     }
-    let mut slots = Slots::new(&state);
+    if state.plan.http2_streams > 1 {
+        return streams::closed(state, global, stop).await;
+    }
+    let slots = Slots::new(&state);
+    send_back_to_back(&state, global, stop, slots).await;
+}
+
+/// The closed model's loop: sends on `sender` back to back (after the think time) until the
+/// phase ends, out of the stages' count closed and waiting.
+async fn send_back_to_back(
+    state: &WorkerLocal,
+    global: usize,
+    mut stop: watch::Receiver<bool>,
+    mut sender: impl Sender,
+) {
+    let Model::Closed {
+        think_time,
+        ref stages,
+        ..
+    } = state.plan.model
+    else {
+        return;
+    };
     let mut stop_now = state.shared.should_stop();
     while !stop_now {
         if !stages.is_empty() && !state.shared.vu_active(stages, global) {
             // Out of the stages' count: leave (closing the connection) until back in.
-            slots.close(&state);
-            if !wait_until_active(&state, stages, global, &mut stop).await {
+            sender.close(state);
+            if !wait_until_active(state, stages, global, &mut stop).await {
                 break;
             }
         }
         let Sent {
             done,
             connect_failed,
-        } = send_and_record(&state, &mut slots, None).await;
+        } = sender.send(state, None).await;
         let pause = if connect_failed {
             RECONNECT_BACKOFF.max(think_time)
         } else {
@@ -1420,20 +1461,66 @@ async fn closed_connection(state: Rc<WorkerLocal>, global: usize, mut stop: watc
             !sleep_or_stop(pause, &mut stop).await || state.shared.should_stop()
         };
     }
-    slots.keep(&state);
+    sender.keep(state);
+}
+
+/// How a connection's task sends the URL's request: on connections of its own ([`Slots`]),
+/// or as one stream of an HTTP/2 connection that others share ([`streams::Stream`]).
+trait Sender {
+    /// Opens the connection before the first arrival, so none is charged a handshake.
+    async fn connect(&mut self, state: &WorkerLocal);
+    /// Sends one request and records it (see [`send_and_record`]).
+    async fn send(&mut self, state: &WorkerLocal, intended: Option<Instant>) -> Sent;
+    /// Closes the connection (counted in the gauge).
+    fn close(&mut self, state: &WorkerLocal);
+    /// At the phase's end: leaves an idle connection to the next phase, closing the rest.
+    fn keep(&mut self, state: &WorkerLocal);
+}
+
+impl Sender for Slots {
+    async fn connect(&mut self, state: &WorkerLocal) {
+        self.connect_all(state).await;
+    }
+
+    async fn send(&mut self, state: &WorkerLocal, intended: Option<Instant>) -> Sent {
+        send_and_record(state, self, intended).await
+    }
+
+    fn close(&mut self, state: &WorkerLocal) {
+        Slots::close(self, state);
+    }
+
+    fn keep(&mut self, state: &WorkerLocal) {
+        Slots::keep(self, state);
+    }
 }
 
 /// An open-model connection: takes the next due arrival from the shared queue, sends it,
 /// repeats. The spawner counts it as idle until it has connected.
-async fn open_connection(state: Rc<WorkerLocal>, mut stop: watch::Receiver<bool>) {
+async fn open_connection(state: Rc<WorkerLocal>, stop: watch::Receiver<bool>) {
     let Some(arrivals) = state.shared.arrivals.clone() else {
         return;
     };
     if let Some(workload) = state.plan.workload.clone() {
         return open_vu(state, workload, arrivals, stop).await;
     }
-    let mut slots = Slots::new(&state);
-    slots.connect_all(&state).await;
+    if state.plan.http2_streams > 1 {
+        streams::open(&state, &arrivals, &stop).await;
+    } else {
+        send_arrivals(&state, &arrivals, stop, Slots::new(&state)).await;
+    }
+    state.shared.connection_tasks.fetch_sub(1, Ordering::SeqCst);
+}
+
+/// The open model's loop: connects `sender`, then sends each arrival it takes from the
+/// queue until the phase ends; counted idle while it waits for one.
+async fn send_arrivals(
+    state: &WorkerLocal,
+    arrivals: &async_channel::Receiver<Instant>,
+    mut stop: watch::Receiver<bool>,
+    mut sender: impl Sender,
+) {
+    sender.connect(state).await;
     loop {
         let next = tokio::select! {
             next = arrivals.recv() => next.ok(),
@@ -1445,11 +1532,10 @@ async fn open_connection(state: Rc<WorkerLocal>, mut stop: watch::Receiver<bool>
             state.shared.unsent.fetch_add(1, Ordering::Relaxed);
             break;
         }
-        send_and_record(&state, &mut slots, Some(intended)).await;
+        sender.send(state, Some(intended)).await;
         state.shared.idle.fetch_add(1, Ordering::Relaxed);
     }
-    slots.keep(&state);
-    state.shared.connection_tasks.fetch_sub(1, Ordering::SeqCst);
+    sender.keep(state);
 }
 
 /// A plan's virtual user: its own state, one connection per origin, its request timer.
@@ -1766,7 +1852,8 @@ fn spawn_open_connection(
     {
         return false;
     }
-    state.shared.idle.fetch_add(1, Ordering::Relaxed);
+    // each of the connection's streams waits for an arrival
+    (state.shared.idle).fetch_add(state.plan.http2_streams, Ordering::Relaxed);
     tasks.spawn_local(open_connection(state.clone(), stop.clone()));
     true
 }
