@@ -3,10 +3,11 @@
 fast path beside wrk on the same server, in one run on this machine.
 
 nginx (1 worker, pinned to CPU 0) answers "hello" on two ports: one HTTP/1.1, one h2c (HTTP/2
-by prior knowledge). Each tool runs from CPU 1 with 32 connections, 1 thread, one request in
-flight per connection (h2load -m 1: kiln carries one stream per connection), 10 s, 5
-interleaved rounds (BENCH_ROUNDS). Reports requests/s and requests per generator CPU-second
-(user + system, GNU time), medians over the rounds, and peak RSS.
+by prior knowledge). Each tool runs from CPU 1 with 32 connections, 1 thread, 10 s, 5
+interleaved rounds (BENCH_ROUNDS): over HTTP/2 with one request in flight per connection
+(h2load -m 1, kiln --http2) and with ten (h2load -m 10, kiln --http2 --http2-streams 10).
+Reports requests/s and requests per generator CPU-second (user + system, GNU time), medians
+over the rounds, and peak RSS.
 
 Usage: python3 bench/http2.py [--quick]   (results: bench/out/http2-<time>.json, table on stdout)
 """
@@ -46,9 +47,9 @@ http {{ access_log off; keepalive_requests 1000000; http2_max_requests 1000000;
     return proc, f"http://127.0.0.1:{h1}/", f"http://127.0.0.1:{h2}/"
 
 
-def run_h2load(url, secs, conns=32):
+def run_h2load(url, secs, conns=32, streams=1):
     out, cpu, rss, wall = measured(["taskset", "-c", "1", "h2load", "-c", str(conns), "-t", "1",
-                                    "-m", "1", "-D", str(secs), url])
+                                    "-m", str(streams), "-D", str(secs), url])
     m = re.search(r"requests: (\d+) total, (\d+) started, (\d+) done, (\d+) succeeded", out)
     if not m:
         raise RuntimeError(f"h2load said:\n{out[-2000:]}")
@@ -65,10 +66,15 @@ def main():
     tmp = tempfile.mkdtemp(prefix="kiln-bench-nginx-")
     nginx, h1_url, h2_url = start_nginx(tmp)
     try:
-        runs = {"h2load (h2c)": [], "kiln --http2 (h2c)": [], "wrk (HTTP/1.1)": [], "kiln (HTTP/1.1)": []}
+        runs = {"h2load (h2c)": [], "kiln --http2 (h2c)": [],
+                "h2load -m 10 (h2c)": [], "kiln -p 10 (h2c)": [],
+                "wrk (HTTP/1.1)": [], "kiln (HTTP/1.1)": []}
         for _ in range(ROUNDS):
             runs["h2load (h2c)"].append(run_h2load(h2_url, SECS))
             runs["kiln --http2 (h2c)"].append(run_kiln(h2_url, SECS, extra=["--http2"]))
+            runs["h2load -m 10 (h2c)"].append(run_h2load(h2_url, SECS, streams=10))
+            runs["kiln -p 10 (h2c)"].append(
+                run_kiln(h2_url, SECS, extra=["--http2", "--http2-streams", "10"]))
             runs["wrk (HTTP/1.1)"].append(run_wrk(h1_url, SECS))
             runs["kiln (HTTP/1.1)"].append(run_kiln(h1_url, SECS))
     finally:
@@ -85,6 +91,8 @@ def main():
     results["tools_measured"] = table
     per_cpu = lambda t: table[t]["requests_per_cpu_s"]
     results["kiln_h2_over_h2load"] = per_cpu("kiln --http2 (h2c)") / per_cpu("h2load (h2c)")
+    results["kiln_h2_streams_over_h2load_m10"] = (per_cpu("kiln -p 10 (h2c)")
+                                                  / per_cpu("h2load -m 10 (h2c)"))
     results["kiln_h1_over_wrk"] = per_cpu("kiln (HTTP/1.1)") / per_cpu("wrk (HTTP/1.1)")
     path = os.path.join(OUT, f"http2-{time.strftime('%Y%m%d-%H%M%S')}.json")
     with open(path, "w") as f:
@@ -94,6 +102,8 @@ def main():
     for tool, t in table.items():
         print(f"{tool:<22}{t['requests_per_s']:>10.0f}{t['requests_per_cpu_s']:>12.0f}{t['max_rss_kib'] / 1024:>8.1f}M")
     print(f"kiln/h2load per CPU-second (HTTP/2): {results['kiln_h2_over_h2load']:.2f}")
+    print(f"kiln -p 10 / h2load -m 10 per CPU-second: "
+          f"{results['kiln_h2_streams_over_h2load_m10']:.2f}")
     print(f"kiln/wrk per CPU-second (HTTP/1.1): {results['kiln_h1_over_wrk']:.2f}")
     print(f"results: {path}")
 

@@ -75,6 +75,36 @@ fn without_http2_tls_stays_on_http1_and_the_open_model_works_over_h2() {
 }
 
 #[test]
+fn http2_streams_share_each_connection_and_the_summary_says_so() {
+    let _turn = common::beside();
+    let target = H2Target::start(true).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let url = target.url(true, "/sleep/20");
+    let args = [
+        "run", &url, "-k", "--http2", "-p", "4", "-c", "2", "-d", "1s",
+    ];
+    let run = kiln(&[&args[..], &["--out", out.to_str().unwrap()]].concat());
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(0), "{stderr}");
+    let text = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        text.contains("closed model, 2 connections x 4 HTTP/2 streams"),
+        "{text}"
+    );
+    // two connections opened by the run (the target also saw kiln's reachability check)
+    let measured = kiln_record::Run::open(&out).unwrap().measured().unwrap();
+    assert_eq!(measured.end.unwrap().connections_opened, 2);
+    assert_eq!(target.most_at_once(), (8, 4));
+    let record = common::manifest(&out);
+    assert_eq!(record["plan"]["http2_streams"], 4, "{}", record["plan"]);
+    // refused where it cannot mean anything, with what it needs
+    let refused = kiln(&["run", &url, "-p", "4", "-d", "1s"]);
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("--http2-streams 4 needs --http2"));
+}
+
+#[test]
 fn a_plan_over_http2_carries_its_token() {
     let _turn = common::beside();
     let target = H2Target::start(true).unwrap();
