@@ -10,8 +10,7 @@ use std::time::Duration;
 use kiln_record::{PhaseSummary, SecondRecord};
 use ratatui::backend::{Backend, ClearType, CrosstermBackend, WindowSize};
 use ratatui::buffer::Cell;
-use ratatui::layout::{Constraint, Layout};
-use ratatui::layout::{Position, Size};
+use ratatui::layout::{Constraint, Layout, Position, Size};
 use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Bar, BarChart, BarGroup, Block, Paragraph, Sparkline};
@@ -61,8 +60,11 @@ impl Dashboard {
     /// phase's figures so far in `total`.
     pub fn draw(&mut self, phase: &str, planned_s: u64, s: &SecondRecord, total: &PhaseSummary) {
         // the second after the deadline holds the last second's answers: its bar
-        let drain = planned_s > 0 && u64::from(s.second) >= planned_s;
-        match (drain, self.requests.last_mut(), self.failed.last_mut()) {
+        match (
+            after_deadline(s, planned_s),
+            self.requests.last_mut(),
+            self.failed.last_mut(),
+        ) {
             (true, Some(requests), Some(failed)) => {
                 *requests += s.requests;
                 *failed += s.failed();
@@ -88,7 +90,7 @@ impl Dashboard {
             ])
             .areas(frame.area());
             let bold = Style::default().add_modifier(Modifier::BOLD);
-            let second = (u64::from(s.second) + 1).min(planned_s.max(1));
+            let second = second_shown(s, planned_s);
             let failed_style = if total.failed() > 0 {
                 Style::default().fg(Color::Red).add_modifier(Modifier::BOLD)
             } else {
@@ -205,11 +207,23 @@ impl Dashboard {
     }
 }
 
+/// Whether second `s` of a phase planned to last `planned_s` (0: not known) is the one after
+/// its deadline, which holds the last answers coming in, not load.
+fn after_deadline(s: &SecondRecord, planned_s: u64) -> bool {
+    planned_s > 0 && u64::from(s.second) >= planned_s
+}
+
+/// Second `s` as the live lines count it, from 1: the second after the deadline is shown as
+/// the last planned one.
+pub(crate) fn second_shown(s: &SecondRecord, planned_s: u64) -> u64 {
+    (u64::from(s.second) + 1).min(planned_s.max(1))
+}
+
 /// The rate the live lines show for second `s`: its requests, or for the second after the
 /// deadline (the last answers coming in, not load) the phase's mean over its planned time.
 /// That second's own few requests read as the load falling to "4 req/s" at the end.
 pub(crate) fn rate_shown(s: &SecondRecord, planned_s: u64, total: &PhaseSummary) -> String {
-    if planned_s > 0 && u64::from(s.second) >= planned_s {
+    if after_deadline(s, planned_s) {
         let mean = total.totals.requests as f64 / planned_s as f64;
         format!("{mean:.0} req/s mean")
     } else {

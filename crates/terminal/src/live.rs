@@ -80,8 +80,7 @@ impl kiln_runner::Progress for LiveOutput {
             let line = format!(
                 "[{}] {}s/{}s  {}  p50 {}  p99 {} (all {})  failed {}  conns {}",
                 self.phase,
-                // the second after the deadline holds the last answers, not more load
-                (u64::from(s.second) + 1).min(self.planned_s.max(1)),
+                crate::dashboard::second_shown(s, self.planned_s),
                 self.planned_s,
                 crate::dashboard::rate_shown(s, self.planned_s, &self.total),
                 format::us(last.p50_us),
