@@ -37,10 +37,11 @@ impl JvmProfiler {
     /// async-profiler's library: the one given, else where `find` looks (perf for the CPU
     /// profile does not keep `--alloc` from it).
     fn library(&self) -> Result<PathBuf, String> {
-        match self {
-            JvmProfiler::Library(path) => kiln_runtime::async_profiler::find(Some(path)),
-            JvmProfiler::Auto | JvmProfiler::Perf => kiln_runtime::async_profiler::find(None),
-        }
+        let explicit = match self {
+            JvmProfiler::Library(path) => Some(path.as_path()),
+            JvmProfiler::Auto | JvmProfiler::Perf => None,
+        };
+        kiln_runtime::async_profiler::find(explicit).map_err(|e| e.to_string())
     }
 }
 

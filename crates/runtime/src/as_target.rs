@@ -8,6 +8,9 @@
 //! threads keep root. A non-root kiln changes nothing (it cannot take another identity, and its
 //! own is what the kernel checks anyway).
 
+use crate::error::io;
+use crate::RuntimeError;
+
 use std::fs::File;
 use std::io::Read;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
@@ -22,12 +25,12 @@ pub struct Owner {
 
 impl Owner {
     /// The effective uid and gid of `pid`, read under `proc_root`.
-    pub fn of(pid: i32, proc_root: &Path) -> Result<Self, String> {
+    pub fn of(pid: i32, proc_root: &Path) -> Result<Self, RuntimeError> {
         let path = proc_root.join(pid.to_string()).join("status");
         let status = std::fs::read_to_string(&path)
-            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+            .map_err(io(format!("cannot read {}", path.display())))?;
         Self::from_status(&status)
-            .ok_or_else(|| format!("{} has no Uid or Gid line", path.display()))
+            .ok_or_else(|| format!("{} has no Uid or Gid line", path.display()).into())
     }
 
     fn from_status(status: &str) -> Option<Self> {
@@ -74,25 +77,26 @@ impl Owner {
 /// Opens a regular file of the target's for reading, as its owner: never through a link at
 /// the last step, never a FIFO or device (opened without blocking, then checked), and no
 /// larger than `max_bytes`.
-pub fn open_regular(owner: &Owner, path: &Path, max_bytes: u64) -> Result<File, String> {
+pub fn open_regular(owner: &Owner, path: &Path, max_bytes: u64) -> Result<File, RuntimeError> {
     owner.run(|| {
         let file = std::fs::OpenOptions::new()
             .read(true)
             .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
             .open(path)
-            .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+            .map_err(io(format!("cannot open {}", path.display())))?;
         let meta = file
             .metadata()
-            .map_err(|e| format!("cannot stat {}: {e}", path.display()))?;
+            .map_err(io(format!("cannot stat {}", path.display())))?;
         if !meta.file_type().is_file() {
-            return Err(format!("{} is not a regular file", path.display()));
+            return Err(format!("{} is not a regular file", path.display()).into());
         }
         if meta.len() > max_bytes {
             return Err(format!(
                 "{} holds {} bytes, more than the {max_bytes} kiln reads",
                 path.display(),
                 meta.len()
-            ));
+            )
+            .into());
         }
         Ok(file)
     })
@@ -100,22 +104,30 @@ pub fn open_regular(owner: &Owner, path: &Path, max_bytes: u64) -> Result<File, 
 
 /// Copies a regular file of the target's (opened as [`open_regular`] does) into `to`, a file
 /// of kiln's own, reading at most `max_bytes`.
-pub fn copy_regular(owner: &Owner, from: &Path, to: &Path, max_bytes: u64) -> Result<u64, String> {
+pub fn copy_regular(
+    owner: &Owner,
+    from: &Path,
+    to: &Path,
+    max_bytes: u64,
+) -> Result<u64, RuntimeError> {
     let file = open_regular(owner, from, max_bytes)?;
     let mut out = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(0o600)
         .open(to)
-        .map_err(|e| format!("cannot create {}: {e}", to.display()))?;
+        .map_err(io(format!("cannot create {}", to.display())))?;
     // bounded again while reading: the file may grow after it was measured
-    std::io::copy(&mut file.take(max_bytes), &mut out)
-        .map_err(|e| format!("cannot copy {} to {}: {e}", from.display(), to.display()))
+    std::io::copy(&mut file.take(max_bytes), &mut out).map_err(io(format!(
+        "cannot copy {} to {}",
+        from.display(),
+        to.display()
+    )))
 }
 
 /// Whether `path` is a Unix socket owned by `owner` (as the JDK's own client checks), looked at without following a
 /// link at the last step.
-pub fn is_owned_socket(owner: &Owner, path: &Path) -> Result<bool, String> {
+pub fn is_owned_socket(owner: &Owner, path: &Path) -> Result<bool, RuntimeError> {
     match std::fs::symlink_metadata(path) {
         Ok(meta) if meta.file_type().is_socket() && meta.uid() == owner.uid => Ok(true),
         Ok(meta) if meta.file_type().is_socket() => Err(format!(
@@ -123,10 +135,11 @@ pub fn is_owned_socket(owner: &Owner, path: &Path) -> Result<bool, String> {
             path.display(),
             meta.uid(),
             owner.uid
-        )),
-        Ok(_) => Err(format!("{} is not a socket", path.display())),
+        )
+        .into()),
+        Ok(_) => Err(format!("{} is not a socket", path.display()).into()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
-        Err(e) => Err(format!("cannot stat {}: {e}", path.display())),
+        Err(e) => Err(format!("cannot stat {}: {e}", path.display()).into()),
     }
 }
 
@@ -153,7 +166,7 @@ mod tests {
         let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
         // SAFETY: mkfifo reads a NUL-terminated path.
         assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
-        let err = open_regular(&me, &fifo, 100).unwrap_err();
+        let err = open_regular(&me, &fifo, 100).unwrap_err().to_string();
         assert!(err.contains("not a regular file"), "{err}");
 
         let real = dir.path().join("real");
@@ -163,9 +176,10 @@ mod tests {
         assert!(open_regular(&me, &link, 100).is_err());
         assert!(open_regular(&me, &real, 9)
             .unwrap_err()
+            .to_string()
             .contains("more than"));
         let copy = dir.path().join("copy");
-        assert_eq!(copy_regular(&me, &real, &copy, 100), Ok(10));
+        assert_eq!(copy_regular(&me, &real, &copy, 100).ok(), Some(10));
         assert_eq!(std::fs::read(&copy).unwrap(), b"0123456789");
     }
 }

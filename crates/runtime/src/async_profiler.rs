@@ -11,6 +11,9 @@
 //! containerised JVM sees it in its own mount namespace, and nothing of kiln's is handed over.
 //! The samples are written by the JVM to a file there and read back as its owner, bounded.
 
+use crate::error::io;
+use crate::RuntimeError;
+
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -53,7 +56,7 @@ pub fn default_dir() -> Option<PathBuf> {
 
 /// The library to load: `explicit` (a path option), else [`ENV`], else the copy [`setup`]
 /// put in kiln's data directory. The error says how to get one.
-pub fn find(explicit: Option<&Path>) -> Result<PathBuf, String> {
+pub fn find(explicit: Option<&Path>) -> Result<PathBuf, RuntimeError> {
     let from_env = std::env::var_os(ENV).filter(|v| !v.is_empty());
     let (path, from) = match (explicit, from_env) {
         (Some(p), _) => (p.to_path_buf(), "the path given"),
@@ -65,38 +68,39 @@ pub fn find(explicit: Option<&Path>) -> Result<PathBuf, String> {
     };
     match std::fs::metadata(&path) {
         Ok(m) if m.is_file() => Ok(path),
-        Ok(_) => Err(format!("{} ({from}) is not a file", path.display())),
+        Ok(_) => Err(format!("{} ({from}) is not a file", path.display()).into()),
         Err(e) if from == "kiln's data directory" && e.kind() == std::io::ErrorKind::NotFound => {
             Err(not_installed("it is not installed"))
         }
-        Err(e) => Err(format!("cannot read {} ({from}): {e}", path.display())),
+        Err(e) => Err(format!("cannot read {} ({from}): {e}", path.display()).into()),
     }
 }
 
-fn not_installed(why: &str) -> String {
-    format!(
+fn not_installed(why: &str) -> RuntimeError {
+    RuntimeError::Said(format!(
         "async-profiler is not available ({why}): `kiln setup async-profiler` fetches it from \
          Maven Central, or give its {LIBRARY} with --async-profiler PATH or {ENV}"
-    )
+    ))
 }
 
 /// The jar's library for this machine's architecture.
-fn arch_entry() -> Result<&'static str, String> {
+fn arch_entry() -> Result<&'static str, RuntimeError> {
     match std::env::consts::ARCH {
         "x86_64" => Ok("linux-x64/libasyncProfiler.so"),
         "aarch64" => Ok("linux-arm64/libasyncProfiler.so"),
-        other => Err(format!("async-profiler has no library for {other}")),
+        other => Err(format!("async-profiler has no library for {other}").into()),
     }
 }
 
 /// The library out of the release's jar, once the jar's SHA-256 is the pinned one.
-pub fn library_from_jar(jar: &[u8]) -> Result<Vec<u8>, String> {
+pub fn library_from_jar(jar: &[u8]) -> Result<Vec<u8>, RuntimeError> {
     let digest = ring::digest::digest(&ring::digest::SHA256, jar);
     let hex: String = digest.as_ref().iter().map(|b| format!("{b:02x}")).collect();
     if hex != JAR_SHA256 {
         return Err(format!(
             "the jar's SHA-256 is {hex}, not async-profiler {VERSION}'s {JAR_SHA256}: refused"
-        ));
+        )
+        .into());
     }
     let entry = arch_entry()?;
     let mut archive = zip::ZipArchive::new(std::io::Cursor::new(jar))
@@ -106,31 +110,29 @@ pub fn library_from_jar(jar: &[u8]) -> Result<Vec<u8>, String> {
         .map_err(|e| format!("the jar has no {entry}: {e}"))?;
     let mut library = Vec::new();
     file.read_to_end(&mut library)
-        .map_err(|e| format!("cannot unpack {entry}: {e}"))?;
+        .map_err(io(format!("cannot unpack {entry}")))?;
     Ok(library)
 }
 
 /// Fetches async-profiler [`VERSION`] from Maven Central (or reads the jar at `jar`, for a
 /// machine without the network), checks it, and writes its library into `dir` (default:
 /// [`default_dir`]). Returns the library's path.
-pub fn setup(dir: Option<&Path>, jar: Option<&Path>) -> Result<PathBuf, String> {
+pub fn setup(dir: Option<&Path>, jar: Option<&Path>) -> Result<PathBuf, RuntimeError> {
     let dir = match dir {
         Some(d) => d.to_path_buf(),
         None => default_dir().ok_or("no HOME to put kiln's data directory in: give --dir")?,
     };
     let bytes = match jar {
-        Some(path) => {
-            std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?
-        }
+        Some(path) => std::fs::read(path).map_err(io(format!("cannot read {}", path.display())))?,
         None => fetch(JAR_URL)?,
     };
     let library = library_from_jar(&bytes)?;
-    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    std::fs::create_dir_all(&dir).map_err(io(format!("cannot create {}", dir.display())))?;
     // written beside and renamed: a reader never sees half a library
     let mut tmp = tempfile::NamedTempFile::new_in(&dir)
-        .map_err(|e| format!("cannot write in {}: {e}", dir.display()))?;
+        .map_err(io(format!("cannot write in {}", dir.display())))?;
     std::io::Write::write_all(&mut tmp, &library)
-        .map_err(|e| format!("cannot write in {}: {e}", dir.display()))?;
+        .map_err(io(format!("cannot write in {}", dir.display())))?;
     let path = dir.join(LIBRARY);
     use std::os::unix::fs::PermissionsExt;
     let _ = std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o644));
@@ -139,7 +141,7 @@ pub fn setup(dir: Option<&Path>, jar: Option<&Path>) -> Result<PathBuf, String> 
     Ok(path)
 }
 
-fn fetch(url: &str) -> Result<Vec<u8>, String> {
+fn fetch(url: &str) -> Result<Vec<u8>, RuntimeError> {
     // the system's trust store (a company's proxy CA is there, not in webpki's roots)
     let tls = ureq::tls::TlsConfig::builder()
         .root_certs(ureq::tls::RootCerts::PlatformVerifier)
@@ -158,7 +160,7 @@ fn fetch(url: &str) -> Result<Vec<u8>, String> {
         .with_config()
         .limit(MAX_JAR_BYTES)
         .read_to_vec()
-        .map_err(|e| format!("cannot read {url}: {e}"))
+        .map_err(|e| format!("cannot read {url}: {e}").into())
 }
 
 /// What a session samples.
@@ -193,7 +195,7 @@ impl Session {
         proc_root: &Path,
         library: &Path,
         sampling: Sampling,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, RuntimeError> {
         let attach = Attach::open(pid, proc_root)?;
         let owner = attach.owner();
         let tmp_here = proc_root.join(pid.to_string()).join("root/tmp");
@@ -230,7 +232,7 @@ impl Session {
     /// Stops sampling and returns the collapsed stacks (frames annotated: `_[j]` compiled,
     /// `_[i]` inlined, `_[0]` interpreted, `_[1]` C1, `_[k]` kernel; dotted class names). An
     /// allocation profile counts bytes, its leaf frame the allocated type (`byte[]`).
-    pub fn stop(self) -> Result<String, String> {
+    pub fn stop(self) -> Result<String, RuntimeError> {
         let name = format!("{}.collapsed", self.stem);
         let here = self.tmp_here.join(&name);
         let counts = match self.sampling {
@@ -243,7 +245,7 @@ impl Session {
             open_regular(&self.owner, &here, MAX_OUTPUT_BYTES)?
                 .take(MAX_OUTPUT_BYTES)
                 .read_to_string(&mut text)
-                .map_err(|e| format!("cannot read async-profiler's output: {e}"))?;
+                .map_err(io("cannot read async-profiler's output"))?;
             Ok(text)
         });
         let _ = self.owner.run(|| std::fs::remove_file(&here));
@@ -253,18 +255,20 @@ impl Session {
 
     /// One command to the loaded library (`load` again: the JVM hands the options to the
     /// library already loaded from that path).
-    fn command(&self, options: &str) -> Result<(), String> {
+    fn command(&self, options: &str) -> Result<(), RuntimeError> {
         let reply = self.attach.load(&self.library_in_target, options)?;
         match agent_return_code(&reply) {
             Some(0) => Ok(()),
             Some(code) => Err(format!(
                 "async-profiler refused `{options}` (code {code}; its message is on the \
                  target's output)"
-            )),
+            )
+            .into()),
             None => Err(format!(
                 "the JVM's reply to loading async-profiler says no result: {:?}",
                 reply.chars().take(120).collect::<String>()
-            )),
+            )
+            .into()),
         }
     }
 
@@ -284,8 +288,8 @@ fn agent_return_code(reply: &str) -> Option<i32> {
 
 /// Copies kiln's `from` to `to` in the target's filesystem, created as the target's owner:
 /// exclusively, never through a link, readable by the JVM.
-fn copy_as_owner(owner: &Owner, from: &Path, to: &Path) -> Result<(), String> {
-    let bytes = std::fs::read(from).map_err(|e| format!("cannot read {}: {e}", from.display()))?;
+fn copy_as_owner(owner: &Owner, from: &Path, to: &Path) -> Result<(), RuntimeError> {
+    let bytes = std::fs::read(from).map_err(io(format!("cannot read {}", from.display())))?;
     owner.run(|| {
         use std::io::Write;
         use std::os::unix::fs::OpenOptionsExt;
@@ -295,9 +299,12 @@ fn copy_as_owner(owner: &Owner, from: &Path, to: &Path) -> Result<(), String> {
             .mode(0o500)
             .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(to)
-            .map_err(|e| format!("cannot create {} as the target's owner: {e}", to.display()))?;
+            .map_err(io(format!(
+                "cannot create {} as the target's owner",
+                to.display()
+            )))?;
         file.write_all(&bytes)
-            .map_err(|e| format!("cannot write {}: {e}", to.display()))
+            .map_err(io(format!("cannot write {}", to.display())))
     })
 }
 
@@ -323,7 +330,9 @@ mod tests {
 
     #[test]
     fn a_jar_that_is_not_the_pinned_release_is_refused() {
-        let err = library_from_jar(b"PK\x03\x04 not the release").unwrap_err();
+        let err = library_from_jar(b"PK\x03\x04 not the release")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("refused"), "{err}");
     }
 }

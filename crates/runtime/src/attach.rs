@@ -13,6 +13,9 @@
 //! the target's owner (or root) owns it and is connected to as that owner, and a reply is read
 //! up to [`MAX_REPLY_BYTES`] within one deadline for the whole exchange.
 
+use crate::error::io;
+use crate::RuntimeError;
+
 use std::io::{Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::net::UnixStream;
@@ -42,7 +45,7 @@ pub struct Attach {
 impl Attach {
     /// Finds or starts `pid`'s attach listener (never signals a process that does not catch
     /// SIGQUIT, which would kill it: the caller says it is a JVM; this checks the handler).
-    pub fn open(pid: i32, proc_root: &Path) -> Result<Self, String> {
+    pub fn open(pid: i32, proc_root: &Path) -> Result<Self, RuntimeError> {
         let ns = ns_pid(pid, proc_root)?;
         let owner = Owner::of(pid, proc_root)?;
         let base = proc_root.join(pid.to_string());
@@ -57,12 +60,13 @@ impl Attach {
             return Ok(attach);
         }
         let status = std::fs::read_to_string(base.join("status"))
-            .map_err(|e| format!("cannot read the status of pid {pid}: {e}"))?;
+            .map_err(io(format!("cannot read the status of pid {pid}")))?;
         if !catches_sigquit(&status) {
             return Err(format!(
                 "pid {pid} does not catch SIGQUIT (started with -Xrs?), so the attach listener \
                  cannot be started"
-            ));
+            )
+            .into());
         }
         let trigger_name = format!(".attach_pid{ns}");
         let trigger = [
@@ -95,7 +99,7 @@ impl Attach {
         // as the owner too: a directory swapped meanwhile leads to nothing of root's
         let _ = owner.run(|| std::fs::remove_file(&trigger));
         if !sent {
-            return Err(format!("cannot signal pid {pid}: {signal_error}"));
+            return Err(format!("cannot signal pid {pid}: {signal_error}").into());
         }
         match ready? {
             true => Ok(attach),
@@ -103,7 +107,8 @@ impl Attach {
                 "pid {pid} opened no attach socket within {}s (started with \
                  -XX:+DisableAttachMechanism?)",
                 ATTACH_TIMEOUT.as_secs()
-            )),
+            )
+            .into()),
         }
     }
 
@@ -113,33 +118,33 @@ impl Attach {
     }
 
     /// Runs one diagnostic command (what `jcmd <pid> <command>` runs) and returns its output.
-    pub fn jcmd(&self, command: &str) -> Result<String, String> {
+    pub fn jcmd(&self, command: &str) -> Result<String, RuntimeError> {
         self.execute("jcmd", [command, "", ""])
     }
 
     /// Loads the JVMTI agent at `library` (an absolute path as the JVM sees it) with
     /// `options`, as `jcmd JVMTI.agent_load` would but with the options kept whole; returns
     /// the JVM's reply (`return code: N` from the agent's `Agent_OnAttach`).
-    pub fn load(&self, library: &str, options: &str) -> Result<String, String> {
+    pub fn load(&self, library: &str, options: &str) -> Result<String, RuntimeError> {
         self.execute("load", [library, "true", options])
     }
 
     /// Sends one request of the protocol's version 1 and reads the whole reply, within
     /// `reply_timeout` for all of it and up to [`MAX_REPLY_BYTES`].
-    fn execute(&self, command: &str, args: [&str; 3]) -> Result<String, String> {
+    fn execute(&self, command: &str, args: [&str; 3]) -> Result<String, RuntimeError> {
         let deadline = Instant::now() + self.reply_timeout;
         // connected as the owner: the kernel checks the socket's permissions for the target's
         // uid, so a link toward another service's socket leads nowhere
         let mut stream = self
             .owner
             .run(|| UnixStream::connect(&self.socket))
-            .map_err(|e| format!("cannot connect to {}: {e}", self.socket.display()))?;
+            .map_err(io(format!("cannot connect to {}", self.socket.display())))?;
         stream
             .set_write_timeout(Some(self.reply_timeout))
-            .map_err(|e| format!("cannot set a timeout on the attach socket: {e}"))?;
+            .map_err(io("cannot set a timeout on the attach socket"))?;
         stream
             .write_all(&request(command, args))
-            .map_err(|e| format!("cannot send {command} to the JVM: {e}"))?;
+            .map_err(io(format!("cannot send {command} to the JVM")))?;
         let reply = read_reply(&mut stream, deadline, MAX_REPLY_BYTES)
             .map_err(|e| format!("no full reply to {command} from the JVM: {e}"))?;
         let reply = String::from_utf8_lossy(&reply);
@@ -150,11 +155,13 @@ impl Attach {
                 "the JVM refused {command} {} (status {code}): {}",
                 args[0],
                 text.trim()
-            )),
+            )
+            .into()),
             Err(_) => Err(format!(
                 "the JVM's reply to {command} does not start with a status: {:?}",
                 reply.chars().take(80).collect::<String>()
-            )),
+            )
+            .into()),
         }
     }
 }
@@ -175,24 +182,21 @@ fn read_reply(
     stream: &mut UnixStream,
     deadline: Instant,
     max_bytes: u64,
-) -> Result<Vec<u8>, String> {
+) -> Result<Vec<u8>, RuntimeError> {
     let mut reply = Vec::new();
     let mut chunk = [0u8; 64 * 1024];
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            return Err(format!(
-                "no end within the deadline ({} bytes read)",
-                reply.len()
-            ));
+            return Err(format!("no end within the deadline ({} bytes read)", reply.len()).into());
         }
         stream
             .set_read_timeout(Some(left))
-            .map_err(|e| format!("cannot set a timeout on the attach socket: {e}"))?;
+            .map_err(io("cannot set a timeout on the attach socket"))?;
         match stream.read(&mut chunk) {
             Ok(0) => return Ok(reply),
             Ok(n) if reply.len() as u64 + n as u64 > max_bytes => {
-                return Err(format!("the reply is longer than {max_bytes} bytes"))
+                return Err(format!("the reply is longer than {max_bytes} bytes").into())
             }
             Ok(n) => reply.extend_from_slice(&chunk[..n]),
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
@@ -202,12 +206,11 @@ fn read_reply(
                     std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
                 ) =>
             {
-                return Err(format!(
-                    "no end within the deadline ({} bytes read)",
-                    reply.len()
-                ))
+                return Err(
+                    format!("no end within the deadline ({} bytes read)", reply.len()).into(),
+                )
             }
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return Err(e.to_string().into()),
         }
     }
 }

@@ -6,6 +6,8 @@
 //! Each read makes the runtime stop the world briefly (`ReadMemStats`), so it is read once a
 //! second; more than 256 cycles between two reads lose the oldest, and that is said.
 
+use crate::RuntimeError;
+
 use std::net::SocketAddr;
 
 use crate::debug_http::{first_serving, get};
@@ -20,7 +22,7 @@ struct MemStatsReading {
     heap_alloc: Option<u64>,
 }
 
-fn parse_memstats(body: &[u8]) -> Result<MemStatsReading, String> {
+fn parse_memstats(body: &[u8]) -> Result<MemStatsReading, RuntimeError> {
     let page: serde_json::Value =
         serde_json::from_slice(body).map_err(|e| format!("not JSON: {e}"))?;
     let m = &page["memstats"];
@@ -57,7 +59,7 @@ pub struct ExpvarReader {
 impl ExpvarReader {
     /// The first of `addrs` that serves expvar memstats; the reading starts from its current
     /// cycle count (earlier cycles are not this watch's). Why none did, otherwise.
-    pub fn probe(addrs: &[SocketAddr]) -> Result<Self, String> {
+    pub fn probe(addrs: &[SocketAddr]) -> Result<Self, RuntimeError> {
         first_serving(addrs, "/debug/vars", |addr, body| {
             Ok(Self {
                 addr,
@@ -72,7 +74,7 @@ impl ExpvarReader {
 
     /// The cycles since the last read, oldest first, and how many were lost (more than 256
     /// between two reads).
-    pub fn poll(&mut self) -> Result<(Vec<GoGcCycle>, u64), String> {
+    pub fn poll(&mut self) -> Result<(Vec<GoGcCycle>, u64), RuntimeError> {
         let reading = parse_memstats(&get(self.addr, "/debug/vars")?)?;
         Ok(self.cycles_since(&reading))
     }
@@ -147,6 +149,7 @@ mod tests {
         assert!(
             parse_memstats(br#"{"memstats":{"NumGC":1,"PauseNs":[1],"PauseEnd":[1]}}"#)
                 .unwrap_err()
+                .to_string()
                 .contains("256")
         );
     }

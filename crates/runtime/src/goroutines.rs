@@ -13,6 +13,8 @@
 //! The dump stops the world for its length (it grows with the goroutines), so kiln takes one
 //! every few seconds, only under `--runtime deep`, and records what each took.
 
+use crate::RuntimeError;
+
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
@@ -141,12 +143,12 @@ const PATH: &str = "/debug/pprof/goroutine?debug=2";
 
 impl GoroutineReader {
     /// The first of `addrs` that serves pprof's goroutine dump; why none did, otherwise.
-    pub fn probe(addrs: &[SocketAddr]) -> Result<Self, String> {
+    pub fn probe(addrs: &[SocketAddr]) -> Result<Self, RuntimeError> {
         first_serving(addrs, PATH, |addr, body| {
             if body.starts_with(b"goroutine ") {
                 Ok(Self { addr })
             } else {
-                Err(format!("{addr}{PATH} is not a goroutine dump"))
+                Err(format!("{addr}{PATH} is not a goroutine dump").into())
             }
         })
     }
@@ -155,7 +157,7 @@ impl GoroutineReader {
         self.addr
     }
 
-    pub fn dump(&self) -> Result<GoroutineDump, String> {
+    pub fn dump(&self) -> Result<GoroutineDump, RuntimeError> {
         let unix_ms = kiln_record::clock::unix_ms_now();
         let asked = std::time::Instant::now();
         let body = get(self.addr, PATH)?;

@@ -5,6 +5,9 @@
 //! per wall-clock second and per function they were in. gctrace gives a cycle's assist CPU;
 //! the trace says which seconds and which code paid it.
 
+use crate::error::io;
+use crate::RuntimeError;
+
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::net::SocketAddr;
@@ -75,7 +78,7 @@ struct HelperSecond {
 
 /// The helper: `KILN_GO_TRACE`, else `kiln-go-trace` beside kiln's executable, else on the
 /// PATH.
-pub fn helper() -> Result<PathBuf, String> {
+pub fn helper() -> Result<PathBuf, RuntimeError> {
     if let Some(path) = std::env::var_os("KILN_GO_TRACE") {
         let path = PathBuf::from(path);
         return if path.is_file() {
@@ -84,7 +87,8 @@ pub fn helper() -> Result<PathBuf, String> {
             Err(format!(
                 "KILN_GO_TRACE names {}, which is not a file",
                 path.display()
-            ))
+            )
+            .into())
         };
     }
     let beside = std::env::current_exe()
@@ -104,32 +108,37 @@ pub fn helper() -> Result<PathBuf, String> {
                 "{HELPER} is not installed (from kiln's source: go build -o DIR/{HELPER} \
                  ./tools/{HELPER}, DIR beside kiln or on the PATH; or set KILN_GO_TRACE)"
             )
+            .into()
         })
 }
 
 /// Runs the helper over one trace.
-fn summarise(helper: &PathBuf, trace: &[u8]) -> Result<HelperSummary, String> {
+fn summarise(helper: &PathBuf, trace: &[u8]) -> Result<HelperSummary, RuntimeError> {
     let mut child = Command::new(helper)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|e| format!("cannot run {}: {e}", helper.display()))?;
+        .map_err(io(format!("cannot run {}", helper.display())))?;
     if let Some(mut stdin) = child.stdin.take() {
         // a helper that dies early closes its end: its own error says why
         let _ = stdin.write_all(trace);
     }
     let out = child
         .wait_with_output()
-        .map_err(|e| format!("{}: {e}", helper.display()))?;
+        .map_err(io(format!("{}", helper.display())))?;
     if !out.status.success() {
-        return Err(String::from_utf8_lossy(&out.stderr).trim().to_string());
+        return Err(String::from_utf8_lossy(&out.stderr)
+            .trim()
+            .to_string()
+            .into());
     }
     parse(&out.stdout)
 }
 
-fn parse(json: &[u8]) -> Result<HelperSummary, String> {
-    serde_json::from_slice(json).map_err(|e| format!("{HELPER} gave what kiln cannot read: {e}"))
+fn parse(json: &[u8]) -> Result<HelperSummary, RuntimeError> {
+    serde_json::from_slice(json)
+        .map_err(|e| format!("{HELPER} gave what kiln cannot read: {e}").into())
 }
 
 /// Traces taken one after another on their own thread until told to stop.
@@ -139,7 +148,7 @@ pub struct GoTracer {
 }
 
 impl GoTracer {
-    pub fn start(addr: SocketAddr, helper: PathBuf) -> Result<Self, String> {
+    pub fn start(addr: SocketAddr, helper: PathBuf) -> Result<Self, RuntimeError> {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let path = format!("/debug/pprof/trace?seconds={CHUNK_S}");
@@ -156,12 +165,12 @@ impl GoTracer {
                     .and_then(|trace| summarise(&helper, &trace));
                     match taken {
                         Ok(summary) => traces.push(summary),
-                        Err(why) => return (traces, Some(why)),
+                        Err(why) => return (traces, Some(why.to_string())),
                     }
                 }
                 (traces, None)
             })
-            .map_err(|e| format!("cannot start a thread: {e}"))?;
+            .map_err(io("cannot start a thread"))?;
         Ok(Self { stop, thread })
     }
 
@@ -273,6 +282,9 @@ mod tests {
         );
         assert_eq!(r.where_[0].function, "main.rebuild");
         assert_eq!(r.where_[0].assist_ms, 34.0);
-        assert!(parse(b"not json").unwrap_err().contains("cannot read"));
+        assert!(parse(b"not json")
+            .unwrap_err()
+            .to_string()
+            .contains("cannot read"));
     }
 }

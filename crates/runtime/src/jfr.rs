@@ -9,6 +9,9 @@
 //! beside the target's `java`: the target's owner chooses that path, and kiln runs as root.
 //! The recording is copied out of the target's /tmp as its owner before the tool reads it.
 
+use crate::error::io;
+use crate::RuntimeError;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufReader, Read};
 use std::path::{Path, PathBuf};
@@ -100,7 +103,7 @@ impl Recording {
     /// Starts a recording with the JDK's default settings (about 1% overhead by design) and
     /// lock waits from `LOCK_THRESHOLD_MS`. The first JFR start in a JVM takes a second or
     /// two.
-    pub fn start(attach: &Attach) -> Result<Self, String> {
+    pub fn start(attach: &Attach) -> Result<Self, RuntimeError> {
         let name = format!("kiln-{}", std::process::id());
         let base = format!("JFR.start name={name} settings=default");
         // event settings on JFR.start came with JDK 17; an older JVM refuses them
@@ -128,7 +131,12 @@ impl Recording {
     /// Dumps and stops the recording, and reads the throwable counts and lock waits from it
     /// with kiln's `jfr` tool. The dump is written by the JVM into its own /tmp, copied out as
     /// its owner and removed.
-    pub fn finish(self, attach: &Attach, pid: i32, proc_root: &Path) -> Result<JfrRead, String> {
+    pub fn finish(
+        self,
+        attach: &Attach,
+        pid: i32,
+        proc_root: &Path,
+    ) -> Result<JfrRead, RuntimeError> {
         let file = format!("/tmp/{}-{pid}.jfr", self.name);
         let dumped = attach.jcmd(&format!("JFR.dump name={} filename={file}", self.name));
         let _ = attach.jcmd(&format!("JFR.stop name={}", self.name));
@@ -141,7 +149,7 @@ impl Recording {
         let ours = tempfile::Builder::new()
             .prefix("kiln-jfr-")
             .tempdir()
-            .map_err(|e| format!("cannot make a folder for the recording: {e}"))?;
+            .map_err(io("cannot make a folder for the recording"))?;
         let copy = ours.path().join("recording.jfr");
         let copied = copy_regular(&owner, &theirs, &copy, MAX_RECORDING_BYTES);
         let _ = owner.run(|| std::fs::remove_file(&theirs));
@@ -155,7 +163,7 @@ impl Recording {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
-            .map_err(|e| format!("cannot run {}: {e}", jfr.display()))?;
+            .map_err(io(format!("cannot run {}", jfr.display())))?;
         // stderr drained aside, so a chatty tool cannot stall on a full pipe meanwhile
         let stderr = child.stderr.take().map(|mut err| {
             std::thread::spawn(move || {
@@ -170,14 +178,12 @@ impl Recording {
             .stdout
             .take()
             .map(|out| read_printed(BufReader::new(out)));
-        let status = child
-            .wait()
-            .map_err(|e| format!("{}: {e}", jfr.display()))?;
+        let status = child.wait().map_err(io(format!("{}", jfr.display())))?;
         let stderr = stderr
             .and_then(|reader| reader.join().ok())
             .unwrap_or_default();
         if !status.success() {
-            return Err(format!("{} print failed: {}", jfr.display(), stderr.trim()));
+            return Err(format!("{} print failed: {}", jfr.display(), stderr.trim()).into());
         }
         printed.unwrap_or_else(|| Err("jfr print gave no output".into()))
     }
@@ -192,7 +198,7 @@ const MAX_RECORDING_BYTES: u64 = 1 << 30;
 fn jfr_tool(
     java_home: &Option<std::ffi::OsString>,
     path: &Option<std::ffi::OsString>,
-) -> Result<PathBuf, String> {
+) -> Result<PathBuf, RuntimeError> {
     let candidates = java_home
         .iter()
         .map(|home| Path::new(home).join("bin/jfr"))
@@ -206,7 +212,7 @@ fn jfr_tool(
         match trusted_executable(&jfr) {
             Ok(true) => return Ok(jfr),
             Ok(false) => {}
-            Err(why) => refused.push(why),
+            Err(why) => refused.push(why.to_string()),
         }
     }
     let mut why =
@@ -215,19 +221,19 @@ fn jfr_tool(
         why.push_str("; ");
         why.push_str(&refusal);
     }
-    Err(why)
+    Err(why.into())
 }
 
 /// Whether `path` is there and safe to run: the file it resolves to, and the folders it is in,
 /// owned by root or kiln's user and not writable by group or others. `Ok(false)`: not there.
-fn trusted_executable(path: &Path) -> Result<bool, String> {
+fn trusted_executable(path: &Path) -> Result<bool, RuntimeError> {
     use std::os::unix::fs::MetadataExt;
     let Ok(real) = std::fs::canonicalize(path) else {
         return Ok(false);
     };
     // SAFETY: geteuid has no arguments and no memory effects.
     let me = unsafe { libc::geteuid() };
-    let meta = std::fs::metadata(&real).map_err(|e| format!("{}: {e}", real.display()))?;
+    let meta = std::fs::metadata(&real).map_err(io(format!("{}", real.display())))?;
     if !meta.is_file() {
         return Ok(false);
     }
@@ -245,7 +251,8 @@ fn trusted_executable(path: &Path) -> Result<bool, String> {
                 place.display(),
                 meta.uid(),
                 meta.mode() & 0o7777
-            ));
+            )
+            .into());
         }
     }
     Ok(true)
@@ -436,7 +443,7 @@ fn is_idle_wait(frames: &[String]) -> bool {
 
 /// `jfr print --json` read as it comes: the throwable counts in time order and the lock
 /// waits summed per place (kind, lock class, where asked), the longest waited first.
-pub fn read_printed(from: impl Read) -> Result<JfrRead, String> {
+pub fn read_printed(from: impl Read) -> Result<JfrRead, RuntimeError> {
     let mut sums = PrintedSums::default();
     each_printed_event(from, |event| sums.add(event))
         .map_err(|e| format!("jfr print --json gave what kiln cannot read: {e}"))?;
@@ -569,7 +576,7 @@ impl PrintedSums {
 }
 
 /// The `jdk.ExceptionStatistics` events of `jfr print --json`, oldest first.
-pub fn throwable_counts(json: &[u8]) -> Result<Vec<ThrowableCount>, String> {
+pub fn throwable_counts(json: &[u8]) -> Result<Vec<ThrowableCount>, RuntimeError> {
     read_printed(json).map(|read| read.throwables)
 }
 
@@ -609,25 +616,25 @@ mod tests {
         let path = Some(bin.clone().into_os_string());
         // JAVA_HOME first, PATH next
         assert_eq!(
-            jfr_tool(&Some(good.path().into()), &None),
-            Ok(bin.join("jfr"))
+            jfr_tool(&Some(good.path().into()), &None).ok(),
+            Some(bin.join("jfr"))
         );
-        assert_eq!(jfr_tool(&None, &path), Ok(bin.join("jfr")));
+        assert_eq!(jfr_tool(&None, &path).ok(), Some(bin.join("jfr")));
         // one that others may change is passed over, with the reason
         let writable = tool(0o777);
         let found = jfr_tool(&Some(writable.path().into()), &path);
-        assert_eq!(found, Ok(bin.join("jfr")));
-        let refused = jfr_tool(&Some(writable.path().into()), &None).unwrap_err();
+        assert_eq!(found.ok(), Some(bin.join("jfr")));
+        let refused = (jfr_tool(&Some(writable.path().into()), &None).unwrap_err()).to_string();
         assert!(refused.contains("mode 777"), "{refused}");
         // one owned by another user (as the target's owner would plant it)
         // SAFETY: geteuid has no arguments and no memory effects.
         if unsafe { libc::geteuid() } == 0 {
             let theirs = tool(0o755);
             std::os::unix::fs::chown(theirs.path().join("bin/jfr"), Some(65534), None).unwrap();
-            let refused = jfr_tool(&Some(theirs.path().into()), &None).unwrap_err();
+            let refused = (jfr_tool(&Some(theirs.path().into()), &None).unwrap_err()).to_string();
             assert!(refused.contains("owned by uid 65534"), "{refused}");
         }
-        assert!(jfr_tool(&None, &None).unwrap_err().contains("no jfr tool"));
+        assert!((jfr_tool(&None, &None).unwrap_err().to_string()).contains("no jfr tool"));
     }
 
     const PRINTED: &str = r#"{"recording": {"events": [
@@ -713,7 +720,7 @@ mod tests {
             r#"{"other": 1}"#,
             r#"{"recording": {"events": []}} x"#,
         ] {
-            let err = read_printed(bad.as_bytes()).unwrap_err();
+            let err = read_printed(bad.as_bytes()).unwrap_err().to_string();
             assert!(
                 err.starts_with("jfr print --json gave what kiln cannot read"),
                 "{err}"
@@ -749,6 +756,7 @@ mod tests {
     fn what_is_not_jfr_json_is_a_clear_error() {
         assert!(throwable_counts(b"not json")
             .unwrap_err()
+            .to_string()
             .contains("cannot read"));
         assert!(throwable_counts(b"{\"recording\": {\"events\": []}}")
             .unwrap()

@@ -5,6 +5,9 @@
 //! it starts, `lastExitTime` and `time` when it ends; a pause whose exit is at or after its
 //! entry, with an entry not reported before, is a new finished pause.
 
+use crate::error::io;
+use crate::RuntimeError;
+
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
@@ -17,12 +20,11 @@ const MAX_COLLECTORS: usize = 8;
 
 /// Finds `pid`'s hsperfdata under its own root (a container's /tmp too): the file is named
 /// by the pid as the process's own namespace numbers it (`NSpid`).
-pub fn locate(pid: i32, proc_root: &Path) -> Result<PathBuf, String> {
+pub fn locate(pid: i32, proc_root: &Path) -> Result<PathBuf, RuntimeError> {
     let base = proc_root.join(pid.to_string());
     let ns_pid = ns_pid(pid, proc_root)?;
     let tmp = base.join("root/tmp");
-    let entries =
-        std::fs::read_dir(&tmp).map_err(|e| format!("cannot list {}: {e}", tmp.display()))?;
+    let entries = std::fs::read_dir(&tmp).map_err(io(format!("cannot list {}", tmp.display())))?;
     for entry in entries.flatten() {
         if entry
             .file_name()
@@ -39,15 +41,16 @@ pub fn locate(pid: i32, proc_root: &Path) -> Result<PathBuf, String> {
         "no hsperfdata file for pid {pid} in {}/hsperfdata_*/ (the JVM was started with \
          -XX:-UsePerfData or -XX:+PerfDisableSharedMem)",
         tmp.display()
-    ))
+    )
+    .into())
 }
 
 /// `pid` as its own PID namespace numbers it (the innermost of `NSpid`): the JVM names its
 /// hsperfdata file and its attach socket by that number.
-pub fn ns_pid(pid: i32, proc_root: &Path) -> Result<String, String> {
+pub fn ns_pid(pid: i32, proc_root: &Path) -> Result<String, RuntimeError> {
     let path = proc_root.join(pid.to_string()).join("status");
-    let status = std::fs::read_to_string(&path)
-        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let status =
+        std::fs::read_to_string(&path).map_err(io(format!("cannot read {}", path.display())))?;
     Ok(status
         .lines()
         .find_map(|l| l.strip_prefix("NSpid:"))
@@ -98,7 +101,7 @@ impl JvmReader {
     /// The file is opened as the JVM's owner, never through a link, a FIFO or a device, and
     /// no larger than [`MAX_FILE`] (it is the target's file: its owner may have put anything
     /// there).
-    pub fn open(pid: i32, proc_root: &Path) -> Result<Self, String> {
+    pub fn open(pid: i32, proc_root: &Path) -> Result<Self, RuntimeError> {
         let path = locate(pid, proc_root)?;
         let owner = Owner::of(pid, proc_root)?;
         let file = open_regular(&owner, &path, MAX_FILE as u64).map_err(|e| {
@@ -127,7 +130,7 @@ impl JvmReader {
     /// when the JVM has added counters. hsperfdata is a region of fixed size the JVM maps
     /// when it starts, so its size is asked of the file system then and when the layout
     /// changes, not at every poll (a profile found the `statx` a fifth of a poll's cost).
-    pub fn refresh(&mut self) -> Result<(), String> {
+    pub fn refresh(&mut self) -> Result<(), RuntimeError> {
         if self.size == 0 {
             self.size = self.file_size()?;
         }
@@ -148,24 +151,24 @@ impl JvmReader {
         Ok(())
     }
 
-    fn file_size(&self) -> Result<usize, String> {
+    fn file_size(&self) -> Result<usize, RuntimeError> {
         Ok(self
             .file
             .metadata()
-            .map_err(|e| format!("{}: {e}", self.path.display()))?
+            .map_err(io(format!("{}", self.path.display())))?
             .len()
             .min(MAX_FILE as u64) as usize)
     }
 
     /// `size` bytes from the start, or fewer if the file has become shorter.
-    fn read_whole(&mut self) -> Result<(), String> {
+    fn read_whole(&mut self) -> Result<(), RuntimeError> {
         self.buf.resize(self.size, 0);
         let mut filled = 0;
         while filled < self.size {
             match self.file.read_at(&mut self.buf[filled..], filled as u64) {
                 Ok(0) => break,
                 Ok(n) => filled += n,
-                Err(e) => return Err(format!("{}: {e}", self.path.display())),
+                Err(e) => return Err(format!("{}: {e}", self.path.display()).into()),
             }
         }
         self.buf.truncate(filled);

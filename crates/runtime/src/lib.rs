@@ -11,6 +11,7 @@ pub mod async_profiler;
 pub mod attach;
 mod debug_http;
 pub mod detect;
+mod error;
 pub mod expvar;
 pub mod go;
 pub mod goroutines;
@@ -27,6 +28,7 @@ pub mod watch;
 use serde::{Deserialize, Serialize};
 
 pub use detect::{detect, Runtime};
+pub use error::RuntimeError;
 
 /// The part kind (and file stem) of the per-second runtime records in a run directory.
 pub const RUNTIME_SECONDS_PART: &str = "runtime-seconds";

@@ -3,6 +3,9 @@
 //! code. py-spy reads the interpreter's memory from outside (ptrace), so the target needs no
 //! change; each dump stops it for a moment, measured and recorded with the dump.
 
+use crate::error::io;
+use crate::RuntimeError;
+
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -112,7 +115,7 @@ fn waits_for_gil(thread: &RawThread) -> bool {
 }
 
 /// Reads `py-spy dump --json` output (with or without `--native`: `native` says which).
-pub fn parse(json: &str, unix_ms: u64, took_ms: f64, native: bool) -> Result<PyDump, String> {
+pub fn parse(json: &str, unix_ms: u64, took_ms: f64, native: bool) -> Result<PyDump, RuntimeError> {
     let threads: Vec<RawThread> = serde_json::from_str(json)
         .map_err(|e| format!("py-spy's output is not the JSON it writes: {e}"))?;
     let name = |t: &RawThread| t.thread_name.clone().unwrap_or_else(|| "(unnamed)".into());
@@ -150,16 +153,13 @@ pub struct PySpy {
 
 impl PySpy {
     /// `KILN_PY_SPY` when set, else `py-spy` on the PATH.
-    pub fn find() -> Result<Self, String> {
+    pub fn find() -> Result<Self, RuntimeError> {
         if let Some(exe) = std::env::var_os("KILN_PY_SPY") {
             let exe = PathBuf::from(exe);
             return if exe.is_file() {
                 Ok(Self::at(exe))
             } else {
-                Err(format!(
-                    "KILN_PY_SPY names {}, which is not a file",
-                    exe.display()
-                ))
+                Err(format!("KILN_PY_SPY names {}, which is not a file", exe.display()).into())
             };
         }
         std::env::var_os("PATH")
@@ -186,7 +186,7 @@ impl PySpy {
 
     /// One dump of `pid`, with native frames while py-spy can read them here (else without,
     /// from then on).
-    pub fn dump(&self, pid: i32) -> Result<PyDump, String> {
+    pub fn dump(&self, pid: i32) -> Result<PyDump, RuntimeError> {
         use std::sync::atomic::Ordering;
         if self.native.load(Ordering::Relaxed) {
             match self.dump_with(pid, true) {
@@ -197,7 +197,7 @@ impl PySpy {
         self.dump_with(pid, false)
     }
 
-    fn dump_with(&self, pid: i32, native: bool) -> Result<PyDump, String> {
+    fn dump_with(&self, pid: i32, native: bool) -> Result<PyDump, RuntimeError> {
         let unix_ms = kiln_record::clock::unix_ms_now();
         let asked = Instant::now();
         let mut cmd = std::process::Command::new(&self.exe);
@@ -208,12 +208,12 @@ impl PySpy {
         let out = cmd
             .stdin(std::process::Stdio::null())
             .output()
-            .map_err(|e| format!("cannot run {}: {e}", self.exe.display()))?;
+            .map_err(io(format!("cannot run {}", self.exe.display())))?;
         let took_ms = asked.elapsed().as_secs_f64() * 1e3;
         if !out.status.success() {
             let err = String::from_utf8_lossy(&out.stderr);
             let first = err.lines().next().unwrap_or("no message").trim();
-            return Err(format!("py-spy failed: {first}"));
+            return Err(format!("py-spy failed: {first}").into());
         }
         parse(
             &String::from_utf8_lossy(&out.stdout),
@@ -276,6 +276,7 @@ mod tests {
             assert!(
                 parse(bad, 0, 0.0, true)
                     .unwrap_err()
+                    .to_string()
                     .contains("not the JSON"),
                 "{bad}"
             );

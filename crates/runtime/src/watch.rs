@@ -2,6 +2,8 @@
 //! poll its counters every few milliseconds (to see each GC pause) and write a
 //! [`RuntimeSecond`] every second.
 
+use crate::RuntimeError;
+
 use kiln_record::clock::unix_ms_now;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -300,7 +302,7 @@ impl RuntimeWatch {
             std::thread::sleep(POLL);
             if let Err(why) = jvm.refresh() {
                 self.info.not_read.push(format!("stopped reading: {why}"));
-                return Some(why);
+                return Some(why.to_string());
             }
             pauses.extend(jvm.new_pauses());
             if let Some(attach) = self.attach.as_ref().filter(|_| Instant::now() >= next_dump) {
@@ -339,14 +341,14 @@ impl RuntimeWatch {
         let recording = match starting {
             Ok(thread) => thread
                 .join()
-                .unwrap_or_else(|_| Err("the JFR start failed".to_string())),
-            Err(e) => Err(format!("cannot start a thread: {e}")),
+                .unwrap_or_else(|_| Err("the JFR start failed".into())),
+            Err(e) => Err(crate::error::io("cannot start a thread")(e)),
         };
         let read = recording.and_then(|recording| {
             self.info.not_read.extend(recording.threshold_note.clone());
             match self.attach.as_ref() {
                 Some(attach) => recording.finish(attach, self.info.pid, &self.proc_root),
-                None => Err("the attach socket went away".to_string()),
+                None => Err("the attach socket went away".into()),
             }
         });
         match read {
@@ -398,7 +400,7 @@ impl RuntimeWatch {
                     self.info
                         .not_read
                         .push(format!("py-spy dumps stopped: {why}"));
-                    return Some(why);
+                    return Some(why.to_string());
                 }
             }
         }
@@ -440,7 +442,7 @@ fn run_go(
                     go.cycles_lost = lost;
                     Some(go)
                 }
-                Err(why) => return Some(why),
+                Err(why) => return Some(why.to_string()),
             },
         };
         let dump = match goroutines.filter(|_| now >= next_dump) {
@@ -469,7 +471,7 @@ fn run_go(
 }
 
 /// One thread dump, with what it cost: the round trip, and the JVM's safepoint time over it.
-fn take_dump(attach: &Attach, jvm: &mut JvmReader) -> Result<ThreadDump, String> {
+fn take_dump(attach: &Attach, jvm: &mut JvmReader) -> Result<ThreadDump, RuntimeError> {
     let safepoints_before = jvm.safepoint_ms_total();
     let unix_ms = unix_ms_now();
     let asked = Instant::now();

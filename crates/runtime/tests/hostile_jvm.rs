@@ -149,7 +149,7 @@ fn a_planted_link_at_the_trigger_leaves_the_file_it_points_to_whole() {
     let fake = fake(dir.path(), Some(&victim), false);
     let opened = Attach::open(fake.pid, Path::new("/proc"));
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "root's data");
-    let refused = opened.unwrap_err();
+    let refused = opened.unwrap_err().to_string();
     assert!(refused.contains("cannot create .attach_pid"), "{refused}");
 }
 
@@ -166,13 +166,13 @@ fn the_trigger_is_the_owners_and_a_reply_is_bounded_in_size_and_time() {
     assert_eq!(seen.trim(), format!("{} {NOBODY}", cwd.display()));
 
     let started = Instant::now();
-    let endless = attach.jcmd("endless").unwrap_err();
+    let endless = attach.jcmd("endless").unwrap_err().to_string();
     assert!(endless.contains("longer than"), "{endless}");
     assert!(started.elapsed() < Duration::from_secs(10));
 
     attach.reply_timeout = Duration::from_millis(1500);
     let started = Instant::now();
-    let drip = attach.jcmd("drip").unwrap_err();
+    let drip = attach.jcmd("drip").unwrap_err().to_string();
     assert!(drip.contains("deadline"), "{drip}");
     let took = started.elapsed();
     assert!(
@@ -193,6 +193,7 @@ fn counters_that_are_a_fifo_are_refused_without_waiting() {
     let Err(refused) = kiln_runtime::jvm::JvmReader::open(fake.pid, Path::new("/proc")) else {
         panic!("a FIFO read as counters");
     };
+    let refused = refused.to_string();
     assert!(refused.contains("not a regular file"), "{refused}");
     assert!(started.elapsed() < Duration::from_secs(2));
 }

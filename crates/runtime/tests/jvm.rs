@@ -274,7 +274,7 @@ fn attach_and_dump(pid: i32) {
         "full-gc-every-p",
         "the kernel's name for that thread (15 bytes)"
     );
-    let refused = attach.jcmd("No.such.command").unwrap_err();
+    let refused = attach.jcmd("No.such.command").unwrap_err().to_string();
     assert!(refused.contains("No.such.command"), "{refused}");
 }
 
