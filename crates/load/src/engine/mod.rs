@@ -1414,7 +1414,8 @@ async fn closed_connection(state: Rc<WorkerLocal>, global: usize, mut stop: watc
         return closed_vu(state, workload, global, stop).await;
     }
     if state.plan.http2_streams > 1 {
-        return streams::closed(state, global, stop).await;
+        // boxed: inline, its streams' state would grow every connection's task
+        return Box::pin(streams::closed(state, global, stop)).await;
     }
     let slots = Slots::new(&state);
     send_back_to_back(&state, global, stop, slots).await;
@@ -1505,7 +1506,7 @@ async fn open_connection(state: Rc<WorkerLocal>, stop: watch::Receiver<bool>) {
         return open_vu(state, workload, arrivals, stop).await;
     }
     if state.plan.http2_streams > 1 {
-        streams::open(&state, &arrivals, &stop).await;
+        Box::pin(streams::open(&state, &arrivals, &stop)).await;
     } else {
         send_arrivals(&state, &arrivals, stop, Slots::new(&state)).await;
     }
