@@ -500,43 +500,61 @@ fn http2_streams_keep_that_many_requests_in_flight_on_each_connection() {
     // Two connections of five streams hold ten requests at once (five on each), never more;
     // one stream per connection holds two. The server counts what it held.
     for (streams, most) in [(5, (10, 5)), (1, (2, 1))] {
-        let target = kiln_targets::h2::H2Target::start(false).unwrap();
-        let (s, end) = run(&streams_plan(&target, closed(2), streams));
-        assert_eq!(s.error_count(), 0, "{:?}", s.totals.errors);
-        assert_eq!(target.connections(), 2, "{streams} streams");
-        assert_eq!(end.connections_opened, 2);
-        assert_eq!(target.most_at_once(), most, "{streams} streams");
-        // every request answered was counted, and those cut at the deadline were not answered
-        assert_eq!(s.responses() + end.abandoned, target.total());
-        assert!(
-            s.totals.latency.min_us() >= 50_000,
-            "faster than the server's 50 ms"
-        );
-        // 2 s of 2 x streams requests each held 50 ms: at most 80 x streams
-        let most_sent = 2 * 2 * streams as u64 * 20;
-        assert!(
-            s.responses() <= most_sent && s.responses() >= most_sent / 2,
-            "{streams} streams: {} responses, {most_sent} at most",
-            s.responses()
-        );
+        timing_attempts(ATTEMPTS, || {
+            let target = kiln_targets::h2::H2Target::start(false).unwrap();
+            let (s, end) = run(&streams_plan(&target, closed(2), streams));
+            assert_eq!(s.error_count(), 0, "{:?}", s.totals.errors);
+            assert_eq!(target.connections(), 2, "{streams} streams");
+            assert_eq!(end.connections_opened, 2);
+            // every answer counted; those cut at the deadline were not answered to kiln
+            assert_eq!(s.responses() + end.abandoned, target.total());
+            assert!(
+                s.totals.latency.min_us() >= 50_000,
+                "faster than the server's 50 ms"
+            );
+            let (all, on_one) = target.most_at_once();
+            assert!(
+                all <= most.0 && on_one <= most.1,
+                "{streams} streams: {all}, {on_one}"
+            );
+            // 2 s of 2 x streams requests each held 50 ms: at most 80 x streams
+            let most_sent = 2 * 2 * streams as u64 * 20;
+            assert!(s.responses() <= most_sent, "{}", s.responses());
+            // every stream in flight at once at some moment, and most of the time
+            ensure!(
+                (all, on_one) == most,
+                "{streams} streams: at most {all} at once, {on_one} on one connection"
+            );
+            ensure!(
+                s.responses() >= most_sent / 2,
+                "{streams} streams: {} responses of {most_sent} at most",
+                s.responses()
+            );
+            Ok(())
+        });
     }
 }
 
 #[test]
 fn an_open_model_sends_its_arrivals_on_the_streams_of_the_connections_it_has() {
     // 100/s of 50 ms requests keep five in flight: one connection of eight streams carries
-    // them, and no second one is opened although four are allowed.
-    let target = kiln_targets::h2::H2Target::start(false).unwrap();
-    let (s, end) = run(&streams_plan(&target, open(100.0, 2, 1, 4), 8));
-    assert_eq!(s.totals.scheduled, 200);
-    assert_eq!(s.error_count(), 0, "{:?}", s.totals.errors);
-    assert_eq!(s.totals.sent + end.unsent, 200);
-    assert_eq!(end.unsent, 0);
-    assert_eq!(target.connections(), 1);
-    let (most, on_one) = target.most_at_once();
-    assert!(
-        (4..=8).contains(&most) && on_one == most,
-        "{most} at once, {on_one} on one"
-    );
-    assert_eq!(s.responses() + end.abandoned, target.total());
+    // them, and no second one is opened although four are allowed (a starved pacer that
+    // releases a burst of arrivals may need one: a timing check).
+    timing_attempts(ATTEMPTS, || {
+        let target = kiln_targets::h2::H2Target::start(false).unwrap();
+        let (s, end) = run(&streams_plan(&target, open(100.0, 2, 1, 4), 8));
+        assert_eq!(s.totals.scheduled, 200);
+        assert_eq!(s.error_count(), 0, "{:?}", s.totals.errors);
+        assert_eq!(s.totals.sent + end.unsent, 200);
+        assert_eq!(s.responses() + end.abandoned, target.total());
+        let (most, on_one) = target.most_at_once();
+        assert!(on_one <= 8 && target.connections() <= 4, "{on_one}");
+        ensure!(end.unsent == 0, "{} unsent", end.unsent);
+        ensure!(
+            target.connections() == 1 && (4..=8).contains(&most) && on_one == most,
+            "{} connections, {most} at once, {on_one} on one",
+            target.connections()
+        );
+        Ok(())
+    });
 }
