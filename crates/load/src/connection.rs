@@ -14,6 +14,7 @@ use tokio::net::TcpStream;
 
 use crate::http1::{self, ResponseReader};
 use crate::plan::{LoadPlan, Target};
+use crate::PlanError;
 
 pub use crate::http1::{Captured, RequestParts, Response};
 
@@ -132,7 +133,7 @@ impl FirstText {
 impl ConnectionSetup {
     /// The URL's request to `plan.target`; with `kept`, idle connections an earlier phase of
     /// the run left are taken first and this phase's are left to the next.
-    pub fn new(plan: &LoadPlan, kept: Option<&KeptConnections>) -> Result<Self, String> {
+    pub fn new(plan: &LoadPlan, kept: Option<&KeptConnections>) -> Result<Self, PlanError> {
         let target = plan.target.clone();
         // The URL's user:password becomes Basic auth unless the user set Authorization.
         let mut headers = plan.request.headers.clone();
@@ -170,11 +171,15 @@ impl ConnectionSetup {
         insecure: bool,
         connect_timeout: Duration,
         http2: bool,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, PlanError> {
         let tls = if target.tls {
             let config = tls_config(insecure, http2);
-            let name = ServerName::try_from(target.host.clone())
-                .map_err(|e| format!("'{}' is not a valid TLS server name: {e}", target.host))?;
+            let name = ServerName::try_from(target.host.clone()).map_err(|e| {
+                PlanError::BadServerName {
+                    host: target.host.clone(),
+                    why: e.to_string(),
+                }
+            })?;
             Some((tokio_rustls::TlsConnector::from(Arc::new(config)), name))
         } else {
             None

@@ -19,4 +19,19 @@ pub enum PlanError {
     OutOfRange { what: &'static str, why: String },
     #[error("{what} needs {needs}")]
     Needs { what: String, needs: &'static str },
+    #[error("--start-at {0:?} is not a time such as 2026-12-01T10:00:00Z (UTC)")]
+    BadStartAt(String),
+    #[error(
+        "{flag} {needed} needs about {files} open files and kiln may open {limit} (its hard \
+         limit): lower {flag} to at most {most}, or raise the limit (ulimit -Hn / LimitNOFILE)"
+    )]
+    TooFewOpenFiles {
+        flag: &'static str,
+        needed: u64,
+        files: u64,
+        limit: u64,
+        most: u64,
+    },
+    #[error("'{host}' is not a valid TLS server name: {why}")]
+    BadServerName { host: String, why: String },
 }

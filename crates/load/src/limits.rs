@@ -50,7 +50,7 @@ pub fn fit_max_connections(plan: &mut LoadPlan) -> Option<String> {
 }
 
 /// Raises the soft limit and checks the plan fits in it, with the way out when it does not.
-pub fn check_open_files(plan: &LoadPlan) -> Result<(), String> {
+pub fn check_open_files(plan: &LoadPlan) -> Result<(), crate::PlanError> {
     let Some(soft) = raise_open_files_limit() else {
         return Ok(());
     };
@@ -61,12 +61,13 @@ pub fn check_open_files(plan: &LoadPlan) -> Result<(), String> {
             Model::Closed { .. } => "-c",
             Model::Open { .. } => "--max-connections",
         };
-        return Err(format!(
-            "{flag} {needed} needs about {} open files and kiln may open {soft} (its hard \
-             limit): lower {flag} to at most {}, or raise the limit (ulimit -Hn / LimitNOFILE)",
-            needed + reserved,
-            soft.saturating_sub(reserved)
-        ));
+        return Err(crate::PlanError::TooFewOpenFiles {
+            flag,
+            needed,
+            files: needed + reserved,
+            limit: soft,
+            most: soft.saturating_sub(reserved),
+        });
     }
     Ok(())
 }

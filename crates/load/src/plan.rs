@@ -18,10 +18,9 @@ pub use crate::target::{redact_password, Target};
 pub const MAX_DURATION: Duration = Duration::from_secs(1_000_000_000);
 
 /// A `--start-at` time: RFC 3339 in UTC (`2026-12-01T10:00:00Z`), as shards take it.
-pub fn parse_start_at(text: &str) -> Result<std::time::SystemTime, String> {
-    humantime::parse_rfc3339_weak(text.trim_end_matches('Z')).map_err(|_| {
-        format!("--start-at {text:?} is not a time such as 2026-12-01T10:00:00Z (UTC)")
-    })
+pub fn parse_start_at(text: &str) -> Result<std::time::SystemTime, PlanError> {
+    humantime::parse_rfc3339_weak(text.trim_end_matches('Z'))
+        .map_err(|_| PlanError::BadStartAt(text.to_string()))
 }
 
 /// A duration given on the command line, checked once as the flags are parsed (clap takes it
@@ -470,6 +469,27 @@ mod tests {
             said(&plan),
             Ok(()),
             "one stream is HTTP/1.1's one request at a time"
+        );
+    }
+
+    #[test]
+    fn a_start_time_or_a_limit_that_does_not_fit_says_what_to_give() {
+        assert_eq!(
+            parse_start_at("soon").unwrap_err().to_string(),
+            "--start-at \"soon\" is not a time such as 2026-12-01T10:00:00Z (UTC)"
+        );
+        assert!(parse_start_at("2026-12-01T10:00:00Z").is_ok());
+        let too_few = PlanError::TooFewOpenFiles {
+            flag: "-c",
+            needed: 5000,
+            files: 5064,
+            limit: 1024,
+            most: 960,
+        };
+        assert_eq!(
+            too_few.to_string(),
+            "-c 5000 needs about 5064 open files and kiln may open 1024 (its hard limit): \
+             lower -c to at most 960, or raise the limit (ulimit -Hn / LimitNOFILE)"
         );
     }
 

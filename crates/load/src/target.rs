@@ -104,7 +104,7 @@ impl Target {
         let basic_auth = userinfo
             .map(basic_auth_header)
             .transpose()
-            .map_err(|e| bad(&e))?;
+            .map_err(|e| bad(&format!("user and password: {e}")))?;
         // The URL as shown and recorded: a password never reaches run.json or the terminal.
         let shown_url = redact_password(url.trim());
         Ok(Self {
@@ -148,7 +148,7 @@ pub fn redact_password(text: &str) -> String {
 }
 
 /// `user:password` (percent-encoded, as in a URL) as a Basic `Authorization` value.
-fn basic_auth_header(userinfo: &str) -> Result<HeaderValue, String> {
+fn basic_auth_header(userinfo: &str) -> Result<HeaderValue, http::header::InvalidHeaderValue> {
     use base64::Engine as _;
     let decoded = percent_encoding::percent_decode_str(userinfo).collect::<Vec<u8>>();
     let mut value = b"Basic ".to_vec();
@@ -157,5 +157,5 @@ fn basic_auth_header(userinfo: &str) -> Result<HeaderValue, String> {
             .encode(&decoded)
             .as_bytes(),
     );
-    HeaderValue::from_bytes(&value).map_err(|e| format!("user and password: {e}"))
+    HeaderValue::from_bytes(&value)
 }

@@ -683,7 +683,7 @@ fn start_at(args: &LoadFlags, shard: Option<kiln_load::plan::Shard>) -> Result<O
     args.start_at
         .as_deref()
         .map(|text| {
-            let at = kiln_load::plan::parse_start_at(text).map_err(crate::RunnerError::Said)?;
+            let at = kiln_load::plan::parse_start_at(text)?;
             Ok(Start {
                 at,
                 clock_offset: None,

@@ -115,8 +115,9 @@ impl StopSignal {
 /// An error that prevents a phase from starting.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
-    #[error("{0}")]
-    Setup(String),
+    /// The plan cannot run here (a TLS name, the open-files limit).
+    #[error(transparent)]
+    Setup(#[from] crate::PlanError),
     #[error("cannot connect to {addr}: {kind}")]
     Unreachable { addr: String, kind: String },
     #[error("cannot start a load thread: {0}")]
@@ -128,22 +129,17 @@ pub enum LoadError {
 /// Opens one connection before any load, so a wrong port or a dead host is one clear error
 /// instead of a run full of failures.
 pub fn preflight(plan: &LoadPlan) -> Result<(), LoadError> {
-    crate::limits::check_open_files(plan).map_err(LoadError::Setup)?;
+    crate::limits::check_open_files(plan)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(LoadError::Thread)?;
     // no connection kept: the check's own is closed
-    let mut setups = vec![ConnectionSetup::new(plan, None).map_err(LoadError::Setup)?];
+    let mut setups = vec![ConnectionSetup::new(plan, None)?];
     // A plan's other origins, each checked the same way.
-    setups.extend(
-        origin_setups(plan)
-            .map_err(LoadError::Setup)?
-            .into_iter()
-            .skip(1),
-    );
+    setups.extend(origin_setups(plan)?.into_iter().skip(1));
     // Hedging's replicas, each checked the same way.
-    setups.extend(replica_setups(plan, None).map_err(LoadError::Setup)?);
+    setups.extend(replica_setups(plan, None)?);
     for setup in &setups {
         preflight_one(plan, setup, &rt)?;
     }
@@ -151,7 +147,7 @@ pub fn preflight(plan: &LoadPlan) -> Result<(), LoadError> {
 }
 
 /// One connection to each origin of a plan's workload (none without one).
-fn origin_setups(plan: &LoadPlan) -> Result<Vec<ConnectionSetup>, String> {
+fn origin_setups(plan: &LoadPlan) -> Result<Vec<ConnectionSetup>, crate::PlanError> {
     plan.workload.as_ref().map_or(Ok(Vec::new()), |w| {
         w.origins
             .iter()
@@ -166,7 +162,7 @@ fn origin_setups(plan: &LoadPlan) -> Result<Vec<ConnectionSetup>, String> {
 fn replica_setups(
     plan: &LoadPlan,
     kept: Option<&KeptConnections>,
-) -> Result<Vec<ConnectionSetup>, String> {
+) -> Result<Vec<ConnectionSetup>, crate::PlanError> {
     let Some(hedge) = &plan.hedge else {
         return Ok(Vec::new());
     };
@@ -306,9 +302,9 @@ pub fn run_phase(
     stop: &StopSignal,
     on_second: &mut dyn FnMut(&SecondRecord),
 ) -> Result<PhaseEnd, LoadError> {
-    let setup = Arc::new(ConnectionSetup::new(plan, Some(kept)).map_err(LoadError::Setup)?);
-    let origins = Arc::new(origin_setups(plan).map_err(LoadError::Setup)?);
-    let replicas = Arc::new(replica_setups(plan, Some(kept)).map_err(LoadError::Setup)?);
+    let setup = Arc::new(ConnectionSetup::new(plan, Some(kept))?);
+    let origins = Arc::new(origin_setups(plan)?);
+    let replicas = Arc::new(replica_setups(plan, Some(kept))?);
     stop.phase_done.store(false, Ordering::SeqCst);
     let usage_before = SelfUsage::now();
     let threads = plan.threads;
