@@ -7,7 +7,7 @@
 use std::io::{IsTerminal, Stderr};
 use std::time::Duration;
 
-use kiln_record::{PhaseSummary, SecondRecord};
+use kiln_record::{LatencyStats, PhaseSummary, SecondRecord};
 use ratatui::backend::{Backend, ClearType, CrosstermBackend, WindowSize};
 use ratatui::buffer::Cell;
 use ratatui::layout::{Constraint, Layout, Position, Size};
@@ -57,8 +57,15 @@ impl Dashboard {
     }
 
     /// Draws the view for the second `s` of `phase` (planned to last `planned_s`), with the
-    /// phase's figures so far in `total`.
-    pub fn draw(&mut self, phase: &str, planned_s: u64, s: &SecondRecord, total: &PhaseSummary) {
+    /// latencies of the last second shown in `last` and the phase's figures so far in `total`.
+    pub fn draw(
+        &mut self,
+        phase: &str,
+        planned_s: u64,
+        s: &SecondRecord,
+        last: &LatencyStats,
+        total: &PhaseSummary,
+    ) {
         // the second after the deadline holds the last second's answers: its bar
         match (
             after_deadline(s, planned_s),
@@ -75,7 +82,6 @@ impl Dashboard {
             }
         }
         let (requests, failed) = (&self.requests, &self.failed);
-        let last = s.latency.stats();
         let all = total.totals.latency.stats();
         let buckets = if total.totals.latency.is_empty() {
             Vec::new()
@@ -209,7 +215,7 @@ impl Dashboard {
 
 /// Whether second `s` of a phase planned to last `planned_s` (0: not known) is the one after
 /// its deadline, which holds the last answers coming in, not load.
-fn after_deadline(s: &SecondRecord, planned_s: u64) -> bool {
+pub(crate) fn after_deadline(s: &SecondRecord, planned_s: u64) -> bool {
     planned_s > 0 && u64::from(s.second) >= planned_s
 }
 

@@ -4,7 +4,7 @@
 
 use std::io::{IsTerminal, Write};
 
-use kiln_record::{PhaseEnd, PhaseSummary, SecondRecord};
+use kiln_record::{LatencyHistogram, LatencyStats, PhaseEnd, PhaseSummary, SecondRecord};
 
 use kiln_record::text as format;
 
@@ -19,6 +19,8 @@ pub struct LiveOutput {
     window: PhaseSummary,
     window_start: u32,
     total: PhaseSummary,
+    /// The latencies the "last 1 s" figures are of (see [`LiveOutput::last_second`]).
+    last_second: LatencyHistogram,
 }
 
 impl LiveOutput {
@@ -33,7 +35,20 @@ impl LiveOutput {
             window: PhaseSummary::default(),
             window_start: 0,
             total: PhaseSummary::default(),
+            last_second: LatencyHistogram::new(),
         }
+    }
+
+    /// The latencies of the last second shown: second `s`'s own, but after the deadline its
+    /// few late answers (the slowest of the last second, as a rule) join the last planned
+    /// second's, as its requests join that second's bar.
+    fn last_second(&mut self, s: &SecondRecord) -> LatencyStats {
+        if crate::dashboard::after_deadline(s, self.planned_s) {
+            self.last_second.merge(&s.latency);
+        } else {
+            self.last_second = s.latency.clone();
+        }
+        self.last_second.stats()
     }
 
     fn print_window(&mut self, now_s: u32, active: u64) {
@@ -72,11 +87,11 @@ impl kiln_runner::Progress for LiveOutput {
         if self.quiet {
             return;
         }
+        let last = self.last_second(s);
         if let Some(dashboard) = &mut self.dashboard {
-            dashboard.draw(&self.phase, self.planned_s, s, &self.total);
+            dashboard.draw(&self.phase, self.planned_s, s, &last, &self.total);
         } else if self.tty {
             let lat = self.total.totals.latency.stats();
-            let last = s.latency.stats();
             let line = format!(
                 "[{}] {}s/{}s  {}  p50 {}  p99 {} (all {})  failed {}  conns {}",
                 self.phase,
@@ -173,6 +188,30 @@ mod tests {
         assert_eq!(cut_to("[run] 3s/10s  1200 req/s", 12), "[run] 3s/10s");
         assert_eq!(cut_to("short", 80), "short");
         assert_eq!(cut_to("p99 18.8µs", 9), "p99 18.8µ");
+    }
+
+    #[test]
+    fn the_last_second_after_the_deadline_is_the_last_planned_one_with_its_late_answers() {
+        let mut live = LiveOutput::new(true, 5);
+        live.planned_s = 2;
+        let second = |n: u32, latencies_ms: &[u64]| {
+            let mut s = SecondRecord {
+                second: n,
+                ..Default::default()
+            };
+            for ms in latencies_ms {
+                s.latency.record_us(ms * 1000);
+            }
+            s
+        };
+        assert_eq!(live.last_second(&second(0, &[5, 5])).count, 2);
+        let last = live.last_second(&second(1, &[1, 1, 1, 1]));
+        assert_eq!((last.count, last.max_us / 1000), (4, 1));
+        // the drain second's one late answer joins the four of second 1, not alone
+        let drained = live.last_second(&second(2, &[90]));
+        assert_eq!(drained.count, 5);
+        assert_eq!(drained.p50_us / 1000, 1, "{drained:?}");
+        assert!(drained.max_us >= 89_000, "{drained:?}");
     }
 
     #[test]
