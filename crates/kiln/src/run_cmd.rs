@@ -48,6 +48,7 @@ pub fn print_outcome(
         profile: outcome.profile.as_ref(),
         off_cpu: outcome.off_cpu.as_ref(),
         alloc: outcome.alloc.as_ref(),
+        locks: outcome.locks.as_ref(),
         queries: outcome.queries.as_ref(),
         findings: Some(&outcome.findings),
         compare: None,

@@ -47,6 +47,19 @@ pub const ALLOC: ProfileParts = ProfileParts {
     summary: ("alloc-summary", "alloc.json"),
 };
 
+/// Where a JVM's threads waited for contended locks (monitors and java.util.concurrent
+/// locks), weighed in time waited, the lock's class as the leaf (async-profiler's lock
+/// profile, `kiln run --off-cpu` of a JVM).
+pub const LOCKS: ProfileParts = ProfileParts {
+    folded: ("locks-folded", "locks.folded"),
+    flame: ("locks-flame", "locks-flame.svg"),
+    speedscope: ("locks-speedscope", "locks.speedscope.json"),
+    summary: ("locks-summary", "locks.json"),
+};
+
+/// The key a JVM's lock profile is said under in `not_recorded` when it could not be taken.
+pub const LOCKS_NOT_RECORDED: &str = "--off-cpu (JVM locks)";
+
 /// Where threads left the CPU (every `context-switches` event with its stack): blocked on
 /// a lock, a read, a sleep, or preempted.
 pub const OFF_CPU: ProfileParts = ProfileParts {

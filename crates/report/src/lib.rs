@@ -26,7 +26,10 @@ pub use compare::render_compare;
 use kiln_findings::{Finding, FlameCite, Report};
 use kiln_profile::Folded;
 use kiln_queries::trie::StackTrie;
-use kiln_record::parts::{ALLOC, OFF_CPU, ON_CPU, QUERIES_PART, TRIE_CALLS_PART, TRIE_TIME_PART};
+use kiln_record::parts::{
+    ALLOC, LOCKS, LOCKS_NOT_RECORDED, OFF_CPU, ON_CPU, QUERIES_PART, TRIE_CALLS_PART,
+    TRIE_TIME_PART,
+};
 use kiln_record::schema::plan::PlanRecord;
 use kiln_record::schema::profile::Event;
 use kiln_record::schema::queries::QueriesRecord;
@@ -53,7 +56,8 @@ pub fn render(run: &Run) -> String {
     let (profile_html, flame) = profile_section(run, ProfileKind::OnCpu);
     let (off_cpu_html, off_cpu_flame) = profile_section(run, ProfileKind::OffCpu);
     let (alloc_html, alloc_flame) = profile_section(run, ProfileKind::Alloc);
-    let flames: Vec<Value> = [flame, off_cpu_flame, alloc_flame]
+    let (locks_html, locks_flame) = profile_section(run, ProfileKind::Locks);
+    let flames: Vec<Value> = [flame, off_cpu_flame, locks_flame, alloc_flame]
         .into_iter()
         .filter(|f| !f.is_null())
         .collect();
@@ -120,14 +124,29 @@ pub fn render(run: &Run) -> String {
             None => not_recorded.push(absent),
         }
     }
-    // a JVM's allocations: a section when taken, and no line when not (most targets are no
-    // JVM), unless --alloc was asked for and could not be taken
-    match alloc_html {
-        Some(html) => sections.push(("alloc", "Allocations", html)),
-        None if run.manifest().not_recorded.contains_key("--alloc") => {
-            not_recorded.push("allocations (--alloc)")
+    // a JVM's lock waits and allocations: a section when taken, and no line when not (most
+    // targets are no JVM), unless one was asked for and could not be taken
+    for (html, id, label, key, absent) in [
+        (
+            locks_html,
+            "locks",
+            "Lock waits",
+            LOCKS_NOT_RECORDED,
+            "a JVM's lock waits (--off-cpu)",
+        ),
+        (
+            alloc_html,
+            "alloc",
+            "Allocations",
+            "--alloc",
+            "allocations (--alloc)",
+        ),
+    ] {
+        match html {
+            Some(html) => sections.push((id, label, html)),
+            None if run.manifest().not_recorded.contains_key(key) => not_recorded.push(absent),
+            None => {}
         }
-        None => {}
     }
     let sent = PhaseSummary::measured_total(&load.phases).map(|t| t.totals.requests);
     let (queries_html, has_map) = queries_section(run, sent);
@@ -637,6 +656,14 @@ fn profile_section(run: &Run, kind: ProfileKind) -> (Option<String>, Value) {
             "Off-CPU flame graph (where threads left the CPU: every context switch with its stack)",
             "switches",
         ),
+        ProfileKind::Locks => (
+            "locks",
+            "Lock waits",
+            LOCKS,
+            "Lock wait flame graph (the time a JVM's threads waited for contended locks, by \
+             the stack that waited; the leaf is the lock's class)",
+            "ns waited",
+        ),
         ProfileKind::Alloc => (
             "alloc",
             "Allocations",
@@ -649,6 +676,7 @@ fn profile_section(run: &Run, kind: ProfileKind) -> (Option<String>, Value) {
     let flame = match kind {
         ProfileKind::OnCpu => "flame",
         ProfileKind::OffCpu => "offcpu-flame",
+        ProfileKind::Locks => "locks-flame",
         ProfileKind::Alloc => "alloc-flame",
     };
     let mut out = format!("<section id=\"{id}\"><h2>{heading}</h2>");
@@ -696,6 +724,12 @@ speedscope: <code>{}</code>.</p>\
 <th class=\"n\">share of the bytes</th></tr>",
                 folded.allocated_in(12),
             )
+        } else if kind == ProfileKind::Locks {
+            (
+                "<tr><th>waited in (the method above the lock's class)</th>\
+<th class=\"n\">share of the time waited</th></tr>",
+                folded.allocated_in(12),
+            )
         } else {
             (
                 "<tr><th>blocked in (the first frame outside the kernel)</th>\
@@ -728,6 +762,7 @@ speedscope: <code>{}</code>.</p>\
 enum ProfileKind {
     OnCpu,
     OffCpu,
+    Locks,
     Alloc,
 }
 

@@ -31,7 +31,7 @@ use kiln_runtime::{RuntimeInfo, RuntimeSecond};
 use crate::runtime_watch::RuntimeWatcher;
 
 use crate::dir::{create_run_dir, or_fail};
-use crate::jvm_profile::{self, AllocWatcher, JvmCpuProfile, JvmProfiler};
+use crate::jvm_profile::{self, JvmBeside, JvmBesideWatcher, JvmCpuProfile, JvmProfiler};
 use crate::profile_parts;
 use crate::query_parts::{self, QuerySettings};
 
@@ -62,6 +62,8 @@ pub struct RunOutcome {
     pub off_cpu: Option<ProfileRecord>,
     /// The allocation profile's record (`alloc.json`), when one was taken.
     pub alloc: Option<ProfileRecord>,
+    /// A JVM's lock profile's record (`locks.json`), when `--off-cpu` took one.
+    pub locks: Option<ProfileRecord>,
     /// The DB-call analysis (`queries.json`), when traces were received.
     pub queries: Option<QueriesRecord>,
     /// `--fail-on` met by a DB-call finding.
@@ -179,18 +181,28 @@ pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut dyn Progress) -> Res
     // The measured phases' span of wall-clock time: the DB analysis covers the requests
     // that began in it (not spans an application queued before, nor the warm-up's).
     let mut measured_window: Option<(u64, u64)> = None;
-    let mut alloc_watcher: Option<AllocWatcher> = None;
-    let mut alloc_tried = false;
+    // async-profiler's profiles beside the CPU's, started with the first measured phase
+    let mut jvm_beside: Vec<JvmBesideWatcher> = Vec::new();
+    let mut jvm_beside_tried = false;
     // idle connections one phase leaves to the next
     let kept = kiln_load::KeptConnections::default();
     for (spec, duration) in phase_list {
-        if let (Some(pid), true, false, true) = (watch_pid, alloc, alloc_tried, spec.measured) {
-            alloc_tried = true;
-            match AllocWatcher::start(pid, &jvm_profiler) {
-                Ok(w) => alloc_watcher = Some(w),
-                Err(why) => {
-                    warnings.push(format!("--alloc: {why}"));
-                    dir.manifest.not_recorded.insert("--alloc".into(), why);
+        if let (Some(pid), false, true) = (watch_pid, jvm_beside_tried, spec.measured) {
+            jvm_beside_tried = true;
+            // a lock profile comes with --off-cpu when the target is a JVM, said missing
+            // only then
+            let locks = off_cpu && jvm_profile::is_jvm(pid);
+            let kinds = [(alloc, JvmBeside::Alloc), (locks, JvmBeside::Locks)];
+            for kind in kinds
+                .into_iter()
+                .filter_map(|(wanted, k)| wanted.then_some(k))
+            {
+                match JvmBesideWatcher::start(kind, pid, &jvm_profiler) {
+                    Ok(w) => jvm_beside.push(w),
+                    Err(why) => {
+                        warnings.push(format!("{}: {why}", kind.flag()));
+                        dir.manifest.not_recorded.insert(kind.flag().into(), why);
+                    }
                 }
             }
         }
@@ -275,7 +287,15 @@ pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut dyn Progress) -> Res
     let resources = watcher.map(ResourceWatcher::finish).unwrap_or_default();
     let noise = noise.finish();
     let runtime = runtime_watcher.map(|w| w.finish(&mut dir, &mut warnings));
-    let alloc_profile = alloc_watcher.and_then(|w| w.finish(&mut dir, &mut warnings));
+    let (mut alloc_profile, mut locks) = (None, None);
+    for w in jvm_beside {
+        let kind = w.kind();
+        let record = w.finish(&mut dir, &mut warnings);
+        match kind {
+            JvmBeside::Alloc => alloc_profile = record,
+            JvmBeside::Locks => locks = record,
+        }
+    }
     let (mut profile, mut off_cpu) = (None, None);
     for p in profilers {
         let event = p.event;
@@ -329,6 +349,7 @@ pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut dyn Progress) -> Res
         profile,
         off_cpu,
         alloc: alloc_profile,
+        locks,
         queries,
         queries_gate_failed,
         interrupted_by,

@@ -111,6 +111,9 @@ impl JvmCpuProfile {
 /// A session's collapsed stacks, read back after its stop.
 fn stopped_stacks(session: Session) -> Result<kiln_profile::Folded, String> {
     let text = session.stop().map_err(|e| format!("async-profiler: {e}"))?;
+    if text.trim().is_empty() {
+        return Ok(kiln_profile::Folded::default());
+    }
     kiln_profile::import(text.as_bytes())
         .map(|imported| imported.folded)
         .map_err(|e| format!("async-profiler's output: {e}"))
@@ -120,66 +123,124 @@ fn stopped_stacks(session: Session) -> Result<kiln_profile::Folded, String> {
 /// TLAB; 512 KiB keeps a busy service's samples to a few thousand a second).
 const ALLOC_SAMPLE_BYTES: u64 = 512 * 1024;
 
+/// The shortest lock wait a lock profile records: shorter ones are many, cost the JVM a stack
+/// walk each, and add little time (async-profiler's own default is 0, every wait).
+const LOCK_AT_LEAST: Duration = Duration::from_micros(100);
+
 /// What an allocation profile counts: bytes allocated.
 pub const ALLOC_COUNT: &str = "allocated/bytes";
 
-/// `--alloc`: async-profiler's allocation profile of a JVM over the measured phases.
-pub(crate) struct AllocWatcher {
+/// What a lock profile counts: nanoseconds waited.
+pub const LOCK_COUNT: &str = "lock wait/nanoseconds";
+
+/// A profile async-profiler takes inside a JVM beside the CPU's, over the measured phases.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum JvmBeside {
+    /// `--alloc`: bytes allocated by site.
+    Alloc,
+    /// `--off-cpu` of a JVM: time waited for contended locks, by the waiting stack.
+    Locks,
+}
+
+impl JvmBeside {
+    /// The flag it is said under when it could not be taken (the record's `not_recorded`).
+    pub(crate) fn flag(self) -> &'static str {
+        match self {
+            JvmBeside::Alloc => "--alloc",
+            JvmBeside::Locks => kiln_record::parts::LOCKS_NOT_RECORDED,
+        }
+    }
+
+    fn sampling(self) -> Sampling {
+        match self {
+            JvmBeside::Alloc => Sampling::Alloc(ALLOC_SAMPLE_BYTES),
+            JvmBeside::Locks => Sampling::Lock(LOCK_AT_LEAST),
+        }
+    }
+}
+
+/// A [`JvmBeside`] profile running inside a JVM.
+pub(crate) struct JvmBesideWatcher {
+    kind: JvmBeside,
     pid: i32,
     session: Session,
 }
 
-impl AllocWatcher {
+impl JvmBesideWatcher {
     /// Starts it in JVM `pid`, or says why it cannot be taken.
-    pub(crate) fn start(pid: i32, jvm: &JvmProfiler) -> Result<Self, String> {
+    pub(crate) fn start(kind: JvmBeside, pid: i32, jvm: &JvmProfiler) -> Result<Self, String> {
         if !is_jvm(pid) {
-            return Err(
-                "allocation profiles are taken inside a JVM (async-profiler); the \
-                        watched process is not one"
-                    .into(),
-            );
+            let what = match kind {
+                JvmBeside::Alloc => "allocation profiles",
+                JvmBeside::Locks => "lock profiles",
+            };
+            return Err(format!(
+                "{what} are taken inside a JVM (async-profiler); the watched process is not one"
+            ));
         }
         let library = jvm.library()?;
-        let sampling = Sampling::Alloc(ALLOC_SAMPLE_BYTES);
-        let session = Session::start(pid, Path::new("/proc"), &library, sampling)
+        let session = Session::start(pid, Path::new("/proc"), &library, kind.sampling())
             .map_err(|e| format!("async-profiler could not start: {e}"))?;
-        Ok(Self { pid, session })
+        Ok(Self { kind, pid, session })
     }
 
-    /// Stops it and writes the allocation profile (bytes by site) into the run directory.
+    pub(crate) fn kind(&self) -> JvmBeside {
+        self.kind
+    }
+
+    /// Stops it and writes its profile into the run directory.
     pub(crate) fn finish(
         self,
         dir: &mut RunDir,
         warnings: &mut Vec<String>,
     ) -> Option<ProfileRecord> {
         let duration = self.session.started.elapsed();
+        let pid = self.pid;
+        let (parts, count, title) = match self.kind {
+            JvmBeside::Alloc => (
+                profile_parts::ALLOC,
+                ALLOC_COUNT,
+                format!("Allocations of pid {pid} during the measured load (bytes by site)"),
+            ),
+            JvmBeside::Locks => (
+                profile_parts::LOCKS,
+                LOCK_COUNT,
+                format!(
+                    "Lock waits of pid {pid} during the measured load (time waited by stack; \
+                     the leaf is the lock's class)"
+                ),
+            ),
+        };
+        let kind = self.kind;
         let written = stopped_stacks(self.session).and_then(|folded| {
+            if folded.total() == 0 && kind == JvmBeside::Locks {
+                // no thread waited for a lock as long as the threshold: nothing to draw
+                return Ok(None);
+            }
             let taken = AsyncProfiled {
                 pid: self.pid,
                 duration,
                 cpu_hz: None,
                 advice: Vec::new(),
             };
-            let title = format!(
-                "Allocations of pid {} during the measured load (bytes by site)",
-                self.pid
-            );
             profile_parts::write_profile(
                 dir,
-                profile_parts::ALLOC,
+                parts,
                 &folded,
                 &title,
-                ALLOC_COUNT,
+                count,
                 10,
                 profile_parts::Origin::AsyncProfiler(&taken),
             )
+            .map(Some)
             .map_err(|e| e.to_string())
         });
         match written {
-            Ok(w) => Some(w.record),
+            Ok(w) => w.map(|w| w.record),
             Err(e) => {
-                warnings.push(format!("--alloc: {e}"));
-                dir.manifest.not_recorded.insert("--alloc".into(), e);
+                let flag = self.kind.flag();
+                warnings.push(format!("{flag}: {e}"));
+                dir.manifest.not_recorded.insert(flag.into(), e);
                 None
             }
         }

@@ -8,7 +8,7 @@ use kiln_profile::{speedscope_json, svg, Event, FlameStyle, Folded, Profiled};
 use kiln_record::schema::profile::{ImportSource, JitRecord, ProfileRecord};
 use kiln_record::RunDir;
 
-pub use kiln_record::parts::{ProfileParts, ALLOC, OFF_CPU, ON_CPU};
+pub use kiln_record::parts::{ProfileParts, ALLOC, LOCKS, OFF_CPU, ON_CPU};
 
 /// The files of one profile in a run directory, and its summary.
 pub struct WrittenProfile {

@@ -171,6 +171,10 @@ pub enum Sampling {
     /// Allocations, a sample every this many bytes allocated (TLAB-driven: each new TLAB
     /// and each allocation outside one); the samples are weighed back to bytes.
     Alloc(u64),
+    /// Contended locks (monitors and java.util.concurrent locks): every wait at least this
+    /// long, with the waiting thread's stack and the lock's class as its leaf, weighed in
+    /// nanoseconds waited.
+    Lock(Duration),
 }
 
 /// async-profiler running in one JVM. Each session loads its own copy of the library, so
@@ -221,6 +225,7 @@ impl Session {
                 format!("start,event=cpu,interval={}", interval.as_nanos().max(1))
             }
             Sampling::Alloc(bytes) => format!("start,event=alloc,alloc={}", bytes.max(1)),
+            Sampling::Lock(at_least) => format!("start,event=lock,lock={}", at_least.as_nanos()),
         };
         if let Err(e) = session.command(&options) {
             session.remove_library();
@@ -237,7 +242,8 @@ impl Session {
         let here = self.tmp_here.join(&name);
         let counts = match self.sampling {
             Sampling::Cpu(_) => "",
-            Sampling::Alloc(_) => ",total",
+            // bytes allocated, nanoseconds waited
+            Sampling::Alloc(_) | Sampling::Lock(_) => ",total",
         };
         let stopped = self.command(&format!("stop,file=/tmp/{name},collapsed{counts},ann,dot"));
         let read = stopped.and_then(|_| {

@@ -40,9 +40,14 @@ pub fn summary_text(summary: &ProfileSummary, count_name: &str, samples: Option<
         summary.distinct_stacks, summary.kernel_pct
     );
     if !summary.allocated_in.is_empty() {
-        // an allocation profile: self is the allocated type; the method that allocated
-        out += &share_rows("Types", &summary.top_self, |s| s.self_pct);
-        out += &share_rows("Alloc in", &summary.allocated_in, |s| s.self_pct);
+        // async-profiler's allocation or lock profile: self is the allocated type or the
+        // lock's class; the method under it allocated it or waited for it
+        let (leaf, under) = match unit {
+            Some("nanoseconds") => ("Locks", "Waited in"),
+            _ => ("Types", "Alloc in"),
+        };
+        out += &share_rows(leaf, &summary.top_self, |s| s.self_pct);
+        out += &share_rows(under, &summary.allocated_in, |s| s.self_pct);
     } else if summary.blocked_in.is_empty() {
         out += &share_rows("Top self", &summary.top_self, |s| s.self_pct);
     } else {
@@ -51,4 +56,50 @@ pub fn summary_text(summary: &ProfileSummary, count_name: &str, samples: Option<
     }
     out += &share_rows("Top total", &summary.top_total, |s| s.total_pct);
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn share(name: &str, pct: f64) -> FunctionShare {
+        FunctionShare {
+            name: name.into(),
+            self_samples: 0,
+            total_samples: 0,
+            self_pct: pct,
+            total_pct: pct,
+        }
+    }
+
+    #[test]
+    fn a_lock_profile_names_the_locks_and_where_they_were_waited_for_an_alloc_profile_types() {
+        let summary = ProfileSummary {
+            samples: 2_500_000_000,
+            distinct_stacks: 3,
+            kernel_pct: 0.0,
+            top_self: vec![share("LockShop$Inventory", 99.0)],
+            top_total: vec![share("java.lang.Thread.run_[j]", 100.0)],
+            blocked_in: Vec::new(),
+            allocated_in: vec![share("LockShop.reserve_[j]", 99.0)],
+        };
+        let locks = summary_text(&summary, "lock wait/nanoseconds", None);
+        assert!(
+            locks.starts_with("Total      2.500 s of lock wait, 3 distinct"),
+            "{locks}"
+        );
+        assert!(
+            locks.contains("Locks        99.0%  LockShop$Inventory"),
+            "{locks}"
+        );
+        assert!(
+            locks.contains("Waited in    99.0%  LockShop.reserve_[j]"),
+            "{locks}"
+        );
+        let alloc = summary_text(&summary, "allocated/bytes", None);
+        assert!(
+            alloc.contains("Types        99.0%") && alloc.contains("Alloc in "),
+            "{alloc}"
+        );
+    }
 }

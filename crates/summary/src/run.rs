@@ -5,7 +5,7 @@ use kiln_record::schema::profile::ProfileRecord;
 use kiln_record::schema::queries::QueriesRecord;
 use std::fmt::Write as _;
 
-use kiln_record::parts::{ALLOC, OFF_CPU, ON_CPU};
+use kiln_record::parts::{ALLOC, LOCKS, LOCKS_NOT_RECORDED, OFF_CPU, ON_CPU};
 use kiln_record::{LatencyHistogram, LatencyStats, PhaseEnd, PhaseSummary, RunManifest};
 use serde_json::{json, Value};
 
@@ -116,6 +116,8 @@ pub struct RunView<'a> {
     pub off_cpu: Option<&'a ProfileRecord>,
     /// The allocation profile's record (`alloc.json`) when one was taken.
     pub alloc: Option<&'a ProfileRecord>,
+    /// A JVM's lock profile's record (`locks.json`) when `--off-cpu` took one.
+    pub locks: Option<&'a ProfileRecord>,
     /// The DB-call analysis (`queries.json`) when the run received traces.
     pub queries: Option<&'a QueriesRecord>,
     /// The findings over the whole record: what is wrong, ranked.
@@ -177,6 +179,7 @@ pub fn render_text(view: &RunView) -> String {
         profile,
         off_cpu,
         alloc,
+        locks,
         queries,
         findings,
         compare,
@@ -185,6 +188,7 @@ pub fn render_text(view: &RunView) -> String {
         profile,
         off_cpu,
         alloc,
+        locks,
         queries,
         requests: None,
     };
@@ -455,6 +459,7 @@ struct Recorded<'a> {
     profile: Option<&'a ProfileRecord>,
     off_cpu: Option<&'a ProfileRecord>,
     alloc: Option<&'a ProfileRecord>,
+    locks: Option<&'a ProfileRecord>,
     queries: Option<&'a QueriesRecord>,
     /// The measured requests, for the bytes each allocated.
     requests: Option<u64>,
@@ -471,12 +476,14 @@ fn recorded_extras(
         profile,
         off_cpu,
         alloc,
+        locks,
         queries,
         requests,
     } = recorded;
     for (label, flag, recorded, flame) in [
         ("Profile", "--profile", profile, ON_CPU.flame.1),
         ("Off-CPU", "--off-cpu", off_cpu, OFF_CPU.flame.1),
+        ("Locks", LOCKS_NOT_RECORDED, locks, LOCKS.flame.1),
         ("Alloc", "--alloc", alloc, ALLOC.flame.1),
     ] {
         if let Some(profile) = recorded {
@@ -613,6 +620,7 @@ pub fn render_json(view: &RunView) -> Value {
         "profile": view.profile,
         "off_cpu": view.off_cpu,
         "alloc": view.alloc,
+        "locks": view.locks,
         "alloc_bytes_per_request": view
             .alloc
             .zip(total.as_ref())
@@ -700,6 +708,7 @@ mod record_fuzz {
             profile: p,
             off_cpu: p,
             alloc: p,
+            locks: p,
             queries: q,
             requests: Some(3),
         }

@@ -804,9 +804,101 @@ time.sleep(120)
 /// class and the frame that asked for it, leaves the pool's idle threads out, and the
 /// blocked-threads finding carries JFR's figures; the lock taken only to count, never held
 /// across the call, has no waits and no finding.
+/// async-profiler's lock profile of the run in `out` (`--off-cpu` of a JVM) against the
+/// service's own stopwatch (`truth`: each wait's start in unix ms and its length in ms): the
+/// time waited in `LockShop.reserve` lies between the service's waits of 0.2 ms or more wholly
+/// inside the measured phase and all its waits begun around it (the session starts as the
+/// phase does and stops after its last answers); none without contention.
+fn lock_profile_matches_the_stopwatch(
+    mode: &str,
+    out: &std::path::Path,
+    truth: &[(u64, f64)],
+    json: &serde_json::Value,
+) {
+    let folded = std::fs::read_to_string(out.join("locks.folded")).unwrap_or_default();
+    let at_reserve_ms = folded
+        .lines()
+        .filter(|l| l.contains("LockShop.reserve"))
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .sum::<f64>()
+        / 1e6;
+    if mode == "unlocked" {
+        assert_eq!(at_reserve_ms, 0.0, "{folded}");
+        return;
+    }
+    let measured = kiln_record::Run::open(out).unwrap().measured().unwrap();
+    let (first, last) = (
+        measured.first_unix_ms.unwrap(),
+        measured.last_unix_ms.unwrap(),
+    );
+    let span = (kiln_record::second_start_ms(first) as f64, last as f64);
+    let inner: f64 = (truth.iter())
+        .filter(|(start, ms)| {
+            let start = *start as f64;
+            *ms >= 0.2 && start >= span.0 + 500.0 && start + ms <= span.1 - 500.0
+        })
+        .map(|(_, ms)| ms)
+        .sum();
+    let outer: f64 = (truth.iter())
+        .filter(|(start, _)| (span.0 - 1000.0..=span.1 + 1500.0).contains(&(*start as f64)))
+        .map(|(_, ms)| ms)
+        .sum();
+    // a parked waiter that loses the lock to a barging thread spins before it parks again:
+    // that spin is waiting the stopwatch counts and a park profile does not
+    let lowest = if mode == "parked" { 0.85 } else { 0.97 };
+    assert!(
+        inner > 1000.0 && at_reserve_ms >= lowest * inner && at_reserve_ms <= 1.01 * outer,
+        "{mode}: async-profiler {at_reserve_ms:.0} ms waited in LockShop.reserve, the service \
+         {inner:.0} ms inside the measured phase, {outer:.0} ms around it"
+    );
+    assert_eq!(
+        json["locks"]["profiler"]
+            .as_str()
+            .map(|p| p.starts_with("async-profiler")),
+        Some(true),
+        "{:#}",
+        json["locks"]
+    );
+    if mode != "locked" {
+        return;
+    }
+    // said in the summary by the lock's class and the method that waited for it
+    let text = kiln(&["report", out.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    let said =
+        |label: &str, what: &str| (text.lines()).any(|l| l.starts_with(label) && l.contains(what));
+    assert!(said("Total ", "s of lock wait"), "{text}");
+    assert!(said("Locks ", "LockShop$Inventory"), "{text}");
+    assert!(said("Waited in", "LockShop.reserve"), "{text}");
+    // and drawn in the report: reserve's share of the time waited, searched in Chromium
+    let found = common::in_page(
+        &out.join("report.html"),
+        1300,
+        r#"
+        var search = page.getElementById('locks-flame-search');
+        search.value = 'LockShop.reserve';
+        search.dispatchEvent(new Event('input'));
+        done({match: page.getElementById('locks-flame-match').textContent});
+        "#,
+    );
+    let share: f64 = found["match"]
+        .as_str()
+        .and_then(|t| t.strip_prefix("matched: "))
+        .and_then(|t| t.split('%').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{found:#}"));
+    let total_ms = json["locks"]["summary"]["samples"].as_f64().unwrap() / 1e6;
+    let expected = 100.0 * at_reserve_ms / total_ms;
+    assert!(
+        (share - expected).abs() < 1.0,
+        "{share} vs {expected}: {found:#}"
+    );
+}
+
 #[test]
 fn lock_waits_from_jfr_match_the_services_own_stopwatch() {
     let _turn = common::group("runtime");
+    let library = common::apps::async_profiler();
     let tmp = tempfile::tempdir().unwrap();
     let classes = tmp.path().join("lockshop");
     javac(
@@ -841,10 +933,23 @@ fn lock_waits_from_jfr_match_the_services_own_stopwatch() {
         wait_port(port, &mut app, "LockShop");
         let app = Killed(app);
         let out = tmp.path().join(mode);
+        // --off-cpu of a JVM also takes async-profiler's lock profile
         let json = kiln_run_watched(
             port,
             &out,
-            &["-c", "4", "--warmup", "2s", "-d", "8s", "--runtime", "deep"],
+            &[
+                "-c",
+                "4",
+                "--warmup",
+                "2s",
+                "-d",
+                "8s",
+                "--runtime",
+                "deep",
+                "--off-cpu",
+                "--async-profiler",
+                library.to_str().unwrap(),
+            ],
         );
         // SIGTERM: the service writes down its waits as it stops
         // SAFETY: kill(2) of the child this test started.
@@ -859,6 +964,7 @@ fn lock_waits_from_jfr_match_the_services_own_stopwatch() {
                 (f[0].parse().unwrap(), f[1].parse::<f64>().unwrap() / 1e3)
             })
             .collect();
+        lock_profile_matches_the_stopwatch(mode, &out, &truth, &json);
         let runtime = &json["runtime"];
         let sites = runtime["lock_waits"]
             .as_array()
