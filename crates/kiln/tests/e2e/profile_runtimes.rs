@@ -465,27 +465,9 @@ fn a_jvms_allocations_per_request_and_by_site_match_what_it_allocates() {
     assert!(text.contains("KiB a request;"), "{text}");
     assert!(out.join("alloc-flame.svg").exists() && out.join("alloc.folded").exists());
     // the report's allocation flame graph, searched in Chromium: render's share of the bytes
-    let found = common::in_page(
-        &out.join("report.html"),
-        1300,
-        r#"
-        var search = page.getElementById('alloc-flame-search');
-        search.value = 'AllocShop.render';
-        search.dispatchEvent(new Event('input'));
-        done({match: page.getElementById('alloc-flame-match').textContent,
-              frames: page.querySelectorAll('#alloc-flame .fr').length});
-        "#,
-    );
-    let share: f64 = found["match"]
-        .as_str()
-        .and_then(|t| t.strip_prefix("matched: "))
-        .and_then(|t| t.split('%').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("{found:#}"));
+    let (share, frames) =
+        common::flame_search(&out.join("report.html"), "alloc-flame", "AllocShop.render");
     let expected = 100.0 * render / (run["alloc"]["summary"]["samples"].as_f64().unwrap());
-    assert!(
-        (share - expected).abs() < 1.0,
-        "{share} vs {expected}: {found:#}"
-    );
-    assert!(found["frames"].as_u64().unwrap() > 3, "{found:#}");
+    assert!((share - expected).abs() < 1.0, "{share} vs {expected}");
+    assert!(frames > 3, "{frames} frames");
 }

@@ -871,28 +871,11 @@ fn lock_profile_matches_the_stopwatch(
     assert!(said("Locks ", "LockShop$Inventory"), "{text}");
     assert!(said("Waited in", "LockShop.reserve"), "{text}");
     // and drawn in the report: reserve's share of the time waited, searched in Chromium
-    let found = common::in_page(
-        &out.join("report.html"),
-        1300,
-        r#"
-        var search = page.getElementById('locks-flame-search');
-        search.value = 'LockShop.reserve';
-        search.dispatchEvent(new Event('input'));
-        done({match: page.getElementById('locks-flame-match').textContent});
-        "#,
-    );
-    let share: f64 = found["match"]
-        .as_str()
-        .and_then(|t| t.strip_prefix("matched: "))
-        .and_then(|t| t.split('%').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("{found:#}"));
+    let (share, _) =
+        common::flame_search(&out.join("report.html"), "locks-flame", "LockShop.reserve");
     let total_ms = json["locks"]["summary"]["samples"].as_f64().unwrap() / 1e6;
     let expected = 100.0 * at_reserve_ms / total_ms;
-    assert!(
-        (share - expected).abs() < 1.0,
-        "{share} vs {expected}: {found:#}"
-    );
+    assert!((share - expected).abs() < 1.0, "{share} vs {expected}");
 }
 
 #[test]

@@ -1509,6 +1509,26 @@ async fn open_connection(state: Rc<WorkerLocal>, stop: watch::Receiver<bool>) {
     state.shared.connection_tasks.fetch_sub(1, Ordering::SeqCst);
 }
 
+/// Waits for the next arrival, counted idle meanwhile; None when the phase has ended (an
+/// arrival taken after the stop is counted unsent).
+async fn next_arrival(
+    state: &WorkerLocal,
+    arrivals: &async_channel::Receiver<Instant>,
+    stop: &mut watch::Receiver<bool>,
+) -> Option<Instant> {
+    let next = tokio::select! {
+        next = arrivals.recv() => next.ok(),
+        _ = stop.wait_for(|s| *s) => None,
+    };
+    state.shared.idle.fetch_sub(1, Ordering::Relaxed);
+    let intended = next?;
+    if state.shared.should_stop() {
+        state.shared.unsent.fetch_add(1, Ordering::Relaxed);
+        return None;
+    }
+    Some(intended)
+}
+
 /// The open model's loop: connects `sender`, then sends each arrival it takes from the
 /// queue until the phase ends; counted idle while it waits for one.
 async fn send_arrivals(
@@ -1519,16 +1539,9 @@ async fn send_arrivals(
 ) {
     sender.connect(state).await;
     loop {
-        let next = tokio::select! {
-            next = arrivals.recv() => next.ok(),
-            _ = stop.wait_for(|s| *s) => None,
-        };
-        state.shared.idle.fetch_sub(1, Ordering::Relaxed);
-        let Some(intended) = next else { break };
-        if state.shared.should_stop() {
-            state.shared.unsent.fetch_add(1, Ordering::Relaxed);
+        let Some(intended) = next_arrival(state, arrivals, &mut stop).await else {
             break;
-        }
+        };
         sender.send(state, Some(intended)).await;
         state.shared.idle.fetch_add(1, Ordering::Relaxed);
     }
@@ -1634,16 +1647,9 @@ async fn open_vu(
         let _ = ensure_connected(&state, setup, conn).await;
     }
     loop {
-        let next = tokio::select! {
-            next = arrivals.recv() => next.ok(),
-            _ = stop.wait_for(|s| *s) => None,
-        };
-        state.shared.idle.fetch_sub(1, Ordering::Relaxed);
-        let Some(intended) = next else { break };
-        if state.shared.should_stop() {
-            state.shared.unsent.fetch_add(1, Ordering::Relaxed);
+        let Some(intended) = next_arrival(&state, &arrivals, &mut stop).await else {
             break;
-        }
+        };
         match run_iteration(&state, &workload, &mut vu, Some(intended), &mut stop).await {
             IterationEnd::Done { .. } => {}
             IterationEnd::DataEnded => {

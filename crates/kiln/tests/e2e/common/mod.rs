@@ -356,6 +356,29 @@ document.getElementById('f').addEventListener('load', function () {{\n\
     value
 }
 
+/// The report `page`'s flame graph `flame` (its element's id) searched for `query` in
+/// Chromium: the share of the profile the match holds, as the page says it (percent), and
+/// how many frames the graph drew.
+pub fn flame_search(page: &Path, flame: &str, query: &str) -> (f64, u64) {
+    let script = format!(
+        r#"
+        var search = page.getElementById('{flame}-search');
+        search.value = {query:?};
+        search.dispatchEvent(new Event('input'));
+        done({{match: page.getElementById('{flame}-match').textContent,
+              frames: page.querySelectorAll('#{flame} .fr').length}});
+        "#
+    );
+    let found = in_page(page, 1300, &script);
+    let share = found["match"]
+        .as_str()
+        .and_then(|t| t.strip_prefix("matched: "))
+        .and_then(|t| t.split('%').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{found:#}"));
+    (share, found["frames"].as_u64().unwrap_or(0))
+}
+
 /// A PNG screenshot of the page in a window `width` x `height`.
 pub fn screenshot(page: &Path, png: &Path, width: u32, height: u32) {
     let out = headless(
