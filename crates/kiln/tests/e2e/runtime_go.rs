@@ -131,30 +131,35 @@ fn a_spawned_go_targets_gc_cycles_are_its_own_and_come_after_each_cache_rebuild(
             "cycle {n}: gctrace says it ended at {end}, the runtime {truth_end}"
         );
     }
-    // the cycles after start-up come in the 1.5 s after a rebuild (every 10 s of the clock)
-    let rebuilds: Vec<f64> = truth["rebuilds"].as_array().unwrap()[1..]
+    // the cycles after start-up come while a rebuild (every 10 s of the clock) runs or in the
+    // 1.5 s after it ends: its allocations start them, and a busy host (CI's) stretches a
+    // rebuild, and the cycles it starts, past 1.5 s from its start
+    let rebuilds: Vec<(f64, f64)> = truth["rebuilds"].as_array().unwrap()[1..]
         .iter()
-        .map(|r| r["start_unix_ms"].as_f64().unwrap())
+        .map(|r| {
+            let start = r["start_unix_ms"].as_f64().unwrap();
+            (start, r["end_unix_ms"].as_f64().unwrap().max(start))
+        })
         .collect();
     assert!(rebuilds.len() >= 2, "{truth}");
     let later: Vec<f64> = cycles
         .iter()
         .map(|c| c["start_unix_ms"].as_f64().unwrap())
-        .filter(|t| *t >= rebuilds[0] - 100.0)
+        .filter(|t| *t >= rebuilds[0].0 - 100.0)
         .collect();
     let after_rebuild = later
         .iter()
         .filter(|t| {
             rebuilds
                 .iter()
-                .any(|r| **t >= r - 100.0 && **t <= r + 1500.0)
+                .any(|(start, end)| **t >= start - 100.0 && **t <= end + 1500.0)
         })
         .count();
     assert!(
         later.len() >= rebuilds.len() && after_rebuild * 4 >= later.len() * 3,
-        "{after_rebuild} of {} cycles after a rebuild ({} rebuilds)",
+        "{after_rebuild} of {} cycles after a rebuild: cycles began at {later:?}, rebuilds \
+         (start, end) {rebuilds:?}",
         later.len(),
-        rebuilds.len()
     );
     // the summary counts the measured window's cycles, and says where the assist came
     let go = &runtime["go"];
@@ -177,7 +182,7 @@ fn a_spawned_go_targets_gc_cycles_are_its_own_and_come_after_each_cache_rebuild(
     assert!(
         rebuilds
             .iter()
-            .any(|r| worst_at >= *r && worst_at <= r + 2500.0),
+            .any(|(start, end)| worst_at >= *start && worst_at <= end + 2500.0),
         "the most assist was in second {worst} (ending {worst_at}), rebuilds at {rebuilds:?}"
     );
     // and the end summary shows it
