@@ -49,6 +49,7 @@ pub fn print_outcome(
         off_cpu: outcome.off_cpu.as_ref(),
         alloc: outcome.alloc.as_ref(),
         locks: outcome.locks.as_ref(),
+        wall: outcome.wall.as_ref(),
         queries: outcome.queries.as_ref(),
         findings: Some(&outcome.findings),
         compare: None,

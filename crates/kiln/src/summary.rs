@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use anyhow::{bail, Result};
-use kiln_record::parts::{ALLOC, LOCKS, OFF_CPU, ON_CPU, QUERIES_PART};
+use kiln_record::parts::{ALLOC, LOCKS, OFF_CPU, ON_CPU, QUERIES_PART, WALL};
 use kiln_record::schema::profile::ProfileRecord;
 use kiln_record::schema::queries::QueriesRecord;
 use kiln_record::Run;
@@ -41,6 +41,7 @@ pub fn print_run(run: &Run, path: &Path, json: bool) -> Result<u8> {
     let off_cpu = run.part::<ProfileRecord>(OFF_CPU.summary.0);
     let alloc = run.part::<ProfileRecord>(ALLOC.summary.0);
     let locks = run.part::<ProfileRecord>(LOCKS.summary.0);
+    let wall = run.part::<ProfileRecord>(WALL.summary.0);
     let queries = run.part::<QueriesRecord>(QUERIES_PART);
     let findings = kiln_findings::recorded_or_judged(run);
     for problem in run.problems() {
@@ -61,6 +62,7 @@ pub fn print_run(run: &Run, path: &Path, json: bool) -> Result<u8> {
         off_cpu: off_cpu.as_deref(),
         alloc: alloc.as_deref(),
         locks: locks.as_deref(),
+        wall: wall.as_deref(),
         queries: queries.as_deref(),
         findings: Some(&findings),
         compare: None,

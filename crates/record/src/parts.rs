@@ -60,6 +60,23 @@ pub const LOCKS: ProfileParts = ProfileParts {
 /// The key a JVM's lock profile is said under in `not_recorded` when it could not be taken.
 pub const LOCKS_NOT_RECORDED: &str = "--off-cpu (JVM locks)";
 
+/// Where a JVM's threads spent their time, running or waiting: async-profiler's wall-clock
+/// samples of every thread under its name, weighed in nanoseconds (`kiln run --off-cpu` of a
+/// JVM).
+pub const WALL: ProfileParts = ProfileParts {
+    folded: ("wall-folded", "wall.folded"),
+    flame: ("wall-flame", "wall-flame.svg"),
+    speedscope: ("wall-speedscope", "wall.speedscope.json"),
+    summary: ("wall-summary", "wall.json"),
+};
+
+/// What a wall-clock profile counts: nanoseconds of threads' time.
+pub const WALL_COUNT: &str = "wall clock/nanoseconds";
+
+/// The key a JVM's wall-clock profile is said under in `not_recorded` when it could not be
+/// taken.
+pub const WALL_NOT_RECORDED: &str = "--off-cpu (JVM wall clock)";
+
 /// Where threads left the CPU (every `context-switches` event with its stack): blocked on
 /// a lock, a read, a sleep, or preempted.
 pub const OFF_CPU: ProfileParts = ProfileParts {

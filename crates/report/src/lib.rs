@@ -28,7 +28,7 @@ use kiln_profile::Folded;
 use kiln_queries::trie::StackTrie;
 use kiln_record::parts::{
     ALLOC, LOCKS, LOCKS_NOT_RECORDED, OFF_CPU, ON_CPU, QUERIES_PART, TRIE_CALLS_PART,
-    TRIE_TIME_PART,
+    TRIE_TIME_PART, WALL, WALL_NOT_RECORDED,
 };
 use kiln_record::schema::plan::PlanRecord;
 use kiln_record::schema::profile::Event;
@@ -57,7 +57,8 @@ pub fn render(run: &Run) -> String {
     let (off_cpu_html, off_cpu_flame) = profile_section(run, ProfileKind::OffCpu);
     let (alloc_html, alloc_flame) = profile_section(run, ProfileKind::Alloc);
     let (locks_html, locks_flame) = profile_section(run, ProfileKind::Locks);
-    let flames: Vec<Value> = [flame, off_cpu_flame, locks_flame, alloc_flame]
+    let (wall_html, wall_flame) = profile_section(run, ProfileKind::Wall);
+    let flames: Vec<Value> = [flame, off_cpu_flame, locks_flame, wall_flame, alloc_flame]
         .into_iter()
         .filter(|f| !f.is_null())
         .collect();
@@ -124,7 +125,7 @@ pub fn render(run: &Run) -> String {
             None => not_recorded.push(absent),
         }
     }
-    // a JVM's lock waits and allocations: a section when taken, and no line when not (most
+    // a JVM's lock waits, wall clock and allocations: a section when taken, and no line when not (most
     // targets are no JVM), unless one was asked for and could not be taken
     for (html, id, label, key, absent) in [
         (
@@ -133,6 +134,13 @@ pub fn render(run: &Run) -> String {
             "Lock waits",
             LOCKS_NOT_RECORDED,
             "a JVM's lock waits (--off-cpu)",
+        ),
+        (
+            wall_html,
+            "wall",
+            "Wall clock",
+            WALL_NOT_RECORDED,
+            "a JVM's wall clock (--off-cpu)",
         ),
         (
             alloc_html,
@@ -664,6 +672,14 @@ fn profile_section(run: &Run, kind: ProfileKind) -> (Option<String>, Value) {
              the stack that waited; the leaf is the lock's class)",
             "ns waited",
         ),
+        ProfileKind::Wall => (
+            "wall",
+            "Wall clock",
+            WALL,
+            "Wall-clock flame graph (every thread of a JVM, running or waiting, under the \
+             thread's name: where a request's time went, CPU or not)",
+            "ns",
+        ),
         ProfileKind::Alloc => (
             "alloc",
             "Allocations",
@@ -677,6 +693,7 @@ fn profile_section(run: &Run, kind: ProfileKind) -> (Option<String>, Value) {
         ProfileKind::OnCpu => "flame",
         ProfileKind::OffCpu => "offcpu-flame",
         ProfileKind::Locks => "locks-flame",
+        ProfileKind::Wall => "wall-flame",
         ProfileKind::Alloc => "alloc-flame",
     };
     let mut out = format!("<section id=\"{id}\"><h2>{heading}</h2>");
@@ -712,6 +729,18 @@ speedscope: <code>{}</code>.</p>\
                 "<tr><td><code>{}</code></td><td class=\"n\">{:.1}%</td><td class=\"n\">{:.1}%</td></tr>",
                 esc(&f.name),
                 f.self_pct,
+                f.total_pct
+            );
+        }
+    } else if kind == ProfileKind::Wall {
+        // a waiting thread's self is the wait (a futex, a poll): what called it says more
+        out += "<tr><th>function (total: its callees' time too)</th>\
+<th class=\"n\">share of the threads' time</th></tr>";
+        for f in folded.top_total(12) {
+            let _ = write!(
+                out,
+                "<tr><td><code>{}</code></td><td class=\"n\">{:.1}%</td></tr>",
+                esc(&f.name),
                 f.total_pct
             );
         }
@@ -763,6 +792,7 @@ enum ProfileKind {
     OnCpu,
     OffCpu,
     Locks,
+    Wall,
     Alloc,
 }
 

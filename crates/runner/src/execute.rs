@@ -64,6 +64,8 @@ pub struct RunOutcome {
     pub alloc: Option<ProfileRecord>,
     /// A JVM's lock profile's record (`locks.json`), when `--off-cpu` took one.
     pub locks: Option<ProfileRecord>,
+    /// A JVM's wall-clock profile's record (`wall.json`), when `--off-cpu` took one.
+    pub wall: Option<ProfileRecord>,
     /// The DB-call analysis (`queries.json`), when traces were received.
     pub queries: Option<QueriesRecord>,
     /// `--fail-on` met by a DB-call finding.
@@ -189,10 +191,14 @@ pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut dyn Progress) -> Res
     for (spec, duration) in phase_list {
         if let (Some(pid), false, true) = (watch_pid, jvm_beside_tried, spec.measured) {
             jvm_beside_tried = true;
-            // a lock profile comes with --off-cpu when the target is a JVM, said missing
-            // only then
-            let locks = off_cpu && jvm_profile::is_jvm(pid);
-            let kinds = [(alloc, JvmBeside::Alloc), (locks, JvmBeside::Locks)];
+            // a lock and a wall-clock profile come with --off-cpu when the target is a JVM,
+            // said missing only then
+            let jvm_off_cpu = off_cpu && jvm_profile::is_jvm(pid);
+            let kinds = [
+                (alloc, JvmBeside::Alloc),
+                (jvm_off_cpu, JvmBeside::Locks),
+                (jvm_off_cpu, JvmBeside::Wall),
+            ];
             for kind in kinds
                 .into_iter()
                 .filter_map(|(wanted, k)| wanted.then_some(k))
@@ -287,13 +293,14 @@ pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut dyn Progress) -> Res
     let resources = watcher.map(ResourceWatcher::finish).unwrap_or_default();
     let noise = noise.finish();
     let runtime = runtime_watcher.map(|w| w.finish(&mut dir, &mut warnings));
-    let (mut alloc_profile, mut locks) = (None, None);
+    let (mut alloc_profile, mut locks, mut wall) = (None, None, None);
     for w in jvm_beside {
         let kind = w.kind();
         let record = w.finish(&mut dir, &mut warnings);
         match kind {
             JvmBeside::Alloc => alloc_profile = record,
             JvmBeside::Locks => locks = record,
+            JvmBeside::Wall => wall = record,
         }
     }
     let (mut profile, mut off_cpu) = (None, None);
@@ -350,6 +357,7 @@ pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut dyn Progress) -> Res
         off_cpu,
         alloc: alloc_profile,
         locks,
+        wall,
         queries,
         queries_gate_failed,
         interrupted_by,

@@ -127,6 +127,10 @@ const ALLOC_SAMPLE_BYTES: u64 = 512 * 1024;
 /// walk each, and add little time (async-profiler's own default is 0, every wait).
 const LOCK_AT_LEAST: Duration = Duration::from_micros(100);
 
+/// How often a wall-clock profile samples each thread: a service's hundred threads cost a
+/// few thousand signals a second (async-profiler's own default is 50 ms).
+const WALL_INTERVAL: Duration = Duration::from_millis(20);
+
 /// What an allocation profile counts: bytes allocated.
 pub const ALLOC_COUNT: &str = "allocated/bytes";
 
@@ -140,6 +144,8 @@ pub(crate) enum JvmBeside {
     Alloc,
     /// `--off-cpu` of a JVM: time waited for contended locks, by the waiting stack.
     Locks,
+    /// `--off-cpu` of a JVM: every thread's wall-clock time, running or waiting.
+    Wall,
 }
 
 impl JvmBeside {
@@ -148,6 +154,7 @@ impl JvmBeside {
         match self {
             JvmBeside::Alloc => "--alloc",
             JvmBeside::Locks => kiln_record::parts::LOCKS_NOT_RECORDED,
+            JvmBeside::Wall => kiln_record::parts::WALL_NOT_RECORDED,
         }
     }
 
@@ -155,6 +162,7 @@ impl JvmBeside {
         match self {
             JvmBeside::Alloc => Sampling::Alloc(ALLOC_SAMPLE_BYTES),
             JvmBeside::Locks => Sampling::Lock(LOCK_AT_LEAST),
+            JvmBeside::Wall => Sampling::Wall(WALL_INTERVAL),
         }
     }
 }
@@ -173,6 +181,7 @@ impl JvmBesideWatcher {
             let what = match kind {
                 JvmBeside::Alloc => "allocation profiles",
                 JvmBeside::Locks => "lock profiles",
+                JvmBeside::Wall => "wall-clock profiles",
             };
             return Err(format!(
                 "{what} are taken inside a JVM (async-profiler); the watched process is not one"
@@ -208,6 +217,14 @@ impl JvmBesideWatcher {
                 format!(
                     "Lock waits of pid {pid} during the measured load (time waited by stack; \
                      the leaf is the lock's class)"
+                ),
+            ),
+            JvmBeside::Wall => (
+                profile_parts::WALL,
+                kiln_record::parts::WALL_COUNT,
+                format!(
+                    "Wall clock of pid {pid} during the measured load (every thread's time, \
+                     running or waiting, under the thread's name)"
                 ),
             ),
         };

@@ -8,7 +8,7 @@ use kiln_profile::{speedscope_json, svg, Event, FlameStyle, Folded, Profiled};
 use kiln_record::schema::profile::{ImportSource, JitRecord, ProfileRecord};
 use kiln_record::RunDir;
 
-pub use kiln_record::parts::{ProfileParts, ALLOC, LOCKS, OFF_CPU, ON_CPU};
+pub use kiln_record::parts::{ProfileParts, ALLOC, LOCKS, OFF_CPU, ON_CPU, WALL};
 
 /// The files of one profile in a run directory, and its summary.
 pub struct WrittenProfile {
@@ -63,6 +63,9 @@ pub fn write_profile(
         Origin::AsyncProfiler(AsyncProfiled {
             cpu_hz: Some(_), ..
         }) => kiln_profile::summarize_event(folded, top, Event::Cpu),
+        // every thread's time: where it ran and where it waited, no leaf of another kind
+        Origin::AsyncProfiler(_) if parts == WALL => kiln_profile::summarize(folded, top),
+        // an allocation or lock profile: the leaf is the type or the lock's class
         Origin::AsyncProfiler(_) => kiln_profile::summarize_alloc(folded, top),
         Origin::Import(_) => kiln_profile::summarize(folded, top),
     };

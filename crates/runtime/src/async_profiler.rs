@@ -175,6 +175,10 @@ pub enum Sampling {
     /// long, with the waiting thread's stack and the lock's class as its leaf, weighed in
     /// nanoseconds waited.
     Lock(Duration),
+    /// Every thread, running or waiting, a sample every this much wall-clock time of each
+    /// (async-profiler signals at most 8 threads a tick and spaces the ticks so each thread
+    /// keeps this interval), under its thread's name, weighed in nanoseconds.
+    Wall(Duration),
 }
 
 /// async-profiler running in one JVM. Each session loads its own copy of the library, so
@@ -226,6 +230,10 @@ impl Session {
             }
             Sampling::Alloc(bytes) => format!("start,event=alloc,alloc={}", bytes.max(1)),
             Sampling::Lock(at_least) => format!("start,event=lock,lock={}", at_least.as_nanos()),
+            Sampling::Wall(interval) => format!(
+                "start,event=wall,interval={},threads",
+                interval.as_nanos().max(1)
+            ),
         };
         if let Err(e) = session.command(&options) {
             session.remove_library();
@@ -244,6 +252,8 @@ impl Session {
             Sampling::Cpu(_) => "",
             // bytes allocated, nanoseconds waited
             Sampling::Alloc(_) | Sampling::Lock(_) => ",total",
+            // nanoseconds of each thread's time, under the thread's name
+            Sampling::Wall(_) => ",total,threads",
         };
         let stopped = self.command(&format!("stop,file=/tmp/{name},collapsed{counts},ann,dot"));
         let read = stopped.and_then(|_| {

@@ -48,6 +48,9 @@ pub fn summary_text(summary: &ProfileSummary, count_name: &str, samples: Option<
         };
         out += &share_rows(leaf, &summary.top_self, |s| s.self_pct);
         out += &share_rows(under, &summary.allocated_in, |s| s.self_pct);
+    } else if count_name == kiln_record::parts::WALL_COUNT {
+        // a waiting thread's self is its wait (a futex, a poll), the same for every wait:
+        // the methods that took the time, waiting or running, say more
     } else if summary.blocked_in.is_empty() {
         out += &share_rows("Top self", &summary.top_self, |s| s.self_pct);
     } else {

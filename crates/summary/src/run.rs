@@ -5,7 +5,9 @@ use kiln_record::schema::profile::ProfileRecord;
 use kiln_record::schema::queries::QueriesRecord;
 use std::fmt::Write as _;
 
-use kiln_record::parts::{ALLOC, LOCKS, LOCKS_NOT_RECORDED, OFF_CPU, ON_CPU};
+use kiln_record::parts::{
+    ALLOC, LOCKS, LOCKS_NOT_RECORDED, OFF_CPU, ON_CPU, WALL, WALL_NOT_RECORDED,
+};
 use kiln_record::{LatencyHistogram, LatencyStats, PhaseEnd, PhaseSummary, RunManifest};
 use serde_json::{json, Value};
 
@@ -118,6 +120,8 @@ pub struct RunView<'a> {
     pub alloc: Option<&'a ProfileRecord>,
     /// A JVM's lock profile's record (`locks.json`) when `--off-cpu` took one.
     pub locks: Option<&'a ProfileRecord>,
+    /// A JVM's wall-clock profile's record (`wall.json`) when `--off-cpu` took one.
+    pub wall: Option<&'a ProfileRecord>,
     /// The DB-call analysis (`queries.json`) when the run received traces.
     pub queries: Option<&'a QueriesRecord>,
     /// The findings over the whole record: what is wrong, ranked.
@@ -180,6 +184,7 @@ pub fn render_text(view: &RunView) -> String {
         off_cpu,
         alloc,
         locks,
+        wall,
         queries,
         findings,
         compare,
@@ -189,6 +194,7 @@ pub fn render_text(view: &RunView) -> String {
         off_cpu,
         alloc,
         locks,
+        wall,
         queries,
         requests: None,
     };
@@ -460,6 +466,7 @@ struct Recorded<'a> {
     off_cpu: Option<&'a ProfileRecord>,
     alloc: Option<&'a ProfileRecord>,
     locks: Option<&'a ProfileRecord>,
+    wall: Option<&'a ProfileRecord>,
     queries: Option<&'a QueriesRecord>,
     /// The measured requests, for the bytes each allocated.
     requests: Option<u64>,
@@ -477,6 +484,7 @@ fn recorded_extras(
         off_cpu,
         alloc,
         locks,
+        wall,
         queries,
         requests,
     } = recorded;
@@ -484,6 +492,7 @@ fn recorded_extras(
         ("Profile", "--profile", profile, ON_CPU.flame.1),
         ("Off-CPU", "--off-cpu", off_cpu, OFF_CPU.flame.1),
         ("Locks", LOCKS_NOT_RECORDED, locks, LOCKS.flame.1),
+        ("Wall", WALL_NOT_RECORDED, wall, WALL.flame.1),
         ("Alloc", "--alloc", alloc, ALLOC.flame.1),
     ] {
         if let Some(profile) = recorded {
@@ -621,6 +630,7 @@ pub fn render_json(view: &RunView) -> Value {
         "off_cpu": view.off_cpu,
         "alloc": view.alloc,
         "locks": view.locks,
+        "wall": view.wall,
         "alloc_bytes_per_request": view
             .alloc
             .zip(total.as_ref())
@@ -709,6 +719,7 @@ mod record_fuzz {
             off_cpu: p,
             alloc: p,
             locks: p,
+            wall: p,
             queries: q,
             requests: Some(3),
         }

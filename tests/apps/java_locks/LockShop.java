@@ -5,7 +5,9 @@
 // jdk.ThreadPark), `unlocked` sleeps outside and takes the monitor only to count.
 // The truth kiln is checked against: the service times every wait for the lock itself and,
 // when stopped (SIGTERM), writes each one of at least MIN_RECORDED_MS to WAITS_FILE as
-// "START_UNIX_MS DURATION_US THREAD" lines.
+// "START_UNIX_MS DURATION_US THREAD" lines, and every call of reserve (the wait, the hold and
+// all) to WAITS_FILE.calls as "START_UNIX_MS DURATION_US" lines: the time a wall-clock
+// profile must find in reserve.
 
 import com.sun.net.httpserver.HttpServer;
 import java.io.OutputStream;
@@ -27,6 +29,7 @@ public class LockShop {
     static final Inventory INVENTORY = new Inventory();
     static final ReentrantLock LEDGER = new ReentrantLock();
     static final ConcurrentLinkedQueue<String> WAITS = new ConcurrentLinkedQueue<>();
+    static final ConcurrentLinkedQueue<String> CALLS = new ConcurrentLinkedQueue<>();
 
     static void waited(long startMs, long fromNs) {
         long us = (System.nanoTime() - fromNs) / 1000;
@@ -68,9 +71,13 @@ public class LockShop {
         String mode = args[1];
         String waitsFile = args[2];
         Runtime.getRuntime().addShutdownHook(new Thread(() -> {
-            try (PrintWriter out = new PrintWriter(waitsFile, StandardCharsets.UTF_8)) {
+            try (PrintWriter out = new PrintWriter(waitsFile, StandardCharsets.UTF_8);
+                    PrintWriter calls = new PrintWriter(waitsFile + ".calls", StandardCharsets.UTF_8)) {
                 for (String line : WAITS) {
                     out.println(line);
+                }
+                for (String line : CALLS) {
+                    calls.println(line);
                 }
             } catch (Exception e) {
                 e.printStackTrace();
@@ -83,11 +90,14 @@ public class LockShop {
             return t;
         }));
         server.createContext("/", exchange -> {
+            long startMs = System.currentTimeMillis();
+            long fromNs = System.nanoTime();
             try {
                 reserve(mode);
             } catch (InterruptedException e) {
                 Thread.currentThread().interrupt();
             }
+            CALLS.add(startMs + " " + (System.nanoTime() - fromNs) / 1000);
             byte[] body = "reserved\n".getBytes(StandardCharsets.UTF_8);
             exchange.sendResponseHeaders(200, body.length);
             try (OutputStream out = exchange.getResponseBody()) {

@@ -878,6 +878,78 @@ fn lock_profile_matches_the_stopwatch(
     assert!((share - expected).abs() < 1.0, "{share} vs {expected}");
 }
 
+/// The wall-clock profile's time in `LockShop.reserve` (waiting for the lock, holding it,
+/// sleeping: running or not) against the service's own stopwatch of every call: the calls'
+/// time inside the measured phase, and inside it widened by the profile's start and stop.
+fn wall_profile_matches_the_stopwatch(
+    mode: &str,
+    out: &std::path::Path,
+    waits_file: &std::path::Path,
+    json: &serde_json::Value,
+) {
+    let folded = std::fs::read_to_string(out.join("wall.folded")).unwrap_or_default();
+    let at_reserve_ms = folded
+        .lines()
+        .filter(|l| l.contains("LockShop.reserve"))
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .sum::<f64>()
+        / 1e6;
+    let calls: Vec<(f64, f64)> = std::fs::read_to_string(waits_file.with_extension("txt.calls"))
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let (start, us) = l.split_once(' ').unwrap();
+            let start: f64 = start.parse().unwrap();
+            (start, start + us.parse::<f64>().unwrap() / 1e3)
+        })
+        .collect();
+    let measured = kiln_record::Run::open(out).unwrap().measured().unwrap();
+    let (first, last) = (
+        kiln_record::second_start_ms(measured.first_unix_ms.unwrap()) as f64,
+        measured.last_unix_ms.unwrap() as f64,
+    );
+    let within = |from: f64, to: f64| -> f64 {
+        (calls.iter())
+            .map(|(start, end)| (end.min(to) - start.max(from)).max(0.0))
+            .sum()
+    };
+    let (inner, outer) = (within(first, last), within(first - 500.0, last + 1500.0));
+    // 4 connections keep 4 threads in reserve: about 4 s of it a second
+    assert!(
+        inner > 20_000.0 && at_reserve_ms >= 0.9 * inner && at_reserve_ms <= 1.05 * outer,
+        "{mode}: the wall clock {at_reserve_ms:.0} ms in LockShop.reserve, the service's calls \
+         {inner:.0} ms inside the measured phase, {outer:.0} ms around it"
+    );
+    assert_eq!(
+        json["wall"]["profiler"]
+            .as_str()
+            .map(|p| p.starts_with("async-profiler")),
+        Some(true),
+        "{:#}",
+        json["wall"]
+    );
+    if mode != "locked" {
+        return;
+    }
+    // said in the summary among the methods that took the threads' time, and drawn
+    let text = kiln(&["report", out.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    let wall_section: Vec<&str> = (text.lines())
+        .skip_while(|l| !l.starts_with("Wall "))
+        .take_while(|l| !l.starts_with("Flame"))
+        .collect();
+    assert!(
+        wall_section.iter().any(|l| l.contains("s of wall clock"))
+            && wall_section.iter().any(|l| l.contains("LockShop.reserve")),
+        "{text}"
+    );
+    let (share, _) =
+        common::flame_search(&out.join("report.html"), "wall-flame", "LockShop.reserve");
+    let total_ms = json["wall"]["summary"]["samples"].as_f64().unwrap() / 1e6;
+    let expected = 100.0 * at_reserve_ms / total_ms;
+    assert!((share - expected).abs() < 1.0, "{share} vs {expected}");
+}
+
 #[test]
 fn lock_waits_from_jfr_match_the_services_own_stopwatch() {
     let _turn = common::group("runtime");
@@ -948,6 +1020,7 @@ fn lock_waits_from_jfr_match_the_services_own_stopwatch() {
             })
             .collect();
         lock_profile_matches_the_stopwatch(mode, &out, &truth, &json);
+        wall_profile_matches_the_stopwatch(mode, &out, &waits_file, &json);
         let runtime = &json["runtime"];
         let sites = runtime["lock_waits"]
             .as_array()
