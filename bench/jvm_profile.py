@@ -4,12 +4,14 @@
 The target is tests/apps/java_alloc/AllocShop.java (80 KiB allocated and a little CPU per
 request, on the JDK's HTTP server with two workers), warmed for 15 s first. kiln (release)
 loads it with 4 connections, 1 thread, 10 s a run, in interleaved rounds (BENCH_ROUNDS,
-default 3) of:
+default 5) of:
 
   plain        no profiler
   perf         --profile --async-profiler off   (perf at 99 Hz with the JVM's perf map)
   async        --profile                        (async-profiler in the JVM, CPU at 99 Hz)
   alloc        --alloc                          (async-profiler's allocation samples, 512 KiB)
+  offcpu       --off-cpu                        (perf's context switches, and async-profiler's
+                                                 lock waits and wall clock, 20 ms a thread)
 
 Reports the target's requests/s and p50 (medians) and each against plain. The library comes
 from `kiln setup async-profiler --dir target/async-profiler`.
@@ -22,7 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import KILN, OUT, ROOT, sh  # noqa: E402
 from load import free_port, wait_port, median  # noqa: E402
 
-ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
+ROUNDS = int(os.environ.get("BENCH_ROUNDS", "5"))
 LIBRARY = os.path.join(ROOT, "target", "async-profiler", "libasyncProfiler.so")
 
 
@@ -51,6 +53,7 @@ def main():
         "perf": ["--profile", "--async-profiler", "off"],
         "async": ["--profile", "--async-profiler", LIBRARY],
         "alloc": ["--alloc", "--async-profiler", LIBRARY],
+        "offcpu": ["--off-cpu", "--async-profiler", LIBRARY],
     }
     rows = {name: [] for name in variants}
     try:

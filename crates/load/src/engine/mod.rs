@@ -1051,44 +1051,88 @@ async fn send_on(
             connect_failed: true,
         };
     }
-    let sent = Instant::now();
-    state.recorder.borrow_mut().sent(sent);
-    state.in_flight.set(state.in_flight.get() + 1);
-    let outcome = send_once_more_if_refused(state, &state.setup, conn, timer, sent, {
-        let setup = &state.setup;
-        async move |c: &mut Connection| c.send(setup).await
-    })
+    let setup = &state.setup;
+    let Delivered {
+        start,
+        sent,
+        done,
+        outcome,
+    } = deliver(
+        state,
+        setup,
+        conn,
+        timer,
+        intended,
+        async move |c: &mut Connection| c.send(setup).await,
+    )
     .await;
-    state.in_flight.set(state.in_flight.get() - 1);
-    let done = Instant::now();
-    let start = intended.map_or(sent, |i| i.min(sent));
-    let Some(c) = conn.as_mut() else {
-        // the request was refused unprocessed and no new connection could be opened for it
-        let kind = outcome.and_then(Result::err).unwrap_or(ErrorKind::Timeout);
-        state.recorder.borrow_mut().error(done, kind);
+    let (Delivery::Answered(outcome), Some(c)) = (outcome, conn.as_ref()) else {
         return Sent {
             done,
             connect_failed: true,
         };
     };
-    if let (Some(Ok(_)), Some(first_byte)) = (&outcome, c.first_byte()) {
+    if let (Ok(_), Some(first_byte)) = (&outcome, c.first_byte()) {
         state
             .recorder
             .borrow_mut()
             .response_arrival(first_byte, c.response_reads(), done);
     }
-    if record_outcome(
-        state,
-        start,
-        sent,
-        done,
-        outcome.unwrap_or(Err(ErrorKind::Timeout)),
-    ) {
+    if record_outcome(state, start, sent, done, outcome) {
         drop_connection(state, conn);
     }
     Sent {
         done,
         connect_failed: false,
+    }
+}
+
+/// A request [`deliver`] sent: when it was due (the open model's scheduled time, else the
+/// send), sent and done, and its outcome.
+struct Delivered<T> {
+    start: Instant,
+    sent: Instant,
+    done: Instant,
+    outcome: Delivery<T>,
+}
+
+enum Delivery<T> {
+    /// The answer, or why none came on the connection.
+    Answered(Result<T, ErrorKind>),
+    /// Refused unprocessed, and no new connection could be opened for it: recorded as an
+    /// error by [`deliver`].
+    Lost(ErrorKind),
+}
+
+/// Sends on `conn` (which holds a connection) within `timer`, once more on a new connection
+/// when refused unprocessed: counted as sent and in flight while it is, and timed against
+/// `intended`. The URL's requests and a scenario's steps record the answer each their way.
+async fn deliver<T>(
+    state: &WorkerLocal,
+    setup: &ConnectionSetup,
+    conn: &mut Option<Connection>,
+    timer: &mut RequestTimer,
+    intended: Option<Instant>,
+    send: impl AsyncFnMut(&mut Connection) -> Result<T, ErrorKind>,
+) -> Delivered<T> {
+    let sent = Instant::now();
+    state.recorder.borrow_mut().sent(sent);
+    state.in_flight.set(state.in_flight.get() + 1);
+    let outcome = send_once_more_if_refused(state, setup, conn, timer, sent, send).await;
+    state.in_flight.set(state.in_flight.get() - 1);
+    let done = Instant::now();
+    let outcome = if conn.is_none() {
+        let kind = outcome.and_then(Result::err).unwrap_or(ErrorKind::Timeout);
+        state.recorder.borrow_mut().error(done, kind);
+        Delivery::Lost(kind)
+    } else {
+        Delivery::Answered(outcome.unwrap_or(Err(ErrorKind::Timeout)))
+    };
+    Delivered {
+        start: intended.map_or(sent, |i| i.min(sent)),
+        sent,
+        done,
+        outcome,
     }
 }
 
@@ -1760,25 +1804,25 @@ async fn run_step(
     if conn.is_none() {
         return StepEnd::CutShort { connect: true };
     }
-    let sent = Instant::now();
-    state.recorder.borrow_mut().sent(sent);
-    state.in_flight.set(state.in_flight.get() + 1);
-    let outcome = send_once_more_if_refused(state, setup, conn, &mut vu.timer, sent, {
-        let (rendered, authority) = (&rendered, &origin.authority);
+    let (rendered, authority) = (&rendered, &origin.authority);
+    let Delivered {
+        start,
+        sent,
+        done,
+        outcome,
+    } = deliver(state, setup, conn, &mut vu.timer, intended, {
         async move |c: &mut Connection| c.send_request(rendered, authority, true).await
     })
     .await;
-    state.in_flight.set(state.in_flight.get() - 1);
-    let done = Instant::now();
-    let start = intended.map_or(sent, |i| i.min(sent));
-    let Some(c) = conn.as_mut() else {
-        let kind = outcome.and_then(Result::err).unwrap_or(ErrorKind::Timeout);
-        let mut rec = state.recorder.borrow_mut();
-        rec.error(done, kind);
-        rec.named(step.name, failed_outcome(kind));
-        return StepEnd::CutShort { connect: true };
+    let outcome = match outcome {
+        Delivery::Answered(outcome) => outcome,
+        Delivery::Lost(kind) => {
+            let mut rec = state.recorder.borrow_mut();
+            rec.named(step.name, failed_outcome(kind));
+            return StepEnd::CutShort { connect: true };
+        }
     };
-    match outcome.unwrap_or(Err(ErrorKind::Timeout)) {
+    match outcome {
         Ok((response, captured)) => {
             let set = vu.state.jars[step.origin].take_response(&captured);
             let checked = {
@@ -1795,8 +1839,11 @@ async fn run_step(
             let bad_status = !step.checks_status() && response.status >= 400;
             let mut rec = state.recorder.borrow_mut();
             rec.response(start, sent, done, response.status, response.body_bytes);
-            if let Some(first_byte) = c.first_byte() {
-                rec.response_arrival(first_byte, c.response_reads(), done);
+            let arrived = conn
+                .as_ref()
+                .and_then(|c| Some((c.first_byte()?, c.response_reads())));
+            if let Some((first_byte, reads)) = arrived {
+                rec.response_arrival(first_byte, reads, done);
             }
             rec.named(
                 step.name,
