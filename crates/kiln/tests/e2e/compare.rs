@@ -1,5 +1,5 @@
-//! `kiln compare` end to end on real runs: a target whose slow requests take 100 ms, run
-//! twice at once, then the same target with them at 50 ms. Truth by construction: every
+//! `kiln compare` end to end on real runs: a target whose slow requests take 100 ms, then
+//! the same target with them at 50 ms and the first again, those two at once. Truth by construction: every
 //! 50th request is slow (2%), so p99 halves and p50 does not move; between the two runs of
 //! the first target nothing changes.
 
@@ -80,18 +80,18 @@ fn a_shrinking_stall_improves_p99_and_the_same_target_shows_no_change() {
     );
     let slow = target(100);
     let faster = target(50);
-    // the first target's two runs at once (250 requests/s of a 2 ms service each: the
-    // machine is far from busy), then the second's against the first's
-    std::thread::scope(|s| {
+    run(&slow.url("/"), &a, &[]);
+    // then the second target (kiln run --compare: the comparison is part of the run's
+    // summary) and the first again, at once: 250 requests/s of a 2 ms service each leave
+    // the machine far from busy, and each target counts its own fiftieth requests
+    let out = std::thread::scope(|s| {
         s.spawn(|| run(&slow.url("/"), &c, &[]));
-        run(&slow.url("/"), &a, &[]);
+        run(
+            &faster.url("/"),
+            &b,
+            &["--compare", a.to_str().unwrap(), "--json"],
+        )
     });
-    // kiln run --compare: the comparison is part of the run's summary
-    let out = run(
-        &faster.url("/"),
-        &b,
-        &["--compare", a.to_str().unwrap(), "--json"],
-    );
     let summary: Value = serde_json::from_slice(&out.stdout).unwrap();
     let inline = &summary["compare"];
 
