@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The OpenTelemetry Java agent, its span-stacktrace extension and the PostgreSQL JDBC driver,
-# for the query analyzer's Java test, and log4j2 (with the LMAX disruptor of its async loggers) for the findings' Java test, and HdrHistogram (its HistogramLogProcessor reads latency.hlog in a test), fetched from Maven Central into target/m2 (inside the
+# for the query analyzer's Java test, and log4j2 (with the LMAX disruptor of its async loggers) and Jackson for the findings' Java tests, and HdrHistogram (its HistogramLogProcessor reads latency.hlog in a test), fetched from Maven Central into target/m2 (inside the
 # repo; cargo clean removes it). Prints nothing; the jars' paths are fixed below.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,7 +12,10 @@ for artifact in \
   org.apache.logging.log4j:log4j-api:2.24.3 \
   org.apache.logging.log4j:log4j-core:2.24.3 \
   com.lmax:disruptor:3.4.4 \
-  org.hdrhistogram:HdrHistogram:2.2.2; do
+  org.hdrhistogram:HdrHistogram:2.2.2 \
+  com.fasterxml.jackson.core:jackson-core:2.17.2 \
+  com.fasterxml.jackson.core:jackson-databind:2.17.2 \
+  com.fasterxml.jackson.core:jackson-annotations:2.17.2; do
   IFS=: read -r group name version <<<"$artifact"
   jar="$repo/${group//.//}/$name/$version/$name-$version.jar"
   [ -f "$jar" ] || mvn -q -B dependency:get -Dartifact="$artifact" -Dtransitive=false -Dmaven.repo.local="$repo" >/dev/null

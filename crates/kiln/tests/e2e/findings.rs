@@ -1014,6 +1014,136 @@ fn java_exceptions_for_control_flow_and_log4j2_location_are_found_and_their_fixe
     assert!(f["judged"].to_string().contains("cpu.categories"), "{f:#}");
 }
 
+/// The held-out-style service of the second case study (tests/apps/java_case/CaseShop): each
+/// request parses JSON with Jackson, throws and catches exceptions for control flow, and logs
+/// through log4j2 with the caller's location, each in a method of its own whose CPU the
+/// service times with the thread's own clock. Profiled by async-profiler and then by perf
+/// with the perf map, each part's share of the three is the service's to within 5 points, and
+/// the findings name all three.
+#[test]
+fn a_java_services_json_exceptions_and_logging_shares_match_its_own_cpu_clock() {
+    let _turn = common::alone();
+    let tmp = tempfile::tempdir().unwrap();
+    let shop = common::apps::LogShop::compile_case_shop(tmp.path());
+    let library = common::apps::async_profiler();
+    let cpu_file = tmp.path().join("cpu.txt");
+    // the parts out of line, so that perf's perf map (which has no inlining) sees them
+    let (app, port) = shop.start_with(
+        cpu_file.to_str().unwrap(),
+        "log4j2-location.xml",
+        &[
+            "-XX:CompileCommand=quiet",
+            "-XX:CompileCommand=dontinline,CaseShop::parseOrder",
+            "-XX:CompileCommand=dontinline,CaseShop::priceItems",
+            "-XX:CompileCommand=dontinline,CaseShop::logItems",
+        ],
+    );
+    let runs: Vec<(&str, std::path::PathBuf, Value)> = [
+        ("async-profiler", library.to_str().unwrap()),
+        ("perf", "off"),
+    ]
+    .into_iter()
+    .map(|(profiler, flag)| {
+        let out = tmp.path().join(profiler);
+        let json = run_java_with(
+            port,
+            app.0.id(),
+            &out,
+            &[
+                "--warmup",
+                "5s",
+                "--profile-frequency",
+                "499",
+                "--async-profiler",
+                flag,
+            ],
+        );
+        (profiler, out, json)
+    })
+    .collect();
+    // SIGTERM: the service writes down its CPU clock's figures as it stops
+    // SAFETY: kill(2) of the child this test started.
+    unsafe { libc::kill(app.0.id() as i32, libc::SIGTERM) };
+    let mut app = app;
+    let _ = app.0.wait();
+    let spent: Vec<(u64, String, f64)> = std::fs::read_to_string(&cpu_file)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            (
+                f[0].parse().unwrap(),
+                f[1].to_string(),
+                f[2].parse().unwrap(),
+            )
+        })
+        .collect();
+    let parts = [
+        ("json", "parseOrder"),
+        ("exceptions", "priceItems"),
+        ("logging", "logItems"),
+    ];
+    for (profiler, out, json) in &runs {
+        assert_eq!(
+            json["profile"]["profiler"]
+                .as_str()
+                .map(|p| p.starts_with(profiler)),
+            Some(true),
+            "{:#}",
+            json["profile"]
+        );
+        // the service's CPU clock over the wall-clock seconds of the measured phase
+        let measured = kiln_record::Run::open(out).unwrap().measured().unwrap();
+        let seconds = kiln_record::second_start_ms(measured.first_unix_ms.unwrap()) / 1000
+            ..=measured.last_unix_ms.unwrap() / 1000;
+        let clock: Vec<f64> = (parts.iter())
+            .map(|(part, _)| {
+                (spent.iter())
+                    .filter(|(second, p, _)| p == part && seconds.contains(second))
+                    .map(|(_, _, ns)| ns)
+                    .sum()
+            })
+            .collect();
+        let folded = std::fs::read_to_string(out.join("profile.folded")).unwrap();
+        let sampled: Vec<f64> = (parts.iter())
+            .map(|(_, method)| {
+                let frame = format!("CaseShop.{method}");
+                (folded.lines())
+                    .filter(|l| l.contains(&frame))
+                    .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+                    .sum()
+            })
+            .collect();
+        let share = |v: &[f64], i: usize| 100.0 * v[i] / v.iter().sum::<f64>();
+        let said = format!(
+            "{profiler}: the service's clock {:?} ns, the profile {:?} samples",
+            clock, sampled
+        );
+        assert!(sampled.iter().sum::<f64>() > 1000.0, "{said}");
+        for (i, (part, _)) in parts.iter().enumerate() {
+            let (by_clock, by_profile) = (share(&clock, i), share(&sampled, i));
+            assert!(
+                (by_profile - by_clock).abs() < 5.0,
+                "{part}: {by_profile:.1}% of the three in the profile, {by_clock:.1}% by the \
+                 service's clock; {said}"
+            );
+        }
+        let f = &json["findings"];
+        for rule in ["cpu.json", "cpu.exceptions", "cpu.log-location"] {
+            assert!(
+                rules(f).iter().any(|r| r == rule),
+                "{profiler}: no {rule}: {f:#}"
+            );
+        }
+        assert!(
+            finding(f, "cpu.exceptions").unwrap()["evidence"]
+                .to_string()
+                .contains("CaseShop."),
+            "{profiler}: the code that throws is named: {f:#}"
+        );
+    }
+}
+
 #[test]
 fn requests_that_wait_are_told_from_requests_that_run() {
     let _turn = common::alone();

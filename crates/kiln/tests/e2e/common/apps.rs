@@ -402,24 +402,47 @@ pub fn java_under_agent(service: &str, endpoint: &str) -> Command {
     java
 }
 
-/// tests/apps/java_logs/LogShop compiled against real log4j2 (2.24.3, from Maven Central).
+/// A Java service of tests/apps compiled against real log4j2 (2.24.3, from Maven Central):
+/// tests/apps/java_logs/LogShop, or tests/apps/java_case/CaseShop (with Jackson 2.17.2 too).
 pub struct LogShop {
     classes: PathBuf,
     classpath: String,
+    main: &'static str,
 }
 
 impl LogShop {
     pub fn compile(dir: &Path) -> Self {
+        Self::compile_app(dir, "LogShop", "tests/apps/java_logs/LogShop.java", &[])
+    }
+
+    /// The held-out-style service of the second case study: JSON, exceptions and logging.
+    pub fn compile_case_shop(dir: &Path) -> Self {
+        let jackson = ["jackson-core", "jackson-databind", "jackson-annotations"]
+            .map(|name| m2_jar("com.fasterxml.jackson.core", name, "2.17.2"));
+        Self::compile_app(
+            dir,
+            "CaseShop",
+            "tests/apps/java_case/CaseShop.java",
+            &jackson,
+        )
+    }
+
+    fn compile_app(dir: &Path, main: &'static str, source: &str, jars: &[String]) -> Self {
         fetch("java-agent.sh");
         let log4j = |name: &str| m2_jar("org.apache.logging.log4j", name, "2.24.3");
-        let classpath = format!("{}:{}", log4j("log4j-api"), log4j("log4j-core"));
-        let classes = dir.join("logshop-classes");
-        javac(
-            &[workspace().join("tests/apps/java_logs/LogShop.java")],
-            Some(&classpath),
-            &classes,
-        );
-        Self { classes, classpath }
+        let classpath = [log4j("log4j-api"), log4j("log4j-core")]
+            .iter()
+            .chain(jars)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join(":");
+        let classes = dir.join(format!("{main}-classes"));
+        javac(&[workspace().join(source)], Some(&classpath), &classes);
+        Self {
+            classes,
+            classpath,
+            main,
+        }
     }
 
     /// Starts the shop, `planted` or `fixed`, with one of tests/apps/java_logs' log4j2
@@ -438,8 +461,9 @@ impl LogShop {
         )
     }
 
-    /// [`Self::start`] with these JVM flags instead of keeping the thrower out of line.
-    pub fn start_with(&self, mode: &str, config: &str, flags: &[&str]) -> (Killed, u16) {
+    /// [`Self::start`] with these JVM flags instead of keeping the thrower out of line; `arg`
+    /// is the service's argument after its port (LogShop's mode, CaseShop's CPU file).
+    pub fn start_with(&self, arg: &str, config: &str, flags: &[&str]) -> (Killed, u16) {
         let port = free_port();
         let app = workspace().join("tests/apps/java_logs");
         let mut child = Command::new("java")
@@ -454,12 +478,12 @@ impl LogShop {
             ))
             .arg("-cp")
             .arg(format!("{}:{}", self.classes.display(), self.classpath))
-            .args(["LogShop", &port.to_string(), mode])
+            .args([self.main, &port.to_string(), arg])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .expect("java starts");
-        wait_port(port, &mut child, "LogShop");
+        wait_port(port, &mut child, self.main);
         (Killed(child), port)
     }
 }
