@@ -1021,6 +1021,17 @@ fn lock_waits_from_jfr_match_the_services_own_stopwatch() {
             .collect();
         lock_profile_matches_the_stopwatch(mode, &out, &truth, &json);
         wall_profile_matches_the_stopwatch(mode, &out, &waits_file, &json);
+        if mode == "locked" {
+            // the waiting stacks are the lock profile's; the holding stack is the thread
+            // dumps' (a monitor's owner is in each): asleep in reserve, under the lock
+            let contended = &json["runtime"]["threads"]["contended"];
+            let held_in_reserve = (contended.as_array().into_iter().flatten()).any(|c| {
+                c["lock_class"] == "LockShop$Inventory"
+                    && c["holder_frames"][0] == "java.lang.Thread.sleep"
+                    && c["holder_frames"][1] == "LockShop.reserve"
+            });
+            assert!(held_in_reserve, "{contended:#}");
+        }
         let runtime = &json["runtime"];
         let sites = runtime["lock_waits"]
             .as_array()
