@@ -794,6 +794,47 @@ time.sleep(120)
     );
 }
 
+/// The milliseconds a profile of LockShop weighed in nanoseconds (`locks.folded`,
+/// `wall.folded`) has in `LockShop.reserve`.
+fn ms_in_reserve(out: &std::path::Path, folded: &str) -> f64 {
+    let folded = std::fs::read_to_string(out.join(folded)).unwrap_or_default();
+    (folded.lines())
+        .filter(|l| l.contains("LockShop.reserve"))
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .sum::<f64>()
+        / 1e6
+}
+
+/// The run's `kind` profile (`locks`, `wall`) was taken by async-profiler.
+fn by_async_profiler(json: &serde_json::Value, kind: &str) {
+    assert_eq!(
+        json[kind]["profiler"]
+            .as_str()
+            .map(|p| p.starts_with("async-profiler")),
+        Some(true),
+        "{:#}",
+        json[kind]
+    );
+}
+
+/// The report's flame graph of the `kind` profile, searched in Chromium, gives reserve the
+/// share the profile has.
+fn reserve_drawn_as_recorded(
+    out: &std::path::Path,
+    json: &serde_json::Value,
+    kind: &str,
+    at_reserve_ms: f64,
+) {
+    let flame = format!("{kind}-flame");
+    let (share, _) = common::flame_search(&out.join("report.html"), &flame, "LockShop.reserve");
+    let total_ms = json[kind]["summary"]["samples"].as_f64().unwrap() / 1e6;
+    let expected = 100.0 * at_reserve_ms / total_ms;
+    assert!(
+        (share - expected).abs() < 1.0,
+        "{kind}: {share} vs {expected}"
+    );
+}
+
 /// JFR's lock waits (`--runtime deep`) against the service's own stopwatch
 /// (tests/apps/java_locks/LockShop times every wait for its lock and writes them down when
 /// stopped): a `synchronized` block held across a 10 ms call, then a ReentrantLock held the
@@ -815,15 +856,9 @@ fn lock_profile_matches_the_stopwatch(
     truth: &[(u64, f64)],
     json: &serde_json::Value,
 ) {
-    let folded = std::fs::read_to_string(out.join("locks.folded")).unwrap_or_default();
-    let at_reserve_ms = folded
-        .lines()
-        .filter(|l| l.contains("LockShop.reserve"))
-        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
-        .sum::<f64>()
-        / 1e6;
+    let at_reserve_ms = ms_in_reserve(out, "locks.folded");
     if mode == "unlocked" {
-        assert_eq!(at_reserve_ms, 0.0, "{folded}");
+        assert_eq!(at_reserve_ms, 0.0);
         return;
     }
     let measured = kiln_record::Run::open(out).unwrap().measured().unwrap();
@@ -851,14 +886,7 @@ fn lock_profile_matches_the_stopwatch(
         "{mode}: async-profiler {at_reserve_ms:.0} ms waited in LockShop.reserve, the service \
          {inner:.0} ms inside the measured phase, {outer:.0} ms around it"
     );
-    assert_eq!(
-        json["locks"]["profiler"]
-            .as_str()
-            .map(|p| p.starts_with("async-profiler")),
-        Some(true),
-        "{:#}",
-        json["locks"]
-    );
+    by_async_profiler(json, "locks");
     if mode != "locked" {
         return;
     }
@@ -870,12 +898,8 @@ fn lock_profile_matches_the_stopwatch(
     assert!(said("Total ", "s of lock wait"), "{text}");
     assert!(said("Locks ", "LockShop$Inventory"), "{text}");
     assert!(said("Waited in", "LockShop.reserve"), "{text}");
-    // and drawn in the report: reserve's share of the time waited, searched in Chromium
-    let (share, _) =
-        common::flame_search(&out.join("report.html"), "locks-flame", "LockShop.reserve");
-    let total_ms = json["locks"]["summary"]["samples"].as_f64().unwrap() / 1e6;
-    let expected = 100.0 * at_reserve_ms / total_ms;
-    assert!((share - expected).abs() < 1.0, "{share} vs {expected}");
+    // and drawn in the report: reserve's share of the time waited
+    reserve_drawn_as_recorded(out, json, "locks", at_reserve_ms);
 }
 
 /// The wall-clock profile's time in `LockShop.reserve` (waiting for the lock, holding it,
@@ -887,13 +911,7 @@ fn wall_profile_matches_the_stopwatch(
     waits_file: &std::path::Path,
     json: &serde_json::Value,
 ) {
-    let folded = std::fs::read_to_string(out.join("wall.folded")).unwrap_or_default();
-    let at_reserve_ms = folded
-        .lines()
-        .filter(|l| l.contains("LockShop.reserve"))
-        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
-        .sum::<f64>()
-        / 1e6;
+    let at_reserve_ms = ms_in_reserve(out, "wall.folded");
     let calls: Vec<(f64, f64)> = std::fs::read_to_string(waits_file.with_extension("txt.calls"))
         .unwrap()
         .lines()
@@ -920,14 +938,7 @@ fn wall_profile_matches_the_stopwatch(
         "{mode}: the wall clock {at_reserve_ms:.0} ms in LockShop.reserve, the service's calls \
          {inner:.0} ms inside the measured phase, {outer:.0} ms around it"
     );
-    assert_eq!(
-        json["wall"]["profiler"]
-            .as_str()
-            .map(|p| p.starts_with("async-profiler")),
-        Some(true),
-        "{:#}",
-        json["wall"]
-    );
+    by_async_profiler(json, "wall");
     if mode != "locked" {
         return;
     }
@@ -943,11 +954,7 @@ fn wall_profile_matches_the_stopwatch(
             && wall_section.iter().any(|l| l.contains("LockShop.reserve")),
         "{text}"
     );
-    let (share, _) =
-        common::flame_search(&out.join("report.html"), "wall-flame", "LockShop.reserve");
-    let total_ms = json["wall"]["summary"]["samples"].as_f64().unwrap() / 1e6;
-    let expected = 100.0 * at_reserve_ms / total_ms;
-    assert!((share - expected).abs() < 1.0, "{share} vs {expected}");
+    reserve_drawn_as_recorded(out, json, "wall", at_reserve_ms);
 }
 
 #[test]
