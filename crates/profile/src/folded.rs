@@ -313,6 +313,14 @@ pub fn is_kernel_frame(frame: &str) -> bool {
     frame.ends_with("_[k]")
 }
 
+/// Whether a frame is a Java method as async-profiler (`ann`) and the JVM's perf map mark
+/// them: compiled `_[j]`, inlined `_[i]`, interpreted `_[0]`, C1 `_[1]`.
+pub fn is_java_frame(frame: &str) -> bool {
+    ["_[j]", "_[i]", "_[0]", "_[1]"]
+        .iter()
+        .any(|mark| frame.ends_with(mark))
+}
+
 /// The `n` functions of `shares` with the most self samples (none that was never a leaf).
 pub fn top_self(shares: &BTreeMap<String, FunctionShare>, n: usize) -> Vec<FunctionShare> {
     let mut top = top_by(shares, n, |s| (s.self_samples, s.total_samples));

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 pub use flame::{svg, FlameStyle, FoldedDiff, ShareChange};
-pub use folded::{is_kernel_frame, Folded, ParseReport};
+pub use folded::{is_java_frame, is_kernel_frame, Folded, ParseReport};
 pub use inferno::flamegraph::color::{BasicPalette, MultiPalette, Palette};
 pub use kiln_record::schema::profile::{FunctionShare, ProfileSummary, SourceFormat};
 pub use perf::{CallGraph, Event, RecordOptions};
@@ -400,6 +400,19 @@ pub fn summarize_alloc(folded: &Folded, top: usize) -> ProfileSummary {
     summary
 }
 
+/// [`summarize`] for a JVM's wall-clock profile: its functions are the Java methods. A
+/// waiting thread's leaf is a futex or a poll, the same native frame under every kind of
+/// wait, and the JVM's own threads wait there too: 93% of a service's wall clock, saying
+/// nothing of where its requests spent their time.
+pub fn summarize_wall(folded: &Folded, top: usize) -> ProfileSummary {
+    let mut summary = summarize(folded, usize::MAX);
+    for list in [&mut summary.top_self, &mut summary.top_total] {
+        list.retain(|f| folded::is_java_frame(&f.name));
+        list.truncate(top);
+    }
+    summary
+}
+
 /// The summary of a profile with its `top` functions by self and by total samples.
 pub fn summarize(folded: &Folded, top: usize) -> ProfileSummary {
     {
@@ -422,6 +435,28 @@ pub fn summarize(folded: &Folded, top: usize) -> ProfileSummary {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_wall_clock_summary_names_java_methods_not_the_futex_every_wait_ends_in() {
+        let folded = Folded::parse(
+            "[request-1 tid=1];Thread.run_[j];Shop.handle_[j];Shop.reserve_[j];Thread.sleep_[j];__futex_wait 40\n\
+             [request-1 tid=1];Thread.run_[j];Shop.handle_[j];Shop.reserve_[j];Object.wait_[j];__futex_wait 20\n\
+             [request-1 tid=1];Thread.run_[j];Pool.getTask_[j];__futex_wait 30\n\
+             [GC Thread tid=2];start_thread;__futex_wait 100\n\
+             [request-1 tid=1];Thread.run_[j];Shop.handle_[j];Shop.render_[j] 10\n",
+        )
+        .unwrap()
+        .0;
+        let summary = summarize_wall(&folded, 3);
+        let names =
+            |list: &[FunctionShare]| list.iter().map(|f| f.name.clone()).collect::<Vec<_>>();
+        assert_eq!(
+            names(&summary.top_total),
+            ["Thread.run_[j]", "Shop.handle_[j]", "Shop.reserve_[j]"]
+        );
+        assert_eq!(names(&summary.top_self), ["Shop.render_[j]"]);
+        assert_eq!(summary.samples, 200);
+    }
 
     #[test]
     fn import_tells_the_formats_apart() {

@@ -709,13 +709,17 @@ fn profile_section(run: &Run, kind: ProfileKind) -> (Option<String>, Value) {
     let Some(folded) = folded else {
         return (Some(out + "</section>"), Value::Null);
     };
+    // nanoseconds (time waited, threads' time) read as seconds
+    let amount = match unit.strip_prefix("ns") {
+        Some(rest) => format!("{:.3} s{rest}", folded.total() as f64 / 1e9),
+        None => format!("{} {unit}", folded.total()),
+    };
     let _ = write!(
         out,
-        "<p class=\"muted\">{what}, {} {unit}: click a frame to zoom, search to \
+        "<p class=\"muted\">{what}, {amount}: click a frame to zoom, search to \
 highlight (the match's share is shown), hover for a frame's figures. The same as an SVG: <code>{}</code>; for \
 speedscope: <code>{}</code>.</p>\
 {}<table>",
-        folded.total(),
         parts.flame.1,
         parts.speedscope.1,
         flame_viewer(flame, true)
@@ -734,9 +738,13 @@ speedscope: <code>{}</code>.</p>\
         }
     } else if kind == ProfileKind::Wall {
         // a waiting thread's self is the wait (a futex, a poll): what called it says more
-        out += "<tr><th>function (total: its callees' time too)</th>\
+        out += "<tr><th>Java method (total: its callees' time too)</th>\
 <th class=\"n\">share of the threads' time</th></tr>";
-        for f in folded.top_total(12) {
+        // the Java methods: a waiting thread's leaf is a futex or a poll under every wait
+        let java = (folded.top_total(usize::MAX).into_iter())
+            .filter(|f| kiln_profile::is_java_frame(&f.name))
+            .take(12);
+        for f in java {
             let _ = write!(
                 out,
                 "<tr><td><code>{}</code></td><td class=\"n\">{:.1}%</td></tr>",

@@ -64,7 +64,7 @@ pub fn write_profile(
             cpu_hz: Some(_), ..
         }) => kiln_profile::summarize_event(folded, top, Event::Cpu),
         // every thread's time: where it ran and where it waited, no leaf of another kind
-        Origin::AsyncProfiler(_) if parts == WALL => kiln_profile::summarize(folded, top),
+        Origin::AsyncProfiler(_) if parts == WALL => kiln_profile::summarize_wall(folded, top),
         // an allocation or lock profile: the leaf is the type or the lock's class
         Origin::AsyncProfiler(_) => kiln_profile::summarize_alloc(folded, top),
         Origin::Import(_) => kiln_profile::summarize(folded, top),
