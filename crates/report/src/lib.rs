@@ -24,7 +24,7 @@ mod flame;
 pub use compare::render_compare;
 
 use kiln_findings::{Finding, FlameCite, Report};
-use kiln_profile::Folded;
+use kiln_profile::{Folded, FunctionShare};
 use kiln_queries::trie::StackTrie;
 use kiln_record::parts::{
     ALLOC, LOCKS, LOCKS_NOT_RECORDED, OFF_CPU, ON_CPU, QUERIES_PART, TRIE_CALLS_PART,
@@ -736,51 +736,46 @@ speedscope: <code>{}</code>.</p>\
                 f.total_pct
             );
         }
-    } else if kind == ProfileKind::Wall {
-        // a waiting thread's self is the wait (a futex, a poll): what called it says more
-        out += "<tr><th>Java method (total: its callees' time too)</th>\
-<th class=\"n\">share of the threads' time</th></tr>";
-        // the Java methods: a waiting thread's leaf is a futex or a poll under every wait
-        let java = (folded.top_total(usize::MAX).into_iter())
-            .filter(|f| kiln_profile::is_java_frame(&f.name))
-            .take(12);
-        for f in java {
-            let _ = write!(
-                out,
-                "<tr><td><code>{}</code></td><td class=\"n\">{:.1}%</td></tr>",
-                esc(&f.name),
-                f.total_pct
-            );
-        }
     } else {
-        // an allocation's self is its type, off-CPU self time the scheduler's: each stack
-        // is counted where the code allocated, or where it blocked
-        let (header, rows) = if kind == ProfileKind::Alloc {
-            (
+        // an allocation's self is its type, off-CPU self time the scheduler's, a waiting
+        // thread's self its futex or poll: each stack is counted where the code allocated,
+        // where it blocked, or in the Java methods that took the time
+        let by_self = |shares: Vec<FunctionShare>| -> Vec<(String, f64)> {
+            shares.into_iter().map(|f| (f.name, f.self_pct)).collect()
+        };
+        let (header, rows) = match kind {
+            ProfileKind::Alloc => (
                 "<tr><th>allocated in (the method above the type)</th>\
 <th class=\"n\">share of the bytes</th></tr>",
-                folded.allocated_in(12),
-            )
-        } else if kind == ProfileKind::Locks {
-            (
+                by_self(folded.allocated_in(12)),
+            ),
+            ProfileKind::Locks => (
                 "<tr><th>waited in (the method above the lock's class)</th>\
 <th class=\"n\">share of the time waited</th></tr>",
-                folded.allocated_in(12),
-            )
-        } else {
-            (
+                by_self(folded.allocated_in(12)),
+            ),
+            ProfileKind::Wall => (
+                "<tr><th>Java method (total: its callees' time too)</th>\
+<th class=\"n\">share of the threads' time</th></tr>",
+                (folded.top_total(usize::MAX).into_iter())
+                    .filter(|f| kiln_profile::is_java_frame(&f.name))
+                    .take(12)
+                    .map(|f| (f.name, f.total_pct))
+                    .collect(),
+            ),
+            ProfileKind::OffCpu | ProfileKind::OnCpu => (
                 "<tr><th>blocked in (the first frame outside the kernel)</th>\
 <th class=\"n\">share of the switches</th></tr>",
-                folded.blocked_in(12),
-            )
+                by_self(folded.blocked_in(12)),
+            ),
         };
         out += header;
-        for f in rows {
+        for (name, pct) in rows {
             let _ = write!(
                 out,
                 "<tr><td><code>{}</code></td><td class=\"n\">{:.1}%</td></tr>",
-                esc(&f.name),
-                f.self_pct
+                esc(&name),
+                pct
             );
         }
     }
