@@ -125,8 +125,8 @@ pub fn render(run: &Run) -> String {
             None => not_recorded.push(absent),
         }
     }
-    // a JVM's lock waits, wall clock and allocations: a section when taken, and no line when not (most
-    // targets are no JVM), unless one was asked for and could not be taken
+    // a JVM's lock waits, wall clock and allocations: a section when taken, and no line when
+    // not (most targets are no JVM), unless one was asked for and could not be taken
     for (html, id, label, key, absent) in [
         (
             locks_html,
@@ -757,11 +757,11 @@ speedscope: <code>{}</code>.</p>\
             ProfileKind::Wall => (
                 "<tr><th>Java method (total: its callees' time too)</th>\
 <th class=\"n\">share of the threads' time</th></tr>",
-                (folded.top_total(usize::MAX).into_iter())
-                    .filter(|f| kiln_profile::is_java_frame(&f.name))
-                    .take(12)
-                    .map(|f| (f.name, f.total_pct))
-                    .collect(),
+                (kiln_profile::summarize_wall(&folded, 12)
+                    .top_total
+                    .into_iter())
+                .map(|f| (f.name, f.total_pct))
+                .collect(),
             ),
             ProfileKind::OffCpu | ProfileKind::OnCpu => (
                 "<tr><th>blocked in (the first frame outside the kernel)</th>\

@@ -912,7 +912,10 @@ fn wall_profile_matches_the_stopwatch(
     json: &serde_json::Value,
 ) {
     let at_reserve_ms = ms_in_reserve(out, "wall.folded");
-    let calls: Vec<(f64, f64)> = std::fs::read_to_string(waits_file.with_extension("txt.calls"))
+    // the service writes them beside its waits, to WAITS_FILE.calls
+    let mut calls_file = waits_file.as_os_str().to_owned();
+    calls_file.push(".calls");
+    let calls: Vec<(f64, f64)> = std::fs::read_to_string(&calls_file)
         .unwrap()
         .lines()
         .map(|l| {
