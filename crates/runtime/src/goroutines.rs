@@ -74,6 +74,7 @@ impl GoroutineDump {
                     ..Default::default()
                 })
                 .collect(),
+            ..Default::default()
         }
     }
 }

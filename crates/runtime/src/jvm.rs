@@ -292,16 +292,6 @@ impl JvmReader {
                 }
             })
             .collect();
-        let sum_longs = |suffix: &str| -> Option<u64> {
-            let mut total = None;
-            for name in self.dir.names() {
-                if name.starts_with("sun.gc.generation.") && name.ends_with(suffix) {
-                    let v = self.long(name).unwrap_or(0).max(0) as u64;
-                    *total.get_or_insert(0) += v;
-                }
-            }
-            total
-        };
         let kib = |v: Option<i64>| v.map(|b| b.max(0) as u64 / 1024);
         JvmSecond {
             gc_pauses: gc.iter().map(|c| c.pauses).sum(),
@@ -317,12 +307,23 @@ impl JvmReader {
             classes_loaded: count(before.classes, now.classes),
             threads_live: self.long("java.threads.live").map(|v| v.max(0) as u64),
             threads_started: count(before.threads_started, now.threads_started),
-            // A generation's spaces are counted in its `space.N.used`; its committed size once.
-            heap_used_kib: sum_longs(".used").map(|b| b / 1024),
+            heap_used_kib: self.heap_used_bytes().map(|b| b / 1024),
             heap_committed_kib: self.committed_heap().map(|b| b / 1024),
             metaspace_used_kib: kib(self.long("sun.gc.metaspace.used")),
             contended_locks: count(before.contended, now.contended),
         }
+    }
+
+    /// The heap in use: a generation's spaces are counted in its `space.N.used`.
+    pub fn heap_used_bytes(&self) -> Option<u64> {
+        let mut total = None;
+        for name in self.dir.names() {
+            if name.starts_with("sun.gc.generation.") && name.ends_with(".used") {
+                let v = self.long(name).unwrap_or(0).max(0) as u64;
+                *total.get_or_insert(0) += v;
+            }
+        }
+        total
     }
 
     /// The generations' committed sizes (`sun.gc.generation.N.capacity`).

@@ -278,6 +278,9 @@ fn summarize_python<'a>(dumps: impl Iterator<Item = &'a PyDump>) -> Option<Pytho
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct ThreadsSummary {
     pub dumps: u32,
+    /// Of them, taken with `-l` (the j.u.c. locks' holders in them).
+    #[serde(default)]
+    pub dumps_with_holders: u32,
     /// The dumps' round trips (what they cost the watcher), mean and longest.
     pub took_ms_mean: f64,
     pub took_ms_max: f64,
@@ -471,6 +474,7 @@ fn summarize_threads<'a>(dumps: impl Iterator<Item = &'a ThreadDump>) -> Option<
     });
     Some(ThreadsSummary {
         dumps: dumps.len() as u32,
+        dumps_with_holders: dumps.iter().filter(|d| d.with_holders).count() as u32,
         took_ms_mean: dumps.iter().map(|d| d.took_ms).sum::<f64>() / n,
         took_ms_max: dumps.iter().map(|d| d.took_ms).fold(0.0, f64::max),
         safepoint_ms_mean: (!safepoints.is_empty())
@@ -659,6 +663,7 @@ mod tests {
                 })
                 .into_iter()
                 .collect(),
+            with_holders: took > 25.0,
         };
         let mut seconds: Vec<RuntimeSecond> = (1..=4).map(|n| second(n, &[], 0.0)).collect();
         seconds[0].thread_dump = Some(dump(3, 3, 10.0));
@@ -667,6 +672,7 @@ mod tests {
         let all: Vec<&RuntimeSecond> = seconds.iter().collect();
         let t = summarize(&RuntimeInfo::default(), &all).threads.unwrap();
         assert_eq!(t.dumps, 3);
+        assert_eq!(t.dumps_with_holders, 1);
         assert_eq!((t.took_ms_mean, t.took_ms_max), (20.0, 30.0));
         assert_eq!(t.safepoint_ms_max, Some(7.5));
         assert_eq!(t.blocked_max, 5);

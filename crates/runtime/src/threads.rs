@@ -6,7 +6,8 @@
 //! `nid=` (the Linux tid, hex before JDK 25 and decimal after), the state line
 //! `java.lang.Thread.State: BLOCKED (on object monitor)`, frames `at pkg.Class.method(...)`,
 //! and lock lines `- waiting to lock <addr> (a Class)`, `- locked <addr> (a Class)`,
-//! `- parking to wait for  <addr> (a Class)`.
+//! `- parking to wait for  <addr> (a Class)`; with `-l`, after the frames,
+//! `Locked ownable synchronizers:` and one `- <addr> (a Class)` line for each j.u.c. lock held.
 
 use std::collections::BTreeMap;
 
@@ -28,6 +29,8 @@ pub struct DumpedThread {
     pub parked_on: Option<Lock>,
     /// Monitors it holds, with the index of the frame that took each.
     pub locked: Vec<(usize, Lock)>,
+    /// j.u.c. locks it holds (`Locked ownable synchronizers`, only in a dump taken with `-l`).
+    pub owns: Vec<Lock>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
@@ -40,16 +43,24 @@ pub struct Lock {
 /// gives fewer details, never an error.
 pub fn parse(text: &str) -> Vec<DumpedThread> {
     let mut threads: Vec<DumpedThread> = Vec::new();
+    let mut in_synchronizers = false;
     for line in text.lines() {
         if line.starts_with('"') {
             threads.push(header(line));
+            in_synchronizers = false;
             continue;
         }
         let Some(thread) = threads.last_mut() else {
             continue;
         };
         let line = line.trim();
-        if let Some(state) = line.strip_prefix("java.lang.Thread.State: ") {
+        if line == "Locked ownable synchronizers:" {
+            in_synchronizers = true;
+        } else if in_synchronizers {
+            if let Some(lock) = line.strip_prefix("- ").and_then(lock) {
+                thread.owns.push(lock);
+            }
+        } else if let Some(state) = line.strip_prefix("java.lang.Thread.State: ") {
             thread.state = state.split_whitespace().next().map(str::to_string);
         } else if let Some(frame) = line.strip_prefix("at ") {
             let method = frame.split('(').next().unwrap_or(frame).trim();
@@ -111,6 +122,10 @@ pub struct ThreadDump {
     pub states: BTreeMap<String, u32>,
     /// Locks with at least one thread waiting to take them, most waiters first.
     pub contended: Vec<Contention>,
+    /// Taken with `-l`: the j.u.c. locks' holders are in it (a walk of the heap at a
+    /// safepoint, so only now and then).
+    #[serde(default)]
+    pub with_holders: bool,
 }
 
 /// A lock that threads wait for in one dump, and who holds it.
@@ -149,19 +164,19 @@ pub fn summarize(threads: &[DumpedThread], unix_ms: u64, took_ms: f64) -> Thread
     let holders: BTreeMap<&str, &DumpedThread> = threads
         .iter()
         .flat_map(|t| {
-            t.locked
-                .iter()
-                .map(move |(_, lock)| (lock.address.as_str(), t))
+            (t.locked.iter().map(|(_, lock)| lock))
+                .chain(&t.owns)
+                .map(move |lock| (lock.address.as_str(), t))
         })
         .collect();
     let mut waiting: BTreeMap<&str, Vec<&DumpedThread>> = BTreeMap::new();
     for thread in threads {
-        // monitors always; j.u.c. locks only when a thread is seen holding them (an idle
-        // pool's threads park on conditions that nobody holds)
+        // monitors always; j.u.c. locks when they are locks (an idle pool's threads park on
+        // conditions that nobody holds) or a thread is seen holding them
         let wanted = thread.waiting_to_lock.as_ref().or(thread
             .parked_on
             .as_ref()
-            .filter(|lock| holders.contains_key(lock.address.as_str())));
+            .filter(|lock| is_lock(lock) || holders.contains_key(lock.address.as_str())));
         if let Some(lock) = wanted {
             waiting
                 .entry(lock.address.as_str())
@@ -179,7 +194,7 @@ pub fn summarize(threads: &[DumpedThread], unix_ms: u64, took_ms: f64) -> Thread
                 .or(waiters[0].parked_on.as_ref())
                 .map(|l| l.class.clone())
                 .unwrap_or_default();
-            let waiting_at = most_common(waiters.iter().filter_map(|t| t.frames.first()));
+            let waiting_at = most_common(waiters.iter().filter_map(|t| waiting_frame(t)));
             let holder_frames = holder
                 .map(|h| h.frames.iter().take(HOLDER_FRAMES).cloned().collect())
                 .unwrap_or_default();
@@ -211,7 +226,47 @@ pub fn summarize(threads: &[DumpedThread], unix_ms: u64, took_ms: f64) -> Thread
         safepoint_ms: None,
         states,
         contended,
+        with_holders: false,
     }
+}
+
+/// Whether a j.u.c. blocker is a lock that a thread holds, told by its class: the JDK's
+/// exclusive and read-write locks and semaphores park their waiters on a `Sync`
+/// (`ReentrantLock$NonfairSync`, `$FairSync`), while an idle pool's threads park on a
+/// condition (`AbstractQueuedSynchronizer$ConditionObject`) or a queue, which nobody holds;
+/// a CountDownLatch's `Sync` has no holder either.
+fn is_lock(lock: &Lock) -> bool {
+    lock.class.ends_with("Sync") && !lock.class.ends_with("CountDownLatch$Sync")
+}
+
+/// Whether a thread parks on a j.u.c. lock whose holder this dump does not show: a dump taken
+/// without `-l` lists no ownable synchronizers.
+pub fn waits_for_an_unseen_holder(threads: &[DumpedThread]) -> bool {
+    let held: std::collections::BTreeSet<&str> = threads
+        .iter()
+        .flat_map(|t| &t.owns)
+        .map(|lock| lock.address.as_str())
+        .collect();
+    threads
+        .iter()
+        .filter_map(|t| t.parked_on.as_ref())
+        .any(|lock| is_lock(lock) && !held.contains(lock.address.as_str()))
+}
+
+/// Where a waiter waits: a monitor's, its innermost frame (the method that enters it); a
+/// parked thread's, the first frame below the JDK's parking machinery (the caller of `lock()`).
+fn waiting_frame(thread: &DumpedThread) -> Option<&String> {
+    const PARKING: [&str; 3] = [
+        "jdk.internal.misc.Unsafe.",
+        "sun.misc.Unsafe.",
+        "java.util.concurrent.locks.",
+    ];
+    if thread.waiting_to_lock.is_some() {
+        return thread.frames.first();
+    }
+    (thread.frames.iter())
+        .find(|frame| !PARKING.iter().any(|p| frame.starts_with(p)))
+        .or(thread.frames.first())
 }
 
 fn most_common<'a>(frames: impl Iterator<Item = &'a String>) -> String {
@@ -348,10 +403,121 @@ Full thread dump OpenJDK 64-Bit Server VM (17.0.15+6-Debian-1deb12u1 mixed mode,
         assert_eq!(dump.contended[0].signature, None);
     }
 
+    /// A JDK 17 dump of tests/apps/java_locks/LockShop in `parked` mode taken with `-l`, cut
+    /// to the threads that matter and to their innermost frames, with an idle pool's thread
+    /// and a latch's waiter added.
+    const PARKED_WITH_HOLDERS: &str = r#"Full thread dump OpenJDK 64-Bit Server VM (17.0.15+6-Debian-1deb12u1 mixed mode, sharing):
+
+"request-16" #16 prio=5 os_prio=0 cpu=23.21ms elapsed=1.41s tid=0x00007fae70009ad0 nid=0x2378 waiting on condition  [0x00007faed5ffe000]
+   java.lang.Thread.State: TIMED_WAITING (sleeping)
+	at java.lang.Thread.sleep(java.base@17.0.15/Native Method)
+	at LockShop.reserve(LockShop.java:56)
+	at LockShop.lambda$main$2(LockShop.java:96)
+
+   Locked ownable synchronizers:
+	- <0x00000000ffc43c70> (a java.util.concurrent.ThreadPoolExecutor$Worker)
+	- <0x00000000ffd1bc60> (a java.util.concurrent.locks.ReentrantLock$NonfairSync)
+
+"request-17" #17 prio=5 os_prio=0 cpu=16.27ms elapsed=1.34s tid=0x00007fae7000a970 nid=0x238f waiting on condition  [0x00007faed5efe000]
+   java.lang.Thread.State: WAITING (parking)
+	at jdk.internal.misc.Unsafe.park(java.base@17.0.15/Native Method)
+	- parking to wait for  <0x00000000ffd1bc60> (a java.util.concurrent.locks.ReentrantLock$NonfairSync)
+	at java.util.concurrent.locks.LockSupport.park(java.base@17.0.15/LockSupport.java:211)
+	at java.util.concurrent.locks.AbstractQueuedSynchronizer.acquire(java.base@17.0.15/AbstractQueuedSynchronizer.java:715)
+	at java.util.concurrent.locks.ReentrantLock.lock(java.base@17.0.15/ReentrantLock.java:322)
+	at LockShop.reserve(LockShop.java:53)
+
+   Locked ownable synchronizers:
+	- <0x00000000ffc5d788> (a java.util.concurrent.ThreadPoolExecutor$Worker)
+
+"request-18" #18 prio=5 os_prio=0 cpu=16.90ms elapsed=1.31s tid=0x00007fae7000b960 nid=0x2396 waiting on condition  [0x00007faed5dfe000]
+   java.lang.Thread.State: WAITING (parking)
+	at jdk.internal.misc.Unsafe.park(java.base@17.0.15/Native Method)
+	- parking to wait for  <0x00000000ffd1bc60> (a java.util.concurrent.locks.ReentrantLock$NonfairSync)
+	at java.util.concurrent.locks.LockSupport.park(java.base@17.0.15/LockSupport.java:211)
+	at java.util.concurrent.locks.ReentrantLock.lock(java.base@17.0.15/ReentrantLock.java:322)
+	at LockShop.reserve(LockShop.java:53)
+
+   Locked ownable synchronizers:
+	- <0x00000000ffc5e1e8> (a java.util.concurrent.ThreadPoolExecutor$Worker)
+
+"pool-1-thread-1" #20 prio=5 os_prio=0 cpu=0.20ms elapsed=1.30s tid=0x00007fae7000c960 nid=0x2399 waiting on condition  [0x00007faed5cfe000]
+   java.lang.Thread.State: WAITING (parking)
+	at jdk.internal.misc.Unsafe.park(java.base@17.0.15/Native Method)
+	- parking to wait for  <0x00000000ffd20000> (a java.util.concurrent.locks.AbstractQueuedSynchronizer$ConditionObject)
+	at java.util.concurrent.LinkedBlockingQueue.take(java.base@17.0.15/LinkedBlockingQueue.java:435)
+
+   Locked ownable synchronizers:
+	- None
+
+"main" #1 prio=5 os_prio=0 cpu=50.00ms elapsed=1.50s tid=0x00007fae7000d960 nid=0x2300 waiting on condition  [0x00007faed5bfe000]
+   java.lang.Thread.State: WAITING (parking)
+	at jdk.internal.misc.Unsafe.park(java.base@17.0.15/Native Method)
+	- parking to wait for  <0x00000000ffd30000> (a java.util.concurrent.CountDownLatch$Sync)
+	at java.util.concurrent.CountDownLatch.await(java.base@17.0.15/CountDownLatch.java:230)
+
+   Locked ownable synchronizers:
+	- None
+"#;
+
+    #[test]
+    fn a_reentrant_locks_holder_is_named_from_a_dump_with_its_ownable_synchronizers() {
+        let threads = parse(PARKED_WITH_HOLDERS);
+        assert_eq!(threads[0].owns.len(), 2);
+        assert!(threads[3].owns.is_empty(), "- None holds nothing");
+        assert!(!waits_for_an_unseen_holder(&threads));
+        let dump = summarize(&threads, 1, 2.0);
+        assert_eq!(
+            dump.contended.len(),
+            1,
+            "an idle pool's condition and a latch are no contention"
+        );
+        let c = &dump.contended[0];
+        assert_eq!(
+            c.lock_class,
+            "java.util.concurrent.locks.ReentrantLock$NonfairSync"
+        );
+        assert_eq!(c.waiters, 2);
+        assert_eq!(
+            c.waiting_at, "LockShop.reserve",
+            "below the parking machinery"
+        );
+        assert_eq!(c.holder.as_deref(), Some("request-16"));
+        assert_eq!(
+            c.holder_frames[..2],
+            ["java.lang.Thread.sleep", "LockShop.reserve"]
+        );
+    }
+
+    #[test]
+    fn without_ownable_synchronizers_the_waiters_count_and_the_holder_is_asked_for() {
+        let plain: String = PARKED_WITH_HOLDERS
+            .split("\n\n")
+            .map(|block| {
+                block
+                    .split("   Locked ownable synchronizers:")
+                    .next()
+                    .unwrap()
+            })
+            .collect::<Vec<_>>()
+            .join("\n\n");
+        let threads = parse(&plain);
+        assert!(threads.iter().all(|t| t.owns.is_empty()));
+        assert!(waits_for_an_unseen_holder(&threads));
+        let dump = summarize(&threads, 1, 2.0);
+        assert_eq!(dump.contended.len(), 1);
+        assert_eq!(dump.contended[0].waiters, 2);
+        assert_eq!(dump.contended[0].holder, None);
+        // an idle pool alone asks for nothing
+        let idle = parse(&PARKED_WITH_HOLDERS[PARKED_WITH_HOLDERS.find("\"pool-1").unwrap()..]);
+        assert!(!waits_for_an_unseen_holder(&idle));
+    }
+
     proptest! {
         #[test]
-        fn any_text_parses_without_panic(text in "(\"[a-z\" ]{0,8}( nid=0x[0-9a-z]{0,4})?\n|\t- (locked|waiting to lock|parking to wait for ) ?<?[0-9a-fx]{0,6}>? ?\\(?(a [A-Za-z.]{0,6})?\\)?\n|\tat [a-zA-Z.(]{0,12}\n|   java.lang.Thread.State: [A-Z_ ]{0,9}\n|.{0,20}\n){0,30}") {
+        fn any_text_parses_without_panic(text in "(\"[a-z\" ]{0,8}( nid=0x[0-9a-z]{0,4})?\n|   Locked ownable synchronizers:\n|\t- (locked|waiting to lock|parking to wait for |None) ?<?[0-9a-fx]{0,6}>? ?\\(?(a [A-Za-z.]{0,6})?\\)?\n|\tat [a-zA-Z.(]{0,12}\n|   java.lang.Thread.State: [A-Z_ ]{0,9}\n|.{0,20}\n){0,30}") {
             let threads = parse(&text);
+            let _ = waits_for_an_unseen_holder(&threads);
             let _ = summarize(&threads, 0, 0.0);
         }
     }

@@ -207,12 +207,16 @@ fn threads_text(t: &ThreadsSummary, noun: &str) -> String {
     }
     let _ = writeln!(
         out,
-        "           the dumps cost: {} each on average (longest {}){}",
+        "           the dumps cost: {} each on average (longest {}){}{}",
         ms(t.took_ms_mean),
         ms(t.took_ms_max),
         t.safepoint_ms_mean
             .map(|sp| format!(", of which the JVM stood {} at safepoints", ms(sp)))
-            .unwrap_or_default()
+            .unwrap_or_default(),
+        match t.dumps_with_holders {
+            0 => String::new(),
+            n => format!("; {n} taken again with -l for j.u.c. locks' holders (a heap walk)"),
+        }
     );
     out
 }

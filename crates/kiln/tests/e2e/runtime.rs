@@ -1031,16 +1031,25 @@ fn lock_waits_from_jfr_match_the_services_own_stopwatch() {
             .collect();
         lock_profile_matches_the_stopwatch(mode, &out, &truth, &json);
         wall_profile_matches_the_stopwatch(mode, &out, &waits_file, &json);
-        if mode == "locked" {
+        if mode != "unlocked" {
             // the waiting stacks are the lock profile's; the holding stack is the thread
-            // dumps' (a monitor's owner is in each): asleep in reserve, under the lock
-            let contended = &json["runtime"]["threads"]["contended"];
-            let held_in_reserve = (contended.as_array().into_iter().flatten()).any(|c| {
-                c["lock_class"] == "LockShop$Inventory"
-                    && c["holder_frames"][0] == "java.lang.Thread.sleep"
-                    && c["holder_frames"][1] == "LockShop.reserve"
-            });
-            assert!(held_in_reserve, "{contended:#}");
+            // dumps' (a monitor's owner is in each, a ReentrantLock's in a dump taken again
+            // with -l): asleep in reserve, under the lock
+            let threads = &json["runtime"]["threads"];
+            let held_in_reserve =
+                (threads["contended"].as_array().into_iter().flatten()).any(|c| {
+                    c["lock_class"] == class
+                        && c["waiting_at"] == "LockShop.reserve"
+                        && c["holder_frames"][0] == "java.lang.Thread.sleep"
+                        && c["holder_frames"][1] == "LockShop.reserve"
+                });
+            assert!(held_in_reserve, "{mode}: {threads:#}");
+            let with_holders = threads["dumps_with_holders"].as_u64().unwrap();
+            if mode == "parked" {
+                assert!(with_holders >= 1, "{threads:#}");
+            } else {
+                assert_eq!(with_holders, 0, "a monitor's owner is in every dump");
+            }
         }
         let runtime = &json["runtime"];
         let sites = runtime["lock_waits"]
@@ -1136,6 +1145,10 @@ fn lock_waits_from_jfr_match_the_services_own_stopwatch() {
         assert!(
             f["evidence"].to_string().contains("LockShop.reserve"),
             "{f:#}"
+        );
+        assert!(
+            f["evidence"].to_string().contains("held by request-"),
+            "{mode}: {f:#}"
         );
     }
 }
