@@ -168,12 +168,15 @@ pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut dyn Progress) -> Res
         None => None,
     };
     let runtime_watcher = match watch_pid {
-        Some(pid) => Some(RuntimeWatcher::start(
-            &mut dir,
-            pid,
-            runtime_depth,
-            gctrace,
-        )?),
+        Some(pid) => {
+            // --off-cpu's lock profile has the waiters' stacks; a JVM's thread dumps name
+            // the holders
+            let depth = match runtime_depth {
+                Depth::Default if off_cpu && jvm_profile::is_jvm(pid) => Depth::Dumps,
+                depth => depth,
+            };
+            Some(RuntimeWatcher::start(&mut dir, pid, depth, gctrace)?)
+        }
         None => None,
     };
     let mut phases = Vec::new();

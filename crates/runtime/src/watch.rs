@@ -44,6 +44,9 @@ pub const DUMP_EVERY: Duration = Duration::from_secs(2);
 pub enum Depth {
     #[default]
     Default,
+    /// A JVM's thread dumps and no JFR: what `--off-cpu` adds to its lock profile, whose
+    /// stacks are the waiters' (the dumps name who holds the lock, and where).
+    Dumps,
     Deep,
 }
 
@@ -62,6 +65,7 @@ pub struct RuntimeWatch {
     /// Where to take a Go target's execution traces, and the helper that reads them.
     go_traces: Option<(std::net::SocketAddr, std::path::PathBuf)>,
     proc_root: std::path::PathBuf,
+    depth: Depth,
 }
 
 impl RuntimeWatch {
@@ -104,17 +108,29 @@ impl RuntimeWatch {
             }
         }
         let mut attach = None;
-        if runtime == Runtime::Jvm && depth == Depth::Deep {
+        if runtime == Runtime::Jvm && depth != Depth::Default {
             match Attach::open(pid, proc_root) {
                 Ok(line) => {
                     info.read.push(format!(
-                        "thread states and contended locks from a thread dump every {}s over \
-                         the attach socket; exceptions thrown per second from a JFR recording",
-                        DUMP_EVERY.as_secs()
+                        "thread states and contended locks with their holders from a thread \
+                         dump every {}s over the attach socket{}",
+                        DUMP_EVERY.as_secs(),
+                        if depth == Depth::Deep {
+                            "; exceptions thrown per second from a JFR recording"
+                        } else {
+                            " (--off-cpu)"
+                        }
                     ));
                     attach = Some(line);
                 }
                 Err(why) => info.not_read.push(format!("thread dumps: {why}")),
+            }
+            if depth == Depth::Dumps {
+                info.not_read.push(
+                    "exceptions thrown and lock waits with their stacks (JFR): not asked for \
+                     (--runtime deep)"
+                        .to_string(),
+                );
             }
         } else if runtime == Runtime::Jvm {
             info.not_read.push(
@@ -239,6 +255,7 @@ impl RuntimeWatch {
             goroutines,
             go_traces,
             proc_root: proc_root.to_path_buf(),
+            depth,
         }
     }
 
@@ -285,11 +302,13 @@ impl RuntimeWatch {
         let jvm = self.jvm.as_mut()?;
         // the first JFR start in a JVM takes a second or two: on its own thread, so that the
         // counters are polled meanwhile
-        let starting = self.attach.clone().map(|attach| {
-            std::thread::Builder::new()
-                .name("kiln-jfr".into())
-                .spawn(move || jfr::Recording::start(&attach))
-        });
+        let starting = (self.attach.clone())
+            .filter(|_| self.depth == Depth::Deep)
+            .map(|attach| {
+                std::thread::Builder::new()
+                    .name("kiln-jfr".into())
+                    .spawn(move || jfr::Recording::start(&attach))
+            });
         let started = Instant::now();
         let mut last = started;
         let mut next_second = started + Duration::from_secs(1);
@@ -337,7 +356,7 @@ impl RuntimeWatch {
                 next_second += Duration::from_secs(1);
             }
         }
-        // no recording was asked for (the default depth): nothing to read, nothing to say
+        // no recording was asked for (not --runtime deep): nothing to read, nothing to say
         let starting = starting?;
         let recording = match starting {
             Ok(thread) => thread

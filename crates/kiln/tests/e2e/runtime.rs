@@ -960,6 +960,78 @@ fn wall_profile_matches_the_stopwatch(
     reserve_drawn_as_recorded(out, json, "wall", at_reserve_ms);
 }
 
+/// tests/apps/java_locks/LockShop (compiled into `classes`) in `mode`, serving on a port of
+/// its own, its waits written to `waits_file` at SIGTERM.
+fn lock_shop(classes: &std::path::Path, mode: &str, waits_file: &std::path::Path) -> (Killed, u16) {
+    let port = free_port();
+    let mut app = Command::new("java")
+        // the JDK's server answers in two writes: without this, Nagle and delayed ACKs add
+        // 40 ms to each request, and the 4 connections' requests rarely meet at the lock
+        .arg("-Dsun.net.httpserver.nodelay=true")
+        .arg("-cp")
+        .arg(classes)
+        .args(["LockShop", &port.to_string(), mode])
+        .arg(waits_file)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("java starts");
+    wait_port(port, &mut app, "LockShop");
+    (Killed(app), port)
+}
+
+/// `--off-cpu` alone on a JVM: async-profiler's lock profile has the waiters' stacks, and
+/// thread dumps (no JFR) name the ReentrantLock's holder and where it is.
+#[test]
+fn off_cpu_on_a_jvm_names_the_holder_of_the_lock_its_waiters_park_on() {
+    let _turn = common::group("runtime");
+    let library = common::apps::async_profiler();
+    let tmp = tempfile::tempdir().unwrap();
+    let classes = tmp.path().join("lockshop");
+    javac(
+        &[workspace().join("tests/apps/java_locks/LockShop.java")],
+        None,
+        &classes,
+    );
+    let (_app, port) = lock_shop(&classes, "parked", &tmp.path().join("waits.txt"));
+    let json = kiln_run_watched(
+        port,
+        &tmp.path().join("run"),
+        &[
+            "-c",
+            "4",
+            "--warmup",
+            "1s",
+            "-d",
+            "5s",
+            "--off-cpu",
+            "--async-profiler",
+            library.to_str().unwrap(),
+        ],
+    );
+    let runtime = &json["runtime"];
+    let threads = &runtime["threads"];
+    let site = (threads["contended"].as_array().into_iter().flatten())
+        .find(|c| c["lock_class"] == "java.util.concurrent.locks.ReentrantLock$NonfairSync")
+        .unwrap_or_else(|| panic!("{threads:#}"));
+    assert_eq!(site["waiting_at"], "LockShop.reserve", "{site:#}");
+    assert_eq!(site["holder_frames"][1], "LockShop.reserve", "{site:#}");
+    assert!(threads["dumps_with_holders"].as_u64().unwrap() >= 1);
+    // the waiters' stacks: the lock profile's
+    by_async_profiler(&json, "locks");
+    // no JFR recording: its lock waits are not there, and the summary says why
+    assert!(
+        runtime["lock_waits"]
+            .as_array()
+            .is_none_or(|waits| waits.is_empty()),
+        "{runtime:#}"
+    );
+    assert!(
+        runtime["not_read"].to_string().contains("(--runtime deep)"),
+        "{runtime:#}"
+    );
+}
+
 #[test]
 fn lock_waits_from_jfr_match_the_services_own_stopwatch() {
     let _turn = common::group("runtime");
@@ -980,23 +1052,8 @@ fn lock_waits_from_jfr_match_the_services_own_stopwatch() {
         ),
         ("unlocked", "", ""),
     ] {
-        let port = free_port();
         let waits_file = tmp.path().join(format!("{mode}-waits.txt"));
-        let mut app = Command::new("java")
-            // the JDK's server answers in two writes: without this, Nagle and delayed ACKs
-            // add 40 ms to each request, and the 4 connections' requests rarely meet at
-            // the lock
-            .arg("-Dsun.net.httpserver.nodelay=true")
-            .arg("-cp")
-            .arg(&classes)
-            .args(["LockShop", &port.to_string(), mode])
-            .arg(&waits_file)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("java starts");
-        wait_port(port, &mut app, "LockShop");
-        let app = Killed(app);
+        let (app, port) = lock_shop(&classes, mode, &waits_file);
         let out = tmp.path().join(mode);
         // --off-cpu of a JVM also takes async-profiler's lock profile
         let json = kiln_run_watched(
