@@ -961,17 +961,45 @@ fn wall_profile_matches_the_stopwatch(
 }
 
 /// tests/apps/java_locks/LockShop (compiled into `classes`) in `mode`, serving on a port of
-/// its own, its waits written to `waits_file` at SIGTERM.
-fn lock_shop(classes: &std::path::Path, mode: &str, waits_file: &std::path::Path) -> (Killed, u16) {
+/// its own, its waits written to `waits_file` at SIGTERM. `container`: in mount and PID
+/// namespaces of its own with a /tmp of its own, as in a container (then `waits_file` is
+/// not written: it is in the JVM's /tmp).
+fn lock_shop(
+    classes: &std::path::Path,
+    mode: &str,
+    waits_file: &std::path::Path,
+    container: bool,
+) -> (Killed, u16) {
     let port = free_port();
-    let mut app = Command::new("java")
-        // the JDK's server answers in two writes: without this, Nagle and delayed ACKs add
-        // 40 ms to each request, and the 4 connections' requests rarely meet at the lock
-        .arg("-Dsun.net.httpserver.nodelay=true")
-        .arg("-cp")
-        .arg(classes)
-        .args(["LockShop", &port.to_string(), mode])
-        .arg(waits_file)
+    // the JDK's server answers in two writes: without nodelay, Nagle and delayed ACKs add
+    // 40 ms to each request, and the 4 connections' requests rarely meet at the lock
+    let java = format!(
+        "exec java -Dsun.net.httpserver.nodelay=true -cp '{}' LockShop {port} {mode} '{}'",
+        classes.display(),
+        waits_file.display()
+    );
+    let mut command = if container {
+        let mut c = Command::new("unshare");
+        // --kill-child: the JVM goes with the unshare this test kills
+        c.args([
+            "--mount",
+            "--pid",
+            "--fork",
+            "--mount-proc",
+            "--propagation",
+            "private",
+            "--kill-child",
+            "sh",
+            "-c",
+        ])
+        .arg(format!("mount -t tmpfs kiln-test /tmp && {java}"));
+        c
+    } else {
+        let mut c = Command::new("sh");
+        c.arg("-c").arg(java);
+        c
+    };
+    let mut app = command
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -980,20 +1008,28 @@ fn lock_shop(classes: &std::path::Path, mode: &str, waits_file: &std::path::Path
     (Killed(app), port)
 }
 
-/// `--off-cpu` alone on a JVM: async-profiler's lock profile has the waiters' stacks, and
-/// thread dumps (no JFR) name the ReentrantLock's holder and where it is.
+/// `--off-cpu` alone on a JVM in a container (mount and PID namespaces of its own, its /tmp
+/// not kiln's): async-profiler, copied into the JVM's /tmp, samples the CPU and the waiters'
+/// stacks at the lock, and thread dumps over the JVM's own attach socket (no JFR) name the
+/// ReentrantLock's holder and where it is.
 #[test]
-fn off_cpu_on_a_jvm_names_the_holder_of_the_lock_its_waiters_park_on() {
+fn off_cpu_on_a_jvm_in_a_container_names_the_holder_of_the_lock_its_waiters_park_on() {
     let _turn = common::group("runtime");
     let library = common::apps::async_profiler();
-    let tmp = tempfile::tempdir().unwrap();
+    // not under /tmp: the container's /tmp is a tmpfs of its own
+    let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let classes = tmp.path().join("lockshop");
     javac(
         &[workspace().join("tests/apps/java_locks/LockShop.java")],
         None,
         &classes,
     );
-    let (_app, port) = lock_shop(&classes, "parked", &tmp.path().join("waits.txt"));
+    let (_app, port) = lock_shop(
+        &classes,
+        "parked",
+        std::path::Path::new("/tmp/waits.txt"),
+        true,
+    );
     let json = kiln_run_watched(
         port,
         &tmp.path().join("run"),
@@ -1004,6 +1040,7 @@ fn off_cpu_on_a_jvm_names_the_holder_of_the_lock_its_waiters_park_on() {
             "1s",
             "-d",
             "5s",
+            "--profile",
             "--off-cpu",
             "--async-profiler",
             library.to_str().unwrap(),
@@ -1017,7 +1054,8 @@ fn off_cpu_on_a_jvm_names_the_holder_of_the_lock_its_waiters_park_on() {
     assert_eq!(site["waiting_at"], "LockShop.reserve", "{site:#}");
     assert_eq!(site["holder_frames"][1], "LockShop.reserve", "{site:#}");
     assert!(threads["dumps_with_holders"].as_u64().unwrap() >= 1);
-    // the waiters' stacks: the lock profile's
+    // the CPU and the waiters' stacks: async-profiler's
+    by_async_profiler(&json, "profile");
     by_async_profiler(&json, "locks");
     // no JFR recording: its lock waits are not there, and the summary says why
     assert!(
@@ -1053,7 +1091,7 @@ fn lock_waits_from_jfr_match_the_services_own_stopwatch() {
         ("unlocked", "", ""),
     ] {
         let waits_file = tmp.path().join(format!("{mode}-waits.txt"));
-        let (app, port) = lock_shop(&classes, mode, &waits_file);
+        let (app, port) = lock_shop(&classes, mode, &waits_file, false);
         let out = tmp.path().join(mode);
         // --off-cpu of a JVM also takes async-profiler's lock profile
         let json = kiln_run_watched(
