@@ -152,6 +152,39 @@ impl std::fmt::Debug for Feeder {
     }
 }
 
+/// Why a data file cannot feed the VUs, with the file's path.
+#[derive(Debug, thiserror::Error)]
+pub enum FeedError {
+    #[error("order: random draws from one shuffled sequence for all VUs; use share: all with it")]
+    RandomPerVu,
+    #[error("cannot open {}: {source}", path.display())]
+    Open {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot read {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// No rows where rows must be: `has no rows`, `names no columns`, ...
+    #[error("{} {lacks}", path.display())]
+    Lacks { path: PathBuf, lacks: &'static str },
+    /// A row that cannot be read at this byte of the file.
+    #[error("{} at byte {offset}: {why}", path.display())]
+    BadRow {
+        path: PathBuf,
+        offset: u64,
+        why: String,
+    },
+    /// The file as a whole cannot be read on (a CSV error while streaming, a shard that gets
+    /// no rows).
+    #[error("{}: {why}", path.display())]
+    Unreadable { path: PathBuf, why: String },
+    #[error("a data feeder's lock was poisoned")]
+    Poisoned,
+}
+
 impl Feeder {
     /// Opens a data file. Its columns are `columns` when given (the file has no header row),
     /// else the CSV's first row or the first JSON line's keys.
@@ -162,19 +195,20 @@ impl Feeder {
         share: Share,
         order: Order,
         at_end: AtEnd,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, FeedError> {
         if share == Share::Vu && order == Order::Random {
-            return Err(
-                "order: random draws from one shuffled sequence for all VUs; \
-                        use share: all with it"
-                    .into(),
-            );
+            return Err(FeedError::RandomPerVu);
         }
-        let file = kiln_record::input::open_regular(path)
-            .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+        let file = kiln_record::input::open_regular(path).map_err(|source| FeedError::Open {
+            path: path.to_path_buf(),
+            source,
+        })?;
         let len = file
             .metadata()
-            .map_err(|e| format!("cannot read {}: {e}", path.display()))?
+            .map_err(|source| FeedError::Read {
+                path: path.to_path_buf(),
+                source,
+            })?
             .len();
         let format = DataFormat::from_path(path);
         let mut feeder = Self {
@@ -199,7 +233,7 @@ impl Feeder {
         };
         let first = feeder.read_at(0)?;
         let Some((first_row, after_first)) = first else {
-            return Err(format!("{} has no rows", path.display()));
+            return Err(feeder.lacks("has no rows"));
         };
         feeder.columns = match (columns, format) {
             (Some(c), _) => c,
@@ -210,19 +244,20 @@ impl Feeder {
             (None, DataFormat::JsonLines) => feeder.json_keys(0)?,
         };
         if feeder.columns.is_empty() {
-            return Err(format!("{} names no columns", path.display()));
+            return Err(feeder.lacks("names no columns"));
         }
         if feeder.read_at(feeder.data_start)?.is_none() {
-            return Err(format!(
-                "{} has a header row and no data rows",
-                path.display()
-            ));
+            return Err(feeder.lacks("has a header row and no data rows"));
         }
         Ok(feeder)
     }
 
     /// The next row for a VU, or `None` when the data has ended (`at_end: stop`).
-    pub fn next(&self, vu: &mut VuCursor, rng: &mut fastrand::Rng) -> Result<Option<Row>, String> {
+    pub fn next(
+        &self,
+        vu: &mut VuCursor,
+        rng: &mut fastrand::Rng,
+    ) -> Result<Option<Row>, FeedError> {
         match self.share {
             Share::Vu => {
                 let cursor = vu.0.get_or_insert(Cursor {
@@ -235,10 +270,7 @@ impl Feeder {
                 self.next_in(cursor)
             }
             Share::All => {
-                let mut state = self
-                    .shared
-                    .lock()
-                    .map_err(|_| "a data feeder's lock was poisoned".to_string())?;
+                let mut state = self.shared.lock().map_err(|_| FeedError::Poisoned)?;
                 if state.ended && state.window.is_empty() {
                     return Ok(None);
                 }
@@ -266,11 +298,43 @@ impl Feeder {
         self.shared.lock().map_or(0, |s| s.passes)
     }
 
-    fn open_stream(&self) -> Result<Stream, String> {
-        let mut file = kiln_record::input::open_regular(&self.path)
-            .map_err(|e| format!("cannot open {}: {e}", self.path.display()))?;
+    fn lacks(&self, lacks: &'static str) -> FeedError {
+        FeedError::Lacks {
+            path: self.path.clone(),
+            lacks,
+        }
+    }
+
+    fn unreadable(&self, why: impl std::fmt::Display) -> FeedError {
+        FeedError::Unreadable {
+            path: self.path.clone(),
+            why: why.to_string(),
+        }
+    }
+
+    fn bad_row(&self, offset: u64, why: impl std::fmt::Display) -> FeedError {
+        FeedError::BadRow {
+            path: self.path.clone(),
+            offset,
+            why: why.to_string(),
+        }
+    }
+
+    fn read_error(&self, source: std::io::Error) -> FeedError {
+        FeedError::Read {
+            path: self.path.clone(),
+            source,
+        }
+    }
+
+    fn open_stream(&self) -> Result<Stream, FeedError> {
+        let mut file =
+            kiln_record::input::open_regular(&self.path).map_err(|source| FeedError::Open {
+                path: self.path.clone(),
+                source,
+            })?;
         file.seek(SeekFrom::Start(self.data_start))
-            .map_err(|e| format!("cannot read {}: {e}", self.path.display()))?;
+            .map_err(|e| self.read_error(e))?;
         let limited = RowLimit {
             file,
             since_line_end: 0,
@@ -290,7 +354,7 @@ impl Feeder {
     }
 
     /// The shared sequence's next row for this shard; `None` at the end of the file.
-    fn stream_next(&self, state: &mut SharedState) -> Result<Option<Row>, String> {
+    fn stream_next(&self, state: &mut SharedState) -> Result<Option<Row>, FeedError> {
         let (index, count) = self.rows_dealt;
         loop {
             let Some(row) = self.stream_next_row(state)? else {
@@ -305,23 +369,24 @@ impl Feeder {
     }
 
     /// The shared sequence's next row, whichever shard it is for.
-    fn stream_next_row(&self, state: &mut SharedState) -> Result<Option<Row>, String> {
+    fn stream_next_row(&self, state: &mut SharedState) -> Result<Option<Row>, FeedError> {
         if state.stream.is_none() {
             state.stream = Some(self.open_stream()?);
         }
         let Some(stream) = state.stream.as_mut() else {
             return Ok(None);
         };
-        let fail = |e: &dyn std::fmt::Display| format!("{}: {e}", self.path.display());
         match stream {
             Stream::Csv(reader, record) => match reader.read_record(record) {
                 Ok(true) => Ok(Some(record.iter().map(str::to_string).collect())),
                 Ok(false) => Ok(None),
-                Err(e) => Err(fail(&e)),
+                Err(e) => Err(self.unreadable(e)),
             },
             Stream::Lines(reader, line) => loop {
                 line.clear();
-                let n = reader.read_until(b'\n', line).map_err(|e| fail(&e))?;
+                let n = reader
+                    .read_until(b'\n', line)
+                    .map_err(|e| self.unreadable(e))?;
                 if n == 0 {
                     return Ok(None);
                 }
@@ -334,38 +399,36 @@ impl Feeder {
 
     /// Counts a finished pass of the shared sequence and rewinds it when recycling; false
     /// when the data has ended.
-    fn end_shared_pass(&self, state: &mut SharedState) -> Result<bool, String> {
+    fn end_shared_pass(&self, state: &mut SharedState) -> Result<bool, FeedError> {
         state.passes += 1;
         let (index, count) = (self.rows_dealt.0, self.rows_dealt.1);
         if state.rows_in_pass <= index {
-            return Err(format!(
-                "{}: shard {index} of {count} has no rows: the file has {} data rows and \
-                 each shard takes one row in {count}",
-                self.path.display(),
+            return Err(self.unreadable(format!(
+                "shard {index} of {count} has no rows: the file has {} data rows and each \
+                 shard takes one row in {count}",
                 state.rows_in_pass
-            ));
+            )));
         }
         state.rows_in_pass = 0;
         if self.at_end == AtEnd::Stop {
             return Ok(false);
         }
         let start = self.data_start;
-        let fail = |e: &dyn std::fmt::Display| format!("{}: {e}", self.path.display());
         match state.stream.as_mut() {
             Some(Stream::Csv(reader, _)) => {
                 let mut at = csv::Position::new();
                 at.set_byte(start);
-                reader.seek(at).map_err(|e| fail(&e))?;
+                reader.seek(at).map_err(|e| self.unreadable(e))?;
             }
             Some(Stream::Lines(reader, _)) => {
-                reader.seek(SeekFrom::Start(start)).map_err(|e| fail(&e))?;
+                (reader.seek(SeekFrom::Start(start))).map_err(|e| self.unreadable(e))?;
             }
             None => {}
         }
         Ok(true)
     }
 
-    fn next_shared(&self, state: &mut SharedState) -> Result<Option<Row>, String> {
+    fn next_shared(&self, state: &mut SharedState) -> Result<Option<Row>, FeedError> {
         if let Some(row) = self.stream_next(state)? {
             return Ok(Some(row));
         }
@@ -374,11 +437,11 @@ impl Feeder {
         }
         match self.stream_next(state)? {
             Some(row) => Ok(Some(row)),
-            None => Err(format!("{} has no data rows any more", self.path.display())),
+            None => Err(self.lacks("has no data rows any more")),
         }
     }
 
-    fn next_in(&self, cursor: &mut Cursor) -> Result<Option<Row>, String> {
+    fn next_in(&self, cursor: &mut Cursor) -> Result<Option<Row>, FeedError> {
         if let Some(row) = self.read_next(cursor)? {
             return Ok(Some(row));
         }
@@ -387,12 +450,12 @@ impl Feeder {
         }
         match self.read_next(cursor)? {
             Some(row) => Ok(Some(row)),
-            None => Err(format!("{} has no data rows any more", self.path.display())),
+            None => Err(self.lacks("has no data rows any more")),
         }
     }
 
     /// The row at the cursor, moving past it; `None` at the end of the file.
-    fn read_next(&self, cursor: &mut Cursor) -> Result<Option<Row>, String> {
+    fn read_next(&self, cursor: &mut Cursor) -> Result<Option<Row>, FeedError> {
         Ok(self.read_at(cursor.offset)?.map(|(row, next)| {
             cursor.offset = next;
             row
@@ -413,7 +476,7 @@ impl Feeder {
         &self,
         state: &mut SharedState,
         rng: &mut fastrand::Rng,
-    ) -> Result<Option<Row>, String> {
+    ) -> Result<Option<Row>, FeedError> {
         // Two tries: a window that starts exactly at a pass's end fills from the next one.
         for _ in 0..2 {
             if !state.window.is_empty() {
@@ -443,7 +506,7 @@ impl Feeder {
 
     /// Reads the row that starts at `offset`: the row and the offset after it, or `None` at
     /// the end of the file.
-    fn read_at(&self, offset: u64) -> Result<Option<(Row, u64)>, String> {
+    fn read_at(&self, offset: u64) -> Result<Option<(Row, u64)>, FeedError> {
         let mut size = FIRST_READ;
         loop {
             let want = size.min((self.len.saturating_sub(offset)) as usize);
@@ -458,30 +521,29 @@ impl Feeder {
                 Parsed::Row(row, used) => return Ok(Some((row, offset + used as u64))),
                 Parsed::Blank(used) if at_file_end && used == buf.len() => return Ok(None),
                 Parsed::Blank(_) | Parsed::NeedMore if size >= MAX_ROW => {
-                    return Err(format!(
-                        "{}: the row at byte {offset} is longer than {MAX_ROW} bytes",
-                        self.path.display()
-                    ))
+                    return Err(self.unreadable(format!(
+                        "the row at byte {offset} is longer than {MAX_ROW} bytes"
+                    )))
                 }
                 Parsed::Blank(_) | Parsed::NeedMore => size *= 4,
             }
         }
     }
 
-    fn pread(&self, buf: &mut [u8], offset: u64) -> Result<usize, String> {
+    fn pread(&self, buf: &mut [u8], offset: u64) -> Result<usize, FeedError> {
         let mut got = 0;
         while got < buf.len() {
             match self.file.read_at(&mut buf[got..], offset + got as u64) {
                 Ok(0) => break,
                 Ok(n) => got += n,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(format!("cannot read {}: {e}", self.path.display())),
+                Err(e) => return Err(self.read_error(e)),
             }
         }
         Ok(got)
     }
 
-    fn parse_row(&self, buf: &[u8], at_file_end: bool, offset: u64) -> Result<Parsed, String> {
+    fn parse_row(&self, buf: &[u8], at_file_end: bool, offset: u64) -> Result<Parsed, FeedError> {
         match self.format {
             DataFormat::Csv => {
                 let mut reader = csv::ReaderBuilder::new()
@@ -491,7 +553,7 @@ impl Feeder {
                 let mut record = csv::StringRecord::new();
                 let found = reader
                     .read_record(&mut record)
-                    .map_err(|e| format!("{} at byte {offset}: {e}", self.path.display()))?;
+                    .map_err(|e| self.bad_row(offset, e))?;
                 let used = reader.position().byte() as usize;
                 // A record that reaches the end of what was read may go on past it.
                 if used >= buf.len() && !at_file_end {
@@ -532,19 +594,16 @@ impl Feeder {
         &self,
         line: &[u8],
         offset: u64,
-    ) -> Result<serde_json::Map<String, serde_json::Value>, String> {
+    ) -> Result<serde_json::Map<String, serde_json::Value>, FeedError> {
         match serde_json::from_slice::<serde_json::Value>(line) {
             Ok(serde_json::Value::Object(map)) => Ok(map),
-            Ok(_) => Err(format!(
-                "{} at byte {offset}: the line is not a JSON object",
-                self.path.display()
-            )),
-            Err(e) => Err(format!("{} at byte {offset}: {e}", self.path.display())),
+            Ok(_) => Err(self.bad_row(offset, "the line is not a JSON object")),
+            Err(e) => Err(self.bad_row(offset, e)),
         }
     }
 
     /// A JSON line's values in column order; a string as itself, anything else as JSON.
-    fn json_row(&self, line: &[u8], offset: u64) -> Result<Row, String> {
+    fn json_row(&self, line: &[u8], offset: u64) -> Result<Row, FeedError> {
         let map = self.json_object(line, offset)?;
         // Before the columns are known (reading the first line), every key in order.
         if self.columns.is_empty() {
@@ -557,7 +616,7 @@ impl Feeder {
             .collect())
     }
 
-    fn json_keys(&self, offset: u64) -> Result<Vec<String>, String> {
+    fn json_keys(&self, offset: u64) -> Result<Vec<String>, FeedError> {
         let mut buf = vec![0u8; MAX_ROW.min(self.len as usize)];
         let got = self.pread(&mut buf, offset)?;
         let text = &buf[..got];
@@ -698,10 +757,19 @@ mod tests {
             let (_d, p) = file(name, text);
             Feeder::open("d", &p, None, Share::All, Order::Sequential, AtEnd::Stop).unwrap_err()
         };
-        assert!(open("e.csv", "").contains("no rows"));
-        assert!(open("h.csv", "a,b\n").contains("no data rows"));
-        assert!(open("x.jsonl", "[1,2]\n").contains("not a JSON object"));
-        assert!(open("y.jsonl", "{nope\n").contains("at byte 0"));
+        assert!(matches!(
+            open("e.csv", ""),
+            FeedError::Lacks {
+                lacks: "has no rows",
+                ..
+            }
+        ));
+        assert!(open("h.csv", "a,b\n").to_string().contains("no data rows"));
+        assert!(matches!(
+            open("x.jsonl", "[1,2]\n"),
+            FeedError::BadRow { offset: 0, why, .. } if why.contains("not a JSON object")
+        ));
+        assert!(open("y.jsonl", "{nope\n").to_string().contains("at byte 0"));
         let missing = Feeder::open(
             "d",
             Path::new("/nonexistent/x.csv"),
@@ -712,12 +780,12 @@ mod tests {
         )
         .unwrap_err();
         assert!(
-            missing.contains("cannot open /nonexistent/x.csv"),
+            (missing.to_string()).starts_with("cannot open /nonexistent/x.csv: "),
             "{missing}"
         );
         let (_d, p) = file("r.csv", "a\n1\n");
         let both = Feeder::open("d", &p, None, Share::Vu, Order::Random, AtEnd::Stop).unwrap_err();
-        assert!(both.contains("share: all"));
+        assert!(both.to_string().contains("share: all"));
     }
 
     #[test]
@@ -732,7 +800,7 @@ mod tests {
         let (_d, p) = file("g.csv", &format!("v\n{giant}\n"));
         let err =
             Feeder::open("g", &p, None, Share::All, Order::Sequential, AtEnd::Stop).unwrap_err();
-        assert!(err.contains("longer than"), "{err}");
+        assert!(err.to_string().contains("longer than"), "{err}");
         // Further in, the shared reader refuses it too, as an error and not a 1 MiB row.
         for name in ["g2.csv", "g2.jsonl"] {
             let first = if name.ends_with(".csv") {
@@ -750,7 +818,7 @@ mod tests {
             assert!(f.next(&mut vu, &mut rng).unwrap().is_some(), "{name}");
             let second = f.next(&mut vu, &mut rng);
             assert!(
-                matches!(&second, Err(e) if e.contains("longer than")),
+                matches!(&second, Err(e) if e.to_string().contains("longer than")),
                 "{name}: {:?}",
                 second.map(|r| r.map(|r| r.len()))
             );
@@ -822,7 +890,8 @@ mod tests {
                 .next(&mut VuCursor::default(), &mut fastrand::Rng::with_seed(1))
                 .unwrap_err();
             assert!(
-                err.contains("shard 2 of 3 has no rows: the file has 2 data rows"),
+                err.to_string()
+                    .contains("shard 2 of 3 has no rows: the file has 2 data rows"),
                 "{err}"
             );
         }

@@ -394,7 +394,7 @@ impl VuState {
         &mut self,
         workload: &Workload,
         scenario: &Scenario,
-    ) -> Result<Option<Vec<Option<String>>>, String> {
+    ) -> Result<Option<Vec<Option<String>>>, crate::feeder::FeedError> {
         let mut values = workload.initial.clone();
         if let Some(data) = &scenario.data {
             let feeder = &workload.feeders[data.feeder];

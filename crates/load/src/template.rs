@@ -96,9 +96,33 @@ pub struct RenderContext<'a> {
     pub rng: &'a mut fastrand::Rng,
 }
 
+/// Why a text is not a template kiln can fill in: said at its place in the plan.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum TemplateError {
+    #[error("a text of {0} bytes is longer than the {MAX_TEMPLATE} kiln takes")]
+    TooLong(usize),
+    #[error("'{{{{' at byte {0} is never closed with '}}}}'")]
+    NotClosed(usize),
+    #[error("unknown filter '{0}' (url or json)")]
+    UnknownFilter(String),
+    #[error("{{{{env.{0}}}}}: the environment has no variable {0}")]
+    NoSuchVariable(String),
+    #[error("'{0}' is not a variable name (letters, digits, _ - and ., starting with a letter)")]
+    BadName(String),
+    #[error("unknown built-in '${0}' (there are {BUILTINS})")]
+    UnknownBuiltin(String),
+    #[error("$randomInt({0}): write two integers, min,max")]
+    RandomIntArguments(String),
+    #[error("$randomInt({0}): min is above max")]
+    RandomIntRange(String),
+}
+
+/// The built-ins a template may name.
+const BUILTINS: &str = "$vu, $iteration, $uuid, $timestamp, $isoTimestamp, $randomInt(min,max)";
+
 impl Template {
     /// Parses `text`; variables get slots in `slots`.
-    pub fn parse(text: &str, slots: &mut Slots) -> Result<Self, String> {
+    pub fn parse(text: &str, slots: &mut Slots) -> Result<Self, TemplateError> {
         Self::parse_with_env(text, slots, &|name| std::env::var(name).ok())
     }
 
@@ -118,12 +142,9 @@ impl Template {
         text: &str,
         slots: &mut Slots,
         env: &dyn Fn(&str) -> Option<String>,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, TemplateError> {
         if text.len() > MAX_TEMPLATE {
-            return Err(format!(
-                "a text of {} bytes is longer than the {MAX_TEMPLATE} kiln takes",
-                text.len()
-            ));
+            return Err(TemplateError::TooLong(text.len()));
         }
         let mut parts = Vec::new();
         let mut literal = String::new();
@@ -138,24 +159,20 @@ impl Template {
             }
             literal.push_str(&rest[..open]);
             let after = &rest[open + 2..];
-            let close = after.find("}}").ok_or_else(|| {
-                format!(
-                    "'{{{{' at byte {} is never closed with '}}}}'",
-                    text.len() - rest.len() + open
-                )
-            })?;
+            let close = after
+                .find("}}")
+                .ok_or(TemplateError::NotClosed(text.len() - rest.len() + open))?;
             let inner = after[..close].trim();
             rest = &after[close + 2..];
             let (expr, filter) = match inner.rsplit_once('|') {
                 Some((e, "url")) => (e.trim(), Filter::Url),
                 Some((e, "json")) => (e.trim(), Filter::Json),
-                Some((_, f)) => return Err(format!("unknown filter '{}' (url or json)", f.trim())),
+                Some((_, f)) => return Err(TemplateError::UnknownFilter(f.trim().to_string())),
                 None => (inner, Filter::None),
             };
             if let Some(name) = expr.strip_prefix("env.") {
-                let value = env(name).ok_or_else(|| {
-                    format!("{{{{env.{name}}}}}: the environment has no variable {name}")
-                })?;
+                let value =
+                    env(name).ok_or_else(|| TemplateError::NoSuchVariable(name.to_string()))?;
                 literal.push_str(&apply(filter, &value));
                 continue;
             }
@@ -273,7 +290,7 @@ impl Template {
 }
 
 /// A variable name: letters, digits, `_`, `-` and `.`, starting with a letter or `_`.
-pub fn check_name(name: &str) -> Result<(), String> {
+pub fn check_name(name: &str) -> Result<(), TemplateError> {
     let mut chars = name.chars();
     let first_ok = chars
         .next()
@@ -284,14 +301,11 @@ pub fn check_name(name: &str) -> Result<(), String> {
     {
         Ok(())
     } else {
-        Err(format!(
-            "'{name}' is not a variable name (letters, digits, _ - and ., starting with a letter)"
-        ))
+        Err(TemplateError::BadName(name.to_string()))
     }
 }
 
-fn parse_builtin(text: &str) -> Result<Builtin, String> {
-    let known = "$vu, $iteration, $uuid, $timestamp, $isoTimestamp, $randomInt(min,max)";
+fn parse_builtin(text: &str) -> Result<Builtin, TemplateError> {
     Ok(match text {
         "vu" => Builtin::Vu,
         "iteration" => Builtin::Iteration,
@@ -302,13 +316,13 @@ fn parse_builtin(text: &str) -> Result<Builtin, String> {
             let args = text
                 .strip_prefix("randomInt(")
                 .and_then(|a| a.strip_suffix(')'))
-                .ok_or_else(|| format!("unknown built-in '${text}' (there are {known})"))?;
+                .ok_or_else(|| TemplateError::UnknownBuiltin(text.to_string()))?;
             let (lo, hi) = args
                 .split_once(',')
                 .and_then(|(a, b)| Some((a.trim().parse().ok()?, b.trim().parse().ok()?)))
-                .ok_or_else(|| format!("$randomInt({args}): write two integers, min,max"))?;
+                .ok_or_else(|| TemplateError::RandomIntArguments(args.to_string()))?;
             if lo > hi {
-                return Err(format!("$randomInt({args}): min is above max"));
+                return Err(TemplateError::RandomIntRange(args.to_string()));
             }
             Builtin::RandomInt(lo, hi)
         }
@@ -468,8 +482,9 @@ mod tests {
     #[test]
     fn bad_templates_say_what_is_wrong() {
         let mut slots = Slots::default();
-        let err =
-            |t: &str| Template::parse_with_env(t, &mut Slots::default(), &|_| None).unwrap_err();
+        let err = |t: &str| {
+            (Template::parse_with_env(t, &mut Slots::default(), &|_| None).unwrap_err()).to_string()
+        };
         assert!(err("a {{b").contains("never closed"));
         assert!(err("{{$nope}}").contains("unknown built-in"));
         assert!(err("{{$randomInt(9,1)}}").contains("min is above max"));
@@ -480,6 +495,7 @@ mod tests {
         let huge = "x".repeat(MAX_TEMPLATE + 1);
         assert!(Template::parse(&huge, &mut slots)
             .unwrap_err()
+            .to_string()
             .contains("longer"));
     }
 

@@ -63,16 +63,16 @@ impl Ctx<'_> {
         }
     }
 
-    fn err_at(&self, at: Location, message: impl Into<String>) -> PlanFileError {
+    fn err_at(&self, at: Location, message: impl std::fmt::Display) -> PlanFileError {
         PlanFileError {
             file: self.file.to_string(),
             line: at.line(),
             column: at.column(),
-            message: message.into(),
+            message: message.to_string(),
         }
     }
 
-    fn err(&self, message: impl Into<String>) -> PlanFileError {
+    fn err(&self, message: impl std::fmt::Display) -> PlanFileError {
         self.err_at(Location::UNKNOWN, message)
     }
 

@@ -1725,7 +1725,7 @@ async fn run_iteration(
     let mut values = match vu.state.start_iteration(workload, scenario) {
         Ok(Some(values)) => values,
         Ok(None) => return IterationEnd::DataEnded,
-        Err(why) => return IterationEnd::Failed(why),
+        Err(why) => return IterationEnd::Failed(why.to_string()),
     };
     let mut first = intended;
     let mut connect_failed = false;
