@@ -18,6 +18,42 @@ const POLL: Duration = Duration::from_millis(100);
 /// A ready file holds one number of milliseconds.
 const READY_FILE_MAX: u64 = 64;
 
+/// Why the shards did not meet, said with the barrier (`barrier DIR`, `barrier http://ADDR`).
+#[derive(Debug, thiserror::Error)]
+pub enum BarrierError {
+    #[error("shard {index} of {count} is not a shard")]
+    NotAShard { index: u32, count: u32 },
+    #[error("{barrier}: {doing}: {source}")]
+    Io {
+        barrier: String,
+        doing: &'static str,
+        source: std::io::Error,
+    },
+    #[error("{barrier}: shards {} of {count} were not ready after {} s", list(waiting), timeout.as_secs())]
+    NotReady {
+        barrier: String,
+        waiting: Vec<u32>,
+        count: u32,
+        timeout: Duration,
+    },
+    /// Shard 0 never answered this one.
+    #[error("{barrier}: shard 0 did not answer in {} s ({why})", timeout.as_secs())]
+    NoAnswer {
+        barrier: String,
+        timeout: Duration,
+        why: String,
+    },
+    /// Told no, or told what cannot be (another plan, a start far from the clocks), or an
+    /// address that cannot be listened on.
+    #[error("{barrier}: {why}")]
+    Refused { barrier: String, why: String },
+}
+
+fn list(shards: &[u32]) -> String {
+    let names: Vec<String> = shards.iter().map(u32::to_string).collect();
+    names.join(", ")
+}
+
 /// A file barrier for shard `index` of `count`.
 #[derive(Clone, Debug)]
 pub struct FileBarrier {
@@ -35,10 +71,16 @@ impl FileBarrier {
 
     /// Says this shard is ready (its time in milliseconds since the epoch, written whole by a
     /// rename) and waits for every shard; the time the load starts.
-    pub fn wait(&self) -> Result<SystemTime, String> {
-        let fail =
-            |what: &str, e: std::io::Error| format!("barrier {}: {what}: {e}", self.dir.display());
-        std::fs::create_dir_all(&self.dir).map_err(|e| fail("cannot create it", e))?;
+    pub fn wait(&self) -> Result<SystemTime, BarrierError> {
+        let barrier = || format!("barrier {}", self.dir.display());
+        let fail = |doing: &'static str| {
+            move |source| BarrierError::Io {
+                barrier: barrier(),
+                doing,
+                source,
+            }
+        };
+        std::fs::create_dir_all(&self.dir).map_err(fail("cannot create it"))?;
         let mine = SystemTime::now();
         let temp = self.dir.join(format!(
             ".ready-{}-of-{}.{}",
@@ -46,8 +88,8 @@ impl FileBarrier {
             self.count,
             std::process::id()
         ));
-        std::fs::write(&temp, unix_ms(mine).to_string()).map_err(|e| fail("cannot write", e))?;
-        std::fs::rename(&temp, self.ready_file(self.index)).map_err(|e| fail("cannot write", e))?;
+        std::fs::write(&temp, unix_ms(mine).to_string()).map_err(fail("cannot write"))?;
+        std::fs::rename(&temp, self.ready_file(self.index)).map_err(fail("cannot write"))?;
         let oldest = unix_ms(mine).saturating_sub(self.timeout.as_millis() as u64);
         let deadline = std::time::Instant::now() + self.timeout;
         loop {
@@ -60,19 +102,14 @@ impl FileBarrier {
                 return Ok(UNIX_EPOCH + Duration::from_millis(last) + BARRIER_LEAD);
             }
             if std::time::Instant::now() >= deadline {
-                let waiting: Vec<String> = ready
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, r)| r.is_none())
-                    .map(|(i, _)| i.to_string())
-                    .collect();
-                return Err(format!(
-                    "barrier {}: shards {} of {} were not ready after {} s",
-                    self.dir.display(),
-                    waiting.join(", "),
-                    self.count,
-                    self.timeout.as_secs()
-                ));
+                return Err(BarrierError::NotReady {
+                    barrier: barrier(),
+                    waiting: (0..self.count)
+                        .filter(|&i| ready[i as usize].is_none())
+                        .collect(),
+                    count: self.count,
+                    timeout: self.timeout,
+                });
             }
             std::thread::sleep(POLL);
         }
@@ -158,7 +195,14 @@ mod tests {
         let stale = unix_ms(SystemTime::now()) - 3_600_000;
         std::fs::write(tmp.path().join("ready-1-of-3"), stale.to_string()).unwrap();
         let err = barrier(tmp.path(), 0, 3, 300).wait().unwrap_err();
-        assert!(err.contains("shards 1, 2 of 3 were not ready"), "{err}");
+        assert!(
+            matches!(&err, BarrierError::NotReady { waiting, .. } if waiting == &[1, 2]),
+            "{err:?}"
+        );
+        assert!(
+            (err.to_string()).contains("shards 1, 2 of 3 were not ready"),
+            "{err}"
+        );
     }
 
     /// Ready files that lie: one linked to /dev/zero (read until memory ran out), a FIFO
@@ -181,10 +225,16 @@ mod tests {
         std::fs::write(tmp.path().join("ready-3-of-4"), far.to_string()).unwrap();
         let started = std::time::Instant::now();
         let err = barrier(tmp.path(), 0, 4, 400).wait().unwrap_err();
-        assert!(err.contains("shards 1, 2, 3 of 4 were not ready"), "{err}");
+        assert!(
+            (err.to_string()).contains("shards 1, 2, 3 of 4 were not ready"),
+            "{err}"
+        );
         assert!(started.elapsed() < Duration::from_secs(3));
         std::fs::write(tmp.path().join("ready-1-of-2"), u64::MAX.to_string()).unwrap();
         let err = barrier(tmp.path(), 0, 2, 300).wait().unwrap_err();
-        assert!(err.contains("shards 1 of 2 were not ready"), "{err}");
+        assert!(
+            (err.to_string()).contains("shards 1 of 2 were not ready"),
+            "{err}"
+        );
     }
 }

@@ -25,6 +25,8 @@ pub enum RunnerError {
     #[error(transparent)]
     Record(#[from] RecordError),
     #[error(transparent)]
+    Barrier(#[from] crate::barrier::BarrierError),
+    #[error(transparent)]
     Load(#[from] kiln_load::LoadError),
     #[error(transparent)]
     Plan(#[from] kiln_load::PlanError),

@@ -15,6 +15,7 @@
 //! second kept shard 0 from answering anyone); a start time further than the timeout from
 //! shard 0's clock is not believed.
 
+use crate::barrier::BarrierError;
 use kiln_record::clock::unix_us;
 use std::collections::BTreeSet;
 use std::io::{Read, Write};
@@ -85,12 +86,12 @@ struct State {
 
 impl HttpBarrier {
     /// Says this shard is ready and waits for every shard; when to start.
-    pub fn wait(&self) -> Result<BarrierStart, String> {
+    pub fn wait(&self) -> Result<BarrierStart, BarrierError> {
         if self.count == 0 || self.index >= self.count {
-            return Err(format!(
-                "shard {} of {} is not a shard",
-                self.index, self.count
-            ));
+            return Err(BarrierError::NotAShard {
+                index: self.index,
+                count: self.count,
+            });
         }
         if self.index == 0 {
             self.serve()
@@ -103,14 +104,28 @@ impl HttpBarrier {
         format!("barrier http://{}", self.addr)
     }
 
+    fn io(&self, doing: &'static str) -> impl FnOnce(std::io::Error) -> BarrierError + '_ {
+        move |source| BarrierError::Io {
+            barrier: self.name(),
+            doing,
+            source,
+        }
+    }
+
+    fn refused(&self, why: impl Into<String>) -> BarrierError {
+        BarrierError::Refused {
+            barrier: self.name(),
+            why: why.into(),
+        }
+    }
+
     /// Shard 0: answers the others on its own thread until every one has heard the start
     /// (or a while after it), and waits for them here.
-    fn serve(&self) -> Result<BarrierStart, String> {
-        let listener = TcpListener::bind(self.bind_addr()?)
-            .map_err(|e| format!("{}: cannot listen: {e}", self.name()))?;
+    fn serve(&self) -> Result<BarrierStart, BarrierError> {
+        let listener = TcpListener::bind(self.bind_addr()?).map_err(self.io("cannot listen"))?;
         listener
             .set_nonblocking(true)
-            .map_err(|e| format!("{}: {e}", self.name()))?;
+            .map_err(self.io("cannot listen"))?;
         let shared = Arc::new((Mutex::new(State::default()), Condvar::new()));
         shared.0.lock().unwrap().ready.insert(0);
         if self.count == 1 {
@@ -122,7 +137,7 @@ impl HttpBarrier {
             std::thread::Builder::new()
                 .name("kiln-barrier".into())
                 .spawn(move || barrier.answer_until_told(listener, &shared, deadline))
-                .map_err(|e| format!("{}: cannot start a thread: {e}", self.name()))?;
+                .map_err(self.io("cannot start a thread"))?;
         }
         let (lock, ready) = &*shared;
         let mut state = lock.lock().unwrap();
@@ -145,17 +160,14 @@ impl HttpBarrier {
     /// resolves to loopback only (`localhost`) is listened on at loopback; another name (a
     /// Kubernetes Service) is this machine's, so every interface is, said on stderr. Port 0
     /// is refused: the others could not know the port.
-    pub fn bind_addr(&self) -> Result<SocketAddr, String> {
+    pub fn bind_addr(&self) -> Result<SocketAddr, BarrierError> {
         let port = self
             .addr
             .rsplit_once(':')
             .and_then(|(_, p)| p.parse::<u16>().ok())
-            .ok_or_else(|| format!("{}: no port (http://HOST:PORT)", self.name()))?;
+            .ok_or_else(|| self.refused("no port (http://HOST:PORT)"))?;
         if port == 0 {
-            return Err(format!(
-                "{}: port 0 would listen on a port the other shards cannot know",
-                self.name()
-            ));
+            return Err(self.refused("port 0 would listen on a port the other shards cannot know"));
         }
         let addr = match self.addr.parse::<SocketAddr>() {
             Ok(addr) => addr,
@@ -334,7 +346,7 @@ impl HttpBarrier {
 
     /// Shards 1..N: ask shard 0 until it gives the start, measuring the clocks' offset on
     /// each answer; shard 0 not listening yet is waited for, a refusal ends the wait.
-    fn ask(&self) -> Result<BarrierStart, String> {
+    fn ask(&self) -> Result<BarrierStart, BarrierError> {
         let deadline = Instant::now() + self.timeout;
         // (round trip, offset) of the quickest exchange so far, in µs
         let mut best: Option<(i64, i64)> = None;
@@ -352,10 +364,9 @@ impl HttpBarrier {
                         let near = self.timeout.as_millis() as u64 + HTTP_LEAD.as_millis() as u64;
                         let now_ms = answer.now_unix_us / 1000;
                         if start.abs_diff(now_ms) > near || now_ms > i64::MAX as u64 / 1000 {
-                            return Err(format!(
-                                "{}: a start {start} ms is not near shard 0's clock ({now_ms} ms)",
-                                self.name()
-                            ));
+                            return Err(self.refused(format!(
+                                "a start {start} ms is not near shard 0's clock ({now_ms} ms)"
+                            )));
                         }
                         for _ in 0..EXTRA_ASKS {
                             std::thread::sleep(Duration::from_millis(20));
@@ -369,11 +380,10 @@ impl HttpBarrier {
                         let local_us = (start as i64 * 1000 - offset).max(0) as u64;
                         let local_now_ms = unix_us(SystemTime::now()) / 1000;
                         if (local_us / 1000).abs_diff(local_now_ms) > near {
-                            return Err(format!(
-                                "{}: the start read on this clock is {} s away",
-                                self.name(),
+                            return Err(self.refused(format!(
+                                "the start read on this clock is {} s away",
                                 (local_us / 1000).abs_diff(local_now_ms) / 1000
-                            ));
+                            )));
                         }
                         return Ok(BarrierStart {
                             at: UNIX_EPOCH + Duration::from_micros(local_us),
@@ -383,17 +393,17 @@ impl HttpBarrier {
                     }
                     last_seen = Some(answer);
                 }
-                Err(Asked::Refused(why)) => return Err(format!("{}: {why}", self.name())),
-                Err(Asked::Unreachable(why)) => unreachable = why,
+                Err(AnswerError::Refused(why)) => return Err(self.refused(why)),
+                Err(AnswerError::Unreachable(why)) => unreachable = why,
             }
             if Instant::now() >= deadline {
                 return Err(match last_seen {
                     Some(answer) => self.not_ready(&answer.ready.into_iter().collect()),
-                    None => format!(
-                        "{}: shard 0 did not answer in {} s ({unreachable})",
-                        self.name(),
-                        self.timeout.as_secs()
-                    ),
+                    None => BarrierError::NoAnswer {
+                        barrier: self.name(),
+                        timeout: self.timeout,
+                        why: unreachable,
+                    },
                 });
             }
             std::thread::sleep(POLL);
@@ -401,16 +411,16 @@ impl HttpBarrier {
     }
 
     /// One exchange: the answer, the round trip and shard 0's clock minus this one's (µs).
-    fn ask_once(&self) -> Result<(Answer, i64, i64), Asked> {
+    fn ask_once(&self) -> Result<(Answer, i64, i64), AnswerError> {
         let addr = self
             .addr
             .to_socket_addrs()
-            .map_err(|e| Asked::Unreachable(e.to_string()))?
+            .map_err(|e| AnswerError::Unreachable(e.to_string()))?
             .next()
-            .ok_or_else(|| Asked::Unreachable("no address".into()))?;
+            .ok_or_else(|| AnswerError::Unreachable("no address".into()))?;
         let mut stream = TcpStream::connect_timeout(&addr, IO_TIMEOUT)
-            .map_err(|e| Asked::Unreachable(e.to_string()))?;
-        let io = |e: std::io::Error| Asked::Unreachable(e.to_string());
+            .map_err(|e| AnswerError::Unreachable(e.to_string()))?;
+        let io = |e: std::io::Error| AnswerError::Unreachable(e.to_string());
         stream.set_read_timeout(Some(IO_TIMEOUT)).map_err(io)?;
         stream.set_nodelay(true).map_err(io)?;
         let authorization = self
@@ -428,31 +438,30 @@ impl HttpBarrier {
         let mut raw = Vec::new();
         stream.take(64 * 1024).read_to_end(&mut raw).map_err(io)?;
         let received = SystemTime::now();
-        let answer = read_answer(&raw)?;
+        let answer = parse_answer(&raw)?;
         let (t0, t1) = (unix_us(sent) as i64, unix_us(received) as i64);
         let offset = answer.now_unix_us as i64 - (t0 + t1) / 2;
         Ok((answer, t1 - t0, offset))
     }
 
-    fn not_ready(&self, ready: &BTreeSet<u32>) -> String {
-        let waiting: Vec<String> = (0..self.count)
-            .filter(|i| !ready.contains(i))
-            .map(|i| i.to_string())
-            .collect();
-        format!(
-            "{}: shards {} of {} were not ready after {} s",
-            self.name(),
-            waiting.join(", "),
-            self.count,
-            self.timeout.as_secs()
-        )
+    fn not_ready(&self, ready: &BTreeSet<u32>) -> BarrierError {
+        BarrierError::NotReady {
+            barrier: self.name(),
+            waiting: (0..self.count).filter(|i| !ready.contains(i)).collect(),
+            count: self.count,
+            timeout: self.timeout,
+        }
     }
 }
 
-enum Asked {
+/// Why an answer from the barrier's address is not shard 0's start.
+#[derive(Debug, thiserror::Error)]
+pub enum AnswerError {
     /// Shard 0 answered no: another plan, another N, or not a barrier.
+    #[error("{0}")]
     Refused(String),
     /// Not listening (yet), or the exchange broke: asked again.
+    #[error("{0}")]
     Unreachable(String),
 }
 
@@ -553,25 +562,21 @@ pub fn parse_request(raw: &[u8]) -> RequestRead {
 
 /// Reads shard 0's answer to a shard: its status and JSON body (bytes from whoever listens
 /// at the barrier's address; public for the fuzz target). Err says why it is not one.
-pub fn parse_answer(raw: &[u8]) -> Result<Answer, String> {
-    read_answer(raw).map_err(|(Asked::Refused(why) | Asked::Unreachable(why))| why)
-}
-
-fn read_answer(raw: &[u8]) -> Result<Answer, Asked> {
+pub fn parse_answer(raw: &[u8]) -> Result<Answer, AnswerError> {
     let mut headers = [httparse::EMPTY_HEADER; 16];
     let mut response = httparse::Response::new(&mut headers);
     let body_at = match response.parse(raw) {
         Ok(httparse::Status::Complete(n)) => n,
-        _ => return Err(Asked::Unreachable("an incomplete answer".into())),
+        _ => return Err(AnswerError::Unreachable("an incomplete answer".into())),
     };
     let body = String::from_utf8_lossy(&raw[body_at..]).into_owned();
     match response.code {
         Some(200) => {}
-        Some(400 | 401 | 404 | 409) => return Err(Asked::Refused(body)),
-        other => return Err(Asked::Unreachable(format!("status {other:?}"))),
+        Some(400 | 401 | 404 | 409) => return Err(AnswerError::Refused(body)),
+        other => return Err(AnswerError::Unreachable(format!("status {other:?}"))),
     }
     serde_json::from_str(&body)
-        .map_err(|e| Asked::Refused(format!("an answer kiln cannot read: {e}")))
+        .map_err(|e| AnswerError::Refused(format!("an answer kiln cannot read: {e}")))
 }
 
 #[cfg(test)]
@@ -655,16 +660,25 @@ mod tests {
         let zero = std::thread::spawn(move || barrier(port, 0, 3, "p1", 1500).wait());
         std::thread::sleep(Duration::from_millis(200));
         let other = barrier(port, 1, 3, "p2", 1000).wait().unwrap_err();
-        assert!(other.contains("another plan"), "{other}");
+        assert!(other.to_string().contains("another plan"), "{other}");
         let more = barrier(port, 1, 4, "p1", 1000).wait().unwrap_err();
-        assert!(more.contains("this barrier is for 3 shards"), "{more}");
+        assert!(
+            (more.to_string()).contains("this barrier is for 3 shards"),
+            "{more}"
+        );
         let asked = barrier(port, 1, 3, "p1", 600).wait().unwrap_err();
-        assert!(asked.contains("shards 2 of 3 were not ready"), "{asked}");
+        assert!(
+            matches!(&asked, BarrierError::NotReady { waiting, .. } if waiting == &[2]),
+            "{asked}"
+        );
         let served = zero.join().unwrap().unwrap_err();
-        assert!(served.contains("shards 2 of 3 were not ready"), "{served}");
+        assert!(
+            (served.to_string()).contains("shards 2 of 3 were not ready"),
+            "{served}"
+        );
         // no shard 0 at all
         let alone = barrier(free_port(), 2, 3, "p1", 300).wait().unwrap_err();
-        assert!(alone.contains("shard 0 did not answer"), "{alone}");
+        assert!(matches!(alone, BarrierError::NoAnswer { .. }), "{alone}");
     }
 
     /// What is not a barrier request gets an error status, and shard 0 goes on.
@@ -708,7 +722,10 @@ mod tests {
         };
         std::thread::sleep(Duration::from_millis(200));
         let forged = barrier(port, 1, 2, "p", 1000).wait().unwrap_err();
-        assert!(forged.contains("asks for the shards' token"), "{forged}");
+        assert!(
+            (forged.to_string()).contains("asks for the shards' token"),
+            "{forged}"
+        );
         let wrong = HttpBarrier {
             token: Some("s3creT".into()),
             ..barrier(port, 1, 2, "p", 1000)
@@ -769,7 +786,10 @@ mod tests {
                 );
             });
             let refused = barrier(port, 1, 2, "p", 1000).wait().unwrap_err();
-            assert!(refused.contains("is not near shard 0's clock"), "{refused}");
+            assert!(
+                (refused.to_string()).contains("is not near shard 0's clock"),
+                "{refused}"
+            );
             fake.join().unwrap();
         }
     }
@@ -789,6 +809,6 @@ mod tests {
             addr: "127.0.0.1:0".into(),
             ..barrier(0, 0, 2, "p", 100)
         };
-        assert!(zero.bind_addr().unwrap_err().contains("port 0"));
+        assert!(zero.bind_addr().unwrap_err().to_string().contains("port 0"));
     }
 }

@@ -662,7 +662,7 @@ fn start_at(args: &LoadFlags, shard: Option<kiln_load::plan::Shard>) -> Result<O
                     .or_else(|| std::env::var("KILN_BARRIER_TOKEN").ok())
                     .filter(|t| !t.is_empty()),
             };
-            let start = barrier.wait().map_err(crate::RunnerError::Said)?;
+            let start = barrier.wait()?;
             return Ok(Some(Start {
                 at: start.at,
                 clock_offset: Some((start.offset_ms, start.rtt_ms)),
@@ -674,7 +674,7 @@ fn start_at(args: &LoadFlags, shard: Option<kiln_load::plan::Shard>) -> Result<O
             count: shard.count,
             timeout,
         };
-        let at = barrier.wait().map_err(crate::RunnerError::Said)?;
+        let at = barrier.wait()?;
         return Ok(Some(Start {
             at,
             clock_offset: None,
