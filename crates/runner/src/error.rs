@@ -27,6 +27,8 @@ pub enum RunnerError {
     #[error(transparent)]
     Barrier(#[from] crate::barrier::BarrierError),
     #[error(transparent)]
+    JvmProfile(#[from] crate::jvm_profile::JvmProfileError),
+    #[error(transparent)]
     Load(#[from] kiln_load::LoadError),
     #[error(transparent)]
     Plan(#[from] kiln_load::PlanError),

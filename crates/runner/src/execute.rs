@@ -210,7 +210,7 @@ pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut dyn Progress) -> Res
                     Ok(w) => jvm_beside.push(w),
                     Err(why) => {
                         warnings.push(format!("{}: {why}", kind.flag()));
-                        dir.manifest.not_recorded.insert(kind.flag().into(), why);
+                        (dir.manifest.not_recorded).insert(kind.flag().into(), why.to_string());
                     }
                 }
             }
@@ -428,7 +428,7 @@ impl ProfileWatcher {
                         how: Profiler::Async(profile),
                     })
                 }
-                Err(why) => note = why,
+                Err(why) => note = why.map(|e| e.to_string()),
             }
         }
         let done = Arc::new(AtomicBool::new(false));

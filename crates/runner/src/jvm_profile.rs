@@ -36,13 +36,29 @@ impl JvmProfiler {
 
     /// async-profiler's library: the one given, else where `find` looks (perf for the CPU
     /// profile does not keep `--alloc` from it).
-    fn library(&self) -> Result<PathBuf, String> {
+    fn library(&self) -> Result<PathBuf, JvmProfileError> {
         let explicit = match self {
             JvmProfiler::Library(path) => Some(path.as_path()),
             JvmProfiler::Auto | JvmProfiler::Perf => None,
         };
-        kiln_runtime::async_profiler::find(explicit).map_err(|e| e.to_string())
+        kiln_runtime::async_profiler::find(explicit).map_err(JvmProfileError::Library)
     }
+}
+
+/// Why async-profiler gave no profile of a JVM (said in the record beside the part).
+#[derive(Debug, thiserror::Error)]
+pub enum JvmProfileError {
+    #[error("{what} are taken inside a JVM (async-profiler); the watched process is not one")]
+    NotAJvm { what: &'static str },
+    /// No library where kiln looks, or not one kiln can load.
+    #[error(transparent)]
+    Library(kiln_runtime::RuntimeError),
+    #[error("async-profiler could not start: {0}")]
+    Start(kiln_runtime::RuntimeError),
+    #[error("async-profiler: {0}")]
+    Stopped(kiln_runtime::RuntimeError),
+    #[error("async-profiler's output: {0}")]
+    Output(kiln_profile::ProfileError),
 }
 
 /// Whether `pid` runs a JVM (its perf map's runtime), where async-profiler can be loaded.
@@ -62,14 +78,14 @@ pub struct JvmCpuProfile {
 impl JvmCpuProfile {
     /// Starts it in JVM `pid` at `hz` samples a second, or says why not (None: perf was
     /// asked for).
-    pub fn start(pid: i32, hz: u32, jvm: &JvmProfiler) -> Result<Self, Option<String>> {
+    pub fn start(pid: i32, hz: u32, jvm: &JvmProfiler) -> Result<Self, Option<JvmProfileError>> {
         if *jvm == JvmProfiler::Perf {
             return Err(None);
         }
         let library = jvm.library().map_err(Some)?;
         let interval = Duration::from_nanos(1_000_000_000 / u64::from(hz.max(1)));
         let session = Session::start(pid, Path::new("/proc"), &library, Sampling::Cpu(interval))
-            .map_err(|e| Some(format!("async-profiler could not start: {e}")))?;
+            .map_err(|e| Some(JvmProfileError::Start(e)))?;
         // without it the JVM records where compiled code is only at safepoints, and a sample
         // in inlined code is placed at the nearest one; on its command line, or in
         // JAVA_TOOL_OPTIONS (as --spawn gives it)
@@ -95,7 +111,7 @@ impl JvmCpuProfile {
     }
 
     /// Stops it: the stacks it took, and how.
-    pub fn stop(self) -> Result<(kiln_profile::Folded, AsyncProfiled), String> {
+    pub fn stop(self) -> Result<(kiln_profile::Folded, AsyncProfiled), JvmProfileError> {
         let duration = self.session.started.elapsed();
         let folded = stopped_stacks(self.session)?;
         let taken = AsyncProfiled {
@@ -109,14 +125,14 @@ impl JvmCpuProfile {
 }
 
 /// A session's collapsed stacks, read back after its stop.
-fn stopped_stacks(session: Session) -> Result<kiln_profile::Folded, String> {
-    let text = session.stop().map_err(|e| format!("async-profiler: {e}"))?;
+fn stopped_stacks(session: Session) -> Result<kiln_profile::Folded, JvmProfileError> {
+    let text = session.stop().map_err(JvmProfileError::Stopped)?;
     if text.trim().is_empty() {
         return Ok(kiln_profile::Folded::default());
     }
     kiln_profile::import(text.as_bytes())
         .map(|imported| imported.folded)
-        .map_err(|e| format!("async-profiler's output: {e}"))
+        .map_err(JvmProfileError::Output)
 }
 
 /// A sample every this many bytes a JVM allocates (async-profiler's default is one per
@@ -176,20 +192,22 @@ pub(crate) struct JvmBesideWatcher {
 
 impl JvmBesideWatcher {
     /// Starts it in JVM `pid`, or says why it cannot be taken.
-    pub(crate) fn start(kind: JvmBeside, pid: i32, jvm: &JvmProfiler) -> Result<Self, String> {
+    pub(crate) fn start(
+        kind: JvmBeside,
+        pid: i32,
+        jvm: &JvmProfiler,
+    ) -> Result<Self, JvmProfileError> {
         if !is_jvm(pid) {
             let what = match kind {
                 JvmBeside::Alloc => "allocation profiles",
                 JvmBeside::Locks => "lock profiles",
                 JvmBeside::Wall => "wall-clock profiles",
             };
-            return Err(format!(
-                "{what} are taken inside a JVM (async-profiler); the watched process is not one"
-            ));
+            return Err(JvmProfileError::NotAJvm { what });
         }
         let library = jvm.library()?;
         let session = Session::start(pid, Path::new("/proc"), &library, kind.sampling())
-            .map_err(|e| format!("async-profiler could not start: {e}"))?;
+            .map_err(JvmProfileError::Start)?;
         Ok(Self { kind, pid, session })
     }
 
@@ -229,7 +247,9 @@ impl JvmBesideWatcher {
             ),
         };
         let kind = self.kind;
-        let written = stopped_stacks(self.session).and_then(|folded| {
+        // what went wrong is said in the record, as text
+        let stacks = stopped_stacks(self.session).map_err(|e| e.to_string());
+        let written = stacks.and_then(|folded| {
             if folded.total() == 0 && kind == JvmBeside::Locks {
                 // no thread waited for a lock as long as the threshold: nothing to draw
                 return Ok(None);

@@ -69,7 +69,7 @@ impl ProfileSession {
             let jvm = JvmProfiler::from_flag(async_profiler);
             match JvmCpuProfile::start(pid, options.frequency_hz, &jvm) {
                 Ok(profile) => in_jvm = Some(profile),
-                Err(why) => not_async = why,
+                Err(why) => not_async = why.map(|e| e.to_string()),
             }
         }
         let profiler = if in_jvm.is_some() {
@@ -229,5 +229,5 @@ fn take_in_jvm(
         let left = duration.saturating_sub(started.elapsed());
         std::thread::sleep(left.min(Duration::from_millis(100)));
     }
-    profile.stop().map_err(crate::RunnerError::Said)
+    Ok(profile.stop()?)
 }
