@@ -60,8 +60,8 @@ pub fn job(args: K8sJobArgs) -> Result<u8> {
         results_size: args.results_size,
         run_args: args.run_args,
     };
-    k8s::check(&spec).map_err(anyhow::Error::msg)?;
-    out!("{}", k8s::to_yaml(&spec).map_err(anyhow::Error::msg)?);
+    k8s::check(&spec)?;
+    out!("{}", k8s::to_yaml(&spec)?);
     Ok(0)
 }
 

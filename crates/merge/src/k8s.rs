@@ -46,8 +46,18 @@ pub enum JobStart {
     Barrier(String),
 }
 
+/// Why a spec cannot be rendered as Kubernetes manifests.
+#[derive(Debug, thiserror::Error)]
+pub enum K8sError {
+    /// A flag or the plan that Kubernetes would refuse: what to change.
+    #[error("{0}")]
+    Refused(String),
+    #[error("the manifests as YAML: {0}")]
+    Yaml(String),
+}
+
 /// Why a spec cannot be rendered.
-pub fn check(spec: &JobSpec) -> Result<(), String> {
+pub fn check(spec: &JobSpec) -> Result<(), K8sError> {
     let dns_label = |s: &str| {
         !s.is_empty()
             && s.len() <= 52 // the Job controller appends "-<index>-<random>" to pod names
@@ -57,14 +67,16 @@ pub fn check(spec: &JobSpec) -> Result<(), String> {
             && !s.ends_with('-')
     };
     if !dns_label(&spec.name) {
-        return Err(format!(
+        return Err(K8sError::Refused(format!(
             "--name {:?}: lower-case letters, digits and '-', at most 52 characters",
             spec.name
-        ));
+        )));
     }
     if let Some(ns) = &spec.namespace {
         if !dns_label(ns) {
-            return Err(format!("--namespace {ns:?} is not a DNS label"));
+            return Err(K8sError::Refused(format!(
+                "--namespace {ns:?} is not a DNS label"
+            )));
         }
     }
     // Kubernetes quantities: `2`, `1.5`, `500m` for CPU; `1Gi`, `512Mi`, `1G` for memory
@@ -75,28 +87,31 @@ pub fn check(spec: &JobSpec) -> Result<(), String> {
         digits(whole) && digits(fraction) && number.bytes().any(|b| (b'1'..=b'9').contains(&b))
     };
     if !quantity(&spec.cpu, &["m"]) {
-        return Err(format!(
+        return Err(K8sError::Refused(format!(
             "--cpu {:?} is not a CPU quantity such as 2, 1.5 or 500m",
             spec.cpu
-        ));
+        )));
     }
     let memory_suffixes = [
         "Ki", "Mi", "Gi", "Ti", "Pi", "Ei", "k", "M", "G", "T", "P", "E",
     ];
     if !quantity(&spec.memory, &memory_suffixes) {
-        return Err(format!(
+        return Err(K8sError::Refused(format!(
             "--memory {:?} is not a memory quantity such as 1Gi or 512Mi",
             spec.memory
-        ));
+        )));
     }
     if !(1..=10_000).contains(&spec.workers) {
-        return Err(format!("--workers {}: 1 to 10000", spec.workers));
+        return Err(K8sError::Refused(format!(
+            "--workers {}: 1 to 10000",
+            spec.workers
+        )));
     }
     if spec.image.trim().is_empty() || spec.image.contains(char::is_whitespace) {
-        return Err(format!(
+        return Err(K8sError::Refused(format!(
             "--image {:?} is not an image reference",
             spec.image
-        ));
+        )));
     }
     if spec.plan_name.is_empty()
         || !spec
@@ -104,10 +119,10 @@ pub fn check(spec: &JobSpec) -> Result<(), String> {
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"-._".contains(&b))
     {
-        return Err(format!(
+        return Err(K8sError::Refused(format!(
             "the plan file's name {:?} cannot be a ConfigMap key (letters, digits, '-', '.', '_')",
             spec.plan_name
-        ));
+        )));
     }
     let mut carried = spec.plan_text.len();
     for (path, bytes) in &spec.data_files {
@@ -116,19 +131,19 @@ pub fn check(spec: &JobSpec) -> Result<(), String> {
             .iter()
             .any(|p| p.is_empty() || *p == "." || *p == "..")
         {
-            return Err(format!(
+            return Err(K8sError::Refused(format!(
                 "the data file {path:?} is not inside the plan's folder: \
                  kiln carries a plan's data files beside it, so name them relative to it"
-            ));
+            )));
         }
         carried += bytes.len();
     }
     if carried > CONFIG_MAP_MAX {
-        return Err(format!(
+        return Err(K8sError::Refused(format!(
             "the plan and its data files are {carried} bytes; a ConfigMap holds at most \
              {CONFIG_MAP_MAX} (1 MiB): build an image with the data in it \
              (FROM the kiln image, COPY the plan's folder) and run the plan from there"
-        ));
+        )));
     }
     Ok(())
 }
@@ -294,8 +309,8 @@ pub fn manifests(spec: &JobSpec) -> Vec<Value> {
 }
 
 /// The manifests as YAML documents.
-pub fn to_yaml(spec: &JobSpec) -> Result<String, String> {
-    serde_saphyr::to_string_multiple(&manifests(spec)).map_err(|e| e.to_string())
+pub fn to_yaml(spec: &JobSpec) -> Result<String, K8sError> {
+    serde_saphyr::to_string_multiple(&manifests(spec)).map_err(|e| K8sError::Yaml(e.to_string()))
 }
 
 #[cfg(test)]
@@ -367,7 +382,7 @@ mod tests {
     fn names_that_kubernetes_refuses_are_refused_here() {
         let mut s = spec(2);
         s.name = "Kiln_Load".into();
-        assert!(check(&s).unwrap_err().contains("--name"));
+        assert!(check(&s).unwrap_err().to_string().contains("--name"));
         let mut s = spec(0);
         assert!(check(&s).is_err());
         s.workers = 2;
@@ -377,21 +392,33 @@ mod tests {
         for outside in ["../users.csv", "/etc/passwd", "data//u.csv", "./u.csv"] {
             let mut s = spec(2);
             s.data_files = vec![(outside.into(), b"u\n".to_vec())];
-            assert!(check(&s).unwrap_err().contains("not inside"), "{outside}");
+            assert!(
+                check(&s).unwrap_err().to_string().contains("not inside"),
+                "{outside}"
+            );
         }
         let mut s = spec(2);
         s.data_files = vec![("big.csv".into(), vec![b'x'; CONFIG_MAP_MAX])];
-        assert!(check(&s).unwrap_err().contains("at most 1048576"));
+        assert!(check(&s)
+            .unwrap_err()
+            .to_string()
+            .contains("at most 1048576"));
         // quantities Kubernetes would refuse when the Job is applied
         for cpu in ["abc", "", "0", "2 ", "-1", "1.", "m"] {
             let mut s = spec(2);
             s.cpu = cpu.into();
-            assert!(check(&s).unwrap_err().contains("--cpu"), "{cpu:?}");
+            assert!(
+                check(&s).unwrap_err().to_string().contains("--cpu"),
+                "{cpu:?}"
+            );
         }
         for memory in ["1GB", "lots", "0Mi", "Gi"] {
             let mut s = spec(2);
             s.memory = memory.into();
-            assert!(check(&s).unwrap_err().contains("--memory"), "{memory:?}");
+            assert!(
+                check(&s).unwrap_err().to_string().contains("--memory"),
+                "{memory:?}"
+            );
         }
         for (cpu, memory) in [("2", "1Gi"), ("500m", "512Mi"), ("1.5", "2G")] {
             let mut s = spec(2);

@@ -106,16 +106,21 @@ pub struct Merged {
 }
 
 /// Why records cannot be merged.
-#[derive(Debug)]
-pub struct MergeError(pub String);
-
-impl std::fmt::Display for MergeError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
+#[derive(Debug, thiserror::Error)]
+pub enum MergeError {
+    /// The shards cannot make one record as they are (different plans, a shard twice or
+    /// missing, more than the open-files limit): what to change.
+    #[error("{0}")]
+    Refused(String),
+    /// A record that could not be read or written: where, and why.
+    #[error("{at}: {source}")]
+    Record {
+        at: String,
+        source: kiln_record::RecordError,
+    },
+    #[error("the shards' health: {0}")]
+    Json(#[from] serde_json::Error),
 }
-
-impl std::error::Error for MergeError {}
 
 /// A shard start later than this after the earliest is named in the merged record's reason.
 pub const LATE_START_MS: u64 = 1000;
@@ -180,7 +185,8 @@ const FILES_BESIDE_SHARDS: u64 = 32;
 
 /// Reads `dirs`, merges them into a new run directory at `out`.
 pub fn merge(dirs: &[PathBuf], out: &Path, options: MergeOptions) -> Result<Merged, MergeError> {
-    let err = |m: String| MergeError(m);
+    let err = MergeError::Refused;
+    let record = |at: String| move |source| MergeError::Record { at, source };
     if dirs.is_empty() {
         return Err(err(
             "nothing to merge: name the shards' run directories".into()
@@ -188,9 +194,7 @@ pub fn merge(dirs: &[PathBuf], out: &Path, options: MergeOptions) -> Result<Merg
     }
     let runs: Vec<RunDir> = dirs
         .iter()
-        .map(|d| {
-            RunDir::open(d).map_err(|e| err(format!("cannot read the run in {}: {e}", d.display())))
-        })
+        .map(|d| RunDir::open(d).map_err(record(format!("cannot read the run in {}", d.display()))))
         .collect::<Result<_, _>>()?;
     let first_plan = plan_without_shard(&runs[0].manifest.plan);
     if !options.any_plans {
@@ -295,15 +299,16 @@ pub fn merge(dirs: &[PathBuf], out: &Path, options: MergeOptions) -> Result<Merg
         std::env::args().collect(),
         plan,
     )
-    .map_err(|e| {
-        err(format!(
-            "cannot write the merged run in {}: {e}",
-            out.display()
-        ))
-    })?;
+    .map_err(record(format!(
+        "cannot write the merged run in {}",
+        out.display()
+    )))?;
     // whatever fails from here on leaves the merged record `failed` with why, not `running`
     let written = (|| -> Result<Merged, MergeError> {
-        let write_err = |e: kiln_record::RecordError| err(format!("{}: {e}", out.display()));
+        let write_err = |source| MergeError::Record {
+            at: out.display().to_string(),
+            source,
+        };
         let mut writer = dir
             .add_json_lines_part(LOAD_SECONDS_PART, "load-seconds.jsonl", 1)
             .map_err(write_err)?;
@@ -313,7 +318,7 @@ pub fn merge(dirs: &[PathBuf], out: &Path, options: MergeOptions) -> Result<Merg
         for run in &runs {
             let lines = run
                 .json_lines::<LoadRecordLine>(LOAD_SECONDS_PART)
-                .map_err(|e| err(format!("{}: {e}", run.path().display())))?;
+                .map_err(record(run.path().display().to_string()))?;
             // a record cut mid-line (a killed shard) ends at its last whole line; one damaged
             // further up is said (it was merged as complete, cut silently)
             let damaged = std::rc::Rc::new(std::cell::RefCell::new(None));
@@ -446,7 +451,7 @@ pub fn merge(dirs: &[PathBuf], out: &Path, options: MergeOptions) -> Result<Merg
         };
         reasons.extend(late);
 
-        let shards_json = serde_json::to_vec_pretty(&shards).map_err(|e| err(e.to_string()))?;
+        let shards_json = serde_json::to_vec_pretty(&shards)?;
         dir.write_file_part(SHARDS_PART, "shards.json", 1, &shards_json)
             .map_err(write_err)?;
         let reason = (!reasons.is_empty()).then(|| reasons.join("; "));
@@ -460,7 +465,7 @@ pub fn merge(dirs: &[PathBuf], out: &Path, options: MergeOptions) -> Result<Merg
         })
     })();
     if let Err(e) = &written {
-        let _ = dir.finish(RunStatus::Failed, Some(e.0.clone()));
+        let _ = dir.finish(RunStatus::Failed, Some(e.to_string()));
     }
     written
 }
@@ -692,7 +697,9 @@ mod tests {
         let two = run("two", 0, 2);
         let three = run("three", 1, 3);
         let out = tmp.path().join("out");
-        let merged = |dirs: &[PathBuf]| merge(dirs, &out, MergeOptions::default()).unwrap_err().0;
+        let merged = |dirs: &[PathBuf]| {
+            (merge(dirs, &out, MergeOptions::default()).unwrap_err()).to_string()
+        };
         assert!(merged(&[huge]).contains("shard 0 of 1000000"));
         let unread = merged(&[forged]);
         assert!(
@@ -803,7 +810,7 @@ mod tests {
         assert_eq!(written.manifest.status, RunStatus::Failed);
         assert_eq!(
             written.manifest.status_reason.as_deref(),
-            Some(failed.0.as_str())
+            Some(failed.to_string().as_str())
         );
     }
 
