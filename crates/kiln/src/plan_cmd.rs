@@ -17,7 +17,7 @@ fn check(args: PlanCheckArgs) -> Result<u8> {
     let sets = args
         .set
         .iter()
-        .map(|s| kiln_plan::parse_set(s).map_err(anyhow::Error::msg))
+        .map(|s| kiln_plan::parse_set(s).map_err(anyhow::Error::from))
         .collect::<Result<Vec<_>>>()?;
     // nothing is sent, so no name is looked up unless asked: a recording of public sites
     // checks offline

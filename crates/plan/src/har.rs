@@ -312,7 +312,29 @@ fn millis_of(time: &str) -> Option<f64> {
 }
 
 /// Makes the plan; an error says what in the file is not a HAR.
-pub fn to_plan(text: &str, keep_static: bool) -> Result<MadePlan, String> {
+/// Why a recording makes no plan.
+#[derive(Debug, thiserror::Error)]
+pub enum HarError {
+    #[error("not a HAR file: {0}")]
+    NotHar(#[from] serde_json::Error),
+    #[error("the recording has no requests to replay")]
+    NoRequests,
+    #[error(
+        "the recording's main host {0} is a link-local address (a cloud's metadata service): \
+         kiln does not load it"
+    )]
+    LinkLocal(String),
+    #[error(
+        "the plan would be {:.1} MiB, more than kiln reads ({} MiB): the recording's request \
+         bodies are too large to replay from a plan (keep fewer requests, or post large bodies \
+         from data files)",
+        *.0 as f64 / (1 << 20) as f64,
+        crate::MAX_PLAN_BYTES >> 20
+    )]
+    TooLarge(usize),
+}
+
+pub fn to_plan(text: &str, keep_static: bool) -> Result<MadePlan, HarError> {
     to_plan_with(
         text,
         &HarOptions {
@@ -323,10 +345,10 @@ pub fn to_plan(text: &str, keep_static: bool) -> Result<MadePlan, String> {
 }
 
 /// Makes the plan with `options`; an error says what in the file is not a HAR.
-pub fn to_plan_with(text: &str, options: &HarOptions) -> Result<MadePlan, String> {
+pub fn to_plan_with(text: &str, options: &HarOptions) -> Result<MadePlan, HarError> {
     // a byte-order mark before the JSON (some tools write one) is not part of it
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
-    let har: Har = serde_json::from_str(text).map_err(|e| format!("not a HAR file: {e}"))?;
+    let har: Har = serde_json::from_str(text)?;
     let is_http = |e: &&Entry| matches!(scheme_of(&e.request.url).as_str(), "http" | "https");
     let main_host = har
         .log
@@ -336,10 +358,7 @@ pub fn to_plan_with(text: &str, options: &HarOptions) -> Result<MadePlan, String
         .find_map(|e| split_origin(&e.request.url))
         .map(|(origin, _)| host_of(origin));
     if let Some(host) = main_host.as_deref().filter(|h| link_local(h)) {
-        return Err(format!(
-            "the recording's main host {host} is a link-local address (a cloud's metadata \
-             service): kiln does not load it"
-        ));
+        return Err(HarError::LinkLocal(host.to_string()));
     }
     let wanted = |host: &str| {
         Some(host) == main_host.as_deref()
@@ -375,7 +394,7 @@ pub fn to_plan_with(text: &str, options: &HarOptions) -> Result<MadePlan, String
         kept.push(e);
     }
     if kept.is_empty() {
-        return Err("the recording has no requests to replay".into());
+        return Err(HarError::NoRequests);
     }
     let base = split_origin(&kept[0].request.url).map_or("", |(o, _)| o);
     let mut y = String::new();
@@ -514,13 +533,7 @@ pub fn to_plan_with(text: &str, options: &HarOptions) -> Result<MadePlan, String
     y.push_str("load:\n  vus: 1\n  duration: 30s\n");
     // a plan kiln would refuse to read is not written
     if y.len() > crate::MAX_PLAN_BYTES {
-        return Err(format!(
-            "the plan would be {:.1} MiB, more than kiln reads ({} MiB): the recording's \
-             request bodies are too large to replay from a plan (keep fewer requests, or post \
-             large bodies from data files)",
-            y.len() as f64 / (1 << 20) as f64,
-            crate::MAX_PLAN_BYTES >> 20
-        ));
+        return Err(HarError::TooLarge(y.len()));
     }
     Ok(MadePlan {
         yaml: y,

@@ -79,12 +79,17 @@ impl std::fmt::Display for PlanFileError {
 }
 
 /// `--set NAME=VALUE`: a variable, or a load setting (`rate`, `vus`, `load.duration`...).
-pub fn parse_set(text: &str) -> Result<(String, String), String> {
+pub fn parse_set(text: &str) -> Result<(String, String), SetError> {
     text.split_once('=')
         .map(|(k, v)| (k.trim().to_string(), v.to_string()))
         .filter(|(k, _)| !k.is_empty())
-        .ok_or_else(|| format!("--set '{text}': write NAME=VALUE"))
+        .ok_or_else(|| SetError(text.to_string()))
 }
+
+/// A `--set` that is not `NAME=VALUE`.
+#[derive(Debug, PartialEq, thiserror::Error)]
+#[error("--set '{0}': write NAME=VALUE")]
+pub struct SetError(pub String);
 
 /// Whether a `kiln run` argument names a plan file rather than a URL.
 pub fn is_plan_path(arg: &str) -> bool {

@@ -398,7 +398,7 @@ fn build_from_plan_file(args: &LoadFlags) -> Result<Built> {
     let mut sets = args
         .set
         .iter()
-        .map(|s| kiln_plan::parse_set(s).map_err(crate::RunnerError::Said))
+        .map(|s| kiln_plan::parse_set(s).map_err(|e| crate::RunnerError::Refused(e.to_string())))
         .collect::<Result<Vec<_>>>()?;
     let flag_sets = [
         ("vus", args.connections.map(|c| c.to_string())),
