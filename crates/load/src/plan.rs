@@ -436,6 +436,7 @@ mod tests {
         assert!(Shard::parse("8/8", None).is_err());
         assert!(Shard::parse("auto/4", None)
             .unwrap_err()
+            .to_string()
             .contains("JOB_COMPLETION_INDEX"));
         assert!(Shard::parse("1", None).is_err());
         let taken: Vec<u64> = (0..10)

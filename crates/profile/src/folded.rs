@@ -58,10 +58,8 @@ impl Folded {
 
     /// A run record's collapsed-stacks part, from its bytes (lines that are not UTF-8 are
     /// left out): what the findings and the page both read.
-    pub fn of_part(bytes: &[u8]) -> Result<Self, String> {
-        Self::parse_reader(bytes)
-            .map(|(folded, _)| folded)
-            .map_err(|e| e.to_string())
+    pub fn of_part(bytes: &[u8]) -> Result<Self, ProfileError> {
+        Self::parse_reader(bytes).map(|(folded, _)| folded)
     }
 
     /// `parse` of a stream, line by line (a collapsed file of any size in little memory).

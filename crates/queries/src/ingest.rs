@@ -175,7 +175,7 @@ impl<'a> AnyValueJson<'a> {
 /// A span that failed its own types is kept as the error, so its neighbours survive.
 enum LenientSpan<'a> {
     Ok(Box<SpanJson<'a>>),
-    Bad(String),
+    Bad(serde_json::Error),
 }
 
 impl<'de: 'a, 'a> Deserialize<'de> for LenientSpan<'a> {
@@ -183,7 +183,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for LenientSpan<'a> {
         let raw = <&'a RawValue>::deserialize(d)?;
         Ok(match serde_json::from_str::<SpanJson<'a>>(raw.get()) {
             Ok(span) => LenientSpan::Ok(Box::new(span)),
-            Err(e) => LenientSpan::Bad(e.to_string()),
+            Err(e) => LenientSpan::Bad(e),
         })
     }
 }
@@ -608,7 +608,7 @@ impl Ingest {
         &mut self,
         doc: TracesDataJson<'a, S>,
         whence: &str,
-        span_of: impl Fn(S) -> Result<SpanJson<'a>, String>,
+        span_of: impl Fn(S) -> Result<SpanJson<'a>, serde_json::Error>,
     ) {
         for rs in doc.resource_spans {
             let attrs = rs.resource.unwrap_or_default().attributes;

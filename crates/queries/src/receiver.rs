@@ -375,7 +375,7 @@ async fn handle(
     let parsed = tokio::task::spawn_blocking(move || parse_body(&wire, gzipped, json)).await;
     let parsed = match parsed {
         Ok(Ok(parsed)) => parsed,
-        Ok(Err(why)) => return reject(StatusCode::BAD_REQUEST, why),
+        Ok(Err(why)) => return reject(StatusCode::BAD_REQUEST, why.to_string()),
         Err(_) => return reject(StatusCode::INTERNAL_SERVER_ERROR, "parse failed\n".into()),
     };
     let mut s = state.lock().unwrap_or_else(|p| p.into_inner());
@@ -416,14 +416,23 @@ struct ParsedBody {
     record: Vec<u8>,
 }
 
+/// Why a request's body is refused (400, the reason as its body).
+#[derive(Debug, thiserror::Error)]
+enum BadBody {
+    #[error("bad gzip: {0}\n")]
+    Gzip(std::io::Error),
+    #[error("not an OTLP trace request\n")]
+    NotTraces,
+}
+
 /// Inflates and parses a request body; the reason when it is not an OTLP trace request.
-fn parse_body(wire: &[u8], gzipped: bool, json: bool) -> Result<ParsedBody, String> {
+fn parse_body(wire: &[u8], gzipped: bool, json: bool) -> Result<ParsedBody, BadBody> {
     let mut inflated = Vec::new();
     let body: &[u8] = if gzipped {
         GzDecoder::new(wire)
             .take(MAX_INFLATED)
             .read_to_end(&mut inflated)
-            .map_err(|e| format!("bad gzip: {e}\n"))?;
+            .map_err(BadBody::Gzip)?;
         &inflated
     } else {
         wire
@@ -436,7 +445,7 @@ fn parse_body(wire: &[u8], gzipped: bool, json: bool) -> Result<ParsedBody, Stri
         ingest.add_protobuf(body).is_ok()
     };
     if !accepted {
-        return Err("not an OTLP trace request\n".into());
+        return Err(BadBody::NotTraces);
     }
     let record = if json {
         // One document per line. In valid JSON a raw line break can only be whitespace

@@ -251,10 +251,10 @@ impl Run {
 
     /// A whole-file part of another format, parsed by `parse` from its bytes (the problem
     /// said with the file's path).
-    pub fn parsed<T: Send + Sync + 'static>(
+    pub fn parsed<T: Send + Sync + 'static, E: std::fmt::Display>(
         &self,
         kind: &str,
-        parse: impl FnOnce(&[u8]) -> Result<T, String>,
+        parse: impl FnOnce(&[u8]) -> Result<T, E>,
     ) -> Read<T> {
         self.kept(kind, || match self.dir.read_part(kind) {
             Ok(Some((path, bytes))) => parse(&bytes)

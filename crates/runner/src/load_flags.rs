@@ -349,7 +349,7 @@ fn build(args: &LoadFlags) -> Result<Built> {
     if let Some(text) = &args.shard {
         let job_index = std::env::var("JOB_COMPLETION_INDEX").ok();
         let shard = kiln_load::plan::Shard::parse(text, job_index.as_deref())
-            .map_err(crate::RunnerError::Said)?;
+            .map_err(|e| crate::RunnerError::Refused(e.to_string()))?;
         built.load = built.load.into_shard(shard)?;
     }
     Ok(built)

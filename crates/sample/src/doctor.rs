@@ -100,24 +100,29 @@ impl Doctor {
     }
 
     /// The trimmed contents of `rel`, or why it could not be read.
-    fn read(&self, rel: &str) -> Result<String, String> {
+    fn read(&self, rel: &str) -> Result<String, Unreadable> {
         use std::io::Read as _;
         // Settings files are short; under --root one may be a link to /dev/zero.
         const MAX_SETTING_BYTES: u64 = 4 << 20;
-        let why = |e: std::io::Error| format!("{rel}: {}", e.kind().to_string().replace('_', " "));
         let mut text = String::new();
         fs::File::open(self.path(rel))
             .and_then(|f| f.take(MAX_SETTING_BYTES).read_to_string(&mut text))
-            .map_err(why)?;
+            .map_err(|e| Unreadable::Io {
+                rel: rel.to_string(),
+                kind: e.kind(),
+            })?;
         Ok(text.trim().to_string())
     }
 
-    fn number(&self, rel: &str) -> Result<i64, String> {
+    fn number(&self, rel: &str) -> Result<i64, Unreadable> {
         let text = self.read(rel)?;
         text.split_whitespace()
             .next()
             .and_then(|t| t.parse().ok())
-            .ok_or_else(|| format!("{rel}: not a number: {text:?}"))
+            .ok_or_else(|| Unreadable::NotANumber {
+                rel: rel.to_string(),
+                text,
+            })
     }
 
     /// Every check, in a fixed order.
@@ -155,7 +160,7 @@ impl Doctor {
         };
         let fix = format!("echo madvise > /{rel}");
         match self.read(&rel) {
-            Err(e) => unknown(id, e, why),
+            Err(e) => unknown(id, e.to_string(), why),
             Ok(text) => {
                 let chosen = bracketed(&text).unwrap_or("?");
                 let verdict = if chosen == "always" {
@@ -174,7 +179,7 @@ impl Doctor {
         let rel = "sys/devices/system/clocksource/clocksource0/current_clocksource";
         let current = match self.read(rel) {
             Ok(c) => c,
-            Err(e) => return unknown(id, e, why),
+            Err(e) => return unknown(id, e.to_string(), why),
         };
         let available = self
             .read("sys/devices/system/clocksource/clocksource0/available_clocksource")
@@ -197,7 +202,7 @@ impl Doctor {
         let why = "perf (kiln profile) may only watch other users' processes, and kernel frames, when this allows it";
         let rel = "proc/sys/kernel/perf_event_paranoid";
         match self.number(rel) {
-            Err(e) => unknown(id, e, why),
+            Err(e) => unknown(id, e.to_string(), why),
             Ok(level) => {
                 let evidence = format!(
                     "{rel} = {level}{}",
@@ -230,7 +235,7 @@ impl Doctor {
         let why = "when kernel addresses are hidden, flame graphs show kernel time as [unknown] instead of the kernel's functions";
         let rel = "proc/sys/kernel/kptr_restrict";
         match self.number(rel) {
-            Err(e) => unknown(id, e, why),
+            Err(e) => unknown(id, e.to_string(), why),
             Ok(level) => {
                 let verdict = if level == 0 || (level == 1 && self.as_root) {
                     Verdict::Ok
@@ -278,7 +283,7 @@ impl Doctor {
         fix: &str,
     ) -> Check {
         match self.number(rel) {
-            Err(e) => unknown(id, e, why),
+            Err(e) => unknown(id, e.to_string(), why),
             Ok(n) => {
                 let verdict = if n < minimum {
                     Verdict::Warn
@@ -296,7 +301,7 @@ impl Doctor {
         let rel = "proc/sys/vm/swappiness";
         let level = match self.number(rel) {
             Ok(n) => n,
-            Err(e) => return unknown(id, e, why),
+            Err(e) => return unknown(id, e.to_string(), why),
         };
         let meminfo = parse_meminfo(&self.read("proc/meminfo").unwrap_or_default());
         let used = match (meminfo.get("SwapTotal"), meminfo.get("SwapFree")) {
@@ -320,7 +325,7 @@ impl Doctor {
         let why = "a power-saving governor runs the CPU slower until load ramps it up: the first requests and light loads look slower than they are";
         let cpus = match self.cpu_dirs() {
             Ok(c) => c,
-            Err(e) => return unknown(id, e, why),
+            Err(e) => return unknown(id, e.to_string(), why),
         };
         let mut governors: Vec<String> = Vec::new();
         for cpu in &cpus {
@@ -353,10 +358,13 @@ impl Doctor {
         }
     }
 
-    fn cpu_dirs(&self) -> Result<Vec<String>, String> {
+    fn cpu_dirs(&self) -> Result<Vec<String>, Unreadable> {
         let dir = self.path("sys/devices/system/cpu");
         let mut cpus: Vec<String> = fs::read_dir(&dir)
-            .map_err(|e| format!("sys/devices/system/cpu: {}", e.kind()))?
+            .map_err(|e| Unreadable::Io {
+                rel: "sys/devices/system/cpu".into(),
+                kind: e.kind(),
+            })?
             .filter_map(|e| e.ok()?.file_name().into_string().ok())
             .filter(|n| {
                 n.strip_prefix("cpu")
@@ -376,7 +384,7 @@ impl Doctor {
         let why = "without irqbalance (or pinned queues) every device interrupt can land on one CPU, which then saturates in softirq before the others are busy";
         let cpus = match self.cpu_dirs() {
             Ok(c) => c.len(),
-            Err(e) => return unknown(id, e, why),
+            Err(e) => return unknown(id, e.to_string(), why),
         };
         let Ok(entries) = fs::read_dir(self.path("proc")) else {
             return unknown(id, "proc: not readable".into(), why);
@@ -399,7 +407,7 @@ impl Doctor {
     }
 
     /// Network device interrupt counts per CPU from /proc/interrupts.
-    fn nic_interrupts(&self) -> Result<Vec<u64>, String> {
+    fn nic_interrupts(&self) -> Result<Vec<u64>, Unreadable> {
         Ok(parse_interrupts(&self.read("proc/interrupts")?).nic_per_cpu)
     }
 
@@ -408,7 +416,7 @@ impl Doctor {
         let why = "when one CPU takes a NIC's interrupts, its softirq time caps throughput while the other CPUs idle (a case study's two pinned cores)";
         let per_cpu = match self.nic_interrupts() {
             Ok(v) => v,
-            Err(e) => return unknown(id, e, why),
+            Err(e) => return unknown(id, e.to_string(), why),
         };
         let total: u64 = per_cpu.iter().sum();
         if total == 0 || per_cpu.len() < 2 {
@@ -505,7 +513,7 @@ impl Doctor {
         let rel = format!("proc/{pid}/limits");
         let text = match self.read(&rel) {
             Ok(t) => t,
-            Err(e) => return unknown(id, e, why),
+            Err(e) => return unknown(id, e.to_string(), why),
         };
         let Some(line) = text.lines().find(|l| l.starts_with("Max open files")) else {
             return unknown(id, format!("{rel}: no 'Max open files' line"), why);
@@ -603,6 +611,18 @@ fn check(
             fix.into()
         },
     }
+}
+
+/// Why a setting could not be read: a check's reason when it cannot judge.
+#[derive(Debug, thiserror::Error)]
+enum Unreadable {
+    #[error("{rel}: {}", kind.to_string().replace('_', " "))]
+    Io {
+        rel: String,
+        kind: std::io::ErrorKind,
+    },
+    #[error("{rel}: not a number: {text:?}")]
+    NotANumber { rel: String, text: String },
 }
 
 fn unknown(id: &'static str, reason: String, why: &'static str) -> Check {

@@ -188,10 +188,21 @@ pub struct Shard {
     pub count: u32,
 }
 
+/// A `--shard` that is not `i/N` (or `auto/N`) with `0 <= i < N`.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[error("--shard {text:?}: {why} (i/N with 0 <= i < N, or auto/N)")]
+pub struct ShardError {
+    pub text: String,
+    pub why: &'static str,
+}
+
 impl Shard {
     /// `i/N`, or `auto/N` with the index from `JOB_COMPLETION_INDEX` (`job_index`).
-    pub fn parse(text: &str, job_index: Option<&str>) -> Result<Self, String> {
-        let bad = |why: &str| format!("--shard {text:?}: {why} (i/N with 0 <= i < N, or auto/N)");
+    pub fn parse(text: &str, job_index: Option<&str>) -> Result<Self, ShardError> {
+        let bad = |why: &'static str| ShardError {
+            text: text.to_string(),
+            why,
+        };
         let (index, count) = text.split_once('/').ok_or_else(|| bad("no '/'"))?;
         let count: u32 = count
             .trim()
