@@ -27,7 +27,7 @@ pub enum RunnerError {
     #[error(transparent)]
     Barrier(#[from] crate::barrier::BarrierError),
     #[error(transparent)]
-    JvmProfile(#[from] crate::jvm_profile::JvmProfileError),
+    JvmProfile(#[from] JvmProfileError),
     #[error(transparent)]
     Load(#[from] kiln_load::LoadError),
     #[error(transparent)]
@@ -46,6 +46,22 @@ pub enum RunnerError {
     Io(#[from] std::io::Error),
     #[error(transparent)]
     Json(#[from] serde_json::Error),
+}
+
+/// Why async-profiler gave no profile of a JVM (said in the record beside the part).
+#[derive(Debug, thiserror::Error)]
+pub enum JvmProfileError {
+    #[error("{what} are taken inside a JVM (async-profiler); the watched process is not one")]
+    NotAJvm { what: &'static str },
+    /// No library where kiln looks, or not one kiln can load.
+    #[error(transparent)]
+    Library(kiln_runtime::RuntimeError),
+    #[error("async-profiler could not start: {0}")]
+    Start(kiln_runtime::RuntimeError),
+    #[error("async-profiler: {0}")]
+    Stopped(kiln_runtime::RuntimeError),
+    #[error("async-profiler's output: {0}")]
+    Output(kiln_profile::ProfileError),
 }
 
 /// The runner's results.

@@ -9,6 +9,7 @@ use kiln_record::schema::profile::ProfileRecord;
 use kiln_record::RunDir;
 use kiln_runtime::async_profiler::{Sampling, Session};
 
+pub use crate::error::JvmProfileError;
 use crate::profile_parts::{self, AsyncProfiled};
 
 /// Which profiler takes a JVM's on-CPU profile.
@@ -43,22 +44,6 @@ impl JvmProfiler {
         };
         kiln_runtime::async_profiler::find(explicit).map_err(JvmProfileError::Library)
     }
-}
-
-/// Why async-profiler gave no profile of a JVM (said in the record beside the part).
-#[derive(Debug, thiserror::Error)]
-pub enum JvmProfileError {
-    #[error("{what} are taken inside a JVM (async-profiler); the watched process is not one")]
-    NotAJvm { what: &'static str },
-    /// No library where kiln looks, or not one kiln can load.
-    #[error(transparent)]
-    Library(kiln_runtime::RuntimeError),
-    #[error("async-profiler could not start: {0}")]
-    Start(kiln_runtime::RuntimeError),
-    #[error("async-profiler: {0}")]
-    Stopped(kiln_runtime::RuntimeError),
-    #[error("async-profiler's output: {0}")]
-    Output(kiln_profile::ProfileError),
 }
 
 /// Whether `pid` runs a JVM (its perf map's runtime), where async-profiler can be loaded.
