@@ -116,6 +116,23 @@ fn run_epoll(conns: &mut [Conn], request: &[u8], until: Instant) -> u64 {
     done
 }
 
+/// Queues `entry`, submitting what is queued when the ring is full.
+fn push(ring: &mut io_uring::IoUring, entry: io_uring::squeue::Entry) {
+    // SAFETY: the buffers named in the entries live until their completions (the request is
+    // borrowed for the whole run, each connection's buffer and the pool are not moved).
+    while unsafe { ring.submission().push(&entry) }.is_err() {
+        ring.submit().expect("submit");
+    }
+}
+
+/// A send of the whole request on connection `i`.
+fn send_entry(request: &[u8], i: usize, fd: RawFd) -> io_uring::squeue::Entry {
+    use io_uring::{opcode, types};
+    opcode::Send::new(types::Fd(fd), request.as_ptr(), request.len() as u32)
+        .build()
+        .user_data((i as u64) << 1)
+}
+
 fn run_uring(conns: &mut [Conn], request: &[u8], until: Instant, defer: bool) -> u64 {
     use io_uring::{opcode, types, IoUring};
     let entries = (conns.len() * 2).next_power_of_two() as u32;
@@ -127,18 +144,7 @@ fn run_uring(conns: &mut [Conn], request: &[u8], until: Instant, defer: bool) ->
     }
     let mut ring = builder.build(entries).expect("io_uring");
     // user_data: connection index << 1 | (0 send, 1 receive)
-    let push = |ring: &mut IoUring, entry: io_uring::squeue::Entry| {
-        // SAFETY: the buffers named in the entries live until their completions (the
-        // request is borrowed for the whole run, each connection's buffer is not moved).
-        while unsafe { ring.submission().push(&entry) }.is_err() {
-            ring.submit().expect("submit");
-        }
-    };
-    let send = |i: usize, fd: RawFd| {
-        opcode::Send::new(types::Fd(fd), request.as_ptr(), request.len() as u32)
-            .build()
-            .user_data((i as u64) << 1)
-    };
+    let send = |i: usize, fd: RawFd| send_entry(request, i, fd);
     let recv = |i: usize, c: &mut Conn| {
         let room = &mut c.buf[c.filled..];
         opcode::Recv::new(
@@ -223,16 +229,7 @@ fn run_uring_multi(conns: &mut [Conn], request: &[u8], until: Instant) -> u64 {
     for bid in 0..BUFS {
         give(bid, &mut tail);
     }
-    let push = |ring: &mut IoUring, entry: io_uring::squeue::Entry| {
-        while unsafe { ring.submission().push(&entry) }.is_err() {
-            ring.submit().expect("submit");
-        }
-    };
-    let send = |i: usize, fd: RawFd| {
-        opcode::Send::new(types::Fd(fd), request.as_ptr(), request.len() as u32)
-            .build()
-            .user_data((i as u64) << 1)
-    };
+    let send = |i: usize, fd: RawFd| send_entry(request, i, fd);
     let recv = |i: usize, fd: RawFd| {
         opcode::RecvMulti::new(types::Fd(fd), GROUP)
             .build()
