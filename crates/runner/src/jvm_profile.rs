@@ -10,7 +10,7 @@ use kiln_record::RunDir;
 use kiln_runtime::async_profiler::{Sampling, Session};
 
 pub use crate::error::JvmProfileError;
-use crate::profile_parts::{self, AsyncProfiled};
+use crate::profile_parts::{self, AsyncProfiled, AsyncSampled};
 
 /// Which profiler takes a JVM's on-CPU profile.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -102,7 +102,7 @@ impl JvmCpuProfile {
         let taken = AsyncProfiled {
             pid: self.pid,
             duration,
-            cpu_hz: Some(self.hz),
+            sampled: AsyncSampled::Cpu { hz: self.hz },
             advice: self.advice,
         };
         Ok((folded, taken))
@@ -150,6 +150,14 @@ pub(crate) enum JvmBeside {
 }
 
 impl JvmBeside {
+    /// What its stacks are, for their summary.
+    fn sampled(self) -> AsyncSampled {
+        match self {
+            JvmBeside::Alloc | JvmBeside::Locks => AsyncSampled::LeafTyped,
+            JvmBeside::Wall => AsyncSampled::WallClock,
+        }
+    }
+
     /// The flag it is said under when it could not be taken (the record's `not_recorded`).
     pub(crate) fn flag(self) -> &'static str {
         match self {
@@ -242,7 +250,7 @@ impl JvmBesideWatcher {
             let taken = AsyncProfiled {
                 pid: self.pid,
                 duration,
-                cpu_hz: None,
+                sampled: kind.sampled(),
                 advice: Vec::new(),
             };
             profile_parts::write_profile(

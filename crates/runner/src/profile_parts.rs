@@ -36,13 +36,23 @@ pub enum Origin<'a> {
     Import(ImportSource),
 }
 
+/// What an async-profiler instance sampled: it decides the summary its stacks get.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AsyncSampled {
+    /// The CPU, at this frequency: leaves are where the threads ran.
+    Cpu { hz: u32 },
+    /// Allocations or lock waits: the leaf is the type or the lock's class.
+    LeafTyped,
+    /// Every thread's time, running or waiting, under the thread's name.
+    WallClock,
+}
+
 /// What async-profiler took in one JVM.
 pub struct AsyncProfiled {
     pub pid: i32,
     /// From its start to its stop.
     pub duration: std::time::Duration,
-    /// The CPU profile's event and frequency (None for an allocation profile).
-    pub cpu_hz: Option<u32>,
+    pub sampled: AsyncSampled,
     /// Flags that would make its stacks better, as the user would add them.
     pub advice: Vec<String>,
 }
@@ -60,13 +70,11 @@ pub fn write_profile(
 ) -> Result<WrittenProfile> {
     let summary = match &origin {
         Origin::Perf(profiled, ..) => kiln_profile::summarize_event(folded, top, profiled.event),
-        Origin::AsyncProfiler(AsyncProfiled {
-            cpu_hz: Some(_), ..
-        }) => kiln_profile::summarize_event(folded, top, Event::Cpu),
-        // every thread's time: where it ran and where it waited, no leaf of another kind
-        Origin::AsyncProfiler(_) if parts == WALL => kiln_profile::summarize_wall(folded, top),
-        // an allocation or lock profile: the leaf is the type or the lock's class
-        Origin::AsyncProfiler(_) => kiln_profile::summarize_alloc(folded, top),
+        Origin::AsyncProfiler(taken) => match taken.sampled {
+            AsyncSampled::Cpu { .. } => kiln_profile::summarize_event(folded, top, Event::Cpu),
+            AsyncSampled::LeafTyped => kiln_profile::summarize_alloc(folded, top),
+            AsyncSampled::WallClock => kiln_profile::summarize_wall(folded, top),
+        },
         Origin::Import(_) => kiln_profile::summarize(folded, top),
     };
     // a value with a unit (`inuse_space/bytes`) is counted in that unit
@@ -112,10 +120,14 @@ pub fn write_profile(
                 "async-profiler {}",
                 kiln_runtime::async_profiler::VERSION
             ));
-            record.event = taken.cpu_hz.map(|_| Event::Cpu);
+            let hz = match taken.sampled {
+                AsyncSampled::Cpu { hz } => Some(hz),
+                AsyncSampled::LeafTyped | AsyncSampled::WallClock => None,
+            };
+            record.event = hz.map(|_| Event::Cpu);
             record.pids = vec![taken.pid];
             record.duration_s = Some(taken.duration.as_secs_f64());
-            record.frequency_hz = taken.cpu_hz;
+            record.frequency_hz = hz;
             record.jit = Some(JitRecord {
                 done: Vec::new(),
                 advice: taken.advice.clone(),
