@@ -229,6 +229,26 @@ impl Folded {
         self.counted_at(n, |mut frames, leaf| frames.next().unwrap_or(leaf))
     }
 
+    /// The samples whose stack holds one of the frames `[name]` for `names`, by that name,
+    /// most first (async-profiler puts `[not_walkable_Java]` and the like where a stack it
+    /// could not walk would be).
+    pub fn marked_by(&self, names: &[&str]) -> Vec<FunctionShare> {
+        let mut by: BTreeMap<String, FunctionShare> = BTreeMap::new();
+        for (stack, &count) in &self.stacks {
+            let mark = stack.split(';').find_map(|frame| {
+                let name = frame.strip_prefix('[')?.strip_suffix(']')?;
+                names.contains(&name).then_some(name)
+            });
+            if let Some(name) = mark {
+                let share = share_of(&mut by, name);
+                share.self_samples += count;
+                share.total_samples += count;
+            }
+        }
+        set_percents(&mut by, self.total().max(1) as f64);
+        top_self(&by, usize::MAX)
+    }
+
     /// Each stack's count given to the one frame `at` picks (from the frames below the leaf,
     /// leaf first, and the leaf itself), at most `n`, most first.
     fn counted_at<'a>(

@@ -392,6 +392,29 @@ pub fn summarize_event(folded: &Folded, top: usize, event: Event) -> ProfileSumm
     summary
 }
 
+/// async-profiler's names for a sample whose Java stack it could not walk, put where the
+/// stack would be (its `asgctError`): a compiled frame it cannot step over (C2's rethrow
+/// stub, when an exception unwinds through compiled frames), a deoptimization, a GC...
+const UNWALKED: [&str; 9] = [
+    "not_walkable_Java",
+    "not_walkable_not_Java",
+    "unknown_Java",
+    "GC_active",
+    "deoptimization",
+    "safepoint",
+    "skipped",
+    "unknown_state",
+    "unexpected_state",
+];
+
+/// [`summarize_event`] of async-profiler's CPU samples: also the samples it could not walk,
+/// by why (their time is in no Java method's share).
+pub fn summarize_async_cpu(folded: &Folded, top: usize) -> ProfileSummary {
+    let mut summary = summarize_event(folded, top, Event::Cpu);
+    summary.unwalked = folded.marked_by(&UNWALKED);
+    summary
+}
+
 /// [`summarize`] for an allocation profile (leaves are the allocated types): also the bytes
 /// by the method that allocated them ([`Folded::allocated_in`]).
 pub fn summarize_alloc(folded: &Folded, top: usize) -> ProfileSummary {
@@ -428,6 +451,7 @@ pub fn summarize(folded: &Folded, top: usize) -> ProfileSummary {
             top_total: folded::top_total(&shares, top),
             blocked_in: Vec::new(),
             allocated_in: Vec::new(),
+            unwalked: Vec::new(),
         }
     }
 }
@@ -456,6 +480,33 @@ mod tests {
         );
         assert_eq!(names(&summary.top_self), ["Shop.render_[j]"]);
         assert_eq!(summary.samples, 200);
+    }
+
+    /// Lines as async-profiler 4.1 wrote them for a JVM: a stack it could not walk is its
+    /// reason at the root, and `[no_Java_frame]` (a thread outside Java) is no failure.
+    #[test]
+    fn samples_async_profiler_could_not_walk_are_counted_by_why() {
+        let folded = Folded::parse(
+            "[not_walkable_Java];Interpreter 3\n\
+             [not_walkable_Java];OptoRuntime::rethrow_C 2\n\
+             [deoptimization] 1\n\
+             [no_Java_frame] 4\n\
+             Thread.run_[j];Shop.handle_[j] 90\n",
+        )
+        .unwrap()
+        .0;
+        let summary = summarize_async_cpu(&folded, 5);
+        let got: Vec<(String, u64, f64)> = (summary.unwalked.iter())
+            .map(|s| (s.name.clone(), s.self_samples, s.self_pct))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("not_walkable_Java".to_string(), 5, 5.0),
+                ("deoptimization".to_string(), 1, 1.0)
+            ]
+        );
+        assert!(summarize(&folded, 5).unwalked.is_empty());
     }
 
     #[test]

@@ -71,7 +71,7 @@ pub fn write_profile(
     let summary = match &origin {
         Origin::Perf(profiled, ..) => kiln_profile::summarize_event(folded, top, profiled.event),
         Origin::AsyncProfiler(taken) => match taken.sampled {
-            AsyncSampled::Cpu { .. } => kiln_profile::summarize_event(folded, top, Event::Cpu),
+            AsyncSampled::Cpu { .. } => kiln_profile::summarize_async_cpu(folded, top),
             AsyncSampled::LeafTyped => kiln_profile::summarize_alloc(folded, top),
             AsyncSampled::WallClock => kiln_profile::summarize_wall(folded, top),
         },

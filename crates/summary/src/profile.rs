@@ -58,6 +58,18 @@ pub fn summary_text(summary: &ProfileSummary, count_name: &str, samples: Option<
         out += &share_rows("Blocked in", &summary.blocked_in, |s| s.self_pct);
     }
     out += &share_rows("Top total", &summary.top_total, |s| s.total_pct);
+    let unwalked: f64 = summary.unwalked.iter().map(|s| s.self_pct).sum();
+    if unwalked > 0.0 {
+        let why: Vec<String> = (summary.unwalked.iter())
+            .map(|s| format!("{} {:.1}%", safe_text(&s.name), s.self_pct))
+            .collect();
+        out += &format!(
+            "{:<11}{unwalked:>6.1}%  of the samples async-profiler could not walk ({}): \
+             their time is in no method's share\n",
+            "Unwalked",
+            why.join(", ")
+        );
+    }
     out
 }
 
@@ -85,6 +97,7 @@ mod tests {
             top_total: vec![share("java.lang.Thread.run_[j]", 100.0)],
             blocked_in: Vec::new(),
             allocated_in: vec![share("LockShop.reserve_[j]", 99.0)],
+            unwalked: Vec::new(),
         };
         let locks = summary_text(&summary, "lock wait/nanoseconds", None);
         assert!(
@@ -104,5 +117,32 @@ mod tests {
             alloc.contains("Types        99.0%") && alloc.contains("Alloc in "),
             "{alloc}"
         );
+    }
+
+    #[test]
+    fn samples_async_profiler_could_not_walk_are_said_with_why() {
+        let mut summary = ProfileSummary {
+            samples: 100,
+            distinct_stacks: 4,
+            kernel_pct: 0.0,
+            top_self: vec![share("Shop.handle_[j]", 90.0)],
+            top_total: vec![share("Shop.handle_[j]", 90.0)],
+            blocked_in: Vec::new(),
+            allocated_in: Vec::new(),
+            unwalked: vec![
+                share("not_walkable_Java", 5.0),
+                share("deoptimization", 1.0),
+            ],
+        };
+        let text = summary_text(&summary, "samples", None);
+        assert!(
+            text.contains(
+                "Unwalked      6.0%  of the samples async-profiler could not walk \
+                 (not_walkable_Java 5.0%, deoptimization 1.0%)"
+            ),
+            "{text}"
+        );
+        summary.unwalked.clear();
+        assert!(!summary_text(&summary, "samples", None).contains("Unwalked"));
     }
 }

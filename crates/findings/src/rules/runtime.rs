@@ -958,6 +958,7 @@ mod tests {
             top_total: Vec::new(),
             blocked_in: Vec::new(),
             allocated_in: vec![share(site, site_pct), share("Other.work", 100.0 - site_pct)],
+            unwalked: Vec::new(),
         };
         ProfileRecord::new(summary, "allocated/bytes")
     }

@@ -33,6 +33,10 @@ pub struct ProfileSummary {
     /// the leaf (the leaf is the allocated type).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allocated_in: Vec<FunctionShare>,
+    /// async-profiler's samples whose Java stack it could not walk, by its reason
+    /// (`not_walkable_Java`): time no Java method's share holds.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unwalked: Vec<FunctionShare>,
 }
 
 /// The formats `import` recognizes.
