@@ -197,7 +197,7 @@ fn threads_text(t: &ThreadsSummary, noun: &str) -> String {
                 out,
                 "; held by {} at {}",
                 safe_text(holder),
-                safe_text(site.holder_frames.first().map_or("?", String::as_str))
+                safe_text(&holder_place(&site.holder_frames))
             );
         }
         if let Some(signature) = &site.signature {
@@ -219,6 +219,21 @@ fn threads_text(t: &ThreadsSummary, noun: &str) -> String {
         }
     );
     out
+}
+
+/// Where a lock's holder is: its innermost frame, and when that is the JDK's (a sleep, a
+/// socket read) the first frame of the code that called it, which holds the lock.
+fn holder_place(frames: &[String]) -> String {
+    const JDK: [&str; 4] = ["java.", "javax.", "jdk.", "sun."];
+    let jdk = |f: &String| JDK.iter().any(|p| f.starts_with(p));
+    match frames.first() {
+        None => "?".to_string(),
+        Some(first) if jdk(first) => match frames.iter().find(|f| !jdk(f)) {
+            Some(caller) => format!("{first} in {caller}"),
+            None => first.clone(),
+        },
+        Some(first) => first.clone(),
+    }
 }
 
 /// py-spy's view: threads, the GIL's holder and where it was.
@@ -311,4 +326,31 @@ fn python_text(p: &PythonSummary) -> String {
         );
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::holder_place;
+
+    #[test]
+    fn a_holder_in_the_jdk_is_placed_in_the_code_that_called_it() {
+        let frames = |f: &[&str]| f.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            holder_place(&frames(&[
+                "java.lang.Thread.sleep",
+                "LockShop.reserve",
+                "LockShop.lambda$main$2"
+            ])),
+            "java.lang.Thread.sleep in LockShop.reserve"
+        );
+        assert_eq!(
+            holder_place(&frames(&["com.lmax.disruptor.MultiProducerSequencer.next"])),
+            "com.lmax.disruptor.MultiProducerSequencer.next"
+        );
+        assert_eq!(
+            holder_place(&frames(&["jdk.internal.misc.Unsafe.park"])),
+            "jdk.internal.misc.Unsafe.park"
+        );
+        assert_eq!(holder_place(&[]), "?");
+    }
 }
