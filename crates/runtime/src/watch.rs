@@ -492,7 +492,8 @@ fn run_go(
 
 /// How often a dump may be taken again with `-l` for the holders of j.u.c. locks: the JVM
 /// finds them by walking its heap at a safepoint, a pause that grows with the heap in use
-/// (JDK 17, G1, 16-byte arrays: 21 ms at 81 MiB used, 83 ms at 307 MiB; a plain dump 0.4 ms).
+/// (JDK 17, G1, 16-byte arrays: 21-23 ms at 81 MiB used, 83-91 ms at 307 MiB; a plain dump
+/// 0.4 ms; bench/thread_dump_holders.sh).
 const HOLDERS_EVERY: Duration = Duration::from_secs(5);
 /// Above this much heap in use the walk is not asked for (a pause of 70 ms or more would be
 /// the target's problem, not kiln's finding); the waiters are still counted, their holder
