@@ -5,6 +5,7 @@
 
 use crate::common;
 
+use std::path::Path;
 use std::process::{Command, Stdio};
 
 use common::apps::{free_port, javac, wait_port, workspace, Killed};
@@ -849,7 +850,7 @@ fn reserve_drawn_as_recorded(
 /// service's own stopwatch (`truth`: each wait's start in unix ms and its length in ms): the
 /// time waited in `LockShop.reserve` lies between the service's waits of 0.2 ms or more wholly
 /// inside the measured phase and all its waits begun around it (the session starts as the
-/// phase does and stops after its last answers); none without contention.
+/// phase does and stops after its last answers); next to none without contention.
 fn lock_profile_matches_the_stopwatch(
     mode: &str,
     out: &std::path::Path,
@@ -858,7 +859,9 @@ fn lock_profile_matches_the_stopwatch(
 ) {
     let at_reserve_ms = ms_in_reserve(out, "locks.folded");
     if mode == "unlocked" {
-        assert_eq!(at_reserve_ms, 0.0);
+        // the count's lock is held for a moment, and four threads take it: now and then one
+        // finds it taken (0.7 ms in one run of 10), where the locked service waits ~24 s
+        assert!(at_reserve_ms < 100.0, "{at_reserve_ms} ms waited");
         return;
     }
     let measured = kiln_record::Run::open(out).unwrap().measured().unwrap();
@@ -1070,6 +1073,11 @@ fn off_cpu_on_a_jvm_in_a_container_names_the_holder_of_the_lock_its_waiters_park
     );
 }
 
+/// The two services with a lock (a monitor, a ReentrantLock) run at once, each under its own
+/// kiln: each is its own stopwatch, so the one beside it changes both sides of a comparison
+/// alike (one after another, the three held the machine 45 s). The service without a lock runs
+/// after them, alone: beside two others on two cores, a thread preempted while it holds the
+/// brief lock made its neighbours wait (1 run in 5), which is contention, not its absence.
 #[test]
 fn lock_waits_from_jfr_match_the_services_own_stopwatch() {
     let _turn = common::group("runtime");
@@ -1081,169 +1089,184 @@ fn lock_waits_from_jfr_match_the_services_own_stopwatch() {
         None,
         &classes,
     );
-    for (mode, kind, class) in [
-        ("locked", "monitor", "LockShop$Inventory"),
-        (
-            "parked",
-            "park",
-            "java.util.concurrent.locks.ReentrantLock$NonfairSync",
-        ),
-        ("unlocked", "", ""),
-    ] {
-        let waits_file = tmp.path().join(format!("{mode}-waits.txt"));
-        let (app, port) = lock_shop(&classes, mode, &waits_file, false);
-        let out = tmp.path().join(mode);
-        // --off-cpu of a JVM also takes async-profiler's lock profile
-        let json = kiln_run_watched(
-            port,
-            &out,
-            &[
-                "-c",
-                "4",
-                "--warmup",
-                "2s",
-                "-d",
-                "8s",
-                "--runtime",
-                "deep",
-                "--off-cpu",
-                "--async-profiler",
-                library.to_str().unwrap(),
-            ],
-        );
-        // SIGTERM: the service writes down its waits as it stops
-        // SAFETY: kill(2) of the child this test started.
-        unsafe { libc::kill(app.0.id() as i32, libc::SIGTERM) };
-        let mut app = app;
-        let _ = app.0.wait();
-        let truth: Vec<(u64, f64)> = std::fs::read_to_string(&waits_file)
-            .unwrap()
-            .lines()
-            .map(|l| {
-                let f: Vec<&str> = l.split(' ').collect();
-                (f[0].parse().unwrap(), f[1].parse::<f64>().unwrap() / 1e3)
-            })
-            .collect();
-        lock_profile_matches_the_stopwatch(mode, &out, &truth, &json);
-        wall_profile_matches_the_stopwatch(mode, &out, &waits_file, &json);
-        if mode != "unlocked" {
-            // the waiting stacks are the lock profile's; the holding stack is the thread
-            // dumps' (a monitor's owner is in each, a ReentrantLock's in a dump taken again
-            // with -l): asleep in reserve, under the lock
-            let threads = &json["runtime"]["threads"];
-            let held_in_reserve =
-                (threads["contended"].as_array().into_iter().flatten()).any(|c| {
-                    c["lock_class"] == class
-                        && c["waiting_at"] == "LockShop.reserve"
-                        && c["holder_frames"][0] == "java.lang.Thread.sleep"
-                        && c["holder_frames"][1] == "LockShop.reserve"
-                });
-            assert!(held_in_reserve, "{mode}: {threads:#}");
-            let with_holders = threads["dumps_with_holders"].as_u64().unwrap();
-            if mode == "parked" {
-                assert!(with_holders >= 1, "{threads:#}");
-            } else {
-                assert_eq!(with_holders, 0, "a monitor's owner is in every dump");
-            }
+    std::thread::scope(|s| {
+        let cases = [
+            ("locked", "monitor", "LockShop$Inventory"),
+            (
+                "parked",
+                "park",
+                "java.util.concurrent.locks.ReentrantLock$NonfairSync",
+            ),
+        ]
+        .map(|case| {
+            let (tmp, classes, library) = (tmp.path(), &classes, &library);
+            s.spawn(move || lock_waits_match_the_stopwatch(tmp, classes, library, case))
+        });
+        for case in cases {
+            case.join().unwrap();
         }
-        let runtime = &json["runtime"];
-        let sites = runtime["lock_waits"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default();
-        let at_reserve: Vec<&serde_json::Value> = sites
-            .iter()
-            .filter(|s| s["at"].as_str().unwrap().starts_with("LockShop.reserve"))
-            .collect();
-        if mode == "unlocked" {
-            assert!(at_reserve.is_empty(), "{sites:#?}");
-            assert!(
-                finding(&json, "runtime.blocked-threads").is_none(),
-                "{:#}",
-                json["findings"]
-            );
-            continue;
-        }
-        assert_eq!(at_reserve.len(), 1, "{mode}: {sites:#?}");
-        let site = at_reserve[0];
-        assert_eq!(site["kind"], kind, "{site:#}");
-        assert_eq!(site["lock_class"], class, "{site:#}");
-        // the waits of 10 ms or more the service timed, begun in the seconds JFR's were
-        // counted in
-        let (from, to) = (
-            site["from_unix_s"].as_u64().unwrap(),
-            site["to_unix_s"].as_u64().unwrap(),
-        );
-        // the service's stopwatch brackets the JVM's wait with a little more (a clock read, a
-        // call): a wait JFR measured at 9.9 ms may be 10.1 ms to it, so JFR's count lies
-        // between the service's waits of 11 ms or more and of 10 ms or more
-        let timed = |at_least_ms: f64| -> Vec<f64> {
-            truth
-                .iter()
-                .filter(|(start_ms, ms)| {
-                    *ms >= at_least_ms && (from..=to).contains(&(start_ms / 1000))
-                })
-                .map(|(_, ms)| *ms)
-                .collect()
-        };
-        let (loose, strict) = (timed(10.0), timed(11.0));
-        let waits = site["waits"].as_u64().unwrap() as usize;
-        let wait_ms = site["wait_ms"].as_f64().unwrap();
-        assert!(strict.len() > 100, "{mode}: {} waits timed", strict.len());
-        let (loose_ms, strict_ms) = (loose.iter().sum::<f64>(), strict.iter().sum::<f64>());
-        if kind == "monitor" {
-            // JFR records each contended monitor enter once, whole (a wait at a second's
-            // edge may fall on either side)
-            assert!(
-                (strict.len().saturating_sub(2)..=loose.len() + 2).contains(&waits),
-                "{mode}: JFR {waits} waits, the service {} of 11 ms or more, {} of 10 ms or more",
-                strict.len(),
-                loose.len()
-            );
-            assert!(
-                wait_ms >= 0.98 * strict_ms && wait_ms <= 1.01 * loose_ms,
-                "{mode}: JFR {wait_ms:.0} ms, the service {strict_ms:.0} to {loose_ms:.0} ms"
-            );
+    });
+    lock_waits_match_the_stopwatch(tmp.path(), &classes, &library, ("unlocked", "", ""));
+}
+
+/// One service of `lock_waits_from_jfr_match_the_services_own_stopwatch`: its `mode`, the
+/// `kind` of wait JFR must see and the lock's `class` ("" when it has no lock).
+fn lock_waits_match_the_stopwatch(
+    tmp: &Path,
+    classes: &Path,
+    library: &Path,
+    (mode, kind, class): (&str, &str, &str),
+) {
+    let waits_file = tmp.join(format!("{mode}-waits.txt"));
+    let (app, port) = lock_shop(classes, mode, &waits_file, false);
+    let out = tmp.join(mode);
+    // --off-cpu of a JVM also takes async-profiler's lock profile
+    let json = kiln_run_watched(
+        port,
+        &out,
+        &[
+            "-c",
+            "4",
+            "--warmup",
+            "2s",
+            "-d",
+            "8s",
+            "--runtime",
+            "deep",
+            "--off-cpu",
+            "--async-profiler",
+            library.to_str().unwrap(),
+        ],
+    );
+    // SIGTERM: the service writes down its waits as it stops
+    // SAFETY: kill(2) of the child this test started.
+    unsafe { libc::kill(app.0.id() as i32, libc::SIGTERM) };
+    let mut app = app;
+    let _ = app.0.wait();
+    let truth: Vec<(u64, f64)> = std::fs::read_to_string(&waits_file)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            (f[0].parse().unwrap(), f[1].parse::<f64>().unwrap() / 1e3)
+        })
+        .collect();
+    lock_profile_matches_the_stopwatch(mode, &out, &truth, &json);
+    wall_profile_matches_the_stopwatch(mode, &out, &waits_file, &json);
+    if mode != "unlocked" {
+        // the waiting stacks are the lock profile's; the holding stack is the thread
+        // dumps' (a monitor's owner is in each, a ReentrantLock's in a dump taken again
+        // with -l): asleep in reserve, under the lock
+        let threads = &json["runtime"]["threads"];
+        let held_in_reserve = (threads["contended"].as_array().into_iter().flatten()).any(|c| {
+            c["lock_class"] == class
+                && c["waiting_at"] == "LockShop.reserve"
+                && c["holder_frames"][0] == "java.lang.Thread.sleep"
+                && c["holder_frames"][1] == "LockShop.reserve"
+        });
+        assert!(held_in_reserve, "{mode}: {threads:#}");
+        let with_holders = threads["dumps_with_holders"].as_u64().unwrap();
+        if mode == "parked" {
+            assert!(with_holders >= 1, "{threads:#}");
         } else {
-            // JFR records each park: a waiter for a nonfair lock may be woken, lose the lock
-            // to a thread that barged in, and park again (a CI run: 690 parks for 645 waits;
-            // beside a CPU hog, where a woken waiter waits for a CPU while another barges in:
-            // 657 for 561), and a wait made of parks under 10 ms each is not recorded. The
-            // time parked is most of the time waited.
-            let n = loose.len() as f64;
-            assert!(
-                (0.85 * n..=1.3 * n).contains(&(waits as f64)),
-                "{mode}: JFR {waits} parks, the service {n} waits of 10 ms or more"
-            );
-            assert!(
-                wait_ms >= 0.9 * strict_ms && wait_ms <= 1.01 * loose_ms,
-                "{mode}: JFR {wait_ms:.0} ms parked, the service waited {strict_ms:.0} to \
-                 {loose_ms:.0} ms"
-            );
+            assert_eq!(with_holders, 0, "a monitor's owner is in every dump");
         }
-        // 3 of 4 request threads wait while one holds the lock
-        let waiting = site["threads_waiting_mean"].as_f64().unwrap();
-        assert!((1.5..=3.2).contains(&waiting), "{mode}: {waiting}");
-        // no idle pool thread's park among the places
+    }
+    let runtime = &json["runtime"];
+    let sites = runtime["lock_waits"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let at_reserve: Vec<&serde_json::Value> = sites
+        .iter()
+        .filter(|s| s["at"].as_str().unwrap().starts_with("LockShop.reserve"))
+        .collect();
+    if mode == "unlocked" {
+        assert!(at_reserve.is_empty(), "{sites:#?}");
         assert!(
-            sites
-                .iter()
-                .all(|s| !s.to_string().contains("ThreadPoolExecutor.getTask")),
-            "{sites:#?}"
+            finding(&json, "runtime.blocked-threads").is_none(),
+            "{:#}",
+            json["findings"]
         );
-        let f = finding(&json, "runtime.blocked-threads")
-            .unwrap_or_else(|| panic!("{mode}: {:#}", json["findings"]));
+        return;
+    }
+    assert_eq!(at_reserve.len(), 1, "{mode}: {sites:#?}");
+    let site = at_reserve[0];
+    assert_eq!(site["kind"], kind, "{site:#}");
+    assert_eq!(site["lock_class"], class, "{site:#}");
+    // the waits of 10 ms or more the service timed, begun in the seconds JFR's were
+    // counted in
+    let (from, to) = (
+        site["from_unix_s"].as_u64().unwrap(),
+        site["to_unix_s"].as_u64().unwrap(),
+    );
+    // the service's stopwatch brackets the JVM's wait with a little more (a clock read, a
+    // call): a wait JFR measured at 9.9 ms may be 10.1 ms to it, so JFR's count lies
+    // between the service's waits of 11 ms or more and of 10 ms or more
+    let timed = |at_least_ms: f64| -> Vec<f64> {
+        truth
+            .iter()
+            .filter(|(start_ms, ms)| *ms >= at_least_ms && (from..=to).contains(&(start_ms / 1000)))
+            .map(|(_, ms)| *ms)
+            .collect()
+    };
+    let (loose, strict) = (timed(10.0), timed(11.0));
+    let waits = site["waits"].as_u64().unwrap() as usize;
+    let wait_ms = site["wait_ms"].as_f64().unwrap();
+    assert!(strict.len() > 100, "{mode}: {} waits timed", strict.len());
+    let (loose_ms, strict_ms) = (loose.iter().sum::<f64>(), strict.iter().sum::<f64>());
+    if kind == "monitor" {
+        // JFR records each contended monitor enter once, whole (a wait at a second's
+        // edge may fall on either side)
         assert!(
-            f["evidence"].to_string().contains("JFR measured"),
-            "{mode}: {f:#}"
+            (strict.len().saturating_sub(2)..=loose.len() + 2).contains(&waits),
+            "{mode}: JFR {waits} waits, the service {} of 11 ms or more, {} of 10 ms or more",
+            strict.len(),
+            loose.len()
         );
         assert!(
-            f["evidence"].to_string().contains("LockShop.reserve"),
-            "{f:#}"
+            wait_ms >= 0.98 * strict_ms && wait_ms <= 1.01 * loose_ms,
+            "{mode}: JFR {wait_ms:.0} ms, the service {strict_ms:.0} to {loose_ms:.0} ms"
+        );
+    } else {
+        // JFR records each park: a waiter for a nonfair lock may be woken, lose the lock
+        // to a thread that barged in, and park again (a CI run: 690 parks for 645 waits;
+        // beside a CPU hog, where a woken waiter waits for a CPU while another barges in:
+        // 657 for 561), and a wait made of parks under 10 ms each is not recorded. The
+        // time parked is most of the time waited.
+        let n = loose.len() as f64;
+        assert!(
+            (0.85 * n..=1.3 * n).contains(&(waits as f64)),
+            "{mode}: JFR {waits} parks, the service {n} waits of 10 ms or more"
         );
         assert!(
-            f["evidence"].to_string().contains("held by request-"),
-            "{mode}: {f:#}"
+            wait_ms >= 0.9 * strict_ms && wait_ms <= 1.01 * loose_ms,
+            "{mode}: JFR {wait_ms:.0} ms parked, the service waited {strict_ms:.0} to \
+                 {loose_ms:.0} ms"
         );
     }
+    // 3 of 4 request threads wait while one holds the lock
+    let waiting = site["threads_waiting_mean"].as_f64().unwrap();
+    assert!((1.5..=3.2).contains(&waiting), "{mode}: {waiting}");
+    // no idle pool thread's park among the places
+    assert!(
+        sites
+            .iter()
+            .all(|s| !s.to_string().contains("ThreadPoolExecutor.getTask")),
+        "{sites:#?}"
+    );
+    let f = finding(&json, "runtime.blocked-threads")
+        .unwrap_or_else(|| panic!("{mode}: {:#}", json["findings"]));
+    assert!(
+        f["evidence"].to_string().contains("JFR measured"),
+        "{mode}: {f:#}"
+    );
+    assert!(
+        f["evidence"].to_string().contains("LockShop.reserve"),
+        "{f:#}"
+    );
+    assert!(
+        f["evidence"].to_string().contains("held by request-"),
+        "{mode}: {f:#}"
+    );
 }
