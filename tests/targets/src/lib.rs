@@ -10,7 +10,7 @@ pub mod planted;
 pub mod postgres;
 pub mod shop_api;
 mod timing;
-pub use timing::{named_loop, timing_attempts};
+pub use timing::{append_to_file_named_by, named_loop, timing_attempts};
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};

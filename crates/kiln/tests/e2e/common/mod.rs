@@ -205,18 +205,11 @@ impl Drop for Turn {
 /// time the test held the machine, without the time it waited for its turn (which libtest's
 /// --report-time counts).
 fn log_turn(kind: &str, held: std::time::Duration) {
-    use std::io::Write as _;
-    let Some(path) = std::env::var_os("KILN_TEST_TURNS") else {
-        return;
-    };
     let test = std::thread::current().name().unwrap_or("?").to_string();
-    if let Ok(mut file) = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-    {
-        let _ = writeln!(file, "{:.3} {kind} {test}", held.as_secs_f64());
-    }
+    kiln_targets::append_to_file_named_by(
+        "KILN_TEST_TURNS",
+        &format!("{:.3} {kind} {test}", held.as_secs_f64()),
+    );
 }
 
 fn take_turn(kind: &'static str, at_once: usize) -> Turn {
