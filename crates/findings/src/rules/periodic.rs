@@ -202,10 +202,13 @@ impl Spikes<'_> {
 /// reading (3 spikes 5 s apart in 15 s: 0.004 drawn, 6 in 455 counted).
 const EXACT_PLACEMENTS: u64 = 50_000;
 
-/// How many ways `k` spikes fall in `n` seconds (n choose k), saturating.
+/// How many ways `k` spikes fall in `n` seconds (n choose k); `u64::MAX` where that overflows.
+/// (Each partial product c·(n−i)/(i+1) is itself a binomial, so the division is exact.)
 fn placements(n: usize, k: usize) -> u64 {
     let k = k.min(n - k.min(n));
-    (0..k as u64).fold(1u64, |c, i| c.saturating_mul(n as u64 - i) / (i + 1))
+    (0..k as u64)
+        .try_fold(1u64, |c, i| Some(c.checked_mul(n as u64 - i)? / (i + 1)))
+        .unwrap_or(u64::MAX)
 }
 
 /// The next placement after `at` (ascending offsets into `len` seconds) in lexicographic
@@ -794,6 +797,18 @@ mod tests {
                 periodic_spikes(&run)
             );
         }
+    }
+
+    #[test]
+    fn placements_are_binomials_and_too_many_to_count_is_the_most_there_is() {
+        assert_eq!(placements(15, 3), 455);
+        assert_eq!(placements(28, 3), 3_276);
+        assert_eq!(placements(30, 0), 1);
+        assert_eq!(placements(30, 30), 1);
+        assert_eq!(placements(30, 28), placements(30, 2));
+        // 300 choose 150 is about 1e89: not a smaller number after an overflow
+        assert_eq!(placements(300, 150), u64::MAX);
+        assert!(placements(300, 150) > EXACT_PLACEMENTS);
     }
 
     #[test]

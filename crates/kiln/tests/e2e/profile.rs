@@ -231,8 +231,9 @@ fn a_thread_that_blocks_at_a_known_rate_shows_in_the_context_switch_profile() {
             (switches as f64 - expected).abs() <= 0.08 * expected + 3.0,
             "{switches} switches of the blocking thread; it slept {expected:.0} times meanwhile"
         );
+        // Where the switches happen does not depend on the machine's load: judged every time.
         let in_block_here = share_of(&stacks, |s| s.contains("block_here"));
-        ensure!(
+        assert!(
             in_block_here > 0.9,
             "block_here on {in_block_here:.3} of the switch stacks"
         );
