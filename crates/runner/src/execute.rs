@@ -194,6 +194,9 @@ pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut dyn Progress) -> Res
     for (spec, duration) in phase_list {
         if let (Some(pid), false, true) = (watch_pid, jvm_beside_tried, spec.measured) {
             jvm_beside_tried = true;
+            if let Some(watcher) = &runtime_watcher {
+                watcher.measuring_started();
+            }
             // a lock and a wall-clock profile come with --off-cpu when the target is a JVM,
             // said missing only then
             let jvm_off_cpu = off_cpu && jvm_profile::is_jvm(pid);

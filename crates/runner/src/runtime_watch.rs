@@ -19,6 +19,8 @@ pub struct RuntimeWatcher {
     pub jit_ms: Arc<std::sync::Mutex<Vec<f64>>>,
     /// The target is a JVM (its compiler threads are a witness of its warm-up).
     pub is_jvm: bool,
+    /// Set as the measured load starts (`RuntimeWatch::measuring_started`).
+    measuring: Arc<AtomicBool>,
     thread: std::thread::JoinHandle<(RuntimeInfo, Vec<RuntimeSecond>)>,
 }
 
@@ -33,6 +35,7 @@ impl RuntimeWatcher {
         let mut watch =
             RuntimeWatch::start_with(pid, Path::new("/proc"), depth, gctrace, &listening);
         let is_jvm = watch.info.runtime == "jvm";
+        let measuring = watch.measuring_started();
         let mut writer = if watch.has_series() {
             Some(dir.add_json_lines_part(RUNTIME_SECONDS_PART, "runtime-seconds.jsonl", 1)?)
         } else {
@@ -63,8 +66,15 @@ impl RuntimeWatcher {
             done,
             jit_ms,
             is_jvm,
+            measuring,
             thread,
         })
+    }
+
+    /// The measured load starts now: a JVM's next thread dump may name the holders of its
+    /// locks again, whatever the warm-up spent.
+    pub fn measuring_started(&self) {
+        self.measuring.store(true, Ordering::Relaxed);
     }
 
     pub fn finish(
