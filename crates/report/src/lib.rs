@@ -156,6 +156,19 @@ pub fn render(run: &Run) -> String {
             None => {}
         }
     }
+    // the watched runtime's lines as the terminal showed them (a JVM's GC, threads and the
+    // holders of their contended locks; a Go target's GC; Python's GIL): no section and no
+    // line for a process with no runtime watched
+    if let Some(text) = kiln_summary::run::runtime_text_of(run) {
+        sections.push((
+            "runtime",
+            "Runtime",
+            format!(
+                "<section id=\"runtime\"><h2>Runtime</h2><pre>{}</pre></section>",
+                esc(text.trim_end())
+            ),
+        ));
+    }
     let sent = PhaseSummary::measured_total(&load.phases).map(|t| t.totals.requests);
     let (queries_html, has_map) = queries_section(run, sent);
     match queries_html {
@@ -1209,6 +1222,53 @@ requests outside the measured window (the warm-up), 274 in no request"
         );
         // every request traced: no sample to speak of
         assert!(!db_counts(&a, Some(922)).contains("A sample"));
+    }
+
+    /// kiln-record's v1 demo record in a directory of its own, with `runtime.json` as given.
+    fn demo_record_with_runtime(runtime: &Value) -> tempfile::TempDir {
+        let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../record/tests/fixtures/v1-demo-planted");
+        let dir = tempfile::tempdir().unwrap();
+        for entry in std::fs::read_dir(&fixture).unwrap() {
+            let path = entry.unwrap().path();
+            std::fs::copy(&path, dir.path().join(path.file_name().unwrap())).unwrap();
+        }
+        std::fs::write(dir.path().join("runtime.json"), runtime.to_string()).unwrap();
+        dir
+    }
+
+    #[test]
+    fn the_runtime_lines_are_a_section_with_the_targets_text_kept_as_text() {
+        let hostile = "17<img src=x onerror=alert(1)>";
+        let dir = demo_record_with_runtime(&json!({
+            "pid": 4242,
+            "runtime": "jvm",
+            "version": hostile,
+            "details": [["main class", "<script>alert(2)</script>"]],
+            "read": [],
+            "not_read": ["threads: <b>refused</b>"],
+        }));
+        let page = render(&Run::open(dir.path()).unwrap());
+        let section = &page[page
+            .find("<section id=\"runtime\">")
+            .expect("a runtime section")..];
+        let section = &section[..section.find("</section>").unwrap()];
+        assert!(
+            section.contains("JVM 17&lt;img src=x onerror=alert(1)&gt;"),
+            "{section}"
+        );
+        assert!(
+            section.contains("&lt;script&gt;alert(2)&lt;/script&gt;"),
+            "{section}"
+        );
+        assert!(
+            section.contains("not read: threads: &lt;b&gt;refused"),
+            "{section}"
+        );
+        assert!(page.contains("<a href=\"#runtime\">Runtime</a>"));
+        for raw in ["<img src=x", "<script>alert(2)", "<b>refused"] {
+            assert!(!page.contains(raw), "{raw} unescaped");
+        }
     }
 
     #[test]

@@ -559,6 +559,21 @@ fn profile_text(dir: &str, profile: &ProfileRecord, label: &str, flame: &str) ->
     out
 }
 
+/// The runtime's lines of a run's summary, read from its record (for the HTML report, which
+/// shows what the terminal showed); `None` when no runtime was watched.
+pub fn runtime_text_of(run: &kiln_record::Run) -> Option<String> {
+    let info = run.part::<RuntimeInfo>(kiln_runtime::RUNTIME_PART)?;
+    let seconds = run.lines::<RuntimeSecond>(kiln_runtime::RUNTIME_SECONDS_PART);
+    let resources = run.lines::<ResourceSecond>(kiln_sample::RESOURCES_PART);
+    let total = PhaseSummary::measured_total(&run.phases);
+    runtime_during(
+        Some((&*info, seconds.as_slice())),
+        total.as_ref(),
+        resources.as_slice(),
+    )
+    .map(|summary| runtime::to_text(&summary))
+}
+
 /// The runtime over the measured phases (all its seconds when the phases have no clock).
 fn runtime_during(
     runtime: Option<(&RuntimeInfo, &[RuntimeSecond])>,
