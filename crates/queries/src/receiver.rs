@@ -93,6 +93,8 @@ impl Recorder {
 struct State {
     ingest: Ingest,
     requests: u64,
+    /// When the last export request was taken in.
+    last_request_at: Option<std::time::Instant>,
     rejected_requests: u64,
     recorder: Option<Recorder>,
     record_error: Option<String>,
@@ -102,6 +104,8 @@ struct State {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ReceiverStats {
     pub requests: u64,
+    /// When the last export request was taken in (none yet: `None`).
+    pub last_request_at: Option<std::time::Instant>,
     pub rejected_requests: u64,
     pub spans: u64,
     pub db_spans: u64,
@@ -188,6 +192,7 @@ impl Receiver {
         let state = self.state.lock().unwrap_or_else(|p| p.into_inner());
         ReceiverStats {
             requests: state.requests,
+            last_request_at: state.last_request_at,
             rejected_requests: state.rejected_requests,
             spans: state.ingest.coverage.spans,
             db_spans: state.ingest.coverage.db_spans,
@@ -382,6 +387,7 @@ async fn handle(
     let ParsedBody { ingest, record } = parsed;
     s.ingest.extend(ingest);
     s.requests += 1;
+    s.last_request_at = Some(std::time::Instant::now());
     write_record(&mut s, json, &record);
     drop(s);
     if json {

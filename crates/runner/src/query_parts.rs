@@ -132,20 +132,22 @@ pub fn gate(analysis: &AnalysisRecord, fail_on: Option<Severity>) -> bool {
     })
 }
 
-/// Waits for spans still in the application's export queue after the load: up to `wait`,
-/// or until a request that came after the load is followed by a second of quiet.
-pub fn drain(receiver: &Receiver, wait: Duration, stop: &StopSignal) {
-    let load_end = Instant::now();
-    let before = receiver.stats().requests;
-    let mut last = (before, Instant::now());
+/// Waits for spans still in the application's export queue after the load: up to `wait`
+/// from the load's end, or until a request that came after it (`at_load_end`: when the load
+/// ended and the receiver's requests then) is followed by a second of quiet. Measured from
+/// the load's end, not from the call: the profiles are written in between (about 4 s of the
+/// demo's), and an export that came meanwhile is not waited for again.
+pub fn drain(receiver: &Receiver, at_load_end: (Instant, u64), wait: Duration, stop: &StopSignal) {
+    let (load_end, before) = at_load_end;
     while load_end.elapsed() < wait && !stop.is_stopped() {
-        std::thread::sleep(Duration::from_millis(100));
-        let now = receiver.stats().requests;
-        if now != last.0 {
-            last = (now, Instant::now());
-        } else if now > before && last.1.elapsed() >= Duration::from_secs(1) {
+        let stats = receiver.stats();
+        let quiet = stats
+            .last_request_at
+            .is_some_and(|at| at.elapsed() >= Duration::from_secs(1));
+        if stats.requests > before && quiet {
             break;
         }
+        std::thread::sleep(Duration::from_millis(100));
     }
 }
 
