@@ -244,7 +244,7 @@ impl ConnectionSetup {
             ..ConnectTimes::default()
         };
         let stream = match &self.tls {
-            None => Stream::Plain(tcp),
+            None => Stream::plain(tcp).map_err(|_| ErrorKind::ConnectOther)?,
             Some((connector, name)) => {
                 let tls = tokio::time::timeout(
                     self.connect_timeout,
@@ -264,7 +264,7 @@ impl ConnectionSetup {
         };
         let h2 = match &stream {
             Stream::Tls(tls) => tls.get_ref().1.alpn_protocol() == Some(b"h2"),
-            Stream::Plain(_) => self.http2,
+            Stream::Plain(_) | Stream::Uring(_) => self.http2,
         };
         if h2 {
             return H2Connection::handshake(stream, &self.target)
@@ -294,8 +294,11 @@ impl ConnectionSetup {
     /// Call inside the phase's runtime.
     pub fn take_kept(&self) -> Option<Connection> {
         let socket = self.kept.as_ref()?.take(self.target.addr)?;
-        let tcp = TcpStream::from_std(socket).ok()?;
-        Some(self.h1(Stream::Plain(tcp)))
+        let stream = match crate::uring::Ring::current() {
+            Some(ring) => Stream::Uring(ring.stream(socket)),
+            None => Stream::Plain(TcpStream::from_std(socket).ok()?),
+        };
+        Some(self.h1(stream))
     }
 
     /// Leaves `connection` to the next phase when it is a plain HTTP/1.1 one, idle and
@@ -305,17 +308,21 @@ impl ConnectionSetup {
             return;
         };
         if let Inner::H1(H1Connection {
-            stream: Stream::Plain(tcp),
+            stream,
             start,
             end,
             reusable: true,
             ..
         }) = connection.0
         {
-            if start == end {
-                if let Ok(socket) = tcp.into_std() {
-                    kept.put(self.target.addr, socket);
-                }
+            let socket = match stream {
+                _ if start != end => None,
+                Stream::Plain(tcp) => tcp.into_std().ok(),
+                Stream::Uring(uring) => uring.into_std(),
+                Stream::Tls(_) => None,
+            };
+            if let Some(socket) = socket {
+                kept.put(self.target.addr, socket);
             }
         }
     }
@@ -325,6 +332,18 @@ impl ConnectionSetup {
 enum Stream {
     Plain(TcpStream),
     Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
+    /// Plain, on the load thread's io_uring (`--io uring`).
+    Uring(crate::uring::UringStream),
+}
+
+impl Stream {
+    /// A plain connection: on the thread's ring when it has one.
+    fn plain(tcp: TcpStream) -> std::io::Result<Self> {
+        Ok(match crate::uring::Ring::current() {
+            Some(ring) => Stream::Uring(ring.stream(tcp.into_std()?)),
+            None => Stream::Plain(tcp),
+        })
+    }
 }
 
 impl AsyncRead for Stream {
@@ -336,6 +355,7 @@ impl AsyncRead for Stream {
         match self.get_mut() {
             Stream::Plain(s) => Pin::new(s).poll_read(cx, buf),
             Stream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+            Stream::Uring(s) => Pin::new(s).poll_read(cx, buf),
         }
     }
 }
@@ -349,6 +369,7 @@ impl AsyncWrite for Stream {
         match self.get_mut() {
             Stream::Plain(s) => Pin::new(s).poll_write(cx, buf),
             Stream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+            Stream::Uring(s) => Pin::new(s).poll_write(cx, buf),
         }
     }
 
@@ -356,6 +377,7 @@ impl AsyncWrite for Stream {
         match self.get_mut() {
             Stream::Plain(s) => Pin::new(s).poll_flush(cx),
             Stream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+            Stream::Uring(s) => Pin::new(s).poll_flush(cx),
         }
     }
 
@@ -363,6 +385,7 @@ impl AsyncWrite for Stream {
         match self.get_mut() {
             Stream::Plain(s) => Pin::new(s).poll_shutdown(cx),
             Stream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+            Stream::Uring(s) => Pin::new(s).poll_shutdown(cx),
         }
     }
 }

@@ -2,7 +2,7 @@
 //! YAML by the binary; validated here so every front end gives the same clear errors.
 
 pub use kiln_record::schema::plan::{
-    Arrivals, HedgePlanRecord, LoadPlanRecord, Model, RateStage, Shard, VuStage,
+    Arrivals, HedgePlanRecord, IoPath, LoadPlanRecord, Model, RateStage, Shard, VuStage,
 };
 use std::time::Duration;
 
@@ -229,6 +229,11 @@ pub struct LoadPlan {
     /// `-m`); 1 sends one at a time, as over HTTP/1.1. Over HTTP/1.1 (a TLS server that did
     /// not choose h2) a connection still carries one at a time.
     pub http2_streams: usize,
+    /// `--io`: the load threads' plain connections on epoll or on an io_uring each (see
+    /// `uring`); set to io_uring only where [`crate::probe_io_uring`] said yes.
+    pub io: IoPath,
+    /// Why io_uring was asked for and not used.
+    pub io_uring_refused: Option<String>,
     /// A plan's scenarios: each VU (closed) or arrival (open) runs iterations of these
     /// instead of sending `request` to `target`.
     pub workload: Option<std::sync::Arc<crate::scenario::Workload>>,
@@ -256,6 +261,8 @@ impl LoadPlan {
             wait_after_deadline: false,
             http2: false,
             http2_streams: 1,
+            io: IoPath::Epoll,
+            io_uring_refused: None,
             workload: None,
             hedge: None,
             shard: None,
@@ -408,6 +415,8 @@ impl LoadPlan {
         record.insecure = self.insecure;
         record.http2 = self.http2;
         record.http2_streams = self.http2_streams;
+        record.io = self.io;
+        record.io_uring_refused = self.io_uring_refused.clone();
         record.shard = self.shard;
         record.hedge = self.hedge.as_ref().map(|h| HedgePlanRecord {
             delay: h.delay.to_string(),

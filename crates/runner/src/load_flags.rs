@@ -19,6 +19,12 @@ pub enum ArrivalsArg {
     Poisson,
 }
 
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IoArg {
+    Epoll,
+    Uring,
+}
+
 #[derive(clap::Args, Debug, Clone)]
 pub struct LoadFlags {
     /// The URL to load (http:// or https://), or a plan file (plan.yaml: scenarios, data,
@@ -140,6 +146,20 @@ pub struct LoadFlags {
         value_name = "N"
     )]
     pub http2_streams: usize,
+
+    /// How the load threads' plain http:// connections send and receive. epoll: a system
+    /// call per send and per receive, as wrk and oha. uring: each thread's sends and
+    /// receives are submitted to an io_uring in batches (one system call per turn of its
+    /// loop), receives armed once per connection. Where io_uring is missing or refused (a
+    /// container's seccomp profile, kernel.io_uring_disabled) the run says so and uses
+    /// epoll. TLS connections use epoll.
+    #[arg(
+        help_heading = "Request",
+        long = "io",
+        value_enum,
+        default_value = "epoll"
+    )]
+    pub io: IoArg,
 
     /// Load for this long first and leave it out of the results (warms caches and JITs);
     /// `auto` (or `auto:CAP`, 60 s by default) ends it when throughput is steady and, for a
@@ -420,9 +440,7 @@ fn build_from_plan_file(args: &LoadFlags) -> Result<Built> {
     };
     common_flags(&mut load, args)?;
     load.validate()?;
-    let notes = kiln_load::limits::fit_max_connections(&mut load)
-        .into_iter()
-        .collect();
+    let notes = start_notes(&mut load);
     let mut thresholds =
         thresholds::check_plan_thresholds(&args.url, &plan.thresholds, &plan.workload.names)?;
     for t in &args.thresholds {
@@ -457,7 +475,29 @@ fn common_flags(plan: &mut LoadPlan, args: &LoadFlags) -> Result<()> {
     plan.dead_after = args.dead_after.value;
     plan.wait_after_deadline = args.wait_after_deadline;
     plan.http2_streams = args.http2_streams;
+    if args.io == IoArg::Uring {
+        if plan.target.tls {
+            refuse!(
+                "--io uring: TLS connections run on epoll only (an http:// URL runs on io_uring)"
+            );
+        }
+        match kiln_load::probe_io_uring() {
+            Ok(()) => plan.io = kiln_load::IoPath::Uring,
+            Err(why) => plan.io_uring_refused = Some(why),
+        }
+    }
     Ok(())
+}
+
+/// What the run says before it starts: connections fitted to the descriptors it may open,
+/// and io_uring asked for and refused.
+fn start_notes(plan: &mut LoadPlan) -> Vec<String> {
+    let refused = (plan.io_uring_refused.as_ref())
+        .map(|why| format!("--io uring: {why}; the epoll path runs"));
+    kiln_load::limits::fit_max_connections(plan)
+        .into_iter()
+        .chain(refused)
+        .collect()
 }
 
 fn check_repeat(args: &LoadFlags) -> Result<()> {
@@ -520,9 +560,7 @@ fn build_plan(args: &LoadFlags) -> Result<(LoadPlan, Vec<String>)> {
     common_flags(&mut plan, args)?;
     plan.hedge = hedge_plan(args, &plan.request)?;
     plan.validate()?;
-    let notes = kiln_load::limits::fit_max_connections(&mut plan)
-        .into_iter()
-        .collect();
+    let notes = start_notes(&mut plan);
     for t in &args.thresholds {
         Threshold::parse(t)?;
     }

@@ -24,7 +24,7 @@ use tokio::task::JoinSet;
 
 use crate::connection::{Connection, ConnectionSetup, KeptConnections};
 use crate::hedge::{HedgePlan, HedgeWorker, Refused};
-use crate::plan::{self, LoadPlan, Model, VuStage};
+use crate::plan::{self, IoPath, LoadPlan, Model, VuStage};
 use crate::recorder::{NamedOutcome, WorkerMsg, WorkerRecorder};
 use crate::scenario::{self, VuState, Workload};
 use crate::schedule::ArrivalSchedule;
@@ -763,6 +763,12 @@ fn run_worker(
     });
     let state = worker_state.clone();
     local.block_on(&rt, async move {
+        // --io uring: this thread's plain connections go through a ring of its own. Made
+        // here, in the runtime its readiness is registered with; if it cannot be made (the
+        // probe at start said it could), the connections stay on epoll.
+        let ring = (state.plan.io == IoPath::Uring)
+            .then(|| crate::uring::Ring::install(connections_per_thread(&state.plan)).ok())
+            .flatten();
         let mut tasks = JoinSet::new();
         match &state.plan.model {
             Model::Closed { connections, .. } => {
@@ -810,8 +816,13 @@ fn run_worker(
             tokio::time::timeout(drain, async { while tasks.join_next().await.is_some() {} }).await;
         tasks.abort_all();
         ticker.abort();
+        if let Some(ring) = ring {
+            ring.abort();
+        }
     });
+    // the tasks (and their connections) are dropped with the set, then the ring
     drop(local);
+    crate::uring::Ring::uninstall();
     let state = match Rc::try_unwrap(worker_state) {
         Ok(state) => state,
         Err(_) => return,
@@ -819,6 +830,19 @@ fn run_worker(
     let abandoned = state.in_flight.get();
     let connecting = state.connecting.get();
     state.recorder.into_inner().finish(abandoned, connecting);
+}
+
+/// A load thread's share of the connections it starts with (or may grow to).
+fn connections_per_thread(plan: &LoadPlan) -> usize {
+    let connections = match plan.model {
+        Model::Closed { connections, .. } => connections,
+        Model::Open {
+            connections,
+            max_connections,
+            ..
+        } => connections.max(max_connections),
+    };
+    connections.div_ceil(plan.threads.max(1))
 }
 
 /// Rolls the recorder at each second boundary so idle workers still report every second.

@@ -177,6 +177,22 @@ pub enum Arrivals {
     Poisson { seed: u64 },
 }
 
+/// How the load threads' plain TCP connections send and receive (`--io`): readiness with
+/// epoll and a system call per send and receive, or submitted in batches to an io_uring.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IoPath {
+    #[default]
+    Epoll,
+    Uring,
+}
+
+impl IoPath {
+    pub fn is_epoll(&self) -> bool {
+        *self == IoPath::Epoll
+    }
+}
+
 /// One of N load processes running one plan together (`--shard i/N`, i from 0, as a
 /// Kubernetes Indexed Job's completion index). Open model: arrival j of the whole schedule is
 /// shard `j mod N`'s, so the shards' arrivals together are exactly the single-process
@@ -305,6 +321,12 @@ pub struct LoadPlanRecord {
     /// absent, as records before it were).
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub http2_streams: usize,
+    /// `--io`: epoll unless io_uring was asked for and used (records before it: epoll).
+    #[serde(default, skip_serializing_if = "IoPath::is_epoll")]
+    pub io: IoPath,
+    /// Why io_uring was asked for and not used (the epoll path ran instead).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub io_uring_refused: Option<String>,
     pub shard: Option<Shard>,
     pub hedge: Option<HedgePlanRecord>,
     /// The thresholds as written (`p99<200ms`).
@@ -361,6 +383,8 @@ impl LoadPlanRecord {
             insecure: false,
             http2: false,
             http2_streams: 1,
+            io: IoPath::Epoll,
+            io_uring_refused: None,
             shard: None,
             hedge: None,
             thresholds: Vec::new(),
@@ -425,8 +449,18 @@ impl From<LoadPlanRecord> for PlanRecord {
 
 impl LoadPlanRecord {
     /// The load in words, as the summary's Workload line says it: `open model, 500/s (30 s),
-    /// 50 connections up front (max 1000), 2 threads`.
+    /// 50 connections up front (max 1000), 2 threads`, and the I/O path when it is not the
+    /// default (`, io_uring`, or why io_uring was asked for and not used).
     pub fn workload_text(&self) -> String {
+        let io = match (&self.io, &self.io_uring_refused) {
+            (IoPath::Uring, _) => ", io_uring".to_string(),
+            (IoPath::Epoll, Some(why)) => format!(", epoll ({why})"),
+            (IoPath::Epoll, None) => String::new(),
+        };
+        self.model_text() + &io
+    }
+
+    fn model_text(&self) -> String {
         let threads = self.threads;
         let secs = self.duration_s;
         // A plan file's VUs each hold a connection per origin; a URL run's are connections.

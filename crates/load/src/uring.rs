@@ -1,0 +1,645 @@
+//! The io_uring path (`--io uring`): a load thread's plain TCP connections send and receive
+//! through one ring instead of a `send` and a `recv` system call each.
+//!
+//! - Each connection keeps one multishot receive armed for its whole life; the kernel picks a
+//!   buffer from a ring of provided buffers for each arrival, and the bytes are copied out to
+//!   the connection at once, so the buffers are never short for long.
+//! - A send is queued, not made: every send and receive queued during a turn of the thread's
+//!   tasks goes to the kernel in one `io_uring_enter`, from the ring's driver task, which runs
+//!   after the tasks that woke it (tokio's local queue is first in, first out).
+//! - Completions wake tokio's reactor through the ring's descriptor (readable when completions
+//!   wait), so timers, the pacer's queue and the ring share one wait. No socket is polled for
+//!   readiness.
+//!
+//! The engine above it is the same as on the epoll path: [`UringStream`] is an `AsyncRead` and
+//! `AsyncWrite`, so the latency's clock, the recording and the HTTP/1.1 reader do not change.
+//! TLS stays on epoll (rustls over a ring would copy every record twice more and save nothing
+//! measured). A ring is the thread's: connections made outside a load thread with a ring
+//! installed use epoll.
+//!
+//! Hand-written on the `io-uring` crate rather than a runtime: tokio-uring, monoio and compio
+//! each bring a runtime of their own, and kiln's engine runs on tokio's timers and tasks
+//! (docs/benchmarks.md, issue 35).
+
+use std::cell::{Cell, RefCell};
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+use io_uring::{cqueue, opcode, types, IoUring};
+use tokio::io::unix::AsyncFd;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+/// Provided buffers: bytes are copied out of one as soon as its completion is read, so a
+/// few suffice for a turn's arrivals; a receive that finds none ends and is armed again.
+const BUFFERS: u16 = 128;
+const BUFFER_SIZE: usize = 4096;
+const BUFFER_GROUP: u16 = 1;
+/// A connection's received bytes above this are not kept once read (a large body's burst).
+const RECEIVED_KEPT: usize = 16 * 1024;
+
+/// What a completion is for: the low two bits of its user data (the connection's slot above).
+const SEND: u64 = 0;
+const RECV: u64 = 1;
+const CANCEL: u64 = 2;
+
+thread_local! {
+    static CURRENT: RefCell<Option<Rc<Ring>>> = const { RefCell::new(None) };
+}
+
+/// Whether io_uring can be used here, and if not why: made and dropped once at start. A
+/// kernel before 5.19 (no provided-buffer rings), `kernel.io_uring_disabled` or a seccomp
+/// profile that refuses `io_uring_setup` (Docker's default does) all say no.
+pub fn probe() -> Result<(), String> {
+    Buffers::new()
+        .and_then(|buffers| {
+            let ring = IoUring::new(8)?;
+            buffers.register(&ring)
+        })
+        .map_err(|e| format!("io_uring is not available here ({e})"))
+}
+
+/// The ring of provided buffers: the entries the kernel reads, and the memory they point to.
+struct Buffers {
+    /// `BUFFERS` entries, page aligned as the kernel asks.
+    entries: *mut types::BufRingEntry,
+    pool: Box<[u8]>,
+    tail: Cell<u16>,
+}
+
+impl Buffers {
+    fn layout() -> std::alloc::Layout {
+        // a power of two entries of 16 bytes, aligned to the page
+        std::alloc::Layout::from_size_align(usize::from(BUFFERS) * 16, 4096)
+            .expect("a valid layout")
+    }
+
+    fn new() -> io::Result<Self> {
+        // SAFETY: a non-zero size; the allocation is freed in Drop with the same layout.
+        let entries = unsafe { std::alloc::alloc_zeroed(Self::layout()) };
+        if entries.is_null() {
+            return Err(io::Error::from(io::ErrorKind::OutOfMemory));
+        }
+        Ok(Self {
+            entries: entries.cast(),
+            pool: vec![0; usize::from(BUFFERS) * BUFFER_SIZE].into_boxed_slice(),
+            tail: Cell::new(0),
+        })
+    }
+
+    fn register(&self, ring: &IoUring) -> io::Result<()> {
+        // SAFETY: the entries live until the ring is dropped (Ring drops the ring first).
+        unsafe {
+            ring.submitter().register_buf_ring_with_flags(
+                self.entries as u64,
+                BUFFERS,
+                BUFFER_GROUP,
+                0,
+            )
+        }?;
+        for id in 0..BUFFERS {
+            self.give_back(id);
+        }
+        Ok(())
+    }
+
+    /// Buffer `id`'s bytes the kernel wrote.
+    fn bytes(&self, id: u16, len: usize) -> &[u8] {
+        let start = usize::from(id) * BUFFER_SIZE;
+        &self.pool[start..start + len.min(BUFFER_SIZE)]
+    }
+
+    /// Hands buffer `id` back to the kernel.
+    fn give_back(&self, id: u16) {
+        let tail = self.tail.get();
+        let addr = self.pool[usize::from(id) * BUFFER_SIZE..].as_ptr() as u64;
+        // SAFETY: the entry at the tail's slot is ours until the new tail is published, and
+        // the tail is published with release ordering after it is written.
+        unsafe {
+            let entry = &mut *self.entries.add(usize::from(tail & (BUFFERS - 1)));
+            entry.set_addr(addr);
+            entry.set_len(BUFFER_SIZE as u32);
+            entry.set_bid(id);
+            let published = types::BufRingEntry::tail(self.entries).cast_mut()
+                as *const std::sync::atomic::AtomicU16;
+            (*published).store(tail.wrapping_add(1), std::sync::atomic::Ordering::Release);
+        }
+        self.tail.set(tail.wrapping_add(1));
+    }
+}
+
+impl Drop for Buffers {
+    fn drop(&mut self) {
+        // SAFETY: allocated in new with this layout.
+        unsafe { std::alloc::dealloc(self.entries.cast(), Self::layout()) };
+    }
+}
+
+/// One connection's state, kept by the ring until its last operation has completed.
+#[derive(Default)]
+struct Slot {
+    fd: Option<OwnedFd>,
+    received: Vec<u8>,
+    /// Read up to here.
+    read: usize,
+    eof: bool,
+    error: Option<i32>,
+    recv_armed: bool,
+    reader: Option<Waker>,
+    sending: Vec<u8>,
+    send_in_flight: bool,
+    send_result: Option<i32>,
+    writer: Option<Waker>,
+    cancel_in_flight: bool,
+    /// Its stream was dropped: the fd closes and the slot frees when nothing is in flight.
+    dropped: bool,
+}
+
+impl Slot {
+    fn idle(&self) -> bool {
+        !self.recv_armed && !self.send_in_flight && !self.cancel_in_flight
+    }
+}
+
+struct State {
+    ring: IoUring,
+    slots: Vec<Slot>,
+    free: Vec<usize>,
+    /// Entries queued since the last `io_uring_enter`.
+    queued: usize,
+    driver: Option<Waker>,
+    driver_woken: bool,
+}
+
+/// A load thread's ring (see the module's doc).
+pub struct Ring {
+    /// Dropped first: taken off the reactor while the ring's descriptor is open.
+    readiness: AsyncFd<RingFd>,
+    /// Dropped before `buffers`: the ring is closed before the buffers it writes are freed.
+    state: RefCell<State>,
+    buffers: Buffers,
+}
+
+/// The ring's descriptor, registered with tokio's reactor (the ring itself owns it).
+struct RingFd(RawFd);
+
+impl AsRawFd for RingFd {
+    fn as_raw_fd(&self) -> RawFd {
+        self.0
+    }
+}
+
+impl Ring {
+    /// Makes this thread's ring for about `connections` connections and drives it on the
+    /// current `LocalSet`; connections made on this thread from now on use it. Call inside
+    /// the thread's runtime.
+    pub fn install(connections: usize) -> io::Result<tokio::task::JoinHandle<()>> {
+        let entries = (2 * connections).next_power_of_two().clamp(64, 4096) as u32;
+        let ring = IoUring::new(entries)?;
+        let buffers = Buffers::new()?;
+        buffers.register(&ring)?;
+        // SAFETY: the ring's descriptor stays open while the registration lives: `Ring`
+        // drops `readiness` before the ring.
+        let readiness = unsafe {
+            AsyncFd::register_with_interest(RingFd(ring.as_raw_fd()), tokio::io::Interest::READABLE)
+        }?;
+        let ring = Rc::new(Ring {
+            state: RefCell::new(State {
+                ring,
+                slots: Vec::new(),
+                free: Vec::new(),
+                queued: 0,
+                driver: None,
+                driver_woken: false,
+            }),
+            buffers,
+            readiness,
+        });
+        CURRENT.with_borrow_mut(|current| *current = Some(ring.clone()));
+        Ok(tokio::task::spawn_local(ring.drive()))
+    }
+
+    /// This thread's ring, if one is installed.
+    pub fn current() -> Option<Rc<Ring>> {
+        CURRENT.with_borrow(Clone::clone)
+    }
+
+    /// Takes this thread's ring away: its connections' in-flight receives are cancelled and
+    /// waited for (a moment at most), so no completion writes to freed memory.
+    pub fn uninstall() {
+        let Some(ring) = CURRENT.with_borrow_mut(Option::take) else {
+            return;
+        };
+        {
+            let mut state = ring.state.borrow_mut();
+            let armed: Vec<usize> = (0..state.slots.len())
+                .filter(|&i| state.slots[i].recv_armed && !state.slots[i].cancel_in_flight)
+                .collect();
+            for i in armed {
+                state.slots[i].cancel_in_flight = true;
+                state.push(
+                    &opcode::AsyncCancel::new(user_data(i, RECV))
+                        .build()
+                        .user_data(user_data(i, CANCEL)),
+                );
+            }
+        }
+        let until = Instant::now() + Duration::from_millis(200);
+        loop {
+            let busy = ring.state.borrow().slots.iter().any(|s| !s.idle());
+            if !busy || Instant::now() >= until {
+                break;
+            }
+            {
+                let mut state = ring.state.borrow_mut();
+                state.queued = 0;
+                let ten_ms = types::Timespec::new().nsec(10_000_000);
+                let wait = types::SubmitArgs::new().timespec(&ten_ms);
+                let _ = state.ring.submitter().submit_with_args(1, &wait);
+            }
+            ring.reap();
+        }
+        if ring.state.borrow().slots.iter().any(|s| !s.idle()) {
+            // the kernel may still write to the buffers: leave them (and the ring) be
+            std::mem::forget(ring);
+        }
+    }
+
+    /// Takes a connected socket onto the ring and arms its receive.
+    pub fn stream(self: &Rc<Self>, socket: std::net::TcpStream) -> UringStream {
+        // a blocking socket's receive would be handed to the kernel's worker threads; the
+        // sockets here come from tokio and are non-blocking already
+        let _ = socket.set_nonblocking(true);
+        let fd = OwnedFd::from(socket);
+        let mut state = self.state.borrow_mut();
+        let slot = state.free.pop().unwrap_or_else(|| {
+            state.slots.push(Slot::default());
+            state.slots.len() - 1
+        });
+        state.slots[slot] = Slot {
+            fd: Some(fd),
+            ..Slot::default()
+        };
+        state.arm_receive(slot);
+        drop(state);
+        self.wake_driver();
+        UringStream {
+            ring: self.clone(),
+            slot,
+        }
+    }
+
+    /// The driver: submits what the tasks queued and reads completions, forever (the load
+    /// thread aborts it at the phase's end).
+    async fn drive(self: Rc<Self>) {
+        std::future::poll_fn(|cx| {
+            self.turn(cx);
+            Poll::<()>::Pending
+        })
+        .await
+    }
+
+    fn turn(&self, cx: &mut Context<'_>) {
+        loop {
+            {
+                let mut state = self.state.borrow_mut();
+                state.driver_woken = false;
+                if state.queued > 0 {
+                    match state.ring.submit() {
+                        Ok(_) => state.queued = 0,
+                        // EBUSY, EAGAIN, EINTR: the entries stay queued and go with the next
+                        // turn, after the completions below are read
+                        Err(e) if is_transient(&e) => {}
+                        Err(e) => state.fail_all(e.raw_os_error().unwrap_or(libc::EIO)),
+                    }
+                }
+            }
+            self.reap();
+            match self.readiness.poll_read_ready(cx) {
+                Poll::Ready(Ok(mut guard)) => guard.clear_ready(),
+                Poll::Ready(Err(_)) => break,
+                Poll::Pending => break,
+            }
+        }
+        let mut state = self.state.borrow_mut();
+        if state.queued > 0 {
+            // entries left for a busy ring: come back at once
+            cx.waker().wake_by_ref();
+        }
+        match &state.driver {
+            Some(w) if w.will_wake(cx.waker()) => {}
+            _ => state.driver = Some(cx.waker().clone()),
+        }
+    }
+
+    /// Reads every completion waiting: bytes to their connections, results to their senders.
+    fn reap(&self) {
+        let mut state = self.state.borrow_mut();
+        let state = &mut *state;
+        let mut wakers: Vec<Waker> = Vec::new();
+        loop {
+            let Some(cqe) = state.ring.completion().next() else {
+                break;
+            };
+            let (data, result, flags) = (cqe.user_data(), cqe.result(), cqe.flags());
+            let (index, kind) = ((data >> 2) as usize, data & 3);
+            let Some(slot) = state.slots.get_mut(index) else {
+                continue;
+            };
+            match kind {
+                RECV => {
+                    if let Some(id) = cqueue::buffer_select(flags) {
+                        if result > 0 {
+                            let bytes = self.buffers.bytes(id, result as usize);
+                            if !slot.dropped {
+                                slot.received.extend_from_slice(bytes);
+                            }
+                        }
+                        self.buffers.give_back(id);
+                    }
+                    let more = cqueue::more(flags);
+                    if !more {
+                        slot.recv_armed = false;
+                    }
+                    match result {
+                        0 => slot.eof = true,
+                        r if r == -libc::ENOBUFS || r == -libc::ECANCELED => {}
+                        r if r < 0 => slot.error = Some(-r),
+                        _ => {}
+                    }
+                    let rearm = !more
+                        && !slot.dropped
+                        && !slot.eof
+                        && slot.error.is_none()
+                        && !slot.cancel_in_flight
+                        && result == -libc::ENOBUFS;
+                    wakers.extend(slot.reader.take());
+                    if rearm {
+                        state.arm_receive(index);
+                    }
+                }
+                SEND => {
+                    slot.send_in_flight = false;
+                    slot.send_result = Some(result);
+                    wakers.extend(slot.writer.take());
+                }
+                _ => slot.cancel_in_flight = false,
+            }
+            state.free_if_done(index);
+        }
+        if state.queued > 0 && !state.driver_woken {
+            state.driver_woken = true;
+            wakers.extend(state.driver.clone());
+        }
+        for w in wakers {
+            w.wake();
+        }
+    }
+
+    fn wake_driver(&self) {
+        let mut state = self.state.borrow_mut();
+        if !state.driver_woken {
+            state.driver_woken = true;
+            if let Some(w) = &state.driver {
+                w.wake_by_ref();
+            }
+        }
+    }
+}
+
+fn is_transient(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EBUSY | libc::EAGAIN | libc::EINTR)
+    )
+}
+
+fn user_data(slot: usize, kind: u64) -> u64 {
+    (slot as u64) << 2 | kind
+}
+
+impl State {
+    /// Queues `entry`, submitting what is queued first when the submission queue is full.
+    fn push(&mut self, entry: &io_uring::squeue::Entry) {
+        // SAFETY: every buffer an entry names outlives its completion: received bytes land in
+        // the provided buffers (freed after the ring), a send's bytes are its slot's, and a
+        // slot is neither freed nor its send buffer touched while its send is in flight.
+        while unsafe { self.ring.submission().push(entry) }.is_err() {
+            if self.ring.submit().is_err() {
+                std::thread::yield_now();
+            }
+        }
+        self.queued += 1;
+    }
+
+    fn arm_receive(&mut self, index: usize) {
+        let Some(fd) = self.slots[index].fd.as_ref().map(AsRawFd::as_raw_fd) else {
+            return;
+        };
+        self.slots[index].recv_armed = true;
+        let entry = opcode::RecvMulti::new(types::Fd(fd), BUFFER_GROUP)
+            .build()
+            .user_data(user_data(index, RECV));
+        self.push(&entry);
+    }
+
+    /// A dropped stream's slot with nothing in flight: its socket closes, the slot is free.
+    fn free_if_done(&mut self, index: usize) {
+        let slot = &mut self.slots[index];
+        if slot.dropped && slot.idle() {
+            *slot = Slot::default();
+            self.free.push(index);
+        }
+    }
+
+    /// The ring refused a submission for good: every connection on it fails with `errno`
+    /// (its requests are counted as the errors they are).
+    fn fail_all(&mut self, errno: i32) {
+        self.queued = 0;
+        let mut wakers = Vec::new();
+        for slot in &mut self.slots {
+            // what is in flight stays so until it completes: its buffers stay too
+            slot.error.get_or_insert(errno);
+            wakers.extend(slot.reader.take());
+            wakers.extend(slot.writer.take());
+        }
+        wakers.into_iter().for_each(Waker::wake);
+    }
+}
+
+/// A plain TCP connection on the thread's ring (see the module's doc).
+pub struct UringStream {
+    ring: Rc<Ring>,
+    slot: usize,
+}
+
+impl UringStream {
+    /// The socket, for a connection left to the next phase: its receive is cancelled (the
+    /// cancel completes at once for a receive waiting on a socket). None when the
+    /// connection is not clean: bytes or a close arrived, or the receive would not end.
+    pub fn into_std(self) -> Option<std::net::TcpStream> {
+        let index = self.slot;
+        {
+            let mut state = self.ring.state.borrow_mut();
+            let slot = &mut state.slots[index];
+            if slot.read < slot.received.len() || slot.eof || slot.error.is_some() {
+                return None;
+            }
+            if slot.recv_armed {
+                slot.cancel_in_flight = true;
+                let cancel = opcode::AsyncCancel::new(user_data(index, RECV))
+                    .build()
+                    .user_data(user_data(index, CANCEL));
+                state.push(&cancel);
+                state.queued = 0;
+                let _ = state.ring.submit_and_wait(1);
+            }
+        }
+        self.ring.reap();
+        let mut state = self.ring.state.borrow_mut();
+        let slot = &mut state.slots[index];
+        let clean = !slot.recv_armed && slot.received.len() == slot.read && !slot.eof;
+        if !clean || slot.send_in_flight {
+            return None;
+        }
+        let fd = slot.fd.take()?;
+        // the stream's drop frees the slot, its fd gone
+        Some(std::net::TcpStream::from(fd))
+    }
+
+    fn with_slot<T>(&self, f: impl FnOnce(&mut Slot) -> T) -> T {
+        f(&mut self.ring.state.borrow_mut().slots[self.slot])
+    }
+}
+
+impl Drop for UringStream {
+    fn drop(&mut self) {
+        let mut state = self.ring.state.borrow_mut();
+        let index = self.slot;
+        let slot = &mut state.slots[index];
+        slot.dropped = true;
+        slot.reader = None;
+        slot.writer = None;
+        if slot.recv_armed && !slot.cancel_in_flight {
+            // the armed receive holds the socket open: cancel it, and the socket closes
+            // with its last completion
+            slot.cancel_in_flight = true;
+            let cancel = opcode::AsyncCancel::new(user_data(index, RECV))
+                .build()
+                .user_data(user_data(index, CANCEL));
+            state.push(&cancel);
+        }
+        state.free_if_done(index);
+        drop(state);
+        self.ring.wake_driver();
+    }
+}
+
+impl AsyncRead for UringStream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let mut rearm = false;
+        let ready = this.with_slot(|slot| {
+            let waiting = slot.received.len() - slot.read;
+            if waiting > 0 {
+                let n = waiting.min(buf.remaining());
+                buf.put_slice(&slot.received[slot.read..slot.read + n]);
+                slot.read += n;
+                if slot.read == slot.received.len() {
+                    slot.read = 0;
+                    slot.received.clear();
+                    if slot.received.capacity() > RECEIVED_KEPT {
+                        slot.received = Vec::new();
+                    }
+                }
+                return Poll::Ready(Ok(()));
+            }
+            if let Some(errno) = slot.error {
+                return Poll::Ready(Err(io::Error::from_raw_os_error(errno)));
+            }
+            if slot.eof {
+                return Poll::Ready(Ok(()));
+            }
+            rearm = !slot.recv_armed && !slot.cancel_in_flight;
+            match &slot.reader {
+                Some(w) if w.will_wake(cx.waker()) => {}
+                _ => slot.reader = Some(cx.waker().clone()),
+            }
+            Poll::Pending
+        });
+        if rearm {
+            this.ring.state.borrow_mut().arm_receive(this.slot);
+            this.ring.wake_driver();
+        }
+        ready
+    }
+}
+
+impl AsyncWrite for UringStream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let index = this.slot;
+        let mut state = this.ring.state.borrow_mut();
+        let slot = &mut state.slots[index];
+        if let Some(result) = slot.send_result.take() {
+            // the send of these bytes ended (write_all asks with the same bytes until then)
+            return Poll::Ready(if result < 0 {
+                Err(io::Error::from_raw_os_error(-result))
+            } else {
+                Ok(result as usize)
+            });
+        }
+        if let Some(errno) = slot.error {
+            return Poll::Ready(Err(io::Error::from_raw_os_error(errno)));
+        }
+        match &slot.writer {
+            Some(w) if w.will_wake(cx.waker()) => {}
+            _ => slot.writer = Some(cx.waker().clone()),
+        }
+        if slot.send_in_flight {
+            return Poll::Pending;
+        }
+        let Some(fd) = slot.fd.as_ref().map(AsRawFd::as_raw_fd) else {
+            return Poll::Ready(Err(io::Error::from(io::ErrorKind::NotConnected)));
+        };
+        slot.sending.clear();
+        slot.sending.extend_from_slice(buf);
+        slot.send_in_flight = true;
+        let entry = opcode::Send::new(
+            types::Fd(fd),
+            slot.sending.as_ptr(),
+            slot.sending.len() as u32,
+        )
+        .flags(libc::MSG_NOSIGNAL)
+        .build()
+        .user_data(user_data(index, SEND));
+        state.push(&entry);
+        drop(state);
+        this.ring.wake_driver();
+        Poll::Pending
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let fd = self.with_slot(|slot| slot.fd.as_ref().map(AsRawFd::as_raw_fd));
+        if let Some(fd) = fd {
+            // SAFETY: shutdown on an open socket of this slot's.
+            unsafe { libc::shutdown(fd, libc::SHUT_WR) };
+        }
+        Poll::Ready(Ok(()))
+    }
+}
