@@ -59,7 +59,15 @@ pub fn probe() -> Result<(), String> {
             let ring = IoUring::new(8)?;
             buffers.register(&ring)
         })
-        .map_err(|e| format!("io_uring is not available here ({e})"))
+        .map_err(|e| {
+            let hint = match e.raw_os_error() {
+                Some(libc::EPERM) => ": refused by a seccomp profile or kernel.io_uring_disabled",
+                Some(libc::ENOSYS) => ": the kernel has none",
+                Some(libc::EINVAL) => ": the kernel is older than 5.19",
+                _ => "",
+            };
+            format!("io_uring is not available here ({e}{hint})")
+        })
 }
 
 /// The ring of provided buffers: the entries the kernel reads, and the memory they point to.
@@ -641,5 +649,119 @@ impl AsyncWrite for UringStream {
             unsafe { libc::shutdown(fd, libc::SHUT_WR) };
         }
         Poll::Ready(Ok(()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// Runs `body` on a current-thread runtime with this thread's ring installed, as a load
+    /// thread does, then takes the ring away.
+    fn on_a_ring(body: impl AsyncFnOnce(Rc<Ring>)) {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let local = tokio::task::LocalSet::new();
+        local.block_on(&rt, async {
+            let driver = Ring::install(4).expect("io_uring on the test machine");
+            body(Ring::current().unwrap()).await;
+            driver.abort();
+        });
+        drop(local);
+        Ring::uninstall();
+        assert!(Ring::current().is_none());
+    }
+
+    fn listener() -> (std::net::TcpListener, std::net::SocketAddr) {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        (l, addr)
+    }
+
+    #[test]
+    fn bytes_go_both_ways_and_a_dropped_stream_closes_its_socket() {
+        let (l, addr) = listener();
+        let server = std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            let mut got = [0u8; 4];
+            s.read_exact(&mut got).unwrap();
+            assert_eq!(&got, b"ping");
+            // more than one provided buffer's worth, so the answer spans completions
+            s.write_all(&vec![b'x'; 3 * BUFFER_SIZE + 5]).unwrap();
+            // the client's drop reaches the server as an end of stream
+            let mut rest = Vec::new();
+            s.read_to_end(&mut rest).map(|_| rest.len())
+        });
+        on_a_ring(async |ring| {
+            let mut stream = ring.stream(std::net::TcpStream::connect(addr).unwrap());
+            stream.write_all(b"ping").await.unwrap();
+            let mut answer = vec![0u8; 3 * BUFFER_SIZE + 5];
+            stream.read_exact(&mut answer).await.unwrap();
+            assert!(answer.iter().all(|&b| b == b'x'));
+            drop(stream);
+            // the cancel goes with the driver's next turn, and the socket closes after it
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let state = ring.state.borrow();
+            assert!(
+                state.slots.iter().all(|s| s.fd.is_none()),
+                "a socket left open"
+            );
+        });
+        assert_eq!(server.join().unwrap().unwrap(), 0);
+    }
+
+    #[test]
+    fn a_clean_socket_is_handed_over_and_one_with_bytes_waiting_is_not() {
+        let (l, addr) = listener();
+        let server = std::thread::spawn(move || {
+            let (mut quiet, _) = l.accept().unwrap();
+            let (mut chatty, _) = l.accept().unwrap();
+            chatty.write_all(b"unasked").unwrap();
+            quiet
+                .set_read_timeout(Some(Duration::from_secs(5)))
+                .unwrap();
+            let mut got = [0u8; 5];
+            quiet.read_exact(&mut got).unwrap();
+            quiet.write_all(b"there").unwrap();
+            got
+        });
+        let mut handed = None;
+        on_a_ring(async |ring| {
+            let quiet = ring.stream(std::net::TcpStream::connect(addr).unwrap());
+            let mut chatty = ring.stream(std::net::TcpStream::connect(addr).unwrap());
+            let mut first = [0u8; 1];
+            chatty.read_exact(&mut first).await.unwrap();
+            assert!(chatty.into_std().is_none(), "bytes were waiting");
+            handed = quiet.into_std();
+        });
+        // after the ring is gone the socket is whole and nothing of it was read
+        let mut socket = handed.expect("the quiet socket handed over");
+        socket.set_nonblocking(false).unwrap();
+        socket.write_all(b"hello").unwrap();
+        let mut answer = [0u8; 5];
+        socket.read_exact(&mut answer).unwrap();
+        assert_eq!(&answer, b"there");
+        assert_eq!(&server.join().unwrap(), b"hello");
+    }
+
+    #[test]
+    fn a_refused_io_uring_is_said_and_not_used() {
+        assert_eq!(probe(), Ok(()), "io_uring on the test machine");
+        let refused = std::thread::spawn(|| {
+            kiln_targets::refuse_io_uring().unwrap();
+            probe()
+        })
+        .join()
+        .unwrap();
+        let why = refused.unwrap_err();
+        assert!(
+            why.contains("not available") && why.contains("seccomp"),
+            "{why}"
+        );
     }
 }

@@ -5,7 +5,8 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use kiln_load::{
-    run_phase, Arrivals, KeptConnections, LoadPlan, Model, PhaseSpec, RateStage, StopSignal, Target,
+    run_phase, Arrivals, IoPath, KeptConnections, LoadPlan, Model, PhaseSpec, RateStage,
+    StopSignal, Target,
 };
 use kiln_record::{ErrorKind, PhaseEnd, PhaseSummary};
 use kiln_targets::{ensure, timing_attempts, Behavior, Stall, TargetServer};
@@ -29,7 +30,16 @@ fn open(rate: f64, secs: u64, connections: usize, max_connections: usize) -> Mod
 }
 
 fn plan(target: &TargetServer, model: Model, secs: u64) -> LoadPlan {
+    plan_on(IoPath::Epoll, target, model, secs)
+}
+
+/// [`plan`] on an I/O path: `--io uring` must be available on the machines the tests run on.
+fn plan_on(io: IoPath, target: &TargetServer, model: Model, secs: u64) -> LoadPlan {
+    if io == IoPath::Uring {
+        kiln_load::probe_io_uring().expect("io_uring on the test machine");
+    }
     LoadPlan {
+        io,
         connect_timeout: Duration::from_secs(2),
         threads: 2,
         timeout: Duration::from_secs(5),
@@ -116,6 +126,23 @@ fn kept_schedule(
     Ok(())
 }
 
+/// A test of the engine on both I/O paths, as `NAME::epoll` and `NAME::uring`: the same
+/// truths hold whichever way the sockets are read.
+macro_rules! on_both_io_paths {
+    ($name:ident) => {
+        mod $name {
+            #[test]
+            fn epoll() {
+                super::$name(kiln_load::IoPath::Epoll)
+            }
+            #[test]
+            fn uring() {
+                super::$name(kiln_load::IoPath::Uring)
+            }
+        }
+    };
+}
+
 /// Timing checks get three attempts (see `timing_attempts`); counts are checked every time.
 const ATTEMPTS: usize = 3;
 
@@ -158,15 +185,15 @@ fn tracks_target(
     Ok(())
 }
 
-#[test]
-fn closed_model_request_count_equals_what_the_target_answered() {
+on_both_io_paths!(closed_model_request_count_equals_what_the_target_answered);
+fn closed_model_request_count_equals_what_the_target_answered(io: IoPath) {
     timing_attempts(ATTEMPTS, || {
         let target = TargetServer::start(Behavior {
             service_time: Duration::from_millis(1),
             ..Default::default()
         })
         .unwrap();
-        let (s, end) = run(&plan(&target, closed(8), 2));
+        let (s, end) = run(&plan_on(io, &target, closed(8), 2));
         assert_eq!(s.error_count(), 0, "{:?}", s.totals.errors);
         assert_eq!(s.responses(), target.answered());
         assert_eq!(s.totals.status.get(&200), Some(&target.answered()));
@@ -203,8 +230,8 @@ fn run_phases(plan: &LoadPlan, names: &[&str]) -> Vec<(PhaseSummary, PhaseEnd)> 
         .collect()
 }
 
-#[test]
-fn the_measured_run_takes_over_the_warm_ups_connections_and_opens_none() {
+on_both_io_paths!(the_measured_run_takes_over_the_warm_ups_connections_and_opens_none);
+fn the_measured_run_takes_over_the_warm_ups_connections_and_opens_none(io: IoPath) {
     let target = TargetServer::start(Behavior {
         service_time: Duration::from_millis(1),
         ..Default::default()
@@ -212,7 +239,7 @@ fn the_measured_run_takes_over_the_warm_ups_connections_and_opens_none() {
     .unwrap();
     for (model, name) in [(closed(4), "closed"), (open(200.0, 1, 3, 10), "open")] {
         let (before, answered_before) = (target.connections(), target.answered());
-        let plan = plan(&target, model, 1);
+        let plan = plan_on(io, &target, model, 1);
         let phases = run_phases(&plan, &["warmup", "run", "run"]);
         let (warmup, run, last) = (&phases[0].1, &phases[1].1, &phases[2].1);
         assert!(warmup.connections_opened >= 1, "{name}: {warmup:?}");
@@ -254,14 +281,14 @@ fn the_measured_run_takes_over_the_warm_ups_connections_and_opens_none() {
     }
 }
 
-#[test]
-fn open_model_at_a_fixed_rate_sees_a_periodic_stall_as_arriving_users_do() {
+on_both_io_paths!(open_model_at_a_fixed_rate_sees_a_periodic_stall_as_arriving_users_do);
+fn open_model_at_a_fixed_rate_sees_a_periodic_stall_as_arriving_users_do(io: IoPath) {
     // 2 ms service; the whole server pauses 100 ms every second. At a steady rate 10% of
     // arrivals land in a pause and wait for its end: uniformly 0..100 ms more. So
     // P(latency > 2 ms + x) = 0.1 * (1 - x / 100 ms): p95 = 52 ms, p99 = 92 ms, p99.9 = 101 ms.
     timing_attempts(ATTEMPTS, || {
         let target = pausing_target();
-        let (s, end) = run(&plan(&target, open(400.0, 4, 8, 200), 4));
+        let (s, end) = run(&plan_on(io, &target, open(400.0, 4, 8, 200), 4));
         kept_schedule(&s, &end, &target, 1_600)?;
         // The target did what it was built to do (a disturbed machine can spoil that)...
         near("target p95", target_quantile_ms(&target, 0.95), 52.0, 3.0)?;
@@ -328,15 +355,15 @@ fn every_nth_slow_request_appears_at_exactly_its_share() {
     });
 }
 
-#[test]
-fn a_fixed_service_time_is_reported_within_a_fraction_of_a_millisecond() {
+on_both_io_paths!(a_fixed_service_time_is_reported_within_a_fraction_of_a_millisecond);
+fn a_fixed_service_time_is_reported_within_a_fraction_of_a_millisecond(io: IoPath) {
     timing_attempts(ATTEMPTS, || {
         let target = TargetServer::start(Behavior {
             service_time: Duration::from_millis(5),
             ..Default::default()
         })
         .unwrap();
-        let (s, end) = run(&plan(&target, open(200.0, 3, 4, 50), 3));
+        let (s, end) = run(&plan_on(io, &target, open(200.0, 3, 4, 50), 3));
         kept_schedule(&s, &end, &target, 600)?;
         let l = s.totals.latency.stats();
         assert!(
@@ -350,14 +377,14 @@ fn a_fixed_service_time_is_reported_within_a_fraction_of_a_millisecond() {
     });
 }
 
-#[test]
-fn connection_resets_are_counted_as_resets_and_the_rest_as_answers() {
+on_both_io_paths!(connection_resets_are_counted_as_resets_and_the_rest_as_answers);
+fn connection_resets_are_counted_as_resets_and_the_rest_as_answers(io: IoPath) {
     let target = TargetServer::start(Behavior {
         reset_every: Some(5),
         ..Default::default()
     })
     .unwrap();
-    let (s, _) = run(&plan(&target, closed(2), 1));
+    let (s, _) = run(&plan_on(io, &target, closed(2), 1));
     assert!(target.resets() > 10);
     assert_eq!(
         s.totals.errors.get(&ErrorKind::Reset).copied().unwrap_or(0),
@@ -367,14 +394,14 @@ fn connection_resets_are_counted_as_resets_and_the_rest_as_answers() {
     assert_eq!(s.error_count(), target.resets(), "{:?}", s.totals.errors);
 }
 
-#[test]
-fn a_target_that_stops_answering_ends_the_phase_early_with_a_reason() {
+on_both_io_paths!(a_target_that_stops_answering_ends_the_phase_early_with_a_reason);
+fn a_target_that_stops_answering_ends_the_phase_early_with_a_reason(io: IoPath) {
     let target = TargetServer::start(Behavior {
         hang_after: Some(200),
         ..Default::default()
     })
     .unwrap();
-    let mut p = plan(&target, closed(4), 60);
+    let mut p = plan_on(io, &target, closed(4), 60);
     p.timeout = Duration::from_secs(1);
     p.dead_after = Duration::from_secs(2);
     let started = Instant::now();

@@ -479,6 +479,43 @@ pub fn pin_to_cpu(cpu: usize) {
     }
 }
 
+/// Refuses `io_uring_setup` to the calling thread and whatever it starts or executes from
+/// now on, with EPERM, as a container's seccomp profile does (Docker's default refuses
+/// io_uring): a seccomp filter of four instructions. Call in a thread of its own, or in a
+/// child before `exec` (`CommandExt::pre_exec`); it cannot be taken back.
+pub fn refuse_io_uring() -> std::io::Result<()> {
+    // classic BPF: load the system call's number, refuse io_uring_setup, allow the rest
+    const LD_W_ABS: u16 = 0x20;
+    const JEQ_K: u16 = 0x15;
+    const RET_K: u16 = 0x06;
+    let insn = |code, jt, jf, k| libc::sock_filter { code, jt, jf, k };
+    let program = [
+        insn(LD_W_ABS, 0, 0, 0), // seccomp_data.nr
+        insn(JEQ_K, 0, 1, libc::SYS_io_uring_setup as u32),
+        insn(RET_K, 0, 0, libc::SECCOMP_RET_ERRNO | libc::EPERM as u32),
+        insn(RET_K, 0, 0, libc::SECCOMP_RET_ALLOW),
+    ];
+    let filter = libc::sock_fprog {
+        len: program.len() as u16,
+        filter: program.as_ptr().cast_mut(),
+    };
+    // SAFETY: prctl with the documented arguments; the program outlives the call (the
+    // kernel copies it).
+    let ok = unsafe {
+        libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0
+            && libc::prctl(
+                libc::PR_SET_SECCOMP,
+                libc::SECCOMP_MODE_FILTER,
+                &filter as *const libc::sock_fprog,
+            ) == 0
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
 /// A TCP listener on 127.0.0.1 with the given accept backlog that never accepts (for the
 /// socket tests: queues, overflows, limits), and its address.
 pub fn idle_listener(backlog: i32) -> (socket2::Socket, std::net::SocketAddr) {

@@ -763,12 +763,25 @@ fn run_worker(
     });
     let state = worker_state.clone();
     local.block_on(&rt, async move {
-        // --io uring: this thread's plain connections go through a ring of its own. Made
-        // here, in the runtime its readiness is registered with; if it cannot be made (the
-        // probe at start said it could), the connections stay on epoll.
-        let ring = (state.plan.io == IoPath::Uring)
-            .then(|| crate::uring::Ring::install(connections_per_thread(&state.plan)).ok())
-            .flatten();
+        // --io uring: this thread's plain connections go through a ring of its own, made
+        // here, in the runtime its readiness is registered with. The probe at start said
+        // rings can be made; one that cannot (a limit reached since) stops the run rather
+        // than let the summary say io_uring over connections on epoll.
+        let ring = match state.plan.io {
+            IoPath::Uring => {
+                match crate::uring::Ring::install(connections_per_thread(&state.plan)) {
+                    Ok(driver) => Some(driver),
+                    Err(e) => {
+                        state.shared.fail(format!(
+                            "--io uring: load thread {worker} could not make its ring ({e}); \
+                             --io epoll does without"
+                        ));
+                        return;
+                    }
+                }
+            }
+            IoPath::Epoll => None,
+        };
         let mut tasks = JoinSet::new();
         match &state.plan.model {
             Model::Closed { connections, .. } => {
