@@ -36,6 +36,10 @@ fn bad_input_gets_one_clear_line_and_a_nonzero_exit() {
             "--repeat is out of range",
         ),
         (vec!["report", "/no/such/run"], "cannot read the run"),
+        (
+            vec!["run", "https://127.0.0.1:1/", "--io", "uring"],
+            "TLS connections run on epoll only",
+        ),
     ];
     // An OS error is said once, not once per layer of context.
     let missing = kiln(&["report", "/no/such/run"]);
@@ -143,6 +147,67 @@ fn a_closed_run_reports_what_the_target_counted_and_report_rebuilds_it() {
         "(complete)",
     ] {
         assert!(text.contains(needle), "missing '{needle}' in:\n{text}");
+    }
+}
+
+/// `--io uring` runs on io_uring and says so (the Workload line, the record); where io_uring
+/// is refused (here by a seccomp filter, as a container's profile does) the run says why and
+/// counts the same on epoll.
+#[test]
+fn io_uring_is_said_where_it_runs_and_its_refusal_where_it_is_refused() {
+    use std::os::unix::process::CommandExt;
+    let _turn = common::beside();
+    let target = TargetServer::start(Behavior::default()).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    for refused in [false, true] {
+        let dir = tmp.path().join(format!("refused-{refused}"));
+        let answered_before = target.answered();
+        let mut command = Command::new(env!("CARGO_BIN_EXE_kiln"));
+        command.args([
+            "run",
+            &target.url("/"),
+            "-c",
+            "4",
+            "-d",
+            "1s",
+            "--io",
+            "uring",
+        ]);
+        command
+            .args(["--out", dir.to_str().unwrap()])
+            .stdin(Stdio::null());
+        if refused {
+            // SAFETY: prctl only, in the child between fork and exec.
+            unsafe { command.pre_exec(kiln_targets::refuse_io_uring) };
+        }
+        let out = command.output().expect("kiln runs");
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+        let workload = stdout.lines().find(|l| l.starts_with("Workload")).unwrap();
+        let plan = &manifest(&dir)["plan"];
+        if refused {
+            assert!(
+                workload.ends_with(
+                    ", epoll (io_uring is unavailable: Operation not permitted (os error 1), \
+                     refused by a seccomp profile or kernel.io_uring_disabled)"
+                ),
+                "{workload}"
+            );
+            assert!(stderr.contains("the epoll path runs"), "{stderr}");
+            assert!(plan.get("io").is_none(), "{plan}");
+            assert!(plan["io_uring_refused"].is_string(), "{plan}");
+        } else {
+            assert!(workload.ends_with(", io_uring"), "{workload}");
+            assert_eq!(plan["io"], "uring", "{plan}");
+        }
+        // every answer the target wrote is counted, on either path
+        let report = json_of(&kiln(&["report", dir.to_str().unwrap(), "--json"]));
+        let requests = report["total"]["requests"].as_u64().unwrap();
+        assert_eq!(requests, target.answered() - answered_before);
+        assert!(requests > 100, "{requests}");
     }
 }
 
