@@ -8,7 +8,8 @@ executes was spread over 20 MB of .text, so a 64-connection run kept 5 MiB of ki
 resident (docs/benchmarks.md, issue 35). Together it is about 2 MiB.
 
 How: the release binary runs under valgrind's callgrind (which names every function executed)
-against the release kiln-target, once in the closed model and once in the open one; the
+against the release kiln-target, once in the closed model, once in the open one and once on
+io_uring (`--io uring`); the
 functions named that are symbols of the binary, sorted, are the file. Symbols that later
 builds no longer have (renamed, or ThinLTO's `.llvm.N` suffixes of a changed module) are
 passed over by lld; run this again when the figure in bench/load.py's memory line grows.
@@ -26,6 +27,7 @@ ORDER = os.path.join(ROOT, "crates", "kiln", "link-order.txt")
 RUNS = [
     ["-c", "64", "-t", "1", "-d", "3s"],
     ["--rate", "2000", "-c", "16", "-d", "3s", "--json"],
+    ["-c", "64", "-t", "1", "-d", "3s", "--io", "uring"],
 ]
 
 

@@ -4,9 +4,11 @@
 //! - Each connection keeps one multishot receive armed for its whole life; the kernel picks a
 //!   buffer from a ring of provided buffers for each arrival, and the bytes are copied out to
 //!   the connection at once, so the buffers are never short for long.
-//! - A send is queued, not made: every send and receive queued during a turn of the thread's
-//!   tasks goes to the kernel in one `io_uring_enter`, from the ring's driver task, which runs
-//!   after the tasks that woke it (tokio's local queue is first in, first out).
+//! - A send is queued, not made, and counts as written (as bytes in a socket's buffer do):
+//!   every send and receive queued during a turn of the thread's tasks goes to the kernel in
+//!   one `io_uring_enter`, from the ring's driver task, which runs after the tasks that woke
+//!   it (tokio's local queue is first in, first out). A failed send fails the connection's
+//!   next read or write.
 //! - Completions wait for the thread to enter the ring (deferred task work), which signals an
 //!   eventfd on tokio's reactor when they do, so timers, the pacer's queue and the ring share
 //!   one wait. No socket is polled for readiness.
@@ -35,8 +37,8 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// Provided buffers: bytes are copied out of one as soon as its completion is read, so a
 /// few suffice for a turn's arrivals; a receive that finds none ends and is armed again.
-const BUFFERS: u16 = 128;
-const BUFFER_SIZE: usize = 4096;
+const BUFFERS: u16 = 64;
+const BUFFER_SIZE: usize = 2048;
 const BUFFER_GROUP: u16 = 1;
 /// A connection's received bytes above this are not kept once read (a large body's burst).
 const RECEIVED_KEPT: usize = 16 * 1024;
@@ -170,9 +172,9 @@ struct Slot {
     error: Option<i32>,
     recv_armed: bool,
     reader: Option<Waker>,
+    /// The bytes of the send in flight (the kernel reads them until it completes).
     sending: Vec<u8>,
     send_in_flight: bool,
-    send_result: Option<i32>,
     writer: Option<Waker>,
     cancel_in_flight: bool,
     /// Its stream was dropped: the fd closes and the slot frees when nothing is in flight.
@@ -406,7 +408,12 @@ impl Ring {
                 }
                 SEND => {
                     slot.send_in_flight = false;
-                    slot.send_result = Some(result);
+                    let short = result >= 0 && (result as usize) < slot.sending.len();
+                    if result < 0 || short {
+                        let errno = if short { libc::EIO } else { -result };
+                        slot.error.get_or_insert(errno);
+                        wakers.extend(slot.reader.take());
+                    }
                     wakers.extend(slot.writer.take());
                 }
                 _ => slot.cancel_in_flight = false,
@@ -615,27 +622,23 @@ impl AsyncWrite for UringStream {
         let index = this.slot;
         let mut state = this.ring.state.borrow_mut();
         let slot = &mut state.slots[index];
-        if let Some(result) = slot.send_result.take() {
-            // the send of these bytes ended (write_all asks with the same bytes until then)
-            return Poll::Ready(if result < 0 {
-                Err(io::Error::from_raw_os_error(-result))
-            } else {
-                Ok(result as usize)
-            });
-        }
         if let Some(errno) = slot.error {
             return Poll::Ready(Err(io::Error::from_raw_os_error(errno)));
         }
-        match &slot.writer {
-            Some(w) if w.will_wake(cx.waker()) => {}
-            _ => slot.writer = Some(cx.waker().clone()),
-        }
         if slot.send_in_flight {
+            // the last bytes are still the kernel's: these wait for them
+            match &slot.writer {
+                Some(w) if w.will_wake(cx.waker()) => {}
+                _ => slot.writer = Some(cx.waker().clone()),
+            }
             return Poll::Pending;
         }
         let Some(fd) = slot.fd.as_ref().map(AsRawFd::as_raw_fd) else {
             return Poll::Ready(Err(io::Error::from(io::ErrorKind::NotConnected)));
         };
+        // Written as soon as queued, as a socket write is once its bytes are in the socket's
+        // buffer: the send goes with the turn's other entries, all of it (MSG_WAITALL), and a
+        // failure is the connection's, read by its next read or write.
         slot.sending.clear();
         slot.sending.extend_from_slice(buf);
         slot.send_in_flight = true;
@@ -644,13 +647,13 @@ impl AsyncWrite for UringStream {
             slot.sending.as_ptr(),
             slot.sending.len() as u32,
         )
-        .flags(libc::MSG_NOSIGNAL)
+        .flags(libc::MSG_NOSIGNAL | libc::MSG_WAITALL)
         .build()
         .user_data(user_data(index, SEND));
         state.push(&entry);
         drop(state);
         this.ring.wake_driver();
-        Poll::Pending
+        Poll::Ready(Ok(buf.len()))
     }
 
     fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
