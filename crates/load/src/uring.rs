@@ -326,13 +326,16 @@ impl Ring {
     }
 
     fn turn(&self, cx: &mut Context<'_>) {
-        loop {
+        // Bounded: a turn that keeps finding work comes back after the other tasks ran.
+        let mut again = true;
+        for _ in 0..64 {
             {
                 let mut state = self.state.borrow_mut();
                 state.driver_woken = false;
                 // entries to submit, or completions waiting to be posted (deferred to this
-                // thread's next enter)
-                if state.queued > 0 || state.ring.submission().taskrun() {
+                // thread's next enter, or kept by the kernel while the completion queue was
+                // full: a burst at 10,000 connections)
+                if state.queued > 0 || state.completions_held() {
                     match state.ring.submit() {
                         Ok(_) => state.queued = 0,
                         // EBUSY, EAGAIN, EINTR: the entries stay queued and go with the next
@@ -343,15 +346,20 @@ impl Ring {
                 }
             }
             self.reap();
+            if self.state.borrow_mut().completions_held() {
+                continue;
+            }
             match self.readiness.poll_read_ready(cx) {
                 Poll::Ready(Ok(mut guard)) => guard.clear_ready(),
-                Poll::Ready(Err(_)) => break,
-                Poll::Pending => break,
+                Poll::Ready(Err(_)) | Poll::Pending => {
+                    again = false;
+                    break;
+                }
             }
         }
         let mut state = self.state.borrow_mut();
-        if state.queued > 0 {
-            // entries left for a busy ring: come back at once
+        if again || state.queued > 0 {
+            // work left (or entries a busy ring refused): come back at once
             cx.waker().wake_by_ref();
         }
         match &state.driver {
@@ -474,6 +482,13 @@ impl State {
             .build()
             .user_data(user_data(index, RECV));
         self.push(&entry);
+    }
+
+    /// Completions the kernel holds until this thread enters the ring: deferred task work,
+    /// or an overflow of the completion queue.
+    fn completions_held(&mut self) -> bool {
+        let sq = self.ring.submission();
+        sq.taskrun() || sq.cq_overflow()
     }
 
     /// A dropped stream's slot with nothing in flight: its socket closes, the slot is free.
