@@ -325,7 +325,9 @@ pub fn run_phase(
         .checked_add(lead)
         .map_or(0, kiln_record::clock::unix_ms);
     let (arrivals_tx, arrivals_rx) = if open {
-        let (tx, rx) = async_channel::bounded(MAX_QUEUED_ARRIVALS);
+        // unbounded, and bounded by the pacer: a bounded channel's million slots are
+        // written when it is made (24 MB resident in every open-model run)
+        let (tx, rx) = async_channel::unbounded();
         (Some(tx), Some(rx))
     } else {
         (None, None)
@@ -659,7 +661,7 @@ fn run_pacer(
             return;
         }
         shared.scheduled.fetch_add(1, Ordering::Relaxed);
-        if tx.try_send(due).is_err() {
+        if tx.len() >= MAX_QUEUED_ARRIVALS || tx.try_send(due).is_err() {
             shared.unsent.fetch_add(1, Ordering::Relaxed);
         }
         if tx.len() > shared.idle.load(Ordering::Relaxed) {
