@@ -38,7 +38,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 /// Provided buffers: bytes are copied out of one as soon as its completion is read, so a
 /// few suffice for a turn's arrivals; a receive that finds none ends and is armed again.
 const BUFFERS: u16 = 64;
-const BUFFER_SIZE: usize = 2048;
+const BUFFER_SIZE: usize = 1024;
 const BUFFER_GROUP: u16 = 1;
 /// A connection's received bytes above this are not kept once read (a large body's burst).
 const RECEIVED_KEPT: usize = 16 * 1024;
