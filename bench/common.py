@@ -57,3 +57,24 @@ def wait_port(port):
         except OSError:
             time.sleep(0.05)
     raise RuntimeError(f"nothing listens on {port}")
+
+
+def write_results(prefix, results, indent=1):
+    """Writes results to bench/out/<prefix>-<time>.json; returns its path."""
+    import json
+    os.makedirs(OUT, exist_ok=True)
+    path = os.path.join(OUT, f"{prefix}-{time.strftime('%Y%m%d-%H%M%S')}.json")
+    with open(path, "w") as f:
+        json.dump(results, f, indent=indent)
+    return path
+
+
+def interleaved(tools, rounds, *args):
+    """Runs each of tools (name -> function of args) once a round, in turn, for rounds
+    rounds (this VM's neighbours move every tool alike within a round); returns name ->
+    results."""
+    runs = {name: [] for name in tools}
+    for _ in range(rounds):
+        for name, run in tools.items():
+            runs[name].append(run(*args))
+    return runs

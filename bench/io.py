@@ -16,25 +16,18 @@ machine (issue 35).
 
 Usage: python3 bench/io.py [--quick]   (results: bench/out/io-<time>.json)
 """
-import json, os, re, subprocess, sys, tempfile, time
+import json, os, subprocess, sys, tempfile, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import KILN, OUT, QUICK, ROOT, TOOLS, free_port, measured, wait_port  # noqa: E402
+from common import KILN, QUICK, ROOT, free_port, interleaved, measured, wait_port, write_results  # noqa: E402
 from load import TARGET, ensure_tools, median, run_kiln, run_wrk, start_nginx, stop  # noqa: E402
 from memory import FDS, with_fds  # noqa: E402
+from wrk2 import WRK2, run_wrk2  # noqa: E402
 
 SECS = 3 if QUICK else 10
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "1" if QUICK else "5"))
 CONNS = 64
 MANY = 10_000
-WRK2 = os.path.join(TOOLS, "bin", "wrk2")
-
-
-def run_wrk2(url, secs):
-    out, cpu, rss, _ = measured(["taskset", "-c", "1", WRK2, "-t1", f"-c{CONNS}", f"-d{secs}s",
-                                 "-R", "10000000", url])
-    requests = int(re.search(r"(\d+) requests in", out).group(1))
-    return dict(requests=requests, cpu_s=cpu, rss_kib=rss, secs=secs)
 
 
 def run_many(url, io):
@@ -62,10 +55,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         nginx, url = start_nginx(tmp, fds=FDS)
         try:
-            runs = {name: [] for name in tools}
-            for _ in range(ROUNDS):
-                for name, run in tools.items():
-                    runs[name].append(run(url))
+            runs = interleaved(tools, ROUNDS, url)
             per_cpu = lambda r: r["requests"] / r["cpu_s"]
             results["c64"] = {name: {
                 "requests_per_s": median([r["requests"] / r["secs"] for r in rs]),
@@ -93,10 +83,7 @@ def main():
     finally:
         stop(target)
 
-    os.makedirs(OUT, exist_ok=True)
-    path = os.path.join(OUT, f"io-{time.strftime('%Y%m%d-%H%M%S')}.json")
-    with open(path, "w") as f:
-        json.dump(results, f, indent=1)
+    path = write_results("io", results)
     c64 = results["c64"]
     print(f"{results['date']} {commit}, {CONNS} connections, one thread, {ROUNDS} rounds of {SECS} s")
     print(f"{'generator':<18}{'req/s':>10}{'req/CPU-s':>12}{'peak RSS':>10}")

@@ -15,7 +15,7 @@ Usage: python3 bench/load.py [--quick]   (results: bench/out/load-<time>.json, t
 import json, os, re, shutil, subprocess, sys, tempfile, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import KILN, OUT, QUICK, ROOT, TOOLS, free_port, measured, sh, wait_port  # noqa: E402,F401
+from common import KILN, OUT, QUICK, ROOT, TOOLS, free_port, measured, sh, wait_port, write_results  # noqa: E402,F401
 SECS = 3 if QUICK else 10
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "1" if QUICK else "5"))
 LONG_S = int(os.environ.get("BENCH_LONG_S", "30" if QUICK else "300"))
@@ -150,9 +150,7 @@ def main():
     finally:
         stop(target)
 
-    path = os.path.join(OUT, f"load-{time.strftime('%Y%m%d-%H%M%S')}.json")
-    with open(path, "w") as f:
-        json.dump(results, f, indent=2)
+    path = write_results("load", results, indent=2)
     t = results["throughput"]
     print(f"\n{results['date']}  {results['machine']}  ({'quick' if QUICK else f'{ROUNDS} rounds of {SECS} s'})")
     print(f"{'tool':<6}{'req/s':>12}{'req/CPU-s':>12}{'RSS 10s':>10}")

@@ -14,7 +14,7 @@ Usage: python3 bench/memory.py [--quick]   (results: bench/out/memory-<time>.jso
 import json, os, shutil, subprocess, sys, tempfile, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import KILN, OUT, QUICK, ROOT, measured, sh  # noqa: E402
+from common import KILN, QUICK, ROOT, interleaved, measured, sh, write_results  # noqa: E402
 from load import start_nginx, stop  # noqa: E402
 
 SECS = 3 if QUICK else 10
@@ -76,10 +76,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         nginx, url = start_nginx(tmp, fds=FDS)
         try:
-            runs = {name: [] for name in tools}
-            for _ in range(ROUNDS):
-                for name, run in tools.items():
-                    runs[name].append(run(url, tmp))
+            runs = interleaved(tools, ROUNDS, url, tmp)
             results["c64"] = {name: {
                 "peak_rss_kib_median": median([r["rss_kib"] for r in rs]),
                 "peak_rss_kib_max": max(r["rss_kib"] for r in rs),
@@ -91,10 +88,7 @@ def main():
                                      kib_per_connection_over_c64=(many["rss_kib"] - c64) / (MANY - 64))
         finally:
             stop(nginx)
-    os.makedirs(OUT, exist_ok=True)
-    path = os.path.join(OUT, f"memory-{time.strftime('%Y%m%d-%H%M%S')}.json")
-    with open(path, "w") as f:
-        json.dump(results, f, indent=1)
+    path = write_results("memory", results)
     print(f"{'tool':<14}{'peak RSS':>10}{'max':>9}{'req/CPU-s':>12}   64 connections, {ROUNDS} rounds")
     for name, r in results["c64"].items():
         print(f"{name:<14}{r['peak_rss_kib_median'] / 1024:>9.1f}M{r['peak_rss_kib_max'] / 1024:>8.1f}M"
