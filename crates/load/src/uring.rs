@@ -52,8 +52,8 @@ thread_local! {
     static CURRENT: RefCell<Option<Rc<Ring>>> = const { RefCell::new(None) };
 }
 
-/// Whether io_uring can be used here, and if not why: made and dropped once at start. A
-/// kernel before 5.19 (no provided-buffer rings), `kernel.io_uring_disabled` or a seccomp
+/// Whether io_uring can be used here, and if not why: a ring made and dropped once at start.
+/// A kernel before 6.1 (no deferred task work), `kernel.io_uring_disabled` or a seccomp
 /// profile that refuses `io_uring_setup` (Docker's default does) all say no.
 pub fn probe() -> Result<(), String> {
     Buffers::new()
@@ -86,31 +86,44 @@ fn new_ring(entries: u32) -> io::Result<IoUring> {
 }
 
 /// The ring of provided buffers: the entries the kernel reads, and the memory they point to.
+/// Both are raw allocations: the kernel writes to the pool behind Rust's back, so no Rust
+/// reference to it is held beyond reading a buffer it has finished with.
 struct Buffers {
     /// `BUFFERS` entries, page aligned as the kernel asks.
     entries: *mut types::BufRingEntry,
-    pool: Box<[u8]>,
+    pool: *mut u8,
     tail: Cell<u16>,
 }
 
 impl Buffers {
-    fn layout() -> std::alloc::Layout {
+    fn entries_layout() -> std::alloc::Layout {
         // a power of two entries of 16 bytes, aligned to the page
         std::alloc::Layout::from_size_align(usize::from(BUFFERS) * 16, 4096)
             .expect("a valid layout")
     }
 
+    fn pool_layout() -> std::alloc::Layout {
+        std::alloc::Layout::from_size_align(usize::from(BUFFERS) * BUFFER_SIZE, 64)
+            .expect("a valid layout")
+    }
+
     fn new() -> io::Result<Self> {
-        // SAFETY: a non-zero size; the allocation is freed in Drop with the same layout.
-        let entries = unsafe { std::alloc::alloc_zeroed(Self::layout()) };
-        if entries.is_null() {
+        // SAFETY: non-zero sizes; both are freed in Drop with the same layouts.
+        let (entries, pool) = unsafe {
+            (
+                std::alloc::alloc_zeroed(Self::entries_layout()),
+                std::alloc::alloc_zeroed(Self::pool_layout()),
+            )
+        };
+        let buffers = Self {
+            entries: entries.cast(),
+            pool,
+            tail: Cell::new(0),
+        };
+        if entries.is_null() || pool.is_null() {
             return Err(io::Error::from(io::ErrorKind::OutOfMemory));
         }
-        Ok(Self {
-            entries: entries.cast(),
-            pool: vec![0; usize::from(BUFFERS) * BUFFER_SIZE].into_boxed_slice(),
-            tail: Cell::new(0),
-        })
+        Ok(buffers)
     }
 
     fn register(&self, ring: &IoUring) -> io::Result<()> {
@@ -129,21 +142,28 @@ impl Buffers {
         Ok(())
     }
 
-    /// Buffer `id`'s bytes the kernel wrote.
+    fn buffer(&self, id: u16) -> *mut u8 {
+        // SAFETY: id < BUFFERS (the kernel hands back the ids it was given), so the offset
+        // lies in the pool.
+        unsafe { self.pool.add(usize::from(id % BUFFERS) * BUFFER_SIZE) }
+    }
+
+    /// Buffer `id`'s first `len` bytes, which the kernel wrote and, until the buffer is given
+    /// back, leaves alone.
     fn bytes(&self, id: u16, len: usize) -> &[u8] {
-        let start = usize::from(id) * BUFFER_SIZE;
-        &self.pool[start..start + len.min(BUFFER_SIZE)]
+        // SAFETY: inside the pool (see `buffer`), initialised (zeroed at allocation), and not
+        // written by the kernel while it is not the kernel's.
+        unsafe { std::slice::from_raw_parts(self.buffer(id), len.min(BUFFER_SIZE)) }
     }
 
     /// Hands buffer `id` back to the kernel.
     fn give_back(&self, id: u16) {
         let tail = self.tail.get();
-        let addr = self.pool[usize::from(id) * BUFFER_SIZE..].as_ptr() as u64;
         // SAFETY: the entry at the tail's slot is ours until the new tail is published, and
         // the tail is published with release ordering after it is written.
         unsafe {
             let entry = &mut *self.entries.add(usize::from(tail & (BUFFERS - 1)));
-            entry.set_addr(addr);
+            entry.set_addr(self.buffer(id) as u64);
             entry.set_len(BUFFER_SIZE as u32);
             entry.set_bid(id);
             let published = types::BufRingEntry::tail(self.entries).cast_mut()
@@ -156,8 +176,15 @@ impl Buffers {
 
 impl Drop for Buffers {
     fn drop(&mut self) {
-        // SAFETY: allocated in new with this layout.
-        unsafe { std::alloc::dealloc(self.entries.cast(), Self::layout()) };
+        // SAFETY: allocated in new with these layouts (null ones were never allocated).
+        unsafe {
+            if !self.entries.is_null() {
+                std::alloc::dealloc(self.entries.cast(), Self::entries_layout());
+            }
+            if !self.pool.is_null() {
+                std::alloc::dealloc(self.pool, Self::pool_layout());
+            }
+        }
     }
 }
 
@@ -258,16 +285,8 @@ impl Ring {
         };
         {
             let mut state = ring.state.borrow_mut();
-            let armed: Vec<usize> = (0..state.slots.len())
-                .filter(|&i| state.slots[i].recv_armed && !state.slots[i].cancel_in_flight)
-                .collect();
-            for i in armed {
-                state.slots[i].cancel_in_flight = true;
-                state.push(
-                    &opcode::AsyncCancel::new(user_data(i, RECV))
-                        .build()
-                        .user_data(user_data(i, CANCEL)),
-                );
+            for i in 0..state.slots.len() {
+                state.cancel_receive(i);
             }
         }
         let until = Instant::now() + Duration::from_millis(200);
@@ -370,8 +389,8 @@ impl Ring {
 
     /// Reads every completion waiting: bytes to their connections, results to their senders.
     fn reap(&self) {
-        let mut state = self.state.borrow_mut();
-        let state = &mut *state;
+        let mut guard = self.state.borrow_mut();
+        let state = &mut *guard;
         let mut wakers: Vec<Waker> = Vec::new();
         loop {
             let Some(cqe) = state.ring.completion().next() else {
@@ -403,12 +422,14 @@ impl Ring {
                         r if r < 0 => slot.error = Some(-r),
                         _ => {}
                     }
+                    // a receive that ended for want of buffers (or for the kernel's own
+                    // reasons) is armed again, so a close while idle is still seen
                     let rearm = !more
                         && !slot.dropped
                         && !slot.eof
                         && slot.error.is_none()
                         && !slot.cancel_in_flight
-                        && result == -libc::ENOBUFS;
+                        && result != -libc::ECANCELED;
                     wakers.extend(slot.reader.take());
                     if rearm {
                         state.arm_receive(index);
@@ -432,6 +453,7 @@ impl Ring {
             state.driver_woken = true;
             wakers.extend(state.driver.clone());
         }
+        drop(guard);
         for w in wakers {
             w.wake();
         }
@@ -460,28 +482,53 @@ fn user_data(slot: usize, kind: u64) -> u64 {
 }
 
 impl State {
-    /// Queues `entry`, submitting what is queued first when the submission queue is full.
-    fn push(&mut self, entry: &io_uring::squeue::Entry) {
-        // SAFETY: every buffer an entry names outlives its completion: received bytes land in
-        // the provided buffers (freed after the ring), a send's bytes are its slot's, and a
-        // slot is neither freed nor its send buffer touched while its send is in flight.
-        while unsafe { self.ring.submission().push(entry) }.is_err() {
-            if self.ring.submit().is_err() {
-                std::thread::yield_now();
+    /// Queues `entry`, submitting what is queued first when the submission queue is full;
+    /// false if the kernel would take none for a while (its completions not read).
+    #[must_use]
+    fn push(&mut self, entry: &io_uring::squeue::Entry) -> bool {
+        for _ in 0..100 {
+            // SAFETY: every buffer an entry names outlives its completion: received bytes
+            // land in the provided buffers (freed after the ring), a send's bytes are its
+            // slot's, and a slot is neither freed nor its send buffer touched while its send
+            // is in flight.
+            if unsafe { self.ring.submission().push(entry) }.is_ok() {
+                self.queued += 1;
+                return true;
+            }
+            match self.ring.submit() {
+                Ok(_) => self.queued = 0,
+                Err(_) => std::thread::yield_now(),
             }
         }
-        self.queued += 1;
+        false
     }
 
     fn arm_receive(&mut self, index: usize) {
         let Some(fd) = self.slots[index].fd.as_ref().map(AsRawFd::as_raw_fd) else {
             return;
         };
-        self.slots[index].recv_armed = true;
         let entry = opcode::RecvMulti::new(types::Fd(fd), BUFFER_GROUP)
             .build()
             .user_data(user_data(index, RECV));
-        self.push(&entry);
+        let armed = self.push(&entry);
+        let slot = &mut self.slots[index];
+        slot.recv_armed = armed;
+        if !armed {
+            slot.error.get_or_insert(libc::EBUSY);
+        }
+    }
+
+    /// Cancels slot `index`'s receive, which holds its socket open (the socket closes, or
+    /// can be handed over, with the receive's last completion).
+    fn cancel_receive(&mut self, index: usize) {
+        if !self.slots[index].recv_armed || self.slots[index].cancel_in_flight {
+            return;
+        }
+        let cancel = opcode::AsyncCancel::new(user_data(index, RECV))
+            .build()
+            .user_data(user_data(index, CANCEL));
+        // not queued: the ring's teardown cancels what is left
+        self.slots[index].cancel_in_flight = self.push(&cancel);
     }
 
     /// Completions the kernel holds until this thread enters the ring: deferred task work,
@@ -534,13 +581,10 @@ impl UringStream {
                 return None;
             }
             if slot.recv_armed {
-                slot.cancel_in_flight = true;
-                let cancel = opcode::AsyncCancel::new(user_data(index, RECV))
-                    .build()
-                    .user_data(user_data(index, CANCEL));
-                state.push(&cancel);
-                state.queued = 0;
-                let _ = state.ring.submit_and_wait(1);
+                state.cancel_receive(index);
+                if state.ring.submit_and_wait(1).is_ok() {
+                    state.queued = 0;
+                }
             }
         }
         self.ring.reap();
@@ -568,15 +612,7 @@ impl Drop for UringStream {
         slot.dropped = true;
         slot.reader = None;
         slot.writer = None;
-        if slot.recv_armed && !slot.cancel_in_flight {
-            // the armed receive holds the socket open: cancel it, and the socket closes
-            // with its last completion
-            slot.cancel_in_flight = true;
-            let cancel = opcode::AsyncCancel::new(user_data(index, RECV))
-                .build()
-                .user_data(user_data(index, CANCEL));
-            state.push(&cancel);
-        }
+        state.cancel_receive(index);
         state.free_if_done(index);
         drop(state);
         self.ring.wake_driver();
@@ -665,7 +701,10 @@ impl AsyncWrite for UringStream {
         .flags(libc::MSG_NOSIGNAL | libc::MSG_WAITALL)
         .build()
         .user_data(user_data(index, SEND));
-        state.push(&entry);
+        if !state.push(&entry) {
+            state.slots[index].send_in_flight = false;
+            return Poll::Ready(Err(io::Error::from_raw_os_error(libc::EBUSY)));
+        }
         drop(state);
         this.ring.wake_driver();
         Poll::Ready(Ok(buf.len()))
@@ -780,6 +819,31 @@ mod tests {
         socket.read_exact(&mut answer).unwrap();
         assert_eq!(&answer, b"there");
         assert_eq!(&server.join().unwrap(), b"hello");
+    }
+
+    /// A keep-alive connection is checked before reuse with a poll that must not wait (see
+    /// `H1Connection::ready`): a close that came while it was idle is seen then, from the
+    /// receive armed all along.
+    #[test]
+    fn a_close_while_idle_is_seen_without_waiting() {
+        let (l, addr) = listener();
+        let server = std::thread::spawn(move || drop(l.accept().unwrap()));
+        on_a_ring(async |ring| {
+            let mut stream = ring.stream(std::net::TcpStream::connect(addr).unwrap());
+            let mut cx = Context::from_waker(Waker::noop());
+            let mut byte = [0u8; 1];
+            let mut buf = ReadBuf::new(&mut byte);
+            let open = Pin::new(&mut stream).poll_read(&mut cx, &mut buf);
+            assert!(open.is_pending() || buf.filled().is_empty());
+            server.join().unwrap();
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let mut buf = ReadBuf::new(&mut byte);
+            let closed = Pin::new(&mut stream).poll_read(&mut cx, &mut buf);
+            assert!(
+                matches!(closed, Poll::Ready(Ok(()))) && buf.filled().is_empty(),
+                "{closed:?}"
+            );
+        });
     }
 
     #[test]
