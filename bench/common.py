@@ -1,5 +1,5 @@
 """Helpers shared by the benchmark scripts."""
-import os, subprocess, sys, tempfile, time
+import json, os, subprocess, sys, tempfile, time
 
 # The paths every bench script uses, and its --quick flag.
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -61,7 +61,6 @@ def wait_port(port):
 
 def write_results(prefix, results, indent=1):
     """Writes results to bench/out/<prefix>-<time>.json; returns its path."""
-    import json
     os.makedirs(OUT, exist_ok=True)
     path = os.path.join(OUT, f"{prefix}-{time.strftime('%Y%m%d-%H%M%S')}.json")
     with open(path, "w") as f:

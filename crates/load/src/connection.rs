@@ -294,10 +294,7 @@ impl ConnectionSetup {
     /// Call inside the phase's runtime.
     pub fn take_kept(&self) -> Option<Connection> {
         let socket = self.kept.as_ref()?.take(self.target.addr)?;
-        let stream = match crate::uring::Ring::current() {
-            Some(ring) => Stream::Uring(ring.stream(socket)),
-            None => Stream::Plain(TcpStream::from_std(socket).ok()?),
-        };
+        let stream = Stream::plain(TcpStream::from_std(socket).ok()?).ok()?;
         Some(self.h1(stream))
     }
 

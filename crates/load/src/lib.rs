@@ -3,7 +3,8 @@
 //! `target` is the URL under load, `plan` says what to send and how (closed or open model),
 //! `schedule` computes when each
 //! open-model request is due, `connection` keeps a connection (TCP or TLS) and `http1` speaks HTTP/1.1 on it, `recorder`
-//! fills per-second records on each generator thread, `uring` is `--io uring`'s sockets, and `engine` runs a phase and merges
+//! fills per-second records on each generator thread, `uring` is `--io uring`'s sockets,
+//! and `engine` runs a phase and merges
 //! the threads' seconds; `hedge` keeps `--hedge`'s delay, budget and throttle. Latency in the open model counts from the scheduled send time, so a
 //! stalled target cannot hide its stall (no coordinated omission).
 

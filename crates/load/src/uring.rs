@@ -449,13 +449,14 @@ impl Ring {
             }
             state.free_if_done(index);
         }
-        if state.queued > 0 && !state.driver_woken {
-            state.driver_woken = true;
-            wakers.extend(state.driver.clone());
-        }
+        // entries queued while reading (receives armed again) go with the driver's next turn
+        let queued = state.queued > 0;
         drop(guard);
         for w in wakers {
             w.wake();
+        }
+        if queued {
+            self.wake_driver();
         }
     }
 

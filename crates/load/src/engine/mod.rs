@@ -847,17 +847,9 @@ fn run_worker(
     state.recorder.into_inner().finish(abandoned, connecting);
 }
 
-/// A load thread's share of the connections it starts with (or may grow to).
+/// A load thread's share of the connections the plan may hold open at once.
 fn connections_per_thread(plan: &LoadPlan) -> usize {
-    let connections = match plan.model {
-        Model::Closed { connections, .. } => connections,
-        Model::Open {
-            connections,
-            max_connections,
-            ..
-        } => connections.max(max_connections),
-    };
-    connections.div_ceil(plan.threads.max(1))
+    (crate::limits::connections_needed(plan) as usize).div_ceil(plan.threads.max(1))
 }
 
 /// Rolls the recorder at each second boundary so idle workers still report every second.
