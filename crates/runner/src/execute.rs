@@ -37,7 +37,8 @@ use crate::query_parts::{self, QuerySettings};
 
 /// What a run shows while it goes (the terminal's live lines; nothing in tests).
 pub trait Progress {
-    fn start_phase(&mut self, _name: &str, _seconds: u64) {}
+    /// A phase starts: its name, planned seconds, and whether it counts in the results.
+    fn start_phase(&mut self, _name: &str, _seconds: u64, _measured: bool) {}
     fn second(&mut self, _second: &SecondRecord) {}
     fn end_phase(&mut self, _end: &PhaseEnd) {}
 }
@@ -243,7 +244,7 @@ pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut dyn Progress) -> Res
             phase_plan.duration = *duration;
         }
         let mut summary = PhaseSummary::new(&spec.name);
-        live.start_phase(&spec.name, phase_plan.duration.as_secs());
+        live.start_phase(&spec.name, phase_plan.duration.as_secs(), spec.measured);
         let phase_started = unix_ns_now();
         let mut settle = (warmup_auto && !spec.measured).then(Settle::default);
         let mut settled = None;

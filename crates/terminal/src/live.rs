@@ -16,9 +16,14 @@ pub struct LiveOutput {
     interval_s: u32,
     phase: String,
     planned_s: u64,
+    /// Whether the phase counts in the results: only a measured phase prints `summary =`,
+    /// the line log parsers take for them.
+    measured: bool,
     window: PhaseSummary,
     window_start: u32,
     total: PhaseSummary,
+    /// The requests the last `summary =` line counted: the phase's end repeats none.
+    total_shown: Option<u64>,
     /// The latencies the "last 1 s" figures are of (see [`LiveOutput::last_second`]).
     last_second: LatencyHistogram,
 }
@@ -32,9 +37,11 @@ impl LiveOutput {
             interval_s: interval_s.max(1),
             phase: String::new(),
             planned_s: 0,
+            measured: true,
             window: PhaseSummary::default(),
             window_start: 0,
             total: PhaseSummary::default(),
+            total_shown: None,
             last_second: LatencyHistogram::new(),
         }
     }
@@ -51,25 +58,70 @@ impl LiveOutput {
         self.last_second.stats()
     }
 
-    fn print_window(&mut self, now_s: u32, active: u64) {
+    /// The lines a window ending at second `now_s` prints: its own `+`, and after the first
+    /// window of a measured phase the running `=`.
+    fn window_lines(&mut self, now_s: u32, active: u64) -> Vec<String> {
         let secs = now_s - self.window_start;
-        eprintln!(
+        let mut lines = vec![format!(
             "{} Active: {active}",
             jmeter_line("+", &self.window, secs as f64)
-        );
-        if self.window_start > 0 {
-            eprintln!("{}", jmeter_line("=", &self.total, now_s as f64));
+        )];
+        if self.window_start > 0 && self.measured {
+            lines.push(jmeter_line("=", &self.total, now_s as f64));
+            self.total_shown = Some(self.total.totals.requests);
         }
         self.window = PhaseSummary::new(&self.phase);
         self.window_start = now_s;
+        lines
+    }
+
+    /// The lines second `s` prints without a terminal: a window's, when it closes one. A
+    /// second after the deadline (the drain's late answers) closes none: its requests join
+    /// the window the phase's end prints.
+    fn second_lines(&mut self, s: &SecondRecord) -> Vec<String> {
+        let closes_window = (s.second + 1).saturating_sub(self.window_start) >= self.interval_s;
+        if closes_window && !crate::dashboard::after_deadline(s, self.planned_s) {
+            self.window_lines(s.second + 1, s.connections)
+        } else {
+            Vec::new()
+        }
+    }
+
+    /// The lines the phase's end prints: what the last windows have not covered, and the
+    /// measured phase's `=` unless the last window's already counted all of it.
+    fn end_lines(&mut self, end: &PhaseEnd) -> Vec<String> {
+        let duration = end.duration_us as f64 / 1e6;
+        let secs = (duration - self.window_start as f64).max(0.0);
+        let mut lines = Vec::new();
+        // A remainder under a second (requests finishing during the drain) is no window of
+        // its own: "summary + 1 in 00:00:00" would read as a rate of thousands. The `=` line
+        // holds them.
+        if self.window.totals.requests > 0 && secs >= 1.0 {
+            lines.push(format!(
+                "{} Active: 0",
+                jmeter_line("+", &self.window, secs)
+            ));
+        }
+        if !end.measured {
+            // Log parsers take `summary =` for the results: a warm-up's is not one.
+            lines.push(format!(
+                "kiln: {} ended: {} requests in {duration:.1} s, left out of the results",
+                end.phase, self.total.totals.requests
+            ));
+        } else if self.total_shown != Some(self.total.totals.requests) {
+            lines.push(jmeter_line("=", &self.total, duration));
+        }
+        lines
     }
 }
 
 /// The live lines follow the run's phases and seconds.
 impl kiln_runner::Progress for LiveOutput {
-    fn start_phase(&mut self, phase: &str, planned_s: u64) {
+    fn start_phase(&mut self, phase: &str, planned_s: u64, measured: bool) {
         self.phase = phase.to_string();
         self.planned_s = planned_s;
+        self.measured = measured;
+        self.total_shown = None;
         self.window = PhaseSummary::new(phase);
         self.window_start = 0;
         self.total = PhaseSummary::new(phase);
@@ -109,13 +161,13 @@ impl kiln_runner::Progress for LiveOutput {
             let width = crate::text::stderr_width().unwrap_or(80);
             eprint!("\r\x1b[2K{}", cut_to(&line, width.saturating_sub(1)));
             let _ = std::io::stderr().flush();
-        } else if (s.second + 1 - self.window_start) >= self.interval_s {
-            self.print_window(s.second + 1, s.connections);
+        } else {
+            for line in self.second_lines(s) {
+                eprintln!("{line}");
+            }
         }
     }
 
-    /// Prints what the last lines have not covered, over the phase's real duration (which
-    /// includes draining the requests still in flight at the end).
     fn end_phase(&mut self, end: &PhaseEnd) {
         if self.quiet {
             return;
@@ -128,22 +180,8 @@ impl kiln_runner::Progress for LiveOutput {
             eprintln!();
             return;
         }
-        let duration = end.duration_us as f64 / 1e6;
-        let secs = (duration - self.window_start as f64).max(0.0);
-        // A remainder under a second (requests finishing during the drain) is no window of
-        // its own: "summary + 1 in 00:00:00" would read as a rate of thousands. The `=` line
-        // holds them.
-        if self.window.totals.requests > 0 && secs >= 1.0 {
-            eprintln!("{} Active: 0", jmeter_line("+", &self.window, secs));
-        }
-        if end.measured {
-            eprintln!("{}", jmeter_line("=", &self.total, duration));
-        } else {
-            // Log parsers take `summary =` for the results: a warm-up's is not one.
-            eprintln!(
-                "kiln: {} ended: {} requests in {duration:.1} s, left out of the results",
-                end.phase, self.total.totals.requests
-            );
+        for line in self.end_lines(end) {
+            eprintln!("{line}");
         }
     }
 }
@@ -212,6 +250,98 @@ mod tests {
         assert_eq!(drained.count, 5);
         assert_eq!(drained.p50_us / 1000, 1, "{drained:?}");
         assert!(drained.max_us >= 89_000, "{drained:?}");
+    }
+
+    /// The lines a phase prints without a terminal, a second at a time: `(second, requests)`.
+    fn phase_lines(
+        measured: bool,
+        planned_s: u64,
+        seconds: &[(u32, u64)],
+        end_us: u64,
+    ) -> Vec<String> {
+        let mut live = LiveOutput::new(false, 1);
+        live.tty = false;
+        kiln_runner::Progress::start_phase(&mut live, "phase", planned_s, measured);
+        let mut lines = Vec::new();
+        for &(second, requests) in seconds {
+            let s = SecondRecord {
+                second,
+                requests,
+                ..Default::default()
+            };
+            live.window.add_second(&s);
+            live.total.add_second(&s);
+            lines.extend(live.second_lines(&s));
+        }
+        let end = PhaseEnd {
+            phase: "phase".into(),
+            measured,
+            duration_us: end_us,
+            ..Default::default()
+        };
+        lines.extend(live.end_lines(&end));
+        lines
+    }
+
+    #[test]
+    fn a_warmups_late_second_prints_no_summary_a_log_parser_would_take_for_results() {
+        // a busy host: the warm-up's 1 s ends after its second second began, which holds none
+        let lines = phase_lines(false, 1, &[(0, 100), (1, 0)], 1_100_000);
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        assert!(
+            lines[0].starts_with("summary +    100 in 00:00:01"),
+            "{lines:?}"
+        );
+        assert!(
+            lines[1].starts_with("kiln: phase ended: 100 requests"),
+            "{lines:?}"
+        );
+        // a longer warm-up's running total is no `summary =` either
+        let lines = phase_lines(false, 3, &[(0, 10), (1, 10), (2, 10)], 3_000_000);
+        assert!(
+            lines.iter().all(|l| !l.starts_with("summary =")),
+            "{lines:?}"
+        );
+        assert_eq!(lines.len(), 4, "{lines:?}");
+    }
+
+    #[test]
+    fn a_measured_phase_ends_with_one_summary_of_all_its_requests() {
+        let lines = phase_lines(true, 3, &[(0, 100), (1, 100), (2, 100)], 3_000_000);
+        let totals: Vec<&String> = lines
+            .iter()
+            .filter(|l| l.starts_with("summary ="))
+            .collect();
+        assert_eq!(
+            totals.len(),
+            2,
+            "at 2 s and at the end, not twice at the end: {lines:?}"
+        );
+        assert!(
+            totals[1].starts_with("summary =    300 in 00:00:03"),
+            "{lines:?}"
+        );
+        // late answers in the second after the deadline join the end's `=`, and under a
+        // second they make no `+` of their own
+        let lines = phase_lines(true, 3, &[(0, 100), (1, 100), (2, 98), (3, 2)], 3_400_000);
+        assert!(
+            lines
+                .last()
+                .unwrap()
+                .starts_with("summary =    300 in 00:00:03"),
+            "{lines:?}"
+        );
+        assert!(
+            !lines.iter().any(|l| l.contains(" in 00:00:00 ")),
+            "{lines:?}"
+        );
+        // a one-window phase still ends with its `=`
+        let lines = phase_lines(true, 1, &[(0, 50)], 1_000_000);
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        assert!(
+            lines[1].starts_with("summary =     50 in 00:00:01"),
+            "{lines:?}"
+        );
     }
 
     #[test]
