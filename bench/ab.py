@@ -8,14 +8,16 @@ requests/s and requests per generator CPU-second (user + system, GNU time), medi
 HEAD/BASE per CPU-second per round: a change that costs nothing stays within the rounds'
 spread.
 
-Usage: python3 bench/ab.py BASE [--rounds N] [--secs S] [--base-binary PATH]
+Usage: python3 bench/ab.py BASE [--rounds N] [--secs S] [--base-binary PATH] [--http2]
        (--base-binary: BASE's release kiln, built before, instead of building it again)
+       (--http2: both over h2c, one stream per connection, as bench/http2.py's first row)
        (results: bench/out/ab-<time>.json, a table on stdout)
 """
 import argparse, json, os, shutil, subprocess, tempfile, time
 
 from common import OUT, ROOT, sh
 from load import median, run_kiln, start_nginx, stop
+import http2
 
 
 def build(rev):
@@ -44,6 +46,7 @@ def main():
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--secs", type=int, default=10)
     p.add_argument("--base-binary")
+    p.add_argument("--http2", action="store_true")
     args = p.parse_args()
     base_rev = subprocess.run(["git", "rev-parse", "--short", args.base], cwd=ROOT,
                               capture_output=True, text=True, check=True).stdout.strip()
@@ -52,19 +55,23 @@ def main():
     base = args.base_binary or build(base_rev)
     binaries = {"base": base, "head": build("HEAD")}
     tmp = tempfile.mkdtemp(prefix="kiln-ab-nginx-")
-    nginx, url = start_nginx(tmp)
+    if args.http2:
+        nginx, _, url = http2.start_nginx(tmp)
+    else:
+        nginx, url = start_nginx(tmp)
+    extra = ["--http2"] if args.http2 else []
     rounds = {"base": [], "head": []}
     try:
         for _ in range(args.rounds):
             for side in ("base", "head"):
-                rounds[side].append(run_kiln(url, args.secs, kiln=binaries[side]))
+                rounds[side].append(run_kiln(url, args.secs, extra=extra, kiln=binaries[side]))
     finally:
         stop(nginx)
         shutil.rmtree(tmp, ignore_errors=True)
     per_cpu = lambda x: x["requests"] / x["cpu_s"]
     results = {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "base": base_rev, "head": head_rev, "secs": args.secs,
+        "base": base_rev, "head": head_rev, "secs": args.secs, "http2": args.http2,
         "sides": {side: {"requests_per_s": median([x["requests"] / x["secs"] for x in runs]),
                          "requests_per_cpu_s": median([per_cpu(x) for x in runs]),
                          "rounds": runs} for side, runs in rounds.items()},
