@@ -124,6 +124,10 @@ fn fake(dir: &Path, victim: Option<&Path>, fifo: bool) -> Fake {
         .unwrap();
     assert_eq!(line.trim(), "ready");
     let pid = child.id() as i32;
+    // A JVM killed earlier with this pid (the e2e tests' JVMs, as root, in the same /tmp)
+    // leaves its socket behind, and kiln rightly refuses a socket that is not the target's
+    // owner's: a fresh-clone CI run met one. The fake makes its own only when triggered.
+    let _ = std::fs::remove_file(format!("/tmp/.java_pid{pid}"));
     Fake { child, pid }
 }
 
