@@ -1054,9 +1054,15 @@ fn off_cpu_on_a_jvm_in_a_container_names_the_holder_of_the_lock_its_waiters_park
     let site = (threads["contended"].as_array().into_iter().flatten())
         .find(|c| c["lock_class"] == "java.util.concurrent.locks.ReentrantLock$NonfairSync")
         .unwrap_or_else(|| panic!("{threads:#}"));
-    assert_eq!(site["waiting_at"], "LockShop.reserve", "{site:#}");
-    assert_eq!(site["holder_frames"][1], "LockShop.reserve", "{site:#}");
-    assert!(threads["dumps_with_holders"].as_u64().unwrap() >= 1);
+    // all the run says of its dumps, to tell a holder never walked for from one not found
+    // (beside the noisy neighbour and the JFR lock test this failed twice, cause not known)
+    let said = format!("{threads:#}\nnot read: {:#}", runtime["not_read"]);
+    assert_eq!(site["waiting_at"], "LockShop.reserve", "{said}");
+    assert_eq!(site["holder_frames"][1], "LockShop.reserve", "{said}");
+    assert!(
+        threads["dumps_with_holders"].as_u64().unwrap() >= 1,
+        "{said}"
+    );
     // the run's page names the holder as the summary does
     let html = std::fs::read_to_string(tmp.path().join("run/report.html")).unwrap();
     let runtime_section = html
