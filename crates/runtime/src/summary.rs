@@ -430,11 +430,12 @@ fn summarize_threads<'a>(dumps: impl Iterator<Item = &'a ThreadDump>) -> Option<
             *states_mean.entry(state.clone()).or_insert(0.0) += f64::from(*count) / n;
         }
     }
-    let mut sites: Vec<(ContendedSite, u32)> = Vec::new();
+    // (the site, its waiters over all dumps, the waiters of the dump its holder was named in)
+    let mut sites: Vec<(ContendedSite, u32, u32)> = Vec::new();
     for c in dumps.iter().flat_map(|d| &d.contended) {
         let index = match sites
             .iter()
-            .position(|(s, _)| s.lock_class == c.lock_class && s.waiting_at == c.waiting_at)
+            .position(|(s, _, _)| s.lock_class == c.lock_class && s.waiting_at == c.waiting_at)
         {
             Some(i) => i,
             None => {
@@ -445,24 +446,30 @@ fn summarize_threads<'a>(dumps: impl Iterator<Item = &'a ThreadDump>) -> Option<
                         ..Default::default()
                     },
                     0,
+                    0,
                 ));
                 sites.len() - 1
             }
         };
-        let (site, total_waiters) = &mut sites[index];
+        let (site, total_waiters, holder_waiters) = &mut sites[index];
         site.dumps_seen += 1;
         *total_waiters += c.waiters;
-        if c.waiters > site.waiters_max || site.holder.is_none() && c.holder.is_some() {
+        if c.waiters > site.waiters_max {
+            site.waiter_names = c.waiter_names.clone();
+        }
+        // the holder from the worst dump that named one: a later dump with more waiters and
+        // no holder (a plain dump, or one at a hand-off) must not unname it
+        if c.holder.is_some() && (site.holder.is_none() || c.waiters > *holder_waiters) {
             site.holder = c.holder.clone();
             site.holder_frames = c.holder_frames.clone();
-            site.waiter_names = c.waiter_names.clone();
+            *holder_waiters = c.waiters;
         }
         site.waiters_max = site.waiters_max.max(c.waiters);
         site.signature = site.signature.take().or_else(|| c.signature.clone());
     }
     let mut contended: Vec<ContendedSite> = sites
         .into_iter()
-        .map(|(mut site, total)| {
+        .map(|(mut site, total, _)| {
             site.waiters_mean = f64::from(total) / f64::from(site.dumps_seen);
             site
         })
@@ -695,5 +702,51 @@ mod tests {
             .filter(|s| s.thread_dump.is_none())
             .collect();
         assert!(summarize(&RuntimeInfo::default(), &none).threads.is_none());
+    }
+
+    /// Beside a busy neighbour a plain dump (no `-l`) caught more waiters than the walk that
+    /// named their holder, and the run said the lock had none.
+    #[test]
+    fn a_holder_named_once_stays_named_beside_worse_dumps_that_name_none() {
+        use crate::threads::Contention;
+        let dump = |waiters: u32, holder: Option<&str>| ThreadDump {
+            contended: vec![Contention {
+                lock_class: "java.util.concurrent.locks.ReentrantLock$NonfairSync".into(),
+                waiters,
+                waiter_names: (0..waiters).map(|n| format!("request-{n}")).collect(),
+                waiting_at: "LockShop.reserve".into(),
+                holder: holder.map(String::from),
+                holder_frames: holder
+                    .map(|h| vec![format!("{h}.frame")])
+                    .unwrap_or_default(),
+                ..Default::default()
+            }],
+            with_holders: holder.is_some(),
+            ..Default::default()
+        };
+        let mut seconds: Vec<RuntimeSecond> = (1..=4).map(|n| second(n, &[], 0.0)).collect();
+        seconds[0].thread_dump = Some(dump(2, Some("request-7")));
+        seconds[1].thread_dump = Some(dump(3, None));
+        seconds[2].thread_dump = Some(dump(1, Some("request-9")));
+        seconds[3].thread_dump = Some(dump(3, Some("request-4")));
+        let all: Vec<&RuntimeSecond> = seconds.iter().collect();
+        let site = |seconds: &[&RuntimeSecond]| {
+            summarize(&RuntimeInfo::default(), seconds)
+                .threads
+                .unwrap()
+                .contended[0]
+                .clone()
+        };
+        let first_three = site(&all[..3]);
+        assert_eq!(first_three.holder.as_deref(), Some("request-7"));
+        assert_eq!(first_three.holder_frames, ["request-7.frame"]);
+        assert_eq!(first_three.waiters_max, 3);
+        assert_eq!(
+            first_three.waiter_names.len(),
+            3,
+            "the worst dump's waiters"
+        );
+        // a later walk that names a holder among more waiters is the one shown
+        assert_eq!(site(&all).holder.as_deref(), Some("request-4"));
     }
 }
