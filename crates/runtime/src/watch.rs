@@ -517,6 +517,23 @@ const HOLDERS_EVERY: Duration = Duration::from_secs(5);
 /// unnamed.
 const HOLDERS_HEAP_MAX_BYTES: u64 = 256 << 20;
 
+/// A walk that named no holder is taken again after this gap, when it was quick: a
+/// ReentrantLock handed to a waiter that waits for a CPU is nobody's until it runs, which on
+/// a busy host lasts milliseconds (beside the noisy neighbour and a second JVM, LockShop's
+/// 10 ms holds were caught unowned by both walks of a 5 s run).
+const HANDOFF_GAP: Duration = Duration::from_millis(30);
+/// A walk whose safepoint took under this (a small heap) may be taken again at once, up to
+/// [`WALKS_AT_ONCE`] in one dump; a larger heap's pause is the target's cost, and its walk
+/// waits for the next dump.
+const QUICK_WALK: Duration = Duration::from_millis(10);
+const WALKS_AT_ONCE: u32 = 3;
+
+/// Whether the `walks`-th walk of one dump, which cost the target `took` and did or did not
+/// name the holder, is taken again at once.
+fn walk_again_at_once(walks: u32, took: Duration, holder_unseen: bool) -> bool {
+    holder_unseen && walks < WALKS_AT_ONCE && took < QUICK_WALK
+}
+
 /// When a dump may walk the heap for the holders of j.u.c. locks again.
 struct HoldersBudget {
     due: Instant,
@@ -563,7 +580,7 @@ fn take_dump(
 ) -> Result<ThreadDump, RuntimeError> {
     let safepoints_before = jvm.safepoint_ms_total();
     let unix_ms = unix_ms_now();
-    let asked = Instant::now();
+    let (asked, mut waited) = (Instant::now(), Duration::ZERO);
     let mut dumped = threads::parse(&attach.jcmd("Thread.print")?);
     let with_holders = threads::waits_for_an_unseen_holder(&dumped)
         && holders.allow()
@@ -571,10 +588,33 @@ fn take_dump(
             .heap_used_bytes()
             .is_some_and(|used| used <= HOLDERS_HEAP_MAX_BYTES);
     if with_holders {
-        dumped = threads::parse(&attach.jcmd("Thread.print -l")?);
-        holders.spent(threads::waits_for_an_unseen_holder(&dumped));
+        let mut walks = 0;
+        loop {
+            jvm.refresh()?;
+            let (before, walk) = (jvm.safepoint_ms_total(), Instant::now());
+            dumped = threads::parse(&attach.jcmd("Thread.print -l")?);
+            walks += 1;
+            jvm.refresh()?;
+            // what the walk cost the target: its safepoint's time (the heap walked), or the
+            // round trip where the JVM publishes none (a counter that makes no duration, as a
+            // hostile hsperfdata file's, counts as costly)
+            let cost = (jvm.safepoint_ms_total().zip(before))
+                .map(|(after, before)| {
+                    Duration::try_from_secs_f64((after - before).max(0.0) / 1e3)
+                        .unwrap_or(Duration::MAX)
+                })
+                .unwrap_or_else(|| walk.elapsed());
+            let unseen = threads::waits_for_an_unseen_holder(&dumped);
+            if !walk_again_at_once(walks, cost, unseen) {
+                holders.spent(unseen);
+                break;
+            }
+            std::thread::sleep(HANDOFF_GAP);
+            waited += HANDOFF_GAP;
+        }
     }
-    let took_ms = asked.elapsed().as_secs_f64() * 1e3;
+    // the round trips, not kiln's waits between walks
+    let took_ms = asked.elapsed().saturating_sub(waited).as_secs_f64() * 1e3;
     jvm.refresh()?;
     let mut dump = threads::summarize(&dumped, unix_ms, took_ms);
     dump.with_holders = with_holders;
@@ -606,5 +646,16 @@ mod tests {
         assert!(!named.allow());
         // the measurement's start allows one at once whatever was spent
         assert!(HoldersBudget::from(Instant::now()).allow());
+    }
+
+    #[test]
+    fn a_quick_walk_that_names_no_holder_is_taken_again_at_once_a_slow_one_is_not() {
+        let quick = Duration::from_millis(2);
+        assert!(walk_again_at_once(1, quick, true));
+        assert!(walk_again_at_once(2, quick, true));
+        assert!(!walk_again_at_once(3, quick, true), "three walks at most");
+        assert!(!walk_again_at_once(1, quick, false), "the holder was named");
+        // a large heap's pause is the target's cost: one walk, then the next dump's
+        assert!(!walk_again_at_once(1, Duration::from_millis(25), true));
     }
 }
