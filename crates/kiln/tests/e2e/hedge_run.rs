@@ -1,5 +1,5 @@
 //! `kiln run --hedge`: hedged runs against targets whose slow requests are known by
-//! construction. Two replicas whose requests are independently slow (8% take 100 ms more):
+//! construction. Two replicas whose requests are independently slow (7% take 100 ms more):
 //! measured against the analytic hedged distribution and against the what-if of an unhedged
 //! run. A server that stalls as a whole: hedging does not help, and the run shows it. A server
 //! overloaded past its pool: the budget holds and hedging pauses while requests fail.
@@ -14,8 +14,13 @@ use kiln_targets::planted::Planted;
 use kiln_targets::{Behavior, TargetServer};
 use serde_json::Value;
 
-/// 1 ms per request; independently, 8% of requests take 100 ms more.
-const SLOW_SHARE: f64 = 0.08;
+/// 1 ms per request; independently, 7% of requests take 100 ms more.
+///
+/// Hedged, 0.49% of requests are slow twice (14.7 of 3000, sd 3.8): p99 is the delay plus a fast
+/// answer while 30 or fewer are, and p99.9 a slow answer while 4 or more are. At 8% (19.2 of
+/// 3000) 0.8% of runs had 31 or more, before the few a thread's empty bucket leaves unhedged
+/// (a quiet fresh clone's run failed so); at 7% both tails are beyond 4 sd.
+const SLOW_SHARE: f64 = 0.07;
 const SLOW_MS: u64 = 100;
 /// The hedge delay: far above a fast answer and a busy host's scheduling delays, far below a
 /// slow answer.
@@ -97,17 +102,17 @@ fn hedging_to_a_replica_cuts_the_tail_as_the_formula_and_the_what_if_say() {
     );
     let h = &summary["hedging"];
     let (firsts, hedges, won) = (us(&h["first_copies"]), us(&h["hedges"]), us(&h["won"]));
-    // every request past the delay is a slow first copy: 8% (binomial over 3000: sd 0.5%)
+    // every request past the delay is a slow first copy: 7% (binomial over 3000: sd 0.47%)
     let extra = hedges / firsts;
-    assert!((0.06..0.10).contains(&extra), "extra load {extra}: {h:#}");
-    // the 20% budget does not bind at 8%, but each thread's bucket starts empty (no second
+    assert!((0.05..0.09).contains(&extra), "extra load {extra}: {h:#}");
+    // the 20% budget does not bind at 7%, but each thread's bucket starts empty (no second
     // copy before its share of first copies): two slow requests among a thread's first few
     // may find it empty (a CI run: 1 of 239)
     assert_eq!(us(&h["paused"]), 0.0, "{h:#}");
     assert!(us(&h["over_budget"]) <= 0.02 * hedges, "{h:#}");
-    // a second copy is fast 92% of the time, and then answers first
+    // a second copy is fast 93% of the time, and then answers first
     assert!(won / hedges > 0.8, "{h:#}");
-    // analytically: 92% fast (1 ms), 7.4% the delay plus a fast answer, 0.64% slow twice
+    // analytically: 93% fast (1 ms), 6.5% the delay plus a fast answer, 0.49% slow twice
     // over (~101 ms): p99 is the delay plus a fast answer, p99.9 a slow one
     // (a second copy sent late is answered late: on a busy host, up to how late kiln's own
     // threads got a CPU in this run, which it measures with the kernel's schedstat)
