@@ -74,10 +74,19 @@ RUSTC_WORKSPACE_WRAPPER="$(command -v clippy-driver)" || {
 export RUSTC_WORKSPACE_WRAPPER
 export RUSTFLAGS="-D warnings"
 cargo test --workspace --locked --no-run
+cargo test -p kiln --locked --no-run --test e2e
 if ! wait "$setup_pid"; then
   cat "$setup_log" >&2
   echo "test.sh: preparing the tests' environment failed (above)" >&2
   exit 1
 fi
 cat "$setup_log"
-cargo test --workspace --locked --no-fail-fast
+status=0
+# The end-to-end binary with a libtest thread per test (more than it has): every test waits for
+# its turn at once, and the turns (crates/kiln/tests/e2e/common) give the machine to one kind at
+# a time in as few batches as they can. libtest says "has been running for over 60 seconds" of
+# tests that are still waiting for their turn.
+cargo test -p kiln --locked --no-fail-fast --test e2e -- --test-threads=256 || status=$?
+# every other test binary of the workspace, one after another as cargo runs them
+cargo test --workspace --locked --no-fail-fast || status=$?
+exit "$status"
