@@ -171,7 +171,7 @@ pub mod apps;
 /// takes it. scripts/test.sh runs this binary with a libtest thread per test
 /// (`--test-threads`), so that every test waits at once and each kind runs in as few batches
 /// as it can: the wall time is then about the `alone` turns plus each kind's turns divided by
-/// its limit (a simulation of the five fresh-clone runs of `e539562` from their turn logs: 835
+/// its limit (scripts/turns_sim.py on the five fresh-clone runs of `e539562`'s turn logs: 835
 /// to 871 s against 935 to 977 s with libtest's two threads, which kept a test of another kind
 /// waiting in one of the two, and the kind holding the machine stopped for it).
 pub const GROUP_AT_ONCE: usize = 2;
