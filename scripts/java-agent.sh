@@ -12,8 +12,7 @@ central="https://repo.maven.apache.org/maven2"
 # the test build; a failed fetch (a machine that reaches Central only through a Maven mirror)
 # falls back to mvn, which reads its settings.
 fetch() {
-  local group="$1" name="$2" version="$3" jar="$4"
-  local url="$central/${group//.//}/$name/$version/$name-$version.jar"
+  local jar="$repo/$1" url="$central/$1"
   mkdir -p "$(dirname "$jar")"
   curl -fsS --retry 2 -o "$jar.part" "$url" && curl -fsS --retry 2 -o "$jar.sha1" "$url.sha1" \
     && [ "$(sha1sum "$jar.part" | cut -d' ' -f1)" = "$(cut -c1-40 "$jar.sha1")" ] \
@@ -32,8 +31,9 @@ for artifact in \
   com.fasterxml.jackson.core:jackson-databind:2.17.2 \
   com.fasterxml.jackson.core:jackson-annotations:2.17.2; do
   IFS=: read -r group name version <<<"$artifact"
-  jar="$repo/${group//.//}/$name/$version/$name-$version.jar"
-  [ -f "$jar" ] || fetch "$group" "$name" "$version" "$jar" \
+  path="${group//.//}/$name/$version/$name-$version.jar"
+  jar="$repo/$path"
+  [ -f "$jar" ] || fetch "$path" \
     || mvn -q -B dependency:get -Dartifact="$artifact" -Dtransitive=false -Dmaven.repo.local="$repo" >/dev/null
   [ -f "$jar" ] || { echo "java-agent.sh: $artifact was not fetched" >&2; exit 1; }
 done
