@@ -36,6 +36,13 @@ def read(path):
     return sorted(tests)
 
 
+def next_kind(waiting):
+    """The harness's `Turns::next_kind`: the kind with the most tests waiting, of equals the one
+    that came first (a Counter keeps the order kinds came in, and max keeps the first)."""
+    counts = collections.Counter(kind for _, kind, _ in waiting)
+    return max(counts, key=counts.get)
+
+
 def simulate(tests, threads, rule):
     queue = list(tests)
     waiting = []  # (arrival, kind, seconds)
@@ -50,17 +57,12 @@ def simulate(tests, threads, rule):
         admitted = True
         while admitted:
             admitted = False
+            best = next_kind(waiting) if rule == "batch" and waiting else None
             for test in waiting:
                 when, kind, seconds = test
                 if holder is None:
-                    if rule == "batch":
-                        counts = collections.Counter(k for _, k, _ in waiting)
-                        first = {}
-                        for w, k, _ in waiting:
-                            first.setdefault(k, w)
-                        best = max(counts, key=lambda k: (counts[k], -first[k]))
-                        if kind != best:
-                            continue
+                    if best is not None and kind != best:
+                        continue
                 elif holder != kind or held >= limit(kind):
                     continue
                 elif rule == "fifo" and any(k != holder and w < when for w, k, _ in waiting):
