@@ -345,15 +345,16 @@ fn report_on_a_closed_or_full_stdout_exits_without_a_panic() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("r");
     let _target = short_run(&dir);
-    // A reader that went away: `kiln report DIR | true`.
-    let mut child = Command::new(env!("CARGO_BIN_EXE_kiln"))
+    // A reader that went away: `kiln report DIR | true`. The read end is closed before kiln
+    // starts (closed after, kiln could write its whole page into the pipe's buffer first and
+    // exit 0: it did in a CI run, four tests at once beside it).
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let out = Command::new(env!("CARGO_BIN_EXE_kiln"))
         .args(["report", dir.to_str().unwrap()])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
+        .stdout(writer)
+        .output()
         .unwrap();
-    drop(child.stdout.take());
-    let out = child.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!stderr.contains("panicked"), "{stderr}");
     assert_eq!(out.status.code(), Some(141), "{stderr}");

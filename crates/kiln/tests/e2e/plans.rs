@@ -248,19 +248,25 @@ fn a_data_file_emptied_mid_run_stops_it_as_an_input_error_not_the_targets() {
     std::fs::write(&path, plan(&api, "load:\n  vus: 2\n  duration: 20s\n")).unwrap();
     let out_dir = dir.path().join("run");
     let users = dir.path().join("users.csv");
-    let emptier = std::thread::spawn(move || {
-        std::thread::sleep(std::time::Duration::from_millis(1500));
-        std::fs::write(users, "user,note\n").unwrap();
-    });
     let started = std::time::Instant::now();
-    let out = kiln(&[
-        "run",
-        path.to_str().unwrap(),
-        "--quiet",
-        "--out",
-        out_dir.to_str().unwrap(),
-    ]);
-    emptier.join().unwrap();
+    let out = std::thread::scope(|s| {
+        // emptied once the run has logged a user in: mid-run however late kiln starts (1.5 s
+        // after the test began, a CI run's kiln had not yet read the file, and found it empty)
+        s.spawn(|| {
+            let logged_in = || api.counts().routes.contains_key("POST /login");
+            while !logged_in() && started.elapsed() < std::time::Duration::from_secs(15) {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            std::fs::write(&users, "user,note\n").unwrap();
+        });
+        kiln(&[
+            "run",
+            path.to_str().unwrap(),
+            "--quiet",
+            "--out",
+            out_dir.to_str().unwrap(),
+        ])
+    });
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(
