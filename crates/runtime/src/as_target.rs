@@ -131,10 +131,13 @@ pub fn is_owned_socket(owner: &Owner, path: &Path) -> Result<bool, RuntimeError>
     match std::fs::symlink_metadata(path) {
         Ok(meta) if meta.file_type().is_socket() && meta.uid() == owner.uid => Ok(true),
         Ok(meta) if meta.file_type().is_socket() => Err(format!(
-            "{} is owned by uid {}, not by the target's uid {}: not talking to it",
+            "{} is owned by uid {}, not by the target's uid {}: not talking to it (left by \
+             another user's process that had the same pid? The JVM cannot replace it: remove \
+             it if nothing of uid {} listens on it)",
             path.display(),
             meta.uid(),
-            owner.uid
+            owner.uid,
+            meta.uid()
         )
         .into()),
         Ok(_) => Err(format!("{} is not a socket", path.display()).into()),

@@ -3,7 +3,7 @@
 //! takes milliseconds).
 //!
 //! The handshake (OpenJDK `VirtualMachineImpl` for Linux): if the JVM's socket
-//! `/tmp/.java_pid<nspid>` is missing, create `.attach_pid<nspid>` in its working directory
+//! `/tmp/.java_pid<nspid>` is missing (or, unlike jcmd, if nothing listens on it), create `.attach_pid<nspid>` in its working directory
 //! (or its /tmp), send SIGQUIT, and wait for the socket. A request is `1`, the command and three
 //! arguments, each NUL-terminated; the reply is a status line (0 = done) and text until EOF.
 //! The JVM answers only a peer with its own uid and gid, or root.
@@ -56,9 +56,14 @@ impl Attach {
             owner,
             reply_timeout: Duration::from_secs(10),
         };
-        if is_owned_socket(&owner, &socket)? {
-            return Ok(attach);
-        }
+        // A socket file no one listens on was left by a JVM that died at this pid (killed, or
+        // in a container restarted with its /tmp): the JVM, once triggered, binds its own and
+        // renames it over this one, so kiln waits for a socket that is not this file.
+        let stale = match is_owned_socket(&owner, &socket)? {
+            true if attach.listens() => return Ok(attach),
+            true => inode(&socket),
+            false => None,
+        };
         let status = std::fs::read_to_string(base.join("status"))
             .map_err(io(format!("cannot read the status of pid {pid}")))?;
         if !catches_sigquit(&status) {
@@ -89,7 +94,8 @@ impl Attach {
         let mut wait = Duration::from_millis(5);
         let mut ready = Ok(false);
         while sent && Instant::now() < deadline {
-            ready = is_owned_socket(&owner, &socket);
+            ready = is_owned_socket(&owner, &socket)
+                .map(|owned| owned && (stale.is_none() || inode(&socket) != stale));
             if !matches!(ready, Ok(false)) {
                 break;
             }
@@ -110,6 +116,14 @@ impl Attach {
             )
             .into()),
         }
+    }
+
+    /// Whether something listens on the socket: a connection as the owner, closed at once
+    /// (a JVM's listener reads no request from it and goes on), is refused only by a socket
+    /// file whose process is gone.
+    fn listens(&self) -> bool {
+        let connected = self.owner.run(|| UnixStream::connect(&self.socket));
+        !matches!(connected, Err(e) if e.raw_os_error() == Some(libc::ECONNREFUSED))
     }
 
     /// The owner of the JVM's process (its files are touched as this owner).
@@ -164,6 +178,12 @@ impl Attach {
             .into()),
         }
     }
+}
+
+/// The inode of the file at `path` (not followed if a link), if it is there.
+fn inode(path: &Path) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(path).ok().map(|m| m.ino())
 }
 
 /// Creates the empty trigger file: exclusively (an existing file or link is left alone and

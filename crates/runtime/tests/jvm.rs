@@ -33,6 +33,9 @@ impl Drop for Jvm {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
+        // killed, the JVM leaves its attach socket, which a later process at the same pid
+        // would find
+        let _ = std::fs::remove_file(format!("/tmp/.java_pid{}", self.0.id()));
     }
 }
 
@@ -276,6 +279,37 @@ fn attach_and_dump(pid: i32) {
     );
     let refused = attach.jcmd("No.such.command").unwrap_err().to_string();
     assert!(refused.contains("No.such.command"), "{refused}");
+}
+
+/// A socket file at the JVM's `/tmp/.java_pid<pid>` that nothing listens on, as a JVM killed
+/// at the same pid leaves it (a container restarted with its /tmp has its JVM at the same
+/// low pid): jcmd fails on it ("Connection refused"); kiln triggers the JVM, which renames its
+/// own socket over it, and the dump comes. The same file owned by another user is refused
+/// and named: the JVM cannot replace it.
+#[test]
+fn a_stale_attach_socket_at_the_jvms_pid_is_replaced_and_another_users_is_named() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    let classes = compile(dir.path());
+    let jvm = start(Path::new("java"), &classes, dir.path(), 30);
+    let pid = jvm.0.id() as i32;
+    let socket = PathBuf::from(format!("/tmp/.java_pid{pid}"));
+    // bound and closed: a socket file that refuses connections
+    drop(std::os::unix::net::UnixListener::bind(&socket).unwrap());
+    std::os::unix::fs::chown(&socket, Some(65534), Some(65534)).unwrap();
+    let refused = Attach::open(pid, Path::new("/proc"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        refused.contains("owned by uid 65534") && refused.contains("remove it"),
+        "{refused}"
+    );
+    std::os::unix::fs::chown(&socket, Some(0), Some(0)).unwrap();
+    let stale = std::fs::metadata(&socket).unwrap().ino();
+    let attach = Attach::open(pid, Path::new("/proc")).expect("the JVM replaces the stale socket");
+    let version = attach.jcmd("VM.version").expect("the JVM answers");
+    assert!(version.contains("JDK"), "{version}");
+    assert_ne!(std::fs::metadata(&socket).unwrap().ino(), stale);
 }
 
 /// The parser against a JDK 17 file and what `jcmd PerfCounter.print` printed for it.
