@@ -289,6 +289,16 @@ impl Folded {
         out
     }
 
+    /// Only the stacks for which `keep` is true (given the stack's frames, root first).
+    pub fn retain_stacks(&self, keep: impl Fn(&[&str]) -> bool) -> Folded {
+        Folded {
+            stacks: (self.stacks.iter())
+                .filter(|(s, _)| keep(&s.split(';').collect::<Vec<_>>()))
+                .map(|(s, &c)| (s.clone(), c))
+                .collect(),
+        }
+    }
+
     /// Only the stacks that contain a frame for which `keep` is true.
     pub fn filter(&self, keep: impl Fn(&str) -> bool) -> Folded {
         Folded {
@@ -337,6 +347,32 @@ pub fn is_java_frame(frame: &str) -> bool {
     ["_[j]", "_[i]", "_[0]", "_[1]"]
         .iter()
         .any(|mark| frame.ends_with(mark))
+}
+
+/// A Java frame's method (`package.Class.method`) without its mark; None for other frames.
+pub fn java_method(frame: &str) -> Option<&str> {
+    is_java_frame(frame).then(|| frame.rsplit_once("_[").map_or(frame, |(method, _)| method))
+}
+
+/// Whether a Java stack (its methods, `package.Class.method`) is a thread waiting for work to
+/// come, not for a lock or for a call it made: a pool's idle worker
+/// (`ThreadPoolExecutor.getTask`, `ForkJoinPool.awaitWork`, Jetty's `idleJobPoll`), a queue's
+/// consumer with nothing to take, a disruptor's consumer waiting for events, a timer's or a
+/// reference queue's thread, a selector with nothing ready. A producer waiting for room
+/// (`put`) is not: a full queue holds requests up.
+pub fn is_waiting_for_work(methods: &[&str]) -> bool {
+    methods.iter().any(|method| {
+        let (class, name) = method.rsplit_once('.').unwrap_or(("", method));
+        method.ends_with("ThreadPoolExecutor.getTask")
+            || method.ends_with("ForkJoinPool.awaitWork")
+            || method.ends_with("QueuedThreadPool$Runner.idleJobPoll")
+            || method.ends_with("TimerThread.mainLoop")
+            || (class.ends_with("WaitStrategy") && name == "waitFor")
+            || (class.ends_with("ReferenceQueue") && name == "remove")
+            || (class.ends_with("SelectorImpl") && name == "lockAndDoSelect")
+            || ((class.ends_with("Queue") || class.ends_with("Deque"))
+                && matches!(name, "take" | "poll" | "takeFirst" | "pollFirst"))
+    })
 }
 
 /// The `n` functions of `shares` with the most self samples (none that was never a leaf).

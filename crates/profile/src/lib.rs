@@ -14,7 +14,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 pub use flame::{svg, FlameStyle, FoldedDiff, ShareChange};
-pub use folded::{is_java_frame, is_kernel_frame, Folded, ParseReport};
+pub use folded::{
+    is_java_frame, is_kernel_frame, is_waiting_for_work, java_method, Folded, ParseReport,
+};
 pub use inferno::flamegraph::color::{BasicPalette, MultiPalette, Palette};
 pub use kiln_record::schema::profile::{FunctionShare, ProfileSummary, SourceFormat};
 pub use perf::{CallGraph, Event, RecordOptions};
@@ -426,13 +428,32 @@ pub fn summarize_alloc(folded: &Folded, top: usize) -> ProfileSummary {
 /// [`summarize`] for a JVM's wall-clock profile: its functions are the Java methods. A
 /// waiting thread's leaf is a futex or a poll, the same native frame under every kind of
 /// wait, and the JVM's own threads wait there too: 93% of a service's wall clock, saying
-/// nothing of where its requests spent their time.
+/// nothing of where its requests spent their time. Threads waiting for work to come (an idle
+/// pool's, a selector's: [`is_waiting_for_work`]) are left out of the lists, whose shares
+/// stay those of the whole profile (as the flame graph draws them): a busy host's idle
+/// pool, parked for work, filled "Top total" before the request chain.
 pub fn summarize_wall(folded: &Folded, top: usize) -> ProfileSummary {
-    let mut summary = summarize(folded, usize::MAX);
+    let working = folded.retain_stacks(|frames| {
+        let methods: Vec<&str> = frames.iter().filter_map(|f| java_method(f)).collect();
+        !is_waiting_for_work(&methods)
+    });
+    let mut summary = summarize(&working, usize::MAX);
+    let (all, busy) = (folded.total(), working.total());
+    let scale = busy as f64 / all.max(1) as f64;
     for list in [&mut summary.top_self, &mut summary.top_total] {
         list.retain(|f| folded::is_java_frame(&f.name));
+        for f in list.iter_mut() {
+            f.self_pct *= scale;
+            f.total_pct *= scale;
+        }
+        // rows of a few samples among millions, shown as 0.0%, say nothing
+        list.retain(|f| f.self_pct.max(f.total_pct) >= 0.05);
         list.truncate(top);
     }
+    summary.samples = all;
+    summary.distinct_stacks = folded.distinct_stacks();
+    summary.kernel_pct = 100.0 * folded.kernel_share();
+    summary.waiting_for_work_pct = Some(100.0 * (all - busy) as f64 / all.max(1) as f64);
     summary
 }
 
@@ -452,6 +473,7 @@ pub fn summarize(folded: &Folded, top: usize) -> ProfileSummary {
             blocked_in: Vec::new(),
             allocated_in: Vec::new(),
             unwalked: Vec::new(),
+            waiting_for_work_pct: None,
         }
     }
 }
@@ -480,6 +502,68 @@ mod tests {
         );
         assert_eq!(names(&summary.top_self), ["Shop.render_[j]"]);
         assert_eq!(summary.samples, 200);
+    }
+
+    /// Stacks as async-profiler's wall clock mode took them of a JDK 17 service
+    /// (tests/apps/java_locks/LockShop beside its HTTP server's pool): threads waiting for
+    /// work are left out of the lists, which keep the whole profile's shares; a handler that
+    /// waits for another thread's answer is a request's time, not idle.
+    #[test]
+    fn a_wall_clock_summary_leaves_out_threads_waiting_for_work() {
+        let pool =
+            "java.lang.Thread.run_[j];java.util.concurrent.ThreadPoolExecutor$Worker.run_[j];\
+                    java.util.concurrent.ThreadPoolExecutor.runWorker_[j]";
+        let park =
+            "java.util.concurrent.locks.LockSupport.park_[j];jdk.internal.misc.Unsafe.park_[j];\
+                    __futex_abstimed_wait_common";
+        let text = [
+            // idle: the pool's workers, the cleaner, the finalizer, a timer, the selector
+            format!("[pool-1 tid=1];{pool};java.util.concurrent.ThreadPoolExecutor.getTask_[j];\
+                     java.util.concurrent.LinkedBlockingQueue.take_[j];{park} 300"),
+            "[Common-Cleaner tid=2];jdk.internal.misc.InnocuousThread.run_[j];java.lang.Thread.run_[j];\
+             jdk.internal.ref.CleanerImpl.run_[j];java.lang.ref.ReferenceQueue.remove_[j];\
+             java.lang.Object.wait_[j];__futex_abstimed_wait_common 100".into(),
+            "[Finalizer tid=3];java.lang.ref.Finalizer$FinalizerThread.run_[j];\
+             java.lang.ref.ReferenceQueue.remove_[j];java.lang.ref.ReferenceQueue.remove_[j];\
+             java.lang.Object.wait_[j];__futex_abstimed_wait_common 100".into(),
+            "[idle-timeout-task tid=4];java.util.TimerThread.run_[j];java.util.TimerThread.mainLoop_[j];\
+             java.lang.Object.wait_[j];__futex_abstimed_wait_common 100".into(),
+            "[HTTP-Dispatcher tid=5];java.lang.Thread.run_[j];sun.net.httpserver.ServerImpl$Dispatcher.run_[j];\
+             sun.nio.ch.SelectorImpl.select_[j];sun.nio.ch.SelectorImpl.lockAndDoSelect_[j];\
+             sun.nio.ch.EPollSelectorImpl.doSelect_[j];sun.nio.ch.EPoll.wait_[j];epoll_wait 100".into(),
+            // working: requests in reserve (waiting for its lock, holding it asleep), one in
+            // its handler waiting for another thread's answer
+            format!(
+                "[pool-1 tid=6];{pool};LockShop.handle_[j];LockShop.reserve_[j];\
+                 java.util.concurrent.locks.AbstractQueuedSynchronizer.acquire_[j];{park} 100"
+            ),
+            format!(
+                "[pool-1 tid=7];{pool};LockShop.handle_[j];LockShop.reserve_[j];\
+                 java.lang.Thread.sleep_[j];__futex_abstimed_wait_common 50"
+            ),
+            format!(
+                "[pool-1 tid=8];{pool};LockShop.handle_[j];\
+                 java.util.concurrent.CompletableFuture.get_[j];{park} 50"
+            ),
+            // the JVM's own threads, no Java frame
+            "[GC Thread#0 tid=8];thread_native_entry;GangWorker::loop;__futex_wait 100".into(),
+        ]
+        .join("\n");
+        let folded = Folded::parse(&text).unwrap().0;
+        let summary = summarize_wall(&folded, 10);
+        assert_eq!(summary.samples, 1000);
+        assert_eq!(summary.waiting_for_work_pct, Some(70.0));
+        let total: Vec<(&str, f64)> = (summary.top_total.iter())
+            .map(|f| (f.name.as_str(), f.total_pct))
+            .collect();
+        // (frames with one callee only pass their time on and are not listed)
+        assert_eq!(
+            total,
+            [
+                ("LockShop.handle_[j]", 20.0),
+                ("LockShop.reserve_[j]", 15.0)
+            ]
+        );
     }
 
     /// Lines as async-profiler 4.1 wrote them for a JVM: a stack it could not walk is its

@@ -768,8 +768,8 @@ speedscope: <code>{}</code>.</p>\
                 by_self(folded.allocated_in(12)),
             ),
             ProfileKind::Wall => (
-                "<tr><th>Java method (total: its callees' time too)</th>\
-<th class=\"n\">share of the threads' time</th></tr>",
+                "<tr><th>Java method (total: its callees' time too; threads waiting for work \
+left out)</th><th class=\"n\">share of the threads' time</th></tr>",
                 (kiln_profile::summarize_wall(&folded, 12)
                     .top_total
                     .into_iter())

@@ -426,19 +426,13 @@ fn is_lock_machinery(frame: &str) -> bool {
     .any(|p| frame.starts_with(p))
 }
 
-/// A park that is a thread waiting for work, not for a lock: a pool's idle worker, a queue's
-/// consumer with nothing to take, a disruptor's consumer waiting for events. (A producer
-/// waiting for room, `put`, is kept: a full queue holds requests up.)
+/// A park that is a thread waiting for work, not for a lock ([`kiln_profile::is_waiting_for_work`],
+/// as the wall profile's summary leaves them out).
 fn is_idle_wait(frames: &[String]) -> bool {
-    frames.iter().any(|f| {
-        let method = f.split('(').next().unwrap_or(f);
-        let (class, name) = method.rsplit_once('.').unwrap_or(("", method));
-        method.ends_with("ThreadPoolExecutor.getTask")
-            || method.ends_with("ForkJoinPool.awaitWork")
-            || (class.ends_with("WaitStrategy") && name == "waitFor")
-            || ((class.ends_with("Queue") || class.ends_with("Deque"))
-                && matches!(name, "take" | "poll" | "takeFirst" | "pollFirst"))
-    })
+    let methods: Vec<&str> = (frames.iter())
+        .map(|f| f.split('(').next().unwrap_or(f))
+        .collect();
+    kiln_profile::is_waiting_for_work(&methods)
 }
 
 /// `jfr print --json` read as it comes: the throwable counts in time order and the lock

@@ -58,6 +58,13 @@ pub fn summary_text(summary: &ProfileSummary, count_name: &str, samples: Option<
         out += &share_rows("Blocked in", &summary.blocked_in, |s| s.self_pct);
     }
     out += &share_rows("Top total", &summary.top_total, |s| s.total_pct);
+    if let Some(idle) = summary.waiting_for_work_pct.filter(|pct| *pct > 0.0) {
+        out += &format!(
+            "{:<11}{idle:>6.1}%  of the wall clock was threads waiting for work (an idle pool, \
+             a selector), left out above\n",
+            "Idle"
+        );
+    }
     let unwalked: f64 = summary.unwalked.iter().map(|s| s.self_pct).sum();
     if unwalked > 0.0 {
         let why: Vec<String> = (summary.unwalked.iter())
@@ -98,6 +105,7 @@ mod tests {
             blocked_in: Vec::new(),
             allocated_in: vec![share("LockShop.reserve_[j]", 99.0)],
             unwalked: Vec::new(),
+            waiting_for_work_pct: None,
         };
         let locks = summary_text(&summary, "lock wait/nanoseconds", None);
         assert!(
@@ -133,6 +141,7 @@ mod tests {
                 share("not_walkable_Java", 5.0),
                 share("deoptimization", 1.0),
             ],
+            waiting_for_work_pct: None,
         };
         let text = summary_text(&summary, "samples", None);
         assert!(
@@ -144,5 +153,29 @@ mod tests {
         );
         summary.unwalked.clear();
         assert!(!summary_text(&summary, "samples", None).contains("Unwalked"));
+    }
+
+    #[test]
+    fn a_wall_profile_says_how_much_was_threads_waiting_for_work() {
+        let mut summary = ProfileSummary {
+            samples: 4_000_000_000,
+            distinct_stacks: 9,
+            kernel_pct: 0.0,
+            top_self: vec![share("Shop.render_[j]", 1.0)],
+            top_total: vec![share("LockShop.reserve_[j]", 8.7)],
+            blocked_in: Vec::new(),
+            allocated_in: Vec::new(),
+            unwalked: Vec::new(),
+            waiting_for_work_pct: Some(26.6),
+        };
+        let text = summary_text(&summary, kiln_record::parts::WALL_COUNT, None);
+        assert!(
+            text.contains("Top total     8.7%  LockShop.reserve_[j]\nIdle         26.6%  of the wall clock was threads waiting for work"),
+            "{text}"
+        );
+        assert!(!text.contains("Top self"), "{text}");
+        summary.waiting_for_work_pct = None;
+        let text = summary_text(&summary, kiln_record::parts::WALL_COUNT, None);
+        assert!(!text.contains("Idle"), "{text}");
     }
 }

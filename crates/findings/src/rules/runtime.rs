@@ -959,6 +959,7 @@ mod tests {
             blocked_in: Vec::new(),
             allocated_in: vec![share(site, site_pct), share("Other.work", 100.0 - site_pct)],
             unwalked: Vec::new(),
+            waiting_for_work_pct: None,
         };
         ProfileRecord::new(summary, "allocated/bytes")
     }

@@ -37,6 +37,10 @@ pub struct ProfileSummary {
     /// (`not_walkable_Java`): time no Java method's share holds.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unwalked: Vec<FunctionShare>,
+    /// A wall-clock profile's share (percent) of threads waiting for work to come (an idle
+    /// pool's, a selector's), which its lists leave out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting_for_work_pct: Option<f64>,
 }
 
 /// The formats `import` recognizes.
