@@ -132,8 +132,11 @@ fn a_spawned_go_targets_gc_cycles_are_its_own_and_come_after_each_cache_rebuild(
         );
     }
     // the cycles after start-up come while a rebuild (every 10 s of the clock) runs or in the
-    // 1.5 s after it ends: its allocations start them, and a busy host (CI's) stretches a
-    // rebuild, and the cycles it starts, past 1.5 s from its start
+    // 3 s after it ends: its allocations start them, and a busy host (CI's) stretches a
+    // rebuild, and the cycles it starts, past 1.5 s from its start; a cycle begun early in
+    // the rebuild leaves the heap's goal just above what the rebuild then allocates, and the
+    // requests' own allocations reach it seconds later (2.1 s after the rebuild ended in a
+    // CI run beside the noisy neighbour). (Each cycle's end is checked to 100 ms above.)
     let rebuilds: Vec<(f64, f64)> = truth["rebuilds"].as_array().unwrap()[1..]
         .iter()
         .map(|r| {
@@ -152,7 +155,7 @@ fn a_spawned_go_targets_gc_cycles_are_its_own_and_come_after_each_cache_rebuild(
         .filter(|t| {
             rebuilds
                 .iter()
-                .any(|(start, end)| **t >= start - 100.0 && **t <= end + 1500.0)
+                .any(|(start, end)| **t >= start - 100.0 && **t <= end + 3000.0)
         })
         .count();
     assert!(
