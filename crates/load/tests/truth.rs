@@ -167,13 +167,23 @@ fn tracks_target(
     target: &TargetServer,
     checks: &[(f64, f64)],
 ) -> Result<(), String> {
+    let times = target.handling_times_us();
     for &(q, slack_ms) in checks {
         let kiln = ms(s.totals.latency.quantile_us(q));
         let own = target_quantile_ms(target, q);
-        // Below the target's own figure is a defect whatever the machine does.
+        // Below the target's own figure is a defect whatever the machine does; but the two
+        // rank their answers apart: the target also counts answers kiln stopped waiting for
+        // at the deadline, and rounds its rank where the histogram takes the next. Where 10%
+        // of the answers spread over 100 ms a rank is 0.6 ms (a CI run: kiln's p95 52.51 ms,
+        // the target's 52.57 ms), so kiln's figure is held to the target's as many ranks
+        // lower as the counts differ, and one more.
+        let ranks_apart = times.len().abs_diff(s.totals.latency.count() as usize) + 1;
+        let rank = ((times.len() - 1) as f64 * q).round() as usize;
+        let own_lowest = ms(times[rank.saturating_sub(ranks_apart)]);
         assert!(
-            kiln >= own - 0.01,
-            "p{}: kiln {kiln:.2} ms is below the target's own {own:.2} ms",
+            kiln >= own_lowest - 0.01,
+            "p{}: kiln {kiln:.2} ms is below the target's own {own:.2} ms ({own_lowest:.2} ms \
+             {ranks_apart} ranks lower)",
             q * 100.0
         );
         ensure!(
