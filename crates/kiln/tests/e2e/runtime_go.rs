@@ -150,16 +150,18 @@ fn a_spawned_go_targets_gc_cycles_are_its_own_and_come_after_each_cache_rebuild(
         .map(|c| c["start_unix_ms"].as_f64().unwrap())
         .filter(|t| *t >= rebuilds[0].0 - 100.0)
         .collect();
-    let after_rebuild = later
-        .iter()
-        .filter(|t| {
-            rebuilds
-                .iter()
-                .any(|(start, end)| **t >= start - 100.0 && **t <= end + 3000.0)
-        })
+    let in_window = |t: f64, (start, end): (f64, f64)| t >= start - 100.0 && t <= end + 3000.0;
+    let after_rebuild = (later.iter())
+        .filter(|t| rebuilds.iter().any(|r| in_window(**t, *r)))
         .count();
+    // each rebuild kiln watched to its end starts a cycle, and most cycles come after one:
+    // the requests' own allocations start one now and then between rebuilds (6 s after one
+    // in a CI run)
+    let each_rebuild = (rebuilds.iter())
+        .filter(|(_, end)| *end + 500.0 < watched_until)
+        .all(|r| later.iter().any(|t| in_window(*t, *r)));
     assert!(
-        later.len() >= rebuilds.len() && after_rebuild * 4 >= later.len() * 3,
+        each_rebuild && after_rebuild * 2 > later.len(),
         "{after_rebuild} of {} cycles after a rebuild: cycles began at {later:?}, rebuilds \
          (start, end) {rebuilds:?}",
         later.len(),
