@@ -290,10 +290,10 @@ impl Folded {
     }
 
     /// Only the stacks for which `keep` is true (given the stack's frames, root first).
-    pub fn retain_stacks(&self, keep: impl Fn(&[&str]) -> bool) -> Folded {
+    pub fn retain_stacks(&self, keep: impl Fn(std::str::Split<'_, char>) -> bool) -> Folded {
         Folded {
             stacks: (self.stacks.iter())
-                .filter(|(s, _)| keep(&s.split(';').collect::<Vec<_>>()))
+                .filter(|(s, _)| keep(s.split(';')))
                 .map(|(s, &c)| (s.clone(), c))
                 .collect(),
         }
@@ -301,14 +301,7 @@ impl Folded {
 
     /// Only the stacks that contain a frame for which `keep` is true.
     pub fn filter(&self, keep: impl Fn(&str) -> bool) -> Folded {
-        Folded {
-            stacks: self
-                .stacks
-                .iter()
-                .filter(|(s, _)| s.split(';').any(&keep))
-                .map(|(s, &c)| (s.clone(), c))
-                .collect(),
-        }
+        self.retain_stacks(|mut frames| frames.any(&keep))
     }
 }
 
@@ -360,8 +353,8 @@ pub fn java_method(frame: &str) -> Option<&str> {
 /// consumer with nothing to take, a disruptor's consumer waiting for events, a timer's or a
 /// reference queue's thread, a selector with nothing ready. A producer waiting for room
 /// (`put`) is not: a full queue holds requests up.
-pub fn is_waiting_for_work(methods: &[&str]) -> bool {
-    methods.iter().any(|method| {
+pub fn is_waiting_for_work<'a>(methods: impl IntoIterator<Item = &'a str>) -> bool {
+    methods.into_iter().any(|method| {
         let (class, name) = method.rsplit_once('.').unwrap_or(("", method));
         method.ends_with("ThreadPoolExecutor.getTask")
             || method.ends_with("ForkJoinPool.awaitWork")

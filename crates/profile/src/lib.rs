@@ -433,10 +433,8 @@ pub fn summarize_alloc(folded: &Folded, top: usize) -> ProfileSummary {
 /// stay those of the whole profile (as the flame graph draws them): a busy host's idle
 /// pool, parked for work, filled "Top total" before the request chain.
 pub fn summarize_wall(folded: &Folded, top: usize) -> ProfileSummary {
-    let working = folded.retain_stacks(|frames| {
-        let methods: Vec<&str> = frames.iter().filter_map(|f| java_method(f)).collect();
-        !is_waiting_for_work(&methods)
-    });
+    let working =
+        folded.retain_stacks(|frames| !is_waiting_for_work(frames.filter_map(java_method)));
     let mut summary = summarize(&working, usize::MAX);
     let (all, busy) = (folded.total(), working.total());
     let scale = busy as f64 / all.max(1) as f64;

@@ -3,9 +3,9 @@
 //! takes milliseconds).
 //!
 //! The handshake (OpenJDK `VirtualMachineImpl` for Linux): if the JVM's socket
-//! `/tmp/.java_pid<nspid>` is missing (or, unlike jcmd, if nothing listens on it), create `.attach_pid<nspid>` in its working directory
-//! (or its /tmp), send SIGQUIT, and wait for the socket. A request is `1`, the command and three
-//! arguments, each NUL-terminated; the reply is a status line (0 = done) and text until EOF.
+//! `/tmp/.java_pid<nspid>` is missing (or, unlike jcmd, if nothing listens on it), create
+//! `.attach_pid<nspid>` in its working directory (or its /tmp), send SIGQUIT, and wait for the
+//! socket. A request is `1`, the command and three arguments, each NUL-terminated; the reply is a status line (0 = done) and text until EOF.
 //! The JVM answers only a peer with its own uid and gid, or root.
 //!
 //! kiln does not trust the process it watches: the trigger file is created as the target's
@@ -94,8 +94,8 @@ impl Attach {
         let mut wait = Duration::from_millis(5);
         let mut ready = Ok(false);
         while sent && Instant::now() < deadline {
-            ready = is_owned_socket(&owner, &socket)
-                .map(|owned| owned && (stale.is_none() || inode(&socket) != stale));
+            // (with no stale file, `stale` is None and any socket there is another inode)
+            ready = is_owned_socket(&owner, &socket).map(|owned| owned && inode(&socket) != stale);
             if !matches!(ready, Ok(false)) {
                 break;
             }

@@ -426,13 +426,10 @@ fn is_lock_machinery(frame: &str) -> bool {
     .any(|p| frame.starts_with(p))
 }
 
-/// A park that is a thread waiting for work, not for a lock ([`kiln_profile::is_waiting_for_work`],
-/// as the wall profile's summary leaves them out).
+/// A park that is a thread waiting for work, not for a lock (as the wall profile's summary
+/// leaves them out: [`kiln_profile::is_waiting_for_work`]).
 fn is_idle_wait(frames: &[String]) -> bool {
-    let methods: Vec<&str> = (frames.iter())
-        .map(|f| f.split('(').next().unwrap_or(f))
-        .collect();
-    kiln_profile::is_waiting_for_work(&methods)
+    kiln_profile::is_waiting_for_work(frames.iter().map(|f| f.split('(').next().unwrap_or(f)))
 }
 
 /// `jfr print --json` read as it comes: the throwable counts in time order and the lock
