@@ -169,7 +169,7 @@ impl Spikes<'_> {
     /// (every period is searched in each, so searching many is paid for): all of them where
     /// there are at most `EXACT_PLACEMENTS`, else `shuffles` drawn at random. A placement is
     /// as the spikes are seen: no two in neighbouring seconds (a run of spiking seconds is
-    /// one spike at its first). The `k` spikes in `len` seconds with gaps of at least two are
+    /// one event). The `k` spikes in `len` seconds with gaps of at least two are
     /// the `k` seconds drawn from `len - k + 1`, the i-th (from 0) moved on by i.
     fn chance(&self, observed: f64, shuffles: usize) -> f64 {
         let k = self.at.len();
@@ -513,33 +513,48 @@ impl Level {
         // A run of spiking seconds is one event: a stall that straddles a second boundary
         // (how often depends on where the run's seconds fall on the wall clock) is one
         // stall, and counting its tail as a second spike would make random placements fold
-        // as well as the real ones. The event is at the run's slowest second (the first of
-        // equals): a busy neighbour's slow second just before a stall joins the two, and at
-        // the run's first second the stall's cycle was missed (two such cycles of seven and
-        // the period went unfound). Events stay at least two seconds apart, as the
-        // permutation test places them.
-        let mut at: Vec<usize> = Vec::new();
+        // as well as the real ones. Events stay at least two seconds apart, as the
+        // permutation test places them. Where in its run an event is, is looked at twice:
+        // - at the run's first second: a stall whose queue drains across a second boundary
+        //   spikes in both, and the slower of the two is either (2 of 12 demo runs beside a
+        //   busy neighbour missed the period when its events were at their slowest seconds);
+        // - at the run's slowest second (the first of equals): a busy neighbour's slow second
+        //   just before a stall joins the two, and at the first second the stall's cycle was
+        //   missed (two such cycles of seven and the period went unfound).
+        // Each look is its own permutation test at half the bound, so that the two are wrong
+        // together at most as often as one was allowed to be (a union bound).
+        let mut runs: Vec<(usize, usize)> = Vec::new();
         for t in (0..len).filter(|&t| spikes[t]) {
-            match at.last_mut() {
-                Some(last) if spikes[t - 1] => {
-                    if worst[t] > worst[*last] {
-                        *last = t;
+            match runs.last_mut() {
+                Some((_, slowest)) if spikes[t - 1] => {
+                    if worst[t] > worst[*slowest] {
+                        *slowest = t;
                     }
                 }
-                _ => at.push(t),
+                _ => runs.push((t, t)),
             }
         }
-        if at.len() < MIN_CYCLES {
+        if runs.len() < MIN_CYCLES {
             return None;
         }
-        let series = Spikes {
-            at: &at,
-            len,
-            start,
+        let firsts: Vec<usize> = runs.iter().map(|(first, _)| *first).collect();
+        let slowests: Vec<usize> = runs.iter().map(|(_, slowest)| *slowest).collect();
+        let looks = if firsts == slowests {
+            vec![firsts]
+        } else {
+            vec![firsts, slowests]
         };
-        let (period, folded) = series.best_period()?;
-        let p_value = series.chance(series.max_score(), shuffles);
-        (p_value <= max_p).then(|| Level {
+        let max_p = max_p / looks.len() as f64;
+        let (period, folded, p_value) = (looks.iter())
+            .filter_map(|at| {
+                let series = Spikes { at, len, start };
+                let (period, folded) = series.best_period()?;
+                let p_value = series.chance(series.max_score(), shuffles);
+                (p_value <= max_p).then_some((period, folded, p_value))
+            })
+            // the less likely by chance; of equals, the sharper fold
+            .min_by(|a, b| a.2.total_cmp(&b.2).then(b.1.score.total_cmp(&a.1.score)))?;
+        Some(Level {
             threshold,
             spike_count: spikes.iter().filter(|s| **s).count(),
             spikes,
@@ -1014,6 +1029,61 @@ mod tests {
                 "{draw}: {verdict:?} {worst:?}"
             );
         }
+    }
+
+    /// The worst latency (ms) of each of `len` load seconds of the demo's shop: at second 0
+    /// of every 3 the price list expires and the request that finds it so reloads it for
+    /// 300 ms under its lock; the requests queued behind it are answered over 100-300 ms
+    /// more (they contend for the shop's other lock), each after waiting since the stall
+    /// began. Other seconds' worst is 15-60 ms. Where the run's seconds fall on the wall
+    /// clock is drawn from `rng`: a record that ends while the queue drains holds the stall's
+    /// first answers and the next record its last, both spikes, either the slower.
+    fn the_demo_shops_stalls(rng: &mut Shuffle, len: usize) -> Vec<u64> {
+        let mut ms_below = |n: u64| rng.below(n as usize) as u64;
+        let (record_ms, start) = (ms_below(1000), ms_below(3));
+        let mut answered = Vec::new();
+        for second in (0..len as u64 + 1).filter(|s| (start + s) % 3 == 0) {
+            let (began, first_request) = (second * 1000, ms_below(7));
+            let drained = began + 300 + 100 + ms_below(201);
+            // the first answers when the reload ends, the last when the queue has drained
+            for at in [
+                began + 300,
+                began + 300 + ms_below(drained - began - 300),
+                drained,
+            ] {
+                answered.push((at, at - began - first_request));
+            }
+        }
+        let mut worst: Vec<u64> = (0..len).map(|_| 15 + ms_below(46)).collect();
+        for (at, latency) in answered {
+            let label = (at + 1000 - record_ms).div_ceil(1000);
+            if let Some(w) = label.checked_sub(1).and_then(|i| worst.get_mut(i as usize)) {
+                *w = (*w).max(latency);
+            }
+        }
+        worst
+    }
+
+    #[test]
+    fn the_demo_shops_stall_is_found_wherever_its_drain_crosses_a_second() {
+        // The demo's 30 s run (31 seconds with the drain's), drawn 300 times. With each
+        // stall's event at its slowest second alone, 20 of these draws were missed (and 2 of
+        // 12 demo runs beside the noisy neighbour); none of 3,000 since (`Level::judge`).
+        let mut rng = Shuffle(0x5EED_0003);
+        let mut missed = Vec::new();
+        for draw in 0..300 {
+            let worst = the_demo_shops_stalls(&mut rng, 31);
+            match periodic_spikes(&run_of_worst_ms(&worst)) {
+                Verdict::Found(f) if f[0].data["period_s"] == 3 => {}
+                v => missed.push(format!("draw {draw}: {v:?} {worst:?}")),
+            }
+        }
+        assert!(
+            missed.is_empty(),
+            "{} of 300: {:#?}",
+            missed.len(),
+            &missed[..missed.len().min(3)]
+        );
     }
 
     #[test]
