@@ -73,6 +73,37 @@ fn cpu_split(side: &Value) -> (f64, f64) {
     (mean(|r| r.cpu_user_pct), mean(|r| r.cpu_system_pct))
 }
 
+/// Each measured second of the side's run as the periodic rule reads it: the wall second its
+/// record ends in (and where in that second), and its slowest request. Printed when a finding
+/// is missing, so that a miss on a shared machine can be judged from the test's log alone.
+fn worst_by_second(side: &Value) -> String {
+    let run = kiln_record::Run::open(Path::new(side["dir"].as_str().unwrap())).unwrap();
+    let seconds: Vec<String> = (run.seconds.iter())
+        .map(|s| {
+            let second = (s.unix_ms.saturating_sub(1)) / 1000;
+            format!(
+                "{}.{:03}:{:.0}ms",
+                second % 60,
+                s.unix_ms % 1000,
+                s.max_us as f64 / 1000.0
+            )
+        })
+        .collect();
+    let noise: Vec<kiln_sample::NoiseSecond> = run
+        .lines_measured(kiln_sample::NOISE_PART, |s: &kiln_sample::NoiseSecond| {
+            s.unix_ms
+        });
+    let starved: Vec<String> = (noise.iter().filter(|n| n.starved()))
+        .map(|n| format!("{}.{:03}", (n.unix_ms / 1000) % 60, n.unix_ms % 1000))
+        .collect();
+    format!(
+        "the planted run's seconds (wall second.end ms: worst): {}\nkiln starved in the \
+         seconds ending at: {}",
+        seconds.join(" "),
+        starved.join(" ")
+    )
+}
+
 /// The rules that found something about the shop.
 fn rules(side: &Value) -> BTreeSet<String> {
     common::rules_in(&side["findings"])
@@ -141,8 +172,9 @@ fn the_demo_finds_every_planted_problem_and_proves_the_fixes() {
     assert_eq!(
         rules(planted),
         expected,
-        "{stderr}\nnot judged: {:#}",
-        planted["findings"]["unjudged"]
+        "{stderr}\nnot judged: {:#}\n{}",
+        planted["findings"]["unjudged"],
+        worst_by_second(planted)
     );
 
     // each with the evidence that points at the planted code
