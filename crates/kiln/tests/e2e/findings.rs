@@ -976,10 +976,20 @@ fn java_exceptions_for_control_flow_and_log4j2_location_are_found_and_their_fixe
     let _turn = common::alone();
     let tmp = tempfile::tempdir().unwrap();
     let shop = common::apps::LogShop::compile(tmp.path());
-
-    let (app, port) = shop.start("planted", "log4j2-location.xml");
-    let f = run_java(port, app.0.id(), &tmp.path().join("planted"));
-    drop(app);
+    // the planted and the fixed service side by side (the test takes as long as one run): the
+    // findings are shares of each service's own CPU
+    let (f, fixed) = std::thread::scope(|s| {
+        let run = |mode, config, out: &'static str| {
+            let (shop, tmp) = (&shop, tmp.path());
+            s.spawn(move || {
+                let (app, port) = shop.start(mode, config);
+                run_java(port, app.0.id(), &tmp.join(out))
+            })
+        };
+        let planted = run("planted", "log4j2-location.xml", "planted");
+        let fixed = run("fixed", "log4j2-plain.xml", "fixed");
+        (planted.join().unwrap(), fixed.join().unwrap())
+    });
     let location = finding(&f, "cpu.log-location").unwrap_or_else(|| panic!("{f:#}"));
     // StackLocatorUtil when the JIT left its frame; log4j2's logger above the stack walk when
     // it inlined it
@@ -1001,9 +1011,7 @@ fn java_exceptions_for_control_flow_and_log4j2_location_are_found_and_their_fixe
         "the code that throws is named, not the exception's constructor: {exceptions:#}"
     );
 
-    let (app, port) = shop.start("fixed", "log4j2-plain.xml");
-    let f = run_java(port, app.0.id(), &tmp.path().join("fixed"));
-    drop(app);
+    let f = fixed;
     let found = rules(&f);
     assert!(
         !found
@@ -1038,12 +1046,13 @@ fn a_java_services_json_exceptions_and_logging_shares_match_its_own_cpu_clock() 
             "-XX:CompileCommand=dontinline,CaseShop::logItems",
         ],
     );
+    // the second run's JVM is warm from the first's load: a second of warm-up is enough
     let runs: Vec<(&str, std::path::PathBuf, Value)> = [
-        ("async-profiler", library.to_str().unwrap()),
-        ("perf", "off"),
+        ("async-profiler", library.to_str().unwrap(), "5s"),
+        ("perf", "off", "1s"),
     ]
     .into_iter()
-    .map(|(profiler, flag)| {
+    .map(|(profiler, flag, warmup)| {
         let out = tmp.path().join(profiler);
         let json = run_java_with(
             port,
@@ -1051,7 +1060,7 @@ fn a_java_services_json_exceptions_and_logging_shares_match_its_own_cpu_clock() 
             &out,
             &[
                 "--warmup",
-                "5s",
+                warmup,
                 "--profile-frequency",
                 "499",
                 "--async-profiler",
