@@ -35,3 +35,20 @@ pub enum PlanError {
     #[error("'{host}' is not a valid TLS server name: {why}")]
     BadServerName { host: String, why: String },
 }
+
+/// io_uring cannot be used on this machine (`--io uring`'s probe): the ring could not be made,
+/// with the likely reason for its error code.
+#[derive(Debug, thiserror::Error)]
+#[error("io_uring is unavailable: {source}{}", hint(source))]
+pub struct IoUringUnavailable {
+    pub source: std::io::Error,
+}
+
+fn hint(e: &std::io::Error) -> &'static str {
+    match e.raw_os_error() {
+        Some(libc::EPERM) => ", refused by a seccomp profile or kernel.io_uring_disabled",
+        Some(libc::ENOSYS) => ", the kernel has none",
+        Some(libc::EINVAL) => ", the kernel is older than 6.1",
+        _ => "",
+    }
+}

@@ -27,6 +27,7 @@ mod uring;
 
 pub use connection::{Captured, KeptConnections};
 pub use engine::{preflight, run_phase, LoadError, PhaseSpec, StopSignal};
+pub use error::IoUringUnavailable;
 pub use hedge::HedgePlan;
 pub use plan::{
     Arrivals, IoPath, LoadPlan, Model, PlanError, RateStage, RequestSpec, Target, VuStage,

@@ -32,6 +32,8 @@ use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use io_uring::{cqueue, opcode, types, IoUring};
+
+use crate::error::IoUringUnavailable;
 use tokio::io::unix::AsyncFd;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
@@ -55,21 +57,13 @@ thread_local! {
 /// Whether io_uring can be used here, and if not why: a ring made and dropped once at start.
 /// A kernel before 6.1 (no deferred task work), `kernel.io_uring_disabled` or a seccomp
 /// profile that refuses `io_uring_setup` (Docker's default does) all say no.
-pub fn probe() -> Result<(), String> {
+pub fn probe() -> Result<(), IoUringUnavailable> {
     Buffers::new()
         .and_then(|buffers| {
             let ring = new_ring(8)?;
             buffers.register(&ring)
         })
-        .map_err(|e| {
-            let hint = match e.raw_os_error() {
-                Some(libc::EPERM) => ", refused by a seccomp profile or kernel.io_uring_disabled",
-                Some(libc::ENOSYS) => ", the kernel has none",
-                Some(libc::EINVAL) => ", the kernel is older than 6.1",
-                _ => "",
-            };
-            format!("io_uring is unavailable: {e}{hint}")
-        })
+        .map_err(|source| IoUringUnavailable { source })
 }
 
 /// A ring whose completions are posted only when this thread enters it (deferred task work):
@@ -849,14 +843,14 @@ mod tests {
 
     #[test]
     fn a_refused_io_uring_is_said_and_not_used() {
-        assert_eq!(probe(), Ok(()), "io_uring on the test machine");
+        probe().expect("io_uring on the test machine");
         let refused = std::thread::spawn(|| {
             kiln_targets::refuse_io_uring().unwrap();
             probe()
         })
         .join()
         .unwrap();
-        let why = refused.unwrap_err();
+        let why = refused.unwrap_err().to_string();
         assert_eq!(
             why,
             "io_uring is unavailable: Operation not permitted (os error 1), refused by a \

@@ -483,7 +483,7 @@ fn common_flags(plan: &mut LoadPlan, args: &LoadFlags) -> Result<()> {
         }
         match kiln_load::probe_io_uring() {
             Ok(()) => plan.io = kiln_load::IoPath::Uring,
-            Err(why) => plan.io_uring_refused = Some(why),
+            Err(why) => plan.io_uring_refused = Some(why.to_string()),
         }
     }
     Ok(())
