@@ -85,11 +85,17 @@ pub fn wait_port_for(port: u16, child: &mut Child, what: &str, limit: Duration) 
     }
 }
 
+/// A child process killed (SIGKILL) and reaped when dropped.
 pub struct Killed(pub Child);
 impl Drop for Killed {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
+        // A JVM kiln attached to leaves its attach socket when killed (it removes it only
+        // as it exits): one left behind is taken for the socket of whichever process gets
+        // the pid next (a test's fake JVM once did). The JVMs here are the child itself
+        // (`exec java`).
+        let _ = std::fs::remove_file(format!("/tmp/.java_pid{}", self.0.id()));
     }
 }
 
