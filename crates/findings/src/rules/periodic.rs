@@ -988,9 +988,15 @@ mod tests {
                 .fold(began + 400, |end, (_, b)| end.max(*b));
             answered.push((ended, ended - began - first_request));
         }
-        let mut worst: Vec<u64> = (0..len).map(|_| 1 + ms_below(3)).collect();
-        for (at, latency) in answered {
-            // the record that ends at `record_ms` into a second holds the answers before it
+        let usual: Vec<u64> = (0..len).map(|_| 1 + ms_below(3)).collect();
+        with_answers(usual, record_ms, &answered)
+    }
+
+    /// The worst latency of each record of a run, from each one's `usual` worst and the slow
+    /// `answered` (when, ms from the run's wall second 0; latency): the record that ends
+    /// `record_ms` into a wall second holds the answers before it.
+    fn with_answers(mut worst: Vec<u64>, record_ms: u64, answered: &[(u64, u64)]) -> Vec<u64> {
+        for &(at, latency) in answered {
             let label = (at + 1000 - record_ms).div_ceil(1000);
             if let Some(w) = label.checked_sub(1).and_then(|i| worst.get_mut(i as usize)) {
                 *w = (*w).max(latency);
@@ -1054,14 +1060,8 @@ mod tests {
                 answered.push((at, at - began - first_request));
             }
         }
-        let mut worst: Vec<u64> = (0..len).map(|_| 15 + ms_below(46)).collect();
-        for (at, latency) in answered {
-            let label = (at + 1000 - record_ms).div_ceil(1000);
-            if let Some(w) = label.checked_sub(1).and_then(|i| worst.get_mut(i as usize)) {
-                *w = (*w).max(latency);
-            }
-        }
-        worst
+        let usual: Vec<u64> = (0..len).map(|_| 15 + ms_below(46)).collect();
+        with_answers(usual, record_ms, &answered)
     }
 
     #[test]
