@@ -167,8 +167,8 @@ pub mod apps;
 ///   [`BESIDE_AT_ONCE`] at a time, never beside the two kinds above.
 ///
 /// The machine goes to one kind at a time, in batches: while a kind holds it, more of its
-/// tests join up to their limit; when the last one ends, the kind with the most tests waiting
-/// takes it. scripts/test.sh runs this binary with a libtest thread per test
+/// tests join up to their limit, the longest first (as long as each held its turn before:
+/// turns.txt); when the last one ends, the kind with the most tests waiting takes it. scripts/test.sh runs this binary with a libtest thread per test
 /// (`--test-threads`), so that every test waits at once and each kind runs in as few batches
 /// as it can: the wall time is then about the `alone` turns plus each kind's turns divided by
 /// its limit (scripts/turns_sim.py on the five fresh-clone runs of `e539562`'s turn logs: 835
@@ -177,34 +177,77 @@ pub mod apps;
 pub const GROUP_AT_ONCE: usize = 2;
 pub const BESIDE_AT_ONCE: usize = 4;
 
-#[derive(Default)]
 struct Turns {
     /// The kind holding the machine and how many of its tests run.
     holder: Option<(&'static str, usize)>,
-    /// The kind of each test waiting for a turn, in the order they came.
-    waiting: Vec<&'static str>,
+    /// The tests waiting for a turn, in the order they came.
+    waiting: Vec<Waiting>,
+    /// The number the next test to wait is given.
+    arrivals: u64,
+}
+
+/// A test waiting for its turn: its kind, its number in the order of arrival, and how long
+/// it is expected to hold the turn.
+struct Waiting {
+    kind: &'static str,
+    arrival: u64,
+    expected_s: f64,
 }
 
 impl Turns {
     /// The kind the machine goes to when it is free: the one with the most tests waiting, of
     /// equals the one that came first.
     fn next_kind(&self) -> Option<&'static str> {
-        let waiting_of = |kind: &str| self.waiting.iter().filter(|w| **w == kind).count();
+        let waiting_of = |kind: &str| self.waiting.iter().filter(|w| w.kind == kind).count();
         let mut next: Option<(&'static str, usize)> = None;
-        for &kind in &self.waiting {
-            let n = waiting_of(kind);
+        for w in &self.waiting {
+            let n = waiting_of(w.kind);
             if next.is_none_or(|(_, most)| n > most) {
-                next = Some((kind, n));
+                next = Some((w.kind, n));
             }
         }
         next.map(|(kind, _)| kind)
+    }
+
+    /// Of the tests of `kind` waiting, the one to go first: the longest expected, of equals
+    /// the one that came first. Longest first, a kind's batch does not end with one long
+    /// test holding the machine while the places beside it stay empty (scripts/turns_sim.py
+    /// on the fresh-clone turn logs: 834 s in arrival order, 805 s longest first).
+    fn first_of(&self, kind: &str) -> Option<u64> {
+        (self.waiting.iter().filter(|w| w.kind == kind))
+            .fold(None, |first: Option<&Waiting>, w| match first {
+                Some(f) if f.expected_s >= w.expected_s => Some(f),
+                _ => Some(w),
+            })
+            .map(|w| w.arrival)
     }
 }
 
 static TURNS: std::sync::Mutex<Turns> = std::sync::Mutex::new(Turns {
     holder: None,
     waiting: Vec::new(),
+    arrivals: 0,
 });
+
+/// How long `test` held its turn in earlier runs (turns.txt: "seconds kind test" lines as
+/// KILN_TEST_TURNS writes them), 0 for a test not listed.
+fn expected_turn_s(test: &str) -> f64 {
+    static EXPECTED: std::sync::OnceLock<std::collections::HashMap<&'static str, f64>> =
+        std::sync::OnceLock::new();
+    let expected = EXPECTED.get_or_init(|| {
+        (include_str!("../turns.txt").lines())
+            .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+            .map(|l| {
+                let fields: Vec<&str> = l.split_whitespace().collect();
+                match fields[..] {
+                    [seconds, _kind, test] => (test, seconds.parse().expect(l)),
+                    _ => panic!("turns.txt: not \"seconds kind test\": {l}"),
+                }
+            })
+            .collect()
+    });
+    expected.get(test).copied().unwrap_or(0.0)
+}
 static TURN_TAKEN: std::sync::Condvar = std::sync::Condvar::new();
 
 /// A turn on the machine, given back when dropped; when it was taken.
@@ -236,15 +279,22 @@ fn log_turn(kind: &str, held: std::time::Duration) {
 }
 
 fn take_turn(kind: &'static str, at_once: usize) -> Turn {
+    let expected_s = expected_turn_s(std::thread::current().name().unwrap_or("?"));
     let mut turns = TURNS.lock().unwrap_or_else(|e| e.into_inner());
-    turns.waiting.push(kind);
+    let arrival = turns.arrivals;
+    turns.arrivals += 1;
+    turns.waiting.push(Waiting {
+        kind,
+        arrival,
+        expected_s,
+    });
     loop {
         let free = match turns.holder {
             None => turns.next_kind() == Some(kind),
             Some((holder, n)) => holder == kind && n < at_once,
         };
-        if free {
-            let me = turns.waiting.iter().position(|w| *w == kind);
+        if free && turns.first_of(kind) == Some(arrival) {
+            let me = turns.waiting.iter().position(|w| w.arrival == arrival);
             turns.waiting.remove(me.expect("a waiting test is listed"));
             let n = turns.holder.map_or(0, |(_, n)| n);
             turns.holder = Some((kind, n + 1));
