@@ -532,7 +532,11 @@ fn execution_traces_put_mark_assist_in_the_seconds_and_functions_that_paid_it() 
     let (run, out, _) = go_cache_run(&bin, tmp.path(), "inline", 4, "16s", &["--runtime", "deep"]);
     let runtime = &run["runtime"];
     let assist = &runtime["go_assist"];
-    assert!(assist["assist_ms"].as_f64().unwrap() > 0.0, "{runtime:#}");
+    // (no go_assist at all: the trace reader, tools/kiln-go-trace, is not beside kiln)
+    assert!(
+        assist["assist_ms"].as_f64().is_some_and(|ms| ms > 0.0),
+        "{runtime:#}"
+    );
     assert!(
         assist["seconds_traced"].as_u64().unwrap() >= 12,
         "{assist:#}"
