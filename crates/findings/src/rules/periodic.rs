@@ -492,9 +492,9 @@ struct Level {
 
 impl Level {
     /// The seconds whose worst latency is at least `threshold` (kiln's starved ones left
-    /// out), folded on the smallest period that most cycles spike on, with the chance of
-    /// random spikes folding as well out of `shuffles`; None when there is no period or
-    /// chance is above `max_p`.
+    /// out), folded on the period most cycles spike on that folds them most sharply
+    /// (`Spikes::best_period`), with the chance of random spikes folding as well out of
+    /// `shuffles`; None when there is no period or chance is above `max_p`.
     fn judge(
         worst: &[u64],
         kilns: &[bool],
