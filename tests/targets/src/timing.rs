@@ -87,7 +87,10 @@ pub fn append_to_file_named_by(var: &str, line: &str) {
         .append(true)
         .open(path)
     {
-        let _ = writeln!(file, "{line}");
+        // one write of the whole line: with O_APPEND it lands whole beside other tests'
+        // lines (writeln! wrote the line and its newline apart, and two tests' lines once
+        // ran together)
+        let _ = file.write_all(format!("{line}\n").as_bytes());
     }
 }
 
