@@ -1,6 +1,7 @@
 //! kiln's end-to-end tests, one binary: the `kiln` binary run against real targets, servers,
 //! runtimes and browsers. One binary links once, and its tests take turns on the machine
-//! through [`common::alone`] (tests that measure time: nothing beside them) and
+//! through [`common::alone`] (tests that measure time: nothing beside them),
+//! [`common::group`] (a module's timing tests that hold beside each other, two at once) and
 //! [`common::beside`] (the others, several at once).
 
 mod common;

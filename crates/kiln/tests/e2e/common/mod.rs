@@ -306,6 +306,37 @@ fn take_turn(kind: &'static str, at_once: usize) -> Turn {
     }
 }
 
+/// The order of turns, without taking one (nothing runs: no turn is needed).
+#[test]
+fn of_a_kinds_tests_waiting_the_longest_goes_first_and_the_kind_with_most_waiting_next() {
+    let waiting = |kind, arrival, expected_s| Waiting {
+        kind,
+        arrival,
+        expected_s,
+    };
+    let turns = Turns {
+        holder: None,
+        waiting: vec![
+            waiting("alone", 0, 30.0),
+            waiting("runtime", 1, 10.0),
+            waiting("runtime", 2, 40.0),
+            waiting("runtime", 3, 40.0),
+            waiting("beside", 4, 0.0),
+        ],
+        arrivals: 5,
+    };
+    assert_eq!(turns.next_kind(), Some("runtime"));
+    // the longest, of equals the first to come
+    assert_eq!(turns.first_of("runtime"), Some(2));
+    assert_eq!(turns.first_of("beside"), Some(4));
+    assert_eq!(turns.first_of("merge"), None);
+    // turns.txt reads whole, and a test it lists is expected to take its time
+    assert!(
+        expected_turn_s("demo::the_demo_finds_every_planted_problem_and_proves_the_fixes") > 10.0
+    );
+    assert_eq!(expected_turn_s("no::such_test"), 0.0);
+}
+
 /// The machine to this test alone, until the turn is dropped.
 pub fn alone() -> Turn {
     take_turn("alone", 1)
