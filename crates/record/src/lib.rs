@@ -32,4 +32,4 @@ pub use run::{LoadPoint, Run};
 pub use run_dir::{
     default_run_dir_name, now_rfc3339, JsonLinesWriter, RunDir, RunLocation, MANIFEST_FILE,
 };
-pub use seconds::{second_start_ms, Span, SECOND_MS};
+pub use seconds::{second_start_ms, wall_second_ending, Span, SECOND_MS};

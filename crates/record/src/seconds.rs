@@ -11,6 +11,12 @@ pub fn second_start_ms(end_unix_ms: u64) -> u64 {
     end_unix_ms.saturating_sub(SECOND_MS)
 }
 
+/// The wall-clock second (since the Unix epoch) that the second stamped `end_unix_ms` ended
+/// in: a stamp on a second's boundary ends the second before it.
+pub fn wall_second_ending(end_unix_ms: u64) -> u64 {
+    end_unix_ms.saturating_sub(1) / SECOND_MS
+}
+
 /// A span of wall-clock time, ms since the Unix epoch, from the start of its first second to
 /// the end of its last.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -70,5 +76,13 @@ mod tests {
         assert!(span.holds_second(20_500));
         assert!(!span.holds_second(20_501));
         assert_eq!(second_start_ms(500), 0);
+    }
+
+    #[test]
+    fn a_second_ends_in_the_wall_second_its_stamp_closes() {
+        assert_eq!(wall_second_ending(10_599), 10);
+        assert_eq!(wall_second_ending(11_000), 10);
+        assert_eq!(wall_second_ending(11_001), 11);
+        assert_eq!(wall_second_ending(0), 0);
     }
 }

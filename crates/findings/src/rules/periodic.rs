@@ -5,6 +5,7 @@
 //! placing the same number of spikes at random (a permutation test, with a fixed seed so the
 //! verdict is the same on every reading of the record).
 
+use kiln_record::wall_second_ending;
 use serde_json::json;
 
 use super::{duration_us, Draft, Rule};
@@ -288,7 +289,7 @@ fn find_period(run: &RunRecord) -> Verdict {
         .seconds
         .iter()
         .filter(|s| s.requests > 0 && s.unix_ms > 0)
-        .map(|s| ((s.unix_ms - 1) / 1000, s.max_us, starved(s.unix_ms)))
+        .map(|s| (wall_second_ending(s.unix_ms), s.max_us, starved(s.unix_ms)))
         .collect();
     let (Some(first), Some(last)) = (
         points.iter().map(|p| p.0).min(),
@@ -383,7 +384,7 @@ fn find_period(run: &RunRecord) -> Verdict {
         .seconds
         .iter()
         .filter(|s| s.requests > 0 && s.unix_ms > 0)
-        .filter(|s| on_phase(((s.unix_ms - 1) / 1000 - first) as usize))
+        .filter(|s| on_phase((wall_second_ending(s.unix_ms) - first) as usize))
         .map(|s| s.unix_ms)
         .collect();
     // The second of the two the stall ended in: the one more seconds spiked in. A slow

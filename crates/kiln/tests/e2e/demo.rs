@@ -80,7 +80,7 @@ fn worst_by_second(side: &Value) -> String {
     let run = kiln_record::Run::open(Path::new(side["dir"].as_str().unwrap())).unwrap();
     let seconds: Vec<String> = (run.seconds.iter())
         .map(|s| {
-            let second = (s.unix_ms.saturating_sub(1)) / 1000;
+            let second = kiln_record::wall_second_ending(s.unix_ms);
             format!(
                 "{}.{:03}:{:.0}ms",
                 second % 60,
