@@ -32,10 +32,10 @@ use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use io_uring::{cqueue, opcode, types, IoUring};
-
-use crate::error::IoUringUnavailable;
 use tokio::io::unix::AsyncFd;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+use crate::error::IoUringUnavailable;
 
 /// Provided buffers: bytes are copied out of one as soon as its completion is read, so a
 /// few suffice for a turn's arrivals; a receive that finds none ends and is armed again.

@@ -5,7 +5,8 @@
 //! The handshake (OpenJDK `VirtualMachineImpl` for Linux): if the JVM's socket
 //! `/tmp/.java_pid<nspid>` is missing (or, unlike jcmd, if nothing listens on it), create
 //! `.attach_pid<nspid>` in its working directory (or its /tmp), send SIGQUIT, and wait for the
-//! socket. A request is `1`, the command and three arguments, each NUL-terminated; the reply is a status line (0 = done) and text until EOF.
+//! socket. A request is `1`, the command and three arguments, each NUL-terminated; the reply
+//! is a status line (0 = done) and text until EOF.
 //! The JVM answers only a peer with its own uid and gid, or root.
 //!
 //! kiln does not trust the process it watches: the trigger file is created as the target's

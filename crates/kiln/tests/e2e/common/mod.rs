@@ -168,7 +168,8 @@ pub mod apps;
 ///
 /// The machine goes to one kind at a time, in batches: while a kind holds it, more of its
 /// tests join up to their limit, the longest first (as long as each held its turn before:
-/// turns.txt); when the last one ends, the kind with the most tests waiting takes it. scripts/test.sh runs this binary with a libtest thread per test
+/// turns.txt); when the last one ends, the kind with the most tests waiting takes it.
+/// scripts/test.sh runs this binary with a libtest thread per test
 /// (`--test-threads`), so that every test waits at once and each kind runs in as few batches
 /// as it can: the wall time is then about the `alone` turns plus each kind's turns divided by
 /// its limit (scripts/turns_sim.py on the five fresh-clone runs of `e539562`'s turn logs: 835
@@ -228,6 +229,7 @@ static TURNS: std::sync::Mutex<Turns> = std::sync::Mutex::new(Turns {
     waiting: Vec::new(),
     arrivals: 0,
 });
+static TURN_TAKEN: std::sync::Condvar = std::sync::Condvar::new();
 
 /// How long `test` held its turn in earlier runs (turns.txt: "seconds kind test" lines as
 /// KILN_TEST_TURNS writes them), 0 for a test not listed.
@@ -248,7 +250,6 @@ fn expected_turn_s(test: &str) -> f64 {
     });
     expected.get(test).copied().unwrap_or(0.0)
 }
-static TURN_TAKEN: std::sync::Condvar = std::sync::Condvar::new();
 
 /// A turn on the machine, given back when dropped; when it was taken.
 pub struct Turn(&'static str, std::time::Instant);
