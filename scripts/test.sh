@@ -75,46 +75,20 @@ RUSTC_WORKSPACE_WRAPPER="$(command -v clippy-driver)" || {
 }
 export RUSTC_WORKSPACE_WRAPPER
 export RUSTFLAGS="-D warnings"
-# The end-to-end binary first (it needs nearly every crate: 3 of the build's 3.7 quiet minutes);
-# its path from cargo's JSON, since the binary runs while cargo builds the rest.
-e2e="$(cargo test -p kiln --locked --no-run --test e2e --message-format=json-render-diagnostics |
-  python3 -c 'import json, sys
-for line in sys.stdin:
-    m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "e2e" and m["executable"]:
-        print(m["executable"])')"
-[ -x "$e2e" ] || { echo "test.sh: no e2e test binary from cargo" >&2; exit 1; }
+cargo test --workspace --locked --no-run
+cargo test -p kiln --locked --no-run --test e2e
 if ! wait "$setup_pid"; then
   cat "$setup_log" >&2
   echo "test.sh: preparing the tests' environment failed (above)" >&2
   exit 1
 fi
 cat "$setup_log"
-# The rest of the workspace's tests compile at idle priority (SCHED_IDLE: a CPU the tests leave
-# idle, nothing they ask for) while the e2e tests that share the machine run: those leave about
-# a core idle (a whole fresh build, 450 CPU-s, fit beside them in 420 s and slowed them by 2%).
-build_log="$(mktemp)"
-chrt --idle 0 cargo test --workspace --locked --no-run >"$build_log" 2>&1 &
-build_pid=$!
-trap 'kill "$setup_pid" "$build_pid" 2>/dev/null || true' EXIT
 status=0
-# The e2e binary in two passes, with a libtest thread per test (more than it has): every test
-# waits for its turn at once, and the turns (crates/kiln/tests/e2e/common) give the machine to
-# one kind at a time in as few batches as they can. First every kind that shares the machine
-# (beside the build above), then the `alone` tests, with nothing else running: turns.txt lists
-# which they are, and an `alone` test in the first pass fails, saying to list it. libtest says
-# "has been running for over 60 seconds" of tests still waiting for their turn.
-alone=($(awk '$2 == "alone" { print $3 }' crates/kiln/tests/e2e/turns.txt))
-[ ${#alone[@]} -gt 0 ] || { echo "test.sh: turns.txt lists no alone test" >&2; exit 1; }
-(cd crates/kiln && KILN_TEST_PASS=shared "$e2e" --test-threads=256 --exact \
-  $(printf -- '--skip %s ' "${alone[@]}")) || status=$?
-if ! wait "$build_pid"; then
-  cat "$build_log" >&2
-  echo "test.sh: building the workspace's tests failed (above)" >&2
-  exit 1
-fi
-cat "$build_log"
-(cd crates/kiln && "$e2e" --test-threads=256 --exact "${alone[@]}") || status=$?
+# The end-to-end binary with a libtest thread per test (more than it has): every test waits for
+# its turn at once, and the turns (crates/kiln/tests/e2e/common) give the machine to one kind at
+# a time in as few batches as they can. libtest says "has been running for over 60 seconds" of
+# tests that are still waiting for their turn.
+cargo test -p kiln --locked --no-fail-fast --test e2e -- --test-threads=256 || status=$?
 # every other test binary of the workspace, one after another as cargo runs them
 cargo test --workspace --locked --no-fail-fast || status=$?
 exit "$status"

@@ -147,10 +147,10 @@ fn behavior(name: &str, log_peer: Option<SocketAddr>) -> Behavior {
     }
 }
 
-/// Not a test of its own: the target process the tests below start (alone in its process,
-/// so it takes no turn).
+/// Not a test of its own: the target process the tests below start.
 #[test]
 fn as_target() {
+    let _turn = common::alone();
     let Ok(name) = std::env::var(TARGET_ENV) else {
         return;
     };

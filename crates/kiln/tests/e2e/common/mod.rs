@@ -339,17 +339,7 @@ fn of_a_kinds_tests_waiting_the_longest_goes_first_and_the_kind_with_most_waitin
 }
 
 /// The machine to this test alone, until the turn is dropped.
-///
-/// scripts/test.sh runs the `alone` tests turns.txt lists in a pass of their own, after the
-/// others have shared the machine with the rest of the build (KILN_TEST_PASS=shared): an
-/// `alone` test that turns.txt does not list would run beside that build, so it fails there.
 pub fn alone() -> Turn {
-    let test = std::thread::current().name().unwrap_or("?").to_string();
-    assert!(
-        std::env::var_os("KILN_TEST_PASS").is_none_or(|pass| pass != "shared"),
-        "{test} takes the machine alone but ran in scripts/test.sh's pass beside the build: \
-         list it in crates/kiln/tests/e2e/turns.txt as \"SECONDS alone {test}\""
-    );
     take_turn("alone", 1)
 }
 
