@@ -247,9 +247,20 @@ fn the_measured_run_takes_over_the_warm_ups_connections_and_opens_none(io: IoPat
         ..Default::default()
     })
     .unwrap();
-    for (model, name) in [(closed(4), "closed"), (open(200.0, 1, 3, 10), "open")] {
+    // phases of 400 ms: what is counted here is connections, not time
+    let phase = Duration::from_millis(400);
+    let open_model = Model::Open {
+        stages: RateStage::steady(200.0, phase),
+        connections: 3,
+        max_connections: 10,
+        arrivals: Arrivals::Uniform,
+    };
+    for (model, name) in [(closed(4), "closed"), (open_model, "open")] {
         let (before, answered_before) = (target.connections(), target.answered());
-        let plan = plan_on(io, &target, model, 1);
+        let plan = LoadPlan {
+            duration: phase,
+            ..plan_on(io, &target, model, 1)
+        };
         let phases = run_phases(&plan, &["warmup", "run", "run"]);
         let (warmup, run, last) = (&phases[0].1, &phases[1].1, &phases[2].1);
         assert!(warmup.connections_opened >= 1, "{name}: {warmup:?}");
