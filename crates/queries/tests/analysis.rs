@@ -235,6 +235,56 @@ fn below_the_threshold_is_no_n_plus_one_and_the_threshold_is_the_users() {
     assert_eq!(analysis.summary.findings[0].example.calls, 4);
 }
 
+/// One request to /report whose one query takes `query_ms`, from views.py line 70.
+fn report_of(query_ms: u64) -> String {
+    let mut t = Trace::new(9);
+    let root = t.server("/report");
+    t.query(
+        root,
+        "SELECT sum(total) FROM orders WHERE placed > $1",
+        Some(&python_stack(&[("/srv/shop/views.py", 70, "report")])),
+        query_ms * 1_000_000,
+    );
+    document(&[t], "python")
+}
+
+#[test]
+fn a_call_over_the_slow_bar_is_found_at_its_line_and_one_under_it_is_not() {
+    let slow = analyze(&ingest(&report_of(620)), &Options::default());
+    let found: Vec<_> = (slow.summary.findings.iter())
+        .filter(|f| f.example.kind == FindingKind::Slow)
+        .collect();
+    assert_eq!(found.len(), 1, "{:#?}", slow.summary.findings);
+    let f = &found[0].example;
+    assert_eq!(f.route, "GET /report");
+    assert_eq!((f.calls, f.time_ns), (1, 620_000_000));
+    assert_eq!(f.site.last().unwrap().location(), "/srv/shop/views.py:70");
+    assert_eq!(f.severity, kiln_queries::analyze::Severity::High);
+    assert!(
+        f.evidence
+            .starts_with("one call took 620.0 ms (threshold 500 ms) from /srv/shop/views.py:70"),
+        "{}",
+        f.evidence
+    );
+    // the same query under the bar is no finding, and the bar is the user's
+    let fast = report_of(480);
+    assert!(analyze(&ingest(&fast), &Options::default())
+        .summary
+        .findings
+        .is_empty());
+    let strict = Options {
+        slow_ms: 400.0,
+        ..Options::default()
+    };
+    let found = analyze(&ingest(&fast), &strict).summary.findings;
+    assert_eq!(found.len(), 1, "{found:#?}");
+    assert!(
+        (found[0].example.evidence).starts_with("one call took 480.0 ms (threshold 400 ms)"),
+        "{}",
+        found[0].example.evidence
+    );
+}
+
 #[test]
 fn finding_ids_survive_line_edits_and_other_values() {
     let a = analyze(&ingest(&shop(9, 3)), &Options::default());

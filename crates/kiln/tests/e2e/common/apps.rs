@@ -280,13 +280,17 @@ pub fn assert_shop_findings(a: &Value, t: &ShopTruth) {
         .find(|r| r["route"] == "GET /bulk")
         .expect("bulk route");
     assert_eq!(bulk["calls_max"], 1);
-    // nothing else, and nothing at all on the bulk route
-    assert_eq!(
-        a["findings"].as_array().unwrap().len(),
-        2,
-        "{:#}",
-        a["findings"]
+    // nothing else, and nothing at all on the bulk route, but for one call a busy host
+    // stalled past the slow bar (500 ms), which is then true: the shops' queries take
+    // milliseconds, and a host beside other work once held one SELECT for 923 ms (the slow
+    // bar's own tests are kiln-queries' analysis tests)
+    let all = a["findings"].as_array().unwrap();
+    let stalled = findings(a, "slow");
+    assert!(
+        stalled.len() <= 1 && stalled.iter().all(|f| f["calls"] == 1),
+        "{all:#?}"
     );
+    assert_eq!(all.len() - stalled.len(), 2, "{all:#?}");
 }
 
 /// Runs one of scripts/ (the fetch scripts are no-ops once their files are there).
