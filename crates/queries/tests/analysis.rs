@@ -250,12 +250,9 @@ fn report_of(query_ms: u64) -> String {
 
 #[test]
 fn a_call_over_the_slow_bar_is_found_at_its_line_and_one_under_it_is_not() {
-    let slow = analyze(&ingest(&report_of(620)), &Options::default());
-    let found: Vec<_> = (slow.summary.findings.iter())
-        .filter(|f| f.example.kind == FindingKind::Slow)
-        .collect();
-    assert_eq!(found.len(), 1, "{:#?}", slow.summary.findings);
-    let f = &found[0].example;
+    let found = of_kind(&report_of(620), FindingKind::Slow);
+    assert_eq!(found.len(), 1, "{found:#?}");
+    let f = &found[0];
     assert_eq!(f.route, "GET /report");
     assert_eq!((f.calls, f.time_ns), (1, 620_000_000));
     assert_eq!(f.site.last().unwrap().location(), "/srv/shop/views.py:70");
@@ -282,6 +279,92 @@ fn a_call_over_the_slow_bar_is_found_at_its_line_and_one_under_it_is_not() {
         (found[0].example.evidence).starts_with("one call took 480.0 ms (threshold 400 ms)"),
         "{}",
         found[0].example.evidence
+    );
+}
+
+/// One request to /checkout that sends `statements` from views.py line 88, 1 ms each.
+fn checkout_of(statements: &[String]) -> String {
+    let mut t = Trace::new(11);
+    let root = t.server("/checkout");
+    let stack = python_stack(&[("/srv/shop/views.py", 88, "checkout")]);
+    for sql in statements {
+        t.query(root, sql, Some(&stack), 1_000_000);
+    }
+    document(&[t], "python")
+}
+
+/// The findings of `kind` in the analysis of `text` with the default options.
+fn of_kind(text: &str, kind: FindingKind) -> Vec<kiln_queries::analyze::Finding> {
+    (analyze(&ingest(text), &Options::default()).summary.findings)
+        .into_iter()
+        .map(|f| f.example)
+        .filter(|f| f.kind == kind)
+        .collect()
+}
+
+#[test]
+fn rows_inserted_one_statement_each_are_a_write_loop_and_one_multi_row_insert_is_not() {
+    let lines: Vec<String> = (0..9)
+        .map(|i| format!("INSERT INTO order_lines (order_id, sku) VALUES (7, 'sku-{i}')"))
+        .collect();
+    let text = checkout_of(&lines);
+    let found = of_kind(&text, FindingKind::NPlusOneWrite);
+    assert_eq!(found.len(), 1, "{found:#?}");
+    let f = &found[0];
+    assert_eq!((f.calls, f.distinct_values), (9, Some(9)));
+    assert_eq!(f.site.last().unwrap().location(), "/srv/shop/views.py:88");
+    assert!(
+        f.fix.starts_with("send the rows in one statement"),
+        "{}",
+        f.fix
+    );
+    // a write loop is not called a read's N+1
+    assert!(of_kind(&text, FindingKind::NPlusOne).is_empty());
+    // the fix: the nine rows in one statement
+    let rows: Vec<String> = (0..9).map(|i| format!("(7, 'sku-{i}')")).collect();
+    let one = format!(
+        "INSERT INTO order_lines (order_id, sku) VALUES {}",
+        rows.join(", ")
+    );
+    let fixed = analyze(&ingest(&checkout_of(&[one])), &Options::default());
+    assert!(
+        fixed.summary.findings.is_empty(),
+        "{:#?}",
+        fixed.summary.findings
+    );
+}
+
+#[test]
+fn ten_batches_of_a_few_ids_are_too_small_and_nine_are_not() {
+    let batches = |n: usize| -> Vec<String> {
+        (0..n)
+            .map(|b| {
+                let ids: Vec<String> = (0..3).map(|i| (3 * b + i).to_string()).collect();
+                format!(
+                    "SELECT * FROM books WHERE author_id IN ({})",
+                    ids.join(", ")
+                )
+            })
+            .collect()
+    };
+    let text = checkout_of(&batches(10));
+    let found = of_kind(&text, FindingKind::ChunkyBatch);
+    assert_eq!(found.len(), 1, "{found:#?}");
+    let f = &found[0];
+    assert_eq!((f.calls, f.distinct_values), (10, Some(10)));
+    assert!(
+        f.evidence
+            .starts_with("10 batched calls of one statement from /srv/shop/views.py:88"),
+        "{}",
+        f.evidence
+    );
+    // batched calls are no N+1 of single rows
+    assert!(of_kind(&text, FindingKind::NPlusOne).is_empty());
+    let nine = analyze(&ingest(&checkout_of(&batches(9))), &Options::default());
+    assert!(
+        nine.summary.findings.is_empty(),
+        "{:#?}",
+        nine.summary.findings
     );
 }
 
