@@ -5,6 +5,7 @@ construction (kiln's query-analyzer tests):
                  (an N+1 of exactly N_AUTHORS queries, from the line marked N+1 LOOP);
 - GET /bulk    : the same data in one JOIN;
 - GET /settings: one identical query REPEATS times (marked REPEATED);
+- GET /report  : one query that takes 600 ms in the server (pg_sleep, marked SLOW);
 - GET /flush   : exports the finished spans now.
 
 Environment: DATABASE_URL (libpq conninfo), PORT, N_AUTHORS, REPEATS, and the SDK's own
@@ -90,6 +91,13 @@ def settings():
         cur.execute("SELECT value FROM settings WHERE name = 'currency'")  # REPEATED
         values.append(cur.fetchone()[0])
     return jsonify(values)
+
+
+@app.get("/report")
+def report():
+    cur = conn.cursor()
+    cur.execute("SELECT pg_sleep(0.6), count(*) FROM books")  # SLOW
+    return jsonify(cur.fetchone()[1])
 
 
 @app.get("/flush")

@@ -115,6 +115,41 @@ fn flask_on_postgres_n_plus_one_bulk_and_repeats() {
     drop(pg);
 }
 
+/// A query PostgreSQL holds for 600 ms (pg_sleep) is the slow call, found at its line with
+/// the time its span measured. (The same bar with a call under it is kiln-queries' analysis
+/// test; here a host beside other work may stall any call past it.)
+#[test]
+fn a_query_postgres_holds_past_the_bar_is_the_slow_call_at_its_line() {
+    let _turn = common::beside();
+    let pg = Postgres::start().expect("PostgreSQL starts");
+    let tmp = tempfile::tempdir().unwrap();
+    let kiln = Listening::start(&tmp.path().join("run"));
+    let (_app, port) = start_python_shop(&pg.conninfo(), &kiln.endpoint(), 12, 4);
+    let app_file = python_shop_file();
+    get(port, "/report");
+    get(port, "/flush");
+    let report = kiln.finish();
+    let slow = findings(&report["analysis"], "slow");
+    let at_report: Vec<&serde_json::Value> = (slow.iter())
+        .filter(|f| f["route"] == "GET /report")
+        .collect();
+    assert_eq!(at_report.len(), 1, "{slow:#?}");
+    let f = at_report[0];
+    assert_eq!(f["calls"], 1, "{f:#}");
+    assert_eq!(f["severity"], "high", "{f:#}");
+    let site = f["site"].as_array().unwrap().last().unwrap();
+    assert_eq!(site["line"], line_of(&app_file, "# SLOW") as u64, "{f:#}");
+    let ms = f["time_ns"].as_f64().unwrap() / 1e6;
+    assert!((600.0..5_000.0).contains(&ms), "{f:#}");
+    let evidence = f["evidence"].as_str().unwrap();
+    assert!(
+        evidence.starts_with(&format!(
+            "one call took {ms:.1} ms (threshold 500 ms) from "
+        )),
+        "{f:#}"
+    );
+}
+
 /// `kiln run --otlp-listen`: the DB-call analysis of the requests the load sent, in the
 /// run's summary and record, and again from `kiln report`.
 #[test]
