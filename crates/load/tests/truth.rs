@@ -21,8 +21,18 @@ fn closed(connections: usize) -> Model {
 }
 
 fn open(rate: f64, secs: u64, connections: usize, max_connections: usize) -> Model {
+    open_for(
+        rate,
+        Duration::from_secs(secs),
+        connections,
+        max_connections,
+    )
+}
+
+/// [`open`] for a length that need not be whole seconds.
+fn open_for(rate: f64, length: Duration, connections: usize, max_connections: usize) -> Model {
     Model::Open {
-        stages: RateStage::steady(rate, Duration::from_secs(secs)),
+        stages: RateStage::steady(rate, length),
         connections,
         max_connections,
         arrivals: Arrivals::Uniform,
@@ -249,13 +259,10 @@ fn the_measured_run_takes_over_the_warm_ups_connections_and_opens_none(io: IoPat
     .unwrap();
     // phases of 400 ms: what is counted here is connections, not time
     let phase = Duration::from_millis(400);
-    let open_model = Model::Open {
-        stages: RateStage::steady(200.0, phase),
-        connections: 3,
-        max_connections: 10,
-        arrivals: Arrivals::Uniform,
-    };
-    for (model, name) in [(closed(4), "closed"), (open_model, "open")] {
+    for (model, name) in [
+        (closed(4), "closed"),
+        (open_for(200.0, phase, 3, 10), "open"),
+    ] {
         let (before, answered_before) = (target.connections(), target.answered());
         let plan = LoadPlan {
             duration: phase,

@@ -222,17 +222,15 @@ fn n_plus_one_redundant_and_bulk_routes_are_told_apart() {
 #[test]
 fn below_the_threshold_is_no_n_plus_one_and_the_threshold_is_the_users() {
     let text = shop(4, 1);
-    assert!(analyze(&ingest(&text), &Options::default())
-        .summary
-        .findings
-        .is_empty());
+    let none = findings_of(&text, &Options::default());
+    assert!(none.is_empty(), "{none:#?}");
     let strict = Options {
         n_plus_one_min: 2,
         ..Options::default()
     };
-    let analysis = analyze(&ingest(&text), &strict);
-    assert_eq!(analysis.summary.findings.len(), 1);
-    assert_eq!(analysis.summary.findings[0].example.calls, 4);
+    let found = findings_of(&text, &strict);
+    assert_eq!(found.len(), 1, "{found:#?}");
+    assert_eq!(found[0].calls, 4);
 }
 
 /// One request to /report whose one query takes `query_ms`, from views.py line 70.
@@ -265,20 +263,18 @@ fn a_call_over_the_slow_bar_is_found_at_its_line_and_one_under_it_is_not() {
     );
     // the same query under the bar is no finding, and the bar is the user's
     let fast = report_of(480);
-    assert!(analyze(&ingest(&fast), &Options::default())
-        .summary
-        .findings
-        .is_empty());
+    let none = findings_of(&fast, &Options::default());
+    assert!(none.is_empty(), "{none:#?}");
     let strict = Options {
         slow_ms: 400.0,
         ..Options::default()
     };
-    let found = analyze(&ingest(&fast), &strict).summary.findings;
+    let found = findings_of(&fast, &strict);
     assert_eq!(found.len(), 1, "{found:#?}");
     assert!(
-        (found[0].example.evidence).starts_with("one call took 480.0 ms (threshold 400 ms)"),
+        (found[0].evidence).starts_with("one call took 480.0 ms (threshold 400 ms)"),
         "{}",
-        found[0].example.evidence
+        found[0].evidence
     );
 }
 
@@ -293,11 +289,17 @@ fn checkout_of(statements: &[String]) -> String {
     document(&[t], "python")
 }
 
-/// The findings of `kind` in the analysis of `text` with the default options.
-fn of_kind(text: &str, kind: FindingKind) -> Vec<kiln_queries::analyze::Finding> {
-    (analyze(&ingest(text), &Options::default()).summary.findings)
+/// The findings (each its example) of the analysis of `text` with `options`.
+fn findings_of(text: &str, options: &Options) -> Vec<kiln_queries::analyze::Finding> {
+    (analyze(&ingest(text), options).summary.findings)
         .into_iter()
         .map(|f| f.example)
+        .collect()
+}
+
+/// The findings of `kind` in the analysis of `text` with the default options.
+fn of_kind(text: &str, kind: FindingKind) -> Vec<kiln_queries::analyze::Finding> {
+    (findings_of(text, &Options::default()).into_iter())
         .filter(|f| f.kind == kind)
         .collect()
 }
@@ -326,12 +328,8 @@ fn rows_inserted_one_statement_each_are_a_write_loop_and_one_multi_row_insert_is
         "INSERT INTO order_lines (order_id, sku) VALUES {}",
         rows.join(", ")
     );
-    let fixed = analyze(&ingest(&checkout_of(&[one])), &Options::default());
-    assert!(
-        fixed.summary.findings.is_empty(),
-        "{:#?}",
-        fixed.summary.findings
-    );
+    let fixed = findings_of(&checkout_of(&[one]), &Options::default());
+    assert!(fixed.is_empty(), "{fixed:#?}");
 }
 
 #[test]
@@ -360,12 +358,8 @@ fn ten_batches_of_a_few_ids_are_too_small_and_nine_are_not() {
     );
     // batched calls are no N+1 of single rows
     assert!(of_kind(&text, FindingKind::NPlusOne).is_empty());
-    let nine = analyze(&ingest(&checkout_of(&batches(9))), &Options::default());
-    assert!(
-        nine.summary.findings.is_empty(),
-        "{:#?}",
-        nine.summary.findings
-    );
+    let nine = findings_of(&checkout_of(&batches(9)), &Options::default());
+    assert!(nine.is_empty(), "{nine:#?}");
 }
 
 #[test]
