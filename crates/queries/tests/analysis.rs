@@ -221,16 +221,20 @@ fn n_plus_one_redundant_and_bulk_routes_are_told_apart() {
 
 #[test]
 fn below_the_threshold_is_no_n_plus_one_and_the_threshold_is_the_users() {
-    let text = shop(4, 1);
-    let none = findings_of(&text, &Options::default());
-    assert!(none.is_empty(), "{none:#?}");
     let strict = Options {
         n_plus_one_min: 2,
         ..Options::default()
     };
-    let found = findings_of(&text, &strict);
+    assert_eq!(found_only_under(&shop(4, 1), &strict).calls, 4);
+}
+
+/// The one finding of `text` under the user's `strict` bar, having none under the default bars.
+fn found_only_under(text: &str, strict: &Options) -> kiln_queries::analyze::Finding {
+    let none = findings_of(text, &Options::default());
+    assert!(none.is_empty(), "{none:#?}");
+    let mut found = findings_of(text, strict);
     assert_eq!(found.len(), 1, "{found:#?}");
-    assert_eq!(found[0].calls, 4);
+    found.remove(0)
 }
 
 /// One request to /report whose one query takes `query_ms`, from views.py line 70.
@@ -262,19 +266,15 @@ fn a_call_over_the_slow_bar_is_found_at_its_line_and_one_under_it_is_not() {
         f.evidence
     );
     // the same query under the bar is no finding, and the bar is the user's
-    let fast = report_of(480);
-    let none = findings_of(&fast, &Options::default());
-    assert!(none.is_empty(), "{none:#?}");
     let strict = Options {
         slow_ms: 400.0,
         ..Options::default()
     };
-    let found = findings_of(&fast, &strict);
-    assert_eq!(found.len(), 1, "{found:#?}");
+    let found = found_only_under(&report_of(480), &strict);
     assert!(
-        (found[0].evidence).starts_with("one call took 480.0 ms (threshold 400 ms)"),
+        (found.evidence).starts_with("one call took 480.0 ms (threshold 400 ms)"),
         "{}",
-        found[0].evidence
+        found.evidence
     );
 }
 
