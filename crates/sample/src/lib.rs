@@ -18,6 +18,7 @@ pub mod rates;
 pub mod sampler;
 pub mod sock_diag;
 pub mod sockets;
+pub mod target;
 pub mod taskstats;
 pub mod threads;
 
@@ -28,6 +29,7 @@ pub use procfs::{CpuTimes, HostStat, ProcFs, SegmentsSeen, TaskStat};
 pub use rates::{host_cpu_split, task_rates, CpuSplit, TaskRates};
 pub use sampler::{
     thread_groups_mean, DroppingListener, HostMemory, KernelSecond, ProcessSecond, ResourceSecond,
-    Sampler, RESOURCES_PART,
+    Sampler, ServingProcess, RESOURCES_PART,
 };
 pub use sockets::SocketSummary;
+pub use target::TargetProcesses;

@@ -110,7 +110,12 @@ pub struct TaskStat {
     /// Clock ticks.
     pub utime: u64,
     pub stime: u64,
+    /// Clock ticks of its children that it waited for (a pre-fork master's reaped workers).
+    pub cutime: u64,
+    pub cstime: u64,
     pub num_threads: u64,
+    /// When it started, in clock ticks since boot (a pid reused is another process).
+    pub starttime: u64,
     /// Resident pages.
     pub rss_pages: u64,
     pub voluntary_switches: Option<u64>,
@@ -140,7 +145,10 @@ pub fn parse_task_stat(text: &str) -> Option<TaskStat> {
         ppid: fields.get(1).and_then(|f| f.parse().ok()).unwrap_or(0),
         utime: field(14)?,
         stime: field(15)?,
+        cutime: field(16).unwrap_or(0),
+        cstime: field(17).unwrap_or(0),
         num_threads: field(20).unwrap_or(1),
+        starttime: field(22).unwrap_or(0),
         rss_pages: field(24).unwrap_or(0),
         voluntary_switches: None,
         involuntary_switches: None,
@@ -291,37 +299,85 @@ impl ProcFs {
         parse_task_stat(&self.read(&format!("proc/{pid}/stat"))?).map(|t| t.state)
     }
 
-    /// The process that owns a socket listening on TCP `port`, if one is visible.
+    /// The process that owns a socket listening on TCP `port`, if one is visible (the
+    /// lowest pid: a pre-fork server's master, whose workers inherit the socket).
     pub fn pid_listening_on(&self, port: u16) -> Option<i32> {
+        self.holder_of(&self.listening_inodes(port))
+    }
+
+    /// Every process holding a socket listening on TCP `port` (a pre-fork master and its
+    /// workers, or an SO_REUSEPORT group of unrelated processes), lowest pid first.
+    pub fn processes_listening_on(&self, port: u16) -> Vec<i32> {
+        self.holders_of(&self.listening_inodes(port), usize::MAX)
+    }
+
+    /// The inodes of the sockets listening on TCP `port`, IPv4 and IPv6.
+    fn listening_inodes(&self, port: u16) -> Vec<u64> {
         let mut inodes: Vec<u64> = ["proc/net/tcp", "proc/net/tcp6"]
             .iter()
             .filter_map(|f| self.read(f))
             .flat_map(|text| parse_listening_inodes(&text, port))
             .collect();
         inodes.retain(|i| *i != 0);
-        if inodes.is_empty() {
-            return None;
-        }
-        self.holder_of(&inodes)
+        inodes
     }
 
     /// The first process (lowest pid) holding any of the socket `inodes` among its open
     /// descriptors, as `ss -p` finds a socket's owner: every process's fd links are read
     /// until one names it. None when none is visible (another user's process, without root).
     pub fn holder_of(&self, inodes: &[u64]) -> Option<i32> {
+        self.holders_of(inodes, 1).first().copied()
+    }
+
+    /// Up to `most` processes holding any of the socket `inodes`, lowest pid first.
+    fn holders_of(&self, inodes: &[u64], most: usize) -> Vec<i32> {
+        if inodes.is_empty() {
+            return Vec::new();
+        }
         let wanted: Vec<String> = inodes.iter().map(|i| format!("socket:[{i}]")).collect();
-        let mut pids: Vec<i32> = fs::read_dir(self.root.join("proc"))
-            .ok()?
+        let Ok(entries) = fs::read_dir(self.root.join("proc")) else {
+            return Vec::new();
+        };
+        let mut pids: Vec<i32> = entries
             .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
             .collect();
         pids.sort_unstable();
-        pids.into_iter().find(|pid| {
-            let Ok(fds) = fs::read_dir(self.root.join(format!("proc/{pid}/fd"))) else {
-                return false;
-            };
-            fds.filter_map(|fd| fs::read_link(fd.ok()?.path()).ok())
-                .any(|target| wanted.iter().any(|w| target.as_os_str() == w.as_str()))
-        })
+        pids.into_iter()
+            .filter(|pid| {
+                let Ok(fds) = fs::read_dir(self.root.join(format!("proc/{pid}/fd"))) else {
+                    return false;
+                };
+                fds.filter_map(|fd| fs::read_link(fd.ok()?.path()).ok())
+                    .any(|target| wanted.iter().any(|w| target.as_os_str() == w.as_str()))
+            })
+            .take(most)
+            .collect()
+    }
+
+    /// The processes forked by `pid`'s threads (`/proc/PID/task/TID/children`), or None
+    /// where the kernel does not keep those lists (CONFIG_PROC_CHILDREN) or `pid` is gone.
+    /// `main_thread_only` reads the main thread's list alone: the one a pre-fork master's
+    /// fork() lands in, one read where a process of 500 threads would need 500.
+    pub fn children(&self, pid: i32, main_thread_only: bool) -> Option<Vec<i32>> {
+        let tids = if main_thread_only {
+            vec![pid]
+        } else {
+            self.thread_ids(pid)?
+        };
+        let mut found = false;
+        let mut children = Vec::new();
+        for tid in tids {
+            if let Some(text) = self.read(&format!("proc/{pid}/task/{tid}/children")) {
+                found = true;
+                children.extend(
+                    text.split_whitespace()
+                        .filter_map(|c| c.parse::<i32>().ok()),
+                );
+            }
+        }
+        children.sort_unstable();
+        children.dedup();
+        found.then_some(children)
     }
 
     /// A process's command name (its `comm`, as `ps` and `ss -p` show it).
@@ -566,6 +622,7 @@ procs_blocked 1\n";
             (t.utime, t.stime, t.num_threads, t.rss_pages),
             (250, 75, 7, 321)
         );
+        assert_eq!((t.cutime, t.cstime, t.starttime), (0, 0, 12345));
         assert!(parse_task_stat("4242 (cut").is_none());
         assert!(parse_task_stat("4242 (short) S 1 2").is_none());
     }

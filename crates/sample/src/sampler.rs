@@ -13,6 +13,7 @@ use crate::procfs::{HostStat, KernelReading, ProcFs, SegmentsSeen, TaskStat};
 use crate::rates::{host_cpu_split, task_rates, CpuSplit, TaskRates};
 use crate::sock_diag::ListenQueue;
 use crate::sockets::SocketSummary;
+use crate::target::TargetProcesses;
 use crate::threads::ThreadReader;
 
 /// The part kind (and file stem) of the sampler's per-second records in a run directory.
@@ -52,6 +53,27 @@ pub struct ProcessSecond {
     /// `(other threads)`: the groups add up to the process's CPU.
     #[serde(default)]
     pub cpu_by_thread_group: Vec<ThreadGroupCpu>,
+    /// Each of the target's processes when it has more than one (a pre-fork server's master
+    /// and workers), the roots first: the figures above are their sums.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub processes: Vec<ServingProcess>,
+    /// CPU of processes that exited within the interval, percent of one core: what their
+    /// parent's reaped-children times grew by beyond what was seen of them (a worker
+    /// replaced after its max_requests). Part of the sums above.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exited_cpu_pct: Option<f64>,
+}
+
+/// One process of a target of several over one interval.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ServingProcess {
+    pub pid: i32,
+    pub name: String,
+    /// The process it was forked from.
+    pub ppid: i32,
+    /// Percent of one core, user and system.
+    pub cpu_pct: f64,
+    pub rss_kib: u64,
 }
 
 /// A group of same-named threads and the CPU they used together.
@@ -318,25 +340,35 @@ fn deltas(a: Option<&Vec<u64>>, b: Option<&Vec<u64>>) -> Vec<u64> {
     }
 }
 
+/// One of the target's processes at one reading: the whole process and each thread.
+struct ProcessReading {
+    stat: TaskStat,
+    threads: Vec<TaskStat>,
+}
+
 struct Reading {
     at: Instant,
+    /// Clock ticks since boot at the reading (CLOCK_BOOTTIME, the clock of a process's
+    /// start time): a process that started after it was born within the next interval.
+    boot_ticks: Option<u64>,
     cgroup: Option<CgroupReading>,
     kernel: KernelReading,
     /// The host's listeners (live host only; None when sock_diag could not be asked).
     listeners: Option<HashMap<u64, ListenQueue>>,
     host: Option<HostStat>,
-    process: Option<TaskStat>,
-    threads: Vec<TaskStat>,
+    /// The target's processes, roots first (empty without a target).
+    processes: Vec<ProcessReading>,
 }
 
 /// Reads /proc each tick and keeps the previous reading.
 pub struct Sampler {
     proc: ProcFs,
-    pid: Option<i32>,
+    target: Option<TargetProcesses>,
     started: Instant,
     previous: Option<Reading>,
     page_kib: u64,
-    threads: Option<ThreadReader>,
+    /// Each target process's threads, by pid.
+    readers: HashMap<i32, ThreadReader>,
     /// compare() reads with `&self`; only the segment counters change between readings.
     segments: std::cell::RefCell<SegmentsSeen>,
     /// The process holding each dropping listener seen so far, by inode (looked up once: it
@@ -345,14 +377,20 @@ pub struct Sampler {
 }
 
 impl Sampler {
+    /// The host, and the process `pid` with every process it forks.
     pub fn new(proc: ProcFs, pid: Option<i32>) -> Self {
+        Self::of_target(proc, pid.map(TargetProcesses::of_pid))
+    }
+
+    /// The host, and the target's processes (followed as they come and go).
+    pub fn of_target(proc: ProcFs, target: Option<TargetProcesses>) -> Self {
         let mut sampler = Self {
             proc,
-            pid,
+            target,
             started: Instant::now(),
             previous: None,
             page_kib: page_size_kib(),
-            threads: pid.map(ThreadReader::new),
+            readers: HashMap::new(),
             segments: Default::default(),
             holders: Default::default(),
         };
@@ -360,10 +398,34 @@ impl Sampler {
         sampler
     }
 
+    fn main_pid(&self) -> Option<i32> {
+        self.target.as_ref().map(TargetProcesses::main_pid)
+    }
+
     fn read(&mut self) -> Reading {
+        let members = match &mut self.target {
+            Some(target) => target.members(&self.proc),
+            None => Vec::new(),
+        };
+        self.readers.retain(|pid, _| members.contains(pid));
+        let processes = members
+            .iter()
+            .filter_map(|&pid| {
+                let stat = self.proc.process(pid)?;
+                let reader = self
+                    .readers
+                    .entry(pid)
+                    .or_insert_with(|| ThreadReader::new(pid));
+                Some(ProcessReading {
+                    stat,
+                    threads: reader.read(&self.proc),
+                })
+            })
+            .collect();
         Reading {
             at: Instant::now(),
-            cgroup: self.pid.and_then(|p| self.proc.cgroup(p)),
+            boot_ticks: self.proc.is_live().then(boot_ticks).flatten(),
+            cgroup: self.main_pid().and_then(|p| self.proc.cgroup(p)),
             kernel: self.proc.kernel_reading(),
             listeners: self
                 .proc
@@ -371,22 +433,14 @@ impl Sampler {
                 .then(crate::sock_diag::listen_queues)
                 .and_then(Result::ok),
             host: self.proc.host_stat(),
-            process: self.pid.and_then(|p| self.proc.process(p)),
-            threads: match &mut self.threads {
-                Some(reader) => reader.read(&self.proc),
-                None => Vec::new(),
-            },
+            processes,
         }
     }
 
     /// True while the watched process (if any) still runs; a zombie (exited, not yet reaped
     /// by its parent) counts as gone.
     pub fn target_alive(&self) -> bool {
-        self.pid.is_none_or(|p| {
-            self.proc
-                .state(p)
-                .is_some_and(|state| !matches!(state, 'Z' | 'X'))
-        })
+        self.target.as_ref().is_none_or(|t| t.alive(&self.proc))
     }
 
     /// Ticks every `interval` until `duration` has passed or `stop_reason` gives a reason,
@@ -415,7 +469,7 @@ impl Sampler {
                 return Some(reason);
             }
             if !self.target_alive() {
-                return Some(format!("process {} exited", self.pid.unwrap_or(0)));
+                return Some(format!("process {} exited", self.main_pid().unwrap_or(0)));
             }
             on_sample(self.tick());
             next += interval;
@@ -474,65 +528,167 @@ impl Sampler {
             ..KernelSecond::between(&a.kernel, &b.kernel)
         });
         out.host_memory = HostMemory::of(&b.kernel.meminfo);
-        if let (Some(pa), Some(pb)) = (&a.process, &b.process) {
-            if let Some(mut rates) = task_rates(pa, pb, secs, USER_HZ) {
-                let mut per_thread: Vec<TaskRates> = b
-                    .threads
-                    .iter()
-                    .filter_map(|t| {
-                        // Both readings list threads by id.
-                        let i = a.threads.binary_search_by_key(&t.id, |x| x.id).ok()?;
-                        let before = &a.threads[i];
-                        task_rates(before, t, secs, USER_HZ)
-                    })
-                    .collect();
-                // /proc/PID/status counts the main thread's switches only: sum the threads'.
-                let sum = |f: fn(&TaskRates) -> Option<f64>| {
-                    per_thread.iter().filter_map(f).reduce(|a, b| a + b)
-                };
-                rates.voluntary_switches_per_s = sum(|t| t.voluntary_switches_per_s);
-                rates.involuntary_switches_per_s = sum(|t| t.involuntary_switches_per_s);
-                rates.cpu_wait_pct = sum(|t| t.cpu_wait_pct);
-                let cpu = |t: &TaskRates| t.cpu_user_pct + t.cpu_system_pct;
-                let switches = |t: &TaskRates| {
-                    t.voluntary_switches_per_s.unwrap_or(0.0)
-                        + t.involuntary_switches_per_s.unwrap_or(0.0)
-                };
-                let cpu_by_thread_group = thread_groups(&per_thread);
-                per_thread.sort_by(|x, y| cpu(y).total_cmp(&cpu(x)));
-                let descriptors = self.pid.and_then(|p| self.proc.descriptors(p));
-                let hottest_by_cpu = per_thread.iter().take(TOP_THREADS).cloned().collect();
-                per_thread.sort_by(|x, y| switches(y).total_cmp(&switches(x)));
-                let hottest_by_switches = per_thread.iter().take(TOP_THREADS).cloned().collect();
-                out.process = Some(ProcessSecond {
-                    rates,
-                    rss_kib: pb.rss_pages * self.page_kib,
-                    threads: pb.num_threads,
-                    hottest_by_cpu,
-                    hottest_by_switches,
-                    cpu_by_thread_group,
-                    sockets: descriptors.as_ref().map(|(_, inodes)| {
-                        let mut sockets = self.proc.sockets_with(inodes, b.listeners.as_ref());
-                        let mut seen = self.segments.borrow_mut();
-                        self.proc.count_segments(&mut sockets, inodes, &mut seen);
-                        sockets
-                    }),
-                    open_fds: descriptors.as_ref().map(|(count, _)| *count),
-                    cgroup: match (&a.cgroup, &b.cgroup) {
-                        (Some(x), Some(y)) if x.path == y.path => {
-                            Some(CgroupSecond::between(x, y, secs))
-                        }
-                        _ => None,
-                    },
-                    thread_states: b.threads.iter().fold(BTreeMap::new(), |mut m, t| {
-                        *m.entry(t.state.to_string()).or_insert(0) += 1;
-                        m
-                    }),
-                });
-            }
-        }
+        out.process = self.target_second(a, b, secs);
         out
     }
+
+    /// The target's processes over the interval from `a` to `b`, summed. A process seen in
+    /// both counts what it used between them; one born within the interval counts from zero;
+    /// one that exited within it counts what its parent's reaped-children times grew by
+    /// beyond what was last seen of it. None when no process of the target was seen twice.
+    fn target_second(&self, a: &Reading, b: &Reading, secs: f64) -> Option<ProcessSecond> {
+        let same = |x: &TaskStat, y: &TaskStat| x.id == y.id && x.starttime == y.starttime;
+        let mut totals: Option<TaskRates> = None;
+        let mut per_thread: Vec<TaskRates> = Vec::new();
+        let mut processes = Vec::new();
+        let mut exited_ticks = 0u64;
+        for p in &b.processes {
+            let seen = a.processes.iter().find(|q| same(&q.stat, &p.stat));
+            let born = seen.is_none() && a.boot_ticks.is_some_and(|boot| p.stat.starttime >= boot);
+            let unborn;
+            let (before, before_threads): (&TaskStat, &[TaskStat]) = match seen {
+                Some(q) => (&q.stat, &q.threads),
+                None if born => {
+                    unborn = from_zero(&p.stat);
+                    (&unborn, &[])
+                }
+                None => continue,
+            };
+            let Some(rates) = task_rates(before, &p.stat, secs, USER_HZ) else {
+                continue;
+            };
+            if seen.is_some() {
+                // children of this process that were seen before and are gone now: what its
+                // reaped-children times grew by, less what was seen of them
+                let reaped = |t: &TaskStat| t.cutime + t.cstime;
+                let last_seen: u64 = a
+                    .processes
+                    .iter()
+                    .filter(|q| q.stat.ppid == p.stat.id)
+                    .filter(|q| !b.processes.iter().any(|r| same(&r.stat, &q.stat)))
+                    .map(|q| q.stat.utime + q.stat.stime)
+                    .sum();
+                exited_ticks += reaped(&p.stat)
+                    .saturating_sub(reaped(before))
+                    .saturating_sub(last_seen);
+            }
+            per_thread.extend(p.threads.iter().filter_map(|t| {
+                // both readings list threads by id; a process born in the interval has
+                // every thread new
+                let before = match before_threads.binary_search_by_key(&t.id, |x| x.id) {
+                    Ok(i) => before_threads[i].clone(),
+                    Err(_) if born => from_zero(t),
+                    Err(_) => return None,
+                };
+                task_rates(&before, t, secs, USER_HZ)
+            }));
+            processes.push(ServingProcess {
+                pid: p.stat.id,
+                name: p.stat.name.clone(),
+                ppid: p.stat.ppid,
+                cpu_pct: rates.cpu_user_pct + rates.cpu_system_pct,
+                rss_kib: p.stat.rss_pages * self.page_kib,
+            });
+            totals = Some(match totals {
+                None => rates,
+                Some(mut sum) => {
+                    sum.cpu_user_pct += rates.cpu_user_pct;
+                    sum.cpu_system_pct += rates.cpu_system_pct;
+                    sum
+                }
+            });
+        }
+        let mut rates = totals?;
+        // an exited process's user and system split is not kept apart in its parent's
+        // reaped times as seen here: counted as user time
+        let exited_cpu_pct =
+            (exited_ticks > 0).then(|| exited_ticks as f64 / USER_HZ / secs * 100.0);
+        rates.cpu_user_pct += exited_cpu_pct.unwrap_or(0.0);
+        // /proc/PID/status counts the main thread's switches only: sum the threads'.
+        let sum =
+            |f: fn(&TaskRates) -> Option<f64>| per_thread.iter().filter_map(f).reduce(|a, b| a + b);
+        rates.voluntary_switches_per_s = sum(|t| t.voluntary_switches_per_s);
+        rates.involuntary_switches_per_s = sum(|t| t.involuntary_switches_per_s);
+        rates.cpu_wait_pct = sum(|t| t.cpu_wait_pct);
+        let cpu = |t: &TaskRates| t.cpu_user_pct + t.cpu_system_pct;
+        let switches = |t: &TaskRates| {
+            t.voluntary_switches_per_s.unwrap_or(0.0) + t.involuntary_switches_per_s.unwrap_or(0.0)
+        };
+        let cpu_by_thread_group = thread_groups(&per_thread);
+        per_thread.sort_by(|x, y| cpu(y).total_cmp(&cpu(x)));
+        let hottest_by_cpu = per_thread.iter().take(TOP_THREADS).cloned().collect();
+        per_thread.sort_by(|x, y| switches(y).total_cmp(&switches(x)));
+        let hottest_by_switches = per_thread.iter().take(TOP_THREADS).cloned().collect();
+        // every process's descriptors: their count summed, their sockets as one set (a
+        // socket the master and its workers share is one socket)
+        let mut open_fds: Option<u64> = None;
+        let mut inodes: Option<std::collections::HashSet<u64>> = None;
+        for p in &processes {
+            if let Some((count, held)) = self.proc.descriptors(p.pid) {
+                *open_fds.get_or_insert(0) += count;
+                inodes.get_or_insert_with(Default::default).extend(held);
+            }
+        }
+        let all_threads = || b.processes.iter().flat_map(|p| p.threads.iter());
+        Some(ProcessSecond {
+            rates,
+            rss_kib: b.processes.iter().map(|p| p.stat.rss_pages).sum::<u64>() * self.page_kib,
+            threads: b.processes.iter().map(|p| p.stat.num_threads).sum(),
+            hottest_by_cpu,
+            hottest_by_switches,
+            cpu_by_thread_group,
+            sockets: inodes.as_ref().map(|inodes| {
+                let mut sockets = self.proc.sockets_with(inodes, b.listeners.as_ref());
+                let mut seen = self.segments.borrow_mut();
+                self.proc.count_segments(&mut sockets, inodes, &mut seen);
+                sockets
+            }),
+            open_fds,
+            cgroup: match (&a.cgroup, &b.cgroup) {
+                (Some(x), Some(y)) if x.path == y.path => Some(CgroupSecond::between(x, y, secs)),
+                _ => None,
+            },
+            thread_states: all_threads().fold(BTreeMap::new(), |mut m, t| {
+                *m.entry(t.state.to_string()).or_insert(0) += 1;
+                m
+            }),
+            processes: if processes.len() > 1 {
+                processes
+            } else {
+                Vec::new()
+            },
+            exited_cpu_pct,
+        })
+    }
+}
+
+/// A task as it was before it started: no CPU used, no switches, no waits (the counts a
+/// reading has, as zero), so that a process born within an interval counts all it used.
+fn from_zero(t: &TaskStat) -> TaskStat {
+    TaskStat {
+        id: t.id,
+        name: t.name.clone(),
+        state: t.state,
+        ppid: t.ppid,
+        starttime: t.starttime,
+        voluntary_switches: t.voluntary_switches.map(|_| 0),
+        involuntary_switches: t.involuntary_switches.map(|_| 0),
+        run_delay_ns: t.run_delay_ns.map(|_| 0),
+        ..Default::default()
+    }
+}
+
+/// Clock ticks (USER_HZ) since boot, on the clock of a process's start time.
+fn boot_ticks() -> Option<u64> {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes into the struct we own.
+    if unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut now) } != 0 {
+        return None;
+    }
+    Some(now.tv_sec as u64 * USER_HZ as u64 + now.tv_nsec as u64 / (1_000_000_000 / USER_HZ as u64))
 }
 
 fn page_size_kib() -> u64 {

@@ -464,9 +464,11 @@ fn threads_of_one_pool_are_one_group_and_the_groups_add_up_to_the_process() {
     assert_eq!(pool.threads, 3);
     assert!(pool.cpu_pct > 0.0);
     // The groups are every thread's CPU: they add up to the process's own counters over
-    // the same interval (threads that ended in it aside), whatever else the machine runs.
+    // the same interval (threads that ended in it aside, and the other tests' child
+    // processes that exited in it), whatever else the machine runs.
     let groups: f64 = process.cpu_by_thread_group.iter().map(|g| g.cpu_pct).sum();
-    let whole = process.rates.cpu_user_pct + process.rates.cpu_system_pct;
+    let whole = process.rates.cpu_user_pct + process.rates.cpu_system_pct
+        - process.exited_cpu_pct.unwrap_or(0.0);
     assert!(
         (groups - whole).abs() <= 0.1 * whole + 5.0,
         "groups {groups:.1}% vs process {whole:.1}%: {:?}",
@@ -571,4 +573,94 @@ fn a_real_time_hog_on_the_probes_cpu_is_the_wait_the_probe_and_schedstat_report(
         assert!(s.wait_total_ms.unwrap() >= waited, "{s:#?}");
     }
     assert!(seconds.iter().all(|s| s.probe_wakeups > 0));
+}
+
+/// A pre-fork master as gunicorn's arbiter is one: it forks two long workers that burn CPU
+/// in bursts, and one short-lived worker after another (each burns ~150 ms and exits, then
+/// the master reaps it and forks the next: a worker replaced after its max_requests).
+const PRE_FORK_MASTER: &str = r#"
+import os, time
+master = os.getpid()
+def worker(lifetime):
+    end = time.monotonic() + lifetime
+    while time.monotonic() < end and os.getppid() == master:
+        burst = time.monotonic() + 0.02
+        while time.monotonic() < burst:
+            pass
+        time.sleep(0.03)
+    os._exit(0)
+for _ in range(2):
+    if os.fork() == 0:
+        worker(3600)
+while True:
+    pid = os.fork()
+    if pid == 0:
+        end = time.monotonic() + 0.15
+        while time.monotonic() < end:
+            pass
+        os._exit(0)
+    os.waitpid(pid, 0)
+    time.sleep(0.1)
+"#;
+
+/// What the kernel says the process tree of `master` used so far, in clock ticks: its own
+/// times, its reaped children's, and those of its children alive now (with their children).
+fn tree_ticks(proc: &ProcFs, master: i32) -> u64 {
+    let own = proc.process(master).expect("the master runs");
+    let alive: u64 = proc.process_tree(master)[1..]
+        .iter()
+        .filter_map(|&p| proc.process(p))
+        .map(|t| t.utime + t.stime)
+        .sum();
+    own.utime + own.stime + own.cutime + own.cstime + alive
+}
+
+#[test]
+fn a_pre_fork_masters_workers_are_its_cpu_even_as_they_are_replaced() {
+    use std::os::unix::process::CommandExt;
+    // a group of its own, so that the workers go with it
+    let mut master = std::process::Command::new("python3")
+        .args(["-c", PRE_FORK_MASTER])
+        .process_group(0)
+        .spawn()
+        .expect("python3 runs");
+    let pid = master.id() as i32;
+    let proc = ProcFs::default();
+    // the workers forked and burning
+    thread::sleep(Duration::from_millis(300));
+    let mut sampler = kiln_sample::Sampler::new(proc.clone(), Some(pid));
+    let before = tree_ticks(&proc, pid);
+    let mut seen_cpu_s = 0.0;
+    let mut exited = 0.0;
+    let mut most_processes = 0;
+    for _ in 0..8 {
+        thread::sleep(Duration::from_millis(400));
+        let s = sampler.tick();
+        let p = s.process.expect("the master is sampled");
+        seen_cpu_s += (p.rates.cpu_user_pct + p.rates.cpu_system_pct) / 100.0 * s.interval_s;
+        exited += p.exited_cpu_pct.unwrap_or(0.0) / 100.0 * s.interval_s;
+        most_processes = most_processes.max(p.processes.len());
+        assert_eq!(
+            p.processes.first().map(|w| w.pid),
+            Some(pid),
+            "the master first"
+        );
+    }
+    let truth_s = (tree_ticks(&proc, pid) - before) as f64 / 100.0;
+    // SAFETY: a signal to the process group this test made
+    unsafe { libc::kill(-pid, libc::SIGKILL) };
+    let _ = master.wait();
+    // the two long workers alone burn 40% of their time, on a busy machine less
+    assert!(truth_s > 0.5, "the workers burned {truth_s:.2} s");
+    // the same counters over the same window: equal but for the clock ticks at its edges
+    assert!(
+        (seen_cpu_s - truth_s).abs() <= 0.1 * truth_s,
+        "kiln saw {seen_cpu_s:.2} CPU-s, the kernel counted {truth_s:.2}"
+    );
+    // the short workers: some exited between two ticks and were counted through the master
+    assert!(exited > 0.05, "exited workers' CPU {exited:.2} s");
+    assert!(
+        most_processes >= 3,
+        "the master and its workers, {most_processes}"
+    );
 }
