@@ -257,7 +257,7 @@ pub fn run(args: &DemoOptions, stop: &StopSignal) -> Result<Option<Value>> {
                 name: name.to_string(),
             },
             name,
-            watch_pid: Some(shop.pid()),
+            target: Some(kiln_runner::TargetProcesses::of_pid(shop.pid())),
             runtime_depth: Depth::Default,
             warmup_auto: false,
             profile_hz: no_perf.is_none().then_some(PROFILE_HZ),

@@ -3,7 +3,7 @@
 use anyhow::{bail, Context, Result};
 use kiln_load::StopSignal;
 use kiln_record::{PhaseSummary, RunLocation, RunStatus};
-use kiln_runner::{execute, JvmProfiler, OtlpSpec, RunOutcome, RunSpec};
+use kiln_runner::{execute, JvmProfiler, OtlpSpec, RunOutcome, RunSpec, TargetProcesses};
 use kiln_sample::ProcFs;
 
 use crate::cli::{CompareMethod, FailOn, RunArgs};
@@ -193,21 +193,23 @@ fn run_load(args: RunArgs, stop: &StopSignal) -> Result<u8> {
         )?),
         None => None,
     };
-    let watch_pid = match (args.watch_pid, args.watch_port) {
-        _ if spawned.is_some() => spawned.as_ref().map(|s| s.pid),
-        (Some(pid), _) => Some(pid),
-        (None, Some(port)) => {
-            Some(ProcFs::default().pid_listening_on(port).with_context(|| {
-                format!("--watch-port: no visible process listens on TCP port {port}")
-            })?)
+    let proc = ProcFs::default();
+    let target = match (args.watch_pid, args.watch_port) {
+        _ if spawned.is_some() => spawned.as_ref().map(|s| TargetProcesses::of_pid(s.pid)),
+        (Some(pid), _) => {
+            if proc.process(pid).is_none() {
+                bail!("--watch-pid: no process {pid}");
+            }
+            Some(TargetProcesses::of_pid(pid))
         }
+        // every process serving the port: a pre-fork master with its workers, or an
+        // SO_REUSEPORT group
+        (None, Some(port)) => Some(TargetProcesses::of_port(&proc, port).with_context(|| {
+            format!("--watch-port: no visible process listens on TCP port {port}")
+        })?),
         (None, None) => None,
     };
-    if let Some(pid) = watch_pid {
-        if ProcFs::default().process(pid).is_none() {
-            bail!("--watch-pid: no process {pid}");
-        }
-    }
+    let watch_pid = target.as_ref().map(TargetProcesses::main_pid);
     if args.profile && watch_pid.is_none() {
         bail!("--profile needs the process to profile: --watch-pid PID or --watch-port PORT");
     }
@@ -247,7 +249,7 @@ fn run_load(args: RunArgs, stop: &StopSignal) -> Result<u8> {
         phases: &load.phases,
         out,
         name: &name,
-        watch_pid,
+        target,
         warmup_auto: load.warmup_auto,
         runtime_depth: args.runtime.depth(),
         profile_hz: args.profile.then_some(args.profile_frequency),

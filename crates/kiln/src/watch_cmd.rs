@@ -31,10 +31,11 @@ pub fn run(args: WatchArgs, stop: &StopSignal) -> Result<u8> {
         )?),
         None => None,
     };
-    let pid = match &spawned {
-        Some(target) => target.pid,
-        None => target_process::resolve(&proc, args.pid, args.port, "watch")?,
+    let mut target = match &spawned {
+        Some(target) => kiln_sample::TargetProcesses::of_pid(target.pid),
+        None => target_process::resolve_target(&proc, args.pid, args.port, "watch")?,
     };
+    let pid = target.main_pid();
     let (duration, interval) = (args.duration.value, args.interval.value);
     if interval < Duration::from_millis(100) {
         bail!("--interval is out of range: at least 100ms");
@@ -46,11 +47,13 @@ pub fn run(args: WatchArgs, stop: &StopSignal) -> Result<u8> {
     let mut dir = create_run_dir(&out, &name, PlanRecord::Other(plan))?;
     let mut writer = dir.add_json_lines_part(RESOURCES_PART, "resources.jsonl", 1)?;
     let gctrace = spawned.as_ref().map(|s| s.gctrace.clone());
-    let runtime = RuntimeWatcher::start(&mut dir, pid, args.runtime.depth(), gctrace)?;
+    // a pre-fork server's runtime is read in a worker, where the requests run
+    let runtime_pid = target.runtime_process(&proc);
+    let runtime = RuntimeWatcher::start(&mut dir, runtime_pid, args.runtime.depth(), gctrace)?;
 
     let usage_before = SelfUsage::now();
     let started = Instant::now();
-    let mut sampler = Sampler::new(proc, Some(pid));
+    let mut sampler = Sampler::of_target(proc, Some(target));
     let mut samples: Vec<ResourceSecond> = Vec::new();
     let mut write_error = None;
     let ended = sampler.run_every(interval, Some(duration), &|| stop.reason(), &mut |sample| {

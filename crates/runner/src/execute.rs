@@ -17,6 +17,7 @@ use kiln_record::{
     JsonLinesWriter, LoadRecordLine, PhaseEnd, PhaseSummary, RunDir, RunLocation, RunStatus,
     SecondRecord, LOAD_SECONDS_PART,
 };
+use kiln_sample::TargetProcesses;
 use kiln_sample::{
     Doctor, DoctorRecord, NoiseProbe, NoiseSecond, ProcFs, ResourceSecond, Sampler, DOCTOR_FILE,
     DOCTOR_PART, NOISE_FILE, NOISE_PART, RESOURCES_PART,
@@ -97,8 +98,9 @@ pub struct RunSpec<'a> {
     pub phases: &'a [(PhaseSpec, Duration)],
     pub out: RunLocation,
     pub name: &'a str,
-    /// A process to sample beside the load.
-    pub watch_pid: Option<i32>,
+    /// The processes to sample beside the load: one, or a pre-fork server's master and
+    /// workers (every process serving the port).
+    pub target: Option<TargetProcesses>,
     /// How deep to look into its runtime (thread dumps with `Deep`).
     pub runtime_depth: Depth,
     /// The warm-up (the phase not measured) ends when the target has settled, its duration
@@ -125,7 +127,7 @@ pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut dyn Progress) -> Res
         phases: phase_list,
         out,
         name,
-        watch_pid,
+        target,
         runtime_depth,
         warmup_auto,
         profile_hz,
@@ -136,6 +138,12 @@ pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut dyn Progress) -> Res
         gctrace,
     } = spec;
     kiln_load::preflight(plan)?;
+    // The main process (a pre-fork server's master) for what attaches to one process (a
+    // JVM's tools); the runtime is read in a worker, where the requests run.
+    let watch_pid = target.as_ref().map(TargetProcesses::main_pid);
+    let runtime_pid = target
+        .clone()
+        .map(|mut t| t.runtime_process(&ProcFs::default()));
     let mut dir = create_run_dir(&out, name, plan_record.into())?;
     let mut writer = dir.add_json_lines_part(LOAD_SECONDS_PART, "load-seconds.jsonl", 1)?;
     let mut warnings = Vec::new();
@@ -160,15 +168,15 @@ pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut dyn Progress) -> Res
             let _ = writer.write(second);
         }
     })?;
-    let watcher = match watch_pid {
-        Some(pid) => Some(ResourceWatcher::start(
+    let watcher = match &target {
+        Some(target) => Some(ResourceWatcher::start(
             dir.add_json_lines_part(RESOURCES_PART, "resources.jsonl", 1)?,
-            pid,
+            target.clone(),
             stop.clone(),
         )?),
         None => None,
     };
-    let runtime_watcher = match watch_pid {
+    let runtime_watcher = match runtime_pid {
         Some(pid) => {
             // --off-cpu's lock profile has the waiters' stacks; a JVM's thread dumps name
             // the holders
@@ -219,10 +227,10 @@ pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut dyn Progress) -> Res
                 }
             }
         }
-        if let (Some(pid), true, true) = (watch_pid, profilers.is_empty(), spec.measured) {
+        if let (Some(target), true, true) = (&target, profilers.is_empty(), spec.measured) {
             if let Some(hz) = profile_hz {
                 profilers.push(ProfileWatcher::start(
-                    pid,
+                    target,
                     Event::Cpu,
                     hz,
                     dir.path(),
@@ -231,7 +239,7 @@ pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut dyn Progress) -> Res
             }
             if off_cpu {
                 profilers.push(ProfileWatcher::start(
-                    pid,
+                    target,
                     Event::Cswitch,
                     0,
                     dir.path(),
@@ -437,7 +445,14 @@ enum Profiler {
 
 impl ProfileWatcher {
     /// `hz` is the sampling frequency of on-CPU profiles (every switch is taken off-CPU).
-    fn start(pid: i32, event: Event, hz: u32, dir: &Path, jvm: &JvmProfiler) -> Result<Self> {
+    fn start(
+        target: &TargetProcesses,
+        event: Event,
+        hz: u32,
+        dir: &Path,
+        jvm: &JvmProfiler,
+    ) -> Result<Self> {
+        let pid = target.main_pid();
         let mut note = None;
         if event == Event::Cpu && jvm_profile::is_jvm(pid) {
             match JvmCpuProfile::start(pid, hz, jvm) {
@@ -454,7 +469,9 @@ impl ProfileWatcher {
         }
         let done = Arc::new(AtomicBool::new(false));
         let flag = done.clone();
-        let pids = ProcFs::default().process_tree(pid);
+        // every process serving the target as the measured load starts (perf follows the
+        // threads and children they make from then on)
+        let pids = target.clone().members(&ProcFs::default());
         let data = dir.join(Self::data_file(event));
         let options = kiln_profile::RecordOptions {
             event,
@@ -573,7 +590,11 @@ struct ResourceWatcher {
 }
 
 impl ResourceWatcher {
-    fn start(mut writer: JsonLinesWriter, pid: i32, load: StopSignal) -> Result<Self> {
+    fn start(
+        mut writer: JsonLinesWriter,
+        target: TargetProcesses,
+        load: StopSignal,
+    ) -> Result<Self> {
         let done = Arc::new(AtomicBool::new(false));
         let flag = done.clone();
         let compiler_cpu = Arc::new(std::sync::Mutex::new(Vec::new()));
@@ -581,7 +602,7 @@ impl ResourceWatcher {
         let thread = std::thread::Builder::new()
             .name("kiln-sampler".into())
             .spawn(move || {
-                let mut sampler = Sampler::new(ProcFs::default(), Some(pid));
+                let mut sampler = Sampler::of_target(ProcFs::default(), Some(target));
                 let mut samples = Vec::new();
                 let stop = || {
                     flag.load(Ordering::SeqCst)

@@ -22,4 +22,5 @@ pub use dir::{create_run_dir, or_fail};
 pub use error::{error_text, Doing, RunnerError};
 pub use execute::{execute, OtlpSpec, Progress, RunOutcome, RunSpec, Silent};
 pub use jvm_profile::JvmProfiler;
+pub use kiln_sample::TargetProcesses;
 pub use query_parts::QuerySettings;

@@ -115,6 +115,22 @@ impl TargetProcesses {
             workers
         }
     }
+
+    /// The process a runtime reader looks into (py-spy, a JVM's counters, a Go target's
+    /// pages): the first worker running the master's own executable (a pre-fork server's
+    /// workers, where the requests run), else the main process (a launcher's child runs
+    /// another program, and a single process is its own worker).
+    pub fn runtime_process(&mut self, proc: &ProcFs) -> i32 {
+        let main = self.main_pid();
+        let exe = |pid: i32| std::fs::read_link(proc.path(&format!("proc/{pid}/exe"))).ok();
+        let Some(main_exe) = exe(main) else {
+            return main;
+        };
+        self.workers(proc)
+            .into_iter()
+            .find(|&w| w != main && exe(w).as_ref() == Some(&main_exe))
+            .unwrap_or(main)
+    }
 }
 
 /// `root` and its descendants by the main threads' children lists, breadth first; None

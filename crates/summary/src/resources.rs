@@ -76,6 +76,61 @@ pub struct Process {
     pub thread_states_max: BTreeMap<String, u64>,
     pub sockets: Option<Sockets>,
     pub cgroup: Option<Cgroup>,
+    /// Each process of a target of several (a pre-fork server's master and workers), the
+    /// figures above being their sums; empty for a single process.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub processes: Vec<ServingProcessMean>,
+    /// CPU of processes that exited between two samples (workers replaced), mean percent of
+    /// one core: part of `cpu_mean_pct`, in no process's line.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exited_cpu_mean_pct: Option<f64>,
+}
+
+/// One process of the target over the samples.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ServingProcessMean {
+    pub pid: i32,
+    pub name: String,
+    /// `master` when the target's other processes were forked from it, else `worker`.
+    pub role: &'static str,
+    /// Mean percent of one core over all the samples (a worker that lived for part of
+    /// them has the rest as zero).
+    pub cpu_mean_pct: f64,
+    /// In how many samples it was seen.
+    pub samples: usize,
+}
+
+impl ServingProcessMean {
+    /// The processes seen in `procs`, in the order first seen (the roots first).
+    fn of(procs: &[&ProcessSecond]) -> Vec<Self> {
+        let mut out: Vec<Self> = Vec::new();
+        let mut parents: Vec<i32> = Vec::new();
+        for p in procs {
+            for w in &p.processes {
+                parents.push(w.ppid);
+                match out.iter_mut().find(|o| o.pid == w.pid) {
+                    Some(o) => {
+                        o.cpu_mean_pct += w.cpu_pct;
+                        o.samples += 1;
+                    }
+                    None => out.push(Self {
+                        pid: w.pid,
+                        name: w.name.clone(),
+                        role: "worker",
+                        cpu_mean_pct: w.cpu_pct,
+                        samples: 1,
+                    }),
+                }
+            }
+        }
+        for o in &mut out {
+            o.cpu_mean_pct /= procs.len().max(1) as f64;
+            if parents.contains(&o.pid) {
+                o.role = "master";
+            }
+        }
+        out
+    }
 }
 
 /// A group of the target's threads (by name) and its mean CPU.
@@ -242,6 +297,12 @@ impl Process {
             thread_states_max,
             sockets: Sockets::of(procs),
             cgroup: Cgroup::of(procs),
+            processes: ServingProcessMean::of(procs),
+            exited_cpu_mean_pct: procs
+                .iter()
+                .any(|p| p.exited_cpu_pct.is_some())
+                .then(|| mean(procs.iter().map(|p| p.exited_cpu_pct.unwrap_or(0.0))))
+                .flatten(),
         })
     }
 }
@@ -480,6 +541,7 @@ impl Process {
             count(self.threads_max),
             count(self.open_fds_max)
         );
+        self.processes_text(out);
         let hottest: Vec<String> = hottest_threads
             .iter()
             .map(|t| {
@@ -500,6 +562,51 @@ impl Process {
         if let Some(so) = &self.sockets {
             so.text(out);
         }
+    }
+}
+
+impl Process {
+    /// `  processes 100 gunicorn (master) 0.1%, 101 gunicorn 45.0%, ...; exited 2.0%`:
+    /// whose the target's CPU was, for a target of several processes.
+    fn processes_text(&self, out: &mut String) {
+        /// More are summed as one entry: nginx or php-fpm may run dozens.
+        const NAMED: usize = 8;
+        if self.processes.is_empty() {
+            return;
+        }
+        let workers = self.processes.iter().filter(|p| p.role == "worker").count();
+        let mut named: Vec<String> = self
+            .processes
+            .iter()
+            .take(NAMED)
+            .map(|p| {
+                let role = if p.role == "master" { " (master)" } else { "" };
+                format!(
+                    "{} {}{role} {}",
+                    p.pid,
+                    safe_text(&p.name),
+                    pct(Some(p.cpu_mean_pct))
+                )
+            })
+            .collect();
+        if self.processes.len() > NAMED {
+            let rest = &self.processes[NAMED..];
+            named.push(format!(
+                "{} more {}",
+                rest.len(),
+                pct(Some(rest.iter().map(|p| p.cpu_mean_pct).sum()))
+            ));
+        }
+        let exited = self
+            .exited_cpu_mean_pct
+            .map(|e| format!("; exited between samples {}", pct(Some(e))))
+            .unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "  processes {} ({workers} workers): {}{exited}",
+            self.processes.len(),
+            named.join(", ")
+        );
     }
 }
 

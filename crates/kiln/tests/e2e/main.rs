@@ -19,6 +19,7 @@ mod k8s;
 mod merge;
 mod nginx;
 mod plans;
+mod prefork;
 mod profile;
 mod profile_runtimes;
 mod queries_cli;

@@ -99,6 +99,17 @@ impl Drop for Killed {
     }
 }
 
+/// A child started in a process group of its own (`process_group(0)`), the whole group
+/// killed (SIGKILL) when dropped: a pre-fork server's workers go with their master.
+pub struct KilledGroup(pub Child);
+impl Drop for KilledGroup {
+    fn drop(&mut self) {
+        // SAFETY: a signal to the process group this test made
+        unsafe { libc::kill(-(self.0.id() as i32), libc::SIGKILL) };
+        let _ = self.0.wait();
+    }
+}
+
 /// The line of `marker` in the app's source, 1-based.
 pub fn line_of(file: &Path, marker: &str) -> usize {
     let text = std::fs::read_to_string(file).unwrap();

@@ -1,0 +1,128 @@
+//! Pre-fork servers as their users deploy them: gunicorn's master with sync workers. The
+//! target is every process serving the port, the master and the workers it forks; the truth
+//! is the kernel's own counters for that process tree over the same window.
+
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::common::apps::{free_port, python, wait_port, workspace, KilledGroup};
+use crate::common::{self, kiln};
+use kiln_sample::ProcFs;
+
+/// gunicorn with `workers` sync workers serving tests/apps/python_prefork on `port`, once
+/// every worker is up.
+fn gunicorn(port: u16, workers: usize) -> KilledGroup {
+    let python = python();
+    let gunicorn = python.with_file_name("gunicorn");
+    let mut server = KilledGroup(
+        Command::new(&gunicorn)
+            .args([
+                "-w",
+                &workers.to_string(),
+                "-b",
+                &format!("127.0.0.1:{port}"),
+            ])
+            .arg("--chdir")
+            .arg(workspace().join("tests/apps/python_prefork"))
+            .arg("app:app")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .expect("gunicorn starts"),
+    );
+    wait_port(port, &mut server.0, "gunicorn");
+    let master = server.0.id() as i32;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while ProcFs::default().process_tree(master).len() < workers + 1 {
+        assert!(
+            Instant::now() < deadline,
+            "gunicorn's workers did not start"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    server
+}
+
+/// What the kernel says `master` and everything it forked used so far, in CPU seconds: its
+/// own times, its reaped children's, and those of its processes alive now.
+fn tree_cpu_s(master: i32) -> f64 {
+    let proc = ProcFs::default();
+    let own = proc.process(master).expect("the master runs");
+    let alive: u64 = proc.process_tree(master)[1..]
+        .iter()
+        .filter_map(|&p| proc.process(p))
+        .map(|t| t.utime + t.stime)
+        .sum();
+    (own.utime + own.stime + own.cutime + own.cstime + alive) as f64 / 100.0
+}
+
+#[test]
+fn a_gunicorn_masters_workers_are_the_target_and_their_cpu_is_its_cpu() {
+    // the truth is the kernel's counters over the same window: a neighbour changes both alike
+    let _turn = common::group("prefork");
+    let port = free_port();
+    let server = gunicorn(port, 2);
+    let master = server.0.id() as i32;
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("run");
+    let before = tree_cpu_s(master);
+    // one connection per sync worker: each serves one connection at a time
+    let run = kiln(&[
+        "run",
+        &format!("http://127.0.0.1:{port}/work"),
+        "-c",
+        "2",
+        "-d",
+        "5s",
+        "--watch-port",
+        &port.to_string(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let truth_s = tree_cpu_s(master) - before;
+    drop(server);
+    let text = String::from_utf8_lossy(&run.stdout).to_string();
+    assert_eq!(run.status.code(), Some(0), "{text}");
+    // each request burns 8 ms of a worker's CPU: the workers burned at least that
+    let requests = common::load_seconds(&out)
+        .iter()
+        .map(|s| s["requests"].as_u64().unwrap_or(0))
+        .sum::<u64>();
+    assert!(requests > 50, "{requests} requests\n{text}");
+    assert!(
+        truth_s > requests as f64 * 0.008,
+        "{truth_s:.2} s for {requests}"
+    );
+    let seconds: Vec<serde_json::Value> = std::fs::read_to_string(out.join("resources.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let mut seen_s = 0.0;
+    for s in &seconds {
+        let p = &s["process"];
+        let cpu = p["cpu_user_pct"].as_f64().unwrap() + p["cpu_system_pct"].as_f64().unwrap();
+        seen_s += cpu / 100.0 * s["interval_s"].as_f64().unwrap();
+        // the master first, then its two workers, every second
+        let pids: Vec<i64> = p["processes"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{p}"))
+            .iter()
+            .map(|w| w["pid"].as_i64().unwrap())
+            .collect();
+        assert_eq!(pids.len(), 3, "{p}");
+        assert_eq!(pids[0], i64::from(master), "{p}");
+    }
+    // the sampler's window lies inside kiln's: the rest is the idle master's heartbeat
+    assert!(
+        seen_s <= truth_s * 1.02 + 0.02 && seen_s >= truth_s * 0.9,
+        "kiln saw {seen_s:.2} CPU-s of the target, the kernel counted {truth_s:.2}"
+    );
+    assert!(
+        text.contains("processes 3 (2 workers): ")
+            && text.contains(&format!("{master} gunicorn (master)")),
+        "{text}"
+    );
+}
