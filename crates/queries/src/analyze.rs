@@ -28,8 +28,8 @@ use crate::model::{Span, SpanKind};
 use crate::sql::{fingerprint, mask, Fingerprint, Mode};
 use crate::stack::{self, Language};
 pub use kiln_record::schema::queries::{
-    AnalysisRecord, Coverage, Finding, FindingKind, FindingSummary, FingerprintUse, Frame, Request,
-    RouteSummary, Severity, StatementClass,
+    AnalysisRecord, CountedOnce, Coverage, Finding, FindingKind, FindingSummary, FingerprintUse,
+    Frame, Request, RouteSummary, Severity, StatementClass,
 };
 
 #[derive(Clone, Debug)]
@@ -230,12 +230,18 @@ struct SpanIndex<'a> {
 
 impl<'a> SpanIndex<'a> {
     fn new(spans: &'a [Span]) -> Self {
-        let by_id = spans
-            .iter()
-            .enumerate()
-            .map(|(i, s)| ((s.trace_id, s.span_id), i))
-            .collect();
+        let mut by_id: HashMap<(u128, u64), usize> = HashMap::with_capacity(spans.len());
+        for (i, s) in spans.iter().enumerate() {
+            // the first of a span received twice is the span
+            by_id.entry((s.trace_id, s.span_id)).or_insert(i);
+        }
         Self { spans, by_id }
+    }
+
+    /// A span received again (same trace and span id) after its first arrival.
+    fn is_duplicate(&self, i: usize) -> bool {
+        let span = &self.spans[i];
+        self.by_id.get(&(span.trace_id, span.span_id)) != Some(&i)
     }
 
     fn parent(&self, i: usize) -> Option<usize> {
@@ -413,26 +419,73 @@ pub fn analyze(ingest: &Ingest, options: &Options) -> Analysis {
     let learned = learned_packages(ingest, &index);
 
     // every root of a request, including those without DB calls
+    let mut duplicate_spans = 0;
+    // requests that began at a server or consumer span
+    let mut served: std::collections::HashSet<usize> = Default::default();
     for (i, span) in ingest.spans.iter().enumerate() {
+        if index.is_duplicate(i) {
+            duplicate_spans += 1;
+            continue;
+        }
         let is_root = matches!(span.kind, SpanKind::Server | SpanKind::Consumer)
             || (span.parent_span_id.is_none() && span.db.is_none());
         if is_root && index.local_root(i).0 == i {
             let n = requests.len();
             request_of_root.insert(i, n);
+            if matches!(span.kind, SpanKind::Server | SpanKind::Consumer) {
+                served.insert(n);
+            }
             requests.push(new_request(ingest, span));
+        }
+    }
+    let is_db_call = |span: &Span| {
+        span.db.as_ref().is_some_and(|db| db.text.is_some())
+            && matches!(
+                span.kind,
+                SpanKind::Client | SpanKind::Internal | SpanKind::Unspecified
+            )
+    };
+    // Two instrumentations of one call (SQLAlchemy's span with psycopg2's inside): the outer
+    // span is no call of its own; the inner one is, with its timing and values, and the
+    // outer one's stack when it has none.
+    let mut wrapped_by: HashMap<usize, usize> = HashMap::new();
+    let mut wrappers: std::collections::HashSet<usize> = Default::default();
+    for (i, span) in ingest.spans.iter().enumerate() {
+        if index.is_duplicate(i) || !is_db_call(span) {
+            continue;
+        }
+        let Some(parent) = index.parent(i) else {
+            continue;
+        };
+        let outer = &ingest.spans[parent];
+        if !is_db_call(outer) {
+            continue;
+        }
+        let (Some(inner_db), Some(outer_db)) = (&span.db, &outer.db) else {
+            continue;
+        };
+        let mut shape = |db: &crate::model::DbAttrs| {
+            db.text
+                .as_deref()
+                .map(|t| cache.get(&db.system, t, db.collection.as_deref()).0)
+        };
+        if inner_db.text == outer_db.text
+            || shape(inner_db).map(|f| f.shape.clone()) == shape(outer_db).map(|f| f.shape.clone())
+        {
+            wrapped_by.insert(i, parent);
+            wrappers.insert(parent);
         }
     }
 
     for (i, span) in ingest.spans.iter().enumerate() {
-        let Some(db) = &span.db else { continue };
-        let Some(text) = &db.text else { continue };
-        if !matches!(
-            span.kind,
-            SpanKind::Client | SpanKind::Internal | SpanKind::Unspecified
-        ) {
+        if index.is_duplicate(i) || wrappers.contains(&i) || !is_db_call(span) {
             continue;
         }
-        let (root, chain) = index.local_root(i);
+        let Some(db) = &span.db else { continue };
+        let Some(text) = &db.text else { continue };
+        let (root, mut chain) = index.local_root(i);
+        // the span it stands for is no parent of its own call
+        chain.retain(|c| !wrappers.contains(c));
         let root_span = &ingest.spans[root];
         // A trace whose server span was lost (never exported, dropped by a sampler): its
         // DB calls are one request "without its server span", never a route named after
@@ -463,17 +516,25 @@ pub fn analyze(ingest: &Ingest, options: &Options) -> Analysis {
             let site = hash_frames(&site_identity(&frames), true);
             (Arc::new(frames), site)
         };
-        let (frames, site) = match &db.stacktrace {
+        // the outer span's stack and caller when the inner one has none
+        let outer_db = wrapped_by
+            .get(&i)
+            .and_then(|&o| ingest.spans[o].db.as_deref());
+        let stack_db = match (&db.stacktrace, outer_db) {
+            (None, Some(outer)) if outer.stacktrace.is_some() || outer.code_file.is_some() => outer,
+            _ => db,
+        };
+        let (frames, site) = match &stack_db.stacktrace {
             Some(text) => stacks
                 .entry((Arc::as_ptr(text) as *const u8 as usize, span.resource))
                 .or_insert_with(|| with_site(stack::parse(text, language)))
                 .clone(),
-            None => match (&db.code_function, &db.code_file) {
+            None => match (&stack_db.code_function, &stack_db.code_file) {
                 (None, None) => (Arc::new(Vec::new()), 0),
                 (function, file) => with_site(vec![Frame {
                     function: function.clone().unwrap_or_else(|| "?".into()),
                     file: file.clone(),
-                    line: db.code_line.and_then(|l| u32::try_from(l).ok()),
+                    line: stack_db.code_line.and_then(|l| u32::try_from(l).ok()),
                     app: true,
                 }]),
             },
@@ -484,7 +545,7 @@ pub fn analyze(ingest: &Ingest, options: &Options) -> Analysis {
         } else {
             (site, false)
         };
-        let values = match db.params {
+        let values = match db.params.or(outer_db.and_then(|o| o.params)) {
             Some(p) => Some(p),
             None if fp.placeholders => None,
             None => Some(literals.unwrap_or(0)),
@@ -502,6 +563,11 @@ pub fn analyze(ingest: &Ingest, options: &Options) -> Analysis {
             ignored: false,
         });
     }
+    let counted_once = CountedOnce {
+        duplicate_spans,
+        nested_db_spans: wrappers.len(),
+    };
+    let orphan_requests: std::collections::HashSet<usize> = orphans.values().copied().collect();
 
     let ignored_calls = mark_ignored(&mut calls, options);
     for (c, call) in calls.iter().enumerate() {
@@ -563,9 +629,25 @@ pub fn analyze(ingest: &Ingest, options: &Options) -> Analysis {
         .count();
 
     let mut findings: Vec<Finding> = Vec::new();
+    let mut orphan_findings: Vec<Finding> = Vec::new();
     for &r in &matched {
-        findings.extend(request_findings(&requests[r], &calls, &index, options));
+        let found = request_findings(&requests[r], &calls, &index, options);
+        if orphan_requests.contains(&r) {
+            orphan_findings.extend(found);
+        } else {
+            findings.extend(found);
+        }
     }
+    let requests_without_server_span = matched
+        .iter()
+        .filter(|r| orphan_requests.contains(r))
+        .count();
+    let requests_with_server_span = matched.iter().filter(|r| served.contains(r)).count();
+    let (orphan_findings_joined, orphan_findings_left_out) = join_orphan_findings(
+        &mut findings,
+        orphan_findings,
+        matched.len() > requests_without_server_span,
+    );
 
     let analysis_findings = summarize_findings(findings);
     let routes = summarize_routes(&requests, &matched, &calls);
@@ -588,6 +670,11 @@ pub fn analyze(ingest: &Ingest, options: &Options) -> Analysis {
         calls_with_stack,
         requests_outside_window: outside.len(),
         calls_outside_window,
+        counted_once,
+        requests_with_server_span,
+        requests_without_server_span,
+        orphan_findings_joined,
+        orphan_findings_left_out,
         routes,
         findings: analysis_findings,
         worst_requests: worst,
@@ -635,6 +722,41 @@ fn mark_ignored(calls: &mut [DbCall], options: &Options) -> usize {
         count += usize::from(call.ignored);
     }
     count
+}
+
+/// A loop found in a trace whose server span never arrived joins the finding of the same
+/// kind, statement and call site found in requests that have theirs (one loop, one
+/// finding); where none has it, it is left out: a trace cut at the window's end, or thinned
+/// by an exporter's full queue, is not the evidence a finding stands on. Only when no
+/// request has its server span (`any_served` false) are such traces judged on their own.
+/// Returns how many were joined and how many left out.
+fn join_orphan_findings(
+    findings: &mut Vec<Finding>,
+    orphans: Vec<Finding>,
+    any_served: bool,
+) -> (usize, usize) {
+    if !any_served {
+        findings.extend(orphans);
+        return (0, 0);
+    }
+    let key = |f: &Finding| (f.kind, f.fingerprint.clone(), hash_frames(&f.site, false));
+    let known: HashMap<_, (String, String)> = findings
+        .iter()
+        .map(|f| (key(f), (f.id.clone(), f.route.clone())))
+        .collect();
+    let (mut joined, mut left_out) = (0, 0);
+    for mut f in orphans {
+        match known.get(&key(&f)) {
+            Some((id, route)) => {
+                f.id = id.clone();
+                f.route = route.clone();
+                findings.push(f);
+                joined += 1;
+            }
+            None => left_out += 1,
+        }
+    }
+    (joined, left_out)
 }
 
 /// The request of a trace's DB calls whose server span is missing.

@@ -74,6 +74,24 @@ pub fn report_text(record: &QueriesRecord, top: usize) -> String {
             a.requests_outside_window, a.calls_outside_window
         );
     }
+    let once = &a.counted_once;
+    if once.duplicate_spans + once.nested_db_spans > 0 {
+        let _ = writeln!(
+            out,
+            "Counted once {} spans received twice (the same trace and span id: an SDK set up twice, e.g. a post_fork hook beside opentelemetry-instrument); {} DB spans around a DB span of the same statement (two instrumentations of one call, e.g. SQLAlchemy's over psycopg2's: the inner one counted)",
+            once.duplicate_spans, once.nested_db_spans
+        );
+    }
+    if a.requests_without_server_span > 0 && a.requests_with_server_span > 0 {
+        let _ = writeln!(
+            out,
+            "Partial    {} traces arrived without their server span (lost by the exporter, or cut at the end of the window): their DB calls are counted; a loop in them joins the same loop's finding ({} joined), never one of its own ({} left out)",
+            a.requests_without_server_span, a.orphan_findings_joined, a.orphan_findings_left_out
+        );
+    }
+    if a.db_calls > 0 && a.requests_with_server_span == 0 {
+        out += "Unjudged   no server span arrived: a request's DB calls cannot be told from another's, so loops across a request cannot be seen.\n           Instrument the web framework: its server spans (Python: the framework's opentelemetry-instrumentation package beside opentelemetry-instrument; Django's instruments Django 2.0 or later only).\n";
+    }
     if c.db_spans > 0 && c.db_with_caller == 0 {
         out += "           no DB span carries a stack: call sites are unknown and N+1s are grouped by parent span.\n           Python: pip install ./agents/python (kiln-otel-stacks); Java: the span-stacktrace extension with min.duration=0 (README)\n";
     }
@@ -89,7 +107,9 @@ pub fn report_text(record: &QueriesRecord, top: usize) -> String {
             k => format!(" ({k} left out of the findings by --ignore-*)"),
         }
     );
-    if a.findings.is_empty() {
+    if a.findings.is_empty() && a.db_calls > 0 && a.requests_with_server_span == 0 {
+        out += "Findings   none that could be seen without request spans (above)\n";
+    } else if a.findings.is_empty() {
         out += "Findings   none\n";
     } else {
         let _ = writeln!(out, "Findings ({})", a.findings.len());

@@ -1152,3 +1152,149 @@ fn an_app_under_a_vendor_wide_prefix_is_learned_from_its_handler_spans() {
     let a = build(false);
     assert!(a.summary.findings[0].example.no_app_frame);
 }
+
+/// A request of `/authors` whose loop reads `k` books from views.py line 23, each read
+/// recorded as SQLAlchemy records it over psycopg2 under `opentelemetry-instrument`: an ORM
+/// span with the statement and the stack, and the driver's span of the same statement
+/// inside it (with `inner_stack`, the driver's span carries the stack too).
+fn orm_over_driver(trace: u128, k: usize, inner_stack: bool) -> Trace {
+    let stack = python_stack(&[("/srv/shop/views.py", 23, "authors")]);
+    let mut t = Trace::new(trace);
+    let root = t.server("/authors");
+    for i in 0..k {
+        let sql = format!("SELECT title FROM books WHERE author_id = {i}");
+        let outer = t.query(root, &sql, Some(&stack), 1_200_000);
+        // the driver's span starts inside the ORM's and ends before it
+        t.clock -= 1_100_000;
+        t.query(outer, &sql, inner_stack.then_some(stack.as_str()), 900_000);
+        t.clock += 300_000;
+    }
+    t
+}
+
+#[test]
+fn a_statement_two_instrumentations_record_is_one_call() {
+    for inner_stack in [false, true] {
+        // three reads: under the N+1 threshold of 5, as the app really is; six if counted twice
+        let a = analyze(
+            &ingest(&document(&[orm_over_driver(1, 3, inner_stack)], "python")),
+            &Options::default(),
+        );
+        assert_eq!(a.summary.db_calls, 3);
+        assert_eq!(a.summary.counted_once.nested_db_spans, 3);
+        assert!(a.summary.findings.is_empty(), "{:?}", a.summary.findings);
+        // the inner span's timing: 0.9 ms a call
+        assert_eq!(a.summary.worst_requests[0].db_time_ns, 3 * 900_000);
+        // six reads are an N+1 of six, at the loop's line
+        let a = analyze(
+            &ingest(&document(&[orm_over_driver(2, 6, inner_stack)], "python")),
+            &Options::default(),
+        );
+        assert_eq!(a.summary.db_calls, 6);
+        let f = &a.summary.findings[0].example;
+        assert_eq!((f.kind, f.calls), (FindingKind::NPlusOne, 6));
+        assert!(f.evidence.contains("views.py:23"), "{}", f.evidence);
+    }
+}
+
+/// A request of `/home` making `distinct` different reads from lines of their own, and one
+/// read `again` times more from one line.
+fn home(trace: u128, distinct: usize, again: usize) -> Trace {
+    let mut t = Trace::new(trace);
+    let root = t.server("/home");
+    for i in 0..distinct {
+        let stack = python_stack(&[("/srv/shop/home.py", 10 + i as u32, "home")]);
+        let table = char::from(b'a' + i as u8);
+        let sql = format!("SELECT v FROM widget_{table} WHERE id = 1");
+        t.query(root, &sql, Some(&stack), 200_000);
+    }
+    let stack = python_stack(&[("/srv/shop/home.py", 90, "home")]);
+    for _ in 0..again {
+        t.query(
+            root,
+            "SELECT value FROM settings WHERE name = 'currency'",
+            Some(&stack),
+            200_000,
+        );
+    }
+    t
+}
+
+#[test]
+fn spans_received_twice_are_counted_once() {
+    // every span exported twice (an SDK set up twice): twelve different reads, one each
+    let once = home(1, 12, 1);
+    let twice = Trace {
+        spans: [once.spans.clone(), once.spans.clone()].concat(),
+        ..Trace::new(1)
+    };
+    let a = analyze(&ingest(&document(&[twice], "python")), &Options::default());
+    assert_eq!(a.summary.requests_total, 1);
+    assert_eq!(a.summary.db_calls, 13);
+    assert_eq!(a.summary.counted_once.duplicate_spans, 14);
+    assert!(a.summary.findings.is_empty(), "{:?}", a.summary.findings);
+    // the same read made twice for real is redundant: two calls, not four
+    let repeated = home(2, 12, 2);
+    let twice = Trace {
+        spans: [repeated.spans.clone(), repeated.spans.clone()].concat(),
+        ..Trace::new(2)
+    };
+    let a = analyze(&ingest(&document(&[twice], "python")), &Options::default());
+    assert_eq!(a.summary.db_calls, 14);
+    let f = &a.summary.findings[0].example;
+    assert_eq!((f.kind, f.calls), (FindingKind::Redundant, 2));
+}
+
+/// The trace of an `/authors` request whose server span never arrived: `k` reads from
+/// `function` at views.py `line` under a handler span that did.
+fn without_server_span(trace: u128, k: usize, function: &str, line: u32) -> Trace {
+    let stack = python_stack(&[("/srv/shop/views.py", line, function)]);
+    let mut t = Trace::new(trace);
+    // span 1 would be the server span: the handler is its child
+    t.next_span = 2;
+    let handler = t.span(Some(1), "authors", 1, 5_000_000, vec![]);
+    for i in 0..k {
+        let sql = format!("SELECT title FROM books WHERE author_id = {i}");
+        t.query(handler, &sql, Some(&stack), 100_000);
+    }
+    t
+}
+
+#[test]
+fn a_trace_without_its_server_span_joins_its_loops_finding_or_is_left_out() {
+    let mut traces: Vec<Trace> = (1..=2).map(|n| orm_over_driver(n, 6, false)).collect();
+    // the same loop, cut from its server span at the end of the window
+    traces.push(without_server_span(3, 6, "authors", 23));
+    // another loop that only a cut trace shows
+    traces.push(without_server_span(4, 8, "feed", 77));
+    let a = analyze(&ingest(&document(&traces, "python")), &Options::default());
+    assert_eq!(a.summary.requests_with_server_span, 2);
+    assert_eq!(a.summary.requests_without_server_span, 2);
+    assert_eq!(a.summary.db_calls, 12 + 6 + 8);
+    assert_eq!(
+        (
+            a.summary.orphan_findings_joined,
+            a.summary.orphan_findings_left_out
+        ),
+        (1, 1)
+    );
+    assert_eq!(a.summary.findings.len(), 1, "{:?}", a.summary.findings);
+    let f = &a.summary.findings[0];
+    assert_eq!(f.example.route, "GET /authors");
+    assert_eq!(f.requests, 3);
+    assert!(
+        f.example.evidence.contains("views.py:23"),
+        "{}",
+        f.example.evidence
+    );
+    // with no request's server span at all, the traces are judged as they are
+    let a = analyze(
+        &ingest(&document(
+            &[without_server_span(5, 8, "feed", 77)],
+            "python",
+        )),
+        &Options::default(),
+    );
+    assert_eq!(a.summary.requests_with_server_span, 0);
+    assert_eq!(a.summary.findings.len(), 1);
+}

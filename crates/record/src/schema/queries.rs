@@ -221,9 +221,34 @@ pub struct AnalysisRecord {
     /// Requests (and their DB calls) whose root started outside the analysed window.
     pub requests_outside_window: usize,
     pub calls_outside_window: usize,
+    /// What arrived twice and was counted once.
+    pub counted_once: CountedOnce,
+    /// Analysed requests that began at a server (or consumer) span; 0 with DB calls means
+    /// no request span arrived and a request's calls could not be told apart.
+    pub requests_with_server_span: usize,
+    /// Analysed traces whose server span never arrived (lost by an exporter's queue, or
+    /// cut at the end of the window): their calls counted, their loops never a finding of
+    /// their own while other requests have their server span.
+    pub requests_without_server_span: usize,
+    /// Loops found in those traces: joined to the same loop's finding (same statement and
+    /// call site), or left out where no request with its server span had it.
+    pub orphan_findings_joined: usize,
+    pub orphan_findings_left_out: usize,
     pub routes: Vec<RouteSummary>,
     pub findings: Vec<FindingSummary>,
     pub worst_requests: Vec<Request>,
+}
+
+/// Spans that said one thing twice, each counted once.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct CountedOnce {
+    /// The same span (trace and span id) received again: an SDK set up twice exports
+    /// everything twice (a gunicorn post_fork hook beside `opentelemetry-instrument`).
+    pub duplicate_spans: usize,
+    /// DB spans with a DB span of the same statement inside: two instrumentations of one
+    /// call (SQLAlchemy's over psycopg2's); the inner one is the call, with its timing.
+    pub nested_db_spans: usize,
 }
 
 /// The DB stack trie in brief (its stacks are parts of their own).
