@@ -79,7 +79,7 @@ impl TargetProcesses {
     /// the whole process table every `FULL_SCAN_EVERY` calls and where the kernel keeps no
     /// children lists.
     pub fn members(&mut self, proc: &ProcFs) -> Vec<i32> {
-        let full_scan = self.calls % FULL_SCAN_EVERY == 0;
+        let full_scan = self.calls.is_multiple_of(FULL_SCAN_EVERY);
         self.calls = self.calls.wrapping_add(1);
         let mut members: Vec<i32> = Vec::new();
         for &root in &self.roots {
