@@ -20,6 +20,7 @@ Usage::
 Add it before (or beside) the exporting processor; it only annotates spans.
 """
 
+import os
 import sys
 import sysconfig
 import traceback
@@ -35,10 +36,17 @@ _LIBRARY_DIRS = tuple(
 )
 
 
+# a launcher's folder: console scripts and entry points (a venv's bin/gunicorn,
+# /usr/local/bin/celery, Scripts\uwsgi.exe) are the root of every stack, not the application
+_LAUNCHER_DIRS = frozenset(("bin", "sbin", "Scripts"))
+
+
 def _is_app_file(filename):
     if filename.startswith("<"):
         return False
     if "site-packages" in filename or "dist-packages" in filename:
+        return False
+    if os.path.basename(os.path.dirname(filename)) in _LAUNCHER_DIRS:
         return False
     return not filename.startswith(_LIBRARY_DIRS)
 

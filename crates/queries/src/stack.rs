@@ -107,7 +107,20 @@ fn python_app(file: &str) -> bool {
         || file.contains("dist-packages")
         || file.starts_with('<')
         || file.contains("/lib/python")
-        || file.contains("\\lib\\python"))
+        || file.contains("\\lib\\python")
+        || entry_point(file))
+}
+
+/// A launcher, not the application: a console script or entry point in a `bin` folder (a
+/// venv's `bin/gunicorn`, `/usr/local/bin/celery`, Windows' `Scripts\uwsgi.exe`,
+/// `node_modules/.bin/ts-node`). It is the root of every stack and no line of it is the
+/// user's to fix.
+fn entry_point(file: &str) -> bool {
+    let parent = file
+        .rsplit(['/', '\\'])
+        .nth(1)
+        .unwrap_or_default();
+    matches!(parent, "bin" | "sbin" | ".bin" | "Scripts")
 }
 
 fn parse_go(text: &str) -> Vec<Frame> {
@@ -426,13 +439,52 @@ fn dotnet_app(function: &str) -> bool {
     !(LIBRARY.iter().any(|p| function.starts_with(p)) || function.contains("<>c"))
 }
 
+/// Node: a file of the application's own, not Node's (`node:`, `internal/`), a package's,
+/// a launcher's, or V8's frames without a file (`new Promise (<anonymous>)`, `native`).
 fn node_app(file: &str) -> bool {
-    !(file.starts_with("node:") || file.contains("node_modules") || file.starts_with("internal/"))
+    !(file.is_empty()
+        || file.starts_with("node:")
+        || file.contains("node_modules")
+        || file.starts_with("internal/")
+        || file.starts_with('<')
+        || file == "native"
+        || entry_point(file))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn console_scripts_and_v8s_anonymous_frames_are_never_the_application() {
+        // gunicorn's console script in a venv is the root of every stack of its workers
+        let text = "  File \"/srv/venv/bin/gunicorn\", line 8, in <module>
+    sys.exit(run())
+  File \"/srv/venv/lib/python3.11/site-packages/gunicorn/app/wsgiapp.py\", line 66, in run
+    WSGIApplication(\"%(prog)s [OPTIONS] [APP_MODULE]\", prog=prog).run()
+  File \"/srv/app/conduit/articles/views.py\", line 42, in get_articles
+    return schema.dump(articles)
+";
+        let frames = parse(text, Some(Language::Python));
+        let app: Vec<&str> = frames.iter().filter(|f| f.app).map(|f| f.function.as_str()).collect();
+        assert_eq!(app, ["get_articles"]);
+        for launcher in [
+            "/usr/local/bin/celery",
+            "C:\\app\\venv\\Scripts\\uwsgi.exe",
+            "/usr/bin/gunicorn",
+        ] {
+            assert!(!python_app(launcher), "{launcher}");
+        }
+        assert!(python_app("/srv/app/bin_tools/report.py"));
+        let text = "Error
+    at Query.run (/srv/app/node_modules/pg/lib/query.js:10:5)
+    at new Promise (<anonymous>)
+    at Object.<anonymous> (/srv/app/node_modules/.bin/ts-node:3:1)
+    at listArticles (/srv/app/src/articles.js:31:7)";
+        let frames = parse(text, Some(Language::Node));
+        let app: Vec<&str> = frames.iter().filter(|f| f.app).map(|f| f.function.as_str()).collect();
+        assert_eq!(app, ["listArticles"]);
+    }
 
     #[test]
     fn java_stack_from_the_span_stacktrace_processor() {
