@@ -18,6 +18,12 @@ Usage::
     trace.get_tracer_provider().add_span_processor(StackSpanProcessor())
 
 Add it before (or beside) the exporting processor; it only annotates spans.
+
+Under ``opentelemetry-instrument`` nothing is to be written: installed, the package is
+loaded through OpenTelemetry's ``opentelemetry_post_instrument`` entry point once the SDK
+is configured, and adds itself to the tracer provider (``KILN_OTEL_STACKS=off`` leaves it
+out). It keeps no state, so a pre-fork server's workers (gunicorn, uwsgi) carry it over
+their fork as they carry the SDK.
 """
 
 import os
@@ -28,7 +34,7 @@ import traceback
 from opentelemetry.sdk.trace import SpanProcessor
 from opentelemetry.trace import SpanKind
 
-__all__ = ["StackSpanProcessor"]
+__all__ = ["StackSpanProcessor", "install"]
 
 _LIBRARY_DIRS = tuple(
     p for p in {sysconfig.get_paths().get("stdlib"), sysconfig.get_paths().get("platstdlib"),
@@ -96,3 +102,23 @@ class StackSpanProcessor(SpanProcessor):
 
     def force_flush(self, timeout_millis=30000):
         return True
+
+
+_installed = False
+
+
+def install():
+    """Adds a StackSpanProcessor to the global tracer provider, once; what
+    ``opentelemetry-instrument`` calls through the entry point. Does nothing without the
+    SDK's provider (a no-op API provider has no processors) or with KILN_OTEL_STACKS=off."""
+    global _installed
+    if _installed or os.environ.get("KILN_OTEL_STACKS", "").lower() in ("off", "0", "false"):
+        return
+    from opentelemetry import trace
+
+    provider = trace.get_tracer_provider()
+    add = getattr(provider, "add_span_processor", None)
+    if add is None:
+        return
+    add(StackSpanProcessor())
+    _installed = True

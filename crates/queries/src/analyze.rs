@@ -447,33 +447,76 @@ pub fn analyze(ingest: &Ingest, options: &Options) -> Analysis {
     };
     // Two instrumentations of one call (SQLAlchemy's span with psycopg2's inside): the outer
     // span is no call of its own; the inner one is, with its timing and values, and the
-    // outer one's stack when it has none.
+    // outer one's stack when it has none. Inside means its child, or (SQLAlchemy's span is
+    // never made current, so psycopg2's is its sibling) a sibling from another
+    // instrumentation whose time lies within it: a loop's own parallel calls come from one.
     let mut wrapped_by: HashMap<usize, usize> = HashMap::new();
     let mut wrappers: std::collections::HashSet<usize> = Default::default();
+    let mut siblings: HashMap<(u128, Option<u64>), Vec<usize>> = HashMap::new();
+    for (i, span) in ingest.spans.iter().enumerate() {
+        if !index.is_duplicate(i) && is_db_call(span) {
+            (siblings
+                .entry((span.trace_id, span.parent_span_id))
+                .or_default())
+            .push(i);
+        }
+    }
+    let mut same_statement = |inner: &Span, outer: &Span| {
+        let (Some(a), Some(b)) = (&inner.db, &outer.db) else {
+            return false;
+        };
+        let mut shape = |db: &crate::model::DbAttrs| {
+            db.text.as_deref().map(|t| {
+                cache
+                    .get(&db.system, t, db.collection.as_deref())
+                    .0
+                    .shape
+                    .clone()
+            })
+        };
+        a.text == b.text || shape(a) == shape(b)
+    };
     for (i, span) in ingest.spans.iter().enumerate() {
         if index.is_duplicate(i) || !is_db_call(span) {
             continue;
         }
-        let Some(parent) = index.parent(i) else {
-            continue;
-        };
-        let outer = &ingest.spans[parent];
-        if !is_db_call(outer) {
-            continue;
+        if let Some(parent) = index.parent(i) {
+            let outer = &ingest.spans[parent];
+            if is_db_call(outer) && !wrappers.contains(&parent) && same_statement(span, outer) {
+                wrapped_by.insert(i, parent);
+                wrappers.insert(parent);
+            }
         }
-        let (Some(inner_db), Some(outer_db)) = (&span.db, &outer.db) else {
-            continue;
-        };
-        let mut shape = |db: &crate::model::DbAttrs| {
-            db.text
-                .as_deref()
-                .map(|t| cache.get(&db.system, t, db.collection.as_deref()).0)
-        };
-        if inner_db.text == outer_db.text
-            || shape(inner_db).map(|f| f.shape.clone()) == shape(outer_db).map(|f| f.shape.clone())
-        {
-            wrapped_by.insert(i, parent);
-            wrappers.insert(parent);
+    }
+    /// How far back among a parent's DB spans (by start) an enclosing one is looked for.
+    const ENCLOSING_WITHIN: usize = 8;
+    for group in siblings.values_mut() {
+        group.sort_by_key(|&i| {
+            (
+                ingest.spans[i].start_ns,
+                std::cmp::Reverse(ingest.spans[i].end_ns),
+            )
+        });
+        for j in 0..group.len() {
+            let inner_i = group[j];
+            if wrapped_by.contains_key(&inner_i) {
+                continue;
+            }
+            let inner = &ingest.spans[inner_i];
+            for &outer_i in group[j.saturating_sub(ENCLOSING_WITHIN)..j].iter().rev() {
+                let outer = &ingest.spans[outer_i];
+                let encloses = outer.start_ns <= inner.start_ns && inner.end_ns <= outer.end_ns;
+                if encloses
+                    && outer.scope != inner.scope
+                    && !wrappers.contains(&outer_i)
+                    && !wrapped_by.contains_key(&outer_i)
+                    && same_statement(inner, outer)
+                {
+                    wrapped_by.insert(inner_i, outer_i);
+                    wrappers.insert(outer_i);
+                    break;
+                }
+            }
         }
     }
 

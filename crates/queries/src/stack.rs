@@ -116,10 +116,7 @@ fn python_app(file: &str) -> bool {
 /// `node_modules/.bin/ts-node`). It is the root of every stack and no line of it is the
 /// user's to fix.
 fn entry_point(file: &str) -> bool {
-    let parent = file
-        .rsplit(['/', '\\'])
-        .nth(1)
-        .unwrap_or_default();
+    let parent = file.rsplit(['/', '\\']).nth(1).unwrap_or_default();
     matches!(parent, "bin" | "sbin" | ".bin" | "Scripts")
 }
 
@@ -466,7 +463,11 @@ mod tests {
     return schema.dump(articles)
 ";
         let frames = parse(text, Some(Language::Python));
-        let app: Vec<&str> = frames.iter().filter(|f| f.app).map(|f| f.function.as_str()).collect();
+        let app: Vec<&str> = frames
+            .iter()
+            .filter(|f| f.app)
+            .map(|f| f.function.as_str())
+            .collect();
         assert_eq!(app, ["get_articles"]);
         for launcher in [
             "/usr/local/bin/celery",
@@ -482,7 +483,11 @@ mod tests {
     at Object.<anonymous> (/srv/app/node_modules/.bin/ts-node:3:1)
     at listArticles (/srv/app/src/articles.js:31:7)";
         let frames = parse(text, Some(Language::Node));
-        let app: Vec<&str> = frames.iter().filter(|f| f.app).map(|f| f.function.as_str()).collect();
+        let app: Vec<&str> = frames
+            .iter()
+            .filter(|f| f.app)
+            .map(|f| f.function.as_str())
+            .collect();
         assert_eq!(app, ["listArticles"]);
     }
 

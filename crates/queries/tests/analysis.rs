@@ -5,6 +5,7 @@ use kiln_queries::analyze::{analyze, FindingKind, Options};
 use kiln_queries::trie::{Frames, StackTrie};
 use kiln_queries::Ingest;
 use serde_json::{json, Value};
+use std::collections::BTreeMap;
 
 struct Trace {
     trace: u128,
@@ -87,11 +88,24 @@ impl Trace {
     }
 }
 
+/// The traces as one service's OTLP/JSON document; a span with a `_scope` key comes from
+/// that instrumentation scope, the others from `test`.
 fn document(traces: &[Trace], language: &str) -> String {
-    let spans: Vec<Value> = traces.iter().flat_map(|t| t.spans.clone()).collect();
+    let mut scopes: BTreeMap<String, Vec<Value>> = BTreeMap::new();
+    for mut span in traces.iter().flat_map(|t| t.spans.clone()) {
+        let scope = match span.as_object_mut().and_then(|o| o.remove("_scope")) {
+            Some(Value::String(scope)) => scope,
+            _ => "test".to_string(),
+        };
+        scopes.entry(scope).or_default().push(span);
+    }
+    let scope_spans: Vec<Value> = scopes
+        .into_iter()
+        .map(|(name, spans)| json!({"scope": {"name": name}, "spans": spans}))
+        .collect();
     json!({"resourceSpans": [{
         "resource": {"attributes": [attr("service.name", json!("shop")), attr("telemetry.sdk.language", json!(language))]},
-        "scopeSpans": [{"scope": {"name": "test"}, "spans": spans}]
+        "scopeSpans": scope_spans
     }]})
     .to_string()
 }
@@ -1153,20 +1167,36 @@ fn an_app_under_a_vendor_wide_prefix_is_learned_from_its_handler_spans() {
     assert!(a.summary.findings[0].example.no_app_frame);
 }
 
+/// How two instrumentations of one call place their spans.
+#[derive(Clone, Copy, Debug)]
+enum Nesting {
+    /// the driver's span a child of the ORM's
+    Child,
+    /// both children of the request's span, the driver's within the ORM's time, each from
+    /// its own instrumentation scope (SQLAlchemy's span is never made current)
+    Sibling,
+}
+
 /// A request of `/authors` whose loop reads `k` books from views.py line 23, each read
 /// recorded as SQLAlchemy records it over psycopg2 under `opentelemetry-instrument`: an ORM
 /// span with the statement and the stack, and the driver's span of the same statement
 /// inside it (with `inner_stack`, the driver's span carries the stack too).
-fn orm_over_driver(trace: u128, k: usize, inner_stack: bool) -> Trace {
+fn orm_over_driver(trace: u128, k: usize, inner_stack: bool, nesting: Nesting) -> Trace {
     let stack = python_stack(&[("/srv/shop/views.py", 23, "authors")]);
     let mut t = Trace::new(trace);
     let root = t.server("/authors");
     for i in 0..k {
         let sql = format!("SELECT title FROM books WHERE author_id = {i}");
         let outer = t.query(root, &sql, Some(&stack), 1_200_000);
+        t.spans.last_mut().unwrap()["_scope"] = json!("opentelemetry.instrumentation.sqlalchemy");
         // the driver's span starts inside the ORM's and ends before it
         t.clock -= 1_100_000;
-        t.query(outer, &sql, inner_stack.then_some(stack.as_str()), 900_000);
+        let parent = match nesting {
+            Nesting::Child => outer,
+            Nesting::Sibling => root,
+        };
+        t.query(parent, &sql, inner_stack.then_some(stack.as_str()), 900_000);
+        t.spans.last_mut().unwrap()["_scope"] = json!("opentelemetry.instrumentation.psycopg2");
         t.clock += 300_000;
     }
     t
@@ -1174,27 +1204,65 @@ fn orm_over_driver(trace: u128, k: usize, inner_stack: bool) -> Trace {
 
 #[test]
 fn a_statement_two_instrumentations_record_is_one_call() {
-    for inner_stack in [false, true] {
+    for (inner_stack, nesting) in [
+        (false, Nesting::Child),
+        (true, Nesting::Child),
+        (false, Nesting::Sibling),
+        (true, Nesting::Sibling),
+    ] {
+        let case = format!("inner stack {inner_stack}, {nesting:?}");
         // three reads: under the N+1 threshold of 5, as the app really is; six if counted twice
         let a = analyze(
-            &ingest(&document(&[orm_over_driver(1, 3, inner_stack)], "python")),
+            &ingest(&document(
+                &[orm_over_driver(1, 3, inner_stack, nesting)],
+                "python",
+            )),
             &Options::default(),
         );
-        assert_eq!(a.summary.db_calls, 3);
-        assert_eq!(a.summary.counted_once.nested_db_spans, 3);
-        assert!(a.summary.findings.is_empty(), "{:?}", a.summary.findings);
+        assert_eq!(a.summary.db_calls, 3, "{case}");
+        assert_eq!(a.summary.counted_once.nested_db_spans, 3, "{case}");
+        assert!(
+            a.summary.findings.is_empty(),
+            "{case}: {:?}",
+            a.summary.findings
+        );
         // the inner span's timing: 0.9 ms a call
-        assert_eq!(a.summary.worst_requests[0].db_time_ns, 3 * 900_000);
+        assert_eq!(
+            a.summary.worst_requests[0].db_time_ns,
+            3 * 900_000,
+            "{case}"
+        );
         // six reads are an N+1 of six, at the loop's line
         let a = analyze(
-            &ingest(&document(&[orm_over_driver(2, 6, inner_stack)], "python")),
+            &ingest(&document(
+                &[orm_over_driver(2, 6, inner_stack, nesting)],
+                "python",
+            )),
             &Options::default(),
         );
-        assert_eq!(a.summary.db_calls, 6);
+        assert_eq!(a.summary.db_calls, 6, "{case}");
         let f = &a.summary.findings[0].example;
-        assert_eq!((f.kind, f.calls), (FindingKind::NPlusOne, 6));
-        assert!(f.evidence.contains("views.py:23"), "{}", f.evidence);
+        assert_eq!((f.kind, f.calls), (FindingKind::NPlusOne, 6), "{case}");
+        assert!(f.evidence.contains("views.py:23"), "{case}: {}", f.evidence);
     }
+}
+
+#[test]
+fn parallel_calls_of_one_instrumentation_stay_calls_of_their_own() {
+    // six reads at once from one loop (asyncio.gather): overlapping, one scope, six calls
+    let stack = python_stack(&[("/srv/shop/views.py", 23, "authors")]);
+    let mut t = Trace::new(9);
+    let root = t.server("/authors");
+    for i in 0..6u64 {
+        let sql = format!("SELECT title FROM books WHERE author_id = {i}");
+        // each starts 0.1 ms after the one before and ends before it: within its time
+        let runs = 5_000_000 - i * 500_000;
+        t.query(root, &sql, Some(&stack), runs);
+        t.clock -= runs + 1000 - 100_000;
+    }
+    let a = analyze(&ingest(&document(&[t], "python")), &Options::default());
+    assert_eq!(a.summary.db_calls, 6);
+    assert_eq!(a.summary.counted_once.nested_db_spans, 0);
 }
 
 /// A request of `/home` making `distinct` different reads from lines of their own, and one
@@ -1262,7 +1330,9 @@ fn without_server_span(trace: u128, k: usize, function: &str, line: u32) -> Trac
 
 #[test]
 fn a_trace_without_its_server_span_joins_its_loops_finding_or_is_left_out() {
-    let mut traces: Vec<Trace> = (1..=2).map(|n| orm_over_driver(n, 6, false)).collect();
+    let mut traces: Vec<Trace> = (1..=2)
+        .map(|n| orm_over_driver(n, 6, false, Nesting::Sibling))
+        .collect();
     // the same loop, cut from its server span at the end of the window
     traces.push(without_server_span(3, 6, "authors", 23));
     // another loop that only a cut trace shows

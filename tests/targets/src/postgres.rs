@@ -51,8 +51,47 @@ fn free_port() -> io::Result<u16> {
         .port())
 }
 
+/// The file under the data directory where `start_logging_statements` logs.
+const STATEMENT_LOG: &str = "log/statements.log";
+
 impl Postgres {
     pub fn start() -> io::Result<Self> {
+        Self::start_with(&[])
+    }
+
+    /// A server that logs every statement it runs (`log_statement = all`): the truth of
+    /// what an application sent, read back by [`Postgres::statements`].
+    pub fn start_logging_statements() -> io::Result<Self> {
+        Self::start_with(&[
+            "logging_collector=on",
+            "log_directory=log",
+            "log_filename=statements.log",
+            "log_statement=all",
+        ])
+    }
+
+    /// The statements the server logged so far (`start_logging_statements`), in order, each
+    /// as it was sent.
+    pub fn statements(&self) -> io::Result<Vec<String>> {
+        let log = std::fs::read_to_string(self.dir.join("data").join(STATEMENT_LOG))?;
+        let mut out: Vec<String> = Vec::new();
+        for line in log.lines() {
+            match line.split_once("LOG:  statement: ") {
+                Some((_, statement)) => out.push(statement.to_string()),
+                // a statement's further lines are indented by a tab
+                None if line.starts_with('\t') => {
+                    if let Some(last) = out.last_mut() {
+                        last.push('\n');
+                        last.push_str(&line[1..]);
+                    }
+                }
+                None => {}
+            }
+        }
+        Ok(out)
+    }
+
+    fn start_with(settings: &[&str]) -> io::Result<Self> {
         let bin = bin_dir()?;
         // SAFETY: geteuid has no preconditions
         let root = unsafe { libc::geteuid() } == 0;
@@ -110,6 +149,7 @@ impl Postgres {
                 "-c",
             ])
             .arg(format!("unix_socket_directories={}", dir.display()))
+            .args(settings.iter().flat_map(|s| ["-c", s]))
             .stdout(Stdio::null())
             .stderr(Stdio::null());
         as_user(&mut server, user);

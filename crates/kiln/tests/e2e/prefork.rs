@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use crate::common::apps::{free_port, python, wait_port, workspace, KilledGroup};
 use crate::common::{self, kiln};
 use kiln_sample::ProcFs;
+use kiln_targets::postgres::Postgres;
 
 /// gunicorn with `workers` sync workers serving tests/apps/python_prefork on `port`, once
 /// every worker is up.
@@ -125,4 +126,139 @@ fn a_gunicorn_masters_workers_are_the_target_and_their_cpu_is_its_cpu() {
             && text.contains(&format!("{master} gunicorn (master)")),
         "{text}"
     );
+}
+
+/// The Conduit-shaped Flask app (tests/apps/python_conduit) under `opentelemetry-instrument
+/// gunicorn -w 2`, as its users deploy it, on a PostgreSQL that logs every statement;
+/// `fixed` loads the tags in one statement instead of one per article.
+fn conduit(pg: &Postgres, port: u16, otlp_port: u16, fixed: bool) -> KilledGroup {
+    let python = python();
+    let bin = python.parent().unwrap();
+    let mut server = KilledGroup(
+        Command::new(bin.join("opentelemetry-instrument"))
+            .arg(bin.join("gunicorn"))
+            .args(["-w", "2", "-b", &format!("127.0.0.1:{port}")])
+            .arg("--chdir")
+            .arg(workspace().join("tests/apps/python_conduit"))
+            .arg("app:app")
+            .env(
+                "DATABASE_URL",
+                format!("postgresql+psycopg2://kiln@127.0.0.1:{}/postgres", pg.port),
+            )
+            .env("CONDUIT_FIXED", if fixed { "1" } else { "0" })
+            .env("OTEL_SERVICE_NAME", "conduit")
+            .env("OTEL_TRACES_EXPORTER", "otlp")
+            .env("OTEL_METRICS_EXPORTER", "none")
+            .env("OTEL_LOGS_EXPORTER", "none")
+            .env("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/protobuf")
+            .env(
+                "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+                format!("http://127.0.0.1:{otlp_port}/v1/traces"),
+            )
+            .env("OTEL_BSP_SCHEDULE_DELAY", "200")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .expect("opentelemetry-instrument gunicorn starts"),
+    );
+    wait_port(
+        port,
+        &mut server.0,
+        "gunicorn under opentelemetry-instrument",
+    );
+    server
+}
+
+/// One run of kiln against the Conduit app, and what PostgreSQL logged meanwhile: (the run's
+/// text, its queries.json, the app's statements of the run).
+fn conduit_run(fixed: bool) -> (String, serde_json::Value, Vec<String>, i32) {
+    let pg = Postgres::start_logging_statements().expect("PostgreSQL starts");
+    let schema =
+        std::fs::read_to_string(workspace().join("tests/apps/python_conduit/schema.sql")).unwrap();
+    pg.psql(&schema).expect("the schema loads");
+    let (port, otlp_port) = (free_port(), free_port());
+    let server = conduit(&pg, port, otlp_port, fixed);
+    let master = server.0.id() as i32;
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("run");
+    let before = pg.statements().unwrap().len();
+    let run = kiln(&[
+        "run",
+        &format!("http://127.0.0.1:{port}/api/articles"),
+        "-c",
+        "2",
+        "-d",
+        "4s",
+        "--watch-port",
+        &port.to_string(),
+        "--otlp-listen",
+        &format!("127.0.0.1:{otlp_port}"),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let text = String::from_utf8_lossy(&run.stdout).to_string();
+    assert_eq!(run.status.code(), Some(0), "{text}");
+    drop(server);
+    let statements: Vec<String> = pg.statements().unwrap()[before..]
+        .iter()
+        .filter(|s| s.contains("articles") || s.contains("tags"))
+        .cloned()
+        .collect();
+    let queries: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("queries.json")).unwrap()).unwrap();
+    (text, queries, statements, master)
+}
+
+#[test]
+fn conduit_under_opentelemetry_instrument_and_gunicorn_counts_each_db_call_once() {
+    let _turn = common::group("prefork");
+    let app = workspace().join("tests/apps/python_conduit/app.py");
+    let loop_line = crate::common::apps::line_of(&app, "conduit: tag list");
+    for fixed in [false, true] {
+        let (text, queries, statements, master) = conduit_run(fixed);
+        let a = &queries["analysis"];
+        // the truth: PostgreSQL's log, one list statement a request and the tags' after it
+        let lists = statements.iter().filter(|s| s.contains("LIMIT")).count();
+        let per_request = if fixed { 2 } else { 11 };
+        assert!(lists > 10, "{lists} requests served\n{text}");
+        assert_eq!(statements.len(), lists * per_request, "{statements:#?}");
+        // kiln: each call once, though SQLAlchemy's and psycopg2's spans both record it
+        let requests = a["requests_total"].as_u64().unwrap() as usize;
+        assert!(
+            requests * 10 >= lists * 9,
+            "kiln analysed {requests} of {lists}\n{text}"
+        );
+        assert_eq!(
+            a["db_calls"].as_u64(),
+            Some((requests * per_request) as u64),
+            "{text}"
+        );
+        assert!(
+            a["counted_once"]["nested_db_spans"].as_u64().unwrap() as usize
+                >= requests * per_request,
+            "{:#}",
+            a["counted_once"]
+        );
+        let n_plus_one = crate::common::apps::findings(a, "n_plus_one");
+        if fixed {
+            assert!(n_plus_one.is_empty(), "{n_plus_one:#?}\n{text}");
+        } else {
+            assert_eq!(n_plus_one.len(), 1, "{text}");
+            assert_eq!(n_plus_one[0]["calls"], 10);
+            // at the app's line, never gunicorn's console script
+            let evidence = n_plus_one[0]["evidence"].as_str().unwrap();
+            assert!(
+                evidence.contains(&format!("app.py:{loop_line}")),
+                "{evidence}"
+            );
+            assert!(!text.contains("bin/gunicorn"), "{text}");
+        }
+        // the master and its two workers are the target
+        assert!(
+            text.contains("processes 3 (2 workers): ")
+                && text.contains(&format!("{master} gunicorn (master)")),
+            "{text}"
+        );
+    }
 }
