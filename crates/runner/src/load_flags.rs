@@ -31,8 +31,9 @@ pub struct LoadFlags {
     /// load shape, thresholds; see `kiln plan check`).
     pub url: String,
 
-    /// Connections (closed model: each sends back to back; open model: opened up front)
-    /// [default: 50]. With a plan: its VUs.
+    /// Connections (closed model: each sends back to back; open model: opened up front, more
+    /// as arrivals wait) [default: 50; open model: what the rate needs at a 20 ms response,
+    /// one per load thread at least, 50 at most]. With a plan: its VUs.
     #[arg(help_heading = "Load", short = 'c', long = "connections")]
     pub connections: Option<usize>,
 
@@ -611,11 +612,31 @@ fn connections(args: &LoadFlags) -> usize {
     args.connections.unwrap_or(DEFAULT_CONNECTIONS)
 }
 
+/// A response time the open model opens connections for up front, by Little's law.
+const UP_FRONT_RESPONSE: Duration = Duration::from_millis(20);
+
+/// The open model's connections opened up front: `-c`, else what the peak rate needs at a
+/// 20 ms response (at least one per load thread, at most the default of 50). More open as
+/// arrivals wait with every connection busy (up to --max-connections). Connections opened for
+/// nothing are not free: a server that serves one connection at a time per worker (gunicorn's
+/// sync workers, uwsgi without threads) blocks reading one kiln is not sending on.
+fn open_connections(args: &LoadFlags, stages: &[kiln_load::RateStage]) -> usize {
+    args.connections.unwrap_or_else(|| {
+        let peak = stages.iter().map(|s| s.target_rate).fold(0.0, f64::max);
+        let threads = args
+            .threads
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+        let needed = (peak * UP_FRONT_RESPONSE.as_secs_f64()).ceil() as usize;
+        needed.clamp(threads.clamp(1, DEFAULT_CONNECTIONS), DEFAULT_CONNECTIONS)
+    })
+}
+
 fn open_model(args: &LoadFlags, stages: Vec<kiln_load::RateStage>) -> Model {
+    let connections = open_connections(args, &stages);
     Model::Open {
         stages,
-        connections: connections(args),
-        max_connections: args.max_connections.max(connections(args)),
+        connections,
+        max_connections: args.max_connections.max(connections),
         arrivals: match args.arrivals {
             ArrivalsArg::Uniform => kiln_load::Arrivals::Uniform,
             ArrivalsArg::Poisson => kiln_load::Arrivals::Poisson {

@@ -292,3 +292,53 @@ fn conduit_under_opentelemetry_instrument_and_gunicorn_counts_each_db_call_once(
         );
     }
 }
+
+/// kiln's run of `args` against `url`, as `kiln report --json` reads it back: its totals.
+fn totals_of(url: &str, args: &[&str]) -> serde_json::Value {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("run");
+    let run = kiln(&[&["run", url, "--out", out.to_str().unwrap()], args].concat());
+    assert_eq!(
+        run.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&run.stdout)
+    );
+    let report = kiln(&["report", out.to_str().unwrap(), "--json"]);
+    common::json_of(&report)["total"].clone()
+}
+
+#[test]
+fn an_open_model_at_a_low_rate_does_not_stall_sync_workers_with_idle_connections() {
+    let _turn = common::group("prefork");
+    let port = free_port();
+    let _server = gunicorn(port, 2);
+    let url = format!("http://127.0.0.1:{port}/work");
+    // one request at a time, as the server serves it: its own latency, the median of ten
+    let mut alone: Vec<Duration> = (0..10)
+        .map(|_| {
+            let started = Instant::now();
+            crate::common::apps::get(port, "/work");
+            started.elapsed()
+        })
+        .collect();
+    alone.sort();
+    let single_us = alone[5].as_micros() as f64;
+    // 5/s with kiln's defaults: the connections it opens up front are the rate's, and each
+    // sync worker answers as soon as a request comes
+    let t = totals_of(&url, &["--rate", "5", "-d", "6s"]);
+    assert_eq!(t["abandoned"], 0, "{t:#}");
+    assert_eq!(t["requests"], t["scheduled"], "{t:#}");
+    let p50 = t["latency"]["p50_us"].as_f64().unwrap();
+    assert!(
+        p50 <= 2.0 * single_us + 5_000.0,
+        "p50 {p50:.0}us, a request alone {single_us:.0}us: {t:#}"
+    );
+    // the same load with fifty connections opened up front (-c 50): each worker blocks on a
+    // connection nobody sends on, and the requests queue behind it for seconds
+    let t = totals_of(&url, &["--rate", "5", "-d", "6s", "-c", "50"]);
+    assert!(
+        t["latency"]["p99_us"].as_f64().unwrap() > 1_000_000.0,
+        "{t:#}"
+    );
+}
