@@ -33,6 +33,17 @@ fn read_files(ingest: &mut Ingest, files: &[PathBuf]) -> Result<()> {
     Ok(())
 }
 
+/// The window a run analysed its spans in (its measured load), when one of `files` is a run
+/// directory whose `queries.json` says it: the same spans judged again give the same reading.
+fn recorded_window(files: &[PathBuf]) -> Option<(u64, u64)> {
+    use kiln_record::schema::queries::QueriesRecord;
+    files.iter().filter(|f| f.is_dir()).find_map(|dir| {
+        let run = kiln_record::Run::open(dir).ok()?;
+        let record = run.part::<QueriesRecord>(kiln_record::parts::QUERIES_PART)?;
+        record.analysis.window_ns
+    })
+}
+
 pub fn run(args: QueriesArgs, stop: &StopSignal) -> Result<u8> {
     if args.files.is_empty() && args.listen.is_none() {
         bail!("give span files to analyse, or --listen to receive them (see kiln queries --help)");
@@ -105,7 +116,8 @@ pub fn run(args: QueriesArgs, stop: &StopSignal) -> Result<u8> {
             reason = stop.reason();
         }
     }
-    let written = write_report(&mut dir, &ingest, &settings, "kiln queries", read, None);
+    let window = recorded_window(&args.files);
+    let written = write_report(&mut dir, &ingest, &settings, "kiln queries", read, window);
     let report = or_fail(&mut dir, written)?;
     // Freeing a million spans one by one costs more than the analysis did; the process ends
     // right after this, and the OS takes the memory back at once.

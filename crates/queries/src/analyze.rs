@@ -711,6 +711,7 @@ pub fn analyze(ingest: &Ingest, options: &Options) -> Analysis {
         ignored_calls,
         calls_with_app_frame,
         calls_with_stack,
+        window_ns: options.window_ns,
         requests_outside_window: outside.len(),
         calls_outside_window,
         counted_once,

@@ -207,8 +207,43 @@ fn conduit_run(fixed: bool) -> (String, serde_json::Value, Vec<String>, i32) {
         .filter(|s| !matches!(s.trim(), "BEGIN" | "ROLLBACK" | "COMMIT"))
         .cloned()
         .collect();
-    let queries: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("queries.json")).unwrap()).unwrap();
+    let read = |dir: &std::path::Path| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(dir.join("queries.json")).unwrap()).unwrap()
+    };
+    let queries = read(&out);
+    // `kiln queries RUN_DIR` reads the run's spans again, in the run's measured window: the
+    // same reading, the same findings
+    let again = tmp.path().join("again");
+    let reread = kiln(&[
+        "queries",
+        out.to_str().unwrap(),
+        "--out",
+        again.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        reread.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&reread.stderr)
+    );
+    let (a, b) = (&queries["analysis"], &read(&again)["analysis"]);
+    for figure in [
+        "requests_total",
+        "db_calls",
+        "requests_outside_window",
+        "window_ns",
+    ] {
+        assert_eq!(a[figure], b[figure], "{figure}");
+    }
+    let ids = |a: &serde_json::Value| -> Vec<serde_json::Value> {
+        a["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f["id"].clone())
+            .collect()
+    };
+    assert_eq!(ids(a), ids(b));
     (text, queries, statements, master)
 }
 

@@ -218,6 +218,10 @@ pub struct AnalysisRecord {
     /// DB calls whose stack holds an application frame (of those with a stack).
     pub calls_with_app_frame: usize,
     pub calls_with_stack: usize,
+    /// The analysed window (Unix ns, from and to) when one was set: a run's measured load.
+    /// `kiln queries RUN_DIR` judges the run's spans in the same window again.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub window_ns: Option<(u64, u64)>,
     /// Requests (and their DB calls) whose root started outside the analysed window.
     pub requests_outside_window: usize,
     pub calls_outside_window: usize,
