@@ -462,13 +462,15 @@ mod tests {
   File \"/srv/app/conduit/articles/views.py\", line 42, in get_articles
     return schema.dump(articles)
 ";
-        let frames = parse(text, Some(Language::Python));
-        let app: Vec<&str> = frames
-            .iter()
-            .filter(|f| f.app)
-            .map(|f| f.function.as_str())
-            .collect();
-        assert_eq!(app, ["get_articles"]);
+        let app_functions = |text: &str, language: Language| -> Vec<String> {
+            let frames = parse(text, Some(language));
+            frames
+                .into_iter()
+                .filter(|f| f.app)
+                .map(|f| f.function)
+                .collect()
+        };
+        assert_eq!(app_functions(text, Language::Python), ["get_articles"]);
         for launcher in [
             "/usr/local/bin/celery",
             "C:\\app\\venv\\Scripts\\uwsgi.exe",
@@ -482,13 +484,7 @@ mod tests {
     at new Promise (<anonymous>)
     at Object.<anonymous> (/srv/app/node_modules/.bin/ts-node:3:1)
     at listArticles (/srv/app/src/articles.js:31:7)";
-        let frames = parse(text, Some(Language::Node));
-        let app: Vec<&str> = frames
-            .iter()
-            .filter(|f| f.app)
-            .map(|f| f.function.as_str())
-            .collect();
-        assert_eq!(app, ["listArticles"]);
+        assert_eq!(app_functions(text, Language::Node), ["listArticles"]);
     }
 
     #[test]

@@ -420,6 +420,19 @@ impl ProcFs {
         tree
     }
 
+    /// What the kernel counted so far for `pid` and every process it forked, in clock ticks:
+    /// its own times, those of the children it reaped, and those of its descendants alive
+    /// now. The truth a process tree's sampled CPU is held to; None when `pid` is gone.
+    pub fn tree_cpu_ticks(&self, pid: i32) -> Option<u64> {
+        let own = self.process(pid)?;
+        let alive: u64 = self.process_tree(pid)[1..]
+            .iter()
+            .filter_map(|&p| self.process(p))
+            .map(|t| t.utime + t.stime)
+            .sum();
+        Some(own.utime + own.stime + own.cutime + own.cstime + alive)
+    }
+
     /// The socket inodes a process holds (its fd links read `socket:[N]`).
     /// The process's open descriptors: how many, and the inodes of its sockets (one listing
     /// of /proc/PID/fd for both); None when they cannot be listed.

@@ -603,16 +603,8 @@ while True:
     time.sleep(0.1)
 "#;
 
-/// What the kernel says the process tree of `master` used so far, in clock ticks: its own
-/// times, its reaped children's, and those of its children alive now (with their children).
 fn tree_ticks(proc: &ProcFs, master: i32) -> u64 {
-    let own = proc.process(master).expect("the master runs");
-    let alive: u64 = proc.process_tree(master)[1..]
-        .iter()
-        .filter_map(|&p| proc.process(p))
-        .map(|t| t.utime + t.stime)
-        .sum();
-    own.utime + own.stime + own.cutime + own.cstime + alive
+    proc.tree_cpu_ticks(master).expect("the master runs")
 }
 
 #[test]

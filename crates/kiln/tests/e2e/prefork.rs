@@ -46,17 +46,10 @@ fn gunicorn(port: u16, workers: usize) -> KilledGroup {
     server
 }
 
-/// What the kernel says `master` and everything it forked used so far, in CPU seconds: its
-/// own times, its reaped children's, and those of its processes alive now.
+/// What the kernel counted for `master` and everything it forked so far, in CPU seconds.
 fn tree_cpu_s(master: i32) -> f64 {
-    let proc = ProcFs::default();
-    let own = proc.process(master).expect("the master runs");
-    let alive: u64 = proc.process_tree(master)[1..]
-        .iter()
-        .filter_map(|&p| proc.process(p))
-        .map(|t| t.utime + t.stime)
-        .sum();
-    (own.utime + own.stime + own.cutime + own.cstime + alive) as f64 / 100.0
+    let ticks = ProcFs::default().tree_cpu_ticks(master);
+    ticks.expect("the master runs") as f64 / 100.0
 }
 
 #[test]
