@@ -237,13 +237,24 @@ fn connection_churn(run: &RunRecord) -> Verdict {
                 keep-alive, a Connection: close it sends, or a keep-alive limit of one \
                 request), so every request pays for a new connection"
             .into(),
-        fix: "keep connections alive on the server: HTTP/1.1 persistent connections (no \
-              Connection: close), a keep-alive timeout and request limit above the client's \
-              pace (nginx keepalive_timeout and keepalive_requests, Tomcat \
-              maxKeepAliveRequests, Python's http.server protocol_version = \"HTTP/1.1\"); \
-              and a proxy in between keeping its upstream connections (nginx upstream \
-              keepalive)"
-            .into(),
+        fix: match sync_workers(run) {
+            // gunicorn's sync workers close every connection by design: keep-alive settings
+            // cannot change that, their worker class can
+            Some(master) => format!(
+                "the target is gunicorn's master ({master}) and workers, whose default sync \
+                 worker closes every connection and serves one at a time: a threaded or async \
+                 worker class keeps connections alive (gunicorn -k gthread --threads N, -k \
+                 gevent, or uvicorn's workers), or a proxy in front (nginx) keeps the clients' \
+                 connections while it forwards to the workers"
+            ),
+            None => "keep connections alive on the server: HTTP/1.1 persistent connections (no \
+                     Connection: close), a keep-alive timeout and request limit above the \
+                     client's pace (nginx keepalive_timeout and keepalive_requests, Tomcat \
+                     maxKeepAliveRequests, Python's http.server protocol_version = \
+                     \"HTTP/1.1\"); and a proxy in between keeping its upstream connections \
+                     (nginx upstream keepalive)"
+                .into(),
+        },
         impact: (cost, "latency"),
         data: json!({"connects": wire.connects, "requests": requests,
             "requests_per_connection": per_connection, "closed_by_target": wire.closed_by_target,
@@ -251,6 +262,17 @@ fn connection_churn(run: &RunRecord) -> Verdict {
             "latency_share": cost}),
     }
     .finish()])
+}
+
+/// The pid of the target's gunicorn master when the target is one with workers (the
+/// sampler names each process of a pre-fork target).
+fn sync_workers(run: &RunRecord) -> Option<i32> {
+    run.resources
+        .iter()
+        .filter_map(|s| s.process.as_ref())
+        .flat_map(|p| p.processes.first())
+        .find(|master| master.name == "gunicorn")
+        .map(|master| master.pid)
 }
 
 #[cfg(test)]
@@ -335,6 +357,52 @@ mod tests {
             w.closed_by_target = 20;
         });
         assert!(matches!(connection_churn(&grown), Verdict::Clear));
+    }
+
+    #[test]
+    fn gunicorns_churn_is_fixed_by_its_worker_class_not_keep_alive_settings() {
+        let churned = || {
+            run_with(|w| {
+                w.connects = 100;
+                w.connect_us = 100 * 150;
+                w.closed_by_target = 100;
+            })
+        };
+        let fix_of = |run: &RunRecord| match connection_churn(run) {
+            Verdict::Found(found) => found[0].fix.clone(),
+            _ => panic!("not found"),
+        };
+        let serving = |names: [&str; 3]| kiln_sample::ProcessSecond {
+            processes: names
+                .iter()
+                .enumerate()
+                .map(|(i, name)| kiln_sample::ServingProcess {
+                    pid: 100 + i as i32,
+                    name: name.to_string(),
+                    ppid: if i == 0 { 1 } else { 100 },
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        };
+        let mut gunicorn = churned();
+        gunicorn.resources = vec![kiln_sample::ResourceSecond {
+            process: Some(serving(["gunicorn"; 3])),
+            ..Default::default()
+        }];
+        let fix = fix_of(&gunicorn);
+        assert!(
+            fix.contains("gunicorn's master (100)") && fix.contains("-k gthread"),
+            "{fix}"
+        );
+        // nginx's workers keep connections alive when told: the keep-alive advice stands
+        let mut nginx = churned();
+        nginx.resources = vec![kiln_sample::ResourceSecond {
+            process: Some(serving(["nginx"; 3])),
+            ..Default::default()
+        }];
+        assert!(fix_of(&nginx).starts_with("keep connections alive"));
+        assert!(fix_of(&churned()).starts_with("keep connections alive"));
     }
 
     /// Connecting as long as the request takes is half of a closed-model request's time (its
