@@ -354,30 +354,19 @@ impl ProcFs {
             .collect()
     }
 
-    /// The processes forked by `pid`'s threads (`/proc/PID/task/TID/children`), or None
-    /// where the kernel does not keep those lists (CONFIG_PROC_CHILDREN) or `pid` is gone.
-    /// `main_thread_only` reads the main thread's list alone: the one a pre-fork master's
-    /// fork() lands in, one read where a process of 500 threads would need 500.
-    pub fn children(&self, pid: i32, main_thread_only: bool) -> Option<Vec<i32>> {
-        let tids = if main_thread_only {
-            vec![pid]
-        } else {
-            self.thread_ids(pid)?
-        };
-        let mut found = false;
-        let mut children = Vec::new();
-        for tid in tids {
-            if let Some(text) = self.read(&format!("proc/{pid}/task/{tid}/children")) {
-                found = true;
-                children.extend(
-                    text.split_whitespace()
-                        .filter_map(|c| c.parse::<i32>().ok()),
-                );
-            }
-        }
+    /// The processes forked by `pid`'s main thread (`/proc/PID/task/PID/children`), or None
+    /// where the kernel does not keep those lists (CONFIG_PROC_CHILDREN) or `pid` is gone. The
+    /// main thread's list is the one a pre-fork master's fork() lands in: one read where a
+    /// process of 500 threads would need 500 (a child of another thread is found by a scan
+    /// of the process table, `process_tree`).
+    pub fn children(&self, pid: i32) -> Option<Vec<i32>> {
+        let text = self.read(&format!("proc/{pid}/task/{pid}/children"))?;
+        let mut children: Vec<i32> = text
+            .split_whitespace()
+            .filter_map(|c| c.parse().ok())
+            .collect();
         children.sort_unstable();
-        children.dedup();
-        found.then_some(children)
+        Some(children)
     }
 
     /// A process's command name (its `comm`, as `ps` and `ss -p` show it).

@@ -403,6 +403,10 @@ impl Sampler {
     }
 
     fn read(&mut self) -> Reading {
+        // the clocks first, as the reading begins: a process absent from this reading that
+        // started after `boot_ticks` was born within the next interval
+        let at = Instant::now();
+        let boot_ticks = self.proc.is_live().then(boot_ticks).flatten();
         let members = match &mut self.target {
             Some(target) => target.members(&self.proc),
             None => Vec::new(),
@@ -423,8 +427,8 @@ impl Sampler {
             })
             .collect();
         Reading {
-            at: Instant::now(),
-            boot_ticks: self.proc.is_live().then(boot_ticks).flatten(),
+            at,
+            boot_ticks,
             cgroup: self.main_pid().and_then(|p| self.proc.cgroup(p)),
             kernel: self.proc.kernel_reading(),
             listeners: self

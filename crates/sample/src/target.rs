@@ -139,7 +139,7 @@ fn tree_by_children_lists(proc: &ProcFs, root: i32) -> Option<Vec<i32>> {
     let mut tree = vec![root];
     let mut i = 0;
     while i < tree.len() {
-        let children = proc.children(tree[i], true);
+        let children = proc.children(tree[i]);
         if i == 0 {
             // the root's list missing means the kernel has none (or the root just exited)
             children.as_ref()?;
