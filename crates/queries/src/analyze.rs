@@ -771,15 +771,15 @@ fn mark_ignored(calls: &mut [DbCall], options: &Options) -> usize {
 /// A loop found in a trace whose server span never arrived joins the finding of the same
 /// kind, statement and call site found in requests that have theirs (one loop, one
 /// finding); where none has it, it is left out: a trace cut at the window's end, or thinned
-/// by an exporter's full queue, is not the evidence a finding stands on. Only when no
-/// request has its server span (`any_served` false) are such traces judged on their own.
+/// by an exporter's full queue, is not the evidence a finding stands on. Only when every
+/// analysed request is such a trace (`any_whole` false) are they judged on their own.
 /// Returns how many were joined and how many left out.
 fn join_orphan_findings(
     findings: &mut Vec<Finding>,
     orphans: Vec<Finding>,
-    any_served: bool,
+    any_whole: bool,
 ) -> (usize, usize) {
-    if !any_served {
+    if !any_whole {
         findings.extend(orphans);
         return (0, 0);
     }

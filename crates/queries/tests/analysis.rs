@@ -121,6 +121,11 @@ fn python_stack(lines: &[(&str, u32, &str)]) -> String {
     s
 }
 
+/// The analysis of a Python service's `traces` with the default options.
+fn analysis_of(traces: &[Trace]) -> kiln_queries::analyze::Analysis {
+    analyze(&ingest(&document(traces, "python")), &Options::default())
+}
+
 fn ingest(text: &str) -> Ingest {
     let mut ingest = Ingest::new();
     assert!(ingest.add_json_text(text, "test"));
@@ -466,7 +471,7 @@ fn without_stacks_parent_spans_group_and_sites_are_unknown() {
             10_000_000,
         );
     }
-    let analysis = analyze(&ingest(&document(&[t], "python")), &Options::default());
+    let analysis = analysis_of(&[t]);
     assert_eq!(analysis.summary.findings.len(), 1);
     let f = &analysis.summary.findings[0].example;
     assert!(f.structural && f.site.is_empty());
@@ -486,7 +491,7 @@ fn parameterized_text_without_recorded_values_is_reported_as_unknown_values() {
     for _ in 0..5 {
         t.query(root, "SELECT * FROM t WHERE id = %s", None, 1000);
     }
-    let analysis = analyze(&ingest(&document(&[t], "python")), &Options::default());
+    let analysis = analysis_of(&[t]);
     assert_eq!(analysis.summary.findings.len(), 1);
     assert_eq!(
         analysis.summary.findings[0].example.kind,
@@ -511,7 +516,7 @@ fn recorded_parameters_tell_loops_from_repeats() {
             json!(format!("({},)", i % 2)),
         ));
     }
-    let analysis = analyze(&ingest(&document(&[t], "python")), &Options::default());
+    let analysis = analysis_of(&[t]);
     // two values among five calls: no N+1 at the default 5, a repeat of 3
     let kinds: Vec<FindingKind> = analysis
         .summary
@@ -985,7 +990,7 @@ fn the_same_row_loaded_twice_from_two_methods_is_one_redundant_finding_naming_bo
         Some(&second),
         200_000,
     );
-    let a = analyze(&ingest(&document(&[t], "python")), &Options::default());
+    let a = analysis_of(&[t]);
     let redundant: Vec<_> = a
         .summary
         .findings
@@ -1015,7 +1020,7 @@ fn the_same_row_loaded_twice_from_two_methods_is_one_redundant_finding_naming_bo
         Some(&first),
         200_000,
     );
-    let a = analyze(&ingest(&document(&[t], "python")), &Options::default());
+    let a = analysis_of(&[t]);
     assert_eq!(a.summary.findings.len(), 1);
     assert!(a.summary.findings[0]
         .example
@@ -1044,7 +1049,7 @@ fn db_spans_whose_server_span_was_lost_are_one_request_per_trace_not_routes_of_s
             ],
         );
     }
-    let a = analyze(&ingest(&document(&[t], "python")), &Options::default());
+    let a = analysis_of(&[t]);
     assert_eq!(a.summary.requests_total, 1);
     assert_eq!(a.summary.routes.len(), 1);
     assert_eq!(a.summary.routes[0].route, "(trace without its server span)");
@@ -1105,7 +1110,7 @@ fn a_fast_loop_that_is_all_of_a_fast_requests_db_time_is_not_high() {
                 call_ns,
             );
         }
-        let a = analyze(&ingest(&document(&[t], "python")), &Options::default());
+        let a = analysis_of(&[t]);
         format!("{:?}", a.summary.findings[0].example.severity)
     };
     // 0.8 ms in all: medium, though it is all of the request's DB time.
@@ -1212,13 +1217,7 @@ fn a_statement_two_instrumentations_record_is_one_call() {
     ] {
         let case = format!("inner stack {inner_stack}, {nesting:?}");
         // three reads: under the N+1 threshold of 5, as the app really is; six if counted twice
-        let a = analyze(
-            &ingest(&document(
-                &[orm_over_driver(1, 3, inner_stack, nesting)],
-                "python",
-            )),
-            &Options::default(),
-        );
+        let a = analysis_of(&[orm_over_driver(1, 3, inner_stack, nesting)]);
         assert_eq!(a.summary.db_calls, 3, "{case}");
         assert_eq!(a.summary.counted_once.nested_db_spans, 3, "{case}");
         assert!(
@@ -1233,13 +1232,7 @@ fn a_statement_two_instrumentations_record_is_one_call() {
             "{case}"
         );
         // six reads are an N+1 of six, at the loop's line
-        let a = analyze(
-            &ingest(&document(
-                &[orm_over_driver(2, 6, inner_stack, nesting)],
-                "python",
-            )),
-            &Options::default(),
-        );
+        let a = analysis_of(&[orm_over_driver(2, 6, inner_stack, nesting)]);
         assert_eq!(a.summary.db_calls, 6, "{case}");
         let f = &a.summary.findings[0].example;
         assert_eq!((f.kind, f.calls), (FindingKind::NPlusOne, 6), "{case}");
@@ -1260,7 +1253,7 @@ fn parallel_calls_of_one_instrumentation_stay_calls_of_their_own() {
         t.query(root, &sql, Some(&stack), runs);
         t.clock -= runs + 1000 - 100_000;
     }
-    let a = analyze(&ingest(&document(&[t], "python")), &Options::default());
+    let a = analysis_of(&[t]);
     assert_eq!(a.summary.db_calls, 6);
     assert_eq!(a.summary.counted_once.nested_db_spans, 0);
 }
@@ -1296,7 +1289,7 @@ fn spans_received_twice_are_counted_once() {
         spans: [once.spans.clone(), once.spans.clone()].concat(),
         ..Trace::new(1)
     };
-    let a = analyze(&ingest(&document(&[twice], "python")), &Options::default());
+    let a = analysis_of(&[twice]);
     assert_eq!(a.summary.requests_total, 1);
     assert_eq!(a.summary.db_calls, 13);
     assert_eq!(a.summary.counted_once.duplicate_spans, 14);
@@ -1307,7 +1300,7 @@ fn spans_received_twice_are_counted_once() {
         spans: [repeated.spans.clone(), repeated.spans.clone()].concat(),
         ..Trace::new(2)
     };
-    let a = analyze(&ingest(&document(&[twice], "python")), &Options::default());
+    let a = analysis_of(&[twice]);
     assert_eq!(a.summary.db_calls, 14);
     let f = &a.summary.findings[0].example;
     assert_eq!((f.kind, f.calls), (FindingKind::Redundant, 2));
@@ -1337,7 +1330,7 @@ fn a_trace_without_its_server_span_joins_its_loops_finding_or_is_left_out() {
     traces.push(without_server_span(3, 6, "authors", 23));
     // another loop that only a cut trace shows
     traces.push(without_server_span(4, 8, "feed", 77));
-    let a = analyze(&ingest(&document(&traces, "python")), &Options::default());
+    let a = analysis_of(&traces);
     assert_eq!(a.summary.requests_with_server_span, 2);
     assert_eq!(a.summary.requests_without_server_span, 2);
     assert_eq!(a.summary.db_calls, 12 + 6 + 8);
