@@ -715,7 +715,7 @@ pub fn analyze(ingest: &Ingest, options: &Options) -> Analysis {
         requests_outside_window: outside.len(),
         calls_outside_window,
         counted_once,
-        requests_with_server_span,
+        requests_with_server_span: Some(requests_with_server_span),
         requests_without_server_span,
         orphan_findings_joined,
         orphan_findings_left_out,

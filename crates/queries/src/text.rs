@@ -82,14 +82,14 @@ pub fn report_text(record: &QueriesRecord, top: usize) -> String {
             once.duplicate_spans, once.nested_db_spans
         );
     }
-    if a.requests_without_server_span > 0 && a.requests_with_server_span > 0 {
+    if a.requests_without_server_span > 0 && a.requests_with_server_span.unwrap_or(0) > 0 {
         let _ = writeln!(
             out,
             "Partial    {} traces arrived without their server span (lost by the exporter, or cut at the end of the window): their DB calls are counted; a loop in them joins the same loop's finding ({} joined), never one of its own ({} left out)",
             a.requests_without_server_span, a.orphan_findings_joined, a.orphan_findings_left_out
         );
     }
-    if a.db_calls > 0 && a.requests_with_server_span == 0 {
+    if a.db_calls > 0 && a.requests_with_server_span == Some(0) {
         out += "Unjudged   no server span arrived: a request's DB calls cannot be told from another's, so loops across a request cannot be seen.\n           Instrument the web framework: its server spans (Python: the framework's opentelemetry-instrumentation package beside opentelemetry-instrument; Django's instruments Django 2.0 or later only).\n";
     }
     if c.db_spans > 0 && c.db_with_caller == 0 {
@@ -107,7 +107,7 @@ pub fn report_text(record: &QueriesRecord, top: usize) -> String {
             k => format!(" ({k} left out of the findings by --ignore-*)"),
         }
     );
-    if a.findings.is_empty() && a.db_calls > 0 && a.requests_with_server_span == 0 {
+    if a.findings.is_empty() && a.db_calls > 0 && a.requests_with_server_span == Some(0) {
         out += "Findings   none that could be seen without request spans (above)\n";
     } else if a.findings.is_empty() {
         out += "Findings   none\n";
@@ -185,4 +185,36 @@ pub fn report_text(record: &QueriesRecord, top: usize) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v1_demo_record() -> QueriesRecord {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../record/tests/fixtures/v1-demo-planted/queries.json"
+        );
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+    }
+
+    /// A record written before server spans were counted does not count as one where none
+    /// arrived: its finding is shown, not "no server span arrived".
+    #[test]
+    fn a_record_from_before_server_spans_were_counted_is_not_unjudged() {
+        let mut record = v1_demo_record();
+        assert_eq!(record.analysis.requests_with_server_span, None);
+        let text = report_text(&record, 5);
+        assert!(!text.contains("Unjudged"), "{text}");
+        assert!(text.contains("Findings (1)"), "{text}");
+        record.analysis.requests_with_server_span = Some(0);
+        record.analysis.findings.clear();
+        let text = report_text(&record, 5);
+        assert!(text.contains("Unjudged   no server span arrived"), "{text}");
+        assert!(
+            text.contains("Findings   none that could be seen"),
+            "{text}"
+        );
+    }
 }

@@ -225,18 +225,25 @@ pub struct AnalysisRecord {
     /// Requests (and their DB calls) whose root started outside the analysed window.
     pub requests_outside_window: usize,
     pub calls_outside_window: usize,
-    /// What arrived twice and was counted once.
+    /// What arrived twice and was counted once (absent when nothing did, and in records
+    /// written before it was counted).
+    #[serde(skip_serializing_if = "CountedOnce::is_none")]
     pub counted_once: CountedOnce,
     /// Analysed requests that began at a server (or consumer) span; 0 with DB calls means
-    /// no request span arrived and a request's calls could not be told apart.
-    pub requests_with_server_span: usize,
+    /// no request span arrived and a request's calls could not be told apart. `None` in
+    /// records written before it was counted: unknown, not zero.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub requests_with_server_span: Option<usize>,
     /// Analysed traces whose server span never arrived (lost by an exporter's queue, or
     /// cut at the end of the window): their calls counted, their loops never a finding of
     /// their own while other requests have their server span.
+    #[serde(skip_serializing_if = "is_zero")]
     pub requests_without_server_span: usize,
     /// Loops found in those traces: joined to the same loop's finding (same statement and
     /// call site), or left out where no request with its server span had it.
+    #[serde(skip_serializing_if = "is_zero")]
     pub orphan_findings_joined: usize,
+    #[serde(skip_serializing_if = "is_zero")]
     pub orphan_findings_left_out: usize,
     pub routes: Vec<RouteSummary>,
     pub findings: Vec<FindingSummary>,
@@ -253,6 +260,16 @@ pub struct CountedOnce {
     /// DB spans with a DB span of the same statement inside: two instrumentations of one
     /// call (SQLAlchemy's over psycopg2's); the inner one is the call, with its timing.
     pub nested_db_spans: usize,
+}
+
+impl CountedOnce {
+    pub fn is_none(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// The DB stack trie in brief (its stacks are parts of their own).
