@@ -20,22 +20,28 @@ pub fn named_loop(name: &str, mut round: impl FnMut() + Send + 'static) -> Arc<A
     stop
 }
 
-/// Runs a timing measurement until one attempt meets its truth, at most `attempts` times.
+/// Runs a timing measurement until one attempt meets its truth, at most `attempts` times on
+/// an undisturbed machine.
 ///
 /// A shared 2-CPU VM (CI's included) has spells where other processes or the hypervisor take
 /// a core; a measurement caught in one is about the machine, not about kiln. Each attempt
 /// therefore records how much CPU others took meanwhile (`MachineLoad`). A defect in kiln
 /// (coordinated omission, a lost request, a wrong percentile) fails every attempt, so the
-/// test fails on it. Only when every attempt failed *and* every one of them ran on a busy
-/// machine is the verdict withheld, loudly: the checks that do not depend on timing (counts,
-/// lower bounds) are plain asserts inside `measure` and are judged every time.
+/// test fails on it. An attempt that failed on a disturbed machine is not counted among the
+/// `attempts` (up to twice as many in all, so a long spell ends the test in bounded
+/// time); only when every attempt failed *and* every one of them ran on a busy machine is the
+/// verdict withheld, loudly: the checks that do not depend on timing (counts, lower bounds)
+/// are plain asserts inside `measure` and are judged every time.
 pub fn timing_attempts(attempts: usize, mut measure: impl FnMut() -> Result<(), String>) {
+    let attempts = attempts.max(1);
     let mut failures = Vec::new();
-    let mut all_disturbed = true;
-    for attempt in 1..=attempts.max(1) {
+    let mut undisturbed_failures = 0;
+    let mut attempt = 0;
+    while undisturbed_failures < attempts && attempt < 2 * attempts {
+        attempt += 1;
         let load = MachineLoad::start();
         let outcome = measure();
-        let others = load.others_cores();
+        let disturbance = load.disturbance();
         match outcome {
             Ok(()) => {
                 for failure in &failures {
@@ -44,16 +50,16 @@ pub fn timing_attempts(attempts: usize, mut measure: impl FnMut() -> Result<(), 
                 return;
             }
             Err(why) => {
-                all_disturbed &= others.is_some_and(|c| c > BUSY_MACHINE_CORES);
-                let others = others.map_or("unknown".into(), |c| format!("{c:.2}"));
-                failures.push(format!(
-                    "attempt {attempt} (others used {others} cores): {why}"
-                ));
+                if !disturbance.as_ref().is_some_and(Disturbance::is_busy) {
+                    undisturbed_failures += 1;
+                }
+                let seen = disturbance.map_or("unknown".into(), |d| d.to_string());
+                failures.push(format!("attempt {attempt} ({seen}): {why}"));
             }
         }
     }
     let failures = failures.join("\n");
-    if all_disturbed {
+    if undisturbed_failures == 0 {
         eprintln!(
             "TIMING NOT JUDGED: the machine was busy with other work in every attempt:\n{failures}"
         );
@@ -98,11 +104,42 @@ pub fn append_to_file_named_by(var: &str, line: &str) {
 /// which a timing measurement on a 2-CPU machine is not a fair test.
 const BUSY_MACHINE_CORES: f64 = 0.3;
 
+/// CPU the hypervisor took (steal) above which an attempt is disturbed whatever the rest. Steal
+/// costs a wake-up more than its share says: a vCPU taken away holds every thread woken on it
+/// for the host's slice, milliseconds. 0.2 cores of steal moved a 5 ms service's p90 by 2 ms
+/// through the wake-ups a request makes (kiln's send, the target's read, kiln's read) while
+/// the same runs with under 0.03 cores of it held within 0.5 ms.
+const BUSY_HYPERVISOR_CORES: f64 = 0.05;
+
+/// What others took of the machine while an attempt ran.
+struct Disturbance {
+    /// Cores used by everything but this process, steal included.
+    others_cores: f64,
+    /// Of them, cores the hypervisor took from this VM.
+    steal_cores: f64,
+}
+
+impl Disturbance {
+    fn is_busy(&self) -> bool {
+        self.others_cores > BUSY_MACHINE_CORES || self.steal_cores > BUSY_HYPERVISOR_CORES
+    }
+}
+
+impl std::fmt::Display for Disturbance {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "others used {:.2} cores, {:.2} of them the hypervisor's steal",
+            self.others_cores, self.steal_cores
+        )
+    }
+}
+
 /// Busy CPU time of the whole host and of this process, to tell afterwards how much of the
 /// machine others took. Read here rather than through kiln-sample so that the sampler's own
 /// tests can use `timing_attempts` without a dependency cycle.
 struct MachineLoad {
-    host_busy_ticks: Option<u64>,
+    host: Option<HostTicks>,
     own_ticks: Option<u64>,
     started: Instant,
 }
@@ -110,24 +147,36 @@ struct MachineLoad {
 impl MachineLoad {
     fn start() -> Self {
         Self {
-            host_busy_ticks: host_busy_ticks(),
+            host: host_ticks(),
             own_ticks: own_ticks(),
             started: Instant::now(),
         }
     }
 
-    /// Cores used by everything but this process (steal included) since `start`.
-    fn others_cores(&self) -> Option<f64> {
-        let host = host_busy_ticks()?.checked_sub(self.host_busy_ticks?)?;
+    /// What everything but this process (steal included) took since `start`.
+    fn disturbance(&self) -> Option<Disturbance> {
+        let (now, before) = (host_ticks()?, self.host.as_ref()?);
+        let busy = now.busy.checked_sub(before.busy)?;
+        let steal = now.steal.checked_sub(before.steal)?;
         let own = own_ticks()?.checked_sub(self.own_ticks?)?;
         let seconds = self.started.elapsed().as_secs_f64().max(0.001);
         // USER_HZ is 100 on every Linux this runs on.
-        Some(host.saturating_sub(own) as f64 / 100.0 / seconds)
+        let cores = |ticks: u64| ticks as f64 / 100.0 / seconds;
+        Some(Disturbance {
+            others_cores: cores(busy.saturating_sub(own)),
+            steal_cores: cores(steal),
+        })
     }
 }
 
-/// user + nice + system + irq + softirq + steal of all CPUs, from /proc/stat's first line.
-fn host_busy_ticks() -> Option<u64> {
+/// The host's busy ticks (user + nice + system + irq + softirq + steal of all CPUs) and, of
+/// them, steal, from /proc/stat's first line.
+struct HostTicks {
+    busy: u64,
+    steal: u64,
+}
+
+fn host_ticks() -> Option<HostTicks> {
     let stat = std::fs::read_to_string("/proc/stat").ok()?;
     let fields: Vec<u64> = stat
         .lines()
@@ -138,7 +187,10 @@ fn host_busy_ticks() -> Option<u64> {
         .collect::<Option<_>>()?;
     // user nice system idle iowait irq softirq steal
     let busy = [0, 1, 2, 5, 6, 7];
-    Some(busy.iter().filter_map(|&i| fields.get(i)).sum())
+    Some(HostTicks {
+        busy: busy.iter().filter_map(|&i| fields.get(i)).sum(),
+        steal: *fields.get(7)?,
+    })
 }
 
 /// utime + stime of this process (all its threads), from /proc/self/stat.
@@ -196,7 +248,7 @@ mod tests {
             own <= 2 * wall_ticks + 5,
             "{own} ticks in {wall_ticks} ticks of wall time"
         );
-        assert!(load.others_cores().is_some());
+        assert!(load.disturbance().is_some());
     }
 
     #[test]
