@@ -702,6 +702,9 @@ pub fn analyze(ingest: &Ingest, options: &Options) -> Analysis {
     });
     worst.truncate(options.worst_requests);
     let db_calls = matched.iter().map(|&r| requests[r].db_calls).sum();
+    // saturating: span times are an exporter's, untrusted
+    let request_time_ns =
+        (matched.iter().map(|&r| requests[r].duration_ns)).fold(0u64, u64::saturating_add);
 
     let summary = AnalysisRecord {
         coverage: ingest.coverage.clone(),
@@ -719,6 +722,7 @@ pub fn analyze(ingest: &Ingest, options: &Options) -> Analysis {
         requests_without_server_span,
         orphan_findings_joined,
         orphan_findings_left_out,
+        request_time_ns: Some(request_time_ns),
         routes,
         findings: analysis_findings,
         worst_requests: worst,
@@ -835,12 +839,20 @@ fn new_request(ingest: &Ingest, span: &Span) -> Request {
     }
 }
 
+/// A finding's id: the same in every run of the same code, wherever it was checked out or
+/// installed. The site's frames count by function and file name, not by the file's folder
+/// (`/home/a/shop/views.py` and `/tmp/ci/shop/views.py` are one file), nor by line (an edit
+/// above the loop moves it).
 fn finding_id(kind: FindingKind, route: &str, fp: &str, site: &[Frame]) -> String {
-    let text = format!(
-        "{}|{kind:?}|{route}|{fp}|{:x}",
-        crate::sql::FINGERPRINT_VERSION,
-        hash_frames(site, false)
-    );
+    let mut text = format!("{}|{kind:?}|{route}|{fp}|", crate::sql::FINGERPRINT_VERSION);
+    for f in site {
+        let file = f.file.as_deref().unwrap_or("");
+        let name = file.rsplit(['/', '\\']).next().unwrap_or(file);
+        text.push_str(&f.function);
+        text.push('\u{1}');
+        text.push_str(name);
+        text.push('\u{2}');
+    }
     format!("{:012x}", xxh3_64(text.as_bytes()) >> 16)
 }
 
@@ -1203,11 +1215,11 @@ fn summarize_findings(findings: Vec<Finding>) -> Vec<FindingSummary> {
             list.sort_by(|a, b| b.calls.cmp(&a.calls).then(b.time_ns.cmp(&a.time_ns)));
             let mut counts: Vec<f64> = list.iter().map(|f| f.calls as f64).collect();
             counts.sort_by(f64::total_cmp);
-            let severity = list
-                .iter()
-                .map(|f| f.severity)
-                .max()
-                .unwrap_or(Severity::Low);
+            // the typical occurrence's severity (the median request's), not the worst one's:
+            // one slow request made a loop HIGH in one run and MEDIUM in its twin
+            let mut severities: Vec<Severity> = list.iter().map(|f| f.severity).collect();
+            severities.sort_unstable();
+            let severity = severities[severities.len() / 2];
             let time_total_ns = list.iter().map(|f| f.time_ns).fold(0, u64::saturating_add);
             let mut example = list[0].clone();
             example.severity = severity;
@@ -1226,6 +1238,7 @@ fn summarize_findings(findings: Vec<Finding>) -> Vec<FindingSummary> {
             .cmp(&a.example.severity)
             .then(b.time_total_ns.cmp(&a.time_total_ns))
             .then(b.calls_max.cmp(&a.calls_max))
+            .then(a.example.id.cmp(&b.example.id))
     });
     out
 }

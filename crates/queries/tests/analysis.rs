@@ -401,6 +401,29 @@ fn finding_ids_survive_line_edits_and_other_values() {
     assert_eq!(ids(&a), ids(&b));
 }
 
+/// The same code checked out in two places (or run from two venvs) has the same ids: a
+/// comparison of the unchanged app from two checkouts says nothing changed.
+#[test]
+fn finding_ids_are_the_same_from_another_checkout() {
+    let here = shop(9, 3);
+    let there = here.replace("/srv/shop/", "/home/ci/builds/7/shop/");
+    assert_ne!(here, there);
+    let ids = |doc: &str| {
+        let mut v: Vec<String> = analyze(&ingest(doc), &Options::default())
+            .summary
+            .findings
+            .iter()
+            .map(|f| f.example.id.clone())
+            .collect();
+        v.sort();
+        v
+    };
+    assert!(!ids(&here).is_empty());
+    assert_eq!(ids(&here), ids(&there));
+    // another file is another site
+    assert_ne!(ids(&here), ids(&here.replace("views.py", "api.py")));
+}
+
 #[test]
 fn route_filter_keeps_matching_requests_only() {
     let options = Options {
@@ -1360,4 +1383,48 @@ fn a_trace_without_its_server_span_joins_its_loops_finding_or_is_left_out() {
     );
     assert_eq!(a.summary.requests_with_server_span, Some(0));
     assert_eq!(a.summary.findings.len(), 1);
+}
+
+/// Requests to /feed (5 ms each), the i-th looping `calls[i]` times over one statement
+/// (0.2 ms a call: too little DB time for a loop's severity to rise with it).
+fn feed_loops(calls: &[usize]) -> Vec<Trace> {
+    let stack = python_stack(&[("/srv/shop/views.py", 31, "feed")]);
+    calls
+        .iter()
+        .enumerate()
+        .map(|(n, &k)| {
+            let mut t = Trace::new(500 + n as u128);
+            let root = t.server("/feed");
+            for i in 0..k {
+                t.query(
+                    root,
+                    &format!("SELECT body FROM posts WHERE id = {i}"),
+                    Some(&stack),
+                    200_000,
+                );
+            }
+            t
+        })
+        .collect()
+}
+
+/// A loop's severity is its typical request's: one request with 30 calls (HIGH on its own)
+/// beside four with 8 (MEDIUM) is a MEDIUM loop; in most requests at 30 it is HIGH.
+#[test]
+fn a_loops_severity_is_its_typical_requests_not_its_worst() {
+    let f = |calls: &[usize]| analysis_of(&feed_loops(calls)).summary.findings[0].clone();
+    let one_worst = f(&[30, 8, 8, 8, 8]);
+    assert_eq!(one_worst.requests, 5);
+    assert_eq!(one_worst.calls_max, 30);
+    assert_eq!(
+        one_worst.example.severity,
+        kiln_queries::analyze::Severity::Medium
+    );
+    assert_eq!(
+        f(&[30, 30, 30, 8, 8]).example.severity,
+        kiln_queries::analyze::Severity::High
+    );
+    // the analysis keeps the requests' time a finding's cost is a share of
+    let a = analysis_of(&feed_loops(&[8, 8]));
+    assert_eq!(a.summary.request_time_ns, Some(10_000_000));
 }

@@ -60,6 +60,13 @@ fn db_calls(run: &RunRecord) -> Verdict {
             } else {
                 0.0
             };
+            // ranked by what the loop cost in the run: its share of the requests' time (two
+            // loops in 99% of requests were ranked by id, a 974 ms one above a 3,778 ms one);
+            // by the share of requests in records from before the time was kept
+            let impact = match analysis.request_time_ns {
+                Some(total) if total > 0 => (f.time_total_ns as f64 / total as f64, "request time"),
+                _ => (share, "requests"),
+            };
             let title = format!(
                 "{} in {}: {}",
                 e.kind.title(),
@@ -82,7 +89,7 @@ fn db_calls(run: &RunRecord) -> Verdict {
                 window: run.window(),
                 cause: cause_of(e.kind).into(),
                 fix: safe_text(&e.fix),
-                impact: (share, "requests"),
+                impact,
                 data: json!({ "finding": f }),
             }
             .finish()
@@ -125,5 +132,36 @@ mod tests {
         );
         assert!((f.impact.share - 0.75).abs() < 1e-9);
         assert_eq!(f.id, crate::finding_id("db.n-plus-one", "a1b2c3"));
+    }
+
+    /// Two loops in every request rank by what they cost in the run, not by their ids.
+    #[test]
+    fn loops_in_as_many_requests_rank_by_their_time_in_the_run() {
+        let mut run = load_run(&vec![Second::ok(100); 5]);
+        let finding = |id: &str, time_total_ns: u64| {
+            json!({"id": id, "kind": "n_plus_one", "severity": "high", "route": "GET /feed",
+                "request": "r1", "fingerprint": id, "shape": "SELECT … WHERE id = ?",
+                "calls": 10, "distinct_values": 10, "time_ns": 5_000_000,
+                "share_of_db_time": 0.5, "site": [], "structural": false, "parallel": false,
+                "time_total_ns": time_total_ns, "summary": "SELECT", "requests": 198,
+                "calls_median": 10.0, "calls_max": 10, "evidence": "", "fix": ""})
+        };
+        run.queries = Some(
+            serde_json::from_value(json!({"analysis": {
+                "requests_matched": 200, "request_time_ns": 10_000_000_000u64,
+                "findings": [finding("aaa", 974_000_000), finding("bbb", 3_778_000_000)]}}))
+            .unwrap(),
+        );
+        let Verdict::Found(mut found) = db_calls(&run) else {
+            panic!()
+        };
+        crate::rank(&mut found);
+        let order: Vec<&str> = found
+            .iter()
+            .map(|f| f.data["finding"]["id"].as_str().unwrap())
+            .collect();
+        assert_eq!(order, ["bbb", "aaa"]);
+        assert!((found[0].impact.share - 0.3778).abs() < 1e-9);
+        assert_eq!(found[0].impact.of, "request time");
     }
 }

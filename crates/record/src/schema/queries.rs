@@ -245,6 +245,10 @@ pub struct AnalysisRecord {
     pub orphan_findings_joined: usize,
     #[serde(skip_serializing_if = "is_zero")]
     pub orphan_findings_left_out: usize,
+    /// The analysed requests' time, summed (ns): what a finding's time is a share of when
+    /// findings are ranked by their cost in the run. `None` in older records.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request_time_ns: Option<u64>,
     pub routes: Vec<RouteSummary>,
     pub findings: Vec<FindingSummary>,
     pub worst_requests: Vec<Request>,
