@@ -18,6 +18,13 @@ pub enum RunnerError {
         #[source]
         source: Box<RunnerError>,
     },
+    /// The load never started (the target could not be reached); the run directory says so.
+    #[error("{source} (recorded as failed in {})", dir.display())]
+    NotStarted {
+        dir: std::path::PathBuf,
+        #[source]
+        source: Box<RunnerError>,
+    },
     /// An error a library below says in words (a barrier that did not open, a profiler
     /// that would not start).
     #[error("{0}")]
@@ -76,7 +83,7 @@ impl RunnerError {
             | Self::PlanFile(_)
             | Self::Threshold(_)
             | Self::PlanThreshold(_) => true,
-            Self::While { source, .. } => source.is_refused(),
+            Self::While { source, .. } | Self::NotStarted { source, .. } => source.is_refused(),
             _ => false,
         }
     }

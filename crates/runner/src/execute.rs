@@ -137,15 +137,24 @@ pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut dyn Progress) -> Res
         otlp,
         gctrace,
     } = spec;
-    kiln_load::preflight(plan)?;
     // The main process (a pre-fork server's master) for what attaches to one process (a
     // JVM's tools); the runtime is read in a worker, where the requests run.
     let watch_pid = target.as_ref().map(TargetProcesses::main_pid);
     let runtime_pid = target
         .clone()
         .map(|mut t| t.runtime_process(&ProcFs::default()));
+    // A target that never answered the first connection is recorded as a failed run (the
+    // host's checks beside it say why a listener may not accept); a refused or misnamed one
+    // is the user's mistake, said in a line.
+    let preflight = match kiln_load::preflight(plan) {
+        Err(
+            e @ kiln_load::LoadError::Unreachable {
+                timed_out: true, ..
+            },
+        ) => Err(e),
+        said => Ok(said?),
+    };
     let mut dir = create_run_dir(&out, name, plan_record.into())?;
-    let mut writer = dir.add_json_lines_part(LOAD_SECONDS_PART, "load-seconds.jsonl", 1)?;
     let mut warnings = Vec::new();
     // The host as the run found it: the report shows it, the findings cite it.
     let doctor = DoctorRecord {
@@ -158,6 +167,15 @@ pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut dyn Progress) -> Res
     if let Err(e) = written {
         warnings.push(format!("the host checks were not recorded: {e:#}"));
     }
+    if let Err(e) = preflight {
+        let why = crate::RunnerError::from(e);
+        let _ = dir.finish(RunStatus::Failed, Some(crate::error_text(&why)));
+        return Err(crate::RunnerError::NotStarted {
+            dir: dir.path().to_path_buf(),
+            source: Box::new(why),
+        });
+    }
+    let mut writer = dir.add_json_lines_part(LOAD_SECONDS_PART, "load-seconds.jsonl", 1)?;
     if let Some(o) = &otlp {
         o.receiver.record_to(dir.path());
     }

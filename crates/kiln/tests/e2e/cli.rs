@@ -97,6 +97,70 @@ fn bad_input_gets_one_clear_line_and_a_nonzero_exit() {
     assert_eq!(target.answered(), 0, "bad input must not send load");
 }
 
+/// A listener whose accept queue is full answers no SYN: the first connection's wait ends
+/// with the run's `-d` (it waited the whole --connect-timeout before), and the run that never
+/// connected is recorded as failed, with why, and still reports.
+#[test]
+fn a_run_that_never_connected_ends_within_its_duration_and_is_recorded() {
+    let _turn = common::beside();
+    let (_listener, addr) = kiln_targets::idle_listener(0);
+    // fill the queue: connections the kernel completes until it completes no more
+    let mut queued = Vec::new();
+    for _ in 0..8 {
+        match std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(300)) {
+            Ok(c) => queued.push(c),
+            Err(_) => break,
+        }
+    }
+    assert!(
+        queued.len() < 8,
+        "the idle listener took {} connections",
+        queued.len()
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("r");
+    let started = Instant::now();
+    let out = kiln(&[
+        "run",
+        &format!("http://{addr}/"),
+        "-d",
+        "2s",
+        "--connect-timeout",
+        "10s",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    let took = started.elapsed();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        took < Duration::from_secs(5),
+        "a 2 s run took {took:?}: {stderr}"
+    );
+    assert!(stderr.contains("cannot connect"), "{stderr}");
+    assert!(stderr.contains("accept queue may be full"), "{stderr}");
+    assert!(stderr.contains("recorded as failed in"), "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    let run = manifest(&dir);
+    assert_eq!(run["status"], "failed", "{run:#}");
+    assert!(
+        run["status_reason"]
+            .as_str()
+            .unwrap()
+            .contains("cannot connect"),
+        "{run:#}"
+    );
+    // every reader takes it: the report says it failed and why
+    let report = kiln(&["report", dir.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&report.stdout);
+    assert!(
+        text.contains("cannot connect"),
+        "{text}\n{}",
+        String::from_utf8_lossy(&report.stderr)
+    );
+    drop(queued);
+}
+
 #[test]
 fn a_closed_run_reports_what_the_target_counted_and_report_rebuilds_it() {
     let _turn = common::beside();

@@ -119,7 +119,13 @@ pub enum LoadError {
     #[error(transparent)]
     Setup(#[from] crate::PlanError),
     #[error("cannot connect to {addr}: {kind}")]
-    Unreachable { addr: String, kind: String },
+    Unreachable {
+        addr: String,
+        kind: String,
+        /// No answer at all within the time (not refused, nor a TLS or name error): the
+        /// target may be there and overwhelmed, which a record of the run should show.
+        timed_out: bool,
+    },
     #[error("cannot start a load thread: {0}")]
     Thread(std::io::Error),
     #[error("a load thread failed ({0}); the phase's numbers are incomplete")]
@@ -183,10 +189,21 @@ fn preflight_one(
     rt: &tokio::runtime::Runtime,
 ) -> Result<(), LoadError> {
     let local = tokio::task::LocalSet::new();
+    // no longer than the run: `-d 3s` against a listener whose accept queue is full waited
+    // the whole --connect-timeout (5 s) before it said anything
+    let bound = plan
+        .connect_timeout
+        .min(plan.duration.max(Duration::from_secs(1)));
     local
-        .block_on(rt, async { setup.connect().await.map(drop) })
+        .block_on(rt, async {
+            match tokio::time::timeout(bound, setup.connect()).await {
+                Ok(connected) => connected.map(drop),
+                Err(_) => Err(ErrorKind::ConnectTimeout),
+            }
+        })
         .map_err(|kind| LoadError::Unreachable {
             addr: format!("{} ({})", setup.target.authority, setup.target.addr),
+            timed_out: kind == ErrorKind::ConnectTimeout,
             kind: match (kind, setup.tls_failure()) {
                 (ErrorKind::Tls, Some(why)) => {
                     let hint = if why.contains("certificate") && !plan.insecure {
@@ -196,6 +213,12 @@ fn preflight_one(
                     };
                     format!("TLS: {why}{hint}")
                 }
+                (ErrorKind::ConnectTimeout, _) => format!(
+                    "{} (no connection within {}: the listener's accept queue may be full, or \
+                     something drops the SYN)",
+                    kind.label(),
+                    kiln_record::text::us(bound.as_micros() as u64)
+                ),
                 _ => kind.label().to_string(),
             },
         })
