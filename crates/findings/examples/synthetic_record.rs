@@ -145,11 +145,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 parallel: false,
                 evidence: "12 calls".into(),
                 fix: "batch".into(),
+                end_unix_ms: 0,
             },
             requests: 1000,
             calls_median: 12.0,
             calls_max: 12,
             time_total_ns: 6_000_000_000,
+            ends_unix_ms: Vec::new(),
         })
         .collect();
     let routes = (0..20)

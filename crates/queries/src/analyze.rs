@@ -29,7 +29,7 @@ use crate::sql::{fingerprint, mask, Fingerprint, Mode};
 use crate::stack::{self, Language};
 pub use kiln_record::schema::queries::{
     AnalysisRecord, CountedOnce, Coverage, Finding, FindingKind, FindingSummary, FingerprintUse,
-    Frame, Request, RouteSummary, Severity, StatementClass,
+    Frame, Request, RouteSummary, Severity, StatementClass, SLOW_ENDS_KEPT,
 };
 
 #[derive(Clone, Debug)]
@@ -973,6 +973,7 @@ fn request_findings(
             parallel: n > 1 && sum_ns > time_ns.saturating_add(time_ns / 2),
             evidence,
             fix,
+            end_unix_ms: intervals.iter().map(|i| i.1).max().unwrap_or(0) / 1_000_000,
         }
     };
     for ((_, _, _), group) in groups {
@@ -1221,6 +1222,12 @@ fn summarize_findings(findings: Vec<Finding>) -> Vec<FindingSummary> {
             severities.sort_unstable();
             let severity = severities[severities.len() / 2];
             let time_total_ns = list.iter().map(|f| f.time_ns).fold(0, u64::saturating_add);
+            let mut ends_unix_ms: Vec<u64> = match list[0].kind {
+                FindingKind::Slow => list.iter().map(|f| f.end_unix_ms).collect(),
+                _ => Vec::new(),
+            };
+            ends_unix_ms.sort_unstable();
+            ends_unix_ms.truncate(SLOW_ENDS_KEPT);
             let mut example = list[0].clone();
             example.severity = severity;
             FindingSummary {
@@ -1228,6 +1235,7 @@ fn summarize_findings(findings: Vec<Finding>) -> Vec<FindingSummary> {
                 calls_median: median(&counts),
                 calls_max: list[0].calls,
                 time_total_ns,
+                ends_unix_ms,
                 example,
             }
         })

@@ -284,6 +284,13 @@ fn a_call_over_the_slow_bar_is_found_at_its_line_and_one_under_it_is_not() {
         "{}",
         f.evidence
     );
+    // when it ended is kept, for the findings to judge it against the host's seconds:
+    // the span ends 5.001 ms (the server span and a gap) + 620 ms after the trace's clock
+    let summary = analyze(&ingest(&report_of(620)), &Options::default()).summary;
+    let slow = (summary.findings.iter())
+        .find(|f| f.example.kind == FindingKind::Slow)
+        .unwrap();
+    assert_eq!(slow.ends_unix_ms, [1_700_000_000_000 + 625]);
     // the same query under the bar is no finding, and the bar is the user's
     let strict = Options {
         slow_ms: 400.0,

@@ -6,7 +6,7 @@ use kiln_record::text::safe_text;
 use serde_json::json;
 
 use super::{Draft, Rule};
-use crate::{RunRecord, Verdict};
+use crate::{RunRecord, Severity, Verdict};
 
 pub const DB_CALLS: Rule = Rule {
     id: "db.calls",
@@ -80,15 +80,40 @@ fn db_calls(run: &RunRecord) -> Verdict {
                     f.requests, f.calls_median, f.calls_max
                 ),
             ];
+            let (mut evidence, mut severity) = (evidence, e.severity);
+            let (mut cause, mut fix) = (cause_of(e.kind).to_string(), safe_text(&e.fix));
+            // a slow call that ended when the host had no CPU to spare may have waited for
+            // one (the database on this host, or the target): that is the cause to fix
+            // first, and the statement is only a suspect (a saturated host made four HIGH
+            // "add an index" findings of 523-738 ms whose statements PostgreSQL logged at
+            // under 439 ms)
+            let starved = starved_ends(&f.ends_unix_ms, run);
+            if e.kind == FindingKind::Slow && starved > 0 && 2 * starved >= f.ends_unix_ms.len() {
+                severity = Severity::Low;
+                evidence.push(format!(
+                    "{starved} of its {} slow calls ended in seconds when the host's CPU was \
+                     saturated (under {:.0}% idle) or kiln itself waited for a CPU",
+                    f.ends_unix_ms.len(),
+                    super::cpu::HOST_IDLE_BELOW
+                ));
+                cause = format!(
+                    "the host had no CPU to spare when these calls ran: the database (or the \
+                     target) may have waited for a CPU, not for the statement. Otherwise: {cause}"
+                );
+                fix = format!(
+                    "see the host's CPU findings first, and run again on a quieter host; if the \
+                     calls stay slow there: {fix}"
+                );
+            }
             Draft {
                 rule: &format!("db.{}", e.kind.name().replace('_', "-")),
                 key: &e.id,
-                severity: e.severity,
+                severity,
                 title,
                 evidence,
                 window: run.window(),
-                cause: cause_of(e.kind).into(),
-                fix: safe_text(&e.fix),
+                cause,
+                fix,
                 impact,
                 data: json!({ "finding": f }),
             }
@@ -96,6 +121,27 @@ fn db_calls(run: &RunRecord) -> Verdict {
         })
         .collect();
     Verdict::Found(found)
+}
+
+/// How many of these moments (Unix ms) fall in a second when the host's CPU was saturated
+/// (whoever used it) or kiln's probe found kiln starved.
+fn starved_ends(ends_unix_ms: &[u64], run: &RunRecord) -> usize {
+    let within = |t: u64, end_ms: u64, interval_s: f64| {
+        let from = end_ms.saturating_sub((interval_s.max(0.0) * 1000.0) as u64);
+        from < t && t <= end_ms
+    };
+    let host_busy = |t: u64| {
+        run.resources.iter().any(|s| {
+            within(t, s.unix_ms, s.interval_s)
+                && s.host_cpu
+                    .is_some_and(|c| c.idle + c.iowait < super::cpu::HOST_IDLE_BELOW)
+        })
+    };
+    let kiln_starved =
+        |t: u64| (run.noise.iter()).any(|n| n.starved() && within(t, n.unix_ms, n.interval_s));
+    (ends_unix_ms.iter())
+        .filter(|&&t| host_busy(t) || kiln_starved(t))
+        .count()
 }
 
 #[cfg(test)]
@@ -132,6 +178,56 @@ mod tests {
         );
         assert!((f.impact.share - 0.75).abs() < 1e-9);
         assert_eq!(f.id, crate::finding_id("db.n-plus-one", "a1b2c3"));
+    }
+
+    /// A slow call is HIGH on a host with CPU to spare; ended in seconds when the host had
+    /// none, it is LOW and says the host may be the cause.
+    #[test]
+    fn a_slow_call_in_seconds_without_a_spare_cpu_points_at_the_host() {
+        let judge = |idle: f64| {
+            let mut run = load_run(&vec![Second::ok(100); 10]);
+            run.resources = (run.seconds.iter())
+                .map(|load| kiln_sample::ResourceSecond {
+                    unix_ms: load.unix_ms,
+                    interval_s: 1.0,
+                    host_cpu: Some(kiln_sample::CpuSplit {
+                        idle,
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                })
+                .collect();
+            let ends: Vec<u64> = [2, 5, 7].map(|i| run.seconds[i].unix_ms - 300).into();
+            run.queries = Some(
+                serde_json::from_value(json!({"analysis": {"requests_matched": 100,
+                    "findings": [{"id": "s1", "kind": "slow", "severity": "high",
+                    "route": "GET /report", "request": "r1", "fingerprint": "f",
+                    "shape": "SELECT … FROM orders", "calls": 1, "distinct_values": 1,
+                    "time_ns": 620_000_000, "share_of_db_time": 1.0, "site": [],
+                    "structural": false, "parallel": false, "time_total_ns": 1_860_000_000,
+                    "summary": "SELECT orders", "requests": 3, "calls_median": 1.0,
+                    "calls_max": 1, "evidence": "one call took 620.0 ms", "fix": "EXPLAIN it",
+                    "ends_unix_ms": ends}]}}))
+                .unwrap(),
+            );
+            let Verdict::Found(found) = db_calls(&run) else {
+                panic!()
+            };
+            found.into_iter().next().unwrap()
+        };
+        let quiet = judge(60.0);
+        assert_eq!(quiet.severity, Severity::High);
+        assert_eq!(quiet.fix, "EXPLAIN it");
+        let busy = judge(3.0);
+        assert_eq!(busy.severity, Severity::Low, "{busy:#?}");
+        assert!(
+            busy.evidence.iter().any(|e| e.starts_with(
+                "3 of its 3 slow calls ended in seconds when the host's CPU was saturated"
+            )),
+            "{:?}",
+            busy.evidence
+        );
+        assert!(busy.fix.ends_with("EXPLAIN it"), "{}", busy.fix);
     }
 
     /// Two loops in every request rank by what they cost in the run, not by their ids.

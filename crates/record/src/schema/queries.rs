@@ -166,6 +166,13 @@ pub struct Finding {
     pub parallel: bool,
     pub evidence: String,
     pub fix: String,
+    /// When its last call ended (Unix ms; 0 in older records).
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub end_unix_ms: u64,
+}
+
+fn is_zero_u64(n: &u64) -> bool {
+    *n == 0
 }
 
 /// A finding across the requests it was seen in.
@@ -177,7 +184,14 @@ pub struct FindingSummary {
     pub calls_median: f64,
     pub calls_max: usize,
     pub time_total_ns: u64,
+    /// Slow calls: when each ended (Unix ms, in order, at most [`SLOW_ENDS_KEPT`]), so that
+    /// the findings can tell a slow statement from a host whose CPU was saturated then.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ends_unix_ms: Vec<u64>,
 }
+
+/// The slow calls' end times a finding keeps.
+pub const SLOW_ENDS_KEPT: usize = 1000;
 
 /// Missing fields are left empty.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
