@@ -363,10 +363,10 @@ fn an_open_model_at_a_low_rate_does_not_stall_sync_workers_with_idle_connections
         "p50 {p50:.0}us, a request alone {single_us:.0}us: {t:#}"
     );
     // the same load with fifty connections opened up front (-c 50): each worker blocks on a
-    // connection nobody sends on, and the requests queue behind it for seconds
+    // connection nobody sends on, and the requests queue behind it for seconds, or until
+    // the run ends and cuts them (a CI run: 2 of 30 answered, 28 still waiting)
     let t = totals_of(&url, &["--rate", "5", "-d", "6s", "-c", "50"]);
-    assert!(
-        t["latency"]["p99_us"].as_f64().unwrap() > 1_000_000.0,
-        "{t:#}"
-    );
+    let slowest_us = t["latency"]["p99_us"].as_f64().unwrap_or(0.0);
+    let cut = t["abandoned"].as_u64().unwrap();
+    assert!(slowest_us > 1_000_000.0 || cut >= 5, "{t:#}");
 }
