@@ -155,6 +155,7 @@ pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut dyn Progress) -> Res
         said => Ok(said?),
     };
     let mut dir = create_run_dir(&out, name, plan_record.into())?;
+    let mut writer = dir.add_json_lines_part(LOAD_SECONDS_PART, "load-seconds.jsonl", 1)?;
     let mut warnings = Vec::new();
     // The host as the run found it: the report shows it, the findings cite it.
     let doctor = DoctorRecord {
@@ -175,7 +176,6 @@ pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut dyn Progress) -> Res
             source: Box::new(why),
         });
     }
-    let mut writer = dir.add_json_lines_part(LOAD_SECONDS_PART, "load-seconds.jsonl", 1)?;
     if let Some(o) = &otlp {
         o.receiver.record_to(dir.path());
     }
