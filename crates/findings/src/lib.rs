@@ -113,7 +113,7 @@ impl About {
         match rule {
             // other processes' CPU; the host's interrupt placement (its fix is the host's:
             // receive queues, RPS, irqbalance), whoever's traffic it is
-            "cpu.host-busy" | "cpu.irq-hotspot" => Self::Host,
+            "cpu.host-busy" | "cpu.hypervisor-steal" | "cpu.irq-hotspot" => Self::Host,
             "load.generator-starved" => Self::Kiln,
             _ => Self::Target,
         }

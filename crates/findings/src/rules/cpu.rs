@@ -572,6 +572,55 @@ mod tests {
         }
     }
 
+    /// A host second of a 2-core VM with this share of steal (and a third of it idle).
+    fn stolen(steal: f64) -> ResourceSecond {
+        let split = CpuSplit {
+            user: 60.0 - steal,
+            idle: 40.0,
+            steal,
+            ..Default::default()
+        };
+        ResourceSecond {
+            host_cpu: Some(split),
+            host_cpu_per_core: vec![(0, split), (1, split)],
+            ..process(40.0, 10.0)
+        }
+    }
+
+    /// 28% steal with a third of the VM idle is found, with its share in cores; 3% is not,
+    /// nor a run whose host CPU was not sampled.
+    #[test]
+    fn a_hypervisor_taking_the_vms_cpu_is_found_and_a_quiet_one_is_not() {
+        let mut seconds = vec![stolen(20.0); 10];
+        seconds[3] = stolen(60.0);
+        seconds[7] = stolen(40.0);
+        let Verdict::Found(found) = hypervisor_steal(&resource_run(seconds)) else {
+            panic!("no finding");
+        };
+        let f = &found[0];
+        assert_eq!(
+            f.title,
+            "The hypervisor took 26% of this VM's CPU (steal): 0.52 of its 2 cores"
+        );
+        assert!(
+            f.evidence[0].starts_with(
+                "steal was 26% of the CPU time over 10 s, 60% at worst; 10 s at 20% or more"
+            ),
+            "{:?}",
+            f.evidence
+        );
+        assert_eq!(f.about, crate::About::Host);
+        assert!((f.impact.share - 0.26).abs() < 1e-9);
+        assert!(matches!(
+            hypervisor_steal(&resource_run(vec![stolen(3.0); 10])),
+            Verdict::Clear
+        ));
+        assert!(matches!(
+            hypervisor_steal(&resource_run(vec![process(40.0, 10.0); 10])),
+            Verdict::Unjudged(_)
+        ));
+    }
+
     #[test]
     fn system_above_user_fires_with_the_kernel_work_from_the_profile() {
         let mut run = resource_run(vec![process(30.0, 70.0); 10]);
@@ -968,6 +1017,78 @@ fn host_busy(run: &RunRecord) -> Verdict {
         impact: ((others / u.host_cores).min(1.0), "the host's CPU"),
         data: json!({"host_cores": u.host_cores, "host_idle_pct": idle,
             "target_cores": u.target_cores, "other_cores": others, "kiln_cores": kiln}),
+    }
+    .finish()])
+}
+
+pub const HYPERVISOR_STEAL: Rule = Rule {
+    id: "cpu.hypervisor-steal",
+    judge: hypervisor_steal,
+};
+
+/// The hypervisor took at least this share of the VM's CPU over the run.
+const STEAL_SHARE: f64 = 0.10;
+/// A second with at least this share of steal is one of the spells counted in the evidence.
+const STEAL_SPELL: f64 = 0.20;
+
+/// A VM whose hypervisor gives its CPUs to other guests (steal time): the target and kiln ran
+/// on less than the cores the VM shows. No other rule sees it: a stolen CPU is not idle, so a
+/// VM can wait for its CPUs with a third of them idle, and no process of its own is the
+/// cause (a demo run with 28% steal and 25% idle queued the shop for seconds).
+fn hypervisor_steal(run: &RunRecord) -> Verdict {
+    let seconds: Vec<(&ResourceSecond, f64)> = (run.resources.iter())
+        .filter_map(|s| Some((s, s.host_cpu?.steal / 100.0)))
+        .collect();
+    if seconds.len() < MIN_SECONDS {
+        return Verdict::Unjudged("the host's CPU was not sampled".into());
+    }
+    let cores = (seconds.iter())
+        .map(|(s, _)| s.host_cpu_per_core.len())
+        .max()
+        .unwrap_or(0) as f64;
+    let shares: Vec<f64> = seconds.iter().map(|(_, steal)| *steal).collect();
+    let Some(mean) = mean(shares.iter().copied()) else {
+        return Verdict::Clear;
+    };
+    if mean < STEAL_SHARE || cores == 0.0 {
+        return Verdict::Clear;
+    }
+    let spells = shares.iter().filter(|s| **s >= STEAL_SPELL).count();
+    let worst = shares.iter().copied().fold(0.0, f64::max);
+    let refs: Vec<&ResourceSecond> = seconds.iter().map(|(s, _)| *s).collect();
+    Verdict::Found(vec![Draft {
+        rule: HYPERVISOR_STEAL.id,
+        key: "",
+        severity: Severity::Medium,
+        title: format!(
+            "The hypervisor took {:.0}% of this VM's CPU (steal): {:.2} of its {cores:.0} cores",
+            100.0 * mean,
+            mean * cores
+        ),
+        evidence: vec![
+            format!(
+                "steal was {:.0}% of the CPU time over {} s, {:.0}% at worst; {spells} s at \
+                 {:.0}% or more",
+                100.0 * mean,
+                seconds.len(),
+                100.0 * worst,
+                100.0 * STEAL_SPELL
+            ),
+            "the target and kiln ran on the cores left: its latency and CPU per request are \
+             worse than the same VM gives alone, and differ from run to run"
+                .into(),
+        ],
+        window: window_of(&refs),
+        cause: "this VM shares its physical CPUs with other guests (a busy cloud host, a \
+                burstable instance out of credits): while another guest runs, this one's threads \
+                wait, and a wake-up can wait a whole host time slice (milliseconds)"
+            .into(),
+        fix: "compare runs taken on the same VM in quiet spells only (kiln doctor shows the steal \
+              before a run), or run on dedicated, non-burstable instances"
+            .into(),
+        impact: (mean, "the host's CPU"),
+        data: json!({"steal_share": mean, "steal_worst": worst, "spell_seconds": spells,
+            "seconds": seconds.len(), "host_cores": cores}),
     }
     .finish()])
 }

@@ -34,6 +34,7 @@ pub const ALL: &[Rule] = &[
     periodic::PERIODIC_SPIKES,
     cpu::SATURATED,
     cpu::HOST_BUSY,
+    cpu::HYPERVISOR_STEAL,
     cpu::SYSTEM_ABOVE_USER,
     cpu::CGROUP_THROTTLED,
     cpu::IRQ_HOTSPOT,
