@@ -294,6 +294,11 @@ pub fn run(args: &DemoOptions, stop: &StopSignal) -> Result<Option<Value>> {
         if outcome.findings.findings.is_empty() {
             eprintln!("   no findings");
         }
+        // a planted problem that could not be judged here says why, not only that it is absent
+        for u in (outcome.findings.unjudged.iter()).filter(|u| u.rule == "latency.periodic-spikes")
+        {
+            eprintln!("   not judged {}: {}", u.rule, safe_text(&u.reason));
+        }
         eprintln!();
         outcomes.push(outcome);
         if stop.is_stopped() {

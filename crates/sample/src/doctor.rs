@@ -137,6 +137,7 @@ impl Doctor {
             self.syn_backlog(),
             self.swappiness(),
             self.governor(),
+            self.steal(),
             self.irqbalance(),
             self.nic_interrupt_spread(),
             self.rps(),
@@ -293,6 +294,44 @@ impl Doctor {
                 check(id, verdict, format!("{rel} = {n}"), why, fix)
             }
         }
+    }
+
+    /// The hypervisor's share of this VM's CPU time since boot (steal): a VM that has had
+    /// its CPUs taken before will have them taken during the run, in spells.
+    fn steal(&self) -> Check {
+        let id = "cpu-steal";
+        let why = "a hypervisor that gives this VM's CPUs to other guests (steal) delays every wake-up by its time slice: latency and CPU per request vary from run to run for reasons outside the VM";
+        let stat = match self.read("proc/stat") {
+            Ok(s) => s,
+            Err(e) => return unknown(id, e.to_string(), why),
+        };
+        // cpu  user nice system idle iowait irq softirq steal ...
+        let ticks: Vec<u64> = (stat.lines().next().unwrap_or(""))
+            .split_whitespace()
+            .skip(1)
+            .take(8)
+            .filter_map(|t| t.parse().ok())
+            .collect();
+        let total: u64 = ticks.iter().fold(0, |a, t| a.saturating_add(*t));
+        let (Some(&steal), true) = (ticks.get(7), total > 0) else {
+            return unknown(id, "proc/stat: no steal column".into(), why);
+        };
+        let share = steal as f64 / total as f64;
+        let verdict = if share >= STEAL_WARN {
+            Verdict::Warn
+        } else {
+            Verdict::Ok
+        };
+        check(
+            id,
+            verdict,
+            format!(
+                "proc/stat: steal {:.1}% of the CPU time since boot ({steal} of {total} ticks)",
+                100.0 * share
+            ),
+            why,
+            "nothing on this VM: run on a dedicated or non-burstable instance, or compare runs taken in the same quiet spell (a run's cpu.hypervisor-steal finding says when steal was high)",
+        )
     }
 
     fn swappiness(&self) -> Check {
@@ -613,6 +652,9 @@ fn check(
     }
 }
 
+/// Steal since boot above this share of the CPU time warns.
+const STEAL_WARN: f64 = 0.05;
+
 /// Why a setting could not be read: a check's reason when it cannot judge.
 #[derive(Debug, thiserror::Error)]
 enum Unreadable {
@@ -676,6 +718,7 @@ mod tests {
             .file("proc/sys/net/core/somaxconn", "128\n")
             .file("proc/sys/net/ipv4/tcp_max_syn_backlog", "256\n")
             .file("proc/sys/vm/swappiness", "60\n")
+            .file("proc/stat", "cpu  600 0 200 1000 0 0 0 200 0 0\ncpu0 300 0 100 500 0 0 0 100 0 0\n")
             .file("proc/meminfo", "MemTotal: 100 kB\nSwapTotal:     2048 kB\nSwapFree:     1024 kB\n")
             .file("sys/devices/system/cpu/cpu0/cpufreq/scaling_governor", "powersave\n")
             .file("sys/devices/system/cpu/cpu1/cpufreq/scaling_governor", "powersave\n")
@@ -775,6 +818,12 @@ mod tests {
                 "nr_throttled 7",
                 "quota now 0.50 CPUs",
             ),
+            (
+                "cpu-steal",
+                Verdict::Warn,
+                "steal 10.0% of the CPU time since boot (200 of 2000 ticks)",
+                "non-burstable instance",
+            ),
             ("open-files-target", Verdict::Ok, "soft unlimited", ""),
             ("cgroup-cpu-target", Verdict::Ok, "no CPU quota", ""),
         ];
@@ -807,6 +856,7 @@ mod tests {
             .file("proc/sys/kernel/kptr_restrict", "1\n")
             .file("proc/sys/net/core/somaxconn", "4096\n")
             .file("proc/sys/vm/swappiness", "60\n")
+            .file("proc/stat", "cpu  600 0 200 1190 0 0 0 10 0 0\n")
             .file("proc/meminfo", "SwapTotal: 0 kB\nSwapFree: 0 kB\n")
             .file(
                 "sys/devices/system/cpu/cpu0/cpufreq/scaling_governor",
@@ -825,6 +875,7 @@ mod tests {
             "somaxconn",
             "swappiness",
             "cpu-governor",
+            "cpu-steal",
             "irqbalance",
             "cgroup-cpu-shell",
         ] {
@@ -891,9 +942,10 @@ mod tests {
     #[test]
     fn the_live_host_gives_a_verdict_for_every_check_without_panicking() {
         let checks = Doctor::new("/", Some(std::process::id() as i32)).run();
-        assert_eq!(checks.len(), 16);
+        assert_eq!(checks.len(), 17);
         // This machine has these files; a verdict other than unknown is expected for them.
         assert_ne!(find(&checks, "somaxconn").verdict, Verdict::Unknown);
+        assert_ne!(find(&checks, "cpu-steal").verdict, Verdict::Unknown);
         assert_ne!(find(&checks, "open-files-shell").verdict, Verdict::Unknown);
     }
 }

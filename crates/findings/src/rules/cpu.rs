@@ -1042,17 +1042,10 @@ fn hypervisor_steal(run: &RunRecord) -> Verdict {
     if seconds.len() < MIN_SECONDS {
         return Verdict::Unjudged("the host's CPU was not sampled".into());
     }
-    let cores = (seconds.iter())
-        .map(|(s, _)| s.host_cpu_per_core.len())
-        .max()
-        .unwrap_or(0) as f64;
-    let shares: Vec<f64> = seconds.iter().map(|(_, steal)| *steal).collect();
-    let Some(mean) = mean(shares.iter().copied()) else {
+    let Some((mean, cores)) = steal_share(run) else {
         return Verdict::Clear;
     };
-    if mean < STEAL_SHARE || cores == 0.0 {
-        return Verdict::Clear;
-    }
+    let shares: Vec<f64> = seconds.iter().map(|(_, steal)| *steal).collect();
     let spells = shares.iter().filter(|s| **s >= STEAL_SPELL).count();
     let worst = shares.iter().copied().fold(0.0, f64::max);
     let refs: Vec<&ResourceSecond> = seconds.iter().map(|(s, _)| *s).collect();
@@ -1060,11 +1053,11 @@ fn hypervisor_steal(run: &RunRecord) -> Verdict {
         rule: HYPERVISOR_STEAL.id,
         key: "",
         severity: Severity::Medium,
-        title: format!(
-            "The hypervisor took {:.0}% of this VM's CPU (steal): {:.2} of its {cores:.0} cores",
-            100.0 * mean,
-            mean * cores
-        ),
+        title: {
+            let mut title = steal_title(mean, cores);
+            title[..1].make_ascii_uppercase();
+            title
+        },
         evidence: vec![
             format!(
                 "steal was {:.0}% of the CPU time over {} s, {:.0}% at worst; {spells} s at \
@@ -1091,6 +1084,38 @@ fn hypervisor_steal(run: &RunRecord) -> Verdict {
             "seconds": seconds.len(), "host_cores": cores}),
     }
     .finish()])
+}
+
+/// The hypervisor's mean share of the VM's CPU over the run and the VM's cores, when it took
+/// at least [`STEAL_SHARE`] (None otherwise, or without enough host seconds).
+fn steal_share(run: &RunRecord) -> Option<(f64, f64)> {
+    let shares: Vec<f64> = (run.resources.iter())
+        .filter_map(|s| Some(s.host_cpu?.steal / 100.0))
+        .collect();
+    if shares.len() < MIN_SECONDS {
+        return None;
+    }
+    let cores = (run.resources.iter())
+        .map(|s| s.host_cpu_per_core.len())
+        .max()
+        .unwrap_or(0) as f64;
+    let mean = mean(shares)?;
+    (mean >= STEAL_SHARE && cores > 0.0).then_some((mean, cores))
+}
+
+/// Why the target's own waits cannot be told from the hypervisor's, when it took at least
+/// [`STEAL_SHARE`] of the VM's CPU over the run: the finding's title.
+pub(crate) fn stolen_vm(run: &RunRecord) -> Option<String> {
+    let (mean, cores) = steal_share(run)?;
+    Some(steal_title(mean, cores))
+}
+
+fn steal_title(mean: f64, cores: f64) -> String {
+    format!(
+        "the hypervisor took {:.0}% of this VM's CPU (steal): {:.2} of its {cores:.0} cores",
+        100.0 * mean,
+        mean * cores
+    )
 }
 
 pub const POOL_TOO_SMALL: Rule = Rule {

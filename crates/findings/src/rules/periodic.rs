@@ -268,12 +268,23 @@ const MAX_SECONDS: usize = 24 * 3600;
 fn periodic_spikes(run: &RunRecord) -> Verdict {
     let verdict = find_period(run);
     // no period found is said only where one could have been seen
-    match (verdict, super::cpu::saturated_host(run)) {
-        (Verdict::Clear, Some(why)) => Verdict::Unjudged(format!(
+    match (
+        verdict,
+        super::cpu::saturated_host(run),
+        super::cpu::stolen_vm(run),
+    ) {
+        (Verdict::Clear, Some(why), _) => Verdict::Unjudged(format!(
             "{why}: the target's own periodic stalls cannot be told from its waits for a CPU; \
              run again on a quieter host"
         )),
-        (verdict, _) => verdict,
+        // a VM's CPUs taken in spells slow a usual second's worst request to a fifth of a
+        // stall or more (the demo's 300 ms stall beside usual seconds of 60-280 ms at 35%
+        // steal): spikes five times the usual are then too few to fold
+        (Verdict::Clear, None, Some(why)) => Verdict::Unjudged(format!(
+            "{why}: the target's own periodic stalls cannot be told from the spells in which \
+             its CPUs were taken; run again in a quieter spell or on a dedicated host"
+        )),
+        (verdict, ..) => verdict,
     }
 }
 
@@ -1084,6 +1095,87 @@ mod tests {
             "{} of 300: {:#?}",
             missed.len(),
             &missed[..missed.len().min(3)]
+        );
+    }
+
+    /// The worst latency (ms) of each of `len` seconds of a VM whose hypervisor takes its
+    /// CPUs in spells, as the missed demo run's were: a usual second's worst is 40-180 ms,
+    /// and one in ten is caught in a longer spell, 180-290 ms.
+    fn stolen_vm_seconds(rng: &mut Shuffle, len: usize) -> Vec<u64> {
+        (0..len)
+            .map(|_| match rng.below(10) {
+                0 => 180 + rng.below(111) as u64,
+                _ => 40 + rng.below(141) as u64,
+            })
+            .collect()
+    }
+
+    /// The demo shop's stall (300 ms every 3 s, its queue drained into the next second) in a
+    /// run on a VM whose hypervisor took 35% of its CPU: every usual second's worst was
+    /// 60-280 ms, a fifth to a half of a stall's, and no period was found. With the steal
+    /// recorded, that is said as not judged, naming it; without, it is none found.
+    #[test]
+    fn no_period_on_a_vm_whose_cpus_were_taken_is_not_judged() {
+        use kiln_sample::{CpuSplit, ResourceSecond};
+        let missed_run = [
+            587, 868, 147, 604, 461, 123, 631, 702, 170, 574, 561, 281, 552, 654, 122, 510, 129,
+            85, 339, 141, 138, 506, 464, 58, 388, 234, 117, 549, 114, 337, 45,
+        ];
+        let with_steal = |steal: f64| {
+            let mut run = run_of_worst_ms(&missed_run);
+            let split = CpuSplit {
+                idle: 27.0,
+                steal,
+                ..Default::default()
+            };
+            run.resources = (run.seconds.iter())
+                .map(|s| ResourceSecond {
+                    unix_ms: s.unix_ms,
+                    interval_s: 1.0,
+                    host_cpu: Some(split),
+                    host_cpu_per_core: vec![(0, split), (1, split)],
+                    ..Default::default()
+                })
+                .collect();
+            periodic_spikes(&run)
+        };
+        match with_steal(35.0) {
+            Verdict::Unjudged(why) => assert!(
+                why.starts_with("the hypervisor took 35% of this VM's CPU (steal)"),
+                "{why}"
+            ),
+            v => panic!("{v:?}"),
+        }
+        assert!(matches!(with_steal(2.0), Verdict::Clear));
+    }
+
+    /// The same VM with as many stalls at random seconds (at least two apart): no period,
+    /// but at the rule's bound.
+    #[test]
+    fn stalls_at_random_on_a_vm_whose_cpus_are_taken_in_spells_are_no_period() {
+        let mut rng = Shuffle(0x5EED_0008);
+        let mut found = Vec::new();
+        for draw in 0..300 {
+            let mut worst = stolen_vm_seconds(&mut rng, 31);
+            let mut placed = 0;
+            while placed < 10 {
+                let t = rng.below(31);
+                let apart = (t.saturating_sub(1)..=(t + 1).min(30)).all(|u| worst[u] < 340);
+                if apart {
+                    worst[t] = 340 + rng.below(300) as u64;
+                    placed += 1;
+                }
+            }
+            if let Verdict::Found(f) = periodic_spikes(&run_of_worst_ms(&worst)) {
+                found.push(format!("draw {draw}: {} {worst:?}", f[0].title));
+            }
+        }
+        // the four looks are wrong at most 1.3% of the time: 4 of 300, and a little luck
+        assert!(
+            found.len() <= 6,
+            "{} of 300: {:#?}",
+            found.len(),
+            &found[..found.len().min(3)]
         );
     }
 
