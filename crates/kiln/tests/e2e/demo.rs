@@ -110,11 +110,23 @@ fn worst_by_second(side: &Value) -> String {
     )
 }
 
-/// The rules that found something about the shop.
+/// What a shop run at 150/s may also show on a VM whose hypervisor took a tenth or more of
+/// its CPU (cpu.hypervisor-steal found on the same side): the planted shop queues for the
+/// cores it lost (its latency rising through the run, its requests waiting), and the fixed
+/// shop's latency follows the spells. True of that run, and not a planted problem.
+const ON_A_STOLEN_VM: [&str; 3] = [
+    "latency.drift",
+    "latency.tail-heavy",
+    "cpu.waiting-not-running",
+];
+
+/// The rules that found something about the shop (on a stolen VM, less what it does there).
 fn rules(side: &Value) -> BTreeSet<String> {
-    common::rules_in(&side["findings"])
-        .into_iter()
+    let all = common::rules_in(&side["findings"]);
+    let stolen = all.iter().any(|r| r == "cpu.hypervisor-steal");
+    all.into_iter()
         .filter(|rule| !HOST_RULES.contains(&rule.as_str()))
+        .filter(|rule| !(stolen && ON_A_STOLEN_VM.contains(&rule.as_str())))
         .collect()
 }
 
