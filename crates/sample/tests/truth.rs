@@ -162,9 +162,14 @@ fn a_listener_whose_accept_queue_is_full_shows_listen_overflows() {
         dropped >= (20 - connected) as u64,
         "{dropped} dropped, {connected} connected"
     );
+    // the host's drops counted up to a reading after the listener's (a SYN-ACK retransmitted
+    // to a client that thought itself connected is dropped again meanwhile: a CI run read 25 at
+    // the listener after the host's count before it)
+    let host_drops =
+        kernel.listen_drops.unwrap() + sampler.tick().kernel.unwrap().listen_drops.unwrap();
     assert!(
-        dropped <= kernel.listen_drops.unwrap(),
-        "{dropped} > the host's drops"
+        dropped <= host_drops,
+        "{dropped} > the host's drops {host_drops}"
     );
     // a client may count itself connected whose last ACK the full queue dropped: the queue
     // holds the connected ones up to its 2

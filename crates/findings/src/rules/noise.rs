@@ -228,59 +228,53 @@ const GENERATOR_LATE: &str = "the load generator was late, not the target";
 /// work. Its severity stands (the target's users waited all the same); kiln's own lateness
 /// is [`blame_the_generator`]'s.
 pub(crate) fn note_the_busy_host(findings: &mut [Finding], run: &RunRecord) {
-    note_other_processes(findings, run);
-    note_the_stolen_vm(findings, run);
-}
-
-/// [`note_the_busy_host`]'s other processes.
-fn note_other_processes(findings: &mut [Finding], run: &RunRecord) {
     let busy: Vec<&kiln_sample::ResourceSecond> = (run.resources.iter())
         .filter(|s| super::cpu::saturated_by_others(s))
         .collect();
-    let Some(total) = run.measured().filter(|_| !busy.is_empty()) else {
-        return;
-    };
-    let p99 = total.totals.latency.quantile_us(0.99);
-    for f in findings
-        .iter_mut()
-        .filter(|f| f.rule.starts_with("latency.") && !f.cause.starts_with(GENERATOR_LATE))
-    {
-        let slow = slowest_of(f, run, p99);
-        let on_busy = (slow.iter())
-            .filter(|s| {
-                (busy.iter()).any(|b| shares_the_second(s.unix_ms, b.unix_ms, b.interval_s))
-            })
-            .count();
-        if slow.is_empty() || 2 * on_busy < slow.len() {
-            continue;
-        }
-        f.evidence.push(format!(
-            "{on_busy} of its {} slowest seconds are seconds in which other processes kept \
-             the host's CPUs busy (under {:.0}% idle, the target using less than half of it)",
-            slow.len(),
-            super::cpu::HOST_IDLE_BELOW
-        ));
-        f.cause = format!(
-            "{OTHERS_BUSY} in the seconds this rests on: the target may have waited for a \
-             CPU, not for its own work (run again on a quieter host to tell). Otherwise: {}",
-            f.cause
-        );
-    }
+    note_slowest_in(findings, run, &busy, |on, of| {
+        (
+            format!(
+                "{on} of its {of} slowest seconds are seconds in which other processes kept \
+                 the host's CPUs busy (under {:.0}% idle, the target using less than half of it)",
+                super::cpu::HOST_IDLE_BELOW
+            ),
+            format!(
+                "{OTHERS_BUSY} in the seconds this rests on: the target may have waited for a \
+                 CPU, not for its own work (run again on a quieter host to tell)"
+            ),
+        )
+    });
+    // a VM's CPUs taken by the hypervisor (a demo on a VM at 32% steal: the shop's latency
+    // "rose through the run" as the spells came), unless other processes were named already
+    let stolen: Vec<&kiln_sample::ResourceSecond> = (run.resources.iter())
+        .filter(|s| s.host_cpu.is_some_and(|c| c.steal >= STOLEN_SECOND))
+        .collect();
+    note_slowest_in(findings, run, &stolen, |on, of| {
+        (
+            format!(
+                "{on} of its {of} slowest seconds are seconds in which the hypervisor took \
+                 {STOLEN_SECOND:.0}% or more of this VM's CPU (steal)"
+            ),
+            "the hypervisor took this VM's CPUs in the seconds this rests on: the target may \
+             have waited for a CPU, not for its own work (run again in a quieter spell to tell)"
+                .into(),
+        )
+    });
 }
 
 /// A second in which the hypervisor took at least this share of the VM's CPU (steal) is one
 /// in which the target may have waited for its CPUs.
 const STOLEN_SECOND: f64 = 20.0;
 
-/// A latency finding whose slowest seconds are mostly seconds in which the hypervisor took a
-/// fifth or more of the VM's CPU says so (a demo on a VM at 32% steal: the shop's latency
-/// "rose through the run" as the spells came), unless other processes were named already.
-/// Its severity stands, as on a busy host.
-fn note_the_stolen_vm(findings: &mut [Finding], run: &RunRecord) {
-    let stolen: Vec<&kiln_sample::ResourceSecond> = (run.resources.iter())
-        .filter(|s| s.host_cpu.is_some_and(|c| c.steal >= STOLEN_SECOND))
-        .collect();
-    let Some(total) = run.measured().filter(|_| !stolen.is_empty()) else {
+/// Each latency finding not yet blamed on kiln or the host whose slowest seconds are mostly
+/// among `marked` gets `say(how many, of how many)`'s evidence line and cause (before its own).
+fn note_slowest_in(
+    findings: &mut [Finding],
+    run: &RunRecord,
+    marked: &[&kiln_sample::ResourceSecond],
+    say: impl Fn(usize, usize) -> (String, String),
+) {
+    let Some(total) = run.measured().filter(|_| !marked.is_empty()) else {
         return;
     };
     let p99 = total.totals.latency.quantile_us(0.99);
@@ -290,25 +284,17 @@ fn note_the_stolen_vm(findings: &mut [Finding], run: &RunRecord) {
             && !f.cause.starts_with(OTHERS_BUSY)
     }) {
         let slow = slowest_of(f, run, p99);
-        let on_stolen = (slow.iter())
+        let on = (slow.iter())
             .filter(|s| {
-                (stolen.iter()).any(|b| shares_the_second(s.unix_ms, b.unix_ms, b.interval_s))
+                (marked.iter()).any(|b| shares_the_second(s.unix_ms, b.unix_ms, b.interval_s))
             })
             .count();
-        if slow.is_empty() || 2 * on_stolen < slow.len() {
+        if slow.is_empty() || 2 * on < slow.len() {
             continue;
         }
-        f.evidence.push(format!(
-            "{on_stolen} of its {} slowest seconds are seconds in which the hypervisor took \
-             {STOLEN_SECOND:.0}% or more of this VM's CPU (steal)",
-            slow.len()
-        ));
-        f.cause = format!(
-            "the hypervisor took this VM's CPUs in the seconds this rests on: the target may \
-             have waited for a CPU, not for its own work (run again in a quieter spell to \
-             tell). Otherwise: {}",
-            f.cause
-        );
+        let (evidence, cause) = say(on, slow.len());
+        f.evidence.push(evidence);
+        f.cause = format!("{cause}. Otherwise: {}", f.cause);
     }
 }
 
