@@ -346,7 +346,10 @@ fn warmup_auto_ends_when_the_jit_has_gone_quiet_and_a_cold_run_is_found_warming_
     );
 
     let out = tmp.path().join("run");
-    let json = run("auto:45s", &out);
+    // a cap the JIT's quiet comes well before on a quiet VM (the whole test held its turn
+    // 36 s), and still before on one whose hypervisor takes its CPUs (at 20-40% steal it
+    // went quiet only at about 40 s, and the warm-up ended at a 45 s cap)
+    let json = run("auto:60s", &out);
     assert!(
         finding(&json, "runtime.jit-warmup").is_none(),
         "warmed up: {:#}",
@@ -365,7 +368,7 @@ fn warmup_auto_ends_when_the_jit_has_gone_quiet_and_a_cold_run_is_found_warming_
     assert!(why.contains("compiler threads used at most"), "{why}");
     let took = warmup["duration_s"].as_f64().unwrap();
     assert!(
-        (5.0..44.0).contains(&took),
+        (5.0..59.0).contains(&took),
         "settled before the cap: {took} s, {why}"
     );
 
