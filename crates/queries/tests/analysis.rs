@@ -395,17 +395,16 @@ fn finding_ids_survive_line_edits_and_other_values() {
         &ingest(&shop(12, 5).replace("line 23,", "line 25,")),
         &Options::default(),
     );
-    let ids = |x: &kiln_queries::analyze::Analysis| {
-        let mut v: Vec<String> = x
-            .summary
-            .findings
-            .iter()
-            .map(|f| f.example.id.clone())
-            .collect();
-        v.sort();
-        v
-    };
-    assert_eq!(ids(&a), ids(&b));
+    assert_eq!(sorted_ids(&a), sorted_ids(&b));
+}
+
+/// The analysis' finding ids, sorted.
+fn sorted_ids(a: &kiln_queries::analyze::Analysis) -> Vec<String> {
+    let mut v: Vec<String> = (a.summary.findings.iter())
+        .map(|f| f.example.id.clone())
+        .collect();
+    v.sort();
+    v
 }
 
 /// The same code checked out in two places (or run from two venvs) has the same ids: a
@@ -415,16 +414,7 @@ fn finding_ids_are_the_same_from_another_checkout() {
     let here = shop(9, 3);
     let there = here.replace("/srv/shop/", "/home/ci/builds/7/shop/");
     assert_ne!(here, there);
-    let ids = |doc: &str| {
-        let mut v: Vec<String> = analyze(&ingest(doc), &Options::default())
-            .summary
-            .findings
-            .iter()
-            .map(|f| f.example.id.clone())
-            .collect();
-        v.sort();
-        v
-    };
+    let ids = |doc: &str| sorted_ids(&analyze(&ingest(doc), &Options::default()));
     assert!(!ids(&here).is_empty());
     assert_eq!(ids(&here), ids(&there));
     // another file is another site
