@@ -22,6 +22,9 @@ pub struct Cli {
 pub enum Command {
     /// Load a URL, or run a plan file, and report latency, throughput and errors.
     Run(Box<RunArgs>),
+    /// The highest rate a service keeps its SLOs at, found by loading it step by step, and
+    /// what stops it there (its CPU, or how many requests it serves at once).
+    Capacity(Box<CapacityArgs>),
     /// Plan files: check one without sending anything, or make one from a browser's HAR
     /// recording.
     #[command(subcommand)]
@@ -306,6 +309,97 @@ pub struct WatchArgs {
     /// How far to look into the process's runtime, as for kiln run (`deep`: thread dumps).
     #[arg(long = "runtime", value_enum, default_value_t = RuntimeDepth::Default)]
     pub runtime: RuntimeDepth,
+}
+
+/// `kiln capacity URL|plan.yaml --slo 'p99<50ms'`.
+#[derive(Args, Debug)]
+#[command(
+    after_help = "Each step is a whole run under OUT/steps/; OUT/capacity.json has the search. \
+-d sets each step's measured time (default: long enough for the SLOs' percentiles, 3 to 30 s), \
+--warmup each step's warm-up (default 1s), -c the probe's connections. \
+Exit codes: 0 a capacity found (or above --max-rate), 99 no rate kept the SLOs, 1 error, 130 Ctrl-C."
+)]
+pub struct CapacityArgs {
+    #[command(flatten)]
+    pub load: kiln_runner::load_flags::LoadFlags,
+
+    /// A service level objective every step must keep, k6 style (repeatable): 'p99<50ms',
+    /// 'p(99.9)<200ms', 'mean<20ms', 'max<1s', 'failed<1%'.
+    #[arg(help_heading = "Capacity", long = "slo", required = true)]
+    pub slos: Vec<String>,
+
+    /// No step offers more than this many requests per second.
+    #[arg(help_heading = "Capacity", long = "max-rate", value_name = "N")]
+    pub max_rate: Option<f64>,
+
+    /// The first step's rate (and no closed-model probe) [default: 80% of what the probe
+    /// served].
+    #[arg(help_heading = "Capacity", long = "start-rate", value_name = "N")]
+    pub start_rate: Option<f64>,
+
+    /// Done when the lowest rate that broke an SLO is within this much above the highest
+    /// that kept them all.
+    #[arg(
+        help_heading = "Capacity",
+        long = "precision",
+        value_name = "PERCENT",
+        default_value = "5%"
+    )]
+    pub precision: crate::cli::Percent,
+
+    /// The whole search's time at most; it reports the interval it reached.
+    #[arg(help_heading = "Capacity", long = "budget", default_value = "5m")]
+    pub budget: DurationArg,
+
+    /// Watch the process with this pid through every step (its CPU tells a CPU-bound
+    /// service from one that runs out of workers).
+    #[arg(help_heading = "Watching the target", long = "watch-pid")]
+    pub watch_pid: Option<i32>,
+
+    /// Like --watch-pid, for the processes listening on this TCP port.
+    #[arg(help_heading = "Watching the target", long = "watch-port")]
+    pub watch_port: Option<u16>,
+
+    /// Also profile the watched process over each step's measured part.
+    #[arg(help_heading = "Profiling", long = "profile")]
+    pub profile: bool,
+
+    /// Where the search is recorded [default: a fresh directory under runs/].
+    #[arg(long = "out", value_name = "DIR")]
+    pub out: Option<PathBuf>,
+
+    /// The search's name [default: the URL or plan file].
+    #[arg(long = "name")]
+    pub name: Option<String>,
+
+    /// Print the search's record as JSON.
+    #[arg(long = "json")]
+    pub json: bool,
+
+    /// No progress lines.
+    #[arg(short = 'q', long = "quiet")]
+    pub quiet: bool,
+}
+
+/// A share given as `5%` or `0.05`.
+#[derive(Clone, Copy, Debug)]
+pub struct Percent(pub f64);
+
+impl std::str::FromStr for Percent {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let s = s.trim();
+        let share = match s.strip_suffix('%') {
+            Some(pct) => pct.trim().parse::<f64>().map(|p| p / 100.0),
+            None => s.parse::<f64>(),
+        }
+        .map_err(|_| format!("'{s}' is not a share (e.g. 5% or 0.05)"))?;
+        if !(share > 0.0 && share < 1.0) {
+            return Err(format!("'{s}' is out of range: above 0% and below 100%"));
+        }
+        Ok(Self(share))
+    }
 }
 
 #[derive(Args, Debug, Clone)]

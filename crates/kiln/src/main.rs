@@ -3,6 +3,7 @@
 
 #[macro_use]
 mod stdout;
+mod capacity_cmd;
 mod cli;
 mod compare_cmd;
 mod comparison;
@@ -102,6 +103,7 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Run(args) => run_cmd::run(*args, &interrupts()),
+        Command::Capacity(args) => capacity_cmd::run(*args, &interrupts()),
         Command::Report(args) => report_cmd::run(args),
         Command::Findings(args) => findings_cmd::run(args),
         Command::Compare(args) => compare_cmd::run(args),

@@ -108,6 +108,28 @@ impl LatencyHistogram {
         self.0.len() - self.0.count_between(0, us)
     }
 
+    /// How many recorded values read as `us` or more, or (`inclusive` false) as more than
+    /// `us`, at the histogram's resolution: a value reads as its bucket's highest equivalent,
+    /// as [`Self::quantile_us`] reports it. So a quantile is at least `us` exactly when more
+    /// than its share of the values read so.
+    pub fn count_reading_above(&self, us: u64, inclusive: bool) -> u64 {
+        let h = &self.0;
+        let bucket_reads_above = if inclusive {
+            true
+        } else {
+            h.highest_equivalent(us) > us
+        };
+        if bucket_reads_above {
+            // every value in `us`'s bucket and after it
+            match h.lowest_equivalent(us).checked_sub(1) {
+                Some(below) => self.count_above(below),
+                None => h.len(),
+            }
+        } else {
+            self.count_above(us)
+        }
+    }
+
     /// Share of recorded values at or below `us` (0..=1); 1 when empty.
     pub fn fraction_at_or_below(&self, us: u64) -> f64 {
         if self.0.is_empty() {

@@ -171,6 +171,30 @@ pub fn parse_status_switches(text: &str) -> (Option<u64>, Option<u64>) {
     (voluntary, involuntary)
 }
 
+/// How many CPUs a process may run on, from `Cpus_allowed_list:` in `/proc/PID/status`
+/// (`0-3,6`: five): `taskset` or a cpuset pins it to fewer than the host has.
+pub fn parse_cpus_allowed(text: &str) -> Option<usize> {
+    let list = text
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))?
+        .trim();
+    let mut count = 0usize;
+    for range in list.split(',').filter(|r| !r.is_empty()) {
+        let (from, to) = match range.split_once('-') {
+            Some((a, b)) => (
+                a.trim().parse::<usize>().ok()?,
+                b.trim().parse::<usize>().ok()?,
+            ),
+            None => {
+                let one = range.trim().parse::<usize>().ok()?;
+                (one, one)
+            }
+        };
+        count = count.checked_add(to.checked_sub(from)? + 1)?;
+    }
+    (count > 0).then_some(count)
+}
+
 /// The kernel's counters at one moment; whatever could not be read is empty or None.
 #[derive(Clone, Debug, Default)]
 pub struct KernelReading {
@@ -292,6 +316,11 @@ impl ProcFs {
     /// The process as a whole (all its threads' times summed by the kernel).
     pub fn process(&self, pid: i32) -> Option<TaskStat> {
         self.task(&format!("proc/{pid}"))
+    }
+
+    /// The CPUs the process may run on (its affinity), counted.
+    pub fn cpus_allowed(&self, pid: i32) -> Option<usize> {
+        parse_cpus_allowed(&self.read(&format!("proc/{pid}/status"))?)
     }
 
     /// The process's state letter (R, S, D, Z ...) from its `stat` alone.
@@ -643,6 +672,21 @@ procs_blocked 1\n";
         }
         assert_eq!(ProcFs::new(root.path()).process_tree(10), [10, 11, 14, 12]);
         assert_eq!(ProcFs::new(root.path()).process_tree(99), [99]);
+    }
+
+    #[test]
+    fn the_cpus_a_process_may_use_are_counted_from_its_list() {
+        let status =
+            |list: &str| format!("Name:\tx\nCpus_allowed:\t3\nCpus_allowed_list:\t{list}\n");
+        assert_eq!(parse_cpus_allowed(&status("0-1")), Some(2));
+        assert_eq!(parse_cpus_allowed(&status("1")), Some(1));
+        assert_eq!(parse_cpus_allowed(&status("0-3,6,8-9")), Some(7));
+        for bad in ["", "3-1", "x", "0-"] {
+            assert_eq!(parse_cpus_allowed(&status(bad)), None, "{bad}");
+        }
+        assert_eq!(parse_cpus_allowed("Name: x\n"), None);
+        let me = ProcFs::default().cpus_allowed(std::process::id() as i32);
+        assert!(me.is_some_and(|n| n >= 1), "{me:?}");
     }
 
     #[test]

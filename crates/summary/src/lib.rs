@@ -2,6 +2,7 @@
 //! of a run, as text and as the `--json` summary, and its verdicts (thresholds, JUnit XML),
 //! built only from the run record.
 
+pub mod capacity;
 pub mod junit;
 pub mod names;
 pub mod noise;

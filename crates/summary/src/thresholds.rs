@@ -6,7 +6,7 @@ use kiln_record::schema::plan::PlanRecord;
 use std::fmt;
 
 use kiln_load::plan::parse_duration;
-use kiln_record::PhaseSummary;
+use kiln_record::{PhaseSummary, SecondRecord};
 
 /// What a threshold measures.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -288,6 +288,100 @@ impl Threshold {
     }
 }
 
+/// The fewest samples beyond a percentile for it to be judged: with fewer, one slow request
+/// more or less moves it past its limit.
+pub const BEYOND_TO_JUDGE: u64 = 10;
+
+impl Threshold {
+    /// Whether this can be a service level objective of `kiln capacity`: a limit on the
+    /// latency or on failures that holds at low rates and breaks at high ones (a throughput
+    /// or an unsent count is what the search measures, not what it keeps).
+    pub fn is_slo(&self) -> bool {
+        matches!(
+            (self.metric, self.op),
+            (
+                Metric::Quantile(_) | Metric::Max | Metric::Mean | Metric::FailedRatio,
+                Op::Lt | Op::Le
+            ) | (Metric::Checks, Op::Gt | Op::Ge)
+        )
+    }
+
+    /// Requests a run needs for this to be judged on more than a handful: ten beyond a
+    /// percentile (1,000 for p99), ten failures at a failed-ratio limit; 100 otherwise.
+    pub fn requests_to_judge(&self) -> u64 {
+        let beyond = |share: f64| {
+            if share > 0.0 {
+                // less a hair: 1 - 0.999 is not exactly 0.001
+                (BEYOND_TO_JUDGE as f64 / share * (1.0 - 1e-9)).ceil() as u64
+            } else {
+                u64::MAX
+            }
+        };
+        match self.metric {
+            Metric::Quantile(q) => beyond(1.0 - q),
+            Metric::FailedRatio => beyond(self.limit),
+            _ => 100,
+        }
+        .max(100)
+    }
+
+    /// Whether a run of `planned` requests already breaks this, however its rest goes:
+    /// more than the quantile's share of the planned requests above its limit, more failures
+    /// than the limit allows of them, one answer above a `max`. Said with the counts; `None`
+    /// while it could still hold (a mean can always recover; a name's figures are not judged
+    /// early). What a step of `kiln capacity` that clearly breaks its SLO ends on.
+    pub fn broken_already(&self, so_far: &SecondRecord, planned: u64) -> Option<String> {
+        if self.name.is_some() || !matches!(self.op, Op::Lt | Op::Le) || planned == 0 {
+            return None;
+        }
+        // values that read as the limit break a `<` (as `check` reads the quantile)
+        let above = |limit_us: f64| {
+            so_far
+                .latency
+                .count_reading_above(limit_us.ceil() as u64, self.op == Op::Lt)
+        };
+        match self.metric {
+            Metric::Quantile(q) => {
+                let allowed = ((1.0 - q) * planned as f64).floor() as u64;
+                let n = above(self.limit);
+                (n > allowed).then(|| {
+                    format!(
+                        "{n} answers took {} or more, more than the {allowed} of the {planned} \
+                         planned that {} allows",
+                        kiln_record::text::us_f(self.limit),
+                        self.text
+                    )
+                })
+            }
+            Metric::Max => {
+                let n = above(self.limit);
+                (n > 0).then(|| {
+                    format!(
+                        "{n} answers took {} or more",
+                        kiln_record::text::us_f(self.limit)
+                    )
+                })
+            }
+            Metric::FailedRatio => {
+                // the final share is at least n / planned (fewer may end than were planned)
+                let n = so_far.failed();
+                let allowed = self.limit * planned as f64;
+                let over = match self.op {
+                    Op::Lt => n > 0 && n as f64 >= allowed,
+                    _ => n as f64 > allowed,
+                };
+                over.then(|| {
+                    format!(
+                        "{n} requests failed, more than {} allows of the {planned} planned",
+                        self.text
+                    )
+                })
+            }
+            _ => None,
+        }
+    }
+}
+
 /// Whether a `--threshold` recorded in the plan fails on the measured phases.
 pub fn thresholds_failed(manifest: &kiln_record::RunManifest, phases: &[PhaseSummary]) -> bool {
     PhaseSummary::measured_total(phases)
@@ -333,7 +427,7 @@ mod tests {
     }
 
     use super::*;
-    use kiln_record::SecondRecord;
+    use kiln_record::ErrorKind;
 
     fn results() -> PhaseSummary {
         let mut s = SecondRecord {
@@ -348,6 +442,88 @@ mod tests {
         let mut p = PhaseSummary::new("run");
         p.add_second(&s);
         p
+    }
+
+    /// A step of `kiln capacity` ends early only when no way its rest could go keeps the
+    /// SLO: 1,000 requests planned allow 10 above a p99's limit, never 11.
+    #[test]
+    fn a_threshold_is_broken_already_only_when_its_rest_cannot_mend_it() {
+        let p99 = Threshold::parse("p99<50ms").unwrap();
+        let mut s = SecondRecord::default();
+        for _ in 0..500 {
+            s.latency.record_us(10_000);
+        }
+        for _ in 0..10 {
+            s.latency.record_us(50_000);
+        }
+        assert_eq!(
+            p99.broken_already(&s, 1_000),
+            None,
+            "10 of 1,000 may be above"
+        );
+        s.latency.record_us(80_000);
+        let why = p99
+            .broken_already(&s, 1_000)
+            .expect("11 of 1,000 cannot be");
+        assert!(why.starts_with("11 answers took 50.0ms or more"), "{why}");
+        // and the full run of the same requests does break it
+        let mut full = s.clone();
+        for _ in 0..489 {
+            full.latency.record_us(10_000);
+        }
+        let mut phase = PhaseSummary::new("run");
+        phase.add_second(&full);
+        assert!(!p99.check(&phase).ok);
+        // `<=` lets an answer at the limit hold
+        let le = Threshold::parse("p99<=80ms").unwrap();
+        assert_eq!(le.broken_already(&s, 1_000), None);
+
+        let failed = Threshold::parse("failed<1%").unwrap();
+        let mut f = SecondRecord::default();
+        f.errors.insert(ErrorKind::Timeout, 9);
+        assert_eq!(failed.broken_already(&f, 1_000), None);
+        f.errors.insert(ErrorKind::Timeout, 10);
+        assert!(failed.broken_already(&f, 1_000).is_some());
+        assert!(Threshold::parse("max<60ms")
+            .unwrap()
+            .broken_already(&s, 1_000)
+            .is_some());
+        // a mean can come back; a name's figures are not judged early
+        assert_eq!(
+            Threshold::parse("mean<1ms")
+                .unwrap()
+                .broken_already(&s, 1_000),
+            None
+        );
+        assert_eq!(
+            Threshold::parse("p99{name:a}<1ms")
+                .unwrap()
+                .broken_already(&s, 1_000),
+            None
+        );
+    }
+
+    #[test]
+    fn slos_are_limits_on_latency_and_failures_judged_on_enough_requests() {
+        for slo in [
+            "p99<50ms",
+            "p(99.9)<=1s",
+            "mean<20ms",
+            "max<2s",
+            "failed<1%",
+            "checks>99%",
+        ] {
+            assert!(Threshold::parse(slo).unwrap().is_slo(), "{slo}");
+        }
+        for not in ["rate>=1000", "unsent<1", "p99>10ms", "min<1ms"] {
+            assert!(!Threshold::parse(not).unwrap().is_slo(), "{not}");
+        }
+        let to_judge = |t: &str| Threshold::parse(t).unwrap().requests_to_judge();
+        assert_eq!(to_judge("p99<50ms"), 1_000);
+        assert_eq!(to_judge("p(99.9)<50ms"), 10_000);
+        assert_eq!(to_judge("p50<50ms"), 100);
+        assert_eq!(to_judge("failed<1%"), 1_000);
+        assert_eq!(to_judge("mean<5ms"), 100);
     }
 
     #[test]

@@ -40,6 +40,10 @@ pub struct Planted {
     /// (unread, in its socket) until a worker is free to read it, as Tomcat's NIO connector
     /// does with its executor.
     pub workers: Option<usize>,
+    /// CPU time (the thread's own clock, not the wall's) each request burns: on a core it
+    /// shares with other requests it takes longer, as real computation does, so the target
+    /// serves at most cores / this per second.
+    pub cpu_time: std::time::Duration,
     /// A target that warms up (a JIT, caches filling): from its first request, each request
     /// waits `extra * (1 - t / over)` more, fading to nothing after `over`.
     pub warm_up: Option<WarmUp>,
@@ -167,6 +171,9 @@ impl PlantedState {
     /// Does the request's planted work.
     pub fn on_request(&self) {
         let p = &self.planted;
+        if !p.cpu_time.is_zero() {
+            burn_thread_cpu(p.cpu_time);
+        }
         if p.fresh_memory > 0 {
             if p.reuse_memory {
                 touch_kept_buffer(p.fresh_memory);
@@ -313,4 +320,27 @@ fn read_clock(n: u32, via_vdso: bool) {
         }
         std::hint::black_box(&ts);
     }
+}
+
+/// The calling thread's CPU time so far.
+fn thread_cpu_now() -> std::time::Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes only the timespec given.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    std::time::Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// Computes until the calling thread has used `d` more CPU time.
+pub fn burn_thread_cpu(d: std::time::Duration) {
+    let until = thread_cpu_now() + d;
+    let mut x = 0u64;
+    while thread_cpu_now() < until {
+        for i in 0..500 {
+            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(i));
+        }
+    }
+    std::hint::black_box(x);
 }

@@ -9,7 +9,7 @@
 
 use crate::common;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -183,33 +183,11 @@ impl Target {
             Some(ns) => ns.command(exe.to_str().unwrap()),
             None => Command::new(exe),
         };
-        cmd.args([
-            "--exact",
-            "findings::as_target",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(TARGET_ENV, name)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null());
+        cmd.env(TARGET_ENV, name);
         if let Some(peer) = peer {
             cmd.env("KILN_FINDINGS_PEER", peer.to_string());
         }
-        let mut child = cmd.spawn().expect("the test binary starts as a target");
-        let stdout = child.stdout.take().unwrap();
-        let mut lines = BufReader::new(stdout).lines();
-        let addr = lines
-            .by_ref()
-            .map_while(Result::ok)
-            // the harness may print "test as_target ... " on the same line first
-            .find_map(|l| {
-                l.split("listening on ")
-                    .nth(1)
-                    .map(|a| a.trim().parse().unwrap())
-            })
-            .expect("the target says where it listens");
-        // keep reading its output so it never blocks on a full pipe
-        std::thread::spawn(move || lines.for_each(drop));
+        let (child, addr) = common::start_self_target(cmd, "findings::as_target");
         Self { child, addr }
     }
 }

@@ -6,6 +6,7 @@
 
 mod common;
 
+mod capacity;
 mod cli;
 mod compare;
 mod demo;

@@ -1,5 +1,6 @@
 //! A standalone known-behaviour target for benchmarks and manual experiments:
-//! `kiln-target --port 8080 --service-ms 2 --stall-every-ms 1000 --stall-ms 100`.
+//! `kiln-target --port 8080 --service-ms 2 --stall-every-ms 1000 --stall-ms 100`, or
+//! `kiln-target --workers 4 --service-ms 10` (4 workers of 10 ms: 400 requests/s at most).
 //! Prints `listening on ADDR` and serves until killed.
 
 use std::time::Duration;
@@ -8,7 +9,7 @@ use kiln_targets::{Behavior, Stall, TargetServer};
 
 const USAGE: &str =
     "usage: kiln-target [--port N] [--service-ms MS] [--stall-every-ms MS --stall-ms MS] \
-[--slow-every N --slow-ms MS] [--slow-permille N --slow-ms MS] [--reset-every N] [--cpu-us US] [--tls]";
+[--slow-every N --slow-ms MS] [--slow-permille N --slow-ms MS] [--reset-every N] [--cpu-us US] [--workers N] [--tls]";
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -38,6 +39,8 @@ fn main() {
             "--slow-permille" => slow_permille = value.min(1000),
             "--reset-every" => behavior.reset_every = Some(value),
             "--cpu-us" => behavior.cpu_per_request = Duration::from_micros(value),
+            // a pool of N workers serves the requests (a connection waits for a free one)
+            "--workers" => behavior.planted.workers = Some(value.max(1) as usize),
             _ => {
                 eprintln!("kiln-target: unknown flag '{flag}'\n{USAGE}");
                 std::process::exit(2);

@@ -74,6 +74,35 @@ pub fn json_of(out: &Output) -> Value {
     })
 }
 
+/// This test binary started again as a target process: `cmd` (the binary, with what the
+/// target reads from its environment) runs the test `test` alone, which serves and prints
+/// `listening on ADDR`. The caller kills the child.
+pub fn start_self_target(
+    mut cmd: Command,
+    test: &str,
+) -> (std::process::Child, std::net::SocketAddr) {
+    use std::io::BufRead as _;
+    cmd.args(["--exact", test, "--nocapture", "--test-threads=1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    let mut child = cmd.spawn().expect("the test binary starts as a target");
+    let stdout = child.stdout.take().unwrap();
+    let mut lines = std::io::BufReader::new(stdout).lines();
+    let addr = lines
+        .by_ref()
+        .map_while(Result::ok)
+        // the harness may print "test as_target ... " on the same line first
+        .find_map(|l| {
+            l.split("listening on ")
+                .nth(1)
+                .map(|a| a.trim().parse().unwrap())
+        })
+        .expect("the target says where it listens");
+    // keep reading its output so it never blocks on a full pipe
+    std::thread::spawn(move || lines.for_each(drop));
+    (child, addr)
+}
+
 /// A run directory's `run.json`.
 pub fn manifest(dir: &Path) -> Value {
     serde_json::from_str(&std::fs::read_to_string(dir.join("run.json")).unwrap()).unwrap()

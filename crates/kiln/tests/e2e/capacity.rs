@@ -1,0 +1,318 @@
+//! `kiln capacity` end to end, against targets whose capacity is known by construction: a
+//! pool of W workers that each sleep 10 ms serves at most W x 100 requests/s with its CPU
+//! idle (a concurrency limit of W); a target that burns 4 ms of CPU per request, pinned to
+//! one core, serves at most 250/s with that core busy (the CPU). Each target runs in its own
+//! process (this test binary started again as `as_target`), watched by kiln.
+
+use crate::common;
+
+use std::io::Write as _;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use kiln_targets::planted::Planted;
+use kiln_targets::{Behavior, TargetServer};
+use serde_json::Value;
+
+const TARGET_ENV: &str = "KILN_CAPACITY_TARGET";
+
+/// The target's behaviour by name: `workers-N` (N workers of 10 ms), `cpu` (4 ms of CPU a
+/// request, on one core).
+fn behavior(name: &str) -> Behavior {
+    match name.strip_prefix("workers-") {
+        Some(n) => Behavior {
+            service_time: Duration::from_millis(10),
+            planted: Planted {
+                workers: Some(n.parse().unwrap()),
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        None => {
+            assert_eq!(name, "cpu");
+            Behavior {
+                planted: Planted {
+                    cpu_time: Duration::from_millis(4),
+                    ..Default::default()
+                },
+                ..Default::default()
+            }
+        }
+    }
+}
+
+/// Not a test of its own: the target process the tests below start.
+#[test]
+fn as_target() {
+    let _turn = common::alone();
+    let Ok(name) = std::env::var(TARGET_ENV) else {
+        return;
+    };
+    let server = TargetServer::start(behavior(&name)).expect("the target starts");
+    let mut stdout = std::io::stdout();
+    writeln!(stdout, "listening on {}", server.addr()).unwrap();
+    stdout.flush().unwrap();
+    std::thread::sleep(Duration::from_secs(86_400));
+}
+
+struct Target {
+    child: Child,
+    url: String,
+}
+
+impl Target {
+    fn start(name: &str) -> Self {
+        let mut cmd = Command::new(std::env::current_exe().unwrap());
+        cmd.env(TARGET_ENV, name);
+        if name == "cpu" {
+            use std::os::unix::process::CommandExt as _;
+            // the whole process on CPU 1, as `taskset -c 1` starts it
+            // SAFETY: sched_setaffinity on the child's own mask is async-signal-safe.
+            unsafe {
+                cmd.pre_exec(|| {
+                    let mut set: libc::cpu_set_t = std::mem::zeroed();
+                    libc::CPU_SET(1, &mut set);
+                    match libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) {
+                        0 => Ok(()),
+                        _ => Err(std::io::Error::last_os_error()),
+                    }
+                })
+            };
+        }
+        let (child, addr) = common::start_self_target(cmd, "capacity::as_target");
+        Self {
+            child,
+            url: format!("http://{addr}/"),
+        }
+    }
+
+    fn pid(&self) -> String {
+        self.child.id().to_string()
+    }
+}
+
+impl Drop for Target {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `kiln capacity` of the target, watched, with `--json`; checks what every search's record
+/// must hold and returns it.
+fn search(target: &Target, out: &Path, extra: &[&str]) -> Value {
+    let pid = target.pid();
+    let mut args = vec![
+        "capacity",
+        &target.url,
+        "--slo",
+        "p99<50ms",
+        "--watch-pid",
+        &pid,
+        "--json",
+        "--quiet",
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    let started = Instant::now();
+    let v = common::json_with_exit(&common::kiln(&args), 0);
+    assert_eq!(v["status"], "complete", "{v:#}");
+    assert!(
+        started.elapsed() < Duration::from_secs(240),
+        "the search took {:?}",
+        started.elapsed()
+    );
+    // the record on disk is what was printed, and every step is a whole run
+    let on_disk: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("capacity.json")).unwrap()).unwrap();
+    let mut printed = v.clone();
+    printed.as_object_mut().unwrap().remove("dir");
+    assert_eq!(on_disk, printed);
+    for step in v["steps"].as_array().unwrap() {
+        let run = common::manifest(&out.join(step["dir"].as_str().unwrap()));
+        assert_eq!(run["status"], "complete", "{step}");
+    }
+    // the edge: kept below, broken above, within the precision
+    let (lo, hi) = (rate(&v, "max_rate"), rate(&v, "first_broken_rate"));
+    assert!(
+        lo < hi && hi <= lo * 1.05 + 1.0,
+        "{lo}..{hi}: {}",
+        steps_of(&v)
+    );
+    v
+}
+
+/// The steps in a line each, for a failure's message.
+fn steps_of(v: &Value) -> String {
+    v["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            format!(
+                "{} {} rate {} answered {:.1}/s mean {:.1} ms p99 {:.1} ms kept {} starved {} believed {}\n",
+                s["kind"], s["connections"], s["offered_rate"], s["throughput"].as_f64().unwrap(),
+                s["mean_ms"].as_f64().unwrap(), s["p99_ms"].as_f64().unwrap(), s["kept"],
+                s["starved"], s["believed"]
+            )
+        })
+        .collect()
+}
+
+fn rate(v: &Value, field: &str) -> f64 {
+    v[field]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{field} in {v:#}"))
+}
+
+/// The test: 4 workers of 10 ms keep p99 under 50 ms up to about 400 requests/s and
+/// are named a concurrency limit of 4, not the CPU; 8 workers keep about twice the rate.
+#[test]
+fn workers_of_10ms_are_a_concurrency_limit_and_twice_the_workers_twice_the_rate() {
+    let _turn = common::group("capacity");
+    let tmp = tempfile::tempdir().unwrap();
+    let (four, eight) = (Target::start("workers-4"), Target::start("workers-8"));
+    let (a, b) = std::thread::scope(|s| {
+        let a = s.spawn(|| search(&four, &tmp.path().join("four"), &[]));
+        let b = s.spawn(|| search(&eight, &tmp.path().join("eight"), &[]));
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    let (rate4, rate8) = (rate(&a, "max_rate"), rate(&b, "max_rate"));
+    assert!((320.0..=405.0).contains(&rate4), "4 workers: {rate4}");
+    assert!((640.0..=810.0).contains(&rate8), "8 workers: {rate8}");
+    assert!((1.7..=2.2).contains(&(rate8 / rate4)), "{rate4} -> {rate8}");
+    for (v, workers) in [(&a, 4.0), (&b, 8.0)] {
+        let knee = &v["knee"];
+        assert_eq!(knee["limit"], "concurrency", "{knee:#}");
+        let at_once = rate(v, "concurrency_at_knee");
+        assert!(
+            (workers * 0.85..=workers * 1.2).contains(&at_once),
+            "{workers} workers: {at_once} at once: {:#}\n{}",
+            v["knee"],
+            steps_of(v)
+        );
+        let text = knee["text"].as_str().unwrap();
+        assert!(
+            text.starts_with(&format!("a concurrency limit of about {workers}: ")),
+            "{text}"
+        );
+        // the CPU is not what stops them
+        assert!(knee["target_cores"].as_f64().unwrap() < 0.5, "{knee:#}");
+    }
+}
+
+/// The same search names the CPU of a target that spends 4 ms of it per request on the one
+/// core it may use: 250 requests/s at most, fewer where other processes take some of that
+/// core (the kernel's count of what it got says how many).
+#[test]
+fn a_target_bound_by_the_one_core_it_may_use_is_named_cpu_bound() {
+    let _turn = common::group("capacity");
+    let tmp = tempfile::tempdir().unwrap();
+    let target = Target::start("cpu");
+    let v = search(&target, &tmp.path().join("cpu"), &[]);
+    let max_rate = rate(&v, "max_rate");
+    assert!(max_rate <= 255.0, "one core serves 250 at most: {max_rate}");
+    // what the CPU it got allows at the edge: 4 ms of it per request
+    let edge = v["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rfind(|s| s["believed"] == true && s["offered_rate"] == v["first_broken_rate"])
+        .unwrap_or_else(|| {
+            panic!(
+                "no edge step: {:#}\n{}",
+                v["first_broken_rate"],
+                steps_of(&v)
+            )
+        });
+    let allowed = edge["target_cores"].as_f64().unwrap() / 0.004;
+    assert!(
+        max_rate >= allowed * 0.85 && max_rate <= allowed * 1.1,
+        "kept {max_rate}/s, its CPU at the edge allowed {allowed:.0}/s"
+    );
+    let knee = &v["knee"];
+    assert_eq!(knee["limit"], "cpu", "{knee:#}");
+    assert_eq!(knee["cores_available"], 1.0, "{knee:#}");
+    let text = knee["text"].as_str().unwrap();
+    assert!(text.starts_with("its CPU: "), "{text}");
+    assert!(text.contains(" of 1 core"), "{text}");
+}
+
+/// What the search sets itself, and objectives it cannot keep, are refused in a line; a
+/// search stopped by Ctrl-C keeps its steps and says it was interrupted.
+#[test]
+fn a_search_refuses_what_it_sets_itself_and_an_interrupted_one_keeps_its_steps() {
+    let _turn = common::beside();
+    let target = Target::start("workers-8");
+    for (extra, says) in [
+        (&["--slo", "rate>100"][..], "an objective is a limit"),
+        (
+            &["--slo", "p99<50ms", "--rate", "100"],
+            "--rate does not go with a search",
+        ),
+        (
+            &["--slo", "p99<50ms", "--threshold", "p99<1s"],
+            "give the objectives as --slo",
+        ),
+        (
+            &["--slo", "p99<50ms", "--max-rate", "0"],
+            "--max-rate must be a rate above 0",
+        ),
+        (
+            &["--slo", "p99<50ms", "--warmup", "auto"],
+            "--warmup auto does not go",
+        ),
+    ] {
+        let mut args = vec!["capacity", target.url.as_str()];
+        args.extend_from_slice(extra);
+        let out = common::kiln(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{extra:?}: {stderr}");
+        assert!(stderr.contains(says), "{extra:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    }
+    let out = common::kiln(&["capacity", &target.url]);
+    assert_eq!(out.status.code(), Some(2), "no --slo is bad usage");
+
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("stopped");
+    let kiln = Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args([
+            "capacity",
+            &target.url,
+            "--slo",
+            "p99<50ms",
+            "--json",
+            "--quiet",
+            "--out",
+        ])
+        .arg(&dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Ctrl-C once the first step after the probe runs
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while std::fs::read_dir(dir.join("steps")).map_or(true, |d| d.count() < 2) {
+        assert!(Instant::now() < deadline, "no second step began");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    unsafe { libc::kill(kiln.id() as i32, libc::SIGINT) };
+    let out = kiln.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(130),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v = common::json_of(&out);
+    assert_eq!(v["status"], "interrupted");
+    let steps = v["steps"].as_array().unwrap();
+    assert!(steps.len() >= 2, "{v:#}");
+    assert_eq!(steps[0]["kind"], "probe");
+    let last = common::manifest(&dir.join(steps.last().unwrap()["dir"].as_str().unwrap()));
+    assert_eq!(last["status"], "interrupted");
+}
