@@ -35,7 +35,7 @@ pub fn knee(steps: &[CapacityStep], cores: f64) -> Option<Knee> {
         .iter()
         .find(|s| s.kind == StepKind::Alone && s.requests > 0)
     {
-        Some(one) => one.mean_ms,
+        Some(one) => one.mean_fastest_ms.unwrap_or(one.mean_ms),
         None => {
             let alone = lowest(true).or_else(|| lowest(false))?;
             alone.service_mean_ms.unwrap_or(alone.mean_ms)
@@ -186,6 +186,7 @@ mod tests {
             p99_ms: mean_ms,
             max_ms: mean_ms,
             mean_ms,
+            mean_fastest_ms: None,
             service_mean_ms: Some(mean_ms),
             failed_ratio: 0.0,
             concurrency: throughput * mean_ms / 1000.0,

@@ -21,7 +21,7 @@ use kiln_runner::load_flags::LoadFlags;
 use kiln_runner::{RunnerError, TargetProcesses};
 use kiln_summary::thresholds::Threshold;
 
-use crate::search::{round_rate, Next, Search, SearchSettings};
+use crate::search::{Next, Search, SearchSettings};
 use crate::step::{run_step, StepContext, StepTimes};
 
 #[derive(Debug, thiserror::Error)]
@@ -71,6 +71,8 @@ pub struct CapacitySpec {
     pub profile_hz: Option<u32>,
 }
 
+/// The page of a capacity directory.
+pub const REPORT_FILE: &str = "report.html";
 /// The shortest measured part of a step.
 pub const MIN_MEASURED: Duration = Duration::from_secs(3);
 /// The longest: a low rate with a p99.9 would otherwise run for minutes a step.
@@ -266,6 +268,7 @@ pub fn run(
         cores_available(spec.target.as_ref()),
     );
     write(&spec.dir, &record)?;
+    write_page(&spec.dir, &record)?;
     Ok(record)
 }
 
@@ -301,6 +304,13 @@ fn finish(record: &mut CapacityRecord, status: SearchStatus, elapsed: Duration, 
     record.concurrency_at_knee = record.knee.as_ref().map(|k| k.concurrency);
 }
 
+/// The search's page, `report.html` beside `capacity.json`.
+pub fn write_page(dir: &Path, record: &CapacityRecord) -> Result<(), CapacityError> {
+    let path = dir.join(REPORT_FILE);
+    std::fs::write(&path, kiln_report::render_capacity(record))
+        .map_err(|source| CapacityError::Write { path, source })
+}
+
 /// Makes the capacity directory, refusing one that holds a search already.
 fn claim(dir: &Path) -> Result<(), CapacityError> {
     std::fs::create_dir_all(dir).map_err(|source| CapacityError::Write {
@@ -324,31 +334,4 @@ fn write(dir: &Path, record: &CapacityRecord) -> Result<(), CapacityError> {
     std::fs::write(&tmp, json)
         .and_then(|()| std::fs::rename(&tmp, &path))
         .map_err(|source| CapacityError::Write { path, source })
-}
-
-/// Reads a capacity directory's record.
-pub fn read(dir: &Path) -> Result<CapacityRecord, String> {
-    let path = dir.join(CAPACITY_FILE);
-    let bytes = kiln_record::input::read_regular(&path, 64 << 20)
-        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let record: CapacityRecord = serde_json::from_slice(&bytes)
-        .map_err(|e| format!("{} is not a capacity record: {e}", path.display()))?;
-    if record.version > CAPACITY_VERSION {
-        return Err(format!(
-            "{} is version {} of the capacity record; this kiln reads up to {CAPACITY_VERSION}",
-            path.display(),
-            record.version
-        ));
-    }
-    Ok(record)
-}
-
-/// A rate as shown: three figures.
-pub fn rate_text(rate: f64) -> String {
-    let r = round_rate(rate);
-    if r >= 100.0 {
-        format!("{r:.0}")
-    } else {
-        format!("{r}")
-    }
 }

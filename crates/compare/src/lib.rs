@@ -11,6 +11,7 @@
 //! It reads run records only (either side may be old, copied or interrupted).
 
 mod bootstrap;
+pub mod capacity;
 mod rank;
 mod sample;
 mod text;

@@ -138,6 +138,10 @@ pub fn run(args: CapacityArgs, stop: &StopSignal) -> Result<u8> {
         outln!("{}", serde_json::to_string_pretty(&json)?);
     } else {
         crate::stdout::text(&kiln_summary::capacity::text(&record, &dir_text));
+        outln!(
+            "Report     {}",
+            crate::format::safe_text(&dir.join(kiln_capacity::REPORT_FILE).display().to_string())
+        );
     }
     Ok(match record.status {
         SearchStatus::Interrupted => interrupted_exit_code(stop.interrupted_by()),

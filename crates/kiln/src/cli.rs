@@ -576,7 +576,7 @@ pub struct FromHarArgs {
 
 #[derive(Args, Debug)]
 pub struct FindingsArgs {
-    /// A run directory (holding run.json): old, copied or interrupted runs are judged too.
+    /// A run directory (holding run.json), or a capacity search's (capacity.json). or a capacity search's (capacity.json). old, copied or interrupted runs are judged too.
     pub run_dir: PathBuf,
     /// Print the findings as JSON on stdout.
     #[arg(long = "json")]
@@ -592,7 +592,7 @@ pub struct FindingsArgs {
 
 #[derive(Args, Debug)]
 pub struct HedgeArgs {
-    /// A run directory (holding run.json); interrupted runs too.
+    /// A run directory (holding run.json), or a capacity search's (capacity.json). or a capacity search's (capacity.json). interrupted runs too.
     pub run_dir: PathBuf,
     /// When the second copy goes: a percentile of the run's latency (p95, p99.9) or a time
     /// (5ms, 500us); repeat to weigh several.
@@ -717,7 +717,7 @@ impl Default for CompareMethod {
 
 #[derive(Args, Debug)]
 pub struct ReportArgs {
-    /// A run directory (holding run.json).
+    /// A run directory (holding run.json), or a capacity search's (capacity.json). or a capacity search's (capacity.json).
     pub run_dir: PathBuf,
     /// Print the summary as JSON on stdout.
     #[arg(long = "json")]

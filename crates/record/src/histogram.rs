@@ -138,6 +138,25 @@ impl LatencyHistogram {
         self.0.count_between(0, us) as f64 / self.0.len() as f64
     }
 
+    /// The mean of the values at or below quantile `q` (the fastest `q` of them): a typical
+    /// time that a few stalls of a busy host do not pull up. 0 when empty.
+    pub fn mean_up_to_quantile_us(&self, q: f64) -> f64 {
+        if self.0.is_empty() {
+            return 0.0;
+        }
+        let keep = ((self.0.len() as f64 * q).ceil() as u64).max(1);
+        let (mut n, mut sum) = (0u64, 0f64);
+        for v in self.0.iter_recorded() {
+            let take = v.count_at_value().min(keep - n);
+            sum += self.0.median_equivalent(v.value_iterated_to()) as f64 * take as f64;
+            n += take;
+            if n >= keep {
+                break;
+            }
+        }
+        sum / n.max(1) as f64
+    }
+
     /// Counts per bucket, for drawing: `(bucket upper bound us, count)` over `buckets`
     /// logarithmic buckets between min and max.
     pub fn log_buckets(&self, buckets: usize) -> Vec<(u64, u64)> {
@@ -290,6 +309,19 @@ pub struct LatencyStats {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_mean_of_the_fastest_leaves_the_stalls_out() {
+        let mut h = LatencyHistogram::new();
+        for _ in 0..99 {
+            h.record_us(10_000);
+        }
+        h.record_us(1_000_000);
+        assert!((h.mean_us() - 19_900.0).abs() < 30.0, "{}", h.mean_us());
+        assert!((h.mean_up_to_quantile_us(0.99) - 10_000.0).abs() < 10.0);
+        assert!((h.mean_up_to_quantile_us(1.0) - h.mean_us()).abs() < 100.0);
+        assert_eq!(LatencyHistogram::new().mean_up_to_quantile_us(0.99), 0.0);
+    }
     use proptest::prelude::*;
 
     #[test]

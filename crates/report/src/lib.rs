@@ -18,9 +18,11 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+mod capacity;
 mod compare;
 mod flame;
 
+pub use capacity::render_capacity;
 pub use compare::render_compare;
 
 use kiln_findings::{Finding, FlameCite, Report};

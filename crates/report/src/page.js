@@ -77,7 +77,7 @@
       value: function (u, t) { return t == null ? "" : utcDay(t) + " " + utc(t) + " UTC"; }
     };
     var axes = [
-      relative ? {} : { values: function (u, ticks) { return ticks.map(utc); }, label: "UTC" },
+      relative ? { label: how.xLabel } : { values: function (u, ticks) { return ticks.map(utc); }, label: "UTC" },
       { label: units, size: 70 }
     ];
     if (right.length) {
@@ -130,6 +130,21 @@
         ["connections opened/s", "responses in two parts/s"],
         [s.t, s.connects, s.two_part], "per second");
     }
+  }
+  // A capacity search: latency (log) and answers against the offered rate, with the
+  // latency SLOs' limits as flat dashed lines.
+  var c = data.capacity;
+  if (c) {
+    var names = ["p50", "p99", "answered/s"], cols = [c.rate, c.p50, c.p99, c.answered];
+    (c.limits || []).forEach(function (l) {
+      names.push("SLO " + l.label);
+      cols.push(c.rate.map(function () { return l.ms; }));
+    });
+    timeChart("chart-capacity", "Latency (ms, log scale) and answers per second against the offered rate",
+      names, cols, "ms", true, {
+        log: true, right: ["answered/s"], rightUnits: "answered per second",
+        dashed: names.slice(3), xLabel: "offered requests per second"
+      });
   }
   // The host's noise as kiln felt it: a second of long waits is one whose requests left late.
   var n = data.noise;

@@ -306,6 +306,16 @@ impl Threshold {
         )
     }
 
+    /// A latency limit's value in ms (`p99<50ms`: 50), for a line drawn at it; none for
+    /// other metrics.
+    pub fn latency_limit_ms(&self) -> Option<f64> {
+        matches!(
+            self.metric,
+            Metric::Quantile(_) | Metric::Mean | Metric::Max
+        )
+        .then_some(self.limit / 1000.0)
+    }
+
     /// Requests a run needs for this to be judged on more than a handful: ten beyond a
     /// percentile (1,000 for p99), ten failures at a failed-ratio limit; 100 otherwise.
     pub fn requests_to_judge(&self) -> u64 {

@@ -174,9 +174,11 @@ fn workers_of_10ms_are_a_concurrency_limit_and_twice_the_workers_twice_the_rate(
     let _turn = common::group("capacity");
     let tmp = tempfile::tempdir().unwrap();
     let (four, eight) = (Target::start("workers-4"), Target::start("workers-8"));
+    let (four_dir, eight_dir) = (tmp.path().join("four"), tmp.path().join("eight"));
     let (a, b) = std::thread::scope(|s| {
-        let a = s.spawn(|| search(&four, &tmp.path().join("four"), &[]));
-        let b = s.spawn(|| search(&eight, &tmp.path().join("eight"), &[]));
+        // a name from outside stays text on the page
+        let a = s.spawn(|| search(&four, &four_dir, &["--name", HOSTILE_NAME]));
+        let b = s.spawn(|| search(&eight, &eight_dir, &[]));
         (a.join().unwrap(), b.join().unwrap())
     });
     let (rate4, rate8) = (rate(&a, "max_rate"), rate(&b, "max_rate"));
@@ -201,6 +203,81 @@ fn workers_of_10ms_are_a_concurrency_limit_and_twice_the_workers_twice_the_rate(
         // the CPU is not what stops them
         assert!(knee["target_cores"].as_f64().unwrap() < 0.5, "{knee:#}");
     }
+    capacity_compared_reported_and_drawn(&four_dir, &eight_dir, &a, &b);
+}
+
+const HOSTILE_NAME: &str = "four <img src=x onerror=document.title='ran'>";
+
+/// The change of capacity from 4 to 8 workers, the search told again from its record, and
+/// its page in Chromium: the curve holds the steps' own numbers and the name stays text.
+fn capacity_compared_reported_and_drawn(four: &Path, eight: &Path, a: &Value, b: &Value) {
+    let (four_s, eight_s) = (four.to_str().unwrap(), eight.to_str().unwrap());
+    let c = common::json_with_exit(&common::kiln(&["compare", four_s, eight_s, "--json"]), 0);
+    assert_eq!(c["kind"], "capacity");
+    assert_eq!(c["verdict"], "improved", "{c:#}");
+    let ratio = c["ratio"].as_f64().unwrap();
+    assert!(
+        (ratio - rate(b, "max_rate") / rate(a, "max_rate")).abs() < 1e-9,
+        "{c:#}"
+    );
+    // the brackets allow no less than a change: new's low end above base's high end
+    assert!(c["ratio_low"].as_f64().unwrap() > 1.0, "{c:#}");
+    assert!(c["ratio_high"].as_f64().unwrap() >= ratio, "{c:#}");
+    let text = common::kiln(&["compare", four_s, eight_s]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains(", improved"), "{text}");
+    // back the other way it is a regression, and a CI gate says so
+    let back = common::kiln(&["compare", eight_s, four_s, "--fail-on-regression"]);
+    assert_eq!(back.status.code(), Some(99));
+    // a search and a run are not compared
+    let run_dir = four.join(a["steps"][2]["dir"].as_str().unwrap());
+    let mixed = common::kiln(&["compare", four_s, run_dir.to_str().unwrap()]);
+    assert_eq!(mixed.status.code(), Some(1));
+
+    let report = common::kiln(&["report", four_s]);
+    let report = String::from_utf8_lossy(&report.stdout);
+    assert!(
+        report.contains(&format!("Capacity   {:.0} req/s", rate(a, "max_rate"))),
+        "{report}"
+    );
+    let again = common::json_with_exit(&common::kiln(&["report", four_s, "--json"]), 0);
+    let mut printed = a.clone();
+    printed.as_object_mut().unwrap().remove("dir");
+    assert_eq!(again, printed);
+
+    let dom = common::dump_dom(&four.join("report.html"));
+    assert!(!dom.contains("<title>ran"), "the name's script ran");
+    assert!(
+        !dom.contains("<img src=\"x\""),
+        "the name became an element"
+    );
+    assert!(
+        dom.contains("four &lt;img src=x"),
+        "the name is shown as text"
+    );
+    // the curve: one point per rate the search ran (its last believed run), answers summed
+    let mut last: Vec<(f64, f64)> = Vec::new();
+    for s in a["steps"].as_array().unwrap() {
+        let (Some(r), true) = (s["offered_rate"].as_f64(), s["believed"] == true) else {
+            continue;
+        };
+        last.retain(|(x, _)| *x != r);
+        last.push((r, s["throughput"].as_f64().unwrap()));
+    }
+    let at = dom
+        .find("id=\"chart-capacity\"")
+        .expect("the curve's chart");
+    let check = &dom[at..];
+    let check = &check[check.find("data-check=\"").unwrap() + 12..];
+    let check: Value =
+        serde_json::from_str(&check[..check.find('"').unwrap()].replace("&quot;", "\"")).unwrap();
+    assert_eq!(check["points"], last.len(), "{check}");
+    let answered: f64 = last.iter().map(|(_, t)| t).sum();
+    let drawn = check["sums"]["answered/s"].as_f64().unwrap();
+    assert!(
+        (drawn - answered).abs() < 0.01 * answered,
+        "{drawn} vs {answered}"
+    );
 }
 
 /// The same search names the CPU of a target that spends 4 ms of it per request on the one

@@ -93,6 +93,10 @@ pub struct CapacityStep {
     pub p99_ms: f64,
     pub max_ms: f64,
     pub mean_ms: f64,
+    /// The mean of the fastest 99%: a typical time that a busy host's few stalls do not pull
+    /// up (the knee reads a request's time alone from it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mean_fastest_ms: Option<f64>,
     /// Open model: the mean from the actual send (the target's time as the client saw it,
     /// without the wait for a connection).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -228,6 +232,29 @@ pub struct CapacityRecord {
 }
 
 impl CapacityRecord {
+    /// Reads a capacity directory's record (`capacity.json`), refusing a newer version.
+    pub fn read(dir: &std::path::Path) -> Result<Self, String> {
+        let path = dir.join(CAPACITY_FILE);
+        let bytes = crate::input::read_regular(&path, 64 << 20)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let record: Self = serde_json::from_slice(&bytes)
+            .map_err(|e| format!("{} is not a capacity record: {e}", path.display()))?;
+        if record.version > CAPACITY_VERSION {
+            return Err(format!(
+                "{} is version {} of the capacity record; this kiln reads up to \
+                 {CAPACITY_VERSION}",
+                path.display(),
+                record.version
+            ));
+        }
+        Ok(record)
+    }
+
+    /// Whether `dir` holds a capacity search (not a run).
+    pub fn is_in(dir: &std::path::Path) -> bool {
+        dir.join(CAPACITY_FILE).is_file()
+    }
+
     /// The step that ran at `rate`'s edge: the lowest broken one (its run holds the
     /// findings of what stops the service).
     pub fn edge_step(&self) -> Option<&CapacityStep> {
