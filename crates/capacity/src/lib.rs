@@ -9,13 +9,15 @@
 pub mod knee;
 pub mod search;
 pub mod step;
+pub mod usl;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use kiln_load::StopSignal;
 use kiln_record::schema::capacity::{
-    CapacityRecord, CapacityStep, SearchStatus, StepKind, CAPACITY_FILE, CAPACITY_VERSION,
+    CapacityRecord, CapacityStep, SearchMode, SearchStatus, StepKind, CAPACITY_FILE,
+    CAPACITY_VERSION,
 };
 use kiln_runner::load_flags::LoadFlags;
 use kiln_runner::{RunnerError, TargetProcesses};
@@ -69,6 +71,8 @@ pub struct CapacitySpec {
     pub name: String,
     pub target: Option<TargetProcesses>,
     pub profile_hz: Option<u32>,
+    /// A closed-model sweep of these connection counts instead of the rate search.
+    pub sweep: Option<Vec<usize>>,
 }
 
 /// The page of a capacity directory.
@@ -77,6 +81,8 @@ pub const REPORT_FILE: &str = "report.html";
 pub const MIN_MEASURED: Duration = Duration::from_secs(3);
 /// The longest: a low rate with a p99.9 would otherwise run for minutes a step.
 pub const MAX_MEASURED: Duration = Duration::from_secs(30);
+/// A sweep level's measured part.
+const SWEEP_MEASURED: Duration = Duration::from_secs(5);
 /// The probe's measured part.
 const PROBE_MEASURED: Duration = Duration::from_secs(3);
 /// The step of one request at a time: short, it only reads a mean.
@@ -115,6 +121,11 @@ pub fn run(
     let started = Instant::now();
     let mut record = CapacityRecord {
         version: CAPACITY_VERSION,
+        mode: if spec.sweep.is_some() {
+            SearchMode::Connections
+        } else {
+            SearchMode::Rate
+        },
         name: spec.name.clone(),
         target: kiln_load::plan::redact_password(&spec.load.url),
         slos: spec.slos.iter().map(|s| s.text.clone()).collect(),
@@ -130,6 +141,7 @@ pub fn run(
         broken_by: Vec::new(),
         concurrency_at_knee: None,
         knee: None,
+        usl: None,
         requests_total: 0,
         steps: Vec::new(),
     };
@@ -158,96 +170,130 @@ pub fn run(
         started.elapsed() + times.warmup + times.measured + STEP_OVERHEAD > spec.budget
     };
     let mut n = 0u32;
-    let outcome = (|| -> Result<SearchStatus, CapacityError> {
-        let start = match spec.start_rate {
-            Some(r) => r,
-            None => {
+    let sweep = spec.sweep.as_deref().map(|levels| {
+        (|| -> Result<SearchStatus, CapacityError> {
+            for &connections in levels {
                 let times = StepTimes {
                     warmup: spec.step_warmup,
-                    measured: spec.step_measured.unwrap_or(PROBE_MEASURED),
+                    measured: spec.step_measured.unwrap_or(SWEEP_MEASURED),
                 };
-                progress.step_started(0, StepKind::Probe, None, secs(times));
-                let probe = run_step(
-                    &cx,
-                    0,
-                    StepKind::Probe,
-                    None,
-                    Some(spec.probe_connections),
-                    times,
-                    stop,
-                )?;
-                record.requests_total += probe.requests_sent;
-                progress.step_ended(&probe.step);
-                let served = probe.step.throughput;
-                record.steps.push(probe.step);
-                write(&spec.dir, &record)?;
-                if probe.interrupted {
-                    return Ok(SearchStatus::Interrupted);
-                }
-                if served <= 0.0 {
-                    return Err(CapacityError::Refused(format!(
-                        "the probe ({} connections) got no answer: nothing to search from",
-                        spec.probe_connections
-                    )));
-                }
-                // one request at a time: its time with nothing queued beside it
-                let times = StepTimes {
-                    warmup: spec.step_warmup.min(ALONE_WARMUP),
-                    measured: ALONE_MEASURED,
-                };
-                progress.step_started(0, StepKind::Alone, None, secs(times));
-                let alone = run_step(&cx, 0, StepKind::Alone, None, Some(1), times, stop)?;
-                record.requests_total += alone.requests_sent;
-                progress.step_ended(&alone.step);
-                record.steps.push(alone.step);
-                write(&spec.dir, &record)?;
-                if alone.interrupted {
-                    return Ok(SearchStatus::Interrupted);
-                }
-                served * START_SHARE
-            }
-        };
-        let mut search = Search::new(spec.search.clone(), start);
-        loop {
-            let (rate, kind) = match search.next() {
-                Next::Done(status) => return Ok(status),
-                Next::Run { rate, kind } => (rate, kind),
-            };
-            let times = StepTimes {
-                warmup: spec.step_warmup,
-                measured: measured_for(rate),
-            };
-            let mut kind = kind;
-            let mut repeats = 0;
-            let kept = loop {
                 if over_budget(times) {
                     return Ok(SearchStatus::BudgetSpent);
                 }
                 n += 1;
-                progress.step_started(n, kind, Some(rate), secs(times));
-                let ran = run_step(&cx, n, kind, Some(rate), None, times, stop)?;
+                progress.step_started(n, StepKind::Sweep, None, secs(times));
+                let ran = run_step(
+                    &cx,
+                    n,
+                    StepKind::Sweep,
+                    None,
+                    Some(connections),
+                    times,
+                    stop,
+                )?;
                 record.requests_total += ran.requests_sent;
                 progress.step_ended(&ran.step);
-                let (kept, starved) = (ran.step.kept, ran.step.starved);
                 record.steps.push(ran.step);
                 write(&spec.dir, &record)?;
                 if ran.interrupted {
                     return Ok(SearchStatus::Interrupted);
                 }
-                // kiln's own starvation makes latency look worse, never better: only a
-                // broken verdict is doubted
-                if kept || !starved || repeats == STARVED_REPEATS {
-                    break kept;
+            }
+            Ok(SearchStatus::Complete)
+        })()
+    });
+    let outcome = sweep.unwrap_or_else(|| {
+        (|| -> Result<SearchStatus, CapacityError> {
+            let start = match spec.start_rate {
+                Some(r) => r,
+                None => {
+                    let times = StepTimes {
+                        warmup: spec.step_warmup,
+                        measured: spec.step_measured.unwrap_or(PROBE_MEASURED),
+                    };
+                    progress.step_started(0, StepKind::Probe, None, secs(times));
+                    let probe = run_step(
+                        &cx,
+                        0,
+                        StepKind::Probe,
+                        None,
+                        Some(spec.probe_connections),
+                        times,
+                        stop,
+                    )?;
+                    record.requests_total += probe.requests_sent;
+                    progress.step_ended(&probe.step);
+                    let served = probe.step.throughput;
+                    record.steps.push(probe.step);
+                    write(&spec.dir, &record)?;
+                    if probe.interrupted {
+                        return Ok(SearchStatus::Interrupted);
+                    }
+                    if served <= 0.0 {
+                        return Err(CapacityError::Refused(format!(
+                            "the probe ({} connections) got no answer: nothing to search from",
+                            spec.probe_connections
+                        )));
+                    }
+                    // one request at a time: its time with nothing queued beside it
+                    let times = StepTimes {
+                        warmup: spec.step_warmup.min(ALONE_WARMUP),
+                        measured: ALONE_MEASURED,
+                    };
+                    progress.step_started(0, StepKind::Alone, None, secs(times));
+                    let alone = run_step(&cx, 0, StepKind::Alone, None, Some(1), times, stop)?;
+                    record.requests_total += alone.requests_sent;
+                    progress.step_ended(&alone.step);
+                    record.steps.push(alone.step);
+                    write(&spec.dir, &record)?;
+                    if alone.interrupted {
+                        return Ok(SearchStatus::Interrupted);
+                    }
+                    served * START_SHARE
                 }
-                if let Some(doubted) = record.steps.last_mut() {
-                    doubted.believed = false;
-                }
-                repeats += 1;
-                kind = StepKind::Repeat;
             };
-            search.observe(rate, kept);
-        }
-    })();
+            let mut search = Search::new(spec.search.clone(), start);
+            loop {
+                let (rate, kind) = match search.next() {
+                    Next::Done(status) => return Ok(status),
+                    Next::Run { rate, kind } => (rate, kind),
+                };
+                let times = StepTimes {
+                    warmup: spec.step_warmup,
+                    measured: measured_for(rate),
+                };
+                let mut kind = kind;
+                let mut repeats = 0;
+                let kept = loop {
+                    if over_budget(times) {
+                        return Ok(SearchStatus::BudgetSpent);
+                    }
+                    n += 1;
+                    progress.step_started(n, kind, Some(rate), secs(times));
+                    let ran = run_step(&cx, n, kind, Some(rate), None, times, stop)?;
+                    record.requests_total += ran.requests_sent;
+                    progress.step_ended(&ran.step);
+                    let (kept, starved) = (ran.step.kept, ran.step.starved);
+                    record.steps.push(ran.step);
+                    write(&spec.dir, &record)?;
+                    if ran.interrupted {
+                        return Ok(SearchStatus::Interrupted);
+                    }
+                    // kiln's own starvation makes latency look worse, never better: only a
+                    // broken verdict is doubted
+                    if kept || !starved || repeats == STARVED_REPEATS {
+                        break kept;
+                    }
+                    if let Some(doubted) = record.steps.last_mut() {
+                        doubted.believed = false;
+                    }
+                    repeats += 1;
+                    kind = StepKind::Repeat;
+                };
+                search.observe(rate, kept);
+            }
+        })()
+    });
     let status = match outcome {
         Ok(status) => status,
         Err(e) if record.steps.is_empty() || e.is_refused() => {
@@ -288,6 +334,24 @@ fn finish(record: &mut CapacityRecord, status: SearchStatus, elapsed: Duration, 
     record.status = status;
     record.ended = Some(kiln_record::now_rfc3339());
     record.elapsed_s = elapsed.as_secs_f64();
+    if record.mode == SearchMode::Connections {
+        // a sweep's capacity: the most answered at a level that kept every SLO
+        record.max_rate = record
+            .steps
+            .iter()
+            .filter(|s| s.kept)
+            .map(|s| s.throughput)
+            .reduce(f64::max);
+        let levels: Vec<(f64, f64)> = record
+            .steps
+            .iter()
+            .filter_map(|s| Some((s.connections? as f64, s.throughput)))
+            .collect();
+        record.usl = usl::fit(&levels);
+        record.knee = knee::sweep_knee(&record.steps, record.usl.as_ref(), cores);
+        record.concurrency_at_knee = record.knee.as_ref().map(|k| k.concurrency);
+        return;
+    }
     let mut search = Search::new(SearchSettings::default(), 1.0);
     for s in record.steps.iter().filter(|s| s.believed) {
         if let Some(rate) = s.offered_rate {

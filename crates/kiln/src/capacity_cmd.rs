@@ -94,6 +94,15 @@ pub fn run(args: CapacityArgs, stop: &StopSignal) -> Result<u8> {
             bail!("{flag} must be a rate above 0 (got {v})");
         }
     }
+    if args.sweep.contains(&0) {
+        bail!("--sweep: a level of 0 connections sends nothing");
+    }
+    let sweep = (!args.sweep.is_empty()).then(|| {
+        let mut levels = args.sweep.clone();
+        levels.sort_unstable();
+        levels.dedup();
+        levels
+    });
     let proc = ProcFs::default();
     let target = match (args.watch_pid, args.watch_port) {
         (None, None) => None,
@@ -128,6 +137,7 @@ pub fn run(args: CapacityArgs, stop: &StopSignal) -> Result<u8> {
         name,
         target,
         profile_hz: args.profile.then_some(99),
+        sweep,
     };
     let mut progress = Lines { quiet: args.quiet };
     let record = kiln_capacity::run(spec, stop, &mut progress)?;
@@ -164,11 +174,13 @@ impl CapacityProgress for Lines {
         let what = match (rate, kind) {
             (Some(r), _) => format!("{} req/s", kiln_summary::capacity::rate(r)),
             (None, StepKind::Alone) => "one request at a time".into(),
+            (None, StepKind::Sweep) => "a level of the sweep".into(),
             (None, _) => "the closed-model probe".into(),
         };
         let why = match kind {
             StepKind::Confirm => " (the edge again)",
             StepKind::Repeat => " (again: kiln was starved)",
+            StepKind::Sweep => " (closed model)",
             _ => "",
         };
         eprintln!("kiln: step {n}: {what}{why} for {seconds:.0} s");

@@ -347,6 +347,18 @@ pub struct CapacityArgs {
     )]
     pub precision: crate::cli::Percent,
 
+    /// A closed-model sweep instead of the rate search: these connection counts back to back
+    /// (JMeter's threads), each level measured (-d, 5 s by default) and judged against the
+    /// SLOs; the Universal Scalability Law fitted over them says where throughput peaks.
+    /// (Not -c: that stays the probe's and each level's plain connection count.)
+    #[arg(
+        help_heading = "Capacity",
+        long = "sweep",
+        value_name = "N,N,...",
+        value_delimiter = ','
+    )]
+    pub sweep: Vec<usize>,
+
     /// The whole search's time at most; it reports the interval it reached.
     #[arg(help_heading = "Capacity", long = "budget", default_value = "5m")]
     pub budget: DurationArg,

@@ -5,7 +5,7 @@
 
 use std::fmt::Write as _;
 
-use kiln_record::schema::capacity::{CapacityRecord, CapacityStep, StepKind};
+use kiln_record::schema::capacity::{CapacityRecord, CapacityStep, SearchMode, StepKind};
 use kiln_record::text::html_escape as esc;
 use kiln_summary::capacity::rate;
 use kiln_summary::thresholds::Threshold;
@@ -13,15 +13,23 @@ use serde_json::{json, Value};
 
 /// The curve: each rate the search ran once (the last believed run of it), in order.
 fn curve(record: &CapacityRecord) -> Value {
-    let mut points: Vec<&CapacityStep> = Vec::new();
+    // a rate search's curve is against the offered rate, a sweep's against its connections
+    let sweep = record.mode == SearchMode::Connections;
+    let x_of = |s: &CapacityStep| match (sweep, s.kind) {
+        (true, StepKind::Sweep) => s.connections.map(|c| c as f64),
+        (false, _) => s.offered_rate,
+        _ => None,
+    };
+    let mut points: Vec<(f64, &CapacityStep)> = Vec::new();
     for s in record.steps.iter().filter(|s| s.believed) {
-        let Some(r) = s.offered_rate else { continue };
-        points.retain(|p| p.offered_rate != Some(r));
-        points.push(s);
+        let Some(x) = x_of(s) else { continue };
+        points.retain(|(p, _)| *p != x);
+        points.push((x, s));
     }
-    points.sort_by(|a, b| a.offered_rate.partial_cmp(&b.offered_rate).unwrap());
-    let column =
-        |f: &dyn Fn(&CapacityStep) -> f64| -> Vec<f64> { points.iter().map(|s| f(s)).collect() };
+    points.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let column = |f: &dyn Fn(&CapacityStep) -> f64| -> Vec<f64> {
+        points.iter().map(|(_, s)| f(s)).collect()
+    };
     // the latency SLOs' limits, a flat line each at the height they allow
     let limits: Vec<(String, f64)> = record
         .slos
@@ -30,7 +38,8 @@ fn curve(record: &CapacityRecord) -> Value {
         .filter_map(|t| Some((t.text.clone(), t.latency_limit_ms()?)))
         .collect();
     json!({
-        "rate": column(&|s| s.offered_rate.unwrap_or(0.0)),
+        "rate": points.iter().map(|(x, _)| *x).collect::<Vec<f64>>(),
+        "x_label": if sweep { "connections (closed model)" } else { "offered requests per second" },
         "p50": column(&|s| s.p50_ms),
         "p99": column(&|s| s.p99_ms),
         "answered": column(&|s| s.throughput),
@@ -57,9 +66,15 @@ started {} &middot; {} steps, {} requests in {:.0} s</div></header>",
     let text = kiln_summary::capacity::text(record, "");
     for line in text.lines().filter(|l| {
         // the summary's labelled lines (its first line names the search, as the header does)
-        ["Capacity   ", "Search     ", "Knee       ", "Try        "]
-            .iter()
-            .any(|p| l.starts_with(p))
+        [
+            "Capacity   ",
+            "Search     ",
+            "Scaling    ",
+            "Knee       ",
+            "Try        ",
+        ]
+        .iter()
+        .any(|p| l.starts_with(p))
     }) {
         let (head, rest) = line.split_once(' ').unwrap_or((line, ""));
         let _ = write!(
@@ -103,6 +118,7 @@ report</a>):</p><ul>",
             StepKind::Search => "search",
             StepKind::Confirm => "edge again",
             StepKind::Repeat => "repeat",
+            StepKind::Sweep => "level (closed)",
         };
         let offered = match (s.offered_rate, s.connections) {
             (Some(r), _) => rate(r),

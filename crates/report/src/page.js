@@ -140,10 +140,10 @@
       names.push("SLO " + l.label);
       cols.push(c.rate.map(function () { return l.ms; }));
     });
-    timeChart("chart-capacity", "Latency (ms, log scale) and answers per second against the offered rate",
+    timeChart("chart-capacity", "Latency (ms, log scale) and answers per second against " + c.x_label,
       names, cols, "ms", true, {
         log: true, right: ["answered/s"], rightUnits: "answered per second",
-        dashed: names.slice(3), xLabel: "offered requests per second"
+        dashed: names.slice(3), xLabel: c.x_label
       });
   }
   // The host's noise as kiln felt it: a second of long waits is one whose requests left late.

@@ -2,7 +2,9 @@
 //! steps as a table, the capacity with its interval and what broke past it, the knee, and
 //! the findings at the step past the edge. Built from `capacity.json` alone.
 
-use kiln_record::schema::capacity::{CapacityRecord, CapacityStep, SearchStatus, StepKind};
+use kiln_record::schema::capacity::{
+    CapacityRecord, CapacityStep, SearchMode, SearchStatus, StepKind,
+};
 use kiln_record::text::safe_text;
 
 /// A rate as shown: three figures, whole above 100.
@@ -37,6 +39,7 @@ pub fn step_line(s: &CapacityStep) -> String {
         StepKind::Search => "",
         StepKind::Confirm => "again",
         StepKind::Repeat => "repeat",
+        StepKind::Sweep => "level",
     };
     let cpu = s
         .target_cores
@@ -114,7 +117,21 @@ pub fn text(record: &CapacityRecord, dir: &str) -> String {
     for s in &record.steps {
         line(&mut out, step_line(s));
     }
+    let sweep = record.mode == SearchMode::Connections;
+    let best_kept = record
+        .steps
+        .iter()
+        .filter(|s| s.kept && s.connections.is_some())
+        .max_by(|a, b| a.throughput.total_cmp(&b.throughput));
     let edge = match (record.max_rate, record.first_broken_rate) {
+        _ if sweep => match best_kept {
+            Some(s) => format!(
+                "{} req/s answered within the SLOs at most, with {} connections",
+                rate(s.throughput),
+                s.connections.unwrap_or(0)
+            ),
+            None => "no level of the sweep kept the SLOs".to_string(),
+        },
         (Some(lo), Some(hi)) => format!(
             "{} req/s: every SLO kept at {} req/s, {} broke at {} req/s",
             rate(lo),
@@ -172,6 +189,24 @@ pub fn text(record: &CapacityRecord, dir: &str) -> String {
             record.elapsed_s
         ),
     );
+    if let Some(f) = &record.usl {
+        let peak = match (f.peak_concurrency, f.peak_throughput) {
+            (Some(n), Some(x)) => format!("; peak about {n:.0} at once, {}/s", rate(x)),
+            _ => "; no peak (no coherency cost)".to_string(),
+        };
+        line(
+            &mut out,
+            format!(
+                "Scaling    USL over {} levels: λ={}/s, σ={:.3} (contention), κ={:.5} \
+                 (coherency), R²={:.2}{peak}",
+                f.points,
+                rate(f.lambda),
+                f.sigma,
+                f.kappa,
+                f.r_squared
+            ),
+        );
+    }
     if let Some(k) = &record.knee {
         line(&mut out, format!("Knee       {}", safe_text(&k.text)));
         line(&mut out, format!("Try        {}", safe_text(&k.fix)));

@@ -26,6 +26,10 @@ pub struct Planted {
     pub lock_hold: std::time::Duration,
     /// The fix: the same sleep outside the lock, which is then held only to update the count.
     pub lock_outside: bool,
+    /// The lock's hold grows by this much for every other request waiting for it when it is
+    /// taken (a contended lock handed around, a cache line bouncing between cores): each
+    /// request pays for the others in flight, so throughput falls past a peak.
+    pub lock_crosstalk: std::time::Duration,
     /// A JSON document of about this many bytes parsed on every request (configuration read
     /// again each time).
     pub json_bytes: usize,
@@ -101,6 +105,8 @@ pub struct PlantedState {
     log: Option<Mutex<TcpStream>>,
     /// The lock every request takes (`lock_hold`), and what it guards.
     shared: Mutex<u64>,
+    /// Requests waiting for the lock or holding it.
+    at_lock: std::sync::atomic::AtomicU64,
     /// When the first request came (the warm-up's start).
     first_request: std::sync::OnceLock<std::time::Instant>,
     /// The JSON document (`json_bytes`), and the fix's parsed copy.
@@ -145,6 +151,7 @@ impl PlantedState {
             planted,
             log,
             shared: Mutex::new(0),
+            at_lock: Default::default(),
             first_request: std::sync::OnceLock::new(),
         })
     }
@@ -209,7 +216,14 @@ impl PlantedState {
             std::hint::black_box(price);
         }
         if !p.lock_hold.is_zero() {
-            update_shared_count(&self.shared, p.lock_hold, p.lock_outside);
+            use std::sync::atomic::Ordering::SeqCst;
+            self.at_lock.fetch_add(1, SeqCst);
+            let crosstalk = || {
+                let others = self.at_lock.load(SeqCst).saturating_sub(1);
+                p.lock_crosstalk * others as u32
+            };
+            update_shared_count(&self.shared, p.lock_hold, p.lock_outside, crosstalk);
+            self.at_lock.fetch_sub(1, SeqCst);
         }
         if let (Some(log), Some((_, bytes))) = (&self.log, p.log_peer) {
             let line = vec![b'x'; bytes];
@@ -247,13 +261,19 @@ fn parse_catalog(doc: &str) -> serde_json::Value {
 /// Sleeps `hold` and counts the request in state shared by all: inside the lock (every
 /// other request waits), or, the fix, before taking it.
 #[inline(never)]
-fn update_shared_count(shared: &Mutex<u64>, hold: std::time::Duration, outside: bool) {
+fn update_shared_count(
+    shared: &Mutex<u64>,
+    hold: std::time::Duration,
+    outside: bool,
+    crosstalk: impl Fn() -> std::time::Duration,
+) {
     if outside {
         std::thread::sleep(hold);
     }
     let mut count = shared.lock().unwrap_or_else(|e| e.into_inner());
     if !outside {
-        std::thread::sleep(hold);
+        // the others waiting when it was taken
+        std::thread::sleep(hold + crosstalk());
     }
     *count += 1;
 }

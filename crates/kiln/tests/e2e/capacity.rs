@@ -20,6 +20,18 @@ const TARGET_ENV: &str = "KILN_CAPACITY_TARGET";
 /// The target's behaviour by name: `workers-N` (N workers of 10 ms), `cpu` (4 ms of CPU a
 /// request, on one core).
 fn behavior(name: &str) -> Behavior {
+    if let Some(crosstalk) = name.strip_prefix("lock-") {
+        // 5 ms outside a 1 ms lock, held 200 us longer for each other request waiting for it
+        return Behavior {
+            service_time: Duration::from_millis(5),
+            planted: Planted {
+                lock_hold: Duration::from_millis(1),
+                lock_crosstalk: Duration::from_micros(crosstalk.parse().unwrap()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+    }
     match name.strip_prefix("workers-") {
         Some(n) => Behavior {
             service_time: Duration::from_millis(10),
@@ -315,6 +327,84 @@ fn a_target_bound_by_the_one_core_it_may_use_is_named_cpu_bound() {
     let text = knee["text"].as_str().unwrap();
     assert!(text.starts_with("its CPU: "), "{text}");
     assert!(text.contains(" of 1 core"), "{text}");
+}
+
+/// A closed-model sweep of a lock whose hold grows with its waiters (each pays 200 us for
+/// every other one): throughput peaks and falls, the USL's coherency term is positive, and
+/// at 32 connections it is what the lock allows, 1 / (1 ms + 200 us x the ~30 others
+/// waiting). The same lock without the crosstalk levels off: contention, not coherency.
+#[test]
+fn a_lock_that_grows_with_its_waiters_peaks_and_falls_and_a_plain_lock_levels_off() {
+    let _turn = common::group("capacity");
+    let tmp = tempfile::tempdir().unwrap();
+    let (growing, plain) = (Target::start("lock-200"), Target::start("lock-0"));
+    let sweep = ["--sweep", "1,2,4,8,16,32", "-d", "2s", "--slo", "p99<2s"];
+    let (a, b) = std::thread::scope(|s| {
+        let a = s.spawn(|| sweep_of(&growing, &tmp.path().join("growing"), &sweep));
+        let b = s.spawn(|| sweep_of(&plain, &tmp.path().join("plain"), &sweep));
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    assert_eq!(a["mode"], "connections");
+    assert_eq!(
+        a["knee"]["limit"],
+        "coherency",
+        "{:#}\n{}",
+        a["knee"],
+        steps_of(&a)
+    );
+    let usl = &a["usl"];
+    assert!(usl["kappa"].as_f64().unwrap() > 0.01, "{usl:#}");
+    let peak = usl["peak_concurrency"].as_f64().unwrap();
+    assert!((2.0..=10.0).contains(&peak), "{usl:#}");
+    let at_32 = a["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["connections"] == 32)
+        .unwrap()["throughput"]
+        .as_f64()
+        .unwrap();
+    assert!(
+        (115.0..=165.0).contains(&at_32),
+        "{at_32}/s with 32: {}",
+        steps_of(&a)
+    );
+    let text = common::kiln(&["report", tmp.path().join("growing").to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("Scaling    USL over 6 levels"), "{text}");
+
+    assert_eq!(
+        b["knee"]["limit"],
+        "contention",
+        "{:#}\n{}",
+        b["knee"],
+        steps_of(&b)
+    );
+    assert!(
+        b["usl"]["sigma"].as_f64().unwrap() >= 0.05,
+        "{:#}",
+        b["usl"]
+    );
+}
+
+/// `kiln capacity --sweep` of the target, watched, as JSON.
+fn sweep_of(target: &Target, out: &Path, extra: &[&str]) -> Value {
+    let pid = target.pid();
+    let mut args = vec![
+        "capacity",
+        &target.url,
+        "--watch-pid",
+        &pid,
+        "--json",
+        "--quiet",
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    let v = common::json_with_exit(&common::kiln(&args), 0);
+    assert_eq!(v["status"], "complete", "{v:#}");
+    assert_eq!(v["steps"].as_array().unwrap().len(), 6);
+    v
 }
 
 /// What the search sets itself, and objectives it cannot keep, are refused in a line; a

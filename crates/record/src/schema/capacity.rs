@@ -59,6 +59,8 @@ pub enum StepKind {
     Confirm,
     /// A step repeated because kiln itself was starved of CPU while it ran.
     Repeat,
+    /// A level of a closed-model sweep (`--sweep`): this many connections back to back.
+    Sweep,
 }
 
 /// An SLO a step broke, with what was measured.
@@ -162,6 +164,11 @@ pub enum Limit {
     Concurrency,
     /// Not told apart: the target's CPU was not watched.
     Unknown,
+    /// A serial part (a sweep's USL σ): throughput levels off however many come at once.
+    Contention,
+    /// Each request paying for the others in flight (a sweep's USL κ): throughput falls past
+    /// a peak.
+    Coherency,
 }
 
 impl Limit {
@@ -170,6 +177,8 @@ impl Limit {
             Self::Cpu => "cpu",
             Self::Concurrency => "concurrency",
             Self::Unknown => "unknown",
+            Self::Contention => "contention",
+            Self::Coherency => "coherency",
         }
     }
 }
@@ -196,10 +205,41 @@ pub struct Knee {
     pub fix: String,
 }
 
+/// What a search varies.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SearchMode {
+    /// The open-model rate, searched for the highest one kept.
+    #[default]
+    Rate,
+    /// Closed-model connections, each level given (`--sweep`).
+    Connections,
+}
+
+/// The Universal Scalability Law fitted to a sweep's throughput by connections:
+/// `X(N) = λN / (1 + σ(N-1) + κN(N-1))`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct UslFit {
+    /// Throughput of one alone, per second.
+    pub lambda: f64,
+    /// Contention: the serial share.
+    pub sigma: f64,
+    /// Coherency: what each pays for every other.
+    pub kappa: f64,
+    /// How much of the throughput's spread the curve explains.
+    pub r_squared: f64,
+    /// Where throughput peaks, `sqrt((1-σ)/κ)`, and the peak (none without coherency).
+    pub peak_concurrency: Option<f64>,
+    pub peak_throughput: Option<f64>,
+    pub points: usize,
+}
+
 /// A whole search.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CapacityRecord {
     pub version: u32,
+    #[serde(default)]
+    pub mode: SearchMode,
     pub name: String,
     /// The URL or plan file loaded.
     pub target: String,
@@ -226,6 +266,9 @@ pub struct CapacityRecord {
     /// Requests in flight at the target at the highest kept rate (Little's law).
     pub concurrency_at_knee: Option<f64>,
     pub knee: Option<Knee>,
+    /// A sweep's scalability curve.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usl: Option<UslFit>,
     /// Requests sent over the whole search, every step's warm-up included.
     pub requests_total: u64,
     pub steps: Vec<CapacityStep>,

@@ -9,7 +9,7 @@ use kiln_targets::{Behavior, Stall, TargetServer};
 
 const USAGE: &str =
     "usage: kiln-target [--port N] [--service-ms MS] [--stall-every-ms MS --stall-ms MS] \
-[--slow-every N --slow-ms MS] [--slow-permille N --slow-ms MS] [--reset-every N] [--cpu-us US] [--workers N] [--tls]";
+[--slow-every N --slow-ms MS] [--slow-permille N --slow-ms MS] [--reset-every N] [--cpu-us US] [--workers N] [--lock-us US [--crosstalk-us US]] [--tls]";
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -41,6 +41,10 @@ fn main() {
             "--cpu-us" => behavior.cpu_per_request = Duration::from_micros(value),
             // a pool of N workers serves the requests (a connection waits for a free one)
             "--workers" => behavior.planted.workers = Some(value.max(1) as usize),
+            // a lock every request holds this long, and longer by --crosstalk-us for every
+            // other request waiting for it
+            "--lock-us" => behavior.planted.lock_hold = Duration::from_micros(value),
+            "--crosstalk-us" => behavior.planted.lock_crosstalk = Duration::from_micros(value),
             _ => {
                 eprintln!("kiln-target: unknown flag '{flag}'\n{USAGE}");
                 std::process::exit(2);
