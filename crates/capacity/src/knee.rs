@@ -392,6 +392,14 @@ mod tests {
         }
     }
 
+    fn fit_of(levels: &[CapacityStep]) -> kiln_record::schema::capacity::UslFit {
+        let points: Vec<(f64, f64)> = levels
+            .iter()
+            .map(|s| (s.connections.unwrap() as f64, s.throughput))
+            .collect();
+        crate::usl::fit(&points).unwrap()
+    }
+
     /// A lock whose hold grows with its waiters: throughput peaks and falls (coherency); the
     /// same lock without that levels off (contention); neither is the CPU.
     #[test]
@@ -404,11 +412,7 @@ mod tests {
             level(16, 227.0, 70.0),
             level(32, 137.0, 233.0),
         ];
-        let points: Vec<(f64, f64)> = falling
-            .iter()
-            .map(|s| (s.connections.unwrap() as f64, s.throughput))
-            .collect();
-        let fit = crate::usl::fit(&points).unwrap();
+        let fit = fit_of(&falling);
         assert!(fit.kappa > 0.01, "{fit:?}");
         let k = sweep_knee(&falling, Some(&fit), 2.0).unwrap();
         assert_eq!(k.limit, Limit::Coherency, "{}", k.text);
@@ -427,11 +431,7 @@ mod tests {
             level(16, 590.0, 27.0),
             level(32, 545.0, 58.0),
         ];
-        let points: Vec<(f64, f64)> = level_off
-            .iter()
-            .map(|s| (s.connections.unwrap() as f64, s.throughput))
-            .collect();
-        let fit = crate::usl::fit(&points).unwrap();
+        let fit = fit_of(&level_off);
         let k = sweep_knee(&level_off, Some(&fit), 2.0).unwrap();
         assert_eq!(k.limit, Limit::Contention, "{}", k.text);
         assert!(k.text.contains("a serial part of"), "{}", k.text);

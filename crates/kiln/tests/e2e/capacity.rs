@@ -114,23 +114,10 @@ impl Drop for Target {
 /// `kiln capacity` of the target, watched, with `--json`; checks what every search's record
 /// must hold and returns it.
 fn search(target: &Target, out: &Path, extra: &[&str]) -> Value {
-    let pid = target.pid();
-    let mut args = vec![
-        "capacity",
-        &target.url,
-        "--slo",
-        "p99<50ms",
-        "--watch-pid",
-        &pid,
-        "--json",
-        "--quiet",
-        "--out",
-        out.to_str().unwrap(),
-    ];
-    args.extend_from_slice(extra);
     let started = Instant::now();
-    let v = common::json_with_exit(&common::kiln(&args), 0);
-    assert_eq!(v["status"], "complete", "{v:#}");
+    let mut with_slo = vec!["--slo", "p99<50ms"];
+    with_slo.extend_from_slice(extra);
+    let v = capacity_of(target, out, &with_slo);
     assert!(
         started.elapsed() < Duration::from_secs(240),
         "the search took {:?}",
@@ -389,6 +376,13 @@ fn a_lock_that_grows_with_its_waiters_peaks_and_falls_and_a_plain_lock_levels_of
 
 /// `kiln capacity --sweep` of the target, watched, as JSON.
 fn sweep_of(target: &Target, out: &Path, extra: &[&str]) -> Value {
+    let v = capacity_of(target, out, extra);
+    assert_eq!(v["steps"].as_array().unwrap().len(), 6);
+    v
+}
+
+/// `kiln capacity` of the target with `extra`, watched, as JSON; it completed.
+fn capacity_of(target: &Target, out: &Path, extra: &[&str]) -> Value {
     let pid = target.pid();
     let mut args = vec![
         "capacity",
@@ -403,7 +397,6 @@ fn sweep_of(target: &Target, out: &Path, extra: &[&str]) -> Value {
     args.extend_from_slice(extra);
     let v = common::json_with_exit(&common::kiln(&args), 0);
     assert_eq!(v["status"], "complete", "{v:#}");
-    assert_eq!(v["steps"].as_array().unwrap().len(), 6);
     v
 }
 
