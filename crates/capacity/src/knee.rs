@@ -173,7 +173,7 @@ fn cpu_reading(steps: &[CapacityStep], edge: &CapacityStep, cores: f64) -> CpuRe
     let text = match (busiest, wanted) {
         (Some(c), Some(w)) if w - c >= WAIT_SAID => {
             format!(
-                "{text}, and its threads waited for one {:.2} cores more",
+                "{text}, and its threads waited for a CPU {:.2} cores' worth more",
                 w - c
             )
         }
@@ -482,7 +482,7 @@ mod tests {
         assert_eq!(k.limit, Limit::Cpu);
         assert!(
             k.text
-                .contains("its threads waited for one 0.50 cores more"),
+                .contains("its threads waited for a CPU 0.50 cores' worth more"),
             "{}",
             k.text
         );
