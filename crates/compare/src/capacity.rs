@@ -197,6 +197,7 @@ mod tests {
     fn record(lo: Option<f64>, hi: Option<f64>) -> CapacityRecord {
         CapacityRecord {
             version: CAPACITY_VERSION,
+            mode: Default::default(),
             name: "t".into(),
             target: "http://x/".into(),
             slos: vec!["p99<50ms".into()],
@@ -212,6 +213,7 @@ mod tests {
             broken_by: Vec::new(),
             concurrency_at_knee: None,
             knee: None,
+            usl: None,
             requests_total: 0,
             steps: Vec::new(),
         }

@@ -610,6 +610,33 @@ mod tests {
     }
 
     proptest::proptest! {
+        /// Ending a step early is never wrong: whatever answers would have come after the
+        /// point it was judged broken (up to the planned count), the whole run breaks the
+        /// threshold too.
+        #[test]
+        fn broken_already_means_broken_however_the_run_ends(
+            first in proptest::collection::vec(1u64..200_000, 1..300),
+            rest in proptest::collection::vec(1u64..200_000, 0..300),
+            extra_planned in 0u64..300,
+            slo in proptest::sample::select(vec!["p99<50ms", "p90<=20ms", "p50<10ms", "max<150ms"]),
+        ) {
+            let t = Threshold::parse(slo).unwrap();
+            let mut so_far = SecondRecord::default();
+            for us in &first {
+                so_far.latency.record_us(*us);
+            }
+            let planned = (first.len() + rest.len()) as u64 + extra_planned;
+            if t.broken_already(&so_far, planned).is_some() {
+                let mut whole = so_far.clone();
+                for us in &rest {
+                    whole.latency.record_us(*us);
+                }
+                let mut phase = PhaseSummary::new("run");
+                phase.add_second(&whole);
+                proptest::prop_assert!(!t.check(&phase).ok, "{slo}: {first:?} then {rest:?}");
+            }
+        }
+
         #[test]
         fn no_text_panics_the_threshold_parser(text in ".{0,40}") {
             let _ = Threshold::parse(&text);

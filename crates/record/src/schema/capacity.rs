@@ -308,3 +308,32 @@ impl CapacityRecord {
             .find(|s| s.believed && !s.kept && s.offered_rate == Some(rate))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A damaged, foreign or newer capacity.json is a clear error, never a panic.
+    #[test]
+    fn a_record_that_is_not_one_is_said_so() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(!CapacityRecord::is_in(dir.path()));
+        let read = |text: &str| {
+            std::fs::write(dir.path().join(CAPACITY_FILE), text).unwrap();
+            CapacityRecord::read(dir.path()).unwrap_err()
+        };
+        assert!(read("{not json").contains("is not a capacity record"));
+        assert!(read("[1, 2]").contains("is not a capacity record"));
+        let newer = read(
+            r#"{"version": 99, "name": "x", "target": "t", "slos": [], "precision": 0.05,
+            "status": "complete", "started": "", "elapsed_s": 1, "max_rate": null,
+            "first_broken_rate": null, "concurrency_at_knee": null, "knee": null,
+            "requests_total": 0, "steps": []}"#,
+        );
+        assert!(
+            newer.contains("version 99 of the capacity record"),
+            "{newer}"
+        );
+        assert!(CapacityRecord::is_in(dir.path()));
+    }
+}
