@@ -516,6 +516,41 @@ pub fn refuse_io_uring() -> std::io::Result<()> {
     }
 }
 
+/// A port on 127.0.0.1 free now, for a server another process will bind (a JVM, Python,
+/// PostgreSQL). Taken below the kernel's ephemeral range: a port from `bind(0)` is one the
+/// kernel also hands to outgoing connections, and on a machine running many load tests one
+/// of kiln's own connections took such a port before the server bound it (the server exited
+/// with "address in use"). Below the range only another listener takes it; each call of a
+/// process tries the next port, from an offset by process id, so tests running at once and
+/// two test binaries start apart.
+pub fn free_port() -> std::io::Result<u16> {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(32_768);
+    // from 10000 up to the ephemeral range (the well-known services sit lower)
+    let (low, span) = (10_000, ephemeral_low.saturating_sub(10_000));
+    if span < 1_000 {
+        return Ok(TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0))?
+            .local_addr()?
+            .port());
+    }
+    let start = std::process::id().wrapping_mul(7_919) % span;
+    for _ in 0..span {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = (low + (start + n) % span) as u16;
+        if TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, port)).is_ok() {
+            return Ok(port);
+        }
+    }
+    Err(std::io::Error::new(
+        std::io::ErrorKind::AddrInUse,
+        "no free port below the ephemeral range",
+    ))
+}
+
 /// A TCP listener on 127.0.0.1 with the given accept backlog that never accepts (for the
 /// socket tests: queues, overflows, limits), and its address.
 pub fn idle_listener(backlog: i32) -> (socket2::Socket, std::net::SocketAddr) {
@@ -570,6 +605,26 @@ pub fn stall_end(started: Instant, arrived: Instant, stall: Stall) -> Instant {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn free_ports_are_below_the_ephemeral_range_bindable_and_not_repeated() {
+        let low: u16 = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+            .unwrap()
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        let ports: Vec<u16> = (0..50).map(|_| free_port().unwrap()).collect();
+        for &p in &ports {
+            assert!((10_000..low).contains(&p), "{p}");
+            TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, p)).unwrap();
+        }
+        let mut unique = ports.clone();
+        unique.sort_unstable();
+        unique.dedup();
+        assert_eq!(unique.len(), ports.len());
+    }
 
     fn get(addr: SocketAddr) -> String {
         let mut s = TcpStream::connect(addr).unwrap();

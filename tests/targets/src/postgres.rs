@@ -3,7 +3,7 @@
 //! `postgres` user when the tests run as root (PostgreSQL refuses to run as root).
 
 use std::io;
-use std::net::{Ipv4Addr, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, TcpStream};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -43,12 +43,6 @@ fn user_ids(name: &str) -> Option<(u32, u32)> {
         let f: Vec<&str> = line.split(':').collect();
         (f.len() > 3 && f[0] == name).then(|| Some((f[2].parse().ok()?, f[3].parse().ok()?)))?
     })
-}
-
-fn free_port() -> io::Result<u16> {
-    Ok(TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?
-        .local_addr()?
-        .port())
 }
 
 /// The file under the data directory where `start_logging_statements` logs.
@@ -103,8 +97,11 @@ impl Postgres {
             } else {
                 None
             };
-        let dir =
-            std::env::temp_dir().join(format!("kiln-pg-{}-{}", std::process::id(), free_port()?));
+        let dir = std::env::temp_dir().join(format!(
+            "kiln-pg-{}-{}",
+            std::process::id(),
+            crate::free_port()?
+        ));
         std::fs::create_dir_all(&dir)?;
         if let Some((uid, gid)) = user {
             std::os::unix::fs::chown(&dir, Some(uid), Some(gid))?;
@@ -134,7 +131,7 @@ impl Postgres {
                 String::from_utf8_lossy(&out.stderr)
             )));
         }
-        let port = free_port()?;
+        let port = crate::free_port()?;
         let mut server = Command::new(bin.join("postgres"));
         server
             .arg("-D")

@@ -176,8 +176,14 @@ fn workers_of_10ms_are_a_concurrency_limit_and_twice_the_workers_twice_the_rate(
     let (four_dir, eight_dir) = (tmp.path().join("four"), tmp.path().join("eight"));
     let (a, b) = std::thread::scope(|s| {
         // a name from outside stays text on the page
-        let a = s.spawn(|| search(&four, &four_dir, &["--name", HOSTILE_NAME]));
-        let b = s.spawn(|| search(&eight, &eight_dir, &[]));
+        let a = s.spawn(|| {
+            search(
+                &four,
+                &four_dir,
+                &["--name", HOSTILE_NAME, "-d", "2s", "--warmup", "500ms"],
+            )
+        });
+        let b = s.spawn(|| search(&eight, &eight_dir, &["-d", "2s", "--warmup", "500ms"]));
         (a.join().unwrap(), b.join().unwrap())
     });
     let (rate4, rate8) = (rate(&a, "max_rate"), rate(&b, "max_rate"));

@@ -1025,9 +1025,10 @@ fn lock_shop(
         c.arg("-c").arg(java);
         c
     };
+    // stderr piped for wait_port to show if it exits (the JVM writes little there)
     let mut app = command
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .expect("java starts");
     wait_port(port, &mut app, "LockShop");

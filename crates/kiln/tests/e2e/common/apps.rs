@@ -3,7 +3,7 @@
 #![allow(dead_code)]
 
 use std::io::{Read, Write};
-use std::net::{Ipv4Addr, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -42,11 +42,7 @@ pub fn async_profiler() -> PathBuf {
 }
 
 pub fn free_port() -> u16 {
-    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    kiln_targets::free_port().expect("a free port on 127.0.0.1")
 }
 
 pub fn get(port: u16, path: &str) -> String {
@@ -78,7 +74,12 @@ pub fn wait_port_for(port: u16, child: &mut Child, what: &str, limit: Duration) 
     let deadline = Instant::now() + limit;
     while TcpStream::connect((Ipv4Addr::LOCALHOST, port)).is_err() {
         if let Ok(Some(status)) = child.try_wait() {
-            panic!("{what} exited before listening: {status}");
+            // what it said, where its stderr was piped (for a child that writes little)
+            let mut said = String::new();
+            if let Some(mut stderr) = child.stderr.take() {
+                let _ = stderr.read_to_string(&mut said);
+            }
+            panic!("{what} exited before listening: {status}\n{said}");
         }
         assert!(Instant::now() < deadline, "{what} did not listen on {port}");
         std::thread::sleep(Duration::from_millis(100));
