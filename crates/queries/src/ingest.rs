@@ -38,6 +38,10 @@ pub struct Ingest {
     resource_index: HashMap<(String, Option<String>), u32>,
     pub spans: Vec<Span>,
     pub coverage: Coverage,
+    /// Server spans without a parent: one per request a traced service took in (a span
+    /// nested under another, as a second instrumentation of the same request makes, is not
+    /// one). What the receiver waits for after the load.
+    pub server_roots: u64,
     /// Stacks by hash: a loop's calls share one.
     stacks: HashMap<u64, Arc<str>>,
     scopes: HashMap<String, Arc<str>>,
@@ -559,6 +563,7 @@ impl Ingest {
             ));
             return;
         };
+        self.server_roots += u64::from(parts.kind == SpanKind::Server && parent.is_none());
         if !self.room_for_a_span() {
             return;
         }

@@ -109,6 +109,8 @@ pub struct ReceiverStats {
     pub rejected_requests: u64,
     pub spans: u64,
     pub db_spans: u64,
+    /// Requests the traced services took in ([`Ingest::server_roots`]).
+    pub server_roots: u64,
 }
 
 pub struct Receiver {
@@ -196,6 +198,7 @@ impl Receiver {
             rejected_requests: state.rejected_requests,
             spans: state.ingest.coverage.spans,
             db_spans: state.ingest.coverage.db_spans,
+            server_roots: state.ingest.server_roots,
         }
     }
 

@@ -329,9 +329,14 @@ pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut dyn Progress) -> Res
         p.stop();
     }
     // the spans still to come are waited for from here, while the profiles are written
-    let at_load_end = otlp
-        .as_ref()
-        .map(|o| (Instant::now(), o.receiver.stats().requests));
+    let at_load_end = otlp.as_ref().map(|o| query_parts::LoadEnd {
+        at: Instant::now(),
+        exports: o.receiver.stats().requests,
+        answered: phases
+            .iter()
+            .map(|p| p.totals.status.values().sum::<u64>())
+            .sum(),
+    });
     let resources = watcher.map(ResourceWatcher::finish).unwrap_or_default();
     let noise = noise.finish();
     let runtime = runtime_watcher.map(|w| w.finish(&mut dir, &mut warnings));
@@ -418,7 +423,7 @@ pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut dyn Progress) -> Res
 /// Waits for the last spans, stops the receiver and writes the DB-call analysis.
 fn finish_queries(
     o: OtlpSpec,
-    at_load_end: (Instant, u64),
+    at_load_end: query_parts::LoadEnd,
     dir: &mut RunDir,
     stop: &StopSignal,
     measured_window: Option<(u64, u64)>,

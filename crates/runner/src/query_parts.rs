@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use crate::error::{Doing, Result};
 use kiln_load::StopSignal;
 use kiln_queries::analyze::{analyze, Options, Severity};
-use kiln_queries::receiver::{Receiver, JSON_RECORD};
+use kiln_queries::receiver::{Receiver, ReceiverStats, JSON_RECORD};
 use kiln_queries::trie::{Frames, StackTrie};
 use kiln_queries::{html, Ingest};
 use kiln_record::schema::queries::{AnalysisRecord, QueriesRecord, QueryCost, TrieRecord};
@@ -132,23 +132,43 @@ pub fn gate(analysis: &AnalysisRecord, fail_on: Option<Severity>) -> bool {
     })
 }
 
+/// Where the load stood when it ended, for [`drain`].
+#[derive(Clone, Copy, Debug)]
+pub struct LoadEnd {
+    pub at: Instant,
+    /// The receiver's export requests by then.
+    pub exports: u64,
+    /// HTTP responses the load had, warm-ups included: requests the service took in.
+    pub answered: u64,
+}
+
 /// Waits for spans still in the application's export queue after the load: up to `wait`
-/// from the load's end, or until a request that came after it (`at_load_end`: when the load
-/// ended and the receiver's requests then) is followed by a second of quiet. Measured from
+/// from the load's end, or until every request the load had answered has come in as a
+/// server span. A service whose spans name no server (a worker, a script) is waited for
+/// until an export that came after the load is followed by a second of quiet. A service
+/// that sends fewer server spans than requests (sampling, or the workers of a pre-fork
+/// server, each with an export queue and a timer of its own: one quiet second after the
+/// first worker's export once lost the others') is waited for all of `wait`. Measured from
 /// the load's end, not from the call: the profiles are written in between (about 4 s of the
 /// demo's), and an export that came meanwhile is not waited for again.
-pub fn drain(receiver: &Receiver, at_load_end: (Instant, u64), wait: Duration, stop: &StopSignal) {
-    let (load_end, before) = at_load_end;
-    while load_end.elapsed() < wait && !stop.is_stopped() {
-        let stats = receiver.stats();
-        let quiet = stats
-            .last_request_at
-            .is_some_and(|at| at.elapsed() >= Duration::from_secs(1));
-        if stats.requests > before && quiet {
+pub fn drain(receiver: &Receiver, load_end: LoadEnd, wait: Duration, stop: &StopSignal) {
+    while load_end.at.elapsed() < wait && !stop.is_stopped() {
+        if drained(&receiver.stats(), load_end) {
             break;
         }
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// Whether the spans of the load's requests are in (see [`drain`]).
+fn drained(stats: &ReceiverStats, load_end: LoadEnd) -> bool {
+    if load_end.answered > 0 && stats.server_roots >= load_end.answered {
+        return true;
+    }
+    let quiet = stats
+        .last_request_at
+        .is_some_and(|at| at.elapsed() >= Duration::from_secs(1));
+    stats.server_roots == 0 && stats.requests > load_end.exports && quiet
 }
 
 /// Lists the receiver's recorded files as parts.
@@ -166,4 +186,45 @@ pub fn list_recorded(dir: &mut RunDir, recorded: &[PathBuf]) -> Result<()> {
         dir.list_part(kind, &name, 1)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load_end(exports: u64, answered: u64) -> LoadEnd {
+        LoadEnd {
+            at: Instant::now(),
+            exports,
+            answered,
+        }
+    }
+
+    #[test]
+    fn the_spans_are_in_when_every_answered_request_has_its_server_span() {
+        let long_ago = Instant::now().checked_sub(Duration::from_secs(5));
+        let stats = |exports, last: Option<Instant>, server_roots| ReceiverStats {
+            requests: exports,
+            last_request_at: last,
+            server_roots,
+            ..Default::default()
+        };
+        // every request's server span: at once, quiet or not
+        assert!(drained(
+            &stats(3, Some(Instant::now()), 40),
+            load_end(3, 40)
+        ));
+        // one worker's export came after the load and went quiet: the others' are waited for
+        assert!(!drained(&stats(4, long_ago, 30), load_end(3, 40)));
+        // spans without a server: an export after the load, then a second of quiet
+        assert!(drained(&stats(4, long_ago, 0), load_end(3, 40)));
+        assert!(!drained(
+            &stats(4, Some(Instant::now()), 0),
+            load_end(3, 40)
+        ));
+        // nothing came after the load yet
+        assert!(!drained(&stats(3, long_ago, 0), load_end(3, 40)));
+        // a load that had no answer waits for an export, not for zero server spans
+        assert!(!drained(&stats(3, long_ago, 0), load_end(3, 0)));
+    }
 }
