@@ -103,11 +103,13 @@ pub fn run_step(
         answered: Vec::new(),
     };
     let outcome = execute(spec, stop, &mut watch).map_err(CapacityError::Step)?;
-    let mut step = judge(cx.slos, &outcome, watch.ended_early, rate.is_some());
-    if let Some(t) = answered_per_second(&watch.answered, step.duration_s) {
-        step.throughput = t;
-        step.concurrency = t * step.service_mean_ms.unwrap_or(step.mean_ms) / 1000.0;
-    }
+    let mut step = judge(
+        cx.slos,
+        &outcome,
+        &watch.answered,
+        watch.ended_early,
+        rate.is_some(),
+    );
     step.n = n;
     step.kind = kind;
     step.offered_rate = rate;
@@ -185,12 +187,14 @@ impl Progress for EarlyEnd<'_> {
     fn end_phase(&mut self, _end: &PhaseEnd) {}
 }
 
-/// The step's figures and verdict from its run.
+/// The step's figures and verdict from its run and the answers of its measured seconds
+/// (`answered`: second, answers).
 /// A probe (closed model, `open_model` false) is not judged on its count: it measures what
 /// the target serves at all.
 fn judge(
     slos: &[Threshold],
     outcome: &RunOutcome,
+    answered: &[(u32, u64)],
     early: Option<(String, String)>,
     open_model: bool,
 ) -> CapacityStep {
@@ -198,11 +202,12 @@ fn judge(
     let stats = total.latency_stats();
     let ms = |us: u64| us as f64 / 1000.0;
     let secs = total.duration_secs();
-    let throughput = if secs > 0.0 {
+    // under a whole second, the phase's own figure
+    let throughput = answered_per_second(answered, secs).unwrap_or(if secs > 0.0 {
         total.responses() as f64 / secs
     } else {
         0.0
-    };
+    });
     let service_mean_ms = total
         .totals
         .service

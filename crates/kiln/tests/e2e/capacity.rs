@@ -8,7 +8,7 @@ use crate::common;
 
 use std::io::Write as _;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use kiln_targets::planted::Planted;
@@ -68,47 +68,27 @@ fn as_target() {
     std::thread::sleep(Duration::from_secs(86_400));
 }
 
-struct Target {
-    child: Child,
-    url: String,
-}
+use common::SelfTarget as Target;
 
-impl Target {
-    fn start(name: &str) -> Self {
-        let mut cmd = Command::new(std::env::current_exe().unwrap());
-        cmd.env(TARGET_ENV, name);
-        if name == "cpu" {
-            use std::os::unix::process::CommandExt as _;
-            // the whole process on CPU 1, as `taskset -c 1` starts it
-            // SAFETY: sched_setaffinity on the child's own mask is async-signal-safe.
-            unsafe {
-                cmd.pre_exec(|| {
-                    let mut set: libc::cpu_set_t = std::mem::zeroed();
-                    libc::CPU_SET(1, &mut set);
-                    match libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) {
-                        0 => Ok(()),
-                        _ => Err(std::io::Error::last_os_error()),
-                    }
-                })
-            };
-        }
-        let (child, addr) = common::start_self_target(cmd, "capacity::as_target");
-        Self {
-            child,
-            url: format!("http://{addr}/"),
-        }
+fn start_target(name: &str) -> Target {
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.env(TARGET_ENV, name);
+    if name == "cpu" {
+        use std::os::unix::process::CommandExt as _;
+        // the whole process on CPU 1, as `taskset -c 1` starts it
+        // SAFETY: sched_setaffinity on the child's own mask is async-signal-safe.
+        unsafe {
+            cmd.pre_exec(|| {
+                let mut set: libc::cpu_set_t = std::mem::zeroed();
+                libc::CPU_SET(1, &mut set);
+                match libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) {
+                    0 => Ok(()),
+                    _ => Err(std::io::Error::last_os_error()),
+                }
+            })
+        };
     }
-
-    fn pid(&self) -> String {
-        self.child.id().to_string()
-    }
-}
-
-impl Drop for Target {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+    common::start_self_target(cmd, "capacity::as_target")
 }
 
 /// `kiln capacity` of the target, watched, with `--json`; checks what every search's record
@@ -170,9 +150,10 @@ fn rate(v: &Value, field: &str) -> f64 {
 /// are named a concurrency limit of 4, not the CPU; 8 workers keep about twice the rate.
 #[test]
 fn workers_of_10ms_are_a_concurrency_limit_and_twice_the_workers_twice_the_rate() {
-    let _turn = common::group("capacity");
+    // the machine to its two searches: not beside the target that keeps CPU 1 busy
+    let _turn = common::alone();
     let tmp = tempfile::tempdir().unwrap();
-    let (four, eight) = (Target::start("workers-4"), Target::start("workers-8"));
+    let (four, eight) = (start_target("workers-4"), start_target("workers-8"));
     let (four_dir, eight_dir) = (tmp.path().join("four"), tmp.path().join("eight"));
     let (a, b) = std::thread::scope(|s| {
         // a name from outside stays text on the page
@@ -297,7 +278,7 @@ fn capacity_compared_reported_and_drawn(four: &Path, eight: &Path, a: &Value, b:
 fn a_target_bound_by_the_one_core_it_may_use_is_named_cpu_bound() {
     let _turn = common::group("capacity");
     let tmp = tempfile::tempdir().unwrap();
-    let target = Target::start("cpu");
+    let target = start_target("cpu");
     // shorter steps than the default (a CPU-bound target's p99 settles at once): the search
     // shares its turn with the others of this module
     let v = search(
@@ -343,7 +324,7 @@ fn a_target_bound_by_the_one_core_it_may_use_is_named_cpu_bound() {
 fn a_lock_that_grows_with_its_waiters_peaks_and_falls_and_a_plain_lock_levels_off() {
     let _turn = common::group("capacity");
     let tmp = tempfile::tempdir().unwrap();
-    let (growing, plain) = (Target::start("lock-200"), Target::start("lock-0"));
+    let (growing, plain) = (start_target("lock-200"), start_target("lock-0"));
     let sweep = ["--sweep", "1,2,4,8,16,32", "-d", "2s", "--slo", "p99<2s"];
     let (a, b) = std::thread::scope(|s| {
         let a = s.spawn(|| sweep_of(&growing, &tmp.path().join("growing"), &sweep));
@@ -402,10 +383,10 @@ fn sweep_of(target: &Target, out: &Path, extra: &[&str]) -> Value {
 
 /// `kiln capacity` of the target with `extra`, watched, as JSON; it completed.
 fn capacity_of(target: &Target, out: &Path, extra: &[&str]) -> Value {
-    let pid = target.pid();
+    let (pid, url) = (target.pid(), target.url());
     let mut args = vec![
         "capacity",
-        &target.url,
+        &url,
         "--watch-pid",
         &pid,
         "--json",
@@ -424,7 +405,7 @@ fn capacity_of(target: &Target, out: &Path, extra: &[&str]) -> Value {
 #[test]
 fn a_search_refuses_what_it_sets_itself_and_an_interrupted_one_keeps_its_steps() {
     let _turn = common::beside();
-    let target = Target::start("workers-8");
+    let target = start_target("workers-8");
     for (extra, says) in [
         (&["--slo", "rate>100"][..], "an objective is a limit"),
         (
@@ -444,7 +425,8 @@ fn a_search_refuses_what_it_sets_itself_and_an_interrupted_one_keeps_its_steps()
             "--warmup auto does not go",
         ),
     ] {
-        let mut args = vec!["capacity", target.url.as_str()];
+        let url = target.url();
+        let mut args = vec!["capacity", url.as_str()];
         args.extend_from_slice(extra);
         let out = common::kiln(&args);
         let stderr = String::from_utf8_lossy(&out.stderr);
@@ -452,7 +434,7 @@ fn a_search_refuses_what_it_sets_itself_and_an_interrupted_one_keeps_its_steps()
         assert!(stderr.contains(says), "{extra:?}: {stderr}");
         assert_eq!(stderr.lines().count(), 1, "{stderr}");
     }
-    let out = common::kiln(&["capacity", &target.url]);
+    let out = common::kiln(&["capacity", &target.url()]);
     assert_eq!(out.status.code(), Some(2), "no --slo is bad usage");
 
     let tmp = tempfile::tempdir().unwrap();
@@ -460,7 +442,7 @@ fn a_search_refuses_what_it_sets_itself_and_an_interrupted_one_keeps_its_steps()
     let kiln = Command::new(env!("CARGO_BIN_EXE_kiln"))
         .args([
             "capacity",
-            &target.url,
+            &target.url(),
             "--slo",
             "p99<50ms",
             "--json",

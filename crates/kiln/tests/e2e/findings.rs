@@ -166,37 +166,24 @@ fn as_target() {
     std::thread::sleep(Duration::from_secs(86_400));
 }
 
-struct Target {
-    child: Child,
-    addr: SocketAddr,
+use common::SelfTarget as Target;
+
+fn start_target(name: &str, peer: Option<SocketAddr>) -> Target {
+    start_target_in(name, peer, None)
 }
 
-impl Target {
-    fn start(name: &str, peer: Option<SocketAddr>) -> Self {
-        Self::start_in(name, peer, None)
+/// The target in a network namespace of its own, when given.
+fn start_target_in(name: &str, peer: Option<SocketAddr>, netns: Option<&Netns>) -> Target {
+    let exe = std::env::current_exe().unwrap();
+    let mut cmd = match netns {
+        Some(ns) => ns.command(exe.to_str().unwrap()),
+        None => Command::new(exe),
+    };
+    cmd.env(TARGET_ENV, name);
+    if let Some(peer) = peer {
+        cmd.env("KILN_FINDINGS_PEER", peer.to_string());
     }
-
-    /// The target in a network namespace of its own, when given.
-    fn start_in(name: &str, peer: Option<SocketAddr>, netns: Option<&Netns>) -> Self {
-        let exe = std::env::current_exe().unwrap();
-        let mut cmd = match netns {
-            Some(ns) => ns.command(exe.to_str().unwrap()),
-            None => Command::new(exe),
-        };
-        cmd.env(TARGET_ENV, name);
-        if let Some(peer) = peer {
-            cmd.env("KILN_FINDINGS_PEER", peer.to_string());
-        }
-        let (child, addr) = common::start_self_target(cmd, "findings::as_target");
-        Self { child, addr }
-    }
-}
-
-impl Drop for Target {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+    common::start_self_target(cmd, "findings::as_target")
 }
 
 /// `kiln run` against the target for 7 s, watching and profiling it; returns the findings.
@@ -279,7 +266,7 @@ use common::{finding_in as finding, rules_in as rules};
 fn page_faults_make_system_time_above_user_and_reused_memory_does_not() {
     let _turn = common::group("findings");
     let tmp = tempfile::tempdir().unwrap();
-    let target = Target::start("page-faults", None);
+    let target = start_target("page-faults", None);
     let f = run_and_judge(&target, &tmp.path().join("faults"), &["-c", "2"]);
     // one cause, one finding: the faults, with the kernel time they make as their evidence
     let faults = finding(&f, "cpu.page-faults").unwrap_or_else(|| panic!("{f:#}"));
@@ -303,7 +290,7 @@ fn page_faults_make_system_time_above_user_and_reused_memory_does_not() {
     assert!(finding(&f, "cpu.system-above-user").is_none(), "{f:#}");
     drop(target);
 
-    let fixed = Target::start("page-faults-fixed", None);
+    let fixed = start_target("page-faults-fixed", None);
     let f = run_and_judge(&fixed, &tmp.path().join("fixed"), &["-c", "2"]);
     let found = rules(&f);
     assert!(
@@ -336,7 +323,7 @@ fn threads_queueing_for_a_lock_are_found_and_the_lock_held_briefly_is_not() {
         "-c",
         "16",
     ];
-    let target = Target::start("lock", None);
+    let target = start_target("lock", None);
     let f = run_and_judge(&target, &tmp.path().join("lock"), &load);
     let lock = finding(&f, "threads.lock-contention")
         .unwrap_or_else(|| panic!("lock contention not found: {f:#}"));
@@ -353,7 +340,7 @@ fn threads_queueing_for_a_lock_are_found_and_the_lock_held_briefly_is_not() {
     );
     drop(target);
 
-    let fixed = Target::start("lock-fixed", None);
+    let fixed = start_target("lock-fixed", None);
     let f = run_and_judge(&fixed, &tmp.path().join("fixed"), &load);
     assert!(
         finding(&f, "threads.lock-contention").is_none(),
@@ -373,10 +360,7 @@ fn a_warm_up_inside_the_measurement_is_found_and_one_left_to_warmup_is_not() {
     // over the first 10 s (most of the run: a plateau's noise on a busy machine cannot hide
     // the trend). Beside it, the fix the finding names: the same target measured after a
     // warm-up of 12 s (both sleep out their latency: neither slows the other).
-    let (cold, warm) = (
-        Target::start("warming", None),
-        Target::start("warming", None),
-    );
+    let (cold, warm) = (start_target("warming", None), start_target("warming", None));
     let load = ["--rate", "100", "-c", "4"];
     let (f, g) = judge_both(
         (&cold, &[]),
@@ -477,8 +461,8 @@ fn packets_lost_on_the_way_are_found_and_a_clean_loopback_is_not() {
     // target on a clean loopback (each namespace counts its own segments)
     let (lossy, clean) = (Netns::new(20), Netns::new(0));
     let (lossy_target, clean_target) = (
-        Target::start_in("answers", None, Some(&lossy)),
-        Target::start_in("answers", None, Some(&clean)),
+        start_target_in("answers", None, Some(&lossy)),
+        start_target_in("answers", None, Some(&clean)),
     );
     let (lossy_out, clean_out) = (tmp.path().join("lossy"), tmp.path().join("clean"));
     let (f, clean_f) = std::thread::scope(|s| {
@@ -515,10 +499,7 @@ fn requests_waiting_for_a_small_pool_are_found_and_a_pool_sized_to_the_load_is_n
     // 8 connections, each sending its next request as the last is answered; the small pool
     // and the sized one side by side (their workers sleep out the service time)
     let load = ["-c", "8"];
-    let (small, sized) = (
-        Target::start("pool", None),
-        Target::start("pool-fixed", None),
-    );
+    let (small, sized) = (start_target("pool", None), start_target("pool-fixed", None));
     let (f, g) = judge_both((&small, &[]), (&sized, &[]), tmp.path(), "7s", &load);
     let pool = finding(&f, "threads.pool-too-small").unwrap_or_else(|| panic!("{f:#}"));
     // by construction 6 of the 8 connections wait for one of the 2 workers
@@ -539,7 +520,7 @@ fn connections_dropped_by_a_full_accept_queue_are_found_and_a_long_queue_is_not(
     // test's listener is counted
     let load = ["--rate", "200", "-c", "64"];
     let ns = Netns::new(0);
-    let target = Target::start_in("small-backlog", None, Some(&ns));
+    let target = start_target_in("small-backlog", None, Some(&ns));
     let f = run_in(Some(&ns), &target, &tmp.path().join("small"), "7s", &load);
     let overflow = finding(&f, "kernel.listen-overflow").unwrap_or_else(|| panic!("{f:#}"));
     assert!(
@@ -555,7 +536,7 @@ fn connections_dropped_by_a_full_accept_queue_are_found_and_a_long_queue_is_not(
     drop(ns);
 
     let ns = Netns::new(0);
-    let target = Target::start_in("small-backlog-fixed", None, Some(&ns));
+    let target = start_target_in("small-backlog-fixed", None, Some(&ns));
     let f = run_in(Some(&ns), &target, &tmp.path().join("long"), "7s", &load);
     assert!(finding(&f, "kernel.listen-overflow").is_none(), "{f:#}");
     assert!(
@@ -574,7 +555,7 @@ fn another_listeners_overflows_are_a_host_note_not_the_targets() {
     let _turn = common::group("findings");
     let tmp = tempfile::tempdir().unwrap();
     let ns = Netns::new(0);
-    let target = Target::start_in("small-backlog-fixed", None, Some(&ns));
+    let target = start_target_in("small-backlog-fixed", None, Some(&ns));
     // a listener that never accepts, and 300 connection attempts at it over the run
     let flood = "import socket, time\n\
                  l = socket.socket(); l.bind(('127.0.0.1', 0)); l.listen(1)\n\
@@ -614,7 +595,7 @@ fn json_parsed_on_every_request_is_found_and_parsed_once_is_not() {
     let tmp = tempfile::tempdir().unwrap();
     // enough samples to judge a share by even when a parse takes 1 ms (a release build)
     let load = ["--rate", "50", "-c", "4", "--profile-frequency", "999"];
-    let target = Target::start("json", None);
+    let target = start_target("json", None);
     let f = run_and_judge(&target, &tmp.path().join("json"), &load);
     let json = finding(&f, "cpu.json").unwrap_or_else(|| panic!("{f:#}"));
     assert!(
@@ -622,7 +603,7 @@ fn json_parsed_on_every_request_is_found_and_parsed_once_is_not() {
         "the caller that parses is named: {json:#}"
     );
     drop(target);
-    let fixed = Target::start("json-fixed", None);
+    let fixed = start_target("json-fixed", None);
     let f = run_and_judge(&fixed, &tmp.path().join("once"), &load);
     assert!(finding(&f, "cpu.json").is_none(), "{f:#}");
     assert!(f["judged"].to_string().contains("cpu.categories"), "{f:#}");
@@ -635,10 +616,7 @@ fn a_slow_fiftieth_request_makes_a_heavy_tail_and_an_even_target_does_not() {
     // 2% of requests 100 ms slower: p95 stays at the 1 ms service, p99 is the slow ones;
     // beside it the same 1 ms service without the slow ones (both sleep out their service)
     let load = ["--rate", "200", "-c", "8"];
-    let (slow, even) = (
-        Target::start("slow-tail", None),
-        Target::start("even", None),
-    );
+    let (slow, even) = (start_target("slow-tail", None), start_target("even", None));
     let (f, g) = judge_both((&slow, &[]), (&even, &[]), tmp.path(), "7s", &load);
     let tail = finding(&f, "latency.tail-heavy").unwrap_or_else(|| panic!("{f:#}"));
     let p99 = tail["data"]["p99_us"].as_f64().unwrap();
@@ -654,7 +632,7 @@ fn a_slow_fiftieth_request_makes_a_heavy_tail_and_an_even_target_does_not() {
 fn clock_reads_through_syscall_are_found_and_vdso_reads_are_not() {
     let _turn = common::group("findings");
     let tmp = tempfile::tempdir().unwrap();
-    let target = Target::start("clock-syscall", None);
+    let target = start_target("clock-syscall", None);
     let f = run_and_judge(&target, &tmp.path().join("syscall"), &["-c", "2"]);
     let clock = finding(&f, "cpu.clock-syscall").unwrap_or_else(|| panic!("{f:#}"));
     assert!(
@@ -662,7 +640,7 @@ fn clock_reads_through_syscall_are_found_and_vdso_reads_are_not() {
         "the caller is named: {clock:#}"
     );
     drop(target);
-    let fixed = Target::start("clock-syscall-fixed", None);
+    let fixed = start_target("clock-syscall-fixed", None);
     let f = run_and_judge(&fixed, &tmp.path().join("vdso"), &["-c", "2"]);
     assert!(
         finding(&f, "cpu.clock-syscall").is_none(),
@@ -697,8 +675,8 @@ fn a_peer_that_does_not_read_is_named_and_one_that_reads_is_not() {
     // the target beside a peer that reads nothing, and the same beside one that reads
     let (stuck, reading) = (log_server(false), log_server(true));
     let (to_stuck, to_reading) = (
-        Target::start("log-peer", Some(stuck)),
-        Target::start("log-peer", Some(reading)),
+        start_target("log-peer", Some(stuck)),
+        start_target("log-peer", Some(reading)),
     );
     let load = ["--rate", "400", "-c", "2"];
     let (f, g) = judge_both(
@@ -771,8 +749,8 @@ fn slow_down_now_and_then(
 fn stalls_at_a_wall_clock_phase_are_periodic_and_random_stalls_are_not() {
     let _turn = common::alone();
     let tmp = tempfile::tempdir().unwrap();
-    let periodic = Target::start("periodic-stall", None);
-    let random = Target::start("random-stall", None);
+    let periodic = start_target("periodic-stall", None);
+    let random = start_target("random-stall", None);
     let (periodic_out, random_out) = (tmp.path().join("periodic"), tmp.path().join("random"));
     let load = ["--rate", "50", "-c", "4", "--max-connections", "50"];
     let done = std::sync::atomic::AtomicBool::new(false);
@@ -1135,7 +1113,7 @@ fn a_java_services_json_exceptions_and_logging_shares_match_its_own_cpu_clock() 
 fn requests_that_wait_are_told_from_requests_that_run() {
     let _turn = common::alone();
     let tmp = tempfile::tempdir().unwrap();
-    let target = Target::start("waiting", None);
+    let target = start_target("waiting", None);
     let f = run_and_judge(&target, &tmp.path().join("waiting"), &["-c", "4"]);
     let w = finding(&f, "cpu.waiting-not-running").unwrap_or_else(|| panic!("{f:#}"));
     let p50 = w["data"]["p50_us"].as_f64().unwrap();
@@ -1145,7 +1123,7 @@ fn requests_that_wait_are_told_from_requests_that_run() {
         "a waiting target is not CPU-bound: {f:#}"
     );
     drop(target);
-    let target = Target::start("cpu-bound", None);
+    let target = start_target("cpu-bound", None);
     let f = run_and_judge(&target, &tmp.path().join("cpu-bound"), &["-c", "2"]);
     assert!(
         finding(&f, "cpu.waiting-not-running").is_none(),
@@ -1181,10 +1159,7 @@ fn failed_requests_are_found_by_kind_and_a_target_that_answers_all_has_none() {
     let tmp = tempfile::tempdir().unwrap();
     // every 10th request reset, beside the same target answering all (the shares are the
     // targets' own counts, whatever CPU the two runs share)
-    let (resets, answers) = (
-        Target::start("resets", None),
-        Target::start("answers", None),
-    );
+    let (resets, answers) = (start_target("resets", None), start_target("answers", None));
     let (f, g) = judge_both(
         (&resets, &[]),
         (&answers, &[]),
@@ -1227,7 +1202,7 @@ fn a_rate_above_what_the_target_serves_is_found_and_one_below_is_not() {
     let tmp = tempfile::tempdir().unwrap();
     // the same slow target offered more than it serves, and beside it less (both sleep out
     // their 50 ms)
-    let (over, under) = (Target::start("slow", None), Target::start("slow", None));
+    let (over, under) = (start_target("slow", None), start_target("slow", None));
     let cap = ["--max-connections", "4", "-c", "4"];
     let (f, g) = judge_both(
         (&over, &["--rate", "300"]),
@@ -1283,7 +1258,7 @@ impl Drop for CpuQuota {
 fn a_cpu_quota_that_throttles_is_found_and_the_same_target_without_it_is_not() {
     let _turn = common::alone();
     let tmp = tempfile::tempdir().unwrap();
-    let target = Target::start("cpu-bound", None);
+    let target = start_target("cpu-bound", None);
     let quota = CpuQuota::new(target.child.id(), 0.2);
     let f = run_and_judge(&target, &tmp.path().join("quota"), &["-c", "2"]);
     drop(target);
@@ -1297,7 +1272,7 @@ fn a_cpu_quota_that_throttles_is_found_and_the_same_target_without_it_is_not() {
         Some(bound) => assert_eq!(bound["data"]["limit_cores"], 0.2, "{bound:#}"),
         None => assert!(finding(&f, "cpu.host-busy").is_some(), "{f:#}"),
     }
-    let target = Target::start("cpu-bound", None);
+    let target = start_target("cpu-bound", None);
     let f = run_and_judge(&target, &tmp.path().join("free"), &["-c", "2"]);
     assert!(finding(&f, "cpu.cgroup-throttled").is_none(), "{f:#}");
 }
@@ -1335,7 +1310,7 @@ fn a_host_kept_busy_by_other_processes_is_found_and_a_quiet_host_is_not() {
     let tmp = tempfile::tempdir().unwrap();
     // a target that mostly waits (20 ms a request), and one spinning process per core beside it
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
-    let target = Target::start("waiting", None);
+    let target = start_target("waiting", None);
     let neighbours = Neighbours::spinning(cores);
     let f = run_and_judge(&target, &tmp.path().join("busy"), &["-c", "4"]);
     drop(neighbours);
@@ -1467,7 +1442,7 @@ while time.time() < end:
         let findings = std::thread::scope(|s| {
             s.spawn(|| {
                 kiln_targets::pin_to_cpu(1);
-                let target = Target::start("answers", None);
+                let target = start_target("answers", None);
                 run_for(&target, &out, "8s", &["--rate", "50", "-c", "2"])
             })
             .join()
@@ -1587,7 +1562,7 @@ fn kiln_starved_of_its_cpu_is_named_as_its_own_lateness_and_kiln_with_a_cpu_is_n
     let _turn = common::alone();
     let tmp = tempfile::tempdir().unwrap();
     let cpu = std::thread::available_parallelism().map_or(2, |n| n.get()) - 1;
-    let target = Target::start("answers", None);
+    let target = start_target("answers", None);
     // 80 ms of every 1.5 s, kiln's CPU taken: the requests due then leave up to 80 ms late
     let hog = RealTimeHog::start(cpu, Duration::from_millis(80), Duration::from_millis(1500));
     let run = run_pinned(&target, cpu, &tmp.path().join("starved"));

@@ -177,11 +177,12 @@ fn kiln_run_receives_the_traces_of_its_own_load() {
         "--json",
         "--quiet",
         "--fail-on",
-        "high",
+        "medium",
         "--out",
         out.to_str().unwrap(),
     ]);
-    // the N+1 is high: --fail-on high exits 99, the run itself complete
+    // the N+1 is at least medium (high where its 6 calls take 5 ms of a request, as they did
+    // on a slower machine): --fail-on medium exits 99, the run itself complete
     let v = common::json_with_exit(&run, 99);
     assert_eq!(v["status"], "complete");
     let sent = v["total"]["requests"].as_u64().expect("request count");

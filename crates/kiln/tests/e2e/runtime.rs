@@ -1000,10 +1000,12 @@ fn lock_shop(
     // the JDK's server answers in two writes: without nodelay, Nagle and delayed ACKs add
     // 40 ms to each request, and the 4 connections' requests rarely meet at the lock
     let java = format!(
-        "exec java -Dsun.net.httpserver.nodelay=true -cp '{}' LockShop {port} {mode} '{}'",
-        classes.display(),
+        "exec java -Dsun.net.httpserver.nodelay=true -cp . LockShop {port} {mode} '{}'",
         waits_file.display()
     );
+    // the classes from the working directory, entered first: a checkout under /tmp (a CI
+    // runner's) is hidden by the container's own /tmp, but not from a directory already in
+    let enter = format!("cd '{}'", classes.display());
     let mut command = if container {
         let mut c = Command::new("unshare");
         // --kill-child: the JVM goes with the unshare this test kills
@@ -1018,11 +1020,13 @@ fn lock_shop(
             "sh",
             "-c",
         ])
-        .arg(format!("mount -t tmpfs kiln-test /tmp && {java}"));
+        .arg(format!(
+            "{enter} && mount -t tmpfs kiln-test /tmp && {java}"
+        ));
         c
     } else {
         let mut c = Command::new("sh");
-        c.arg("-c").arg(java);
+        c.arg("-c").arg(format!("{enter} && {java}"));
         c
     };
     // stderr piped for wait_port to show if it exits (the JVM writes little there)
@@ -1043,7 +1047,7 @@ fn lock_shop(
 fn off_cpu_on_a_jvm_in_a_container_names_the_holder_of_the_lock_its_waiters_park_on() {
     let _turn = common::group("runtime");
     let library = common::apps::async_profiler();
-    // not under /tmp: the container's /tmp is a tmpfs of its own
+    // not under the system's temporary directory: the container's /tmp is a tmpfs of its own
     let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let classes = tmp.path().join("lockshop");
     javac(

@@ -77,10 +77,7 @@ pub fn json_of(out: &Output) -> Value {
 /// This test binary started again as a target process: `cmd` (the binary, with what the
 /// target reads from its environment) runs the test `test` alone, which serves and prints
 /// `listening on ADDR`. The caller kills the child.
-pub fn start_self_target(
-    mut cmd: Command,
-    test: &str,
-) -> (std::process::Child, std::net::SocketAddr) {
+pub fn start_self_target(mut cmd: Command, test: &str) -> SelfTarget {
     use std::io::BufRead as _;
     cmd.args(["--exact", test, "--nocapture", "--test-threads=1"])
         .stdout(Stdio::piped())
@@ -100,7 +97,30 @@ pub fn start_self_target(
         .expect("the target says where it listens");
     // keep reading its output so it never blocks on a full pipe
     std::thread::spawn(move || lines.for_each(drop));
-    (child, addr)
+    SelfTarget { child, addr }
+}
+
+/// A target process started by [`start_self_target`], killed and reaped when dropped.
+pub struct SelfTarget {
+    pub child: std::process::Child,
+    pub addr: std::net::SocketAddr,
+}
+
+impl SelfTarget {
+    pub fn url(&self) -> String {
+        format!("http://{}/", self.addr)
+    }
+
+    pub fn pid(&self) -> String {
+        self.child.id().to_string()
+    }
+}
+
+impl Drop for SelfTarget {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 /// A run directory's `run.json`.
@@ -113,8 +133,9 @@ pub fn json_with_exit(out: &Output, code: i32) -> Value {
     assert_eq!(
         out.status.code(),
         Some(code),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout)
     );
     json_of(out)
 }
