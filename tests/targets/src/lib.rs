@@ -526,10 +526,7 @@ pub fn refuse_io_uring() -> std::io::Result<()> {
 pub fn free_port() -> std::io::Result<u16> {
     use std::sync::atomic::{AtomicU32, Ordering};
     static NEXT: AtomicU32 = AtomicU32::new(0);
-    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|r| r.split_whitespace().next()?.parse::<u32>().ok())
-        .unwrap_or(32_768);
+    let ephemeral_low = ephemeral_ports_start().map_or(32_768, u32::from);
     // from 10000 up to the ephemeral range (the well-known services sit lower)
     let (low, span) = (10_000, ephemeral_low.saturating_sub(10_000));
     if span < 1_000 {
@@ -549,6 +546,12 @@ pub fn free_port() -> std::io::Result<u16> {
         std::io::ErrorKind::AddrInUse,
         "no free port below the ephemeral range",
     ))
+}
+
+/// The first port of the kernel's ephemeral range (`ip_local_port_range`), if it says.
+fn ephemeral_ports_start() -> Option<u16> {
+    let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").ok()?;
+    range.split_whitespace().next()?.parse().ok()
 }
 
 /// A TCP listener on 127.0.0.1 with the given accept backlog that never accepts (for the
@@ -608,13 +611,7 @@ mod tests {
 
     #[test]
     fn free_ports_are_below_the_ephemeral_range_bindable_and_not_repeated() {
-        let low: u16 = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-            .unwrap()
-            .split_whitespace()
-            .next()
-            .unwrap()
-            .parse()
-            .unwrap();
+        let low = ephemeral_ports_start().unwrap();
         let ports: Vec<u16> = (0..50).map(|_| free_port().unwrap()).collect();
         for &p in &ports {
             assert!((10_000..low).contains(&p), "{p}");

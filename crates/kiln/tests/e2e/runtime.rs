@@ -999,13 +999,12 @@ fn lock_shop(
     let port = free_port();
     // the JDK's server answers in two writes: without nodelay, Nagle and delayed ACKs add
     // 40 ms to each request, and the 4 connections' requests rarely meet at the lock
-    let java = format!(
-        "exec java -Dsun.net.httpserver.nodelay=true -cp . LockShop {port} {mode} '{}'",
-        waits_file.display()
-    );
-    // the classes from the working directory, entered first: a checkout under /tmp (a CI
-    // runner's) is hidden by the container's own /tmp, but not from a directory already in
-    let enter = format!("cd '{}'", classes.display());
+    let java = |classpath: &str| {
+        format!(
+            "exec java -Dsun.net.httpserver.nodelay=true -cp '{classpath}' LockShop {port} {mode} '{}'",
+            waits_file.display()
+        )
+    };
     let mut command = if container {
         let mut c = Command::new("unshare");
         // --kill-child: the JVM goes with the unshare this test kills
@@ -1020,13 +1019,18 @@ fn lock_shop(
             "sh",
             "-c",
         ])
+        // the classes copied into the container's own /tmp: a checkout under /tmp (a fresh
+        // clone's) is hidden by it, though still read from the directory entered before
         .arg(format!(
-            "{enter} && mount -t tmpfs kiln-test /tmp && {java}"
+            "cd '{}' && mount -t tmpfs kiln-test /tmp && mkdir /tmp/lockshop && \
+             cp -R . /tmp/lockshop && {}",
+            classes.display(),
+            java("/tmp/lockshop")
         ));
         c
     } else {
         let mut c = Command::new("sh");
-        c.arg("-c").arg(format!("{enter} && {java}"));
+        c.arg("-c").arg(java(&classes.display().to_string()));
         c
     };
     // stderr piped for wait_port to show if it exits (the JVM writes little there)
