@@ -6,7 +6,16 @@
 //! on a handle of the connection ([`Connection::share`]), so its requests go out beside the
 //! other streams' and h2 interleaves their frames on the one socket.
 
-use super::*;
+use std::rc::Rc;
+use std::time::Instant;
+
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+use super::local::{ensure_connected, WorkerLocal};
+use super::request::{connect_for_request, drop_connection, send_on, RequestTimer, Sent};
+use super::sender::{send_arrivals, send_back_to_back, Sender};
+use crate::connection::Connection;
 
 /// One connection that several streams share. Locked while it is (re)opened; over HTTP/1.1
 /// (a TLS server that declined h2) also while its one request is sent, so the streams take
@@ -15,7 +24,7 @@ use super::*;
 struct Multiplexed(tokio::sync::Mutex<Option<Connection>>);
 
 /// One of a connection's streams: the shared connection and this stream's request timer.
-struct Stream {
+pub(super) struct Stream {
     shared: Rc<Multiplexed>,
     timer: RequestTimer,
 }
