@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The Python environment the query analyzer's end-to-end tests run their instrumented app in
 # (and the Kubernetes manifest validator the k8s test runs):
-# Flask, psycopg and redis-py under the OpenTelemetry SDK, and kiln's own span processor
-# (agents/python). Made once in target/pyenv (inside the repo, removed by cargo clean);
-# made again when this script or the requirements change.
+# Flask, psycopg and redis-py under the OpenTelemetry SDK, grpcio for the gRPC tests, and
+# kiln's own span processor (agents/python). Made once in target/pyenv (inside the repo,
+# removed by cargo clean); made again when this script or the requirements change.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 env_dir=target/pyenv

@@ -461,6 +461,7 @@ impl Connection {
                     authority: c.authority.clone(),
                     refused_unprocessed: false,
                     handle: true,
+                    grpc: c.grpc,
                 }),
                 None,
             )),
@@ -689,14 +690,15 @@ fn tls_config(insecure: bool, http2: bool) -> rustls::ClientConfig {
     config
 }
 
-/// Headers HTTP/2 forbids (RFC 9113 8.2.2) or carries as pseudo-headers.
-fn h2_forbidden(name: &http::HeaderName) -> bool {
+/// Headers HTTP/2 forbids (RFC 9113 8.2.2) or carries as pseudo-headers. `te: trailers` is
+/// allowed (and what gRPC sends); any other `te` is not.
+fn h2_forbidden(name: &http::HeaderName, value: &http::HeaderValue) -> bool {
     use http::header;
     name == header::HOST
         || name == header::CONNECTION
         || name == header::TRANSFER_ENCODING
         || name == header::UPGRADE
-        || name == header::TE
+        || (name == header::TE && !value.as_bytes().eq_ignore_ascii_case(b"trailers"))
         || name.as_str() == "keep-alive"
         || name.as_str() == "proxy-connection"
 }
@@ -715,6 +717,8 @@ struct H2Connection {
     refused_unprocessed: bool,
     /// A handle made by [`Connection::share`]: the connection is counted by its owner.
     handle: bool,
+    /// The target is a gRPC method: each answer's status is read from its trailers.
+    grpc: bool,
 }
 
 /// The task that runs an HTTP/2 connection, aborted when dropped.
@@ -764,6 +768,7 @@ impl H2Connection {
             authority: target.authority.parse().map_err(|_| ErrorKind::Other)?,
             refused_unprocessed: false,
             handle: false,
+            grpc: target.grpc,
         })
     }
 
@@ -803,7 +808,7 @@ impl H2Connection {
             .method(request.method.clone())
             .uri(uri);
         for (name, value) in &request.headers {
-            if !h2_forbidden(name) {
+            if !h2_forbidden(name, value) {
                 builder = builder.header(name, value);
             }
         }
@@ -818,6 +823,8 @@ impl H2Connection {
         }
         let response = response.await.map_err(fail)?;
         let status = response.status().as_u16();
+        // a gRPC error answered at once is headers only ("trailers-only"): its status is there
+        let grpc_in_headers = grpc_status_in(response.headers());
         let mut captured = Captured::default();
         if capture {
             captured.headers = response
@@ -836,6 +843,15 @@ impl H2Connection {
                 captured.keep(&chunk);
             }
         }
+        let grpc = if self.grpc {
+            // before the stream is cancelled below: a call that failed at once is answered
+            // in headers alone, and its trailers read after our CANCEL are that reset
+            let trailers = body.trailers().await.map_err(fail)?;
+            let code = trailers.as_ref().and_then(grpc_status_in);
+            Some(grpc_code(status, code.or(grpc_in_headers)))
+        } else {
+            None
+        };
         // The answer is whole: a body the server never took (it answered first, and its
         // window stays shut) is dropped and the stream cancelled, or h2 keeps it queued for as
         // long as the connection lasts (the hardening issue: 523 MB in 16 s). A stream the
@@ -848,10 +864,31 @@ impl H2Connection {
                 status,
                 body_bytes,
                 keep_alive: true,
+                grpc,
             },
             captured,
         ))
     }
+}
+
+/// The `grpc-status` a header block carries, if it carries one that is a number.
+fn grpc_status_in(headers: &http::HeaderMap) -> Option<u8> {
+    headers
+        .get("grpc-status")?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// A gRPC call's status: the one the server sent; else, as gRPC's clients take it, the code
+/// an HTTP error maps to, or INTERNAL for a 200 that ended without one (a server that is not
+/// gRPC, or one that closed the stream before its trailers).
+fn grpc_code(http_status: u16, sent: Option<u8>) -> u8 {
+    const INTERNAL: u8 = 13;
+    sent.or_else(|| kiln_record::grpc::grpc_code_of_http(http_status))
+        .unwrap_or(INTERNAL)
 }
 
 /// `--insecure`: accepts any certificate but still checks handshake signatures.

@@ -97,6 +97,8 @@ pub struct Response {
     pub body_bytes: u64,
     /// False when the server said it closes the connection (or must, to end the body).
     pub keep_alive: bool,
+    /// A gRPC call's status code (see [`crate::connection`]'s gRPC answers); None otherwise.
+    pub grpc: Option<u8>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -142,6 +144,7 @@ impl ResponseReader {
                 status: 0,
                 body_bytes: 0,
                 keep_alive: true,
+                grpc: None,
             },
             captured: None,
         }
@@ -166,6 +169,7 @@ impl ResponseReader {
             status: 0,
             body_bytes: 0,
             keep_alive: true,
+            grpc: None,
         };
     }
 

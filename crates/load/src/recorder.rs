@@ -211,14 +211,16 @@ impl WorkerRecorder {
         intended: Instant,
         sent: Instant,
         done: Instant,
-        status: u16,
-        body_bytes: u64,
+        response: &crate::http1::Response,
     ) {
         self.roll_to(done);
         let s = &mut self.current;
         s.requests += 1;
-        *s.status.entry(status).or_default() += 1;
-        s.body_bytes += body_bytes;
+        *s.status.entry(response.status).or_default() += 1;
+        if let Some(code) = response.grpc {
+            *s.grpc.entry(code).or_default() += 1;
+        }
+        s.body_bytes += response.body_bytes;
         s.latency
             .record_us(done.saturating_duration_since(intended).as_micros() as u64);
         if let Some(service) = &mut s.service {

@@ -13,6 +13,9 @@ use crate::error::PlanError;
 pub struct Target {
     pub url: String,
     pub tls: bool,
+    /// A gRPC service's method (`grpc://`, `grpcs://` over TLS): its calls go over HTTP/2 and
+    /// their answers carry a gRPC status.
+    pub grpc: bool,
     pub host: String,
     pub port: u16,
     /// Path and query, as sent in the request line.
@@ -25,7 +28,8 @@ pub struct Target {
 }
 
 impl Target {
-    /// Parses and resolves a URL; only `http` and `https` are accepted.
+    /// Parses and resolves a URL: `http`, `https`, and `grpc`, `grpcs` for a gRPC method
+    /// (`grpc://host:port/package.Service/Method`).
     pub fn parse(url: &str) -> Result<Self, PlanError> {
         Self::parse_unresolved(url)?.resolved()
     }
@@ -58,10 +62,16 @@ impl Target {
             .trim()
             .parse()
             .map_err(|e: http::uri::InvalidUri| bad(&e.to_string()))?;
-        let tls = match uri.scheme_str() {
-            Some("http") => false,
-            Some("https") => true,
-            Some(other) => return Err(bad(&format!("scheme '{other}' is not http or https"))),
+        let (tls, grpc) = match uri.scheme_str() {
+            Some("http") => (false, false),
+            Some("https") => (true, false),
+            Some("grpc") => (false, true),
+            Some("grpcs") => (true, true),
+            Some(other) => {
+                return Err(bad(&format!(
+                    "scheme '{other}' is not http, https, grpc or grpcs"
+                )))
+            }
             None => return Err(bad("no scheme; write http://host:port/path")),
         };
         let authority = uri.authority().ok_or_else(|| bad("no host"))?;
@@ -110,6 +120,7 @@ impl Target {
         Ok(Self {
             url: shown_url,
             tls,
+            grpc,
             host,
             port,
             path_and_query,

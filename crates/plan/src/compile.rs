@@ -57,10 +57,20 @@ struct Ctx<'a> {
 
 impl Ctx<'_> {
     fn target(&self, url: &str) -> Result<Target, kiln_load::plan::PlanError> {
-        match self.lookup {
+        let target = match self.lookup {
             Lookup::Now => Target::parse(url),
             Lookup::Never => Target::parse_unresolved(url),
+        }?;
+        if target.grpc {
+            // a plan's steps are HTTP requests so far; a gRPC method is `kiln run grpc://...`
+            return Err(kiln_load::plan::PlanError::BadUrl {
+                url: target.url,
+                why: "a plan's steps are HTTP requests; call a gRPC method with kiln run \
+                      grpc://host:port/package.Service/Method"
+                    .into(),
+            });
         }
+        Ok(target)
     }
 
     fn err_at(&self, at: Location, message: impl std::fmt::Display) -> PlanFileError {

@@ -7,6 +7,7 @@
 pub mod clock;
 pub mod descriptors;
 mod error;
+pub mod grpc;
 mod hedge;
 mod histogram;
 pub mod input;

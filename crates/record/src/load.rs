@@ -75,6 +75,11 @@ pub struct SecondRecord {
     #[serde(default)]
     pub scheduled: u64,
     pub status: BTreeMap<u16, u64>,
+    /// A gRPC run's calls answered this second by their status code (`grpc-status`, or the
+    /// code an HTTP error maps to): every response of a gRPC run has one, and a call whose
+    /// code is not OK failed.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub grpc: BTreeMap<u8, u64>,
     pub errors: BTreeMap<ErrorKind, u64>,
     /// Response body bytes received.
     pub body_bytes: u64,
@@ -182,6 +187,7 @@ impl SecondRecord {
         self.sent = self.sent.saturating_add(other.sent);
         self.scheduled = self.scheduled.saturating_add(other.scheduled);
         add_counts(&mut self.status, &other.status);
+        add_counts(&mut self.grpc, &other.grpc);
         add_counts(&mut self.errors, &other.errors);
         self.iterations = self.iterations.saturating_add(other.iterations);
         self.checks = self.checks.saturating_add(other.checks);
@@ -230,7 +236,14 @@ impl SecondRecord {
 
     /// Non-2xx/3xx responses plus requests without a response. In a plan's run, the sum of
     /// its names' failures: a status a step's check accepts is not one, a failed check is.
+    /// In a gRPC run, calls whose status is not OK (an HTTP error is one, mapped).
     pub fn failed(&self) -> u64 {
+        if !self.grpc.is_empty() {
+            let not_ok = (self.grpc.iter())
+                .filter(|(code, _)| **code != crate::grpc::GRPC_OK)
+                .fold(0u64, |a, (_, n)| a.saturating_add(*n));
+            return not_ok.saturating_add(self.error_count());
+        }
         if !self.names.is_empty() {
             return self
                 .names

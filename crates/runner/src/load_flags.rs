@@ -27,7 +27,8 @@ pub enum IoArg {
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct LoadFlags {
-    /// The URL to load (http:// or https://), or a plan file (plan.yaml: scenarios, data,
+    /// The URL to load (http:// or https://; grpc:// or grpcs:// and the method,
+    /// grpc://host:port/package.Service/Method), or a plan file (plan.yaml: scenarios, data,
     /// load shape, thresholds; see `kiln plan check`).
     pub url: String,
 
@@ -129,6 +130,21 @@ pub struct LoadFlags {
     /// Accept any TLS certificate (self-signed targets).
     #[arg(help_heading = "Request", short = 'k', long = "insecure")]
     pub insecure: bool,
+
+    /// gRPC: a .proto file that defines the method (repeatable); compiled by kiln itself,
+    /// no protoc needed. The message is -b's JSON.
+    #[arg(help_heading = "gRPC", long = "proto", value_name = "FILE")]
+    pub protos: Vec<std::path::PathBuf>,
+
+    /// gRPC: where the .proto files' imports are found (repeatable) [default: each file's
+    /// own directory].
+    #[arg(help_heading = "gRPC", long = "import-path", value_name = "DIR")]
+    pub import_paths: Vec<std::path::PathBuf>,
+
+    /// gRPC: the method's descriptors as protoc writes them (--descriptor_set_out
+    /// --include_imports), instead of .proto files.
+    #[arg(help_heading = "gRPC", long = "protoset", value_name = "FILE")]
+    pub protoset: Option<std::path::PathBuf>,
 
     /// Speak HTTP/2: offered by ALPN over https (HTTP/1.1 if the server declines), prior
     /// knowledge (h2c) over http. One request at a time per connection, as in HTTP/1.1,
@@ -274,6 +290,49 @@ fn read_body(arg: &str) -> Result<Vec<u8>> {
     };
     kiln_record::input::read_regular(std::path::Path::new(path), MAX_BODY_BYTES)
         .doing_with(|| format!("cannot read the body file '{path}'"))
+}
+
+/// A gRPC URL's call: its method found in --proto's or --protoset's descriptors, -b's JSON
+/// encoded for it once, sent as gRPC sends a unary call (POST over HTTP/2, the framed
+/// message, `te: trailers`, the deadline as `grpc-timeout`).
+fn grpc_request(args: &LoadFlags, target: &Target, timeout: Duration) -> Result<RequestSpec> {
+    if args
+        .method
+        .as_deref()
+        .is_some_and(|m| !m.eq_ignore_ascii_case("POST"))
+    {
+        refuse!("a gRPC call is a POST; -m does not apply to grpc:// URLs");
+    }
+    let pool = match (&args.protoset, args.protos.is_empty()) {
+        (Some(_), false) => refuse!("--proto or --protoset, not both"),
+        (Some(set), true) => kiln_grpc::read_protoset(set),
+        (None, false) => kiln_grpc::compile_protos(&args.protos, &args.import_paths),
+        (None, true) => refuse!(
+            "a gRPC call needs its method's descriptors: --proto FILE.proto (with \
+             --import-path DIR for its imports) or --protoset FILE; kiln does not ask the \
+             server's reflection service yet"
+        ),
+    }
+    .map_err(|e| RunnerError::Refused(e.to_string()))?;
+    let method = kiln_grpc::find_method(&pool, &target.path_and_query)
+        .map_err(|e| RunnerError::Refused(e.to_string()))?;
+    let json = match &args.body {
+        Some(body) => String::from_utf8(read_body(body)?)
+            .map_err(|_| RunnerError::Refused("-b: a gRPC message is JSON, in UTF-8".into()))?,
+        None => String::new(),
+    };
+    let body = kiln_grpc::request_body(&method, &json)
+        .map_err(|e| RunnerError::Refused(format!("-b: {e}")))?;
+    let header = |name: &str, value: &str| RequestSpec::parse_header(&format!("{name}: {value}"));
+    Ok(RequestSpec {
+        method: RequestSpec::parse_method("POST")?,
+        headers: vec![
+            header("content-type", "application/grpc")?,
+            header("te", "trailers")?,
+            header("grpc-timeout", &kiln_grpc::timeout_header(timeout))?,
+        ],
+        body,
+    })
 }
 
 /// The longest `--warmup auto` when no cap is given.
@@ -512,15 +571,25 @@ fn check_repeat(args: &LoadFlags) -> Result<()> {
 /// to make it fit.
 fn build_plan(args: &LoadFlags) -> Result<(LoadPlan, Vec<String>)> {
     let target = Target::parse(&args.url)?;
-    let mut request = RequestSpec {
-        method: RequestSpec::parse_method(args.method.as_deref().unwrap_or("GET"))?,
-        ..Default::default()
+    let timeout = DurationArg::or(args.timeout.as_ref(), DEFAULT_TIMEOUT);
+    let request = if target.grpc {
+        grpc_request(args, &target, timeout)?
+    } else {
+        if !args.protos.is_empty() || args.protoset.is_some() {
+            refuse!("--proto and --protoset are for gRPC: write the URL as grpc://host:port/package.Service/Method");
+        }
+        let mut request = RequestSpec {
+            method: RequestSpec::parse_method(args.method.as_deref().unwrap_or("GET"))?,
+            ..Default::default()
+        };
+        if let Some(body) = &args.body {
+            request.body = read_body(body)?.into();
+        }
+        request
     };
+    let mut request = request;
     for h in &args.headers {
         request.headers.push(RequestSpec::parse_header(h)?);
-    }
-    if let Some(body) = &args.body {
-        request.body = read_body(body)?.into();
     }
     let (model, duration) = match (&args.rate, &args.stages) {
         (Some(rate), _) => {
@@ -552,10 +621,11 @@ fn build_plan(args: &LoadFlags) -> Result<(LoadPlan, Vec<String>)> {
             DurationArg::or(args.duration.as_ref(), DEFAULT_DURATION),
         ),
     };
+    let http2 = args.http2 || target.grpc;
     let mut plan = LoadPlan {
         request,
-        timeout: DurationArg::or(args.timeout.as_ref(), DEFAULT_TIMEOUT),
-        http2: args.http2,
+        timeout,
+        http2,
         ..LoadPlan::new(target, model, duration)
     };
     common_flags(&mut plan, args)?;

@@ -346,6 +346,9 @@ pub fn render_text(view: &RunView) -> String {
     let t = &total.totals;
     let statuses = t.status.iter().map(|(c, n)| format!("{c}: {n}"));
     let _ = writeln!(out, "Status     {}", comma_list_or_none(statuses));
+    if !t.grpc.is_empty() {
+        let _ = writeln!(out, "gRPC       {}", grpc_statuses(&t.grpc).join(", "));
+    }
     let errors = t.errors.iter().map(|(k, n)| format!("{}: {n}", k.label()));
     let _ = writeln!(out, "Errors     {}", comma_list_or_none(errors));
     let _ = writeln!(
@@ -423,7 +426,7 @@ pub fn render_text(view: &RunView) -> String {
 
 fn phase_json(p: &PhaseSummary) -> Value {
     let end = p.end.clone().unwrap_or_default();
-    json!({
+    let mut out = json!({
         "phase": p.phase,
         "measured": p.measured,
         "complete": p.end.is_some(),
@@ -456,7 +459,15 @@ fn phase_json(p: &PhaseSummary) -> Value {
         "checks_failed": p.totals.checks_failed,
         "names": crate::names::to_json(p),
         "wire": crate::wire::WireSummary::of(p),
-    })
+    });
+    // a gRPC run's calls by status name (absent from an HTTP run's JSON)
+    if !p.totals.grpc.is_empty() {
+        out["grpc_status"] = (p.totals.grpc.iter())
+            .map(|(c, n)| (kiln_record::grpc::grpc_code_name(*c), json!(n)))
+            .collect::<serde_json::Map<_, _>>()
+            .into();
+    }
+    out
 }
 
 /// The records taken beside the load, for their sections of the summary.
@@ -676,6 +687,13 @@ fn left_at_the_end(end: &PhaseEnd) -> String {
         "Cut off    {} when the run ended: in neither the latency nor the errors nor the rate (-w waits for them up to --timeout)\n",
         cut.join(", ")
     )
+}
+
+/// A gRPC run's calls by status, by name: `OK: 990, UNAVAILABLE: 10`.
+fn grpc_statuses(counts: &std::collections::BTreeMap<u8, u64>) -> Vec<String> {
+    (counts.iter())
+        .map(|(code, n)| format!("{}: {n}", kiln_record::grpc::grpc_code_name(*code)))
+        .collect()
 }
 
 #[cfg(test)]

@@ -24,6 +24,9 @@ enum Metric {
     Unsent,
     /// A plan's checks: the share that passed, 0..=1.
     Checks,
+    /// A gRPC run (`grpc{status:UNAVAILABLE}<0.1%`): the share of calls that ended with this
+    /// status code, 0..=1.
+    GrpcStatus(u8),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -57,7 +60,7 @@ pub struct ThresholdResult {
 }
 
 #[derive(Debug, thiserror::Error, PartialEq)]
-#[error("bad threshold '{text}': {why} (e.g. 'p99<250ms', 'p(99.9)<1s', 'max<2s', 'failed<1%', 'rate>=1000', 'checks>99%', 'p95{{name:login}}<300ms')")]
+#[error("bad threshold '{text}': {why} (e.g. 'p99<250ms', 'p(99.9)<1s', 'max<2s', 'failed<1%', 'rate>=1000', 'checks>99%', 'p95{{name:login}}<300ms', 'grpc{{status:UNAVAILABLE}}<0.1%')")]
 pub struct ThresholdError {
     text: String,
     why: String,
@@ -142,6 +145,20 @@ pub fn check_plan_thresholds(
     Ok(texts)
 }
 
+/// A share: `1%` or a ratio (`0.01`).
+fn parse_share(value: &str) -> Result<f64, String> {
+    match value.strip_suffix('%') {
+        Some(pct) => pct
+            .trim()
+            .parse::<f64>()
+            .map(|p| p / 100.0)
+            .map_err(|_| "the limit is not a percentage".into()),
+        None => value
+            .parse::<f64>()
+            .map_err(|_| "the limit is not a ratio".into()),
+    }
+}
+
 impl Threshold {
     pub fn parse(text: &str) -> Result<Self, ThresholdError> {
         let err = |why: &str| ThresholdError {
@@ -156,11 +173,15 @@ impl Threshold {
                     .map(|c| open + c)
                     .ok_or_else(|| err("'{' is not closed"))?;
                 let tag = &text[open + 1..close];
+                if let Some(code) = tag.strip_prefix("status:") {
+                    return Self::parse_grpc_status(text, &text[..open], code, &text[close + 1..])
+                        .map_err(|why| err(&why));
+                }
                 let name = tag
                     .strip_prefix("name:")
                     .map(str::trim)
                     .filter(|n| !n.is_empty())
-                    .ok_or_else(|| err("the only tag is {name:NAME}"))?;
+                    .ok_or_else(|| err("the tags are {name:NAME}, and {status:CODE} for grpc"))?;
                 (&text[..open], Some(name.to_string()), close + 1)
             }
             None => (text, None, 0),
@@ -179,6 +200,9 @@ impl Threshold {
         } else {
             &text[..at]
         };
+        if metric_text.trim().eq_ignore_ascii_case("grpc") {
+            return Err(err("grpc is by status: grpc{status:UNAVAILABLE}<0.1%"));
+        }
         let metric = parse_metric(metric_text).ok_or_else(|| err("unknown metric"))?;
         if name.is_some() && metric == Metric::Unsent {
             return Err(err("unsent has no figure per name"));
@@ -194,17 +218,9 @@ impl Threshold {
                         .as_micros() as f64,
                 }
             }
-            Metric::FailedRatio | Metric::Checks => match value.strip_suffix('%') {
-                Some(pct) => {
-                    pct.trim()
-                        .parse::<f64>()
-                        .map_err(|_| err("the limit is not a percentage"))?
-                        / 100.0
-                }
-                None => value
-                    .parse::<f64>()
-                    .map_err(|_| err("the limit is not a ratio"))?,
-            },
+            Metric::FailedRatio | Metric::Checks | Metric::GrpcStatus(_) => {
+                parse_share(value).map_err(|why| err(&why))?
+            }
             Metric::Throughput | Metric::Unsent => value
                 .parse::<f64>()
                 .map_err(|_| err("the limit is not a number"))?,
@@ -218,6 +234,37 @@ impl Threshold {
             op,
             limit,
             name,
+        })
+    }
+
+    /// `grpc{status:CODE}` and what follows the braces (`<0.1%`).
+    fn parse_grpc_status(text: &str, metric: &str, code: &str, rest: &str) -> Result<Self, String> {
+        if !metric.trim().eq_ignore_ascii_case("grpc") {
+            return Err("{status:CODE} is a tag of grpc (grpc{status:UNAVAILABLE}<0.1%)".into());
+        }
+        let code = kiln_record::grpc::grpc_code_of(code).ok_or_else(|| {
+            format!(
+                "'{}' is no gRPC status (OK, UNAVAILABLE, 14...)",
+                code.trim()
+            )
+        })?;
+        let (at, op, len) = [("<=", Op::Le), (">=", Op::Ge), ("<", Op::Lt), (">", Op::Gt)]
+            .iter()
+            .find_map(|(sym, op)| rest.find(sym).map(|i| (i, *op, sym.len())))
+            .ok_or("no comparison (<, <=, >, >=)")?;
+        if !rest[..at].trim().is_empty() {
+            return Err("the comparison comes right after the tag".into());
+        }
+        let limit = parse_share(rest[at + len..].trim())?;
+        if !limit.is_finite() || limit < 0.0 {
+            return Err("the limit must be a non-negative number".into());
+        }
+        Ok(Self {
+            text: text.trim().to_string(),
+            metric: Metric::GrpcStatus(code),
+            op,
+            limit,
+            name: None,
         })
     }
 
@@ -266,6 +313,7 @@ impl Threshold {
             }
             Metric::Unsent => results.unsent() as f64,
             Metric::Checks => 1.0 - ratio(checks_failed, checks),
+            Metric::GrpcStatus(code) => ratio(t.grpc.get(&code).copied().unwrap_or(0), requests),
         };
         let ok = match self.op {
             Op::Lt => actual < self.limit,
@@ -274,7 +322,9 @@ impl Threshold {
             Op::Ge => actual >= self.limit,
         };
         let actual_text = match self.metric {
-            Metric::FailedRatio | Metric::Checks => format!("{:.2}%", actual * 100.0),
+            Metric::FailedRatio | Metric::Checks | Metric::GrpcStatus(_) => {
+                format!("{:.2}%", actual * 100.0)
+            }
             Metric::Throughput => format!("{actual:.1}/s"),
             Metric::Unsent => format!("{actual}"),
             _ => kiln_record::text::us_f(actual),
@@ -300,7 +350,11 @@ impl Threshold {
         matches!(
             (self.metric, self.op),
             (
-                Metric::Quantile(_) | Metric::Max | Metric::Mean | Metric::FailedRatio,
+                Metric::Quantile(_)
+                    | Metric::Max
+                    | Metric::Mean
+                    | Metric::FailedRatio
+                    | Metric::GrpcStatus(_),
                 Op::Lt | Op::Le
             ) | (Metric::Checks, Op::Gt | Op::Ge)
         )
@@ -329,7 +383,7 @@ impl Threshold {
         };
         match self.metric {
             Metric::Quantile(q) => beyond(1.0 - q),
-            Metric::FailedRatio => beyond(self.limit),
+            Metric::FailedRatio | Metric::GrpcStatus(_) => beyond(self.limit),
             _ => 100,
         }
         .max(100)
@@ -452,6 +506,41 @@ mod tests {
         let mut p = PhaseSummary::new("run");
         p.add_second(&s);
         p
+    }
+
+    /// A gRPC run's calls by status: 97 OK, 3 UNAVAILABLE (all HTTP 200) are 3% failed, and
+    /// a threshold on one status reads its share.
+    #[test]
+    fn grpc_statuses_are_failures_and_thresholds_by_name_or_number() {
+        let mut s = SecondRecord {
+            requests: 100,
+            ..Default::default()
+        };
+        s.status.insert(200, 100);
+        s.grpc.insert(0, 97);
+        s.grpc.insert(14, 3);
+        let mut p = PhaseSummary::new("run");
+        p.add_second(&s);
+        assert_eq!(p.failed(), 3);
+        let check = |t: &str| Threshold::parse(t).unwrap().check(&p);
+        assert!(!check("grpc{status:UNAVAILABLE}<1%").ok);
+        assert!(check("grpc{status:unavailable}<5%").ok);
+        assert!(check("grpc{status:14}<=0.03").ok);
+        assert!(check("grpc{status:DEADLINE_EXCEEDED}<0.1%").ok);
+        assert!(!check("failed<1%").ok);
+        assert_eq!(check("grpc{status:UNAVAILABLE}<1%").actual_text, "3.00%");
+        for bad in [
+            "grpc{status:NOPE}<1%",
+            "grpc<1%",
+            "p99{status:OK}<1s",
+            "grpc{status:OK}",
+            "grpc{status:OK}x<1%",
+        ] {
+            assert!(Threshold::parse(bad).is_err(), "{bad}");
+        }
+        assert!(Threshold::parse("grpc{status:UNAVAILABLE}<1%")
+            .unwrap()
+            .is_slo());
     }
 
     /// A step of `kiln capacity` ends early only when no way its rest could go keeps the

@@ -12,6 +12,7 @@ mod compare;
 mod demo;
 mod doctor;
 mod findings;
+mod grpc;
 mod hardening;
 mod hedge;
 mod hedge_run;

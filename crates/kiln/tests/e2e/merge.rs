@@ -132,7 +132,11 @@ fn shards_merged_are_the_single_process_plan() {
         let of = |s: &Value, k: &str| s[k].as_u64().unwrap();
         for s in &shard_figures {
             assert_eq!(of(s, "scheduled"), 2000 / n as u64, "{s:#}");
-            assert_eq!(of(s, "requests") + of(s, "unsent"), of(s, "scheduled"), "{s:#}");
+            assert_eq!(
+                of(s, "requests") + of(s, "unsent"),
+                of(s, "scheduled"),
+                "{s:#}"
+            );
             assert!(of(s, "unsent") <= 5, "{s:#}");
         }
         let requests: u64 = shard_figures.iter().map(|s| of(s, "requests")).sum();

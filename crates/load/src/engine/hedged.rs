@@ -123,7 +123,7 @@ pub(super) async fn send_hedged(
         let mut rec = state.recorder.borrow_mut();
         rec.first_copy_answered(latency_us, done);
         if winner == Winner::First {
-            rec.response(start, sent, done, response.status, response.body_bytes);
+            rec.response(start, sent, done, response);
         }
         return Sent {
             done,
@@ -218,7 +218,7 @@ async fn race(
                     winner = Some(Winner::Second);
                     let mut rec = state.recorder.borrow_mut();
                     rec.hedge_won(second_target, done);
-                    rec.response(start, sent, done, response.status, response.body_bytes);
+                    rec.response(start, sent, done, response);
                 }
             }
         }

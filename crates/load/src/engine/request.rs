@@ -301,7 +301,7 @@ fn record_outcome(
     let mut rec = state.recorder.borrow_mut();
     match outcome {
         Ok(response) => {
-            rec.response(start, sent, done, response.status, response.body_bytes);
+            rec.response(start, sent, done, &response);
             false
         }
         Err(kind) => {

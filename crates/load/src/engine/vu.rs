@@ -265,7 +265,7 @@ async fn run_step(
             let extract_failed = extracted.is_err();
             let bad_status = !step.checks_status() && response.status >= 400;
             let mut rec = state.recorder.borrow_mut();
-            rec.response(start, sent, done, response.status, response.body_bytes);
+            rec.response(start, sent, done, &response);
             let arrived = conn
                 .as_ref()
                 .and_then(|c| Some((c.first_byte()?, c.response_reads())));

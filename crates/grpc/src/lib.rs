@@ -1,0 +1,324 @@
+//! A gRPC method as kiln calls it: its descriptors, from `.proto` files compiled here
+//! ([protox], no `protoc` at build or run time) or from a protoset (`protoc
+//! --descriptor_set_out`), the method found by its URL path, the JSON message encoded with
+//! protobuf's JSON mapping ([prost_reflect]) once before the run, and framed as a gRPC
+//! message on the wire (a flag byte, a 4-byte length, the message).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use prost::Message as _;
+use prost_reflect::{DescriptorPool, DynamicMessage, MessageDescriptor, MethodDescriptor};
+
+#[derive(Debug, thiserror::Error)]
+pub enum GrpcError {
+    #[error("{0}")]
+    Proto(String),
+    #[error("cannot read the protoset {path}: {why}")]
+    Protoset { path: String, why: String },
+    #[error("{0}")]
+    NoMethod(String),
+    #[error("the message does not fit {message}: {why}")]
+    Message { message: String, why: String },
+    #[error("{0}")]
+    Unsupported(String),
+}
+
+/// A method found in the descriptors: where its calls go and what they carry.
+#[derive(Clone, Debug)]
+pub struct Method {
+    /// The HTTP/2 path of its calls: `/package.Service/Method`.
+    pub path: String,
+    pub input: MessageDescriptor,
+    pub output: MessageDescriptor,
+    pub client_streaming: bool,
+    pub server_streaming: bool,
+}
+
+/// Compiles `.proto` files with their imports found under `includes`; with no includes, each
+/// file's own directory is one (as `protoc` takes the current directory). A file that does not
+/// compile is said as `file:line:column: what`.
+pub fn compile_protos(
+    files: &[PathBuf],
+    includes: &[PathBuf],
+) -> Result<DescriptorPool, GrpcError> {
+    let mut includes = includes.to_vec();
+    if includes.is_empty() {
+        for f in files {
+            let dir = f.parent().filter(|d| !d.as_os_str().is_empty());
+            let dir = dir.map_or_else(|| PathBuf::from("."), Path::to_path_buf);
+            if !includes.contains(&dir) {
+                includes.push(dir);
+            }
+        }
+    }
+    let mut compiler = protox::Compiler::new(&includes).map_err(|e| proto_error(&e))?;
+    compiler.include_imports(true).include_source_info(false);
+    for f in files {
+        compiler.open_file(f).map_err(|e| proto_error(&e))?;
+    }
+    Ok(compiler.descriptor_pool())
+}
+
+/// A protobuf compiler's error with where it is: `file:line:column: what` when it points into
+/// a file.
+fn proto_error(e: &protox::Error) -> GrpcError {
+    use miette::Diagnostic as _;
+    let what = e.to_string();
+    let place = e.file().and_then(|file| {
+        let offset = e.labels()?.next()?.offset();
+        let text = e.source_code()?.read_span(&(offset, 0).into(), 0, 0).ok()?;
+        Some(format!("{file}:{}:{}", text.line() + 1, text.column() + 1))
+    });
+    GrpcError::Proto(match place {
+        Some(place) => format!("{place}: {what}"),
+        None => what,
+    })
+}
+
+/// Descriptors from a protoset: a `FileDescriptorSet` as `protoc --descriptor_set_out
+/// --include_imports` writes it.
+pub fn read_protoset(path: &Path) -> Result<DescriptorPool, GrpcError> {
+    let bad = |why: String| GrpcError::Protoset {
+        path: path.display().to_string(),
+        why,
+    };
+    let bytes = std::fs::read(path).map_err(|e| bad(e.to_string()))?;
+    DescriptorPool::decode(bytes.as_slice()).map_err(|e| bad(e.to_string()))
+}
+
+/// The method a URL's path names (`/package.Service/Method`; `package.Service.Method` is
+/// taken too). One that is not there is said with the services and methods that are.
+pub fn find_method(pool: &DescriptorPool, path: &str) -> Result<Method, GrpcError> {
+    let name = path.trim_start_matches('/');
+    let (service, method) = name
+        .rsplit_once('/')
+        .or_else(|| name.rsplit_once('.'))
+        .ok_or_else(|| {
+            GrpcError::NoMethod(format!(
+                "'{path}' names no method: write grpc://host:port/package.Service/Method ({})",
+                known_methods(pool)
+            ))
+        })?;
+    let found = pool
+        .get_service_by_name(service)
+        .and_then(|s| s.methods().find(|m| m.name() == method));
+    match found {
+        Some(m) => Ok(method_of(&m)),
+        None => Err(GrpcError::NoMethod(format!(
+            "no method {service}/{method} in the descriptors ({})",
+            known_methods(pool)
+        ))),
+    }
+}
+
+fn method_of(m: &MethodDescriptor) -> Method {
+    Method {
+        path: format!("/{}/{}", m.parent_service().full_name(), m.name()),
+        input: m.input(),
+        output: m.output(),
+        client_streaming: m.is_client_streaming(),
+        server_streaming: m.is_server_streaming(),
+    }
+}
+
+/// "they have: a.B/C, a.B/D" (at most twenty), or "they have no services".
+fn known_methods(pool: &DescriptorPool) -> String {
+    let all: Vec<String> = pool
+        .services()
+        .flat_map(|s| {
+            let service = s.full_name().to_string();
+            s.methods()
+                .map(move |m| format!("{service}/{}", m.name()))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    match all.len() {
+        0 => "they have no services".into(),
+        n if n > 20 => format!("they have {n}: {}, …", all[..20].join(", ")),
+        _ => format!("they have: {}", all.join(", ")),
+    }
+}
+
+/// The request message a call sends: `json` (protobuf's JSON mapping; `{}` when empty)
+/// encoded for `method`'s input, and framed. A field the message has not is an error that
+/// names it.
+pub fn request_body(method: &Method, json: &str) -> Result<Bytes, GrpcError> {
+    if method.client_streaming || method.server_streaming {
+        return Err(GrpcError::Unsupported(format!(
+            "{} is a streaming method; kiln calls unary methods so far",
+            method.path
+        )));
+    }
+    let message = encode_json(&method.input, json)?;
+    Ok(frame(&message))
+}
+
+/// `json` as the protobuf encoding of `message`.
+pub fn encode_json(message: &MessageDescriptor, json: &str) -> Result<Vec<u8>, GrpcError> {
+    let json = if json.trim().is_empty() { "{}" } else { json };
+    let mut de = serde_json::Deserializer::from_str(json);
+    let decoded = DynamicMessage::deserialize(message.clone(), &mut de)
+        .and_then(|m| de.end().map(|()| m))
+        .map_err(|e| GrpcError::Message {
+            message: message.full_name().to_string(),
+            why: e.to_string(),
+        })?;
+    Ok(decoded.encode_to_vec())
+}
+
+/// One message as gRPC frames it on the wire: not compressed (0), its length (big-endian u32),
+/// the message.
+pub fn frame(message: &[u8]) -> Bytes {
+    let mut out = BytesMut::with_capacity(5 + message.len());
+    out.put_u8(0);
+    out.put_u32(message.len() as u32);
+    out.put_slice(message);
+    out.freeze()
+}
+
+/// The `grpc-timeout` header for a call's deadline: the fewest digits (at most eight, as the
+/// protocol allows) in the finest unit that holds it.
+pub fn timeout_header(deadline: Duration) -> String {
+    let ns = deadline.as_nanos();
+    for (unit, per) in [
+        ("n", 1u128),
+        ("u", 1_000),
+        ("m", 1_000_000),
+        ("S", 1_000_000_000),
+    ] {
+        let n = ns.div_ceil(per);
+        if n < 100_000_000 {
+            return format!("{n}{unit}");
+        }
+    }
+    format!("{}M", ns.div_ceil(60_000_000_000).min(99_999_999))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SHOP: &str = r#"
+syntax = "proto3";
+package shop.v1;
+
+message OrderRequest {
+  string id = 1;
+  int32 lines = 2;
+  repeated string tags = 3;
+}
+message Order { string id = 1; }
+
+service Orders {
+  rpc Get(OrderRequest) returns (Order);
+  rpc Watch(OrderRequest) returns (stream Order);
+}
+"#;
+
+    fn shop_pool() -> (tempfile::TempDir, DescriptorPool) {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("shop.proto");
+        std::fs::write(&file, SHOP).unwrap();
+        let pool = compile_protos(&[file], &[]).unwrap();
+        (dir, pool)
+    }
+
+    #[test]
+    fn a_method_is_found_by_its_path_and_its_json_encoded_and_framed() {
+        let (_dir, pool) = shop_pool();
+        let method = find_method(&pool, "/shop.v1.Orders/Get").unwrap();
+        assert_eq!(method.path, "/shop.v1.Orders/Get");
+        assert_eq!(method.input.full_name(), "shop.v1.OrderRequest");
+        let body = request_body(&method, r#"{"id": "42", "lines": 8, "tags": ["a"]}"#).unwrap();
+        // field 1 (string "42"), field 2 (varint 8), field 3 (string "a"), by hand
+        let message = [0x0a, 2, b'4', b'2', 0x10, 8, 0x1a, 1, b'a'];
+        assert_eq!(&body[..5], &[0, 0, 0, 0, message.len() as u8]);
+        assert_eq!(&body[5..], &message);
+        // the dotted form names the same method; an empty body is the empty message
+        assert_eq!(
+            find_method(&pool, "shop.v1.Orders.Get").unwrap().path,
+            method.path
+        );
+        assert_eq!(&request_body(&method, "").unwrap()[..], &[0, 0, 0, 0, 0]);
+    }
+
+    #[test]
+    fn what_is_not_there_is_said_with_what_is() {
+        let (_dir, pool) = shop_pool();
+        let e = find_method(&pool, "/shop.v1.Orders/Put")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("no method shop.v1.Orders/Put"), "{e}");
+        assert!(
+            e.contains("shop.v1.Orders/Get, shop.v1.Orders/Watch"),
+            "{e}"
+        );
+        let method = find_method(&pool, "/shop.v1.Orders/Get").unwrap();
+        let e = request_body(&method, r#"{"idd": "1"}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("shop.v1.OrderRequest") && e.contains("idd"),
+            "{e}"
+        );
+        let e = request_body(&method, r#"{"lines": "many"}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("shop.v1.OrderRequest"), "{e}");
+        let watch = find_method(&pool, "/shop.v1.Orders/Watch").unwrap();
+        assert!(request_body(&watch, "{}")
+            .unwrap_err()
+            .to_string()
+            .contains("streaming"));
+    }
+
+    #[test]
+    fn a_proto_that_does_not_compile_is_said_at_its_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("bad.proto");
+        std::fs::write(
+            &file,
+            "syntax = \"proto3\";\n\nmessage A {\n  strin id = 1;\n}\n",
+        )
+        .unwrap();
+        let e = compile_protos(&[file], &[]).unwrap_err().to_string();
+        assert!(e.starts_with("bad.proto:4:"), "{e}");
+        let missing = dir.path().join("none.proto");
+        let e = compile_protos(&[missing], &[]).unwrap_err().to_string();
+        assert!(e.contains("none.proto"), "{e}");
+    }
+
+    #[test]
+    fn a_protoset_reads_as_the_files_it_was_made_from() {
+        let (dir, pool) = shop_pool();
+        let set = dir.path().join("shop.protoset");
+        std::fs::write(&set, pool.encode_to_vec()).unwrap();
+        let read = read_protoset(&set).unwrap();
+        assert!(find_method(&read, "/shop.v1.Orders/Get").is_ok());
+        std::fs::write(&set, b"\xff\xff not a descriptor set").unwrap();
+        assert!(read_protoset(&set)
+            .unwrap_err()
+            .to_string()
+            .contains("shop.protoset"));
+    }
+
+    #[test]
+    fn deadlines_are_written_in_the_finest_unit_that_holds_them() {
+        assert_eq!(timeout_header(Duration::from_millis(50)), "50000000n");
+        assert_eq!(timeout_header(Duration::from_secs(5)), "5000000u");
+        assert_eq!(timeout_header(Duration::from_secs(3600)), "3600000m");
+        assert_eq!(timeout_header(Duration::from_secs(500_000)), "500000S");
+    }
+
+    proptest::proptest! {
+        /// Any text as the message is an answer or an error, never a panic.
+        #[test]
+        fn any_json_is_encoded_or_refused(json in ".{0,200}") {
+            let (_dir, pool) = shop_pool();
+            let method = find_method(&pool, "/shop.v1.Orders/Get").unwrap();
+            let _ = request_body(&method, &json);
+        }
+    }
+}
