@@ -17,7 +17,10 @@ fn bad_input_gets_one_clear_line_and_a_nonzero_exit() {
     let url = target.url("/");
     let cases: Vec<(Vec<&str>, &str)> = vec![
         (vec!["run", "127.0.0.1:8080/x"], "malformed URL"),
-        (vec!["run", "gopher://127.0.0.1/"], "not http or https"),
+        (
+            vec!["run", "gopher://127.0.0.1/"],
+            "not http, https, grpc or grpcs",
+        ),
         (vec!["run", "http://127.0.0.1:1/"], "cannot connect"),
         (
             vec!["run", &url, "-c", "0"],
