@@ -55,6 +55,9 @@ setup_log="$(mktemp)"
   # of its own, 12 s of CPU more beside the test build)
   export GOCACHE="$PWD/target/go-build-cache"
   GO111MODULE=off GOFLAGS= go build -o target/go-build-cache/go_cache tests/apps/go_cache/main.go
+  # grpc-go's interop service with reflection, the gRPC tests' second server (its modules
+  # from the Go module proxy)
+  (cd tests/apps/go_grpc && go build -o ../../../target/go-build-cache/go_grpc .)
   cd tools/kiln-go-trace && go build -o ../../target/debug/kiln-go-trace .
 ) >"$setup_log" 2>&1 &
 setup_pid=$!

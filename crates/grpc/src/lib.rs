@@ -7,9 +7,14 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{BufMut, BytesMut};
 use prost::Message as _;
-use prost_reflect::{DescriptorPool, DynamicMessage, MessageDescriptor, MethodDescriptor};
+pub mod reflection;
+
+pub use bytes::Bytes;
+pub use prost_reflect::DescriptorPool;
+
+use prost_reflect::{DynamicMessage, MessageDescriptor, MethodDescriptor};
 
 #[derive(Debug, thiserror::Error)]
 pub enum GrpcError {
@@ -22,7 +27,7 @@ pub enum GrpcError {
     #[error("the message does not fit {message}: {why}")]
     Message { message: String, why: String },
     #[error("{0}")]
-    Unsupported(String),
+    Reflection(String),
 }
 
 /// A method found in the descriptors: where its calls go and what they carry.
@@ -91,26 +96,39 @@ pub fn read_protoset(path: &Path) -> Result<DescriptorPool, GrpcError> {
 /// The method a URL's path names (`/package.Service/Method`; `package.Service.Method` is
 /// taken too). One that is not there is said with the services and methods that are.
 pub fn find_method(pool: &DescriptorPool, path: &str) -> Result<Method, GrpcError> {
-    let name = path.trim_start_matches('/');
-    let (service, method) = name
-        .rsplit_once('/')
-        .or_else(|| name.rsplit_once('.'))
-        .ok_or_else(|| {
-            GrpcError::NoMethod(format!(
-                "'{path}' names no method: write grpc://host:port/package.Service/Method ({})",
-                known_methods(pool)
-            ))
-        })?;
-    let found = pool
-        .get_service_by_name(service)
-        .and_then(|s| s.methods().find(|m| m.name() == method));
-    match found {
-        Some(m) => Ok(method_of(&m)),
-        None => Err(GrpcError::NoMethod(format!(
-            "no method {service}/{method} in the descriptors ({})",
+    let (service, method) = split_method(path).ok_or_else(|| {
+        GrpcError::NoMethod(format!(
+            "'{path}' names no method: write grpc://host:port/package.Service/Method ({})",
             known_methods(pool)
-        ))),
+        ))
+    })?;
+    let Some(found) = pool.get_service_by_name(service) else {
+        return Err(GrpcError::NoMethod(format!(
+            "no service {service} in the descriptors ({})",
+            known_methods(pool)
+        )));
+    };
+    let wanted = found.methods().find(|m| m.name() == method);
+    match wanted {
+        Some(m) => Ok(method_of(&m)),
+        None => {
+            let has: Vec<String> = found.methods().map(|m| m.name().to_string()).collect();
+            Err(GrpcError::NoMethod(format!(
+                "no method {method} in {service}: it has {}",
+                if has.is_empty() {
+                    "none".to_string()
+                } else {
+                    has.join(", ")
+                }
+            )))
+        }
     }
+}
+
+/// A URL path's service and method (`/package.Service/Method` or `package.Service.Method`).
+pub fn split_method(path: &str) -> Option<(&str, &str)> {
+    let name = path.trim_start_matches('/');
+    name.rsplit_once('/').or_else(|| name.rsplit_once('.'))
 }
 
 fn method_of(m: &MethodDescriptor) -> Method {
@@ -141,18 +159,95 @@ fn known_methods(pool: &DescriptorPool) -> String {
     }
 }
 
-/// The request message a call sends: `json` (protobuf's JSON mapping; `{}` when empty)
-/// encoded for `method`'s input, and framed. A field the message has not is an error that
-/// names it.
-pub fn request_body(method: &Method, json: &str) -> Result<Bytes, GrpcError> {
-    if method.client_streaming || method.server_streaming {
-        return Err(GrpcError::Unsupported(format!(
-            "{} is a streaming method; kiln calls unary methods so far",
-            method.path
-        )));
+/// What one call sends: its framed messages, one after another in one body, and how many.
+#[derive(Clone, Debug)]
+pub struct Call {
+    pub body: Bytes,
+    pub messages: u32,
+}
+
+/// The most messages one call of a client stream sends.
+pub const MAX_STREAM_MESSAGES: usize = 100_000;
+
+/// The messages a call sends: `text` (protobuf's JSON mapping) encoded for `method`'s input,
+/// and framed. A unary or server-streaming method takes one message (`{}` when `text` is
+/// empty); a client-streaming or bidirectional one takes a sequence: JSON Lines (one message a
+/// line, as `-b @messages.jsonl`) or a JSON array of messages (as ghz takes them). A field the
+/// message has not is an error that names it, and the message's place in a sequence.
+pub fn request_body(method: &Method, text: &str) -> Result<Call, GrpcError> {
+    if !method.client_streaming {
+        let message = encode_json(&method.input, text)?;
+        return Ok(Call {
+            body: frame(&message),
+            messages: 1,
+        });
     }
-    let message = encode_json(&method.input, json)?;
-    Ok(frame(&message))
+    let messages = stream_messages(text).map_err(|why| GrpcError::Message {
+        message: method.input.full_name().to_string(),
+        why,
+    })?;
+    let mut body = BytesMut::new();
+    for (i, value) in messages.iter().enumerate() {
+        let encoded = encode_value(&method.input, value).map_err(|e| match e {
+            GrpcError::Message { message, why } => GrpcError::Message {
+                message,
+                why: format!("message {} of {}: {why}", i + 1, messages.len()),
+            },
+            other => other,
+        })?;
+        body.extend_from_slice(&frame(&encoded));
+    }
+    Ok(Call {
+        body: body.freeze(),
+        messages: messages.len() as u32,
+    })
+}
+
+/// A client stream's messages as JSON values: whitespace-separated values (JSON Lines), or
+/// one array of them.
+fn stream_messages(text: &str) -> Result<Vec<serde_json::Value>, String> {
+    let mut values = Vec::new();
+    for (i, value) in serde_json::Deserializer::from_str(text)
+        .into_iter::<serde_json::Value>()
+        .enumerate()
+    {
+        let value = value.map_err(|e| format!("message {}: {e}", i + 1))?;
+        if values.len() == MAX_STREAM_MESSAGES {
+            return Err(format!(
+                "more than {MAX_STREAM_MESSAGES} messages for one call"
+            ));
+        }
+        values.push(value);
+    }
+    if let [serde_json::Value::Array(_)] = values.as_slice() {
+        let Some(serde_json::Value::Array(list)) = values.pop() else {
+            unreachable!("matched an array above");
+        };
+        if list.len() > MAX_STREAM_MESSAGES {
+            return Err(format!(
+                "more than {MAX_STREAM_MESSAGES} messages for one call"
+            ));
+        }
+        values = list;
+    }
+    if values.is_empty() {
+        return Err(
+            "a client stream needs at least one message (-b, one JSON message a line)".into(),
+        );
+    }
+    Ok(values)
+}
+
+fn encode_value(
+    message: &MessageDescriptor,
+    value: &serde_json::Value,
+) -> Result<Vec<u8>, GrpcError> {
+    let decoded =
+        DynamicMessage::deserialize(message.clone(), value).map_err(|e| GrpcError::Message {
+            message: message.full_name().to_string(),
+            why: e.to_string(),
+        })?;
+    Ok(decoded.encode_to_vec())
 }
 
 /// `json` as the protobuf encoding of `message`.
@@ -214,6 +309,7 @@ message Order { string id = 1; }
 service Orders {
   rpc Get(OrderRequest) returns (Order);
   rpc Watch(OrderRequest) returns (stream Order);
+  rpc Upload(stream OrderRequest) returns (Order);
 }
 "#;
 
@@ -231,7 +327,8 @@ service Orders {
         let method = find_method(&pool, "/shop.v1.Orders/Get").unwrap();
         assert_eq!(method.path, "/shop.v1.Orders/Get");
         assert_eq!(method.input.full_name(), "shop.v1.OrderRequest");
-        let body = request_body(&method, r#"{"id": "42", "lines": 8, "tags": ["a"]}"#).unwrap();
+        let body =
+            (request_body(&method, r#"{"id": "42", "lines": 8, "tags": ["a"]}"#).unwrap()).body;
         // field 1 (string "42"), field 2 (varint 8), field 3 (string "a"), by hand
         let message = [0x0a, 2, b'4', b'2', 0x10, 8, 0x1a, 1, b'a'];
         assert_eq!(&body[..5], &[0, 0, 0, 0, message.len() as u8]);
@@ -241,7 +338,10 @@ service Orders {
             find_method(&pool, "shop.v1.Orders.Get").unwrap().path,
             method.path
         );
-        assert_eq!(&request_body(&method, "").unwrap()[..], &[0, 0, 0, 0, 0]);
+        assert_eq!(
+            &request_body(&method, "").unwrap().body[..],
+            &[0, 0, 0, 0, 0]
+        );
     }
 
     #[test]
@@ -250,9 +350,18 @@ service Orders {
         let e = find_method(&pool, "/shop.v1.Orders/Put")
             .unwrap_err()
             .to_string();
-        assert!(e.contains("no method shop.v1.Orders/Put"), "{e}");
         assert!(
-            e.contains("shop.v1.Orders/Get, shop.v1.Orders/Watch"),
+            e.contains("no method Put in shop.v1.Orders: it has Get, Watch, Upload"),
+            "{e}"
+        );
+        let e = find_method(&pool, "/shop.v1.Carts/Get")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("no service shop.v1.Carts"), "{e}");
+        assert!(
+            e.contains(
+                "they have: shop.v1.Orders/Get, shop.v1.Orders/Watch, shop.v1.Orders/Upload"
+            ),
             "{e}"
         );
         let method = find_method(&pool, "/shop.v1.Orders/Get").unwrap();
@@ -267,11 +376,35 @@ service Orders {
             .unwrap_err()
             .to_string();
         assert!(e.contains("shop.v1.OrderRequest"), "{e}");
-        let watch = find_method(&pool, "/shop.v1.Orders/Watch").unwrap();
-        assert!(request_body(&watch, "{}")
+        // a unary method takes one message, not a stream of them
+        assert!(request_body(&method, "{}\n{}").is_err());
+        let upload = find_method(&pool, "/shop.v1.Orders/Upload").unwrap();
+        let e = request_body(&upload, "{\"id\": \"1\"}\n{\"idd\": \"2\"}")
             .unwrap_err()
-            .to_string()
-            .contains("streaming"));
+            .to_string();
+        assert!(e.contains("message 2 of 2") && e.contains("idd"), "{e}");
+        assert!(request_body(&upload, "  ").is_err());
+    }
+
+    #[test]
+    fn a_client_stream_sends_each_line_or_each_element_framed() {
+        let (_dir, pool) = shop_pool();
+        let upload = find_method(&pool, "/shop.v1.Orders/Upload").unwrap();
+        assert!(upload.client_streaming && !upload.server_streaming);
+        let lines = request_body(&upload, "{\"id\": \"1\"}\n\n{\"id\": \"2\"}\n{}\n").unwrap();
+        assert_eq!(lines.messages, 3);
+        let one = |id: &[u8]| {
+            let mut m = vec![0u8, 0, 0, 0, 2 + id.len() as u8, 0x0a, id.len() as u8];
+            m.extend_from_slice(id);
+            m
+        };
+        let want: Vec<u8> = [one(b"1"), one(b"2"), vec![0, 0, 0, 0, 0]].concat();
+        assert_eq!(&lines.body[..], &want[..]);
+        let array = request_body(&upload, r#"[{"id": "1"}, {"id": "2"}, {}]"#).unwrap();
+        assert_eq!((array.messages, &array.body[..]), (3, &want[..]));
+        // a server stream and a unary call send one message
+        let watch = find_method(&pool, "/shop.v1.Orders/Watch").unwrap();
+        assert_eq!(request_body(&watch, r#"{"id": "1"}"#).unwrap().messages, 1);
     }
 
     #[test]
@@ -319,6 +452,8 @@ service Orders {
             let (_dir, pool) = shop_pool();
             let method = find_method(&pool, "/shop.v1.Orders/Get").unwrap();
             let _ = request_body(&method, &json);
+            let upload = find_method(&pool, "/shop.v1.Orders/Upload").unwrap();
+            let _ = request_body(&upload, &json);
         }
     }
 }

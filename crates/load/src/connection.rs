@@ -16,7 +16,7 @@ use crate::http1::{self, ResponseReader};
 use crate::plan::{LoadPlan, Target};
 use crate::PlanError;
 
-pub use crate::http1::{Captured, RequestParts, Response};
+pub use crate::http1::{Captured, GrpcAnswer, RequestParts, Response};
 
 /// A socket that could not be made for want of kiln's own resources.
 fn is_local_shortage(e: &std::io::Error) -> bool {
@@ -835,10 +835,15 @@ impl H2Connection {
         }
         let mut body = response.into_body();
         let mut body_bytes = 0u64;
+        let mut messages = crate::grpc_frames::MessageCounter::default();
+        let mut first_message = None;
         while let Some(chunk) = body.data().await {
             let chunk = chunk.map_err(fail)?;
             body_bytes += chunk.len() as u64;
             let _ = body.flow_control().release_capacity(chunk.len());
+            if self.grpc && messages.feed(&chunk) > 0 && first_message.is_none() {
+                first_message = Some(Instant::now());
+            }
             if capture {
                 captured.keep(&chunk);
             }
@@ -848,7 +853,11 @@ impl H2Connection {
             // in headers alone, and its trailers read after our CANCEL are that reset
             let trailers = body.trailers().await.map_err(fail)?;
             let code = trailers.as_ref().and_then(grpc_status_in);
-            Some(grpc_code(status, code.or(grpc_in_headers)))
+            Some(GrpcAnswer {
+                code: grpc_code(status, code.or(grpc_in_headers)),
+                messages: messages.messages(),
+                first_message,
+            })
         } else {
             None
         };
@@ -886,9 +895,8 @@ fn grpc_status_in(headers: &http::HeaderMap) -> Option<u8> {
 /// an HTTP error maps to, or INTERNAL for a 200 that ended without one (a server that is not
 /// gRPC, or one that closed the stream before its trailers).
 fn grpc_code(http_status: u16, sent: Option<u8>) -> u8 {
-    const INTERNAL: u8 = 13;
     sent.or_else(|| kiln_record::grpc::grpc_code_of_http(http_status))
-        .unwrap_or(INTERNAL)
+        .unwrap_or(kiln_record::grpc::GRPC_INTERNAL)
 }
 
 /// `--insecure`: accepts any certificate but still checks handshake signatures.

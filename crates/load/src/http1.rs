@@ -97,8 +97,19 @@ pub struct Response {
     pub body_bytes: u64,
     /// False when the server said it closes the connection (or must, to end the body).
     pub keep_alive: bool,
-    /// A gRPC call's status code (see [`crate::connection`]'s gRPC answers); None otherwise.
-    pub grpc: Option<u8>,
+    /// A gRPC call's answer (see [`crate::connection`]'s gRPC answers); None otherwise.
+    pub grpc: Option<GrpcAnswer>,
+}
+
+/// A gRPC call's status and the messages that came with it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GrpcAnswer {
+    /// `grpc-status`, or the code an HTTP error maps to.
+    pub code: u8,
+    /// Whole messages received.
+    pub messages: u32,
+    /// When the first whole message had arrived.
+    pub first_message: Option<std::time::Instant>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -12,6 +12,7 @@ mod connection;
 mod engine;
 mod error;
 pub mod feeder;
+mod grpc_frames;
 pub mod hedge;
 /// HTTP/1.1 on a connection; public for the fuzz targets (fuzz/), which read responses with it.
 pub mod http1;
@@ -21,11 +22,12 @@ mod recorder;
 pub mod scenario;
 pub mod schedule;
 mod self_usage;
+pub mod single;
 mod target;
 pub mod template;
 mod uring;
 
-pub use connection::{Captured, KeptConnections};
+pub use connection::{Captured, GrpcAnswer, KeptConnections};
 pub use engine::{preflight, run_phase, LoadError, PhaseSpec, StopSignal};
 pub use error::IoUringUnavailable;
 pub use hedge::HedgePlan;

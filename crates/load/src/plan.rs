@@ -79,6 +79,10 @@ pub struct RequestSpec {
     pub method: Method,
     pub headers: Vec<(HeaderName, HeaderValue)>,
     pub body: Bytes,
+    /// A streaming gRPC method's call: the messages its body carries (a client stream's
+    /// lines; 1 for a server stream). Each call's received messages and its first message's
+    /// latency are then recorded.
+    pub grpc_stream_sent: Option<u32>,
 }
 
 impl Default for RequestSpec {
@@ -87,6 +91,7 @@ impl Default for RequestSpec {
             method: Method::GET,
             headers: Vec::new(),
             body: Bytes::new(),
+            grpc_stream_sent: None,
         }
     }
 }

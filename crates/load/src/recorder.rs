@@ -51,6 +51,9 @@ pub(crate) struct WorkerRecorder {
     by_name: Vec<NameSecond>,
     /// Hedging's targets (0 without `--hedge`): each second then carries its hedge figures.
     hedge_targets: usize,
+    /// A streaming gRPC method's messages sent per call: each second then carries its
+    /// messages (see [`kiln_record::grpc::GrpcStreamSecond`]).
+    grpc_stream_sent: Option<u32>,
     to_collector: Sender<WorkerMsg>,
     /// Live TCP connections of this worker (a gauge copied into each second).
     pub connections: u64,
@@ -76,6 +79,7 @@ impl WorkerRecorder {
             names: Arc::from(Vec::new()),
             by_name: Vec::new(),
             hedge_targets: 0,
+            grpc_stream_sent: None,
             to_collector,
             connections: 0,
             connections_opened: 0,
@@ -99,6 +103,13 @@ impl WorkerRecorder {
         self
     }
 
+    /// Records a streaming gRPC method's messages (`sent` a call).
+    pub fn with_grpc_stream(mut self, sent: u32) -> Self {
+        self.grpc_stream_sent = Some(sent);
+        self.current = self.empty_second(self.current.second);
+        self
+    }
+
     fn empty_second(&self, second: u32) -> SecondRecord {
         SecondRecord {
             phase: self.phase.clone(),
@@ -108,6 +119,7 @@ impl WorkerRecorder {
                 targets: vec![TargetHedge::default(); self.hedge_targets],
                 ..Default::default()
             }),
+            grpc_stream: self.grpc_stream_sent.map(|_| Default::default()),
             ..Default::default()
         }
     }
@@ -217,8 +229,17 @@ impl WorkerRecorder {
         let s = &mut self.current;
         s.requests += 1;
         *s.status.entry(response.status).or_default() += 1;
-        if let Some(code) = response.grpc {
-            *s.grpc.entry(code).or_default() += 1;
+        if let Some(answer) = response.grpc {
+            *s.grpc.entry(answer.code).or_default() += 1;
+            if let (Some(stream), Some(sent)) = (&mut s.grpc_stream, self.grpc_stream_sent) {
+                stream.calls += 1;
+                stream.messages_received += u64::from(answer.messages);
+                stream.messages_sent += u64::from(sent);
+                if let Some(first) = answer.first_message {
+                    let us = first.saturating_duration_since(intended).as_micros() as u64;
+                    stream.first_message.record_us(us);
+                }
+            }
         }
         s.body_bytes += response.body_bytes;
         s.latency

@@ -1,8 +1,43 @@
 //! gRPC status codes as the record keeps them (the number, `grpc-status`) and as people read
-//! them (the name gRPC's own documents give each).
+//! them (the name gRPC's own documents give each), and a streaming call's messages.
+
+use serde::{Deserialize, Serialize};
+
+use crate::LatencyHistogram;
 
 /// `OK`: the call succeeded; every other code is a failed call.
 pub const GRPC_OK: u8 = 0;
+
+/// `INTERNAL`: what a client takes for an answer that ended without a status.
+pub const GRPC_INTERNAL: u8 = 13;
+
+/// One second of a streaming method's calls (server, client or bidirectional streaming), by
+/// the calls' end as the load's own figures; absent from unary runs.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct GrpcStreamSecond {
+    /// Calls that ended this second with an answer (their status any).
+    #[serde(default)]
+    pub calls: u64,
+    /// The messages those calls received, all of them.
+    #[serde(default)]
+    pub messages_received: u64,
+    /// The messages those calls sent (a client stream's lines).
+    #[serde(default)]
+    pub messages_sent: u64,
+    /// Latency to each call's first message received, measured as the call's latency is
+    /// (from the intended send in an open model); calls that received none are not in it.
+    #[serde(default)]
+    pub first_message: LatencyHistogram,
+}
+
+impl GrpcStreamSecond {
+    pub fn merge(&mut self, other: &GrpcStreamSecond) {
+        self.calls = self.calls.saturating_add(other.calls);
+        self.messages_received = (self.messages_received).saturating_add(other.messages_received);
+        self.messages_sent = self.messages_sent.saturating_add(other.messages_sent);
+        self.first_message.merge(&other.first_message);
+    }
+}
 
 /// The names of gRPC's status codes 0 to 16 (grpc/doc/statuscodes.md).
 const NAMES: [&str; 17] = [
@@ -49,7 +84,7 @@ pub fn grpc_code_of(name: &str) -> Option<u8> {
 pub fn grpc_code_of_http(status: u16) -> Option<u8> {
     Some(match status {
         200 => return None,
-        400 => 13,
+        400 => GRPC_INTERNAL,
         401 => 16,
         403 => 7,
         404 => 12,

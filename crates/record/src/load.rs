@@ -80,6 +80,9 @@ pub struct SecondRecord {
     /// code is not OK failed.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub grpc: BTreeMap<u8, u64>,
+    /// A streaming method's messages and latency to the first message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grpc_stream: Option<crate::grpc::GrpcStreamSecond>,
     pub errors: BTreeMap<ErrorKind, u64>,
     /// Response body bytes received.
     pub body_bytes: u64,
@@ -211,6 +214,9 @@ impl SecondRecord {
         self.send_lag_max_us = self.send_lag_max_us.max(other.send_lag_max_us);
         if let Some(hedge) = &other.hedge {
             self.hedge.get_or_insert_with(Default::default).merge(hedge);
+        }
+        if let Some(stream) = &other.grpc_stream {
+            (self.grpc_stream.get_or_insert_with(Default::default)).merge(stream);
         }
         self.wire.merge(&other.wire);
     }

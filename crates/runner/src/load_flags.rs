@@ -292,9 +292,10 @@ fn read_body(arg: &str) -> Result<Vec<u8>> {
         .doing_with(|| format!("cannot read the body file '{path}'"))
 }
 
-/// A gRPC URL's call: its method found in --proto's or --protoset's descriptors, -b's JSON
-/// encoded for it once, sent as gRPC sends a unary call (POST over HTTP/2, the framed
-/// message, `te: trailers`, the deadline as `grpc-timeout`).
+/// A gRPC URL's call: its method found in --proto's or --protoset's descriptors, or in what
+/// the server's reflection service sends, -b's JSON encoded for it once (a client stream's
+/// messages one after another), sent as gRPC sends a call (POST over HTTP/2, the framed
+/// messages, `te: trailers`, the deadline as `grpc-timeout`).
 fn grpc_request(args: &LoadFlags, target: &Target, timeout: Duration) -> Result<RequestSpec> {
     if args
         .method
@@ -303,25 +304,22 @@ fn grpc_request(args: &LoadFlags, target: &Target, timeout: Duration) -> Result<
     {
         refuse!("a gRPC call is a POST; -m does not apply to grpc:// URLs");
     }
+    let refused = |e: kiln_grpc::GrpcError| RunnerError::Refused(e.to_string());
     let pool = match (&args.protoset, args.protos.is_empty()) {
         (Some(_), false) => refuse!("--proto or --protoset, not both"),
-        (Some(set), true) => kiln_grpc::read_protoset(set),
-        (None, false) => kiln_grpc::compile_protos(&args.protos, &args.import_paths),
-        (None, true) => refuse!(
-            "a gRPC call needs its method's descriptors: --proto FILE.proto (with \
-             --import-path DIR for its imports) or --protoset FILE; kiln does not ask the \
-             server's reflection service yet"
-        ),
-    }
-    .map_err(|e| RunnerError::Refused(e.to_string()))?;
-    let method = kiln_grpc::find_method(&pool, &target.path_and_query)
-        .map_err(|e| RunnerError::Refused(e.to_string()))?;
+        (Some(set), true) => kiln_grpc::read_protoset(set).map_err(refused)?,
+        (None, false) => {
+            kiln_grpc::compile_protos(&args.protos, &args.import_paths).map_err(refused)?
+        }
+        (None, true) => reflected_descriptors(args, target)?,
+    };
+    let method = kiln_grpc::find_method(&pool, &target.path_and_query).map_err(refused)?;
     let json = match &args.body {
         Some(body) => String::from_utf8(read_body(body)?)
             .map_err(|_| RunnerError::Refused("-b: a gRPC message is JSON, in UTF-8".into()))?,
         None => String::new(),
     };
-    let body = kiln_grpc::request_body(&method, &json)
+    let call = kiln_grpc::request_body(&method, &json)
         .map_err(|e| RunnerError::Refused(format!("-b: {e}")))?;
     let header = |name: &str, value: &str| RequestSpec::parse_header(&format!("{name}: {value}"));
     Ok(RequestSpec {
@@ -331,7 +329,60 @@ fn grpc_request(args: &LoadFlags, target: &Target, timeout: Duration) -> Result<
             header("te", "trailers")?,
             header("grpc-timeout", &kiln_grpc::timeout_header(timeout))?,
         ],
-        body,
+        body: call.body,
+        grpc_stream_sent: (method.client_streaming || method.server_streaming)
+            .then_some(call.messages),
+    })
+}
+
+/// How long the reflection service has to answer.
+const REFLECTION_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The URL's service's descriptors from the server's reflection service (v1, or v1alpha),
+/// asked over a connection of its own before the run.
+fn reflected_descriptors(args: &LoadFlags, target: &Target) -> Result<kiln_grpc::DescriptorPool> {
+    let Some((service, _)) = kiln_grpc::split_method(&target.path_and_query) else {
+        refuse!(
+            "'{}' names no method: write grpc://host:port/package.Service/Method",
+            target.path_and_query
+        );
+    };
+    // -H's metadata goes with it too: a server may ask for its token on every call
+    let mut headers = vec![
+        RequestSpec::parse_header("content-type: application/grpc")?,
+        RequestSpec::parse_header("te: trailers")?,
+    ];
+    for h in &args.headers {
+        headers.push(RequestSpec::parse_header(h)?);
+    }
+    let mut transport = |path: &str, body: kiln_grpc::Bytes| {
+        let request = kiln_load::http1::RequestParts {
+            method: http::Method::POST,
+            path: path.to_string(),
+            headers: headers.clone(),
+            body,
+        };
+        let (response, captured) = kiln_load::single::exchange(
+            target,
+            args.insecure,
+            true,
+            args.connect_timeout.value,
+            REFLECTION_TIMEOUT,
+            &request,
+        )
+        .map_err(|kind| format!("{} ({})", kind.label(), target.authority))?;
+        let code = response
+            .grpc
+            .map_or(kiln_record::grpc::GRPC_INTERNAL, |g| g.code);
+        Ok(kiln_grpc::reflection::Answer {
+            code,
+            body: captured.body,
+        })
+    };
+    kiln_grpc::reflection::reflect(service, &mut transport).map_err(|e| {
+        RunnerError::Refused(format!(
+            "cannot take {service}'s descriptors from the server: {e}"
+        ))
     })
 }
 

@@ -349,6 +349,9 @@ pub fn render_text(view: &RunView) -> String {
     if !t.grpc.is_empty() {
         let _ = writeln!(out, "gRPC       {}", grpc_statuses(&t.grpc).join(", "));
     }
+    if let Some(stream) = &t.grpc_stream {
+        let _ = writeln!(out, "{}", grpc_stream_line(stream));
+    }
     let errors = t.errors.iter().map(|(k, n)| format!("{}: {n}", k.label()));
     let _ = writeln!(out, "Errors     {}", comma_list_or_none(errors));
     let _ = writeln!(
@@ -467,7 +470,47 @@ fn phase_json(p: &PhaseSummary) -> Value {
             .collect::<serde_json::Map<_, _>>()
             .into();
     }
+    if let Some(stream) = &p.totals.grpc_stream {
+        let first = stream.first_message.stats();
+        out["grpc_stream"] = json!({
+            "calls": stream.calls,
+            "messages_received": stream.messages_received,
+            "messages_sent": stream.messages_sent,
+            "received_per_call": per_call(stream.messages_received, stream.calls),
+            "sent_per_call": per_call(stream.messages_sent, stream.calls),
+            "first_message": first,
+        });
+    }
     out
+}
+
+fn per_call(messages: u64, calls: u64) -> f64 {
+    if calls == 0 {
+        0.0
+    } else {
+        messages as f64 / calls as f64
+    }
+}
+
+/// A streaming method's line: messages a call each way, and how soon the first one came.
+fn grpc_stream_line(s: &kiln_record::grpc::GrpcStreamSecond) -> String {
+    let first = s.first_message.stats();
+    let mut line = format!(
+        "Messages   {:.2} received a call, {:.2} sent ({} received in {} calls)",
+        per_call(s.messages_received, s.calls),
+        per_call(s.messages_sent, s.calls),
+        s.messages_received,
+        s.calls
+    );
+    if first.count > 0 {
+        let _ = write!(
+            line,
+            "; first message p50 {}, p99 {}",
+            format::us(first.p50_us),
+            format::us(first.p99_us)
+        );
+    }
+    line
 }
 
 /// The records taken beside the load, for their sections of the summary.

@@ -1,5 +1,7 @@
-//! gRPC calls against a real grpcio server (tests/apps/python_grpc/orders.py) whose latency
-//! and failures are known by construction, and whose own counts are the truth.
+//! gRPC calls against real servers whose latency, failures and streams are known by
+//! construction, and whose own counts are the truth: a grpcio server
+//! (tests/apps/python_grpc/orders.py) and grpc-go's interop service with reflection
+//! (tests/apps/go_grpc).
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::PathBuf;
@@ -17,23 +19,22 @@ fn proto() -> String {
     app_dir().join("orders.proto").display().to_string()
 }
 
-/// The grpcio server, stopped with SIGTERM to say what it answered.
-struct Orders {
+/// A gRPC server this test started: it says "listening on PORT" when serving, and its counts
+/// as one JSON line when stopped with SIGTERM.
+struct GrpcServer {
     child: Child,
     port: u16,
+    service: &'static str,
 }
 
-impl Orders {
-    fn start(flags: &[&str]) -> Orders {
-        let mut child = Command::new(apps::python())
-            .arg(app_dir().join("orders.py"))
-            .args(["--port", "0"])
-            .args(flags)
+impl GrpcServer {
+    fn start(mut command: Command, service: &'static str) -> GrpcServer {
+        let mut child = command
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
-            .expect("python runs");
+            .expect("the server runs");
         let mut line = String::new();
         let stdout = child.stdout.as_mut().unwrap();
         // one byte at a time: the rest of stdout is the counts, read at the end
@@ -48,13 +49,17 @@ impl Orders {
             .unwrap_or_else(|| {
                 let mut said = String::new();
                 let _ = child.stderr.take().unwrap().read_to_string(&mut said);
-                panic!("orders.py did not start: {line:?}\n{said}")
+                panic!("{service}'s server did not start: {line:?}\n{said}")
             });
-        Orders { child, port }
+        GrpcServer {
+            child,
+            port,
+            service,
+        }
     }
 
     fn url(&self, method: &str) -> String {
-        format!("grpc://127.0.0.1:{}/shop.v1.Orders/{method}", self.port)
+        format!("grpc://127.0.0.1:{}/{}/{method}", self.port, self.service)
     }
 
     /// Stops the server; the calls it answered, "Method STATUS" to count.
@@ -62,17 +67,62 @@ impl Orders {
         // SAFETY: a signal to the child this test started
         unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
         let mut lines = BufReader::new(self.child.stdout.take().unwrap()).lines();
-        let counts = lines.next().expect("orders.py says its counts").unwrap();
+        let counts = lines.next().expect("the server says its counts").unwrap();
         let _ = self.child.wait();
         serde_json::from_str(&counts).unwrap()
     }
 }
 
-impl Drop for Orders {
+impl Drop for GrpcServer {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// The grpcio server of shop.v1.Orders.
+struct Orders;
+
+impl Orders {
+    fn start(flags: &[&str]) -> GrpcServer {
+        let mut command = Command::new(apps::python());
+        command
+            .arg(app_dir().join("orders.py"))
+            .args(["--port", "0"])
+            .args(flags);
+        GrpcServer::start(command, "shop.v1.Orders")
+    }
+}
+
+/// grpc-go's interop service (grpc.testing.TestService) with reflection, built once (the
+/// test script builds it beside the others; a test run without it builds it here).
+fn test_service(flags: &[&str]) -> GrpcServer {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    let bin = BUILT.get_or_init(|| {
+        let cache = apps::workspace().join("target/go-build-cache");
+        let bin = cache.join("go_grpc");
+        if !bin.exists() {
+            let built = Command::new("go")
+                .args(["build", "-o"])
+                .arg(&bin)
+                .arg(".")
+                .current_dir(apps::workspace().join("tests/apps/go_grpc"))
+                .env("GOCACHE", &cache)
+                .status()
+                .expect("go runs");
+            assert!(built.success(), "tests/apps/go_grpc did not build");
+        }
+        bin
+    });
+    let mut command = Command::new(bin);
+    command.args(["-port", "0"]).args(flags);
+    GrpcServer::start(command, "grpc.testing.TestService")
+}
+
+fn go_proto() -> String {
+    (apps::workspace().join("tests/apps/go_grpc/testing.proto"))
+        .display()
+        .to_string()
 }
 
 fn run(url: &str, extra: &[&str]) -> Value {
@@ -117,6 +167,167 @@ fn unary_calls_at_a_rate_see_the_servers_stall_and_its_count() {
     assert!(ms("p50_us") < 20.0, "{lat:#}");
     assert!((60.0..=130.0).contains(&ms("p99_us")), "{lat:#}");
     assert!((30.0..=80.0).contains(&ms("p95_us")), "{lat:#}");
+}
+
+/// p50, p95 and p99 of a run's latency, in ms.
+fn p50_p95_p99_ms(total: &Value) -> [f64; 3] {
+    let lat = &total["latency"];
+    ["p50_us", "p95_us", "p99_us"].map(|k| lat[k].as_f64().unwrap() / 1000.0)
+}
+
+#[test]
+fn grpc_go_at_500_per_second_through_reflection_and_through_proto() {
+    let _turn = common::group("grpc");
+    // 100 ms of every second stalled: 10% of calls wait out what is left of it, uniformly,
+    // so p95 is about half the stall, p99 about nine tenths of it, p50 a call's own time
+    let service = test_service(&["-stall-every", "1s", "-stall", "100ms"]);
+    let url = service.url("UnaryCall");
+    let mut asked = 0;
+    let at_500 = |descriptors: &[&str]| {
+        let mut args = vec![
+            "-b",
+            r#"{"response_size": 16}"#,
+            "--rate",
+            "500",
+            "-d",
+            "5s",
+        ];
+        args.extend(descriptors);
+        run(&url, &args)
+    };
+    let by_reflection = at_500(&[]);
+    let by_proto = at_500(&["--proto", &go_proto()]);
+    for run in [&by_reflection, &by_proto] {
+        let total = &run["total"];
+        let requests = total["requests"].as_u64().unwrap();
+        assert_eq!(total["grpc_status"]["OK"], requests, "{total:#}");
+        assert_eq!(
+            (total["failed"].as_u64(), total["unsent"].as_u64()),
+            (Some(0), Some(0)),
+            "{total:#}"
+        );
+        assert_eq!(requests, 2500, "{total:#}");
+        // a unary call's record has no stream figures
+        assert!(total.get("grpc_stream").is_none(), "{total:#}");
+        asked += requests;
+        let [p50, p95, p99] = p50_p95_p99_ms(total);
+        assert!(p50 < 20.0, "{:#}", total["latency"]);
+        assert!((30.0..=80.0).contains(&p95), "{:#}", total["latency"]);
+        assert!((60.0..=130.0).contains(&p99), "{:#}", total["latency"]);
+    }
+    let answered = service.answered();
+    assert_eq!(answered["UnaryCall OK"], asked, "{answered}");
+}
+
+/// Five messages, each after `gap_us`, as StreamingOutputCall's request asks for them.
+fn five_messages(gap_us: u32) -> String {
+    let one = format!(r#"{{"size": 8, "interval_us": {gap_us}}}"#);
+    format!(
+        r#"{{"response_parameters": [{}]}}"#,
+        [one.as_str(); 5].join(", ")
+    )
+}
+
+/// A streaming method called on 2 connections for a second, every call answered: the run's
+/// totals.
+fn stream_run(url: &str, body: &str) -> Value {
+    let run = run(
+        url,
+        &[
+            "-b",
+            body,
+            "-c",
+            "2",
+            "-d",
+            "1s",
+            "--wait-ongoing-requests-after-deadline",
+        ],
+    );
+    run["total"].clone()
+}
+
+/// Messages received and sent a call.
+fn per_call(stream: &Value) -> (f64, f64) {
+    let n = |k: &str| stream[k].as_f64().unwrap();
+    (n("received_per_call"), n("sent_per_call"))
+}
+
+#[test]
+fn streams_count_their_messages_each_way_and_time_the_first() {
+    let _turn = common::group("grpc");
+    let service = test_service(&[]);
+    // a server stream of 5 messages 20 ms apart: 5 a call, the first after ~20 ms, the
+    // call's end after ~100 ms
+    let total = &stream_run(&service.url("StreamingOutputCall"), &five_messages(20_000));
+    let stream = &total["grpc_stream"];
+    assert_eq!(stream["received_per_call"], 5.0, "{stream:#}");
+    assert_eq!(stream["sent_per_call"], 1.0, "{stream:#}");
+    let calls = stream["calls"].as_u64().unwrap();
+    assert_eq!(total["grpc_status"]["OK"], calls, "{total:#}");
+    assert!(calls >= 10, "{stream:#}");
+    let first_p50 = stream["first_message"]["p50_us"].as_f64().unwrap() / 1000.0;
+    assert!((19.0..60.0).contains(&first_p50), "{stream:#}");
+    let [call_p50, ..] = p50_p95_p99_ms(total);
+    assert!((100.0..160.0).contains(&call_p50), "{:#}", total["latency"]);
+    // a client stream of 3 lines, and a bidirectional one of 2 messages asking 2 answers each
+    let client = &stream_run(
+        &service.url("StreamingInputCall"),
+        "{\"payload\": {\"body\": \"AAAA\"}}\n{}\n{}\n",
+    )["grpc_stream"];
+    assert_eq!(per_call(client), (1.0, 3.0), "{client:#}");
+    let asks_two = r#"{"response_parameters": [{"size": 1}, {"size": 1}]}"#;
+    let both = &stream_run(
+        &service.url("FullDuplexCall"),
+        &format!("[{asks_two}, {asks_two}]"),
+    )["grpc_stream"];
+    assert_eq!(per_call(both), (4.0, 2.0), "{both:#}");
+    // what kiln counted each way is what the server counted
+    let answered = service.answered();
+    let pairs = [
+        ("StreamingOutputCall sent", &stream["messages_received"]),
+        ("StreamingOutputCall OK", &stream["calls"]),
+        ("StreamingInputCall received", &client["messages_sent"]),
+        ("StreamingInputCall OK", &client["calls"]),
+        ("FullDuplexCall received", &both["messages_sent"]),
+        ("FullDuplexCall sent", &both["messages_received"]),
+    ];
+    for (server_count, kilns) in pairs {
+        assert_eq!(&answered[server_count], kilns, "{server_count}: {answered}");
+    }
+}
+
+#[test]
+fn a_server_without_the_service_or_reflection_is_said_so_and_nothing_is_sent() {
+    let _turn = common::beside();
+    let service = test_service(&[]);
+    let refused = |url: &str| {
+        let out = kiln(&["run", url, "-d", "1s"]);
+        assert_eq!(out.status.code(), Some(1), "{out:?}");
+        String::from_utf8_lossy(&out.stderr).to_string()
+    };
+    let e = refused(&format!(
+        "grpc://127.0.0.1:{}/grpc.testing.Nope/Call",
+        service.port
+    ));
+    assert!(
+        e.contains("no service grpc.testing.Nope") && e.contains("grpc.testing.TestService"),
+        "{e}"
+    );
+    let e = refused(&service.url("Nope"));
+    assert!(
+        e.contains("no method Nope in grpc.testing.TestService: it has EmptyCall, UnaryCall"),
+        "{e}"
+    );
+    // the grpcio server registers no reflection service
+    let orders = Orders::start(&[]);
+    let e = refused(&orders.url("Get"));
+    assert!(
+        e.contains("no reflection service") && e.contains("--proto"),
+        "{e}"
+    );
+    let answered = service.answered();
+    assert_eq!(answered, serde_json::json!({}), "{answered}");
+    assert_eq!(orders.answered(), serde_json::json!({}));
 }
 
 #[test]
@@ -177,7 +388,7 @@ fn bad_grpc_input_is_a_clear_error_and_nothing_is_sent() {
     };
     let e = refused(&orders.url("Put"), &["--proto", &proto()]);
     assert!(
-        e.contains("no method shop.v1.Orders/Put") && e.contains("shop.v1.Orders/Get"),
+        e.contains("no method Put in shop.v1.Orders: it has Get, Fail"),
         "{e}"
     );
     let e = refused(

@@ -380,6 +380,9 @@ pub fn run_phase(
                 if let Some(h) = &plan.hedge {
                     recorder = recorder.with_hedge(h.targets());
                 }
+                if let Some(sent) = plan.request.grpc_stream_sent {
+                    recorder = recorder.with_grpc_stream(sent);
+                }
                 let connections = Connections {
                     setup,
                     origins,
