@@ -825,6 +825,8 @@ impl H2Connection {
         let status = response.status().as_u16();
         // a gRPC error answered at once is headers only ("trailers-only"): its status is there
         let grpc_in_headers = grpc_status_in(response.headers());
+        let head_message =
+            grpc_in_headers.and_then(|_| response.headers().get("grpc-message").cloned());
         let mut captured = Captured::default();
         if capture {
             captured.headers = response
@@ -852,11 +854,23 @@ impl H2Connection {
             // before the stream is cancelled below: a call that failed at once is answered
             // in headers alone, and its trailers read after our CANCEL are that reset
             let trailers = body.trailers().await.map_err(fail)?;
-            let code = trailers.as_ref().and_then(grpc_status_in);
+            let sent = trailers.as_ref().and_then(grpc_status_in);
+            let code = grpc_code(status, sent.or(grpc_in_headers));
+            // a failed call's message, from the block its status came in
+            let said = match sent {
+                Some(_) => trailers
+                    .as_ref()
+                    .and_then(|t| t.get("grpc-message").cloned()),
+                None => head_message,
+            };
+            let message = said
+                .filter(|_| code != kiln_record::grpc::GRPC_OK)
+                .map(|v| kiln_record::grpc::decode_grpc_message(v.as_bytes()).into());
             Some(GrpcAnswer {
-                code: grpc_code(status, code.or(grpc_in_headers)),
+                code,
                 messages: messages.messages(),
                 first_message,
+                message,
             })
         } else {
             None

@@ -90,7 +90,7 @@ pub fn encode_request(
 }
 
 /// What is known of a complete response.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Response {
     pub status: u16,
     /// The body's size after chunked decoding.
@@ -102,7 +102,7 @@ pub struct Response {
 }
 
 /// A gRPC call's status and the messages that came with it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GrpcAnswer {
     /// `grpc-status`, or the code an HTTP error maps to.
     pub code: u8,
@@ -110,6 +110,9 @@ pub struct GrpcAnswer {
     pub messages: u32,
     /// When the first whole message had arrived.
     pub first_message: Option<std::time::Instant>,
+    /// A failed call's `grpc-message`, decoded (percent-encoding undone), at most
+    /// [`kiln_record::grpc::MAX_GRPC_MESSAGE`] bytes.
+    pub message: Option<Box<str>>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -185,7 +188,8 @@ impl ResponseReader {
     }
 
     pub fn response(&self) -> Response {
-        self.response
+        // an HTTP/1.1 response has no gRPC answer: a copy of plain words
+        self.response.clone()
     }
 
     /// Uses as much of `input` as it can. Bytes not consumed must be offered again, with
@@ -284,7 +288,7 @@ impl ResponseReader {
             State::UntilClose | State::Done => {
                 self.state = State::Done;
                 self.response.keep_alive = false;
-                Ok(self.response)
+                Ok(self.response.clone())
             }
             _ => Err(ErrorKind::Reset),
         }

@@ -229,8 +229,15 @@ impl WorkerRecorder {
         let s = &mut self.current;
         s.requests += 1;
         *s.status.entry(response.status).or_default() += 1;
-        if let Some(answer) = response.grpc {
+        if let Some(answer) = &response.grpc {
             *s.grpc.entry(answer.code).or_default() += 1;
+            if let Some(message) = &answer.message {
+                if answer.code != kiln_record::grpc::GRPC_OK
+                    && !s.grpc_messages.contains_key(&answer.code)
+                {
+                    s.grpc_messages.insert(answer.code, message.to_string());
+                }
+            }
             if let (Some(stream), Some(sent)) = (&mut s.grpc_stream, self.grpc_stream_sent) {
                 stream.calls += 1;
                 stream.messages_received += u64::from(answer.messages);

@@ -80,6 +80,9 @@ pub struct SecondRecord {
     /// code is not OK failed.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub grpc: BTreeMap<u8, u64>,
+    /// A gRPC run's failed calls' first `grpc-message` this second, by status code.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub grpc_messages: BTreeMap<u8, String>,
     /// A streaming method's messages and latency to the first message.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub grpc_stream: Option<crate::grpc::GrpcStreamSecond>,
@@ -191,6 +194,9 @@ impl SecondRecord {
         self.scheduled = self.scheduled.saturating_add(other.scheduled);
         add_counts(&mut self.status, &other.status);
         add_counts(&mut self.grpc, &other.grpc);
+        for (code, message) in &other.grpc_messages {
+            (self.grpc_messages.entry(*code)).or_insert_with(|| message.clone());
+        }
         add_counts(&mut self.errors, &other.errors);
         self.iterations = self.iterations.saturating_add(other.iterations);
         self.checks = self.checks.saturating_add(other.checks);

@@ -598,6 +598,30 @@ fn load_section(load: &Load, plan: &PlanRecord) -> String {
         for (code, n) in &total.totals.status {
             let _ = write!(out, "<tr><td>HTTP {code}</td><td class=\"n\">{n}</td></tr>");
         }
+        let t = &total.totals;
+        for (name, n, message) in kiln_record::grpc::named_statuses(&t.grpc, &t.grpc_messages) {
+            let said = message.map_or_else(String::new, |m| {
+                format!(" \u{2014} \u{201c}{}\u{201d}", esc(m))
+            });
+            let _ = write!(
+                out,
+                "<tr><td>gRPC {}{said}</td><td class=\"n\">{n}</td></tr>",
+                esc(&name)
+            );
+        }
+        if let Some(stream) = &t.grpc_stream {
+            let first = stream.first_message.stats();
+            let _ = write!(
+                out,
+                "<tr><td>messages received ({:.2} a call; first message p50 {}, p99 {})</td><td class=\"n\">{}</td></tr>\
+<tr><td>messages sent</td><td class=\"n\">{}</td></tr>",
+                stream.received_per_call(),
+                us(first.p50_us),
+                us(first.p99_us),
+                stream.messages_received,
+                stream.messages_sent
+            );
+        }
         for (kind, n) in &total.totals.errors {
             let _ = write!(
                 out,

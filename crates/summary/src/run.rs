@@ -347,7 +347,7 @@ pub fn render_text(view: &RunView) -> String {
     let statuses = t.status.iter().map(|(c, n)| format!("{c}: {n}"));
     let _ = writeln!(out, "Status     {}", comma_list_or_none(statuses));
     if !t.grpc.is_empty() {
-        let _ = writeln!(out, "gRPC       {}", grpc_statuses(&t.grpc).join(", "));
+        let _ = writeln!(out, "gRPC       {}", grpc_statuses(t).join(", "));
     }
     if let Some(stream) = &t.grpc_stream {
         let _ = writeln!(out, "{}", grpc_stream_line(stream));
@@ -470,26 +470,24 @@ fn phase_json(p: &PhaseSummary) -> Value {
             .collect::<serde_json::Map<_, _>>()
             .into();
     }
+    if !p.totals.grpc_messages.is_empty() {
+        out["grpc_messages"] = (p.totals.grpc_messages.iter())
+            .map(|(c, m)| (kiln_record::grpc::grpc_code_name(*c), json!(m)))
+            .collect::<serde_json::Map<_, _>>()
+            .into();
+    }
     if let Some(stream) = &p.totals.grpc_stream {
         let first = stream.first_message.stats();
         out["grpc_stream"] = json!({
             "calls": stream.calls,
             "messages_received": stream.messages_received,
             "messages_sent": stream.messages_sent,
-            "received_per_call": per_call(stream.messages_received, stream.calls),
-            "sent_per_call": per_call(stream.messages_sent, stream.calls),
+            "received_per_call": stream.received_per_call(),
+            "sent_per_call": stream.sent_per_call(),
             "first_message": first,
         });
     }
     out
-}
-
-fn per_call(messages: u64, calls: u64) -> f64 {
-    if calls == 0 {
-        0.0
-    } else {
-        messages as f64 / calls as f64
-    }
 }
 
 /// A streaming method's line: messages a call each way, and how soon the first one came.
@@ -497,8 +495,8 @@ fn grpc_stream_line(s: &kiln_record::grpc::GrpcStreamSecond) -> String {
     let first = s.first_message.stats();
     let mut line = format!(
         "Messages   {:.2} received a call, {:.2} sent ({} received in {} calls)",
-        per_call(s.messages_received, s.calls),
-        per_call(s.messages_sent, s.calls),
+        s.received_per_call(),
+        s.sent_per_call(),
         s.messages_received,
         s.calls
     );
@@ -733,9 +731,13 @@ fn left_at_the_end(end: &PhaseEnd) -> String {
 }
 
 /// A gRPC run's calls by status, by name: `OK: 990, UNAVAILABLE: 10`.
-fn grpc_statuses(counts: &std::collections::BTreeMap<u8, u64>) -> Vec<String> {
-    (counts.iter())
-        .map(|(code, n)| format!("{}: {n}", kiln_record::grpc::grpc_code_name(*code)))
+fn grpc_statuses(t: &kiln_record::SecondRecord) -> Vec<String> {
+    kiln_record::grpc::named_statuses(&t.grpc, &t.grpc_messages)
+        .map(|(name, n, message)| match message {
+            // the server's words, as text on a terminal
+            Some(m) => format!("{name}: {n} (\"{}\")", safe_text(m)),
+            None => format!("{name}: {n}"),
+        })
         .collect()
 }
 

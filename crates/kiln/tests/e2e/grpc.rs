@@ -372,6 +372,57 @@ fn a_failing_methods_status_is_named_and_counted_as_failed() {
     );
     assert_eq!(total["failed"], unavailable, "{total:#}");
     assert!(unavailable > 0 && ok >= 9 * unavailable - 9, "{total:#}");
+    // the status's message, as the server said it
+    assert_eq!(
+        total["grpc_messages"]["UNAVAILABLE"], "asked to fail",
+        "{total:#}"
+    );
+}
+
+#[test]
+fn a_failed_calls_message_is_kept_decoded_and_shown_as_text() {
+    let _turn = common::beside();
+    let service = test_service(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    // grpc-go percent-encodes the message on the wire; markup and a control character in it
+    let said = "50% <b>down</b> \u{2713}\n";
+    let body = serde_json::json!({"response_status": {"code": 14, "message": said}}).to_string();
+    let url = service.url("UnaryCall");
+    let args = [
+        "run",
+        &url,
+        "-b",
+        &body,
+        "-c",
+        "1",
+        "-d",
+        "1s",
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    let text = kiln(&args);
+    let summary = String::from_utf8_lossy(&text.stdout);
+    let line = summary
+        .lines()
+        .find(|l| l.starts_with("gRPC "))
+        .unwrap_or_default();
+    assert!(
+        line.contains("UNAVAILABLE: ") && line.ends_with("(\"50% <b>down</b> \u{2713}\u{fffd}\")"),
+        "{summary}"
+    );
+    let json = json_with_exit(&kiln(&["report", out.to_str().unwrap(), "--json"]), 0);
+    assert_eq!(
+        json["total"]["grpc_messages"]["UNAVAILABLE"], said,
+        "{:#}",
+        json["total"]
+    );
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(
+        html.contains("gRPC UNAVAILABLE \u{2014} \u{201c}50% &lt;b&gt;down&lt;/b&gt;"),
+        "the page's answers"
+    );
+    assert!(!html.contains("<b>down"), "the server's markup stays text");
 }
 
 #[test]
