@@ -189,6 +189,10 @@ pub struct AttrCollector {
     /// Legacy `code.namespace` (the class or module), joined to `code.function` at the end
     /// whatever the keys' order.
     code_namespace: Option<String>,
+    /// An RPC span's `rpc.service` and `rpc.method`: a gRPC server span's route is
+    /// `package.Service/Method` (semantic conventions since 1.37 put it all in `rpc.method`).
+    rpc_service: Option<String>,
+    rpc_method: Option<String>,
 }
 
 impl AttrCollector {
@@ -256,6 +260,8 @@ impl AttrCollector {
                 }
                 self.has_http = true;
             }
+            "rpc.service" => self.rpc_service = short(value),
+            "rpc.method" => self.rpc_method = short(value),
             "http.request.method" => self.http.method = short(value),
             "http.method" => fill(&mut self.http.method, value),
             "http.response.status_code" => self.http.status = value.as_int(),
@@ -278,7 +284,7 @@ impl AttrCollector {
     /// The span's DB and HTTP attributes, and the code it names when it is no DB call (a
     /// handler span's `Controller.method`); stacks are shared through `stacks`.
     pub fn finish(
-        self,
+        mut self,
         stacks: &mut HashMap<u64, Arc<str>>,
     ) -> (Option<Box<DbAttrs>>, Option<Box<HttpAttrs>>, Option<String>) {
         let mut db = self.db;
@@ -300,6 +306,13 @@ impl AttrCollector {
             db.code_function.take()
         };
         let db = self.has_db_system.then(|| Box::new(db));
+        if let (None, Some(method)) = (&self.http.route, self.rpc_method) {
+            self.http.route = Some(match self.rpc_service {
+                Some(service) if !method.contains('/') => format!("{service}/{method}"),
+                _ => method,
+            });
+            self.has_http = true;
+        }
         let http = self.has_http.then(|| Box::new(self.http));
         (db, http, code)
     }
@@ -342,4 +355,38 @@ pub fn id_from_bytes(raw: &[u8], bytes: usize) -> Option<u128> {
         return None;
     }
     Some(raw.iter().fold(0u128, |acc, b| (acc << 8) | u128::from(*b)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn route(attrs: &[(&str, &str)]) -> Option<String> {
+        let mut c = AttrCollector::default();
+        for (k, v) in attrs {
+            c.add(k, AttrValue::Str(Cow::Borrowed(v)));
+        }
+        let (_, http, _) = c.finish(&mut HashMap::default());
+        http.and_then(|h| h.route)
+    }
+
+    #[test]
+    fn an_rpc_server_spans_route_is_its_service_and_method() {
+        let old = [
+            ("rpc.system", "grpc"),
+            ("rpc.service", "shop.v1.Orders"),
+            ("rpc.method", "List"),
+        ];
+        assert_eq!(route(&old).as_deref(), Some("shop.v1.Orders/List"));
+        // semantic conventions 1.37 on: the method's full name alone
+        let new = [
+            ("rpc.system.name", "grpc"),
+            ("rpc.method", "shop.v1.Orders/List"),
+        ];
+        assert_eq!(route(&new).as_deref(), Some("shop.v1.Orders/List"));
+        // an HTTP route, where a span has one, is the route
+        let both = [("http.route", "/orders"), ("rpc.method", "List")];
+        assert_eq!(route(&both).as_deref(), Some("/orders"));
+        assert_eq!(route(&[("rpc.service", "shop.v1.Orders")]), None);
+    }
 }

@@ -6,11 +6,16 @@ needs no protoc), with latency and failures known by construction.
         and --stall-ms, a call that arrives in the first --stall-ms of each period waits for
         the period's stall to end (a lock held on the wall clock), as kiln-target's HTTP stall
   Fail  every --fail-every-th call ends with UNAVAILABLE ("asked to fail"), the others OK
+  List  with --dsn (PostgreSQL, psycopg): the first 10 orders, then each one's lines with a
+        statement of its own (an N+1: 11 statements a call); with --fixed, every order's lines
+        in one statement (2 a call). Run under `opentelemetry-instrument`, the stock gRPC and
+        psycopg instrumentations make the server span and the DB spans.
 
 Prints "listening on PORT" once serving; on SIGTERM prints the calls it answered, by method
 and status, as one JSON line, and exits.
 
   python3 orders.py --port 0 [--stall-every-ms 1000 --stall-ms 100] [--fail-every 10]
+                    [--dsn postgresql://... [--fixed]]
 """
 
 import argparse
@@ -70,6 +75,8 @@ def main():
     ap.add_argument("--stall-ms", type=int, default=0)
     ap.add_argument("--fail-every", type=int, default=0)
     ap.add_argument("--workers", type=int, default=64)
+    ap.add_argument("--dsn", default="")
+    ap.add_argument("--fixed", action="store_true")
     args = ap.parse_args()
 
     counts = {}
@@ -104,9 +111,30 @@ def main():
         count("Fail", "OK")
         return order(read_string_field(request, 1))
 
+    local = threading.local()
+
+    def connection():
+        if not hasattr(local, "db"):
+            import psycopg
+
+            local.db = psycopg.connect(args.dsn, autocommit=True)
+        return local.db
+
+    def list_orders(request, context):
+        db = connection()
+        ids = [row[0] for row in db.execute("SELECT id FROM orders ORDER BY id LIMIT 10")]
+        if args.fixed:
+            db.execute("SELECT order_id, sku FROM order_lines WHERE order_id = ANY(%s)", (ids,)).fetchall()
+        else:
+            for order_id in ids:
+                db.execute("SELECT sku FROM order_lines WHERE order_id = %s", (order_id,)).fetchall()
+        count("List", "OK")
+        return order(",".join(str(i) for i in ids))
+
     handlers = {
         "Get": grpc.unary_unary_rpc_method_handler(get),
         "Fail": grpc.unary_unary_rpc_method_handler(fail),
+        "List": grpc.unary_unary_rpc_method_handler(list_orders),
     }
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=args.workers))
     server.add_generic_rpc_handlers(

@@ -70,7 +70,13 @@ impl Postgres {
         let log = std::fs::read_to_string(self.dir.join("data").join(STATEMENT_LOG))?;
         let mut out: Vec<String> = Vec::new();
         for line in log.lines() {
-            match line.split_once("LOG:  statement: ") {
+            // the simple protocol's `statement: `, the extended one's `execute NAME: ` (psycopg
+            // 3, JDBC; NAME is `<unnamed>` or a prepared statement's)
+            let extended = line
+                .split_once("LOG:  execute ")
+                .and_then(|(_, rest)| rest.split_once(": "));
+            let statement = line.split_once("LOG:  statement: ").or(extended);
+            match statement {
                 Some((_, statement)) => out.push(statement.to_string()),
                 // a statement's further lines are indented by a tab
                 None if line.starts_with('\t') => {

@@ -10,6 +10,7 @@ use std::process::{Child, Command, Stdio};
 use serde_json::Value;
 
 use crate::common::{self, apps, json_with_exit, kiln};
+use kiln_targets::postgres::Postgres;
 
 fn app_dir() -> PathBuf {
     apps::workspace().join("tests/apps/python_grpc")
@@ -464,4 +465,96 @@ fn bad_grpc_input_is_a_clear_error_and_nothing_is_sent() {
     // nothing reached the server
     let answered = orders.answered();
     assert_eq!(answered, serde_json::json!({}), "{answered}");
+}
+
+/// orders.py's List on PostgreSQL under `opentelemetry-instrument` (the stock grpc and psycopg
+/// instrumentations), sending its spans to `otlp_port`.
+fn instrumented_orders(pg: &Postgres, otlp_port: u16, fixed: bool) -> GrpcServer {
+    let python = apps::python();
+    let mut command = Command::new(python.with_file_name("opentelemetry-instrument"));
+    command
+        .arg(&python)
+        .arg(app_dir().join("orders.py"))
+        .args(["--port", "0", "--dsn", &pg.conninfo()])
+        .args(fixed.then_some("--fixed"));
+    apps::python_otel_env(&mut command, "orders", otlp_port);
+    GrpcServer::start(command, "shop.v1.Orders")
+}
+
+#[test]
+fn an_instrumented_grpcio_servers_n_plus_one_is_found_at_its_method_and_the_fixed_one_is_not() {
+    let _turn = common::beside();
+    for fixed in [false, true] {
+        let pg = Postgres::start_logging_statements().expect("PostgreSQL starts");
+        pg.psql(
+            "CREATE TABLE orders (id int PRIMARY KEY);
+             CREATE TABLE order_lines (order_id int, sku text);
+             INSERT INTO orders SELECT g FROM generate_series(1, 20) g;
+             INSERT INTO order_lines SELECT o, 'sku-' || l FROM generate_series(1, 20) o,
+               generate_series(1, 3) l;",
+        )
+        .expect("the schema loads");
+        let otlp_port = apps::free_port();
+        let server = instrumented_orders(&pg, otlp_port, fixed);
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path().join("run");
+        let run = run(
+            &server.url("List"),
+            &[
+                "--proto",
+                &proto(),
+                "-c",
+                "2",
+                "-d",
+                "3s",
+                "--wait-ongoing-requests-after-deadline",
+                "--otlp-listen",
+                &format!("127.0.0.1:{otlp_port}"),
+                "--out",
+                out.to_str().unwrap(),
+            ],
+        );
+        let answered = server.answered()["List OK"].as_u64().unwrap();
+        assert_eq!(
+            run["total"]["grpc_status"]["OK"], answered,
+            "{:#}",
+            run["total"]
+        );
+        // the truth: PostgreSQL's log, 10 lines statements a call or one (the schema's
+        // statements not among them)
+        let lines = (pg.statements().unwrap().iter())
+            .filter(|s| s.starts_with("SELECT") && s.contains("order_lines"))
+            .count() as u64;
+        assert_eq!(lines, answered * if fixed { 1 } else { 10 });
+        let queries: Value =
+            serde_json::from_str(&std::fs::read_to_string(out.join("queries.json")).unwrap())
+                .unwrap();
+        let a = &queries["analysis"];
+        // the gRPC server span is the request, its route the method
+        let routes = a["routes"].as_array().unwrap();
+        let route = (routes.iter())
+            .find(|r| r["route"] == "shop.v1.Orders/List")
+            .unwrap_or_else(|| panic!("{routes:#?}"));
+        let per_call = if fixed { 2.0 } else { 11.0 };
+        assert_eq!(route["calls_median"].as_f64(), Some(per_call), "{route:#}");
+        assert!(
+            route["requests"].as_u64().unwrap() * 10 >= answered * 9,
+            "{route:#}"
+        );
+        let n1 = apps::findings(a, "n_plus_one");
+        if fixed {
+            assert!(n1.is_empty(), "{:#}", a["findings"]);
+            continue;
+        }
+        assert_eq!(n1.len(), 1, "{:#}", a["findings"]);
+        assert_eq!(n1[0]["calls"], 10, "{:#}", n1[0]);
+        let report = kiln(&["report", out.to_str().unwrap()]);
+        let text = String::from_utf8_lossy(&report.stdout);
+        assert!(text.contains("N+1 queries  shop.v1.Orders/List"), "{text}");
+        // the stock instrumentation records no stack: the statement names the loop
+        assert!(
+            text.contains("N+1 queries in shop.v1.Orders/List: SELECT order_lines"),
+            "{text}"
+        );
+    }
 }

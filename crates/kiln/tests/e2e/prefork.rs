@@ -127,28 +127,21 @@ fn a_gunicorn_masters_workers_are_the_target_and_their_cpu_is_its_cpu() {
 fn conduit(pg: &Postgres, port: u16, otlp_port: u16, fixed: bool) -> KilledGroup {
     let python = python();
     let bin = python.parent().unwrap();
+    let mut command = Command::new(bin.join("opentelemetry-instrument"));
+    command
+        .arg(bin.join("gunicorn"))
+        .args(["-w", "2", "-b", &format!("127.0.0.1:{port}")])
+        .arg("--chdir")
+        .arg(workspace().join("tests/apps/python_conduit"))
+        .arg("app:app")
+        .env(
+            "DATABASE_URL",
+            format!("postgresql+psycopg2://kiln@127.0.0.1:{}/postgres", pg.port),
+        )
+        .env("CONDUIT_FIXED", if fixed { "1" } else { "0" });
+    crate::common::apps::python_otel_env(&mut command, "conduit", otlp_port);
     let mut server = KilledGroup(
-        Command::new(bin.join("opentelemetry-instrument"))
-            .arg(bin.join("gunicorn"))
-            .args(["-w", "2", "-b", &format!("127.0.0.1:{port}")])
-            .arg("--chdir")
-            .arg(workspace().join("tests/apps/python_conduit"))
-            .arg("app:app")
-            .env(
-                "DATABASE_URL",
-                format!("postgresql+psycopg2://kiln@127.0.0.1:{}/postgres", pg.port),
-            )
-            .env("CONDUIT_FIXED", if fixed { "1" } else { "0" })
-            .env("OTEL_SERVICE_NAME", "conduit")
-            .env("OTEL_TRACES_EXPORTER", "otlp")
-            .env("OTEL_METRICS_EXPORTER", "none")
-            .env("OTEL_LOGS_EXPORTER", "none")
-            .env("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/protobuf")
-            .env(
-                "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
-                format!("http://127.0.0.1:{otlp_port}/v1/traces"),
-            )
-            .env("OTEL_BSP_SCHEDULE_DELAY", "200")
+        command
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .process_group(0)

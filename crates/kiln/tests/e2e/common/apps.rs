@@ -25,6 +25,22 @@ pub fn python() -> PathBuf {
     workspace().join("target/pyenv/bin/python")
 }
 
+/// The environment `opentelemetry-instrument` reads to send a Python app's spans, and only
+/// them, to kiln's OTLP listener on `otlp_port` (batches every 200 ms).
+pub fn python_otel_env(command: &mut Command, service: &str, otlp_port: u16) {
+    command
+        .env("OTEL_SERVICE_NAME", service)
+        .env("OTEL_TRACES_EXPORTER", "otlp")
+        .env("OTEL_METRICS_EXPORTER", "none")
+        .env("OTEL_LOGS_EXPORTER", "none")
+        .env("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/protobuf")
+        .env(
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+            format!("http://127.0.0.1:{otlp_port}/v1/traces"),
+        )
+        .env("OTEL_BSP_SCHEDULE_DELAY", "200");
+}
+
 /// async-profiler's library, fetched once into target/async-profiler by `kiln setup
 /// async-profiler` (as a user would, with the pinned checksum checked).
 pub fn async_profiler() -> PathBuf {
