@@ -680,7 +680,7 @@ fn build_plan(args: &LoadFlags) -> Result<(LoadPlan, Vec<String>)> {
         ..LoadPlan::new(target, model, duration)
     };
     common_flags(&mut plan, args)?;
-    plan.hedge = hedge_plan(args, &plan.request)?;
+    plan.hedge = hedge_plan(args, &plan.request, plan.target.grpc)?;
     plan.validate()?;
     let notes = start_notes(&mut plan);
     for t in &args.thresholds {
@@ -690,13 +690,25 @@ fn build_plan(args: &LoadFlags) -> Result<(LoadPlan, Vec<String>)> {
     Ok((plan, notes))
 }
 
-/// `--hedge`, `--hedge-cap`, `--replica`, `--hedge-any-method`.
-fn hedge_plan(args: &LoadFlags, request: &RequestSpec) -> Result<Option<kiln_load::HedgePlan>> {
+/// `--hedge`, `--hedge-cap`, `--replica`, `--hedge-any-method`: a non-idempotent method (and
+/// every gRPC call, a POST) is hedged only with `--hedge-any-method`.
+fn hedge_plan(
+    args: &LoadFlags,
+    request: &RequestSpec,
+    grpc: bool,
+) -> Result<Option<kiln_load::HedgePlan>> {
     let method = &request.method;
     let Some(delay) = &args.hedge else {
         return Ok(None);
     };
     let delay = *delay;
+    if !args.hedge_any_method && grpc {
+        refuse!(
+            "--hedge sends some calls twice, and kiln cannot know whether this gRPC method is \
+             safe to call twice: --hedge-any-method hedges it (as a service config's \
+             hedgingPolicy names the methods that may be)"
+        );
+    }
     if !args.hedge_any_method && !kiln_load::hedge::is_idempotent(method) {
         refuse!(
             "--hedge sends some requests twice, and {method} is not idempotent: a second copy \

@@ -220,6 +220,55 @@ fn grpc_go_at_500_per_second_through_reflection_and_through_proto() {
     assert_eq!(answered["UnaryCall OK"], asked, "{answered}");
 }
 
+#[test]
+fn hedged_calls_to_a_replica_cut_the_stalls_tail() {
+    let _turn = common::group("grpc");
+    // the URL's server stalls 100 ms a second; the replica never does
+    let stalled = test_service(&["-stall-every", "1s", "-stall", "100ms"]);
+    let replica = test_service(&[]);
+    let url = stalled.url("UnaryCall");
+    // every gRPC call is a POST: hedging it is the user's word that the method is safe twice
+    let refused = kiln(&["run", &url, "--hedge", "10ms", "-d", "1s"]);
+    assert_eq!(refused.status.code(), Some(1), "{refused:?}");
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("--hedge-any-method"));
+    let summary = run(
+        &url,
+        &[
+            "--rate",
+            "200",
+            "-d",
+            "5s",
+            "--hedge",
+            "10ms",
+            "--hedge-any-method",
+            "--replica",
+            &replica.url("UnaryCall"),
+        ],
+    );
+    let h = &summary["hedging"];
+    let n = |v: &Value| v.as_f64().unwrap_or_else(|| panic!("{h:#}"));
+    // first copies go to the URL and the replica in turn; a call to the stalled server that
+    // arrives in the first 90 ms of its stall waits past the delay: 9% of half the calls
+    let extra = n(&h["hedges"]) / n(&h["first_copies"]);
+    assert!((0.03..0.07).contains(&extra), "extra load {extra}: {h:#}");
+    assert!(n(&h["won"]) / n(&h["hedges"]) > 0.8, "{h:#}");
+    // the first copies alone wait out the stall; hedged, a call ends soon after the delay
+    assert!(n(&h["first_copy"]["p99_us"]) > 60_000.0, "{h:#}");
+    assert!(n(&h["hedged"]["p99_us"]) < 40_000.0, "{h:#}");
+    assert_eq!(summary["total"]["failed"], 0, "{:#}", summary["total"]);
+    // each server answered what kiln sent it (a copy cut on its way may be missing)
+    let cut = n(&h["cut"]);
+    for (i, server) in [stalled, replica].into_iter().enumerate() {
+        let target = &h["targets"][i];
+        let sent = n(&target["first_copies"]) + n(&target["hedges"]);
+        let answered = server.answered()["UnaryCall OK"].as_f64().unwrap_or(0.0);
+        assert!(
+            answered <= sent && answered >= sent - cut,
+            "{answered} of {sent}: {h:#}"
+        );
+    }
+}
+
 /// Five messages, each after `gap_us`, as StreamingOutputCall's request asks for them.
 fn five_messages(gap_us: u32) -> String {
     let one = format!(r#"{{"size": 8, "interval_us": {gap_us}}}"#);
