@@ -28,8 +28,30 @@ pub const REFLECTION_PATHS: [&str; 2] = [
 pub struct Answer {
     /// `grpc-status` (or the code an HTTP error maps to).
     pub code: u8,
+    /// The HTTP status and content type: a gRPC server answers `application/grpc`.
+    pub http_status: u16,
+    pub content_type: Option<String>,
     /// The response body: its framed messages.
     pub body: Vec<u8>,
+}
+
+impl Answer {
+    /// What the answer was instead, if it is not a gRPC server's.
+    fn not_grpc(&self) -> Option<String> {
+        let content_type = self.content_type.as_deref().unwrap_or("");
+        if content_type.starts_with("application/grpc") {
+            return None;
+        }
+        let said = if content_type.is_empty() {
+            "no content type".to_string()
+        } else {
+            format!(
+                "content type {}",
+                kiln_record::text::safe_text(content_type)
+            )
+        };
+        Some(format!("HTTP {} with {said}", self.http_status))
+    }
 }
 
 /// One gRPC call to `path` with `body` (framed messages, the stream then half-closed), its
@@ -218,6 +240,11 @@ fn call(
     }
     let answer = transport(path, Bytes::from(body))
         .map_err(|why| refused(format!("its reflection service could not be asked: {why}")))?;
+    if let Some(instead) = answer.not_grpc() {
+        return Err(refused(format!(
+            "it is not a gRPC server: it answered {instead}, not application/grpc"
+        )));
+    }
     if answer.code == UNIMPLEMENTED {
         return Err(refused(UNIMPLEMENTED_SAID.into()));
     }
@@ -269,6 +296,15 @@ pub fn unframe(mut body: &[u8]) -> Result<Vec<&[u8]>, String> {
 mod tests {
     use super::*;
 
+    fn grpc_answer(code: u8, body: Vec<u8>) -> Answer {
+        Answer {
+            code,
+            http_status: 200,
+            content_type: Some("application/grpc".into()),
+            body,
+        }
+    }
+
     /// Two files, one importing the other, compiled as a server would have them.
     fn server_pool() -> (tempfile::TempDir, DescriptorPool) {
         let dir = tempfile::tempdir().unwrap();
@@ -297,10 +333,7 @@ mod tests {
     ) -> impl FnMut(&str, Bytes) -> Result<Answer, String> + 'a {
         move |path, body| {
             if path != version {
-                return Ok(Answer {
-                    code: UNIMPLEMENTED,
-                    body: Vec::new(),
-                });
+                return Ok(grpc_answer(UNIMPLEMENTED, Vec::new()));
             }
             let mut out = Vec::new();
             for m in unframe(&body).unwrap() {
@@ -343,7 +376,7 @@ mod tests {
                 };
                 out.extend_from_slice(&frame(&response.encode_to_vec()));
             }
-            Ok(Answer { code: 0, body: out })
+            Ok(grpc_answer(0, out))
         }
     }
 
@@ -373,12 +406,7 @@ mod tests {
             .to_string();
         assert!(e.contains("no service shop.v1.Carts"), "{e}");
         assert!(e.contains("lists: shop.v1.Orders"), "{e}");
-        let mut none = |_: &str, _: Bytes| {
-            Ok(Answer {
-                code: UNIMPLEMENTED,
-                body: Vec::new(),
-            })
-        };
+        let mut none = |_: &str, _: Bytes| Ok(grpc_answer(UNIMPLEMENTED, Vec::new()));
         let e = reflect("shop.v1.Orders", &mut none)
             .unwrap_err()
             .to_string();
@@ -397,7 +425,7 @@ mod tests {
         /// Any bytes as a reflection answer are read or refused, never a panic.
         #[test]
         fn any_answer_is_read_or_refused(body in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300)) {
-            let mut transport = |_: &str, _: Bytes| Ok(Answer { code: 0, body: body.clone() });
+            let mut transport = |_: &str, _: Bytes| Ok(grpc_answer(0, body.clone()));
             let _ = reflect("a.B", &mut transport);
         }
     }

@@ -370,12 +370,16 @@ fn reflected_descriptors(args: &LoadFlags, target: &Target) -> Result<kiln_grpc:
             REFLECTION_TIMEOUT,
             &request,
         )
-        .map_err(|kind| format!("{} ({})", kind.label(), target.authority))?;
+        .map_err(|kind| unanswered(kind, &target.authority))?;
         let code = response
             .grpc
             .map_or(kiln_record::grpc::GRPC_INTERNAL, |g| g.code);
+        let content_type =
+            (captured.header("content-type")).map(|v| String::from_utf8_lossy(v).into_owned());
         Ok(kiln_grpc::reflection::Answer {
             code,
+            http_status: response.status,
+            content_type,
             body: captured.body,
         })
     };
@@ -384,6 +388,23 @@ fn reflected_descriptors(args: &LoadFlags, target: &Target) -> Result<kiln_grpc:
             "cannot take {service}'s descriptors from the server: {e}"
         ))
     })
+}
+
+/// Why a call before the run had no answer: an HTTP/1.1 server closes (or answers) a
+/// connection that opens with HTTP/2's preface.
+fn unanswered(kind: kiln_record::ErrorKind, authority: &str) -> String {
+    use kiln_record::ErrorKind::{BadResponse, Reset};
+    match kind {
+        Reset | BadResponse => format!(
+            "{authority} {} HTTP/2's first frames: it does not speak HTTP/2, as gRPC servers do",
+            if kind == Reset {
+                "closed the connection at"
+            } else {
+                "did not answer"
+            }
+        ),
+        _ => format!("{} ({authority})", kind.label()),
+    }
 }
 
 /// The longest `--warmup auto` when no cap is given.

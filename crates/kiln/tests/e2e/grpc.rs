@@ -375,6 +375,13 @@ fn a_server_without_the_service_or_reflection_is_said_so_and_nothing_is_sent() {
         e.contains("no reflection service") && e.contains("--proto"),
         "{e}"
     );
+    // an HTTP/1.1 server is no gRPC server
+    let web = kiln_targets::TargetServer::start(Default::default()).unwrap();
+    let e = refused(&format!("grpc://{}/a.B/C", web.addr()));
+    assert!(
+        e.contains("does not speak HTTP/2, as gRPC servers do"),
+        "{e}"
+    );
     let answered = service.answered();
     assert_eq!(answered, serde_json::json!({}), "{answered}");
     assert_eq!(orders.answered(), serde_json::json!({}));
