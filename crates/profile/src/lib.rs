@@ -7,6 +7,7 @@ mod flame;
 mod folded;
 pub mod jit;
 pub mod perf;
+mod perf_text;
 mod pprof;
 mod speedscope;
 
@@ -143,7 +144,7 @@ pub fn import(data: &[u8]) -> Result<Imported, ProfileError> {
 fn import_text(data: &[u8]) -> Result<Imported, ProfileError> {
     let text = String::from_utf8_lossy(data);
     let text = text.as_ref();
-    if looks_like_perf_script(text) {
+    if perf_text::looks_like_perf_script(text) {
         return Ok(Imported::perf_script(perf::read_perf_script(
             text.as_bytes(),
         )?));
@@ -245,7 +246,7 @@ pub fn import_file(path: &Path) -> Result<Imported, ProfileError> {
             }
             import(&data)
         }
-        Some(t) if looks_like_perf_script(t) => {
+        Some(t) if perf_text::looks_like_perf_script(t) => {
             Ok(Imported::perf_script(perf::read_perf_script(reader)?))
         }
         Some(_) => {
@@ -253,19 +254,6 @@ pub fn import_file(path: &Path) -> Result<Imported, ProfileError> {
             Ok(Imported::collapsed(folded, report))
         }
     }
-}
-
-/// perf script output has sample headers followed by tab-indented `ADDRESS symbol (dso)`.
-fn looks_like_perf_script(text: &str) -> bool {
-    text.lines().take(200).any(|line| {
-        let t = line.trim_start();
-        line.len() > t.len()
-            && t.split_once(' ').is_some_and(|(addr, rest)| {
-                addr.len() >= 4
-                    && addr.bytes().all(|b| b.is_ascii_hexdigit())
-                    && rest.ends_with(')')
-            })
-    })
 }
 
 /// What one `profile_processes` produced.

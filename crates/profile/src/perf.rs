@@ -371,7 +371,6 @@ struct SampleClock<R> {
     in_header: bool,
     first: Option<f64>,
     last: Option<f64>,
-    samples: u64,
     /// The event of the first sample whose header carries a period (`perf script -F
     /// ...,period`): the collapser then weighs each sample by it.
     period_event: Option<String>,
@@ -386,7 +385,6 @@ impl<R> SampleClock<R> {
             in_header: false,
             first: None,
             last: None,
-            samples: 0,
             period_event: None,
         }
     }
@@ -440,7 +438,6 @@ impl<R> SampleClock<R> {
         if let Some((i, t)) = time {
             self.first.get_or_insert(t);
             self.last = Some(t);
-            self.samples += 1;
             if let (None, Some(period), Some(event)) =
                 (&self.period_event, tokens.get(i + 1), tokens.get(i + 2))
             {
@@ -670,9 +667,11 @@ fn event_of_header(header: &str) -> Option<String> {
 /// Reads `perf script` text: stacks, window, samples and what the counts are.
 pub fn read_perf_script(reader: impl std::io::BufRead) -> Result<PerfScript, ProfileError> {
     let mut out = Vec::new();
+    let canonical = crate::perf_text::Canonical::new(AsciiFrames::new(reader));
+    let seen = canonical.seen.clone();
     // The collapser keeps the first sample's event and asserts (panics) when that sample's
     // header names none (found by fuzzing): the event is read first, and named to it.
-    let (event, reader) = first_event(AsciiFrames::new(reader));
+    let (event, reader) = first_event(canonical);
     let mut options = collapse_options();
     options.event_filter = Some(event.ok_or_else(|| {
         ProfileError::Format("perf script text whose first sample names no event".into())
@@ -681,19 +680,27 @@ pub fn read_perf_script(reader: impl std::io::BufRead) -> Result<PerfScript, Pro
     Folder::from(options)
         .collapse(&mut clock, &mut out)
         .map_err(|e| ProfileError::Format(format!("perf script text: {e}")))?;
-    let window = clock.window();
+    let seen = seen.take();
+    let window = if seen.timeless { None } else { clock.window() };
     // the software clocks' periods are nanoseconds; other events' are event counts
     let value = clock.period_event.as_deref().map(|event| match event {
         "cpu-clock" | "task-clock" => format!("{event}/nanoseconds"),
         _ => format!("{event}/count"),
     });
     let text = String::from_utf8_lossy(&out);
-    if text.trim().is_empty() {
+    // samples with an empty call chain, under their command (as stackcollapse-perf.pl)
+    let mut folded = Folded::new();
+    for (comm, weight) in &seen.empty_chains {
+        folded.add(&[comm], *weight);
+    }
+    if !text.trim().is_empty() {
+        folded.merge(&Folded::parse(&text)?.0);
+    }
+    if folded.is_empty() {
         return Err(ProfileError::Empty);
     }
     // inferno marks every `[...]` module as kernel, the vDSO's too; its code runs in user mode
     // (a clock read that does enter the kernel shows as a syscall frame beneath it).
-    let mut folded = Folded::parse(&text)?.0;
     if text.contains("__vdso_") {
         folded = folded.map_frames(|frame| match frame.strip_suffix("_[k]") {
             Some(name) if name.starts_with("__vdso_") => name.to_string(),
@@ -706,7 +713,7 @@ pub fn read_perf_script(reader: impl std::io::BufRead) -> Result<PerfScript, Pro
     Ok(PerfScript {
         folded,
         window,
-        samples: clock.samples,
+        samples: seen.samples,
         value,
     })
 }
