@@ -265,7 +265,10 @@ pub struct ProfileOutput {
 #[derive(Subcommand, Debug)]
 pub enum ProfileAction {
     /// Read a profile made elsewhere: pprof (.pb.gz), collapsed stacks (FlameGraph,
-    /// async-profiler -o collapsed, py-spy --format raw) or `perf script` text.
+    /// async-profiler -o collapsed, py-spy --format raw), `perf script` text (any -F fields)
+    /// or speedscope JSON; gzip, zip (of one file) and UTF-16 text are opened first, and
+    /// formats it does not read (JFR, Chrome traces, callgrind) are named with how to
+    /// convert them.
     Import {
         file: PathBuf,
         #[command(flatten)]

@@ -397,7 +397,7 @@ pub const NO_STACK: &str = "[no stack]";
 
 /// `stack count`: the count is the last whitespace-separated field, an unsigned integer (a
 /// fractional count, which flamegraph.pl allows, is rounded).
-fn parse_line(line: &str) -> Option<(&str, u64)> {
+pub(crate) fn parse_line(line: &str) -> Option<(&str, u64)> {
     let (stack, count) = line.trim_end().rsplit_once([' ', '\t'])?;
     let stack = match stack.trim_end() {
         "" => NO_STACK,

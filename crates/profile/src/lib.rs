@@ -3,6 +3,7 @@
 //! collapsed text, perf script text) into collapsed stacks, from which it draws flame graphs,
 //! differential flame graphs, speedscope files and top-function tables.
 
+mod detect;
 mod flame;
 mod folded;
 pub mod jit;
@@ -116,8 +117,41 @@ impl Imported {
 }
 
 /// Reads pprof (gzipped or not), collapsed stacks (FlameGraph, inferno, async-profiler
-/// `-o collapsed`, py-spy `--format raw`) or `perf script` text, telling them apart by content.
+/// `-o collapsed`, py-spy `--format raw`) or `perf script` text, telling them apart by content;
+/// gzip, zip (of one file) and UTF-16 text are unwrapped first, and formats kiln does not read
+/// are refused by name.
 pub fn import(data: &[u8]) -> Result<Imported, ProfileError> {
+    import_nested(data, 0)
+}
+
+/// How many containers deep an input may be (a zip of a gzip ...).
+const MAX_NESTING: usize = 3;
+
+fn import_nested(data: &[u8], depth: usize) -> Result<Imported, ProfileError> {
+    if depth < MAX_NESTING {
+        if let Some((inner, what)) = detect::unwrap(data)? {
+            return import_nested(&inner, depth + 1).map_err(|e| match e {
+                ProfileError::Format(why) => ProfileError::Format(format!("in the {what}: {why}")),
+                other => other,
+            });
+        }
+    }
+    if speedscope::looks_like_speedscope(data) {
+        let (folded, unit) = speedscope::import(data)?;
+        if folded.is_empty() {
+            return Err(ProfileError::Empty);
+        }
+        return Ok(Imported {
+            folded,
+            format: SourceFormat::Speedscope,
+            ignored_lines: 0,
+            value: unit.map(|u| format!("weight/{u}")),
+            samples: None,
+        });
+    }
+    if let Some(what) = detect::not_a_profile(data) {
+        return Err(ProfileError::Format(what));
+    }
     refuse_legacy(data)?;
     if looks_binary(data) {
         match pprof::import(data) {
@@ -131,9 +165,8 @@ pub fn import(data: &[u8]) -> Result<Imported, ProfileError> {
                     samples: None,
                 });
             }
-            // Gzip is never text; anything else that is not pprof may be text with a stray
-            // control byte: read it as text, and say pprof's error only if that fails too.
-            Err(e) if pprof::looks_like_gzip(data) => return Err(e),
+            // anything that is not pprof may be text with a stray control byte: read it as
+            // text, and say pprof's error only if that fails too
             Err(e) => return import_text(data).map_err(|_| e),
         }
     }
@@ -149,6 +182,7 @@ fn import_text(data: &[u8]) -> Result<Imported, ProfileError> {
             text.as_bytes(),
         )?));
     }
+    detect::collapsed_evidence(text)?;
     let (folded, report) = Folded::parse_reader(data)?;
     Ok(Imported::collapsed(folded, report))
 }
@@ -228,7 +262,12 @@ pub fn import_file(path: &Path) -> Result<Imported, ProfileError> {
         .map_err(|e| ProfileError::io(path, e))?
         .to_vec();
     refuse_legacy(&head)?;
-    let text_head = (!looks_binary(&head)).then(|| String::from_utf8_lossy(&head));
+    // containers, and what is refused by name, are read whole
+    let whole = looks_binary(&head)
+        || detect::unwrap_would(&head)
+        || speedscope::looks_like_speedscope(&head)
+        || detect::not_a_profile(&head).is_some();
+    let text_head = (!whole).then(|| String::from_utf8_lossy(&head));
     match text_head.as_deref() {
         None => {
             // pprof is read whole; a binary file larger than this is not a profile.
@@ -249,7 +288,9 @@ pub fn import_file(path: &Path) -> Result<Imported, ProfileError> {
         Some(t) if perf_text::looks_like_perf_script(t) => {
             Ok(Imported::perf_script(perf::read_perf_script(reader)?))
         }
-        Some(_) => {
+        Some(t) => {
+            // the head's last line may be cut at 64 KiB
+            detect::collapsed_evidence(t.rsplit_once('\n').map_or(t.as_ref(), |(whole, _)| whole))?;
             let (folded, report) = Folded::parse_reader(reader)?;
             Ok(Imported::collapsed(folded, report))
         }

@@ -1,11 +1,12 @@
-//! Export to speedscope's file format (https://www.speedscope.app/file-format-schema.json):
-//! one sampled profile whose samples are the distinct stacks weighted by their counts.
+//! speedscope's file format (https://www.speedscope.app/file-format-schema.json): export as
+//! sampled profiles whose samples are the distinct stacks weighted by their counts, and import
+//! of sampled and evented profiles (what speedscope, kiln and other exporters write).
 
 use std::collections::HashMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-use crate::Folded;
+use crate::{Folded, ProfileError};
 
 #[derive(Serialize)]
 struct File<'a> {
@@ -119,6 +120,131 @@ pub fn to_json_profiles(name: &str, profiles: &[WeightedProfile<'_>]) -> String 
     serde_json::to_string(&file).unwrap_or_default()
 }
 
+/// Whether text is a speedscope file: JSON naming speedscope's schema.
+pub fn looks_like_speedscope(head: &[u8]) -> bool {
+    let text = String::from_utf8_lossy(&head[..head.len().min(1 << 16)]);
+    text.trim_start().starts_with('{') && text.contains("speedscope.app/file-format-schema")
+}
+
+#[derive(Deserialize)]
+struct InFile {
+    shared: InShared,
+    profiles: Vec<InProfile>,
+}
+
+#[derive(Deserialize)]
+struct InShared {
+    frames: Vec<InFrame>,
+}
+
+#[derive(Deserialize)]
+struct InFrame {
+    name: String,
+}
+
+#[derive(Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+enum InProfile {
+    Sampled {
+        #[serde(default)]
+        unit: Option<String>,
+        samples: Vec<Vec<usize>>,
+        weights: Vec<f64>,
+    },
+    Evented {
+        #[serde(default)]
+        unit: Option<String>,
+        events: Vec<InEvent>,
+    },
+}
+
+#[derive(Deserialize)]
+struct InEvent {
+    #[serde(rename = "type")]
+    kind: String,
+    frame: usize,
+    at: f64,
+}
+
+/// A speedscope file's profiles, summed into one set of stacks, with the first profile's unit
+/// (pprof's words: `nanoseconds`, `bytes`; None for speedscope's "none"). An evented
+/// profile's stack weighs the time it was open on top; fractional weights are rounded.
+pub fn import(data: &[u8]) -> Result<(Folded, Option<String>), ProfileError> {
+    let bad = |why: String| ProfileError::Format(format!("speedscope: {why}"));
+    let file: InFile = serde_json::from_slice(data).map_err(|e| bad(e.to_string()))?;
+    let frames = &file.shared.frames;
+    let name = |i: usize| -> Result<&str, ProfileError> {
+        frames
+            .get(i)
+            .map(|f| f.name.as_str())
+            .ok_or_else(|| bad(format!("frame {i} is not in its {} frames", frames.len())))
+    };
+    let mut folded = Folded::new();
+    let mut unit = None;
+    let weight = |w: f64| {
+        if w.is_finite() && w > 0.0 {
+            w.round() as u64
+        } else {
+            0
+        }
+    };
+    for profile in &file.profiles {
+        match profile {
+            InProfile::Sampled {
+                unit: u,
+                samples,
+                weights,
+            } => {
+                unit = unit.or_else(|| u.clone());
+                if samples.len() != weights.len() {
+                    return Err(bad(format!(
+                        "{} samples with {} weights",
+                        samples.len(),
+                        weights.len()
+                    )));
+                }
+                for (sample, w) in samples.iter().zip(weights) {
+                    let stack = (sample.iter())
+                        .map(|&i| name(i))
+                        .collect::<Result<Vec<_>, _>>()?;
+                    if !stack.is_empty() {
+                        folded.add(&stack, weight(*w));
+                    }
+                }
+            }
+            InProfile::Evented { unit: u, events } => {
+                unit = unit.or_else(|| u.clone());
+                let mut open: Vec<usize> = Vec::new();
+                let mut last = None::<f64>;
+                for e in events {
+                    if let (Some(t), false) = (last, open.is_empty()) {
+                        let stack = (open.iter())
+                            .map(|&i| name(i))
+                            .collect::<Result<Vec<_>, _>>()?;
+                        folded.add(&stack, weight(e.at - t));
+                    }
+                    last = Some(e.at);
+                    match e.kind.as_str() {
+                        "O" => open.push(e.frame),
+                        "C" => match open.pop() {
+                            Some(f) if f == e.frame => {}
+                            _ => {
+                                return Err(bad(format!(
+                                    "a close of frame {} that is not open on top",
+                                    e.frame
+                                )))
+                            }
+                        },
+                        other => return Err(bad(format!("an event of type {other:?} (O or C)"))),
+                    }
+                }
+            }
+        }
+    }
+    let unit = unit.filter(|u| u != "none");
+    Ok((folded, unit))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -139,6 +265,33 @@ mod tests {
         assert_eq!(p["samples"], serde_json::json!([[0, 1], [0, 2]]));
         assert_eq!(p["weights"], serde_json::json!([3, 2]));
         assert_eq!(p["endValue"], 5);
+    }
+
+    #[test]
+    fn what_kiln_writes_it_reads_back() {
+        let (f, _) = Folded::parse("main;a 3\nmain;b 2\nother 1\n").unwrap();
+        let json = to_json(&f, "t", Some("nanoseconds"));
+        assert!(looks_like_speedscope(json.as_bytes()));
+        let (back, unit) = import(json.as_bytes()).unwrap();
+        assert_eq!(
+            (back.to_text(), unit.as_deref()),
+            (f.to_text(), Some("nanoseconds"))
+        );
+    }
+
+    #[test]
+    fn an_evented_profile_weighs_each_stack_by_its_time_on_top() {
+        let json = r#"{"$schema": "https://www.speedscope.app/file-format-schema.json",
+            "shared": {"frames": [{"name": "main"}, {"name": "work"}]},
+            "profiles": [{"type": "evented", "name": "t", "unit": "milliseconds", "startValue": 0, "endValue": 10,
+              "events": [{"type": "O", "frame": 0, "at": 0}, {"type": "O", "frame": 1, "at": 2},
+                         {"type": "C", "frame": 1, "at": 7}, {"type": "C", "frame": 0, "at": 10}]}]}"#;
+        let (f, unit) = import(json.as_bytes()).unwrap();
+        assert_eq!(f.to_text(), "main 5\nmain;work 5\n");
+        assert_eq!(unit.as_deref(), Some("milliseconds"));
+        let unbalanced = json.replace(r#"{"type": "C", "frame": 1, "at": 7}, "#, "");
+        assert!(import(unbalanced.as_bytes()).is_err());
+        assert!(import(br#"{"shared": {"frames": []}, "profiles": [{"type": "sampled", "samples": [[3]], "weights": [1]}]}"#).is_err());
     }
 
     /// A heap profile's bytes and perf script's nanoseconds were written as unit "none".

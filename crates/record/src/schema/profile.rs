@@ -50,6 +50,7 @@ pub enum SourceFormat {
     Pprof,
     Collapsed,
     PerfScript,
+    Speedscope,
 }
 
 /// What to sample.
