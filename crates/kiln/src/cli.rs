@@ -260,6 +260,11 @@ pub struct ProfileOutput {
     /// Print the summary as JSON on stdout.
     #[arg(long = "json")]
     pub json: bool,
+    /// Which of a pprof profile's sample types to read, by name (`alloc_space`,
+    /// `cpu`) or index, as `go tool pprof -sample_index` (default: the profile's default
+    /// type, else the last).
+    #[arg(long = "sample-index", value_name = "NAME|N")]
+    pub sample_index: Option<String>,
 }
 
 #[derive(Subcommand, Debug)]

@@ -164,8 +164,11 @@ fn say_what_is_taken(session: &ProfileSession, call_graph_given: bool) {
     );
 }
 
-fn read_profile(path: &Path) -> Result<kiln_profile::Imported> {
-    let imported = match kiln_profile::import_file(path) {
+fn read_profile(path: &Path, output: &ProfileOutput) -> Result<kiln_profile::Imported> {
+    let options = kiln_profile::ImportOptions {
+        sample_index: output.sample_index.clone(),
+    };
+    let imported = match kiln_profile::import_file_with(path, &options) {
         Err(kiln_profile::ProfileError::Io { source, .. }) => {
             return Err(source).with_context(|| format!("cannot read {}", path.display()))
         }
@@ -205,7 +208,7 @@ fn file_stem(path: &Path) -> String {
 }
 
 fn import(file: &Path, output: &ProfileOutput) -> Result<u8> {
-    let imported = read_profile(file)?;
+    let imported = read_profile(file, output)?;
     let name = format!("import-{}", file_stem(file));
     let source = ImportSource {
         file: file.to_path_buf(),
@@ -255,8 +258,8 @@ fn import(file: &Path, output: &ProfileOutput) -> Result<u8> {
 }
 
 fn diff(before_path: &Path, after_path: &Path, output: &ProfileOutput) -> Result<u8> {
-    let before = read_profile(before_path)?.folded;
-    let after = read_profile(after_path)?.folded;
+    let before = read_profile(before_path, output)?.folded;
+    let after = read_profile(after_path, output)?.folded;
     let name = format!("diff-{}-{}", file_stem(before_path), file_stem(after_path));
     let mut dir = create_dir(
         output,

@@ -121,16 +121,33 @@ impl Imported {
 /// gzip, zip (of one file) and UTF-16 text are unwrapped first, and formats kiln does not read
 /// are refused by name.
 pub fn import(data: &[u8]) -> Result<Imported, ProfileError> {
-    import_nested(data, 0)
+    import_with(data, &ImportOptions::default())
+}
+
+/// How `import` reads what it is given.
+#[derive(Clone, Debug, Default)]
+pub struct ImportOptions {
+    /// A pprof profile's sample type to read, by name or index (`go tool pprof
+    /// -sample_index`); None: its default type, else the last.
+    pub sample_index: Option<String>,
+}
+
+/// `import` with options.
+pub fn import_with(data: &[u8], options: &ImportOptions) -> Result<Imported, ProfileError> {
+    import_nested(data, options, 0)
 }
 
 /// How many containers deep an input may be (a zip of a gzip ...).
 const MAX_NESTING: usize = 3;
 
-fn import_nested(data: &[u8], depth: usize) -> Result<Imported, ProfileError> {
+fn import_nested(
+    data: &[u8],
+    options: &ImportOptions,
+    depth: usize,
+) -> Result<Imported, ProfileError> {
     if depth < MAX_NESTING {
         if let Some((inner, what)) = detect::unwrap(data)? {
-            return import_nested(&inner, depth + 1).map_err(|e| match e {
+            return import_nested(&inner, options, depth + 1).map_err(|e| match e {
                 ProfileError::Format(why) => ProfileError::Format(format!("in the {what}: {why}")),
                 other => other,
             });
@@ -154,7 +171,7 @@ fn import_nested(data: &[u8], depth: usize) -> Result<Imported, ProfileError> {
     }
     refuse_legacy(data)?;
     if looks_binary(data) {
-        match pprof::import(data) {
+        match pprof::import(data, options.sample_index.as_deref()) {
             Ok(p) => {
                 return Ok(Imported {
                     folded: p.folded,
@@ -254,6 +271,11 @@ fn looks_binary(head: &[u8]) -> bool {
 /// `import` of a file, streaming perf script text and collapsed stacks (files of hundreds of
 /// MB stay out of memory); the format is told from the first 64 KiB.
 pub fn import_file(path: &Path) -> Result<Imported, ProfileError> {
+    import_file_with(path, &ImportOptions::default())
+}
+
+/// `import_file` with options.
+pub fn import_file_with(path: &Path, options: &ImportOptions) -> Result<Imported, ProfileError> {
     use std::io::{BufRead, BufReader, Read};
     let file = std::fs::File::open(path).map_err(|e| ProfileError::io(path, e))?;
     let mut reader = BufReader::with_capacity(1 << 16, file);
@@ -283,7 +305,7 @@ pub fn import_file(path: &Path) -> Result<Imported, ProfileError> {
                     path.display()
                 )));
             }
-            import(&data)
+            import_with(&data, options)
         }
         Some(t) if perf_text::looks_like_perf_script(t) => {
             Ok(Imported::perf_script(perf::read_perf_script(reader)?))

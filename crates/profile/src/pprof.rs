@@ -86,10 +86,10 @@ pub fn looks_like_gzip(data: &[u8]) -> bool {
     data.starts_with(&[0x1f, 0x8b])
 }
 
-/// Reads a pprof profile (gzipped or raw protobuf). Counts are the `samples` value when the
-/// profile has one (CPU profiles from Go have samples/count and cpu/nanoseconds), else its
-/// default sample type, else the first.
-pub fn import(data: &[u8]) -> Result<PprofImport, ProfileError> {
+/// Reads a pprof profile (gzipped or raw protobuf). Counts are the value `sample_index` names,
+/// else the profile's default sample type, else its last (as pprof reads them: a Go CPU
+/// profile's cpu/nanoseconds).
+pub fn import(data: &[u8], sample_index: Option<&str>) -> Result<PprofImport, ProfileError> {
     let raw;
     let bytes = if looks_like_gzip(data) {
         let mut out = Vec::new();
@@ -125,7 +125,10 @@ pub fn import(data: &[u8]) -> Result<PprofImport, ProfileError> {
             "pprof: the profile has no sample types".into(),
         ));
     }
-    let index = chosen_value(&profile, &value_names);
+    let index = match sample_index {
+        Some(asked) => asked_value(asked, &value_names)?,
+        None => chosen_value(&profile, &value_names),
+    };
     let functions: HashMap<u64, &str> = profile
         .function
         .iter()
@@ -141,6 +144,10 @@ pub fn import(data: &[u8]) -> Result<PprofImport, ProfileError> {
             continue;
         }
         frames.clear();
+        if sample.location_id.is_empty() {
+            // pprof keeps a sample with no stack in its totals: a root of its own
+            frames.push(crate::folded::NO_STACK.to_string());
+        }
         // Leaf first in the file; root first in collapsed form.
         for id in sample.location_id.iter().rev() {
             match locations.get(id) {
@@ -174,23 +181,33 @@ pub fn import(data: &[u8]) -> Result<PprofImport, ProfileError> {
 }
 
 /// Which of a profile's values is read, as pprof chooses: the one `default_sample_type` names,
-/// else the last. A CPU profile whose last value is a time beside `samples/count` is read in
-/// samples: the same shares, counted as the profiler took them.
+/// else the last.
 fn chosen_value(profile: &Profile, value_names: &[String]) -> usize {
     let named = profile
         .sample_type
         .iter()
         .position(|t| t.r#type == profile.default_sample_type && t.r#type != 0);
-    if let Some(index) = named {
-        return index;
-    }
-    let last = value_names.len().saturating_sub(1);
-    let time_units = ["/nanoseconds", "/microseconds", "/milliseconds", "/seconds"];
-    let samples = value_names.iter().position(|n| n == "samples/count");
-    match samples {
-        Some(index) if time_units.iter().any(|u| value_names[last].ends_with(u)) => index,
-        _ => last,
-    }
+    named.unwrap_or(value_names.len().saturating_sub(1))
+}
+
+/// `--sample-index`: a type's index, its name (`alloc_space`) or its name and unit
+/// (`alloc_space/bytes`); one the profile has not is said with those it has.
+fn asked_value(asked: &str, value_names: &[String]) -> Result<usize, ProfileError> {
+    let found = match asked.trim().parse::<usize>() {
+        Ok(i) => (i < value_names.len()).then_some(i),
+        Err(_) => value_names
+            .iter()
+            .position(|n| n == asked || n.split_once('/').is_some_and(|(name, _)| name == asked)),
+    };
+    found.ok_or_else(|| {
+        let listed: Vec<String> = (value_names.iter().enumerate())
+            .map(|(i, n)| format!("{i}: {n}"))
+            .collect();
+        ProfileError::Format(format!(
+            "pprof: no sample type {asked:?}; the profile has {}",
+            listed.join(", ")
+        ))
+    })
 }
 
 #[cfg(test)]
@@ -245,7 +262,7 @@ mod tests {
             string_table: strings.iter().map(|s| s.to_string()).collect(),
             default_sample_type: 0,
         };
-        let imported = import(&profile.encode_to_vec()).unwrap();
+        let imported = import(&profile.encode_to_vec(), None).unwrap();
         assert_eq!(imported.value, "inuse_space/bytes");
         assert_eq!(imported.folded.to_text(), "main.keep 1048576\n");
         // a default named in the file wins
@@ -253,7 +270,7 @@ mod tests {
             default_sample_type: 1,
             ..profile
         };
-        let imported = import(&with_default.encode_to_vec()).unwrap();
+        let imported = import(&with_default.encode_to_vec(), None).unwrap();
         assert_eq!(imported.value, "alloc_objects/count");
     }
 
@@ -305,13 +322,38 @@ mod tests {
     }
 
     #[test]
-    fn a_go_like_profile_reads_root_first_with_sample_counts() {
-        let imported = import(&go_like()).unwrap();
-        assert_eq!(imported.value, "samples/count");
+    fn a_go_like_profile_reads_root_first_in_its_last_value_as_pprof_does() {
+        let imported = import(&go_like(), None).unwrap();
+        assert_eq!(imported.value, "cpu/nanoseconds");
         assert_eq!(
             imported.folded.to_text(),
-            "main.main;0x30 3\nmain.main;main.hot 7\n"
+            "main.main;0x30 30000000\nmain.main;main.hot 70000000\n"
         );
+        // -sample_index by name, by name and unit, by number
+        for asked in ["samples", "samples/count", "0"] {
+            let imported = import(&go_like(), Some(asked)).unwrap();
+            assert_eq!(imported.value, "samples/count", "{asked}");
+            assert_eq!(imported.folded.total(), 10);
+        }
+        let e = import(&go_like(), Some("alloc_space"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("0: samples/count, 1: cpu/nanoseconds"), "{e}");
+        assert!(import(&go_like(), Some("2")).is_err());
+    }
+
+    /// A sample with no location (a heap profile's allocations kiln could not unwind) is in
+    /// pprof's totals: it is kept as a root of its own, and the shares stay pprof's.
+    #[test]
+    fn a_sample_without_a_stack_is_kept() {
+        let mut profile = Profile::decode(&go_like()[..]).unwrap();
+        profile.sample.push(Sample {
+            location_id: vec![],
+            value: vec![10, 100_000_000],
+        });
+        let imported = import(&profile.encode_to_vec(), None).unwrap();
+        assert_eq!(imported.folded.total(), 200_000_000);
+        assert!(imported.folded.to_text().contains("[no stack] 100000000"));
     }
 
     #[test]
@@ -319,22 +361,24 @@ mod tests {
         let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
         gz.write_all(&go_like()).unwrap();
         let data = gz.finish().unwrap();
-        assert_eq!(import(&data).unwrap().folded.total(), 10);
+        assert_eq!(import(&data, Some("samples")).unwrap().folded.total(), 10);
     }
 
     #[test]
     fn corrupt_and_truncated_input_is_a_clear_error() {
         let data = go_like();
-        assert!(import(&data[..data.len() / 2]).is_err());
-        let err = import(b"\x1f\x8b not really gzip").unwrap_err().to_string();
+        assert!(import(&data[..data.len() / 2], None).is_err());
+        let err = import(b"\x1f\x8b not really gzip", None)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("gzip"), "{err}");
-        assert!(import(b"").is_err());
+        assert!(import(b"", None).is_err());
     }
 
     proptest! {
         #[test]
         fn any_bytes_import_or_error_without_panic(data in proptest::collection::vec(any::<u8>(), 0..400)) {
-            let _ = import(&data);
+            let _ = import(&data, None);
         }
     }
 }

@@ -289,7 +289,8 @@ fn a_go_pprof_profile_imports_with_its_known_split() {
         0,
     );
     assert_eq!(json["source"]["format"], "pprof");
-    assert_eq!(json["source"]["value"], "samples/count");
+    // pprof's default: the last sample type, the CPU time
+    assert_eq!(json["source"]["value"], "cpu/nanoseconds");
     // inclusive shares: a sample in Go's preemption handler (runtime.asyncPreempt, many on a
     // busy machine) belongs to the function it interrupted; hot and cold do not call each other
     let shares = &json["summary"]["top_total"];
