@@ -20,7 +20,7 @@ pub(crate) struct Header<'a> {
     pub cpu: Option<&'a str>,
     pub time: Option<&'a str>,
     pub period: Option<u64>,
-    /// Without modifiers: `cpu-clock` of `cpu-clock:uhH`.
+    /// Without modifiers: `cpu-clock` of `cpu-clock:uhH`; empty when perf wrote no event.
     pub event: &'a str,
     /// The one frame a header carries when the sample has no call chain.
     pub frame: Option<&'a str>,
@@ -73,7 +73,12 @@ pub(crate) fn parse_header(line: &str) -> Option<Header<'_>> {
     .map(|t| t.trim_end_matches(':'));
     let period = take(&|w| !w.is_empty() && w.bytes().all(|b| b.is_ascii_digit()))
         .and_then(|p| p.parse().ok());
-    let event_word = take(&|w| w.len() > 1 && w.ends_with(':'))?;
+    // `-F` without `event`: no event word, the header ends or its one frame follows
+    let event_word = match take(&|w| w.len() > 1 && w.ends_with(':')) {
+        Some(word) => word,
+        None if rest.is_empty() || is_frame_line(rest) => ":",
+        None => return None,
+    };
     let mut event = &event_word[..event_word.len() - 1];
     if let Some((name, mods)) = event.rsplit_once(':') {
         if is_modifiers(mods) && !name.is_empty() {
@@ -91,6 +96,9 @@ pub(crate) fn parse_header(line: &str) -> Option<Header<'_>> {
         frame,
     })
 }
+
+/// The event a header without one is given, for the collapser, which needs one.
+const UNNAMED_EVENT: &str = "sample";
 
 /// A frame line (`ADDRESS symbol (dso)`), indented or not.
 pub(crate) fn is_frame_line(line: &str) -> bool {
@@ -114,7 +122,11 @@ pub(crate) fn looks_like_perf_script(text: &str) -> bool {
         .iter()
         .filter(|l| !l.trim().is_empty() && !l.starts_with('#'));
     with_frame
-        || (content.clone().count() > 0 && content.clone().all(|l| parse_header(l).is_some()))
+        || (content.clone().count() > 0
+            // (a header without an event, `comm pid`, would be a collapsed line too)
+            && content
+                .clone()
+                .all(|l| parse_header(l).is_some_and(|h| !h.event.is_empty())))
 }
 
 /// What the rewrite saw that the collapser does not say.
@@ -228,7 +240,11 @@ impl<R: BufRead> Canonical<R> {
             canonical.push_str(&p.to_string());
             canonical.push(' ');
         }
-        canonical.push_str(h.event);
+        canonical.push_str(if h.event.is_empty() {
+            UNNAMED_EVENT
+        } else {
+            h.event
+        });
         canonical.push_str(":\n");
         self.out.extend_from_slice(canonical.as_bytes());
         self.in_sample = true;

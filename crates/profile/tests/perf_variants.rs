@@ -19,6 +19,7 @@ fn imported(name: &str) -> kiln_profile::Imported {
 fn every_variant_imports_with_the_reference_collapsers_stacks() {
     for name in [
         "no-time",
+        "no-event",
         "no-indent",
         "no-call-chain",
         "modifiers-and-empty-chain",
