@@ -109,3 +109,15 @@ proptest::proptest! {
         }
     }
 }
+
+/// A pprof sample without a stack stays in the total, as `go tool pprof -top` counts it
+/// (tests/fixtures/pprof/README.md): main.hot is 70% of 10, not 100% of 7.
+#[test]
+fn a_pprof_sample_without_a_stack_is_in_the_total_as_pprof_says() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/pprof/empty-stack.pb");
+    let read = kiln_profile::import_file(&path).unwrap();
+    assert_eq!(read.folded.total(), 10);
+    let hot = read.folded.function_shares()["main.hot"].self_pct;
+    assert!((hot - 70.0).abs() < 1e-9, "{hot}");
+}
