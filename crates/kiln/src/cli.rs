@@ -37,6 +37,10 @@ pub enum Command {
     /// Did a change help? Two recorded runs side by side: each percentile, throughput and
     /// error rate with the change, its 95% interval and a verdict; findings fixed and new.
     Compare(CompareArgs),
+    /// Many runs of one target over time (nightly CI): each run's p50, p99, throughput and
+    /// failures, and the change points among them (E-Divisive means with a permutation test),
+    /// each with the run where the new level starts.
+    History(HistoryArgs),
     /// What hedged requests would do to a recorded run: p99 and p99.9 with a second copy
     /// after a delay, the extra load, and whether the slow requests were independent enough.
     Hedge(HedgeArgs),
@@ -688,6 +692,28 @@ pub struct MergeArgs {
     /// Print the merged summary as JSON on stdout.
     #[arg(long = "json")]
     pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct HistoryArgs {
+    /// Run directories, or directories holding them (searched three levels deep).
+    #[arg(required = true)]
+    pub dirs: Vec<PathBuf>,
+    /// The figures judged (p50_ms, p99_ms, throughput, failed_pct; all by default).
+    #[arg(long = "metric", value_name = "NAME")]
+    pub metrics: Vec<String>,
+    /// A change stands at this permutation p-value or below.
+    #[arg(long = "alpha", default_value_t = 0.01)]
+    pub alpha: f64,
+    /// A change smaller than this share of the level before it is not one (0.1: 10%).
+    #[arg(long = "min-change", default_value_t = 0.1)]
+    pub min_change: f64,
+    /// Print the history as JSON on stdout.
+    #[arg(long = "json")]
+    pub json: bool,
+    /// Exit 99 when any figure changed (a CI gate).
+    #[arg(long = "fail-on-change")]
+    pub fail_on_change: bool,
 }
 
 #[derive(Args, Debug)]

@@ -13,6 +13,7 @@ mod exit;
 mod findings_cmd;
 mod format;
 mod hedge_cmd;
+mod history_cmd;
 mod k8s_cmd;
 mod merge_cmd;
 mod plan_cmd;
@@ -107,6 +108,7 @@ fn main() -> ExitCode {
         Command::Report(args) => report_cmd::run(args),
         Command::Findings(args) => findings_cmd::run(args),
         Command::Compare(args) => compare_cmd::run(args),
+        Command::History(args) => history_cmd::run(args),
         Command::Hedge(args) => hedge_cmd::run(args),
         Command::Merge(args) => merge_cmd::run(args),
         Command::K8s(cli::K8sCommand::Job(args)) => k8s_cmd::job(args),

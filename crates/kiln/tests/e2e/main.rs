@@ -16,6 +16,7 @@ mod grpc;
 mod hardening;
 mod hedge;
 mod hedge_run;
+mod history;
 mod http2;
 mod k8s;
 mod merge;
