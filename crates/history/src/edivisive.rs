@@ -50,6 +50,16 @@ pub struct ChangePoint {
 
 /// The change points of `x`, in order.
 pub fn change_points(x: &[f64], options: &Options) -> Vec<ChangePoint> {
+    change_points_where(x, options, &|_, _| true)
+}
+
+/// `change_points`, a split standing only where `accept` (given the two sides' index ranges)
+/// also says so: what else explains a change (the host's noise) is the caller's to judge.
+pub fn change_points_where(
+    x: &[f64],
+    options: &Options,
+    accept: &dyn Fn(std::ops::Range<usize>, std::ops::Range<usize>) -> bool,
+) -> Vec<ChangePoint> {
     let mut rng = fastrand::Rng::with_seed(options.seed);
     let mut cuts = vec![0, x.len()];
     let mut found = Vec::new();
@@ -71,7 +81,7 @@ pub fn change_points(x: &[f64], options: &Options) -> Vec<ChangePoint> {
         let (before, after) = (&x[a..at], &x[at..b]);
         let (mb, ma) = (mean(before), mean(after));
         let big_enough = (ma - mb).abs() >= options.min_relative * mb.abs().max(f64::MIN_POSITIVE);
-        if p > options.alpha || !big_enough {
+        if p > options.alpha || !big_enough || !accept(a..at, at..b) {
             settled.push((a, b));
             continue;
         }

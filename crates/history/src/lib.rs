@@ -8,10 +8,11 @@ pub mod edivisive;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use kiln_record::schema::noise::{NoiseSecond, NOISE_PART};
 use kiln_record::{Run, RunStatus};
 use serde::Serialize;
 
-pub use edivisive::{change_points, ChangePoint, Options};
+pub use edivisive::{change_points, change_points_where, ChangePoint, Options};
 
 /// The figures a run is summed up by, in the order they are shown.
 pub const METRICS: [&str; 4] = ["p50_ms", "p99_ms", "throughput", "failed_pct"];
@@ -25,6 +26,9 @@ pub struct RunPoint {
     pub status: String,
     /// By [`METRICS`] name.
     pub figures: BTreeMap<String, f64>,
+    /// How late kiln's own noise probe woke, the run's median second (ms): the host's share
+    /// of a latency change.
+    pub host_noise_ms: Option<f64>,
 }
 
 impl RunPoint {
@@ -112,7 +116,26 @@ pub fn history(dirs: &[PathBuf], metrics: &[String], options: &Options) -> Histo
             if values.iter().any(|v| !v.is_finite()) {
                 continue;
             }
-            let found = change_points(&values, options)
+            // a latency change no larger than the change in how late kiln's own noise probe
+            // woke (each side's median run) is the host's, not the target's
+            let noise: Vec<Option<f64>> = judged.iter().map(|r| r.host_noise_ms).collect();
+            let side_noise = |r: std::ops::Range<usize>| {
+                let mut known: Vec<f64> = noise[r].iter().flatten().copied().collect();
+                known.sort_by(f64::total_cmp);
+                known.get(known.len() / 2).copied()
+            };
+            let latency = metric.ends_with("_ms");
+            let accept = |before: std::ops::Range<usize>, after: std::ops::Range<usize>| {
+                if !latency {
+                    return true;
+                }
+                let change = mean(&values[after.clone()]) - mean(&values[before.clone()]);
+                match (side_noise(before), side_noise(after)) {
+                    (Some(nb), Some(na)) => change.abs() > (na - nb).abs(),
+                    _ => true,
+                }
+            };
+            let found = change_points_where(&values, options, &accept)
                 .into_iter()
                 .map(|point| Change {
                     run: judged[point.index].id.clone(),
@@ -129,6 +152,10 @@ pub fn history(dirs: &[PathBuf], metrics: &[String], options: &Options) -> Histo
         });
     }
     out
+}
+
+fn mean(x: &[f64]) -> f64 {
+    x.iter().sum::<f64>() / x.len().max(1) as f64
 }
 
 /// A run's target and headline figures.
@@ -148,6 +175,12 @@ fn read_point(dir: &Path) -> Result<(String, RunPoint), String> {
         figures.insert("throughput".into(), total.throughput());
         figures.insert("failed_pct".into(), 100.0 * total.failed_ratio());
     }
+    let mut late: Vec<f64> = (run.lines::<NoiseSecond>(NOISE_PART).iter())
+        .map(|s| s.probe_late_max_ms)
+        .filter(|v| v.is_finite())
+        .collect();
+    late.sort_by(f64::total_cmp);
+    let host_noise_ms = late.get(late.len() / 2).copied();
     Ok((
         target,
         RunPoint {
@@ -156,6 +189,30 @@ fn read_point(dir: &Path) -> Result<(String, RunPoint), String> {
             started_at: manifest.started_at.clone(),
             status: manifest.status.as_str().to_string(),
             figures,
+            host_noise_ms,
         },
     ))
+}
+
+/// The newest completed run of each target in Bencher Metric Format (bencher.dev's JSON of
+/// benchmark -> measure -> value): `latency` is p50 and `latency-p99` p99 in nanoseconds (its
+/// built-in latency unit), `throughput` requests a second, `failed-percent` the failed share.
+pub fn bencher_metric_format(history: &History) -> serde_json::Value {
+    let mut out = serde_json::Map::new();
+    for series in &history.series {
+        let Some(run) = series.runs.iter().rev().find(|r| r.judged()) else {
+            continue;
+        };
+        let f = |k: &str| run.figures.get(k).copied().unwrap_or(0.0);
+        out.insert(
+            series.target.clone(),
+            serde_json::json!({
+                "latency": {"value": f("p50_ms") * 1e6},
+                "latency-p99": {"value": f("p99_ms") * 1e6},
+                "throughput": {"value": f("throughput")},
+                "failed-percent": {"value": f("failed_pct")},
+            }),
+        );
+    }
+    serde_json::Value::Object(out)
 }

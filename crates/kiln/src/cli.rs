@@ -714,6 +714,9 @@ pub struct HistoryArgs {
     /// Exit 99 when any figure changed (a CI gate).
     #[arg(long = "fail-on-change")]
     pub fail_on_change: bool,
+    /// Write the newest run of each target in Bencher Metric Format (bencher.dev) to FILE.
+    #[arg(long = "bmf", value_name = "FILE")]
+    pub bmf: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]

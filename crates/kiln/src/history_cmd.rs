@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context as _, Result};
 use kiln_history::{History, Options, Series, METRICS};
 
 use crate::cli::HistoryArgs;
@@ -34,6 +34,11 @@ pub fn run(args: HistoryArgs) -> Result<u8> {
         ..Options::default()
     };
     let history = kiln_history::history(&dirs, &metrics, &options);
+    if let Some(file) = &args.bmf {
+        let bmf = kiln_history::bencher_metric_format(&history);
+        std::fs::write(file, serde_json::to_string_pretty(&bmf)?)
+            .with_context(|| format!("cannot write {}", safe_text(&file.display().to_string())))?;
+    }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&history)?);
     } else {

@@ -132,7 +132,7 @@ pub(crate) fn not_a_profile(head: &[u8]) -> Option<String> {
                 .into(),
         );
     }
-    if t.starts_with('{') || t.starts_with('[') {
+    if looks_like_json(t) {
         if t.contains("\"traceEvents\"") || (t.starts_with('[') && t.contains("\"ph\"")) {
             return Some(
                 "a Chrome trace (trace event format): a timeline, not sampled stacks; open it in \
@@ -152,6 +152,21 @@ pub(crate) fn not_a_profile(head: &[u8]) -> Option<String> {
         }
     }
     None
+}
+
+/// Whether text opens as JSON does: an object or an array that reads on to its end or to the
+/// end of the text given (a head cut short). Collapsed stacks with thread names open with `[`
+/// too (`[main tid=1];Main.run 12`), and are not JSON.
+fn looks_like_json(text: &str) -> bool {
+    if !(text.starts_with('{') || text.starts_with('[')) {
+        return false;
+    }
+    let mut values = serde_json::Deserializer::from_str(text).into_iter::<serde::de::IgnoredAny>();
+    match values.next() {
+        Some(Ok(_)) => true,
+        Some(Err(e)) => e.is_eof(),
+        None => false,
+    }
 }
 
 /// Collapsed stacks only on evidence: of the first 100 lines with content, most must be
@@ -187,6 +202,15 @@ pub(crate) fn collapsed_evidence(head: &str) -> Result<(), ProfileError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn json_is_told_from_stacks_that_open_with_a_thread_name() {
+        assert!(looks_like_json(r#"{"traceEvents": []}"#));
+        assert!(looks_like_json(r#"[{"ph": "X"}, {"ph": "#));
+        assert!(!looks_like_json("[main tid=1];Main.run;Main.work 12\n"));
+        assert!(!looks_like_json("[GC Thread#0 tid=5];start_thread 3\n"));
+        assert!(not_a_profile(b"[request-1 tid=7];Thread.run_[j];Shop.handle_[j] 40\n").is_none());
+    }
 
     #[test]
     fn collapsed_needs_its_lines_to_be_collapsed() {

@@ -42,6 +42,17 @@ fn formats_kiln_does_not_read_are_refused_by_name() {
     }
 }
 
+/// async-profiler's collapsed stacks with thread names open with `[`, as JSON does: they are
+/// stacks (a CI run read a wall-clock profile as "JSON of no known format").
+#[test]
+fn stacks_that_open_with_a_thread_name_are_stacks() {
+    let text = b"[request-1 tid=7];Thread.run_[j];Shop.handle_[j] 40\n[GC Thread#0 tid=5];start_thread 3\n";
+    assert_eq!(
+        both(text).unwrap(),
+        "[GC Thread#0 tid=5];start_thread 3\n[request-1 tid=7];Thread.run_[j];Shop.handle_[j] 40\n"
+    );
+}
+
 #[test]
 fn gzip_zip_and_utf16_are_opened_and_read_as_what_they_hold() {
     let collapsed = "main;work 3\nmain;idle 1\n";

@@ -57,7 +57,15 @@ fn twenty_runs_with_a_slower_target_from_the_13th_have_one_change_there_in_laten
     let s = &series[0];
     assert_eq!(s["runs"].as_array().unwrap().len(), 20);
     let p50 = changes(s, "p50_ms");
-    assert_eq!(p50.len(), 1, "{p50:#?}");
+    let figures: Vec<String> = (s["runs"].as_array().unwrap().iter())
+        .map(|r| {
+            format!(
+                "{} p50 {} noise {}",
+                r["id"], r["figures"]["p50_ms"], r["host_noise_ms"]
+            )
+        })
+        .collect();
+    assert_eq!(p50.len(), 1, "{p50:#?}\n{figures:#?}");
     assert!(
         p50[0]["dir"].as_str().unwrap().ends_with("run-13"),
         "{:#}",
