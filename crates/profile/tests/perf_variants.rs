@@ -123,3 +123,23 @@ proptest::proptest! {
         proptest::prop_assert_eq!(under_command, no_frames, "{}", text);
     }
 }
+
+/// The no-call-chain fixture's expected stacks are what inferno's own collapser makes of the
+/// text as perf wrote it (stackcollapse-perf.pl makes nothing of it).
+#[test]
+fn the_no_call_chain_truth_is_inferno_s_own_reading() {
+    use inferno::collapse::Collapse;
+    let raw = std::fs::read(fixture("no-call-chain.txt")).unwrap();
+    let mut out = Vec::new();
+    inferno::collapse::perf::Folder::default()
+        .collapse(&raw[..], &mut out)
+        .unwrap();
+    let mut lines: Vec<String> = String::from_utf8(out)
+        .unwrap()
+        .lines()
+        .map(String::from)
+        .collect();
+    lines.sort();
+    let expected = std::fs::read_to_string(fixture("no-call-chain.collapsed")).unwrap();
+    assert_eq!(lines.join("\n") + "\n", expected);
+}
