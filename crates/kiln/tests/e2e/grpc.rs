@@ -269,6 +269,55 @@ fn hedged_calls_to_a_replica_cut_the_stalls_tail() {
     }
 }
 
+#[test]
+fn shards_of_a_grpc_run_merge_into_the_servers_count() {
+    let _turn = common::beside();
+    let service = test_service(&[]);
+    let url = service.url("UnaryCall");
+    let tmp = tempfile::tempdir().unwrap();
+    let mut shards = Vec::new();
+    for i in 0..2 {
+        let out = tmp.path().join(format!("shard-{i}"));
+        let shard = format!("{i}/2");
+        let args = [
+            "--rate",
+            "100",
+            "-d",
+            "2s",
+            "--shard",
+            &shard,
+            "--out",
+            out.to_str().unwrap(),
+        ];
+        let run = run(&url, &args);
+        shards.push((out, run["total"]["grpc_status"]["OK"].as_u64().unwrap()));
+    }
+    let merged = tmp.path().join("merged");
+    let mut args = vec!["merge".to_string()];
+    args.extend(shards.iter().map(|(dir, _)| dir.display().to_string()));
+    args.extend([
+        "--out".into(),
+        merged.display().to_string(),
+        "--json".into(),
+    ]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let merged = json_with_exit(&kiln(&args), 0);
+    let ok = merged["total"]["grpc_status"]["OK"].as_u64().unwrap();
+    // the shards' calls added, each as the server answered it
+    assert_eq!(
+        ok,
+        shards.iter().map(|(_, n)| n).sum::<u64>(),
+        "{:#}",
+        merged["total"]
+    );
+    // every arrival dealt to a shard answered, or unsent (due in the last moment on a busy
+    // host)
+    let unsent = merged["total"]["unsent"].as_u64().unwrap_or(0);
+    assert_eq!(ok + unsent, 200, "{:#}", merged["total"]);
+    assert!(unsent <= 2, "{:#}", merged["total"]);
+    assert_eq!(service.answered()["UnaryCall OK"], ok);
+}
+
 /// Five messages, each after `gap_us`, as StreamingOutputCall's request asks for them.
 fn five_messages(gap_us: u32) -> String {
     let one = format!(r#"{{"size": 8, "interval_us": {gap_us}}}"#);
