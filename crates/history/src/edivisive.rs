@@ -103,7 +103,7 @@ pub fn change_points_where(
     found
 }
 
-fn mean(x: &[f64]) -> f64 {
+pub(crate) fn mean(x: &[f64]) -> f64 {
     x.iter().sum::<f64>() / x.len().max(1) as f64
 }
 

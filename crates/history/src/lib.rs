@@ -129,7 +129,8 @@ pub fn history(dirs: &[PathBuf], metrics: &[String], options: &Options) -> Histo
                 if !latency {
                     return true;
                 }
-                let change = mean(&values[after.clone()]) - mean(&values[before.clone()]);
+                let change = edivisive::mean(&values[after.clone()])
+                    - edivisive::mean(&values[before.clone()]);
                 match (side_noise(before), side_noise(after)) {
                     (Some(nb), Some(na)) => change.abs() > (na - nb).abs(),
                     _ => true,
@@ -152,10 +153,6 @@ pub fn history(dirs: &[PathBuf], metrics: &[String], options: &Options) -> Histo
         });
     }
     out
-}
-
-fn mean(x: &[f64]) -> f64 {
-    x.iter().sum::<f64>() / x.len().max(1) as f64
 }
 
 /// A run's target and headline figures.

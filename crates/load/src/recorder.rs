@@ -231,12 +231,9 @@ impl WorkerRecorder {
         *s.status.entry(response.status).or_default() += 1;
         if let Some(answer) = &response.grpc {
             *s.grpc.entry(answer.code).or_default() += 1;
+            // a failed call's message (the connection keeps none for OK), the second's first
             if let Some(message) = &answer.message {
-                if answer.code != kiln_record::grpc::GRPC_OK
-                    && !s.grpc_messages.contains_key(&answer.code)
-                {
-                    s.grpc_messages.insert(answer.code, message.to_string());
-                }
+                (s.grpc_messages.entry(answer.code)).or_insert_with(|| message.to_string());
             }
             if let (Some(stream), Some(sent)) = (&mut s.grpc_stream, self.grpc_stream_sent) {
                 stream.calls += 1;

@@ -321,18 +321,27 @@ fn grpc_request(args: &LoadFlags, target: &Target, timeout: Duration) -> Result<
     };
     let call = kiln_grpc::request_body(&method, &json)
         .map_err(|e| RunnerError::Refused(format!("-b: {e}")))?;
-    let header = |name: &str, value: &str| RequestSpec::parse_header(&format!("{name}: {value}"));
+    let mut headers = grpc_headers()?;
+    headers.push(RequestSpec::parse_header(&format!(
+        "grpc-timeout: {}",
+        kiln_grpc::timeout_header(timeout)
+    ))?);
     Ok(RequestSpec {
         method: RequestSpec::parse_method("POST")?,
-        headers: vec![
-            header("content-type", "application/grpc")?,
-            header("te", "trailers")?,
-            header("grpc-timeout", &kiln_grpc::timeout_header(timeout))?,
-        ],
+        headers,
         body: call.body,
         grpc_stream_sent: (method.client_streaming || method.server_streaming)
             .then_some(call.messages),
     })
+}
+
+/// The headers every gRPC call carries: its content type, and `te: trailers` (its status
+/// comes in trailers).
+fn grpc_headers() -> Result<Vec<(http::HeaderName, http::HeaderValue)>> {
+    Ok(vec![
+        RequestSpec::parse_header("content-type: application/grpc")?,
+        RequestSpec::parse_header("te: trailers")?,
+    ])
 }
 
 /// How long the reflection service has to answer.
@@ -348,10 +357,7 @@ fn reflected_descriptors(args: &LoadFlags, target: &Target) -> Result<kiln_grpc:
         );
     };
     // -H's metadata goes with it too: a server may ask for its token on every call
-    let mut headers = vec![
-        RequestSpec::parse_header("content-type: application/grpc")?,
-        RequestSpec::parse_header("te: trailers")?,
-    ];
+    let mut headers = grpc_headers()?;
     for h in &args.headers {
         headers.push(RequestSpec::parse_header(h)?);
     }
