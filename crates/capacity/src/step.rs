@@ -91,6 +91,7 @@ pub fn run_step(
         alloc: false,
         otlp: None,
         gctrace: None,
+        exports: &load.exports,
     };
     let planned = rate.map_or(0, |r| (r * times.measured.as_secs_f64()).round() as u64);
     let mut watch = EarlyEnd {

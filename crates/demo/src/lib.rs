@@ -249,6 +249,7 @@ pub fn run(args: &DemoOptions, stop: &StopSignal) -> Result<Option<Value>> {
         ];
         let spec = RunSpec {
             gctrace: None,
+            exports: &[],
             plan: &plan,
             plan_record: plan.to_record(),
             phases: &phases,

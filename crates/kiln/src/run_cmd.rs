@@ -258,6 +258,7 @@ fn run_load(args: RunArgs, stop: &StopSignal) -> Result<u8> {
         alloc: args.alloc,
         otlp,
         gctrace: spawned.as_ref().map(|s| s.gctrace.clone()),
+        exports: &load.exports,
     };
     let outcome = execute(spec, stop, &mut live)?;
     drop(spawned);

@@ -38,6 +38,8 @@ pub enum RunnerError {
     #[error(transparent)]
     Load(#[from] kiln_load::LoadError),
     #[error(transparent)]
+    Export(#[from] kiln_export::ExportError),
+    #[error(transparent)]
     Plan(#[from] kiln_load::PlanError),
     #[error(transparent)]
     Threshold(#[from] kiln_summary::thresholds::ThresholdError),

@@ -117,6 +117,8 @@ pub struct RunSpec<'a> {
     pub otlp: Option<OtlpSpec<'a>>,
     /// A Go target's GC cycles, when kiln started it (`--spawn`).
     pub gctrace: Option<kiln_runtime::go::GcTraceFeed>,
+    /// `--export`: the receivers each second goes to while the run lasts.
+    pub exports: &'a [kiln_export::ExportTarget],
 }
 
 /// Runs every phase, streaming each second to the run directory.
@@ -136,6 +138,7 @@ pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut dyn Progress) -> Res
         alloc,
         otlp,
         gctrace,
+        exports,
     } = spec;
     // The main process (a pre-fork server's master) for what attaches to one process (a
     // JVM's tools); the runtime is read in a worker, where the requests run.
@@ -154,6 +157,9 @@ pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut dyn Progress) -> Res
         ) => Err(e),
         said => Ok(said?),
     };
+    let shard = plan_record
+        .shard
+        .map(|s| format!("{}/{}", s.index, s.count));
     let mut dir = create_run_dir(&out, name, plan_record.into())?;
     let mut writer = dir.add_json_lines_part(LOAD_SECONDS_PART, "load-seconds.jsonl", 1)?;
     let mut warnings = Vec::new();
@@ -179,6 +185,18 @@ pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut dyn Progress) -> Res
     if let Some(o) = &otlp {
         o.receiver.record_to(dir.path());
     }
+    let exporter = match exports {
+        [] => None,
+        targets => {
+            let labels = kiln_export::RunLabels {
+                run: dir.manifest.id.clone(),
+                plan: Some(name.to_string()),
+                shard,
+            };
+            let started = kiln_export::Exporter::start(targets, &labels);
+            Some(Arc::new(or_fail(&mut dir, started.map_err(Into::into))?))
+        }
+    };
     // kiln's own waits for a CPU, watched or not: the host's noise as the generator felt it
     let noise = NoiseProbe::start({
         let mut writer = dir.add_json_lines_part(NOISE_PART, NOISE_FILE, 1)?;
@@ -191,6 +209,7 @@ pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut dyn Progress) -> Res
             dir.add_json_lines_part(RESOURCES_PART, "resources.jsonl", 1)?,
             target.clone(),
             stop.clone(),
+            exporter.clone(),
         )?),
         None => None,
     };
@@ -298,6 +317,9 @@ pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut dyn Progress) -> Res
             }
             summary.add_second(second);
             live.second(second);
+            if let Some(e) = &exporter {
+                e.load_second(second);
+            }
             if write_error.is_none() {
                 if let Err(e) = writer.write(&LoadRecordLine::Second(Box::new(second.clone()))) {
                     write_error = Some(e);
@@ -314,6 +336,9 @@ pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut dyn Progress) -> Res
             measured_window = Some((from, unix_ns_now()));
         }
         live.end_phase(&end);
+        if let Some(e) = &exporter {
+            e.phase_end(&end);
+        }
         let wrote = writer.write(&LoadRecordLine::PhaseEnd(end.clone()));
         or_fail(&mut dir, wrote.map_err(Into::into))?;
         summary.set_end(&end);
@@ -338,6 +363,10 @@ pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut dyn Progress) -> Res
             .sum(),
     });
     let resources = watcher.map(ResourceWatcher::finish).unwrap_or_default();
+    // the sampler's thread has ended: the exporter is this thread's alone again
+    if let Some(e) = exporter.and_then(|e| Arc::try_unwrap(e).ok()) {
+        finish_exports(e, &mut dir, &mut warnings);
+    }
     let noise = noise.finish();
     let runtime = runtime_watcher.map(|w| w.finish(&mut dir, &mut warnings));
     let (mut alloc_profile, mut locks, mut wall) = (None, None, None);
@@ -418,6 +447,30 @@ pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut dyn Progress) -> Res
         findings,
         warnings,
     })
+}
+
+/// Waits a moment for the receivers to take the last seconds, records what each got and
+/// says what any of them missed.
+fn finish_exports(exporter: kiln_export::Exporter, dir: &mut RunDir, warnings: &mut Vec<String>) {
+    use kiln_record::schema::export::{EXPORTS_FILE, EXPORTS_PART};
+    let record = exporter.finish();
+    for e in &record.exports {
+        if e.seconds_dropped > 0 {
+            let why = e.last_error.as_deref().unwrap_or("no answer in time");
+            warnings.push(format!(
+                "--export {}: {} of {} seconds did not reach it (last: {why})",
+                e.url,
+                e.seconds_dropped,
+                e.seconds_dropped + e.seconds_sent
+            ));
+        }
+    }
+    let written = serde_json::to_vec_pretty(&record)
+        .map_err(crate::RunnerError::from)
+        .and_then(|json| Ok(dir.write_file_part(EXPORTS_PART, EXPORTS_FILE, 1, &json)?));
+    if let Err(e) = written {
+        warnings.push(format!("the exports' account was not recorded: {e:#}"));
+    }
 }
 
 /// Waits for the last spans, stops the receiver and writes the DB-call analysis.
@@ -617,6 +670,7 @@ impl ResourceWatcher {
         mut writer: JsonLinesWriter,
         target: TargetProcesses,
         load: StopSignal,
+        exporter: Option<Arc<kiln_export::Exporter>>,
     ) -> Result<Self> {
         let done = Arc::new(AtomicBool::new(false));
         let flag = done.clone();
@@ -633,6 +687,9 @@ impl ResourceWatcher {
                 };
                 let ended = sampler.run_every(Duration::from_secs(1), None, &stop, &mut |s| {
                     let _ = writer.write(&s);
+                    if let Some(e) = &exporter {
+                        e.resource_second(&s);
+                    }
                     if let (Some(p), Ok(mut series)) = (&s.process, compiler.lock()) {
                         series.push(
                             p.cpu_by_thread_group

@@ -277,6 +277,14 @@ pub struct LoadFlags {
     /// Any failure exits with 99.
     #[arg(help_heading = "Plans and CI", long = "threshold")]
     pub thresholds: Vec<String>,
+
+    /// Send the run's metrics each second while it lasts (repeatable):
+    /// 'prometheus=URL' (remote write 1.0, native histograms; Prometheus takes it at
+    /// http://HOST:9090/api/v1/write with --web.enable-remote-write-receiver), or
+    /// 'prometheus=URL,classic' for a receiver without native histograms. A receiver that is
+    /// down or slow never slows the run: what it missed is counted and said at the end.
+    #[arg(help_heading = "Export", long = "export", value_name = "KIND=URL")]
+    pub exports: Vec<String>,
 }
 
 /// The largest request body kiln sends (each connection holds the encoded request).
@@ -969,11 +977,17 @@ pub struct Load {
     pub default_name: String,
     /// What was changed to make the plan fit, to be said.
     pub notes: Vec<String>,
+    /// `--export`'s receivers.
+    pub exports: Vec<kiln_export::ExportTarget>,
 }
 
 impl LoadFlags {
     /// The plan and its phases; with `--barrier`, once every shard is ready (this waits).
     pub fn prepare(&self) -> Result<Load> {
+        // a receiver that cannot be reached by name is said before anything waits
+        let exports = (self.exports.iter())
+            .map(|e| kiln_export::ExportTarget::parse(e))
+            .collect::<std::result::Result<Vec<_>, _>>()?;
         let built = build(self)?;
         let plan = built.load;
         let start = start_at(self, plan.shard)?;
@@ -1020,6 +1034,7 @@ impl LoadFlags {
             warmup_auto: built.warmup_auto,
             default_name,
             notes: built.notes,
+            exports,
         })
     }
 

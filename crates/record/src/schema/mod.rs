@@ -2,6 +2,7 @@
 //! deserializes them, so a field is named once and the compiler finds every use.
 
 pub mod capacity;
+pub mod export;
 pub mod noise;
 pub mod plan;
 pub mod profile;
