@@ -2,7 +2,7 @@
 # The whole test suite, runnable on a fresh Debian machine: installs what the tests need
 # (nginx for the real-server test, perf for the profiler, a JDK, Node.js and Go for the profiles
 # of other runtimes, PostgreSQL, Chromium and a Python environment for the query analyzer,
-# nftables for a lossy loopback),
+# nftables for a lossy loopback, Prometheus for the metrics export),
 # then format, lint and every test of the workspace.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,6 +27,8 @@ command -v ip >/dev/null 2>&1 || missing+=(iproute2)
 # the terminal test: kiln on a terminal of 80 and 200 columns
 command -v tmux >/dev/null 2>&1 || missing+=(tmux)
 command -v nft >/dev/null 2>&1 || missing+=(nftables)
+# --export's tests: a real Prometheus taking remote write (its default service not started)
+command -v prometheus >/dev/null 2>&1 || missing+=(prometheus)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "test.sh: installing ${missing[*]}"
   # policy-rc.d 101: install the package without starting its default service.

@@ -11,6 +11,7 @@ mod cli;
 mod compare;
 mod demo;
 mod doctor;
+mod export;
 mod findings;
 mod grpc;
 mod hardening;

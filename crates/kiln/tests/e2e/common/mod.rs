@@ -205,6 +205,7 @@ pub fn profile_pid(pid: u32, out: &Path, args: &[&str]) -> Value {
     json_with_exit(&kiln(&all), 0)
 }
 pub mod apps;
+pub mod prometheus;
 
 /// Turns on the machine, so that one binary keeps what separate binaries gave: a test that
 /// measures time or shares of CPU never runs beside a test of another kind.

@@ -1,0 +1,242 @@
+//! `--export`: a run's metrics in a real Prometheus while it lasts, equal to kiln's own
+//! record; a receiver that is down or never answers costs the run nothing.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::common::prometheus::Prometheus;
+use crate::common::{self, json_with_exit, kiln};
+
+/// A target that answers in 1 ms but stalls 100 ms each second: a p99 near 90 ms that
+/// a histogram must place right.
+fn stalling_each_second() -> kiln_targets::TargetServer {
+    kiln_targets::TargetServer::start(kiln_targets::Behavior {
+        service_time: Duration::from_millis(1),
+        stall: Some(kiln_targets::Stall {
+            every: Duration::from_secs(1),
+            length: Duration::from_millis(100),
+        }),
+        ..Default::default()
+    })
+    .expect("the target starts")
+}
+
+fn run_exported(url: &str, out: &Path, rate: &str, seconds: &str, export: &str) -> Value {
+    let args = [
+        "run",
+        url,
+        "--rate",
+        rate,
+        "-d",
+        seconds,
+        "--export",
+        export,
+        "--out",
+        out.to_str().unwrap(),
+        "--json",
+    ];
+    json_with_exit(&kiln(&args), 0)
+}
+
+fn exports_json(out: &Path) -> Value {
+    let text = std::fs::read_to_string(out.join("exports.json")).expect("exports.json");
+    serde_json::from_str(&text).unwrap()
+}
+
+/// The issue's "done when": 20 s at 500/s into Prometheus leave a counter that sums to
+/// kiln's count and grows each second, and a native histogram whose p99 is kiln's.
+#[test]
+fn a_run_in_prometheus_counts_what_kiln_counted_each_second_and_its_p99_is_kilns() {
+    let _turn = common::beside();
+    let tmp = tempfile::tempdir().unwrap();
+    let prometheus = Prometheus::start(tmp.path());
+    let target = stalling_each_second();
+    let out = tmp.path().join("exported-run");
+    let export = format!("prometheus={}", prometheus.write_url());
+    let run = run_exported(&target.url("/"), &out, "500", "20s", &export);
+    let total = &run["total"];
+    let requests = total["requests"].as_u64().unwrap();
+    assert!(requests > 9_000, "{total:#}");
+    let of_run = r#"{run="exported-run"}"#;
+
+    // the counter, over its statuses, is kiln's count
+    let counted = prometheus.number(&format!("sum(kiln_requests_total{of_run})"));
+    assert_eq!(counted as u64, requests, "{total:#}");
+    // ... and it arrived every second: its raw samples, a second apart, each one higher
+    let samples = prometheus.query(r#"kiln_requests_total{run="exported-run",status="200"}[10m]"#);
+    let values = samples[0]["values"].as_array().unwrap();
+    let points: Vec<(f64, f64)> = values
+        .iter()
+        .map(|v| {
+            (
+                v[0].as_f64().unwrap(),
+                v[1].as_str().unwrap().parse().unwrap(),
+            )
+        })
+        .collect();
+    // the zero a second before the first second, then each of the 20
+    assert!(points.len() >= 21, "{points:?}");
+    assert_eq!(points[0].1, 0.0);
+    for pair in points.windows(2) {
+        let gap = pair[1].0 - pair[0].0;
+        assert!((0.9..=1.1).contains(&gap), "{pair:?}");
+        assert!(pair[1].1 > pair[0].1, "{pair:?}");
+    }
+
+    // the native histogram holds every request, and its p99 is kiln's within its buckets'
+    // width (0.27%; the issue asks 15%)
+    let histogram_count = prometheus.number(&format!(
+        "histogram_count(kiln_request_duration_seconds{of_run})"
+    ));
+    assert_eq!(histogram_count as u64, requests);
+    let p99 = prometheus.number(&format!(
+        "histogram_quantile(0.99, kiln_request_duration_seconds{of_run})"
+    ));
+    let kiln_p99 = total["latency"]["p99_us"].as_f64().unwrap() / 1e6;
+    assert!(kiln_p99 > 0.05, "the stalls make the tail: {total:#}");
+    assert!(
+        (p99 - kiln_p99).abs() / kiln_p99 < 0.01,
+        "Prometheus {p99} s, kiln {kiln_p99} s"
+    );
+    // the mean from the histogram's sum
+    let mean = prometheus.number(&format!(
+        "histogram_sum(kiln_request_duration_seconds{of_run}) / histogram_count(kiln_request_duration_seconds{of_run})"
+    ));
+    let kiln_mean = total["latency"]["mean_us"].as_f64().unwrap() / 1e6;
+    assert!(
+        (mean - kiln_mean).abs() / kiln_mean < 0.01,
+        "{mean} vs {kiln_mean}"
+    );
+
+    // the series carry the run's labels; the account says every second arrived
+    let labels = &prometheus.query(&format!("kiln_requests_sent_total{of_run}"))[0]["metric"];
+    assert_eq!(labels["job"], "kiln");
+    assert_eq!(labels["phase"], "run");
+    let account = &exports_json(&out)["exports"][0];
+    assert_eq!(account["seconds_dropped"], 0, "{account:#}");
+    assert!(
+        account["seconds_sent"].as_u64().unwrap() >= 21,
+        "{account:#}"
+    );
+    assert_eq!(account["url"], prometheus.write_url());
+}
+
+/// Classic buckets for a receiver without native histograms: the counts are exact at each
+/// bound, so the p99 Prometheus interpolates lies in the bucket that holds kiln's.
+#[test]
+fn classic_buckets_count_every_request_and_bracket_kilns_p99() {
+    let _turn = common::beside();
+    let tmp = tempfile::tempdir().unwrap();
+    let prometheus = Prometheus::start(tmp.path());
+    let target = stalling_each_second();
+    let out = tmp.path().join("classic-run");
+    let export = format!("prometheus={},classic", prometheus.write_url());
+    let run = run_exported(&target.url("/"), &out, "200", "5s", &export);
+    let total = &run["total"];
+    let requests = total["requests"].as_u64().unwrap();
+    let of_run = r#"run="classic-run""#;
+    let count = prometheus.number(&format!("kiln_request_duration_seconds_count{{{of_run}}}"));
+    assert_eq!(count as u64, requests);
+    let inf = prometheus.number(&format!(
+        r#"kiln_request_duration_seconds_bucket{{{of_run},le="+Inf"}}"#
+    ));
+    assert_eq!(inf as u64, requests);
+    let buckets = prometheus.query(&format!("kiln_request_duration_seconds_bucket{{{of_run}}}"));
+    let mut bounds: Vec<(f64, f64)> = buckets
+        .iter()
+        .filter_map(|b| {
+            let le: f64 = b["metric"]["le"].as_str()?.parse().ok()?;
+            let n: f64 = b["value"][1].as_str()?.parse().ok()?;
+            Some((le, n))
+        })
+        .collect();
+    bounds.sort_by(|a, b| a.0.total_cmp(&b.0));
+    // cumulative: never falling
+    assert!(bounds.windows(2).all(|w| w[0].1 <= w[1].1), "{bounds:?}");
+    let kiln_p99 = total["latency"]["p99_us"].as_f64().unwrap() / 1e6;
+    let above = bounds.iter().position(|(le, _)| *le >= kiln_p99).unwrap();
+    let (lower, upper) = (bounds[above.saturating_sub(1)].0, bounds[above].0);
+    let p99 = prometheus.number(&format!(
+        "histogram_quantile(0.99, sum by (le) (kiln_request_duration_seconds_bucket{{{of_run}}}))"
+    ));
+    assert!(
+        lower * 0.999 <= p99 && p99 <= upper * 1.001,
+        "Prometheus {p99} s outside ({lower}, {upper}] holding kiln's {kiln_p99} s"
+    );
+}
+
+/// A receiver that refuses connections and one that accepts and never answers: the run
+/// sends its schedule as without them, ends within a few seconds of its duration, and says
+/// what did not arrive.
+#[test]
+fn a_receiver_down_or_silent_costs_the_run_nothing_and_is_said() {
+    let _turn = common::beside();
+    let tmp = tempfile::tempdir().unwrap();
+    let target = kiln_targets::TargetServer::start(kiln_targets::Behavior::default()).unwrap();
+    // nothing listens on a port just freed; a listener that never accepts past its backlog
+    let down = common::apps::free_port();
+    let (_silent, silent_addr) = kiln_targets::idle_listener(64);
+    for (name, url) in [
+        ("down", format!("http://127.0.0.1:{down}/api/v1/write")),
+        ("silent", format!("http://{silent_addr}/api/v1/write")),
+    ] {
+        let out = tmp.path().join(name);
+        let started = Instant::now();
+        let args = [
+            "run",
+            &target.url("/"),
+            "--rate",
+            "200",
+            "-d",
+            "3s",
+            "--export",
+            &format!("prometheus={url}"),
+            "--out",
+            out.to_str().unwrap(),
+            "--json",
+        ];
+        let output = kiln(&args);
+        let took = started.elapsed();
+        let run = json_with_exit(&output, 0);
+        let total = &run["total"];
+        // every arrival of the schedule sent, none left unsent
+        assert_eq!(total["sent"], 600, "{name}: {total:#}");
+        assert_eq!(total["unsent"], 0, "{name}: {total:#}");
+        // the end waits 3 s at most for the receiver
+        assert!(took < Duration::from_secs(12), "{name}: {took:?}");
+        let account = &exports_json(&out)["exports"][0];
+        assert_eq!(account["seconds_sent"], 0, "{name}: {account:#}");
+        assert!(
+            account["seconds_dropped"].as_u64().unwrap() >= 3,
+            "{name}: {account:#}"
+        );
+        assert!(account["last_error"].is_string(), "{name}: {account:#}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            stderr.contains("seconds did not reach it"),
+            "{name}: {stderr}"
+        );
+    }
+}
+
+#[test]
+fn a_bad_export_is_refused_before_the_run_with_its_form() {
+    let _turn = common::beside();
+    for (bad, says) in [
+        ("http://127.0.0.1:9/api/v1/write", "prometheus=URL"),
+        ("influxdb=http://127.0.0.1:9/", "prometheus=URL"),
+        ("prometheus=grpc://127.0.0.1:9/x.Y/Z", "http:// or https://"),
+        (
+            "prometheus=http://no-such-host.invalid/api/v1/write",
+            "no-such-host.invalid",
+        ),
+    ] {
+        let out = kiln(&["run", "http://127.0.0.1:9/", "-d", "1s", "--export", bad]);
+        assert!(!out.status.success(), "{bad}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(says), "{bad}: {stderr}");
+        assert!(stderr.lines().count() <= 2, "{bad}: {stderr}");
+    }
+}
