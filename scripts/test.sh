@@ -60,6 +60,9 @@ setup_log="$(mktemp)"
   # grpc-go's interop service with reflection, the gRPC tests' second server (its modules
   # from the Go module proxy)
   (cd tests/apps/go_grpc && go build -o ../../../target/go-build-cache/go_grpc .)
+  # an OpenTelemetry Collector (OTLP receiver, remote-write exporter) for --export otlp's
+  # test: ~140 CPU-s on a fresh machine, while the workspace compiles
+  (cd tests/apps/otelcol && go build -o ../../../target/go-build-cache/otelcol .)
   cd tools/kiln-go-trace && go build -o ../../target/debug/kiln-go-trace .
 ) >"$setup_log" 2>&1 &
 setup_pid=$!

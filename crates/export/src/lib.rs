@@ -8,6 +8,7 @@
 
 pub mod histogram;
 pub mod metrics;
+pub mod otlp;
 pub mod remote_write;
 pub mod sender;
 
@@ -27,7 +28,7 @@ use sender::{Outcome, Sender, Writer};
 /// A receiver that cannot be used, said before the run starts.
 #[derive(Debug, thiserror::Error)]
 pub enum ExportError {
-    #[error("--export {0:?}: write prometheus=URL (remote write, e.g. http://localhost:9090/api/v1/write), or prometheus=URL,classic for a receiver without native histograms")]
+    #[error("--export {0:?}: write prometheus=URL (remote write, e.g. http://localhost:9090/api/v1/write), prometheus=URL,classic for a receiver without native histograms, or otlp=URL (OTLP/HTTP, e.g. http://localhost:4318)")]
     Form(String),
     #[error("--export {text:?}: {why}")]
     Url { text: String, why: String },
@@ -40,6 +41,17 @@ pub enum ExportError {
 pub enum Protocol {
     /// Prometheus remote write 1.0.
     Prometheus,
+    /// OTLP/HTTP metrics, protobuf.
+    Otlp,
+}
+
+impl Protocol {
+    fn name(self) -> &'static str {
+        match self {
+            Protocol::Prometheus => "prometheus",
+            Protocol::Otlp => "otlp",
+        }
+    }
 }
 
 /// One `--export KIND=URL[,classic]`.
@@ -58,10 +70,11 @@ impl ExportTarget {
         let (kind, rest) = text.split_once('=').ok_or_else(form)?;
         let protocol = match kind.trim() {
             "prometheus" | "prometheus-remote-write" => Protocol::Prometheus,
+            "otlp" => Protocol::Otlp,
             _ => return Err(form()),
         };
-        let (url, classic) = match rest.rsplit_once(',') {
-            Some((url, "classic")) => (url, true),
+        let (url, classic) = match (protocol, rest.rsplit_once(',')) {
+            (Protocol::Prometheus, Some((url, "classic"))) => (url, true),
             _ => (rest, false),
         };
         let bad_url = |why: String| ExportError::Url {
@@ -71,6 +84,12 @@ impl ExportTarget {
         let target = Target::parse(url).map_err(|e| bad_url(e.to_string()))?;
         if target.grpc {
             return Err(bad_url("a receiver's URL is http:// or https://".into()));
+        }
+        let mut target = target;
+        // an OTLP endpoint given as its base (as OTEL_EXPORTER_OTLP_ENDPOINT is): the metrics
+        // path added, as the SDKs add it
+        if protocol == Protocol::Otlp && target.path_and_query == "/" {
+            target.path_and_query = "/v1/metrics".into();
         }
         Ok(Self {
             protocol,
@@ -103,16 +122,22 @@ impl Exporter {
         let mut senders = Vec::new();
         for t in targets {
             let account = ExportRecord {
-                kind: "prometheus".into(),
+                kind: t.protocol.name().into(),
                 url: t.shown_url(),
                 classic: t.classic,
                 ..ExportRecord::default()
             };
-            let writer = RemoteWrite {
-                target: t.target.clone(),
-                encoder: remote_write::Encoder::new(t.classic),
+            let writer: Box<dyn Writer> = match t.protocol {
+                Protocol::Prometheus => Box::new(RemoteWrite {
+                    target: t.target.clone(),
+                    encoder: remote_write::Encoder::new(t.classic),
+                }),
+                Protocol::Otlp => Box::new(OtlpWrite {
+                    target: t.target.clone(),
+                    encoder: otlp::Encoder::default(),
+                }),
             };
-            senders.push(Sender::start(account, Box::new(writer))?);
+            senders.push(Sender::start(account, writer)?);
         }
         Ok(Self {
             metrics: Mutex::new(RunMetrics::new(labels)),
@@ -168,8 +193,7 @@ impl Exporter {
     }
 }
 
-/// A Prometheus remote-write receiver, over kiln's own HTTP connections (TLS, the URL's
-/// user and password as Basic auth).
+/// A Prometheus remote-write receiver.
 struct RemoteWrite {
     target: Target,
     encoder: remote_write::Encoder,
@@ -182,50 +206,81 @@ impl Writer for RemoteWrite {
     }
 
     fn send(&mut self, body: &[u8], timeout: Duration) -> Outcome {
-        let value = http::HeaderValue::from_static;
-        let mut headers = vec![
-            (http::header::CONTENT_TYPE, value("application/x-protobuf")),
-            (http::header::CONTENT_ENCODING, value("snappy")),
-            (
-                http::header::USER_AGENT,
-                value(concat!("kiln/", env!("CARGO_PKG_VERSION"))),
-            ),
+        let headers = [
+            (http::header::CONTENT_ENCODING, "snappy"),
             (
                 http::HeaderName::from_static("x-prometheus-remote-write-version"),
-                value("0.1.0"),
+                "0.1.0",
             ),
         ];
-        if let Some(auth) = &self.target.basic_auth {
-            headers.push((http::header::AUTHORIZATION, auth.clone()));
-        }
-        let request = RequestParts {
-            method: http::Method::POST,
-            path: self.target.path_and_query.clone(),
-            headers,
-            body: bytes::Bytes::copy_from_slice(body),
-        };
-        let answer = kiln_load::single::exchange(
-            &self.target,
-            false,
-            false,
-            CONNECT_TIMEOUT.min(timeout),
-            timeout,
-            &request,
-        );
-        match answer {
-            Ok((response, _)) if (200..300).contains(&response.status) => Outcome::Accepted,
-            Ok((response, captured)) => {
-                let said = String::from_utf8_lossy(&captured.body);
-                let said: String = said.trim().chars().take(200).collect();
-                let why = format!("HTTP {}: {said}", response.status);
-                if response.status == 429 || response.status >= 500 {
-                    Outcome::Retry(why)
-                } else {
-                    Outcome::Refused(why)
-                }
+        post(&self.target, &headers, body, timeout)
+    }
+}
+
+/// An OTLP/HTTP receiver (the Collector, or a backend's OTLP endpoint).
+struct OtlpWrite {
+    target: Target,
+    encoder: otlp::Encoder,
+}
+
+impl Writer for OtlpWrite {
+    fn encode(&mut self, batches: &[Arc<Batch>]) -> (Vec<u8>, u64) {
+        self.encoder.encode(batches)
+    }
+
+    fn send(&mut self, body: &[u8], timeout: Duration) -> Outcome {
+        post(&self.target, &[], body, timeout)
+    }
+}
+
+/// POSTs a protobuf body on a connection of its own (TLS, the URL's user and password as
+/// Basic auth), within `timeout`: accepted on 2xx, tried again on no answer, 429 or 5xx
+/// (as the remote-write and OTLP specifications ask), refused on any other status.
+fn post(
+    target: &Target,
+    extra: &[(http::HeaderName, &'static str)],
+    body: &[u8],
+    timeout: Duration,
+) -> Outcome {
+    let value = http::HeaderValue::from_static;
+    let mut headers = vec![
+        (http::header::CONTENT_TYPE, value("application/x-protobuf")),
+        (
+            http::header::USER_AGENT,
+            value(concat!("kiln/", env!("CARGO_PKG_VERSION"))),
+        ),
+    ];
+    headers.extend(extra.iter().map(|(k, v)| (k.clone(), value(v))));
+    if let Some(auth) = &target.basic_auth {
+        headers.push((http::header::AUTHORIZATION, auth.clone()));
+    }
+    let request = RequestParts {
+        method: http::Method::POST,
+        path: target.path_and_query.clone(),
+        headers,
+        body: bytes::Bytes::copy_from_slice(body),
+    };
+    let answer = kiln_load::single::exchange(
+        target,
+        false,
+        false,
+        CONNECT_TIMEOUT.min(timeout),
+        timeout,
+        &request,
+    );
+    match answer {
+        Ok((response, _)) if (200..300).contains(&response.status) => Outcome::Accepted,
+        Ok((response, captured)) => {
+            let said = String::from_utf8_lossy(&captured.body);
+            let said: String = said.trim().chars().take(200).collect();
+            let why = format!("HTTP {}: {said}", response.status);
+            if response.status == 429 || response.status >= 500 {
+                Outcome::Retry(why)
+            } else {
+                Outcome::Refused(why)
             }
-            Err(kind) => Outcome::Retry(kind.label().to_string()),
         }
+        Err(kind) => Outcome::Retry(kind.label().to_string()),
     }
 }
 

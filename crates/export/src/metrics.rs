@@ -20,89 +20,107 @@ pub enum Kind {
 /// A metric's name, meaning and unit, stated once for every receiver.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Family {
+    /// The Prometheus name.
     pub name: &'static str,
+    /// The OpenTelemetry name: what the Collector's Prometheus exporters turn back into
+    /// `name` (dots to underscores, the unit and `_total` added), so that one dashboard
+    /// reads either path.
+    pub otlp: &'static str,
     pub help: &'static str,
-    /// UCUM, as OpenTelemetry writes units ("s", "By", "1").
+    /// UCUM, as OpenTelemetry writes units ("s", "By"; none for counts).
     pub unit: &'static str,
     pub kind: Kind,
 }
 
 pub const REQUESTS: Family = Family {
     name: "kiln_requests_total",
+    otlp: "kiln.requests",
     help: "Requests that ended, by status: the HTTP status, or why no response came (timeout, connect_refused, reset, ...)",
-    unit: "1",
+    unit: "",
     kind: Kind::Counter,
 };
 pub const DURATION: Family = Family {
     name: "kiln_request_duration_seconds",
+    otlp: "kiln.request.duration",
     help: "Latency of the requests that ended: from the intended send in an open model (no coordinated omission), from the send in a closed one",
     unit: "s",
     kind: Kind::Histogram,
 };
 pub const SCHEDULED: Family = Family {
     name: "kiln_requests_scheduled_total",
+    otlp: "kiln.requests.scheduled",
     help: "Open model: arrivals the schedule asked for",
-    unit: "1",
+    unit: "",
     kind: Kind::Counter,
 };
 pub const SENT: Family = Family {
     name: "kiln_requests_sent_total",
+    otlp: "kiln.requests.sent",
     help: "Requests sent",
-    unit: "1",
+    unit: "",
     kind: Kind::Counter,
 };
 pub const UNSENT: Family = Family {
     name: "kiln_requests_unsent_total",
+    otlp: "kiln.requests.unsent",
     help: "Arrivals never sent (every connection busy at the cap, or the phase ended first), counted when their phase ends",
-    unit: "1",
+    unit: "",
     kind: Kind::Counter,
 };
 pub const CUT_OFF: Family = Family {
     name: "kiln_requests_cut_off_total",
+    otlp: "kiln.requests.cut_off",
     help: "Requests still in flight or still connecting when their phase ended, counted then",
-    unit: "1",
+    unit: "",
     kind: Kind::Counter,
 };
 pub const GRPC_CALLS: Family = Family {
     name: "kiln_grpc_calls_total",
+    otlp: "kiln.grpc.calls",
     help: "gRPC calls answered, by grpc-status",
-    unit: "1",
+    unit: "",
     kind: Kind::Counter,
 };
 pub const CONNECTIONS: Family = Family {
     name: "kiln_open_connections",
+    otlp: "kiln.open_connections",
     help: "Connections open to the target at the end of the second",
-    unit: "1",
+    unit: "",
     kind: Kind::Gauge,
 };
 pub const KILN_CPU: Family = Family {
     name: "kiln_process_cpu_seconds_total",
+    otlp: "kiln.process.cpu",
     help: "CPU time kiln itself used since the run began (user and system)",
     unit: "s",
     kind: Kind::Counter,
 };
 pub const TARGET_CPU: Family = Family {
     name: "kiln_target_cpu_seconds_total",
+    otlp: "kiln.target.cpu",
     help: "CPU time the watched target used (every process serving the port), by mode",
     unit: "s",
     kind: Kind::Counter,
 };
 pub const TARGET_CPU_WAIT: Family = Family {
     name: "kiln_target_cpu_wait_seconds_total",
+    otlp: "kiln.target.cpu_wait",
     help: "Time the target's threads waited in the run queue for a CPU (schedstat)",
     unit: "s",
     kind: Kind::Counter,
 };
 pub const TARGET_RSS: Family = Family {
     name: "kiln_target_resident_memory_bytes",
+    otlp: "kiln.target.resident_memory",
     help: "Resident memory of the watched target",
     unit: "By",
     kind: Kind::Gauge,
 };
 pub const TARGET_THREADS: Family = Family {
     name: "kiln_target_threads",
+    otlp: "kiln.target.threads",
     help: "Threads of the watched target",
-    unit: "1",
+    unit: "",
     kind: Kind::Gauge,
 };
 

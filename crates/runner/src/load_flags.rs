@@ -281,8 +281,10 @@ pub struct LoadFlags {
     /// Send the run's metrics each second while it lasts (repeatable):
     /// 'prometheus=URL' (remote write 1.0, native histograms; Prometheus takes it at
     /// http://HOST:9090/api/v1/write with --web.enable-remote-write-receiver), or
-    /// 'prometheus=URL,classic' for a receiver without native histograms. A receiver that is
-    /// down or slow never slows the run: what it missed is counted and said at the end.
+    /// 'prometheus=URL,classic' for a receiver without native histograms, or 'otlp=URL'
+    /// (OTLP/HTTP metrics, exponential histograms; the Collector's http://HOST:4318). A
+    /// receiver that is down or slow never slows the run: what it missed is counted and said
+    /// at the end.
     #[arg(help_heading = "Export", long = "export", value_name = "KIND=URL")]
     pub exports: Vec<String>,
 }

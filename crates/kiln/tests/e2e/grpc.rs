@@ -98,23 +98,7 @@ impl Orders {
 /// grpc-go's interop service (grpc.testing.TestService) with reflection, built once (the
 /// test script builds it beside the others; a test run without it builds it here).
 fn test_service(flags: &[&str]) -> GrpcServer {
-    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    let bin = BUILT.get_or_init(|| {
-        let cache = apps::workspace().join("target/go-build-cache");
-        let bin = cache.join("go_grpc");
-        if !bin.exists() {
-            let built = Command::new("go")
-                .args(["build", "-o"])
-                .arg(&bin)
-                .arg(".")
-                .current_dir(apps::workspace().join("tests/apps/go_grpc"))
-                .env("GOCACHE", &cache)
-                .status()
-                .expect("go runs");
-            assert!(built.success(), "tests/apps/go_grpc did not build");
-        }
-        bin
-    });
+    let bin = apps::go_app("go_grpc");
     let mut command = Command::new(bin);
     command.args(["-port", "0"]).args(flags);
     GrpcServer::start(command, "grpc.testing.TestService")

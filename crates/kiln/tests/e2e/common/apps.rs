@@ -6,6 +6,7 @@ use std::io::{Read, Write};
 use std::net::{Ipv4Addr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -55,6 +56,31 @@ pub fn async_profiler() -> PathBuf {
         );
     }
     library
+}
+
+/// A Go program of tests/apps (`go_grpc`, `otelcol`), built into the Go build cache: the
+/// test script builds them beside the others, a test run without them builds one here once.
+pub fn go_app(name: &str) -> PathBuf {
+    static BUILT: Mutex<Vec<String>> = Mutex::new(Vec::new());
+    let cache = workspace().join("target/go-build-cache");
+    let bin = cache.join(name);
+    // one build at a time: two tests asking for one app wait for the same build
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    if !built.iter().any(|b| b == name) {
+        if !bin.exists() {
+            let status = Command::new("go")
+                .args(["build", "-o"])
+                .arg(&bin)
+                .arg(".")
+                .current_dir(workspace().join("tests/apps").join(name))
+                .env("GOCACHE", &cache)
+                .status()
+                .expect("go runs");
+            assert!(status.success(), "tests/apps/{name} did not build");
+        }
+        built.push(name.to_string());
+    }
+    bin
 }
 
 pub fn free_port() -> u16 {

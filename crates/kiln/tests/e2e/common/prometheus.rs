@@ -131,3 +131,46 @@ fn percent_encode(text: &str) -> String {
         })
         .collect()
 }
+
+/// An OpenTelemetry Collector (tests/apps/otelcol: the stock OTLP receiver and the contrib
+/// remote-write exporter) writing what it receives into `prometheus`.
+pub struct Collector {
+    pub port: u16,
+    _collector: Killed,
+}
+
+impl Collector {
+    pub fn start(dir: &Path, prometheus: &Prometheus) -> Self {
+        let bin = super::apps::go_app("otelcol");
+        let port = free_port();
+        let config = dir.join("collector.yaml");
+        // its own telemetry off: it would listen on :8888, which tests beside it share
+        let yaml = format!(
+            "receivers:\n  otlp:\n    protocols:\n      http:\n        endpoint: 127.0.0.1:{port}\n\
+             exporters:\n  prometheusremotewrite:\n    endpoint: {}\n\
+             service:\n  telemetry:\n    metrics:\n      level: none\n  pipelines:\n    metrics:\n      \
+             receivers: [otlp]\n      exporters: [prometheusremotewrite]\n",
+            prometheus.write_url()
+        );
+        std::fs::write(&config, yaml).unwrap();
+        let log = std::fs::File::create(dir.join("collector.log")).unwrap();
+        let mut child = Command::new(bin)
+            .arg("--config")
+            .arg(&config)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("the collector starts");
+        super::apps::wait_port_for(port, &mut child, "the collector", Duration::from_secs(60));
+        Self {
+            port,
+            _collector: Killed(child),
+        }
+    }
+
+    /// The OTLP/HTTP base URL, as `--export otlp=` takes it.
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+}
