@@ -259,3 +259,165 @@ fn a_bad_export_is_refused_before_the_run_with_its_form() {
         assert!(stderr.lines().count() <= 2, "{bad}: {stderr}");
     }
 }
+
+/// The target's figures as the sampler recorded them, and the shipped Grafana dashboard:
+/// every one of its queries answers from what a run exported.
+#[test]
+fn the_targets_figures_are_the_samplers_and_every_dashboard_query_answers() {
+    let _turn = common::beside();
+    let tmp = tempfile::tempdir().unwrap();
+    let prometheus = Prometheus::start(tmp.path());
+    // every 40th request's connection reset: failures for the failures panel
+    let target = kiln_targets::TargetServer::start(kiln_targets::Behavior {
+        service_time: Duration::from_millis(1),
+        reset_every: Some(40),
+        ..Default::default()
+    })
+    .unwrap();
+    let out = tmp.path().join("dashboard-run");
+    let pid = std::process::id().to_string();
+    let args = [
+        "run",
+        &target.url("/"),
+        "--rate",
+        "200",
+        "-d",
+        "5s",
+        "--watch-pid",
+        &pid,
+        "--export",
+        &format!("prometheus={}", prometheus.write_url()),
+        "--out",
+        out.to_str().unwrap(),
+        "--json",
+    ];
+    let run = json_with_exit(&kiln(&args), 0);
+    assert!(
+        run["total"]["errors"]["reset"].as_u64().unwrap() > 0,
+        "{:#}",
+        run["total"]
+    );
+
+    // the sampler's seconds as recorded, added up as a counter
+    let text = std::fs::read_to_string(out.join("resources.jsonl")).unwrap();
+    let seconds: Vec<Value> = text
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let processes: Vec<&Value> = seconds
+        .iter()
+        .map(|s| &s["process"])
+        .filter(|p| p.is_object())
+        .collect();
+    assert!(processes.len() >= 4, "{text}");
+    let user_s: f64 = (seconds.iter())
+        .filter(|s| s["process"].is_object())
+        .map(|s| {
+            s["process"]["cpu_user_pct"].as_f64().unwrap() / 100.0
+                * s["interval_s"].as_f64().unwrap()
+        })
+        .sum();
+    let of_run = r#"run="dashboard-run""#;
+    let exported = prometheus.number(&format!(
+        r#"kiln_target_cpu_seconds_total{{{of_run},mode="user"}}"#
+    ));
+    assert!(
+        (exported - user_s).abs() < 1e-6 + user_s * 1e-9,
+        "{exported} vs {user_s}"
+    );
+    let rss = prometheus.number(&format!("kiln_target_resident_memory_bytes{{{of_run}}}"));
+    let last_rss = processes.last().unwrap()["rss_kib"].as_f64().unwrap() * 1024.0;
+    assert_eq!(rss, last_rss);
+
+    // the dashboard's queries at the run's last second, its variables as Grafana fills them
+    let last = prometheus.query(&format!("timestamp(kiln_requests_sent_total{{{of_run}}})"));
+    let at: f64 = last[0]["value"][1].as_str().unwrap().parse().unwrap();
+    let dashboard = common::apps::workspace().join("docs/dashboards/grafana-kiln.json");
+    let dashboard: Value =
+        serde_json::from_str(&std::fs::read_to_string(dashboard).unwrap()).unwrap();
+    let mut asked = 0;
+    for panel in dashboard["panels"].as_array().unwrap() {
+        for target in panel["targets"].as_array().unwrap() {
+            let expr = target["expr"].as_str().unwrap();
+            let filled = expr
+                .replace("$run", "dashboard-run")
+                .replace("$__rate_interval", "10s");
+            let result = prometheus.query_at(&filled, Some(at));
+            assert!(
+                !result.is_empty(),
+                "{}: {filled} answered nothing",
+                panel["title"]
+            );
+            asked += 1;
+        }
+    }
+    assert!(asked >= 12, "{asked}");
+    // the run variable lists the runs
+    let runs = prometheus.query("count by (run) (kiln_requests_total)");
+    assert_eq!(runs[0]["metric"]["run"], "dashboard-run");
+}
+
+/// Shards export apart, each with its shard label; added in Prometheus they are the merged
+/// record: its count, and its p99 from the summed histograms.
+#[test]
+fn shards_export_apart_and_their_sum_in_prometheus_is_the_merged_record() {
+    let _turn = common::beside();
+    let tmp = tempfile::tempdir().unwrap();
+    let prometheus = Prometheus::start(tmp.path());
+    let target = kiln_targets::TargetServer::start(kiln_targets::Behavior {
+        service_time: Duration::from_millis(2),
+        ..Default::default()
+    })
+    .unwrap();
+    let export = format!("prometheus={}", prometheus.write_url());
+    let mut dirs = Vec::new();
+    for i in 0..2 {
+        let out = tmp.path().join(format!("shard-{i}"));
+        let shard = format!("{i}/2");
+        let args = [
+            "run",
+            &target.url("/"),
+            "--rate",
+            "200",
+            "-d",
+            "2s",
+            "--shard",
+            &shard,
+            "--export",
+            &export,
+            "--out",
+            out.to_str().unwrap(),
+            "--json",
+        ];
+        json_with_exit(&kiln(&args), 0);
+        dirs.push(out.display().to_string());
+    }
+    let merged_dir = tmp.path().join("merged");
+    let mut args = vec!["merge", &dirs[0], &dirs[1], "--out"];
+    let merged_path = merged_dir.display().to_string();
+    args.extend([merged_path.as_str(), "--json"]);
+    let merged = json_with_exit(&kiln(&args), 0);
+    let total = &merged["total"];
+    let requests = total["requests"].as_u64().unwrap();
+    assert!(requests >= 390, "{total:#}");
+    let shards = r#"run=~"shard-.""#;
+    let shard_labels = prometheus.query(&format!(
+        "count by (shard) (kiln_requests_sent_total{{{shards}}})"
+    ));
+    let mut labels: Vec<String> = (shard_labels.iter())
+        .map(|r| r["metric"]["shard"].as_str().unwrap().to_string())
+        .collect();
+    labels.sort();
+    assert_eq!(labels, ["0/2", "1/2"]);
+    let counted = prometheus.number(&format!("sum(kiln_requests_total{{{shards}}})"));
+    assert_eq!(counted as u64, requests);
+    let histograms = format!("sum(kiln_request_duration_seconds{{{shards}}})");
+    let count = prometheus.number(&format!("histogram_count({histograms})"));
+    assert_eq!(count as u64, requests);
+    let p99 = prometheus.number(&format!("histogram_quantile(0.99, {histograms})"));
+    let merged_p99 = total["latency"]["p99_us"].as_f64().unwrap() / 1e6;
+    assert!(
+        (p99 - merged_p99).abs() / merged_p99 < 0.01,
+        "{p99} vs {merged_p99}"
+    );
+}

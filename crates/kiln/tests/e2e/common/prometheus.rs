@@ -63,7 +63,15 @@ impl Prometheus {
 
     /// An instant query's result vector.
     pub fn query(&self, expr: &str) -> Vec<Value> {
-        let path = format!("/api/v1/query?query={}", percent_encode(expr));
+        self.query_at(expr, None)
+    }
+
+    /// An instant query's result at `time` (Unix seconds), or now.
+    pub fn query_at(&self, expr: &str, time: Option<f64>) -> Vec<Value> {
+        let mut path = format!("/api/v1/query?query={}", percent_encode(expr));
+        if let Some(t) = time {
+            path.push_str(&format!("&time={t:.3}"));
+        }
         let (status, body) = http_get(self.port, &path).expect("prometheus answers");
         let v: Value = serde_json::from_str(&body).unwrap_or_else(|_| panic!("{body}"));
         assert_eq!(status, 200, "{expr}: {body}");
