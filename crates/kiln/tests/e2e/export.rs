@@ -198,7 +198,11 @@ fn a_receiver_down_or_silent_costs_the_run_nothing_and_is_said() {
     let down = common::apps::free_port();
     let (_silent, silent_addr) = kiln_targets::idle_listener(64);
     for (name, url) in [
-        ("down", format!("http://127.0.0.1:{down}/api/v1/write")),
+        // with a password, which is sent and never recorded
+        (
+            "down",
+            format!("http://kiln:s3cret@127.0.0.1:{down}/api/v1/write"),
+        ),
         ("silent", format!("http://{silent_addr}/api/v1/write")),
     ] {
         let out = tmp.path().join(name);
