@@ -287,6 +287,17 @@ fn post(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Any text is taken or refused with the form, never a panic.
+        #[test]
+        fn any_export_text_is_parsed_or_refused(text in "(prometheus|otlp|x)?=?(http|https|grpc)?(://)?[0-9.:@/,]{0,30}(,classic)?") {
+            if let Err(e) = ExportTarget::parse(&text) {
+                prop_assert!(e.to_string().contains(&format!("{text:?}")), "{e}");
+            }
+        }
+    }
 
     #[test]
     fn export_flags_are_parsed_or_refused_with_the_form() {

@@ -121,6 +121,18 @@ impl Sender {
     }
 }
 
+impl Drop for Sender {
+    /// A run that ended in an error without [`Sender::finish`]: its thread gives up what is
+    /// queued and ends, rather than wait for seconds that will not come.
+    fn drop(&mut self) {
+        if let Ok(mut q) = self.shared.queue.lock() {
+            q.closed = true;
+            q.deadline.get_or_insert_with(Instant::now);
+        }
+        self.shared.wake.notify_one();
+    }
+}
+
 fn write_loop(shared: &Shared, mut writer: Box<dyn Writer>) {
     let account = |f: &mut dyn FnMut(&mut ExportRecord)| {
         if let Ok(mut a) = shared.account.lock() {

@@ -53,6 +53,7 @@ pub fn print_outcome(
         queries: outcome.queries.as_ref(),
         findings: Some(&outcome.findings),
         compare: None,
+        exports: outcome.exports.as_ref(),
     };
     // A run compared with a base: the comparison is part of the summary (and of its JSON).
     let comparison = match compare {

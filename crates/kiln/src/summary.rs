@@ -4,6 +4,7 @@ use std::path::Path;
 
 use anyhow::{bail, Result};
 use kiln_record::parts::{ALLOC, LOCKS, OFF_CPU, ON_CPU, QUERIES_PART, WALL};
+use kiln_record::schema::export::{ExportsRecord, EXPORTS_PART};
 use kiln_record::schema::profile::ProfileRecord;
 use kiln_record::schema::queries::QueriesRecord;
 use kiln_record::Run;
@@ -43,6 +44,7 @@ pub fn print_run(run: &Run, path: &Path, json: bool) -> Result<u8> {
     let locks = run.part::<ProfileRecord>(LOCKS.summary.0);
     let wall = run.part::<ProfileRecord>(WALL.summary.0);
     let queries = run.part::<QueriesRecord>(QUERIES_PART);
+    let exports = run.part::<ExportsRecord>(EXPORTS_PART);
     let findings = kiln_findings::recorded_or_judged(run);
     for problem in run.problems() {
         eprintln!("kiln: warning: {}", crate::format::safe_text(&problem));
@@ -66,6 +68,7 @@ pub fn print_run(run: &Run, path: &Path, json: bool) -> Result<u8> {
         queries: queries.as_deref(),
         findings: Some(&findings),
         compare: None,
+        exports: exports.as_deref(),
     };
     print(&view, json)?;
     // As `kiln run` and k6: a failed threshold is exit 99, also when the run is read again.

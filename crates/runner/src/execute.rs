@@ -78,6 +78,8 @@ pub struct RunOutcome {
     pub findings: kiln_findings::Report,
     /// `report.html`, when it could be written.
     pub report: Option<std::path::PathBuf>,
+    /// What each `--export` receiver got.
+    pub exports: Option<kiln_record::schema::export::ExportsRecord>,
     /// What went wrong beside the run without ending it (a profile perf could not take,
     /// spans that could not all be recorded), for the user to read.
     pub warnings: Vec<String>,
@@ -364,9 +366,8 @@ pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut dyn Progress) -> Res
     });
     let resources = watcher.map(ResourceWatcher::finish).unwrap_or_default();
     // the sampler's thread has ended: the exporter is this thread's alone again
-    if let Some(e) = exporter.and_then(|e| Arc::try_unwrap(e).ok()) {
-        finish_exports(e, &mut dir, &mut warnings);
-    }
+    let exports = (exporter.and_then(|e| Arc::try_unwrap(e).ok()))
+        .map(|e| finish_exports(e, &mut dir, &mut warnings));
     let noise = noise.finish();
     let runtime = runtime_watcher.map(|w| w.finish(&mut dir, &mut warnings));
     let (mut alloc_profile, mut locks, mut wall) = (None, None, None);
@@ -446,12 +447,17 @@ pub fn execute(spec: RunSpec, stop: &StopSignal, live: &mut dyn Progress) -> Res
         interrupted_by,
         findings,
         warnings,
+        exports,
     })
 }
 
 /// Waits a moment for the receivers to take the last seconds, records what each got and
 /// says what any of them missed.
-fn finish_exports(exporter: kiln_export::Exporter, dir: &mut RunDir, warnings: &mut Vec<String>) {
+fn finish_exports(
+    exporter: kiln_export::Exporter,
+    dir: &mut RunDir,
+    warnings: &mut Vec<String>,
+) -> kiln_record::schema::export::ExportsRecord {
     use kiln_record::schema::export::{EXPORTS_FILE, EXPORTS_PART};
     let record = exporter.finish();
     for e in &record.exports {
@@ -471,6 +477,7 @@ fn finish_exports(exporter: kiln_export::Exporter, dir: &mut RunDir, warnings: &
     if let Err(e) = written {
         warnings.push(format!("the exports' account was not recorded: {e:#}"));
     }
+    record
 }
 
 /// Waits for the last spans, stops the receiver and writes the DB-call analysis.

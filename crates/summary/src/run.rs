@@ -14,6 +14,7 @@ use serde_json::{json, Value};
 use crate::noise::{self, NoiseSummary};
 use crate::resources::{self, comma_list_or_none, ResourcesSummary};
 use crate::{profile, runtime, thresholds};
+use kiln_record::schema::export::ExportsRecord;
 use kiln_record::text::{self as format, safe_text};
 use kiln_runtime::summary::RuntimeSummary;
 use kiln_runtime::{RuntimeInfo, RuntimeSecond};
@@ -128,6 +129,30 @@ pub struct RunView<'a> {
     pub findings: Option<&'a kiln_findings::Report>,
     /// `kiln run --compare BASE`: this run against the base.
     pub compare: Option<&'a kiln_compare::Comparison>,
+    /// What each `--export` receiver got (`exports.json`).
+    pub exports: Option<&'a ExportsRecord>,
+}
+
+/// A line per `--export` receiver: what reached it, and what did not.
+fn exports_text(exports: Option<&ExportsRecord>) -> String {
+    let mut out = String::new();
+    for e in exports.map_or(&[][..], |e| e.exports.as_slice()) {
+        let missed = match (e.seconds_dropped, &e.last_error) {
+            (0, _) => String::new(),
+            (n, Some(why)) => format!("; {n} did not reach it (last: {why})"),
+            (n, None) => format!("; {n} did not reach it"),
+        };
+        let histograms = if e.classic {
+            ", classic histograms"
+        } else {
+            ""
+        };
+        out += &format!(
+            "Exported   {} {}: {} seconds, {} samples{histograms}{missed}\n",
+            e.kind, e.url, e.seconds_sent, e.samples_sent
+        );
+    }
+    out
 }
 
 /// Mean and sample standard deviation.
@@ -188,6 +213,7 @@ pub fn render_text(view: &RunView) -> String {
         queries,
         findings,
         compare,
+        exports,
     } = *view;
     let recorded = Recorded {
         profile,
@@ -394,6 +420,7 @@ pub fn render_text(view: &RunView) -> String {
     if let Some(n) = NoiseSummary::of(&noise::during(&total, noise)) {
         out += &n.text();
     }
+    out += &exports_text(exports);
     out += &resources::text_of(&resources::during(&total, resources), "the measured load");
     if let Some(r) = runtime_during(runtime, Some(&total), resources) {
         out += &runtime::to_text(&r);
@@ -693,6 +720,7 @@ pub fn render_json(view: &RunView) -> Value {
             .as_ref()
             .map(|t| thresholds::check_all(&manifest.plan, t))
             .unwrap_or_default(),
+        "exports": view.exports.map(|e| &e.exports),
         "profile": view.profile,
         "off_cpu": view.off_cpu,
         "alloc": view.alloc,
