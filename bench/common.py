@@ -22,14 +22,15 @@ def ensure_gnu_time():
         sh(["apt-get", "install", "-y", "-qq", "time"])
 
 
-def measured(cmd):
-    """Runs cmd; returns (output, cpu seconds, max rss KiB, wall s). CPU and RSS include the
-    processes cmd waited for (a shell pipeline's stages)."""
+def measured(cmd, env=None):
+    """Runs cmd (in env, else this process's environment); returns (output, cpu seconds, max
+    rss KiB, wall s). CPU and RSS include the processes cmd waited for (a shell pipeline's
+    stages)."""
     ensure_gnu_time()
     with tempfile.NamedTemporaryFile("r") as report:
         start = time.monotonic()
         proc = subprocess.Popen([GNU_TIME, "-f", "%U %S %M", "-o", report.name] + list(cmd),
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
         out = proc.stdout.read().decode("utf-8", "replace")
         code = proc.wait()
         wall = time.monotonic() - start
