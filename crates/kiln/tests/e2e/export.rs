@@ -2,6 +2,7 @@
 //! record; a receiver that is down or never answers costs the run nothing.
 
 use std::path::Path;
+use std::process::Output;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -23,21 +24,15 @@ fn stalling_each_second() -> kiln_targets::TargetServer {
     .expect("the target starts")
 }
 
-fn run_exported(url: &str, out: &Path, rate: &str, seconds: &str, export: &str) -> Value {
-    let args = [
-        "run",
-        url,
-        "--rate",
-        rate,
-        "-d",
-        seconds,
-        "--export",
-        export,
-        "--out",
-        out.to_str().unwrap(),
-        "--json",
+/// `kiln run URL --rate R -d D` with each of `flags` (the exports among them) into `out`, as
+/// JSON: its output.
+fn exported_run(url: &str, out: &Path, rate: &str, secs: &str, flags: &[&str]) -> Output {
+    let out = out.to_str().unwrap();
+    let mut args = vec![
+        "run", url, "--rate", rate, "-d", secs, "--out", out, "--json",
     ];
-    json_with_exit(&kiln(&args), 0)
+    args.extend(flags);
+    kiln(&args)
 }
 
 fn exports_json(out: &Path) -> Value {
@@ -57,22 +52,13 @@ fn a_run_in_prometheus_and_through_the_collector_counts_what_kiln_counted_each_s
     let collector = Collector::start(tmp.path(), &prometheus);
     let target = stalling_each_second();
     let out = tmp.path().join("exported-run");
-    let args = [
-        "run",
-        &target.url("/"),
-        "--rate",
-        "500",
-        "-d",
-        "20s",
-        "--export",
-        &format!("prometheus={}", prometheus.write_url()),
-        "--export",
-        &format!("otlp={}", collector.url()),
-        "--out",
-        out.to_str().unwrap(),
-        "--json",
-    ];
-    let run = json_with_exit(&kiln(&args), 0);
+    let direct = format!("prometheus={}", prometheus.write_url());
+    let otlp = format!("otlp={}", collector.url());
+    let flags = ["--export", &direct, "--export", &otlp];
+    let run = json_with_exit(
+        &exported_run(&target.url("/"), &out, "500", "20s", &flags),
+        0,
+    );
     let total = &run["total"];
     let requests = total["requests"].as_u64().unwrap();
     assert!(requests > 9_000, "{total:#}");
@@ -152,7 +138,8 @@ fn classic_buckets_count_every_request_and_bracket_kilns_p99() {
     let target = stalling_each_second();
     let out = tmp.path().join("classic-run");
     let export = format!("prometheus={},classic", prometheus.write_url());
-    let run = run_exported(&target.url("/"), &out, "200", "5s", &export);
+    let output = exported_run(&target.url("/"), &out, "200", "5s", &["--export", &export]);
+    let run = json_with_exit(&output, 0);
     let total = &run["total"];
     let requests = total["requests"].as_u64().unwrap();
     let of_run = r#"run="classic-run""#;
@@ -207,20 +194,8 @@ fn a_receiver_down_or_silent_costs_the_run_nothing_and_is_said() {
     ] {
         let out = tmp.path().join(name);
         let started = Instant::now();
-        let args = [
-            "run",
-            &target.url("/"),
-            "--rate",
-            "200",
-            "-d",
-            "3s",
-            "--export",
-            &format!("prometheus={url}"),
-            "--out",
-            out.to_str().unwrap(),
-            "--json",
-        ];
-        let output = kiln(&args);
+        let export = format!("prometheus={url}");
+        let output = exported_run(&target.url("/"), &out, "200", "3s", &["--export", &export]);
         let took = started.elapsed();
         let run = json_with_exit(&output, 0);
         let total = &run["total"];
@@ -280,22 +255,12 @@ fn the_targets_figures_are_the_samplers_and_every_dashboard_query_answers() {
     .unwrap();
     let out = tmp.path().join("dashboard-run");
     let pid = std::process::id().to_string();
-    let args = [
-        "run",
-        &target.url("/"),
-        "--rate",
-        "200",
-        "-d",
-        "5s",
-        "--watch-pid",
-        &pid,
-        "--export",
-        &format!("prometheus={}", prometheus.write_url()),
-        "--out",
-        out.to_str().unwrap(),
-        "--json",
-    ];
-    let run = json_with_exit(&kiln(&args), 0);
+    let export = format!("prometheus={}", prometheus.write_url());
+    let flags = ["--watch-pid", &pid, "--export", &export];
+    let run = json_with_exit(
+        &exported_run(&target.url("/"), &out, "200", "5s", &flags),
+        0,
+    );
     assert!(
         run["total"]["errors"]["reset"].as_u64().unwrap() > 0,
         "{:#}",
@@ -378,22 +343,11 @@ fn shards_export_apart_and_their_sum_in_prometheus_is_the_merged_record() {
     for i in 0..2 {
         let out = tmp.path().join(format!("shard-{i}"));
         let shard = format!("{i}/2");
-        let args = [
-            "run",
-            &target.url("/"),
-            "--rate",
-            "200",
-            "-d",
-            "2s",
-            "--shard",
-            &shard,
-            "--export",
-            &export,
-            "--out",
-            out.to_str().unwrap(),
-            "--json",
-        ];
-        json_with_exit(&kiln(&args), 0);
+        let flags = ["--shard", &shard, "--export", &export];
+        json_with_exit(
+            &exported_run(&target.url("/"), &out, "200", "2s", &flags),
+            0,
+        );
         dirs.push(out.display().to_string());
     }
     let merged_dir = tmp.path().join("merged");
